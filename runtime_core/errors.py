@@ -1,0 +1,119 @@
+"""Typed errors raised by runtime-core.
+
+Every error the runtime raises on purpose derives from :class:`RuntimeCoreError`.
+Errors that describe bad arguments also derive from the matching builtin
+(``ValueError``, ``TypeError``, ``KeyError``) so that generic handlers keep working.
+Each message names the thing, what was expected, what was received, and, where
+there are alternatives, lists them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RuntimeCoreError",
+    "ModelLoadError",
+    "InvalidModelError",
+    "UnsupportedModelError",
+    "ExternalDataError",
+    "InvalidArgumentError",
+    "InputError",
+    "InputNameError",
+    "MissingInputError",
+    "InputTypeError",
+    "InputShapeError",
+    "OutputNameError",
+    "ProviderError",
+    "UnknownProviderError",
+    "ProviderUnavailableError",
+    "ProviderOptionsError",
+    "FallbackRefusedError",
+    "PluginError",
+    "PartitionError",
+    "ExecutionError",
+]
+
+
+class RuntimeCoreError(Exception):
+    """Base class of every error that runtime-core raises on purpose."""
+
+
+class ModelLoadError(RuntimeCoreError):
+    """The model could not be read (file missing, not a protobuf, ...)."""
+
+
+class InvalidModelError(ModelLoadError, ValueError):
+    """The model was read but is not a valid ONNX model (checker failure, cycles, ...)."""
+
+
+class UnsupportedModelError(ModelLoadError):
+    """The model is valid ONNX but uses an IR version or opset outside the supported range."""
+
+
+class ExternalDataError(ModelLoadError):
+    """External tensor data refers to a location outside the model's folder, or is unsafe."""
+
+
+class InvalidArgumentError(RuntimeCoreError, ValueError):
+    """An argument of a public call is malformed."""
+
+
+class InputError(InvalidArgumentError):
+    """Base class of errors about the feeds passed to ``run``."""
+
+
+class InputNameError(InputError, KeyError):
+    """A feed names an input the model does not have."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingInputError(InputError):
+    """A required model input was not fed."""
+
+
+class InputTypeError(InputError, TypeError):
+    """A feed has the wrong element type (or is not a tensor at all)."""
+
+
+class InputShapeError(InputError):
+    """A feed has the wrong rank or a dimension that contradicts the model."""
+
+
+class OutputNameError(InvalidArgumentError, KeyError):
+    """``run`` asked for an output the model does not have."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class ProviderError(RuntimeCoreError):
+    """Base class of errors about execution providers."""
+
+
+class UnknownProviderError(ProviderError, ValueError):
+    """A provider name that no installed plugin registers."""
+
+
+class ProviderUnavailableError(ProviderError):
+    """A provider is installed but cannot run here (no device, missing library, ...)."""
+
+
+class ProviderOptionsError(ProviderError, ValueError):
+    """Provider options that the provider rejects."""
+
+
+class FallbackRefusedError(ProviderError):
+    """``session.disable_cpu_ep_fallback=1`` is set and the session would fall back."""
+
+
+class PluginError(ProviderError):
+    """A plugin broke a rule of the plugin contract."""
+
+
+class PartitionError(RuntimeCoreError):
+    """The graph could not be partitioned (for example, a node nobody can run)."""
+
+
+class ExecutionError(RuntimeCoreError, RuntimeError):
+    """A kernel failed while running; the message names the node and its provider."""

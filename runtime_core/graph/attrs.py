@@ -1,0 +1,83 @@
+"""Attribute resolution against ONNX schemas: values with defaults, before any kernel runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx
+from onnx import AttributeProto, numpy_helper
+
+
+def attr_value(attr: AttributeProto) -> Any:
+    """Python value of an attribute: int, float, str, list, ndarray, or GraphProto."""
+    t = attr.type
+    if t == AttributeProto.INT:
+        return int(attr.i)
+    if t == AttributeProto.FLOAT:
+        return float(attr.f)
+    if t == AttributeProto.STRING:
+        return attr.s.decode("utf-8", errors="surrogateescape")
+    if t == AttributeProto.INTS:
+        return [int(v) for v in attr.ints]
+    if t == AttributeProto.FLOATS:
+        return [float(v) for v in attr.floats]
+    if t == AttributeProto.STRINGS:
+        return [s.decode("utf-8", errors="surrogateescape") for s in attr.strings]
+    if t == AttributeProto.TENSOR:
+        return numpy_helper.to_array(attr.t)
+    if t == AttributeProto.TENSORS:
+        return [numpy_helper.to_array(x) for x in attr.tensors]
+    if t == AttributeProto.GRAPH:
+        return attr.g
+    if t == AttributeProto.GRAPHS:
+        return list(attr.graphs)
+    if t == AttributeProto.SPARSE_TENSOR:
+        from onnx.reference.op_run import to_sparse_tensor  # lazily: rarely used
+
+        return to_sparse_tensor(attr.sparse_tensor)
+    if t == AttributeProto.TYPE_PROTO:
+        return attr.tp
+    if t == AttributeProto.TYPE_PROTOS:
+        return list(attr.type_protos)
+    return onnx.helper.get_attribute_value(attr)
+
+
+def get_schema(op_type: str, domain: str, opset: int):
+    """The schema in force for ``op_type`` at ``opset`` of ``domain``, or ``None``."""
+    try:
+        return onnx.defs.get_schema(op_type, max_inclusive_version=opset, domain=domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def resolve_attrs(node: onnx.NodeProto, schema) -> dict[str, Any]:
+    """Every attribute of the schema with the node's value, else the default, else None.
+
+    Without a schema (custom domains) only the node's own attributes are returned.
+    Raises ``ValueError`` for attributes the schema does not define or required
+    ones the node lacks.
+    """
+    given = {a.name: a for a in node.attribute}
+    if schema is None:
+        return {name: attr_value(a) for name, a in given.items()}
+    out: dict[str, Any] = {}
+    known = schema.attributes
+    unknown = [n for n in given if n not in known]
+    if unknown:
+        raise ValueError(f"attribute(s) {', '.join(unknown)} are not defined by "
+                         f"{node.op_type}-{schema.since_version}; it has: {', '.join(sorted(known)) or 'none'}")
+    for name, spec in known.items():
+        if name in given:
+            a = given[name]
+            if a.ref_attr_name:
+                raise ValueError(f"attribute {name} refers to {a.ref_attr_name!r} outside a function")
+            out[name] = attr_value(a)
+        elif spec.required:
+            raise ValueError(f"required attribute {name!r} of {node.op_type} is missing")
+        else:
+            default = spec.default_value
+            if default is not None and default.type != AttributeProto.UNDEFINED:
+                out[name] = attr_value(default)
+            else:
+                out[name] = None
+    return out

@@ -1,0 +1,229 @@
+"""The core's in-memory graph: what the optimizer rewrites and the partitioner cuts.
+
+Built from a loaded ``ModelProto``: node names made unique, schema versions and
+attributes resolved once, types from onnx shape inference, initializers as
+numpy arrays, outer-scope reads of subgraphs recorded as implicit inputs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ..errors import InvalidModelError
+from ..plugin.contract import NodeView, ValueInfo
+from .attrs import get_schema, resolve_attrs
+from .types import dtype_of, shape_of, type_kind
+
+logger = logging.getLogger("runtime_core.graph")
+
+
+@dataclass
+class Node:
+    """One node of the core graph (mutable: optimizer passes rewrite it)."""
+
+    name: str
+    op_type: str
+    domain: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any]
+    since_version: int | None
+    opset: int
+    proto_attrs: list = field(default_factory=list, repr=False)
+    implicit_inputs: list[str] = field(default_factory=list)
+
+    def all_inputs(self) -> list[str]:
+        """Explicit inputs (non-empty) followed by implicit (outer-scope) ones."""
+        return [i for i in self.inputs if i] + self.implicit_inputs
+
+
+def subgraph_outer_names(g: onnx.GraphProto) -> list[str]:
+    """Names a (nested) subgraph reads that it does not define itself."""
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {
+        t.values.name for t in g.sparse_initializer}
+    used: list[str] = []
+    for n in g.node:
+        for i in n.input:
+            if i and i not in defined and i not in used:
+                used.append(i)
+        for a in n.attribute:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
+            for sg in subs:
+                for i in subgraph_outer_names(sg):
+                    if i not in defined and i not in used:
+                        used.append(i)
+        defined.update(o for o in n.output if o)
+    for o in g.output:
+        if o.name not in defined and o.name not in used:
+            used.append(o.name)
+    return used
+
+
+class Graph:
+    """A model's main graph in the core's form."""
+
+    def __init__(self, model: onnx.ModelProto, infer_shapes: bool = True):
+        self.model = model
+        self.opsets: dict[str, int] = {}
+        for imp in model.opset_import:
+            self.opsets["" if imp.domain == "ai.onnx" else imp.domain] = imp.version
+        self.opsets.setdefault("", 1)
+        g = model.graph
+        typed = g
+        if infer_shapes:
+            typed = self._infer(model).graph
+        self.types: dict[str, onnx.TypeProto] = {}
+        for vi in list(typed.value_info) + list(typed.input) + list(typed.output):
+            if vi.type.WhichOneof("value"):
+                self.types[vi.name] = vi.type
+        self.initializers: dict[str, np.ndarray] = {}
+        for t in g.initializer:
+            self.initializers[t.name] = numpy_helper.to_array(t)
+        for st in g.sparse_initializer:
+            from onnx.reference.op_run import to_sparse_tensor  # dense view of sparse initializers
+
+            sp = to_sparse_tensor(st)
+            dense = np.zeros(tuple(sp.dense_shape), dtype=sp.values.dtype)
+            idx = sp.indices
+            if idx.ndim == 1:
+                dense.reshape(-1)[idx] = sp.values
+            else:
+                dense[tuple(idx.T)] = sp.values
+            self.initializers[st.values.name] = dense
+        self.inputs: list[onnx.ValueInfoProto] = [i for i in g.input]
+        self.outputs: list[onnx.ValueInfoProto] = [o for o in g.output]
+        self.nodes: list[Node] = []
+        used_names: set[str] = set()
+        for idx, n in enumerate(g.node):
+            name = n.name or f"{n.op_type}_{idx}"
+            while name in used_names:
+                name = f"{name}_{idx}"
+            used_names.add(name)
+            self.nodes.append(self.make_node(n.op_type, list(n.input), list(n.output), name=name,
+                                             domain=n.domain, proto_attrs=list(n.attribute)))
+        self._check_defined()
+
+    # -- construction helpers ------------------------------------------------
+    @staticmethod
+    def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+        try:
+            return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
+                                                     data_prop=True)
+        except Exception as exc:  # inference is advisory; the run still checks everything
+            logger.info("onnx shape inference failed, continuing without it: %s", exc)
+            return model
+
+    def make_node(self, op_type: str, inputs: list[str], outputs: list[str], *, name: str,
+                  domain: str = "", proto_attrs: list | None = None, attrs: dict | None = None) -> Node:
+        """Create a node with its schema version and resolved attributes."""
+        domain = "" if domain == "ai.onnx" else domain
+        opset = self.opsets.get(domain, 1)
+        schema = get_schema(op_type, domain, opset)
+        proto_attrs = list(proto_attrs or [])
+        if attrs is not None:
+            proto_attrs = [onnx.helper.make_attribute(k, v) for k, v in attrs.items()]
+        tmp = onnx.helper.make_node(op_type, inputs, outputs, name=name, domain=domain)
+        tmp.attribute.extend(proto_attrs)
+        try:
+            resolved = resolve_attrs(tmp, schema)
+        except ValueError as exc:
+            raise InvalidModelError(f"node {name!r} ({op_type}): {exc}") from exc
+        implicit: list[str] = []
+        for a in proto_attrs:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else (
+                list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else [])
+            for sg in subs:
+                for i in subgraph_outer_names(sg):
+                    if i not in implicit:
+                        implicit.append(i)
+        return Node(name=name, op_type=op_type, domain=domain, inputs=inputs, outputs=outputs,
+                    attrs=resolved, since_version=schema.since_version if schema else None,
+                    opset=opset, proto_attrs=proto_attrs, implicit_inputs=implicit)
+
+    def _check_defined(self) -> None:
+        defined = {i.name for i in self.inputs} | set(self.initializers)
+        for n in self.nodes:
+            for i in n.all_inputs():
+                if i not in defined:
+                    raise InvalidModelError(
+                        f"node {n.name!r} ({n.op_type}) reads {i!r}, which no earlier node, input "
+                        "or initializer defines (the graph is not topologically sorted or is broken)")
+            defined.update(o for o in n.outputs if o)
+        for o in self.outputs:
+            if o.name not in defined:
+                raise InvalidModelError(f"graph output {o.name!r} is never produced")
+
+    # -- queries -------------------------------------------------------------
+    @property
+    def input_names(self) -> list[str]:
+        return [i.name for i in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [o.name for o in self.outputs]
+
+    def feed_inputs(self) -> list[onnx.ValueInfoProto]:
+        """Graph inputs a caller must (or may) feed: those without an initializer."""
+        return [i for i in self.inputs if i.name not in self.initializers]
+
+    def value_info(self, name: str) -> ValueInfo:
+        """Everything known about value ``name`` at session creation."""
+        if name in self.initializers:
+            arr = self.initializers[name]
+            return ValueInfo(name, arr.dtype, tuple(arr.shape), "tensor", arr)
+        tp = self.types.get(name)
+        if tp is None:
+            return ValueInfo(name)
+        return ValueInfo(name, dtype_of(tp), shape_of(tp), type_kind(tp))
+
+    def node_view(self, node: Node, index: int = -1, cache: dict | None = None) -> NodeView:
+        """The read-only view of ``node`` that providers get."""
+        def vi(n: str):
+            if not n:
+                return None
+            if cache is not None:
+                if n not in cache:
+                    cache[n] = self.value_info(n)
+                return cache[n]
+            return self.value_info(n)
+
+        return NodeView(
+            name=node.name, op_type=node.op_type, domain=node.domain,
+            since_version=node.since_version, opset=node.opset, attrs=dict(node.attrs),
+            inputs=tuple(node.inputs), outputs=tuple(node.outputs),
+            input_info=tuple(vi(i) for i in node.inputs),
+            output_info=tuple(vi(o) for o in node.outputs),
+            implicit_inputs=tuple(node.implicit_inputs), index=index)
+
+    def consumers(self) -> dict[str, list[int]]:
+        """Value name -> indices of nodes that read it (implicit reads included)."""
+        out: dict[str, list[int]] = {}
+        for idx, n in enumerate(self.nodes):
+            for i in n.all_inputs():
+                out.setdefault(i, []).append(idx)
+        return out
+
+    def producers(self) -> dict[str, int]:
+        """Value name -> index of the node that writes it."""
+        return {o: idx for idx, n in enumerate(self.nodes) for o in n.outputs if o}
+
+    def to_model(self) -> onnx.ModelProto:
+        """Serialise the current graph back to a ModelProto (for offline optimization)."""
+        m = onnx.ModelProto()
+        m.CopyFrom(self.model)
+        g = m.graph
+        del g.node[:]
+        for n in self.nodes:
+            p = onnx.helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name, domain=n.domain)
+            p.attribute.extend(n.proto_attrs)
+            g.node.append(p)
+        del g.initializer[:]
+        del g.sparse_initializer[:]
+        g.initializer.extend(numpy_helper.from_array(v, k) for k, v in self.initializers.items())
+        return m

@@ -1,0 +1,5 @@
+"""Graph optimization levels and passes (ORT's meaning of each level)."""
+
+from .passes import OPTIMIZERS, optimize
+
+__all__ = ["OPTIMIZERS", "optimize"]

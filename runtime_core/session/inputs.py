@@ -1,0 +1,118 @@
+"""Feed validation: names, element types, ranks and dims, before anything runs."""
+
+from __future__ import annotations
+
+import difflib
+
+import numpy as np
+
+from ..errors import InputNameError, InputShapeError, InputTypeError, MissingInputError, OutputNameError
+
+
+def _nearest(name: str, options) -> str:
+    close = difflib.get_close_matches(name, list(options), n=1, cutoff=0.5)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _fmt_shape(shape) -> str:
+    if shape is None:
+        return "unknown"
+    return "(" + ", ".join(repr(d) if isinstance(d, str) else ("?" if d is None else str(d))
+                           for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+class InputSpec:
+    """What one model input accepts, precomputed at session creation."""
+
+    __slots__ = ("name", "dtype", "shape", "kind", "type_str", "optional")
+
+    def __init__(self, name, dtype, shape, kind, type_str, optional=False):
+        self.name = name
+        self.dtype = dtype
+        self.shape = shape
+        self.kind = kind
+        self.type_str = type_str
+        self.optional = optional
+
+
+def check_output_names(names, known: list[str]) -> list[str]:
+    if names is None:
+        return list(known)
+    if isinstance(names, str):
+        names = [names]
+    out = list(names)
+    for n in out:
+        if n not in known:
+            raise OutputNameError(f"output {n!r} is not an output of this model{_nearest(n, known)} "
+                                  f"(outputs: {', '.join(known)})")
+    return out
+
+
+def validate_feeds(input_feed, specs: dict[str, InputSpec]) -> dict:
+    """Return the feeds as native, C-contiguous arrays, or raise a typed error."""
+    if not hasattr(input_feed, "items"):
+        raise InputTypeError(f"input_feed must be a dict of input name to array, got {type(input_feed).__name__}")
+    expected = list(specs)
+    feeds = {}
+    for name, value in input_feed.items():
+        spec = specs.get(name)
+        if spec is None:
+            raise InputNameError(
+                f"{name!r} is not an input of this model{_nearest(str(name), expected)} "
+                f"(expected inputs: {', '.join(expected) or 'none'})")
+        feeds[name] = _convert(spec, value)
+    missing = [n for n, s in specs.items() if n not in feeds and not s.optional]
+    if missing:
+        raise MissingInputError(
+            f"missing input(s) {', '.join(repr(m) for m in missing)}; the model needs "
+            + ", ".join(f"{n} {specs[n].type_str} {_fmt_shape(specs[n].shape)}" for n in missing))
+    return feeds
+
+
+def _convert(spec: InputSpec, value):
+    name = spec.name
+    if spec.kind == "sequence":
+        if not isinstance(value, (list, tuple)):
+            raise InputTypeError(f"input {name!r} expects {spec.type_str} (a list of arrays), "
+                                 f"got {type(value).__name__}")
+        return [_convert(InputSpec(name, spec.dtype, None, "tensor", spec.type_str), v) for v in value]
+    if spec.kind == "optional" and value is None:
+        return None
+    if hasattr(value, "_rt_device_value"):  # an OrtValue
+        value = value.numpy()
+    if not isinstance(value, np.ndarray):
+        if isinstance(value, (np.generic, int, float, bool, str, list, tuple)):
+            value = np.asarray(value)
+        else:
+            raise InputTypeError(f"input {name!r} expects a numpy array of {spec.type_str}, "
+                                 f"got {type(value).__name__}")
+    want = spec.dtype
+    got = value.dtype
+    if want is not None:
+        if want == np.dtype(object):
+            if got.kind not in "OUS":
+                raise InputTypeError(f"input {name!r} expects {spec.type_str}, got an array of {got}")
+            if got.kind != "O":
+                value = value.astype(object)
+        elif got != want:
+            if got.kind == want.kind and got.itemsize == want.itemsize and got.newbyteorder("=") == want:
+                value = value.astype(want)  # non-native byte order: same values
+            else:
+                raise InputTypeError(
+                    f"input {name!r} expects {spec.type_str} (numpy {want}), got an array of {got}; "
+                    f"convert it with .astype(numpy.{want.name})")
+    if not value.dtype.isnative:
+        value = value.astype(value.dtype.newbyteorder("="))
+    if spec.shape is not None:
+        if value.ndim != len(spec.shape):
+            raise InputShapeError(
+                f"input {name!r} expects rank {len(spec.shape)} with shape {_fmt_shape(spec.shape)}, "
+                f"got rank {value.ndim} with shape {tuple(value.shape)}")
+        for axis, (d, g) in enumerate(zip(spec.shape, value.shape)):
+            if isinstance(d, int) and d != g:
+                raise InputShapeError(
+                    f"input {name!r} dim {axis} must be {d} (expected shape {_fmt_shape(spec.shape)}), "
+                    f"got {g} (shape {tuple(value.shape)})")
+    if not value.flags.c_contiguous:
+        value = np.ascontiguousarray(value)
+    return value

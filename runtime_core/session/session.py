@@ -1,0 +1,255 @@
+"""``InferenceSession``: load -> optimize -> partition -> compile -> plan -> run."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from dataclasses import dataclass, field
+
+import onnx
+
+from ..errors import (
+    FallbackRefusedError,
+    PluginError,
+    ProviderOptionsError,
+    ProviderUnavailableError,
+    RuntimeCoreError,
+    UnknownProviderError,
+)
+from ..execution import ExecutionPlan
+from ..graph import Graph, load_model
+from ..graph.types import dtype_of, shape_of, type_kind, type_string
+from ..optimizer import optimize
+from ..partition import partition_graph
+from ..plugin.registry import FALLBACK_ALIAS, get_registry
+from .inputs import InputSpec, check_output_names, validate_feeds
+from .options import GraphOptimizationLevel, RunOptions, SessionOptions
+
+logger = logging.getLogger("runtime_core.session")
+
+DISABLE_FALLBACK = "session.disable_cpu_ep_fallback"
+DISABLE_OPTIMIZERS = "optimization.disable_specified_optimizers"
+
+
+class ProviderFallbackWarning(UserWarning):
+    """A requested provider is unknown or unavailable; the session runs without it."""
+
+
+@dataclass
+class NodeArg:
+    """ORT's NodeArg: ``name``, ``type`` (``'tensor(float)'``), ``shape`` (ints, dim names, None)."""
+
+    name: str
+    type: str
+    shape: list | None
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
+
+
+@dataclass
+class ModelMetadata:
+    """ORT's ModelMetadata."""
+
+    producer_name: str = ""
+    graph_name: str = ""
+    domain: str = ""
+    description: str = ""
+    graph_description: str = ""
+    version: int = 0
+    custom_metadata_map: dict = field(default_factory=dict)
+
+
+def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
+    shape = shape_of(vi.type)
+    return NodeArg(vi.name, type_string(vi.type), None if shape is None else list(shape))
+
+
+_BLAS_LOCK = threading.Lock()
+_BLAS_APPLIED: list = [None]
+
+
+def _apply_blas_threads(n: int) -> None:
+    """Bound the BLAS thread pools to ``n`` (process-wide: the pools are global)."""
+    if n <= 0 or _BLAS_APPLIED[0] == n:
+        return
+    with _BLAS_LOCK:
+        if _BLAS_APPLIED[0] == n:
+            return
+        try:
+            from threadpoolctl import threadpool_limits
+
+            threadpool_limits(limits=n, user_api="blas")
+            _BLAS_APPLIED[0] = n
+        except Exception as exc:  # threadpoolctl missing or BLAS unknown: say so once
+            logger.warning("could not limit BLAS threads to %d: %s", n, exc)
+            _BLAS_APPLIED[0] = n
+
+
+def _requested(providers, provider_options) -> list[tuple[str, dict]]:
+    if providers is None:
+        return []
+    if isinstance(providers, str):
+        providers = [providers]
+    out = []
+    for i, p in enumerate(providers):
+        if isinstance(p, (tuple, list)):
+            if len(p) != 2 or not isinstance(p[0], str) or not isinstance(p[1], dict):
+                raise ProviderOptionsError(f"providers[{i}] must be a name or a (name, options dict) pair, got {p!r}")
+            out.append((p[0], dict(p[1])))
+        elif isinstance(p, str):
+            out.append((p, {}))
+        else:
+            raise ProviderOptionsError(f"providers[{i}] must be a provider name, got {type(p).__name__}")
+    if provider_options is not None:
+        if len(provider_options) != len(out):
+            raise ProviderOptionsError(
+                f"provider_options has {len(provider_options)} entries but providers has {len(out)}; "
+                "give one options dict per provider")
+        out = [(n, {**o, **dict(po or {})}) for (n, o), po in zip(out, provider_options)]
+    return out
+
+
+class InferenceSession:
+    """Load an ONNX model and run it on the installed providers (ORT-compatible)."""
+
+    def __init__(self, path_or_bytes, sess_options: SessionOptions | None = None, providers=None,
+                 provider_options=None, **kwargs):
+        self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        opts = self._sess_options
+        strict = opts.get_config(DISABLE_FALLBACK, "0") == "1"
+        model, self._model_dir = load_model(path_or_bytes)
+        self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
+        self._meta = ModelMetadata(
+            producer_name=model.producer_name, graph_name=model.graph.name, domain=model.domain,
+            description=model.doc_string, graph_description=model.graph.doc_string,
+            version=model.model_version,
+            custom_metadata_map={p.key: p.value for p in model.metadata_props})
+        graph = Graph(model)
+        feed_vis = graph.feed_inputs()
+        self._inputs = [_node_arg(v) for v in feed_vis]
+        self._outputs = [_node_arg(v) for v in graph.outputs]
+        self._overridable = [_node_arg(v) for v in graph.inputs if v.name in graph.initializers]
+        self._specs = {v.name: InputSpec(v.name, dtype_of(v.type), shape_of(v.type), type_kind(v.type),
+                                         type_string(v.type), type_kind(v.type) == "optional")
+                       for v in feed_vis}
+        self._output_names = graph.output_names
+
+        disabled = {s.strip() for s in (opts.get_config(DISABLE_OPTIMIZERS, "") or "").split(",") if s.strip()}
+        self.optimizations = optimize(graph, int(opts.graph_optimization_level), disabled)
+        if opts.optimized_model_filepath:
+            onnx.save(graph.to_model(), opts.optimized_model_filepath)
+
+        self._providers, unavailable = self._make_providers(providers, provider_options, strict)
+        planned, report = partition_graph(graph, self._providers)
+        report.providers = [p.name for p in self._providers]
+        report.unavailable = unavailable
+        if strict and any(p.alias != FALLBACK_ALIAS for p in self._providers):
+            fell = [n for n in report.nodes if self._providers_by_name[n.provider].alias == FALLBACK_ALIAS]
+            if fell:
+                lines = "; ".join(f"{n.name} ({n.op_type}): " + ", ".join(
+                    f"{p}: {r}" for p, r in n.declined.items()) for n in fell[:10])
+                raise FallbackRefusedError(
+                    f"{DISABLE_FALLBACK}=1 and {len(fell)} node(s) would fall back to "
+                    f"CPUExecutionProvider: {lines}")
+        executables = []
+        for pp in planned:
+            prov = self._providers[pp.provider_pos]
+            try:
+                executables.append(prov.compile(pp.partition))
+            except RuntimeCoreError:
+                raise
+            except Exception as exc:
+                raise PluginError(f"{prov.name}.compile failed for partition {pp.partition.id} "
+                                  f"({len(pp.partition.nodes)} nodes): {type(exc).__name__}: {exc}") from exc
+        self._plan = ExecutionPlan(graph, planned, self._providers, executables)
+        report.copies = list(self._plan.copies)
+        self._report = report
+        self._graph = graph
+        logger.info("session ready:\n%s", report.summary())
+
+    # -- providers -------------------------------------------------------------
+    def _make_providers(self, providers, provider_options, strict):
+        registry = get_registry()
+        requested = _requested(providers, provider_options)
+        if not requested:
+            requested = [(r.name, {}) for r in registry.loaded() if r.available]
+        unavailable: dict[str, str] = {}
+        chosen = []
+        for name, options in requested:
+            rec = registry.lookup(name)
+            if rec is None or rec.status != "loaded" or not rec.available:
+                if rec is None:
+                    known = ", ".join(f"{r.name} ({r.alias})" for r in registry.loaded()) or "none"
+                    why = f"no installed plugin provides {name!r} (installed: {known})"
+                elif rec.status != "loaded":
+                    why = f"its plugin failed to load ({rec.status}): {rec.reason}"
+                else:
+                    why = rec.reason or "probe() reported it unavailable"
+                if strict:
+                    cls = UnknownProviderError if rec is None else ProviderUnavailableError
+                    raise FallbackRefusedError(
+                        f"{DISABLE_FALLBACK}=1 and requested provider {name!r} is unavailable: {why}") from cls(why)
+                warnings.warn(f"provider {name!r} is unavailable and is skipped: {why}",
+                              ProviderFallbackWarning, stacklevel=4)
+                unavailable[name] = why
+                continue
+            if any(c[0] is rec for c in chosen):
+                continue
+            chosen.append((rec, options))
+        if not any(rec.alias == FALLBACK_ALIAS for rec, _ in chosen):
+            cpu = registry.lookup(FALLBACK_ALIAS)
+            if cpu is None or cpu.status != "loaded":
+                why = cpu.reason if cpu else "runtime-provider-cpu is not installed"
+                raise ProviderUnavailableError(
+                    f"the CPU fallback provider is not available ({why}); reinstall runtime-provider-cpu")
+            chosen.append((cpu, {}))
+        instances = []
+        for rec, options in chosen:
+            try:
+                inst = rec.cls(options)
+            except RuntimeCoreError:
+                raise
+            except Exception as exc:
+                raise ProviderOptionsError(f"{rec.name} rejected its options {options!r}: "
+                                           f"{type(exc).__name__}: {exc}") from exc
+            instances.append(inst)
+        self._providers_by_name = {p.name: p for p in instances}
+        return instances, unavailable
+
+    # -- ORT API ----------------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        """Inputs a caller feeds (initializers excluded)."""
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return list(self._overridable)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        return self._meta
+
+    def get_providers(self) -> list[str]:
+        """Providers this session uses, in priority order (CPU last)."""
+        return [p.name for p in self._providers]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return {p.name: (p.get_options() if hasattr(p, "get_options") else {}) for p in self._providers}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    def get_partition_report(self):
+        """Where each node runs, who declined it and why, and every device copy."""
+        return self._report
+
+    def run(self, output_names, input_feed, run_options: RunOptions | None = None) -> list:
+        """Run the model; returns numpy arrays in ``output_names`` order (all outputs if None)."""
+        names = check_output_names(output_names, self._output_names)
+        feeds = validate_feeds(input_feed, self._specs)
+        _apply_blas_threads(int(self._sess_options.intra_op_num_threads or 0))
+        outs = self._plan.run(feeds, names)
+        return outs

@@ -1,0 +1,102 @@
+"""Test helpers: build one-node or small models and compare runtime-core with onnxruntime.
+
+onnxruntime is a test oracle only. Where it lacks an op or a type,
+``onnx.reference.ReferenceEvaluator`` is the oracle instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+import runtime_core as rt
+
+
+def np_to_elem(dtype) -> int:
+    dtype = np.dtype(dtype)
+    if dtype.kind in "OUS":
+        return TensorProto.STRING
+    return helper.np_dtype_to_tensor_dtype(dtype)
+
+
+def make_model(nodes, inputs: dict, outputs, *, opset: int = 17, initializers: dict | None = None,
+               extra_opsets: dict | None = None, output_types: dict | None = None,
+               ir_version: int | None = None) -> onnx.ModelProto:
+    """``inputs``: name -> example array (its dtype and shape become the input type).
+
+    ``outputs``: list of names; their types are left for inference unless given in
+    ``output_types`` (name -> elem type).
+    """
+    initializers = initializers or {}
+    ins = [helper.make_tensor_value_info(n, np_to_elem(a.dtype), list(np.shape(a))) for n, a in inputs.items()]
+    outs = []
+    for o in outputs:
+        et = (output_types or {}).get(o, TensorProto.UNDEFINED)
+        outs.append(helper.make_tensor_value_info(o, et, None))
+    inits = [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()]
+    g = helper.make_graph(list(nodes), "g", ins, outs, initializer=inits)
+    opsets = [helper.make_opsetid("", opset)]
+    for dom, ver in (extra_opsets or {}).items():
+        opsets.append(helper.make_opsetid(dom, ver))
+    m = helper.make_model(g, opset_imports=opsets)
+    m.ir_version = ir_version or min(onnx.IR_VERSION, 10)
+    return m
+
+
+def run_ours(model, feeds, providers=None, **kw):
+    sess = rt.InferenceSession(model.SerializeToString(), providers=providers or ["CPUExecutionProvider"], **kw)
+    return sess.run(None, feeds), sess
+
+
+def run_oracle(model, feeds):
+    """onnxruntime when it can run the model, else onnx's reference evaluator."""
+    try:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        s = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return s.run(None, feeds)
+    except Exception:  # noqa: BLE001 - ORT lacks the op/type: use the reference
+        from onnx.reference import ReferenceEvaluator
+
+        return ReferenceEvaluator(model).run(None, feeds)
+
+
+def assert_close(ours, ref, rtol=1e-5, atol=1e-6):
+    assert len(ours) == len(ref), f"{len(ours)} outputs vs {len(ref)}"
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        if isinstance(b, list):
+            assert isinstance(a, list) and len(a) == len(b)
+            assert_close(a, b, rtol, atol)
+            continue
+        a = np.asarray(a)
+        b = np.asarray(b)
+        assert a.shape == b.shape, f"output {i}: shape {a.shape} vs oracle {b.shape}"
+        if b.dtype.kind in "OUS":
+            assert a.dtype.kind in "OUS", f"output {i}: dtype {a.dtype} vs {b.dtype}"
+            assert a.tolist() == b.tolist()
+            continue
+        assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype} vs oracle {b.dtype}"
+        if b.dtype.kind in "fc":
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {i}")
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=f"output {i}")
+
+
+def check_node(op_type, inputs: dict, outputs=("y",), *, opset=17, domain="", initializers=None,
+               rtol=1e-5, atol=1e-6, extra_opsets=None, **attrs):
+    """Run one node on runtime-core and the oracle; assert same outputs. Returns ours."""
+    node_inputs = list(inputs) + list(initializers or {})
+    node = helper.make_node(op_type, node_inputs, list(outputs), domain=domain, **attrs)
+    if domain and domain not in (extra_opsets or {}):
+        extra_opsets = {**(extra_opsets or {}), domain: 1 if domain != "ai.onnx.ml" else 3}
+    model = make_model([node], inputs, [o for o in outputs if o], opset=opset,
+                       initializers=initializers, extra_opsets=extra_opsets)
+    ours, sess = run_ours(model, dict(inputs))
+    rep = sess.get_partition_report()
+    assert all(n.provider == "CPUExecutionProvider" for n in rep.nodes)
+    ref = run_oracle(model, dict(inputs))
+    assert_close(ours, ref, rtol, atol)
+    return ours
