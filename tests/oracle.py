@@ -32,8 +32,9 @@ def make_model(nodes, inputs: dict, outputs, *, opset: int = 17, initializers: d
     ins = [helper.make_tensor_value_info(n, np_to_elem(a.dtype), list(np.shape(a))) for n, a in inputs.items()]
     outs = []
     for o in outputs:
-        et = (output_types or {}).get(o, TensorProto.UNDEFINED)
-        outs.append(helper.make_tensor_value_info(o, et, None))
+        et = (output_types or {}).get(o)
+        outs.append(helper.make_tensor_value_info(o, et, None) if et is not None
+                    else onnx.ValueInfoProto(name=o))
     inits = [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in initializers.items()]
     g = helper.make_graph(list(nodes), "g", ins, outs, initializer=inits)
     opsets = [helper.make_opsetid("", opset)]
