@@ -42,6 +42,11 @@ def make_model(nodes, inputs: dict, outputs, *, opset: int = 17, initializers: d
         opsets.append(helper.make_opsetid(dom, ver))
     m = helper.make_model(g, opset_imports=opsets)
     m.ir_version = ir_version or min(onnx.IR_VERSION, 10)
+    if any(not o.type.WhichOneof("value") for o in m.graph.output):
+        inferred = onnx.shape_inference.infer_shapes(m)  # fills the untyped graph outputs
+        for o, io in zip(m.graph.output, inferred.graph.output):
+            if not o.type.WhichOneof("value") and io.type.WhichOneof("value"):
+                o.type.CopyFrom(io.type)
     return m
 
 
