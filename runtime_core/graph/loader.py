@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 import onnx
+import onnx.inliner
 from onnx import external_data_helper
 
 from ..errors import ExternalDataError, InvalidModelError, ModelLoadError, UnsupportedModelError

@@ -1,0 +1,199 @@
+"""The ``runtime-core`` command line: providers, run, partition."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+SAMPLE = "sample_cnn.onnx"
+
+
+def sample_model_path() -> Path:
+    """Path of the small CNN bundled with the package."""
+    return Path(str(resources.files("runtime_core") / "samples" / SAMPLE))
+
+
+def _table(rows: list[tuple], out) -> None:
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        out.write("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip() + "\n")
+
+
+def cmd_providers(args, out) -> int:
+    import runtime_core as rt
+
+    info = rt.get_provider_info()
+    if args.json:
+        out.write(json.dumps(info, indent=2) + "\n")
+        return 0
+    rows = [("name", "alias", "distribution", "version", "plugin API", "available", "reason")]
+    for i in info:
+        if i["status"] != "loaded":
+            continue
+        rows.append((i["name"], i["alias"], i["distribution"], i["version"], i["plugin_api"],
+                     "yes" if i["available"] else "no", i["reason"] or "-"))
+    _table(rows, out)
+    broken = [i for i in info if i["status"] != "loaded"]
+    if broken:
+        out.write("\nplugins not loaded:\n")
+        rows = [("entry point", "distribution", "status", "error")]
+        for i in broken:
+            rows.append((i["alias"], i["distribution"] or "-", i["status"], i["reason"]))
+        _table(rows, out)
+    from runtime_core.plugin import API_VERSION
+
+    out.write(f"\nruntime-core {rt.__version__}, plugin API {API_VERSION}\n")
+    return 0
+
+
+def _providers_arg(s: str | None):
+    if not s:
+        return None
+    return [p.strip() for p in s.split(",") if p.strip()]
+
+
+def _model_arg(args) -> str:
+    if args.sample or args.model in (None, "sample"):
+        if args.model not in (None, "sample"):
+            raise SystemExit("give either MODEL or --sample, not both")
+        return str(sample_model_path())
+    return args.model
+
+
+def _session(args):
+    import runtime_core as rt
+
+    so = rt.SessionOptions()
+    if getattr(args, "threads", None):
+        so.intra_op_num_threads = args.threads
+    if getattr(args, "strict", False):
+        so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sess = rt.InferenceSession(_model_arg(args), so, providers=_providers_arg(args.providers))
+    for w in caught:
+        sys.stderr.write(f"warning: {w.message}\n")
+    return sess
+
+
+_DTYPES = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(int16)": np.int16,
+    "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(uint16)": np.uint16,
+    "tensor(uint32)": np.uint32, "tensor(uint64)": np.uint64, "tensor(bool)": np.bool_,
+    "tensor(string)": object,
+}
+
+
+def random_feeds(sess, dim: int = 1, seed: int = 0) -> dict:
+    """Random inputs of the right types; symbolic or unknown dims get ``dim``."""
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for i in sess.get_inputs():
+        dt = _DTYPES.get(i.type)
+        if dt is None:
+            raise SystemExit(f"cannot make a random value for input {i.name!r} of type {i.type}; "
+                             f"pass it with --input {i.name}=FILE.npy")
+        shape = [d if isinstance(d, int) else dim for d in (i.shape or [])]
+        if dt is object:
+            feeds[i.name] = np.array(rng.choice(["a", "b", "c"], size=shape), dtype=object)
+        elif np.issubdtype(dt, np.floating):
+            feeds[i.name] = rng.standard_normal(shape).astype(dt)
+        elif dt is np.bool_:
+            feeds[i.name] = rng.random(shape) > 0.5
+        else:
+            feeds[i.name] = rng.integers(0, 2, size=shape).astype(dt)
+    return feeds
+
+
+def cmd_run(args, out) -> int:
+    sess = _session(args)
+    feeds = random_feeds(sess, dim=args.dim)
+    for spec in args.input or []:
+        if "=" not in spec:
+            raise SystemExit(f"--input takes NAME=FILE.npy, got {spec!r}")
+        name, path = spec.split("=", 1)
+        feeds[name] = np.load(path, allow_pickle=False)
+    sess.run(None, feeds)  # warm-up
+    times = []
+    for _ in range(max(1, args.repeat)):
+        t0 = time.perf_counter()
+        outs = sess.run(None, feeds)
+        times.append(time.perf_counter() - t0)
+    out.write(f"model: {_model_arg(args)}\n")
+    out.write("inputs:\n")
+    for i in sess.get_inputs():
+        v = feeds[i.name]
+        out.write(f"  {i.name}: {i.type} {list(np.shape(v))}\n")
+    out.write("outputs:\n")
+    for o, v in zip(sess.get_outputs(), outs):
+        if isinstance(v, np.ndarray) and v.dtype.kind in "fiub" and v.size:
+            stats = f"min {v.min():.4g} max {v.max():.4g} mean {v.astype(np.float64).mean():.4g}"
+        else:
+            stats = f"{type(v).__name__}"
+        out.write(f"  {o.name}: {getattr(v, 'dtype', '')} {list(np.shape(v)) if isinstance(v, np.ndarray) else ''} {stats}\n")
+        if args.save:
+            np.save(Path(args.save) / f"{o.name}.npy", v, allow_pickle=False)
+    out.write("partition:\n")
+    for line in sess.get_partition_report().summary().splitlines():
+        out.write(f"  {line}\n")
+    med = sorted(times)[len(times) // 2] * 1e3
+    out.write(f"latency: median {med:.3f} ms over {len(times)} run(s)\n")
+    return 0
+
+
+def cmd_partition(args, out) -> int:
+    sess = _session(args)
+    rep = sess.get_partition_report()
+    if args.json:
+        out.write(json.dumps(rep.to_dict(), indent=2) + "\n")
+    else:
+        out.write(str(rep) + "\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="runtime-core", description="Run ONNX models on pluggable execution providers.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sp = sub.add_parser("providers", help="list installed providers and broken plugins")
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(fn=cmd_providers)
+    for name, fn, hlp in (("run", cmd_run, "run a model (random inputs unless given)"),
+                          ("partition", cmd_partition, "show where each node runs and why")):
+        sp = sub.add_parser(name, help=hlp)
+        sp.add_argument("model", nargs="?", help="path of an .onnx model ('sample' for the bundled one)")
+        sp.add_argument("--sample", action="store_true", help="use the bundled sample CNN")
+        sp.add_argument("--providers", help="comma-separated provider names in priority order")
+        sp.add_argument("--strict", action="store_true", help="refuse to fall back to CPU")
+        sp.add_argument("--threads", type=int, default=0, help="intra-op (BLAS) threads")
+        if name == "run":
+            sp.add_argument("--input", action="append", metavar="NAME=FILE.npy")
+            sp.add_argument("--dim", type=int, default=1, help="value for symbolic dims of random inputs")
+            sp.add_argument("--repeat", type=int, default=10)
+            sp.add_argument("--save", metavar="DIR", help="save outputs as .npy files")
+        else:
+            sp.add_argument("--json", action="store_true")
+        sp.set_defaults(fn=fn)
+    return p
+
+
+def main(argv=None) -> int:
+    from .errors import RuntimeCoreError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args, sys.stdout)
+    except RuntimeCoreError as exc:
+        sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n")
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

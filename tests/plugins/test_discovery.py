@@ -1,0 +1,84 @@
+"""Plugin discovery through real entry points: good, broken and disabled plugins."""
+
+import numpy as np
+import pytest
+
+import runtime_core as rt
+from runtime_core.plugin import API_VERSION, reload_plugins
+
+
+def _info(name):
+    return {i["alias"]: i for i in rt.get_provider_info()}[name]
+
+
+def test_cpu_is_always_available_and_last():
+    assert rt.get_available_providers()[-1] == "CPUExecutionProvider"
+    info = _info("cpu")
+    assert info["available"] and info["status"] == "loaded"
+    assert info["distribution"] == "runtime-provider-cpu"
+
+
+def test_good_plugin_is_discovered(fixture_plugins):
+    assert "FakeGpuExecutionProvider" in rt.get_available_providers()
+    assert rt.get_available_providers()[-1] == "CPUExecutionProvider"
+    info = _info("fakegpu")
+    assert info["version"] == "1.0" and info["distribution"] == "rt-fixture-providers"
+    assert info["plugin_api"] == ">=1.0,<2"
+
+
+@pytest.mark.parametrize("alias,status,needle", [
+    ("brokenimport", "import-error", "missing native library"),
+    ("brokenprobe", "probe-error", "probe exploded"),
+    ("oldapi", "api-mismatch", API_VERSION),
+    ("badregister", "bad-registration", "lacks"),
+    ("hookraises", "register-error", "registration exploded"),
+])
+def test_broken_plugins_are_reported_and_skipped(fixture_plugins, alias, status, needle):
+    info = _info(alias)
+    assert info["status"] == status
+    assert needle in info["reason"]
+    assert not info["available"]
+    # the core still works
+    assert "CPUExecutionProvider" in rt.get_available_providers()
+
+
+def test_api_mismatch_names_both_versions(fixture_plugins):
+    reason = _info("oldapi")["reason"]
+    assert ">=0.1,<1" in reason and API_VERSION in reason
+
+
+def test_unavailable_provider_is_listed_but_not_available(fixture_plugins):
+    assert "NoDeviceExecutionProvider" in rt.get_all_providers()
+    assert "NoDeviceExecutionProvider" not in rt.get_available_providers()
+    assert "no fake accelerator" in _info("nodevice")["reason"]
+
+
+def test_disable_all_plugins_keeps_cpu(fixture_plugins, monkeypatch):
+    monkeypatch.setenv("RUNTIME_CORE_DISABLE_PLUGINS", "1")
+    reload_plugins()
+    assert rt.get_available_providers() == ["CPUExecutionProvider"]
+    assert _info("fakegpu")["status"] == "disabled"
+
+
+def test_disable_by_name(fixture_plugins, monkeypatch):
+    monkeypatch.setenv("RUNTIME_CORE_DISABLE_PLUGINS", "fakegpu,nodevice")
+    reload_plugins()
+    assert "FakeGpuExecutionProvider" not in rt.get_all_providers()
+    assert _info("nodevice")["status"] == "disabled"
+    assert _info("brokenimport")["status"] == "import-error"
+
+
+def test_allow_list(fixture_plugins, monkeypatch):
+    monkeypatch.setenv("RUNTIME_CORE_PLUGINS", "fakegpu")
+    reload_plugins()
+    assert rt.get_available_providers() == ["FakeGpuExecutionProvider", "CPUExecutionProvider"]
+    assert _info("brokenimport")["status"] == "disabled"
+
+
+def test_session_works_with_broken_plugins_installed(fixture_plugins):
+    from oracle import make_model
+    from onnx import helper
+
+    m = make_model([helper.make_node("Identity", ["x"], ["y"])], {"x": np.zeros((2,), np.float32)}, ["y"])
+    sess = rt.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(sess.run(None, {"x": np.arange(2, dtype=np.float32)})[0], [0, 1])
