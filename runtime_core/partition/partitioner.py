@@ -132,7 +132,7 @@ def assign(graph: Graph, providers: list, views: list[NodeView], values) -> Assi
         for i in unclaimed:
             if i not in taken:
                 name = views[i].name
-                reason = rejected.get(i) or declined.get(name) or declined.get(views[i]) or "no reason given"
+                reason = rejected.get(i) or declined.get(name) or "no reason given"
                 result.declined.setdefault(i, {})[pname] = str(reason)
         unclaimed = [i for i in unclaimed if i not in taken]
     if unclaimed:

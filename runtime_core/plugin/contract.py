@@ -26,7 +26,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ValueInfo:
     """What is known about one value (tensor) of the graph before it runs.
 
@@ -65,7 +65,7 @@ class ValueInfo:
         return int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class NodeView:
     """One node as providers see it.
 
@@ -127,7 +127,7 @@ class GraphView:
         return self._values.get(name) or ValueInfo(name)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Partition:
     """A convex group of nodes handed to one provider's ``compile``.
 
