@@ -150,8 +150,10 @@ def test_session_options_surface():
 
 def test_provider_tuple_and_alias_forms():
     m = two_input_model().SerializeToString()
-    for providers in (["cpu"], [("CPUExecutionProvider", {})], ("CPUExecutionProvider",), None):
+    for providers in (["cpu"], [("CPUExecutionProvider", {})], ("CPUExecutionProvider",), "cpu"):
         assert rt.InferenceSession(m, providers=providers).get_providers() == ["CPUExecutionProvider"]
+    # no providers given: every available one, in priority order, CPU last
+    assert rt.InferenceSession(m).get_providers() == rt.get_available_providers()
 
 
 def test_eight_threads_share_one_session():
@@ -189,3 +191,36 @@ def test_initializer_output_and_input_passthrough():
     np.testing.assert_array_equal(b, w)
     b[0] = 42  # the caller owns its outputs: the next run is unaffected
     assert s.run(None, {"x": x})[1][0] == 0
+
+
+def test_eight_threads_on_a_real_model_get_identical_outputs():
+    from runtime_core.cli import sample_model_path
+
+    s = rt.InferenceSession(str(sample_model_path()))
+    rng = np.random.default_rng(7)
+    imgs = [rng.standard_normal((2, 1, 28, 28)).astype(np.float32) for _ in range(8)]
+    expected = [s.run(None, {"image": im})[0] for im in imgs]
+    got = [[] for _ in range(8)]
+    barrier = threading.Barrier(8)
+
+    def work(i):
+        barrier.wait()
+        for _ in range(10):
+            got[i].append(s.run(None, {"image": imgs[i]})[0])
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    for i in range(8):
+        assert all(np.array_equal(g, expected[i]) for g in got[i])
+
+
+def test_failed_run_leaves_the_session_usable():
+    from runtime_core.cli import sample_model_path
+
+    s = rt.InferenceSession(str(sample_model_path()))
+    img = np.zeros((1, 1, 28, 28), np.float32)
+    ok = s.run(None, {"image": img})[0]
+    with pytest.raises(InputShapeError):
+        s.run(None, {"image": np.zeros((1, 1, 27, 28), np.float32)})
+    np.testing.assert_array_equal(s.run(None, {"image": img})[0], ok)
