@@ -1,6 +1,7 @@
 """Sessions for every distribution: build wheels, install them into fresh venvs, test.
 
     nox -s tests        # wheels of runtime-provider-cpu and runtime-core + the whole test suite
+    nox -s opencl       # the OpenCL provider's tests on PoCL, from wheels
     nox -s wheels       # build every distribution's wheel into dist/
     nox -s quickstart   # the README's first Quick start line, in a fresh venv
 """
@@ -18,6 +19,7 @@ DIST = ROOT / "dist"
 DISTRIBUTIONS = {
     "runtime-provider-cpu": ROOT / "providers" / "cpu",
     "runtime-core": ROOT,
+    "runtime-provider-opencl": ROOT / "providers" / "opencl",
 }
 # Test-only dependencies: onnxruntime is an oracle, never a runtime dependency.
 # torch 2.13.0 (CPU build) installs from a local file on the project's machines.
@@ -66,13 +68,28 @@ def wheels(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Install the wheels into a fresh venv and run the whole test suite against them."""
     built = build_wheels(session)
-    session.install(*[str(w) for w in built.values()])
+    # opencl with its [pocl] extra: a real CPU OpenCL device from PyPI, so its tests run for real
+    session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]),
+                    f"{built['runtime-provider-opencl']}[pocl]")
     session.install(*TEST_DEPS)
-    env = {"RUNTIME_CORE_EXPECT_INSTALLED": "1"}
+    env = {"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"}
     # run from the tests folder so the source tree cannot shadow the installed packages
     session.chdir(ROOT / "tests")
     session.run("pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), *session.posargs,
                 env=env)
+
+
+@nox.session
+def opencl(session: nox.Session) -> None:
+    """runtime-core + cpu + opencl[pocl] wheels in a fresh venv; only the OpenCL tests, on PoCL."""
+    built = build_wheels(session)
+    session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]),
+                    f"{built['runtime-provider-opencl']}[pocl]")
+    session.install("pytest>=8", "onnxruntime>=1.20")
+    session.chdir(ROOT / "tests")
+    session.run("pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
+                "providers/opencl", *session.posargs,
+                env={"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"})
 
 
 @nox.session

@@ -1,0 +1,280 @@
+"""OpenCL platforms and devices: probing, selection by option, and one context per device.
+
+pyopencl is imported lazily (:func:`import_pyopencl`), so importing this module is
+cheap. A :class:`DeviceContext` owns the pyopencl context, its in-order command
+queue, and the programs built from the package's ``kernels/*.cl`` files, compiled
+once per context and cached for the life of the process (every session on the
+same device shares them).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from importlib import resources
+
+logger = logging.getLogger("runtime_provider_opencl")
+
+INSTALL_HINT = ("pip install 'runtime-provider-opencl[pocl]' installs pyopencl and PoCL, "
+                "a CPU OpenCL device")
+
+
+class OpenCLUnavailable(RuntimeError):
+    """No usable OpenCL device: pyopencl is missing, or there is no platform or device."""
+
+
+def import_pyopencl():
+    """Import and return ``pyopencl``; :class:`OpenCLUnavailable` with the reason if it fails."""
+    try:
+        import pyopencl as cl
+    except ImportError as exc:
+        raise OpenCLUnavailable(f"pyopencl is not installed ({exc}); {INSTALL_HINT}") from exc
+    except Exception as exc:  # a broken install, e.g. a missing libOpenCL
+        raise OpenCLUnavailable(
+            f"pyopencl failed to import: {type(exc).__name__}: {exc}") from exc
+    return cl
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One OpenCL device, with its position: ``platform`` and ``device`` indices."""
+
+    platform: int
+    device: int
+    platform_name: str
+    device_name: str
+    device_type: str
+    version: str
+
+    def __str__(self) -> str:
+        return (f"{self.platform}:{self.device} {self.device_name} ({self.device_type}, "
+                f"{self.platform_name}, {self.version})")
+
+
+def _type_name(cl, dev) -> str:
+    t = dev.type
+    for flag, name in ((cl.device_type.GPU, "GPU"), (cl.device_type.ACCELERATOR, "accelerator"),
+                       (cl.device_type.CPU, "CPU")):
+        if t & flag:
+            return name
+    return "other"
+
+
+def enumerate_devices() -> list[tuple[object, list[object]]]:
+    """``[(platform, [devices])]`` as pyopencl objects; raises :class:`OpenCLUnavailable`."""
+    cl = import_pyopencl()
+    try:
+        platforms = cl.get_platforms()
+    except Exception as exc:  # clGetPlatformIDs fails with PLATFORM_NOT_FOUND_KHR
+        raise OpenCLUnavailable(
+            f"no OpenCL platform found ({type(exc).__name__}: {exc}); install an OpenCL driver "
+            f"(ICD), or {INSTALL_HINT}") from exc
+    if not platforms:
+        raise OpenCLUnavailable(f"no OpenCL platform found; install an OpenCL driver (ICD), or {INSTALL_HINT}")
+    out = []
+    for p in platforms:
+        try:
+            devs = [d for d in p.get_devices() if d.available]
+        except Exception:  # DEVICE_NOT_FOUND on a platform with no device
+            devs = []
+        out.append((p, devs))
+    if not any(devs for _, devs in out):
+        names = ", ".join(repr(p.name) for p, _ in out)
+        raise OpenCLUnavailable(f"OpenCL platform(s) {names} found, but no available device")
+    return out
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every available device on every platform; raises :class:`OpenCLUnavailable`."""
+    cl = import_pyopencl()
+    infos = []
+    for pi, (p, devs) in enumerate(enumerate_devices()):
+        for di, d in enumerate(devs):
+            infos.append(DeviceInfo(pi, di, p.name.strip(), d.name.strip(), _type_name(cl, d),
+                                    d.version.strip()))
+    return infos
+
+
+def _choices(platforms) -> str:
+    lines = []
+    for pi, (p, devs) in enumerate(platforms):
+        ds = ", ".join(f"{di}: {d.name.strip()!r}" for di, d in enumerate(devs)) or "no device"
+        lines.append(f"platform {pi}: {p.name.strip()!r} (devices {ds})")
+    return "; ".join(lines)
+
+
+def _match(value: str, items: list, names, what: str, platforms) -> int:
+    value = str(value).strip()
+    if value.lstrip("-").isdigit():
+        idx = int(value)
+        if 0 <= idx < len(items):
+            return idx
+        raise ValueError(f"{what} index {idx} is out of range (0..{len(items) - 1}); "
+                         f"available: {_choices(platforms)}")
+    low = value.lower()
+    hits = [i for i, item in enumerate(items) if any(low in n.lower() for n in names(item))]
+    if not hits:
+        raise ValueError(f"no OpenCL {what} matches {value!r}; available: {_choices(platforms)}")
+    return hits[0]
+
+
+def select_device(platform: str | None = None, device: str | None = None) -> DeviceInfo:
+    """Resolve the ``platform`` / ``device`` options (an index or a name substring).
+
+    The default platform is the first one with a GPU, else the first with a device;
+    the default device is the platform's first GPU, else its first device. A device
+    name given without a platform is searched on every platform. Raises
+    ``ValueError`` listing the choices for an option that matches nothing, and
+    :class:`OpenCLUnavailable` when there is no device at all.
+    """
+    cl = import_pyopencl()
+    platforms = enumerate_devices()
+
+    def is_gpu(d) -> bool:
+        return bool(d.type & cl.device_type.GPU)
+
+    def given(v) -> bool:
+        return v is not None and str(v).strip() != ""
+
+    if given(platform):
+        pi = _match(platform, [p for p, _ in platforms], lambda p: (p.name, p.vendor), "platform",
+                    platforms)
+        if not platforms[pi][1]:
+            raise ValueError(f"OpenCL platform {pi} ({platforms[pi][0].name.strip()!r}) has no "
+                             f"available device; available: {_choices(platforms)}")
+        search = [pi]
+    else:
+        with_devices = [i for i, (_, devs) in enumerate(platforms) if devs]
+        with_gpu = [i for i in with_devices if any(is_gpu(d) for d in platforms[i][1])]
+        search = with_gpu[:1] or with_devices[:1]
+        if given(device) and not str(device).strip().lstrip("-").isdigit():
+            search = with_devices  # a device name: look on every platform
+    if given(device):
+        value = str(device).strip()
+        if value.lstrip("-").isdigit():
+            pi = search[0]
+            di = _match(value, platforms[pi][1], lambda d: (d.name,), f"device (platform {pi})",
+                        platforms)
+        else:
+            low = value.lower()
+            hits = [(pi, di) for pi in search for di, d in enumerate(platforms[pi][1])
+                    if low in d.name.lower()]
+            if not hits:
+                raise ValueError(f"no OpenCL device matches {value!r}; available: {_choices(platforms)}")
+            pi, di = hits[0]
+    else:
+        pi = search[0]
+        devs = platforms[pi][1]
+        di = next((i for i, d in enumerate(devs) if is_gpu(d)), 0)
+    p, devs = platforms[pi]
+    d = devs[di]
+    return DeviceInfo(pi, di, p.name.strip(), d.name.strip(), _type_name(cl, d), d.version.strip())
+
+
+# -- contexts -------------------------------------------------------------------------
+
+KERNEL_FILES = ("elementwise.cl", "matmul.cl", "reduce.cl", "conv.cl", "copy.cl")
+
+
+def kernel_source(filename: str) -> str:
+    """The OpenCL C source of one of the package's ``kernels/*.cl`` files."""
+    return resources.files(__package__).joinpath("kernels", filename).read_text(encoding="utf-8")
+
+
+class DeviceContext:
+    """A pyopencl context, queue and program cache for one device (shared by sessions).
+
+    ``launch`` is the only way kernels are enqueued: setting a kernel's arguments and
+    enqueueing it happen under one lock, because a pyopencl ``Kernel`` object holds
+    its arguments and is shared by every thread that runs a session on this device.
+    """
+
+    def __init__(self, info: DeviceInfo):
+        cl = import_pyopencl()
+        self.cl = cl
+        self.info = info
+        _, devs = enumerate_devices()[info.platform]
+        self.device = devs[info.device]
+        self.context = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.context, self.device)
+        self.lock = threading.Lock()
+        self._build_lock = threading.Lock()
+        self._programs: dict[str, object] = {}
+        self._kernels: dict[tuple[str, str], object] = {}
+        self.max_work_group_size = int(self.device.max_work_group_size)
+        self.tile = 16 if self.max_work_group_size >= 256 else 8
+        self.local_1d = max(1, min(64, self.max_work_group_size))
+        self.max_alloc = int(self.device.max_mem_alloc_size)
+        self.builds = 0  # programs built by this context (tests check the cache)
+        self.dummy = self.buffer(4)  # bound to the pointer arguments of absent optional inputs
+
+    def build_options(self) -> list[str]:
+        return [f"-DTS={self.tile}"]
+
+    def program(self, filename: str):
+        """The built program of ``kernels/<filename>``, compiled on first use only."""
+        prg = self._programs.get(filename)
+        if prg is not None:
+            return prg
+        with self._build_lock:
+            prg = self._programs.get(filename)
+            if prg is None:
+                src = kernel_source(filename)
+                try:
+                    prg = self.cl.Program(self.context, src).build(options=self.build_options())
+                except self.cl.Error as exc:
+                    raise RuntimeError(f"OpenCL build of kernels/{filename} failed on "
+                                       f"{self.info.device_name}: {exc}") from exc
+                self.builds += 1
+                logger.debug("built kernels/%s for %s", filename, self.info)
+                self._programs[filename] = prg
+        return prg
+
+    def kernel(self, filename: str, name: str):
+        """The ``cl.Kernel`` ``name`` of ``kernels/<filename>`` (one object per context)."""
+        key = (filename, name)
+        k = self._kernels.get(key)
+        if k is None:
+            prg = self.program(filename)
+            with self._build_lock:
+                k = self._kernels.get(key)
+                if k is None:
+                    k = self.cl.Kernel(prg, name)
+                    self._kernels[key] = k
+        return k
+
+    def launch(self, kernel, global_size, local_size, args) -> None:
+        """Set ``args`` and enqueue ``kernel`` atomically (see the class docstring)."""
+        with self.lock:
+            kernel.set_args(*args)
+            self.cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+
+    def buffer(self, nbytes: int, hostbuf=None):
+        """A device buffer of ``nbytes`` (at least 1), filled from ``hostbuf`` when given."""
+        mf = self.cl.mem_flags
+        if hostbuf is not None:
+            return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=hostbuf)
+        return self.cl.Buffer(self.context, mf.READ_WRITE, size=max(1, int(nbytes)))
+
+    def read(self, host, buf) -> None:
+        """Blocking copy of ``buf`` into the host array ``host`` (waits for queued kernels)."""
+        self.cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
+
+    def finish(self) -> None:
+        self.queue.finish()
+
+
+_CONTEXTS: dict[tuple[int, int], DeviceContext] = {}
+_CTX_LOCK = threading.Lock()
+
+
+def get_context(info: DeviceInfo) -> DeviceContext:
+    """The process-wide :class:`DeviceContext` of the device ``info`` names."""
+    key = (info.platform, info.device)
+    with _CTX_LOCK:
+        ctx = _CONTEXTS.get(key)
+        if ctx is None:
+            ctx = DeviceContext(info)
+            _CONTEXTS[key] = ctx
+        return ctx

@@ -1,0 +1,169 @@
+"""The OpenCL execution provider and its plugin hook.
+
+Importing this module is cheap (no pyopencl): the hook only registers the class;
+``probe()`` imports pyopencl and looks for devices; a session's provider instance
+opens (or reuses) the context of the device its options select.
+
+Provider options (strings, as in ORT):
+
+* ``platform``: platform index or a substring of its name or vendor;
+* ``device``: device index (within the platform) or a substring of its name;
+* ``exclude_ops``: comma-separated op types to leave to the next provider (to
+  bisect a kernel problem, or to keep an op on CPU).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from runtime_core.plugin import Capability, ExecutionProvider, ProbeResult, hookimpl
+
+from ._version import __version__
+
+logger = logging.getLogger("runtime_provider_opencl")
+
+OPTIONS = ("platform", "device", "exclude_ops")
+
+
+def decline_reason(node, spec) -> str | None:
+    """Why OpenCL does not run ``node`` (``None`` when it does), before any device is used."""
+    from .registry import check_outputs
+
+    if node.domain not in ("", "ai.onnx"):
+        return f"op {node.domain}::{node.op_type} is not implemented by the OpenCL provider"
+    if spec is None:
+        return f"op {node.op_type} is not implemented by the OpenCL provider"
+    if node.since_version not in spec.versions:
+        return (f"{node.op_type} version {node.since_version} (opset {node.opset}) is not implemented; "
+                f"the OpenCL provider has versions {', '.join(map(str, spec.versions))}")
+    try:
+        why = check_outputs(node, spec.out_dtypes) or spec.check(node)
+    except Exception as exc:  # a check must not break capability
+        return f"capability check failed: {type(exc).__name__}: {exc}"
+    return why or None
+
+
+class OpenCLExecutionProvider(ExecutionProvider):
+    """Runs float32 ONNX nodes as OpenCL C kernels on one OpenCL device."""
+
+    name = "OpenCLExecutionProvider"
+    alias = "opencl"
+    version = __version__
+    distribution = "runtime-provider-opencl"
+    plugin_api = ">=1.0,<2"
+    device_type = "opencl"
+
+    def __init__(self, options=None):
+        super().__init__(options)
+        unknown = sorted(k for k in self.options if k not in OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown OpenCL provider option(s) {', '.join(map(repr, unknown))}; "
+                             f"known: {', '.join(OPTIONS)}")
+        from .device import get_context, select_device
+
+        self.exclude_ops = {o.strip() for o in str(self.options.get("exclude_ops", "")).split(",")
+                            if o.strip()}
+        from . import ops  # noqa: F401 - registers the op modules
+        from .registry import REGISTRY
+
+        bad = sorted(o for o in self.exclude_ops if o not in REGISTRY)
+        if bad:
+            raise ValueError(f"exclude_ops names op(s) the OpenCL provider does not implement: "
+                             f"{', '.join(bad)}; it implements {', '.join(sorted(REGISTRY))}")
+        self.device_info = select_device(self.options.get("platform"), self.options.get("device"))
+        self.dev = get_context(self.device_info)
+        logger.info("OpenCL provider on %s", self.device_info)
+
+    # -- identity -------------------------------------------------------------
+    @classmethod
+    def probe(cls) -> ProbeResult:
+        """Available when pyopencl imports and at least one OpenCL device is found."""
+        try:
+            from .device import OpenCLUnavailable, list_devices
+
+            try:
+                devices = list_devices()
+            except OpenCLUnavailable as exc:
+                return ProbeResult(False, str(exc), [])
+            return ProbeResult(True, "", [str(d) for d in devices])
+        except Exception as exc:  # noqa: BLE001 - probe never raises
+            return ProbeResult(False, f"OpenCL probe failed: {type(exc).__name__}: {exc}", [])
+
+    def get_options(self) -> dict[str, str]:
+        """The effective options: the selected platform and device indices (and exclusions)."""
+        out = {"platform": str(self.device_info.platform), "device": str(self.device_info.device)}
+        if self.exclude_ops:
+            out["exclude_ops"] = ",".join(sorted(self.exclude_ops))
+        return out
+
+    # -- partitioning ---------------------------------------------------------
+    def get_capability(self, graph) -> Capability:
+        """Claim each node one by one; the core merges neighbours into partitions."""
+        from . import ops  # noqa: F401 - registers the op modules
+        from .registry import REGISTRY
+
+        cap = Capability()
+        on_device: set[str] = set()  # values produced by nodes claimed here
+        for node in graph:
+            spec = REGISTRY.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+            if node.op_type in self.exclude_ops:
+                why = "excluded by the provider option exclude_ops"
+            else:
+                why = decline_reason(node, spec)
+            if why is None:
+                why = self._too_big(node)
+            if why is None and node.op_type == "Shape" and node.inputs[0] not in on_device:
+                why = ("Shape of a value that is not computed on OpenCL stays on CPU "
+                       "(claiming it would copy the tensor to the device for its shape)")
+            if why:
+                cap.declined[node.name] = why
+                continue
+            cap.claims.append(node)
+            on_device.update(o for o in node.outputs if o)
+        return cap
+
+    def _too_big(self, node) -> str | None:
+        for vi in node.input_info + node.output_info:
+            if vi is not None and (vi.nbytes or 0) > self.dev.max_alloc:
+                return (f"{vi.name!r} needs {vi.nbytes} bytes, over the device's largest allocation "
+                        f"({self.dev.max_alloc} bytes)")
+        return None
+
+    def compile(self, partition):
+        from . import ops  # noqa: F401
+        from .executable import OpenCLExecutable
+
+        return OpenCLExecutable(partition, self.dev)
+
+    # -- device memory ------------------------------------------------------
+    def allocate(self, shape, dtype):
+        from .tensor import OpenCLTensor
+
+        return OpenCLTensor.empty(shape, dtype, self.dev)
+
+    def copy_to_device(self, array):
+        from .tensor import OpenCLTensor
+
+        if isinstance(array, OpenCLTensor):
+            if array.device is self.dev:
+                return array
+            array = array.numpy()
+        return OpenCLTensor.from_numpy(array, self.dev)
+
+    def copy_to_host(self, tensor) -> np.ndarray:
+        from .tensor import OpenCLTensor
+
+        if not isinstance(tensor, OpenCLTensor):
+            raise TypeError(f"copy_to_host got {type(tensor).__name__}, not an OpenCLTensor")
+        return tensor.numpy()
+
+    def synchronize(self) -> None:
+        self.dev.finish()
+
+
+@hookimpl
+def runtime_core_register_providers(registrar):
+    """Register :class:`OpenCLExecutionProvider` (cheap: no pyopencl import here)."""
+    registrar.register(OpenCLExecutionProvider)

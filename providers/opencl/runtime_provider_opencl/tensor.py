@@ -1,0 +1,78 @@
+"""Device tensors: an OpenCL buffer with a shape and a dtype.
+
+Tensors are contiguous (C order) and never written after the kernel that produced
+them, so metadata-only views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) share
+the buffer. A tensor is deliberately not array-like: host code must go through
+``copy_to_host`` (or :meth:`OpenCLTensor.numpy`), so a missing copy fails loudly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class OpenCLTensor:
+    """Memory on an OpenCL device: ``buffer`` (a ``pyopencl.Buffer``, ``None`` when empty),
+    ``shape``, ``dtype`` and the :class:`~runtime_provider_opencl.device.DeviceContext`
+    that owns it."""
+
+    __slots__ = ("buffer", "shape", "dtype", "device")
+    device_type = "opencl"  # the provider's device_type: what holds this tensor
+
+    def __init__(self, buffer, shape, dtype, device):
+        self.buffer = buffer
+        self.shape = tuple(int(d) for d in shape)
+        self.dtype = np.dtype(dtype)
+        self.device = device
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def view(self, shape) -> "OpenCLTensor":
+        """The same buffer with another shape of the same element count (no copy)."""
+        shape = tuple(int(d) for d in shape)
+        if int(np.prod(shape, dtype=np.int64)) != self.size:
+            raise ValueError(f"cannot view a tensor of shape {self.shape} as {shape}")
+        return OpenCLTensor(self.buffer, shape, self.dtype, self.device)
+
+    @classmethod
+    def from_numpy(cls, array, device) -> "OpenCLTensor":
+        """Upload a host array (made C-contiguous first) to ``device``."""
+        arr = np.asarray(array)
+        if arr.dtype.kind in "OUSV" or arr.dtype.hasobject:
+            raise TypeError(f"an array of dtype {arr.dtype} cannot live on an OpenCL device")
+        if not arr.dtype.isnative:
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
+        if arr.size == 0:
+            return cls(None, arr.shape, arr.dtype, device)
+        return cls(device.buffer(arr.nbytes, hostbuf=arr), arr.shape, arr.dtype, device)
+
+    @classmethod
+    def empty(cls, shape, dtype, device) -> "OpenCLTensor":
+        """An uninitialised tensor on ``device``."""
+        shape = tuple(int(d) for d in shape)
+        dtype = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return cls(device.buffer(n) if n else None, shape, dtype, device)
+
+    def numpy(self) -> np.ndarray:
+        """Copy to a new host array (blocks until the kernels that write it have run)."""
+        out = np.empty(self.shape, self.dtype)
+        if out.size:
+            self.device.read(out, self.buffer)
+        return out
+
+    def __repr__(self) -> str:
+        return (f"OpenCLTensor(shape={self.shape}, dtype={self.dtype.name}, "
+                f"device={self.device.info.device_name!r})")
