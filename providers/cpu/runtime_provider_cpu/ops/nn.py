@@ -1,1 +1,1157 @@
-"""CPU kernels: nn."""
+"""CPU kernels: nn (MatMul/Gemm, convolutions, pooling, normalizations, softmax, dropout, resize).
+
+Design notes
+------------
+* Float16 work is done in float32 (BLAS, and better accumulation) and cast back; float32
+  stays float32 end to end (scalars are cast to the compute dtype before they meet arrays).
+* Conv: im2col through ``sliding_window_view`` and one BLAS matmul per group (stacked
+  ``np.matmul``); 1x1 kernels are a plain matmul over the (strided) input; depthwise
+  convolutions (one input channel per group) accumulate one vectorised multiply-add per
+  kernel tap. ConvTranspose is one matmul per group followed by a col2im scatter-add
+  per kernel tap.
+* Pooling reduces strided views, one per kernel tap along one axis at a time (max, sum
+  and Lp sums are separable), so no Python loop ever runs over output pixels.
+* Resize follows onnxruntime's CPU kernel arithmetic: coordinates are computed in
+  float32 with the same formulas, so the nearest pixel picked is the same.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from ..registry import kernel
+from ._common import normalize_axis
+
+_FLOAT = frozenset({"float16", "float32", "float64"})
+_MATMUL_TYPES = _FLOAT | {"int32", "int64", "uint32", "uint64"}
+_F32 = np.float32
+
+
+def _cdtype(dt) -> np.dtype:
+    """Compute dtype for a float input dtype: float16 is computed in float32."""
+    dt = np.dtype(dt)
+    return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+
+
+def _as(x, dt):
+    return x if x.dtype == dt else x.astype(dt)
+
+
+def _attr(node, name, default=None):
+    v = node.attrs.get(name)
+    return default if v is None else v
+
+
+def _in_dtype(node, i=0):
+    info = node.input_info[i] if len(node.input_info) > i else None
+    return None if info is None or info.dtype is None else np.dtype(info.dtype)
+
+
+def _in_shape(node, i=0):
+    info = node.input_info[i] if len(node.input_info) > i else None
+    return None if info is None else info.shape
+
+
+def _const(node, i):
+    """The constant value of input ``i`` (initializer), else ``None``."""
+    if len(node.inputs) <= i or not node.inputs[i]:
+        return None
+    info = node.input_info[i]
+    return None if info is None else getattr(info, "const", None)
+
+
+# ---------------------------------------------------------------------------------------
+# MatMul / Gemm
+# ---------------------------------------------------------------------------------------
+
+def _matmul(a, b):
+    if a.ndim > 2 and b.ndim == 2:
+        # one BLAS call over the folded batch instead of one per matrix
+        lead = a.shape[:-1]
+        y = np.matmul(a.reshape(-1, a.shape[-1]), b)
+        return y.reshape(*lead, b.shape[1])
+    return np.matmul(a, b)
+
+
+@kernel("MatMul", 1, 9, 13, dtypes=_MATMUL_TYPES)
+def matmul(ctx, a, b):
+    if a.dtype == np.float16 or b.dtype == np.float16:
+        return _matmul(a.astype(_F32), b.astype(_F32)).astype(np.float16)
+    return _matmul(a, b)
+
+
+@kernel("Gemm", 7, 9, 11, 13, dtypes=_MATMUL_TYPES)
+def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
+    A = a.T if transA else a
+    B = b.T if transB else b
+    dt = a.dtype
+    use_c = c is not None and beta != 0.0
+    if dt.kind == "f":
+        cd = _cdtype(dt)
+        y = np.matmul(_as(A, cd), _as(B, cd))
+        if alpha != 1.0:
+            y *= cd.type(alpha)
+        if use_c:
+            cc = _as(c, cd)
+            if beta != 1.0:
+                cc = cc * cd.type(beta)
+            y = y + cc
+        return _as(y, dt)
+    y = np.matmul(A, B)
+    if alpha == 1.0 and (not use_c or beta == 1.0):
+        if use_c:
+            y = y + c.astype(dt, copy=False)
+        return _as(y, dt)
+    yf = y.astype(np.float64) * alpha
+    if use_c:
+        yf = yf + c.astype(np.float64) * beta
+    return yf.astype(dt)
+
+
+# ---------------------------------------------------------------------------------------
+# shared geometry
+# ---------------------------------------------------------------------------------------
+
+def _ints(v, n, fill):
+    return [fill] * n if not v else [int(i) for i in v]
+
+
+def _split_same(total, auto_pad):
+    small = total // 2
+    return (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
+
+
+def _pad_const(x, begins, ends, value):
+    """Pad (or crop, for negative amounts) the spatial axes (2:) of ``x``."""
+    nd = len(begins)
+    if not any(begins) and not any(ends):
+        return x
+    if any(p < 0 for p in list(begins) + list(ends)):
+        sl = [slice(None), slice(None)]
+        for b, e in zip(begins, ends):
+            sl.append(slice(-b if b < 0 else 0, e if e < 0 else None))
+        x = x[tuple(sl)]
+        begins = [max(b, 0) for b in begins]
+        ends = [max(e, 0) for e in ends]
+        if not any(begins) and not any(ends):
+            return x
+    shape = list(x.shape[:2]) + [x.shape[2 + i] + begins[i] + ends[i] for i in range(nd)]
+    out = np.full(shape, value, dtype=x.dtype)
+    out[(slice(None), slice(None)) + tuple(slice(b, b + x.shape[2 + i])
+                                           for i, b in enumerate(begins))] = x
+    return out
+
+
+def _tap_slice(off, stride, n_out):
+    return slice(off, off + (n_out - 1) * stride + 1, stride)
+
+
+# ---------------------------------------------------------------------------------------
+# Conv
+# ---------------------------------------------------------------------------------------
+
+def _conv_check(node):
+    ap = _attr(node, "auto_pad", "NOTSET")
+    if ap not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        return f"{node.op_type}: auto_pad {ap!r} is not a valid value"
+    if _attr(node, "group", 1) < 1:
+        return f"{node.op_type}: group must be >= 1"
+    return None
+
+
+def _conv_pads(in_sp, k_eff, strides, pads, auto_pad):
+    nd = len(in_sp)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        b, e = [], []
+        for i in range(nd):
+            out = -(-in_sp[i] // strides[i])
+            total = max(0, (out - 1) * strides[i] + k_eff[i] - in_sp[i])
+            hb, he = _split_same(total, auto_pad)
+            b.append(hb)
+            e.append(he)
+        return b, e
+    if auto_pad == "VALID":
+        return [0] * nd, [0] * nd
+    p = _ints(pads, 2 * nd, 0)
+    return p[:nd], p[nd:]
+
+
+def _conv_core(x, w, b, group, strides, dilations, pb, pe):
+    N, C = x.shape[:2]
+    nd = x.ndim - 2
+    M = w.shape[0]
+    ks = w.shape[2:]
+    k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    xp = _pad_const(x, pb, pe, 0)
+    in_p = xp.shape[2:]
+    out = [max(0, (in_p[i] - k_eff[i]) // strides[i] + 1) for i in range(nd)]
+    Cg, Mg = C // group, M // group
+    P = math.prod(out)
+    K = math.prod(ks)
+    if N == 0 or P == 0 or M == 0:
+        y = np.zeros((N, M, *out), dtype=x.dtype)
+    elif Cg == 1 and group > 1:
+        # depthwise (channel multiplier Mg): one multiply-add per kernel tap
+        wk = w.reshape(group, Mg, K)
+        y = np.zeros((N, group, Mg, *out), dtype=x.dtype)
+        tmp = None
+        for kidx, offs in enumerate(np.ndindex(*ks)):
+            sl = xp[(slice(None), slice(None)) + tuple(
+                _tap_slice(offs[i] * dilations[i], strides[i], out[i]) for i in range(nd))]
+            wv = wk[:, :, kidx].reshape((1, group, Mg) + (1,) * nd)
+            tmp = np.multiply(sl[:, :, None], wv, out=tmp)
+            y += tmp
+    else:
+        if K == 1:
+            sl = xp[(slice(None), slice(None)) + tuple(
+                _tap_slice(0, strides[i], out[i]) for i in range(nd))]
+            if N == 1:
+                cols = sl.reshape(group, Cg, P)
+            else:
+                cols = sl.reshape(N, group, Cg, P).transpose(1, 2, 0, 3).reshape(group, Cg, N * P)
+        else:
+            win = sliding_window_view(xp, k_eff, axis=tuple(range(2, 2 + nd)))
+            win = win[(slice(None), slice(None))
+                      + tuple(slice(None, (out[i] - 1) * strides[i] + 1, strides[i]) for i in range(nd))
+                      + tuple(slice(None, None, dilations[i]) for i in range(nd))]
+            # -> [C, *k, N, *out] so that one reshape gives [group, Cg*K, N*P]
+            perm = (1,) + tuple(range(2 + nd, 2 + 2 * nd)) + (0,) + tuple(range(2, 2 + nd))
+            cols = np.ascontiguousarray(win.transpose(perm)).reshape(group, Cg * K, N * P)
+        wm = w.reshape(group, Mg, Cg * K)
+        y = np.matmul(wm, cols)  # [group, Mg, N*P]
+        if N == 1:
+            y = y.reshape(1, M, *out)
+        else:
+            y = np.ascontiguousarray(y.reshape(M, N, P).transpose(1, 0, 2)).reshape(N, M, *out)
+    y = y.reshape(N, M, *out)
+    if b is not None:
+        y += b.reshape((M,) + (1,) * nd).astype(y.dtype, copy=False)
+    return y
+
+
+@kernel("Conv", 1, 11, 22, dtypes=_FLOAT, check=_conv_check)
+def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
+    nd = x.ndim - 2
+    if nd < 1:
+        raise ValueError(f"Conv needs an input of rank >= 3, got shape {x.shape}")
+    strides = _ints(strides, nd, 1)
+    dilations = _ints(dilations, nd, 1)
+    ks = w.shape[2:]
+    k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    pb, pe = _conv_pads(x.shape[2:], k_eff, strides, pads, auto_pad)
+    if x.shape[1] != w.shape[1] * group:
+        raise ValueError(f"Conv: input channels {x.shape[1]} != W.shape[1] {w.shape[1]} * group {group}")
+    dt = x.dtype
+    cd = _cdtype(dt)
+    y = _conv_core(_as(x, cd), _as(w, cd), None if b is None else _as(b, cd), group, strides,
+                   dilations, pb, pe)
+    return _as(y, dt)
+
+
+# ---------------------------------------------------------------------------------------
+# ConvTranspose
+# ---------------------------------------------------------------------------------------
+
+@kernel("ConvTranspose", 1, 11, 22, dtypes=_FLOAT, check=_conv_check)
+def conv_transpose(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape,
+                   output_padding, output_shape, pads, strides):
+    v1 = ctx.node.since_version == 1
+    N, C = x.shape[:2]
+    nd = x.ndim - 2
+    strides = _ints(strides, nd, 1)
+    dilations = _ints(dilations, nd, 1)
+    opad = _ints(output_padding, nd, 0)
+    ks = w.shape[2:]
+    in_sp = x.shape[2:]
+    Mg = w.shape[1]
+    M = Mg * group
+    Cg = C // group
+    if w.shape[0] != C:
+        raise ValueError(f"ConvTranspose: W.shape[0] {w.shape[0]} != input channels {C}")
+    full = [(in_sp[i] - 1) * strides[i] + (ks[i] - 1) * dilations[i] + 1 + opad[i] for i in range(nd)]
+    if output_shape:
+        osh = [int(v) for v in output_shape]
+        osh = osh[-nd:] if len(osh) == nd + 2 else osh
+        pb, pe, out = [], [], []
+        for i in range(nd):
+            total = max(0, full[i] - osh[i])
+            small = total // 2
+            upper_first = (auto_pad == "SAME_UPPER") != v1  # v1 documents the opposite split
+            hb = small if upper_first else total - small
+            pb.append(hb)
+            pe.append(total - hb)
+            out.append(osh[i])
+    elif auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pb, pe, out = [], [], []
+        for i in range(nd):
+            target = in_sp[i] * strides[i]
+            total = max(0, full[i] - target)
+            small = total // 2
+            upper_first = (auto_pad == "SAME_UPPER") != v1
+            hb = small if upper_first else total - small
+            pb.append(hb)
+            pe.append(total - hb)
+            out.append(full[i] - total)  # == target unless the kernel is too small to reach it
+    else:
+        p = [0] * (2 * nd) if auto_pad == "VALID" else _ints(pads, 2 * nd, 0)
+        pb, pe = p[:nd], p[nd:]
+        out = [full[i] - pb[i] - pe[i] for i in range(nd)]
+    dt = x.dtype
+    cd = _cdtype(dt)
+    xc, wc = _as(x, cd), _as(w, cd)
+    P = math.prod(in_sp)
+    K = math.prod(ks)
+    # one matmul per group: [group, Mg*K, Cg] @ [group, Cg, N*P]
+    if N == 1:
+        xg = xc.reshape(group, Cg, P)
+    else:
+        xg = xc.reshape(N, group, Cg, P).transpose(1, 2, 0, 3).reshape(group, Cg, N * P)
+    wg = wc.reshape(group, Cg, Mg * K).transpose(0, 2, 1)
+    cols = np.matmul(wg, xg).reshape(group * Mg, K, N, *in_sp)
+    # col2im: the output window we keep is [pb, pb + out) of the full (uncropped) result
+    ext = [max(full[i], pb[i] + out[i]) - min(0, pb[i]) for i in range(nd)]
+    shift = [-min(0, pb[i]) for i in range(nd)]
+    yfull = np.zeros((M, N, *ext), dtype=cd)
+    for kidx, offs in enumerate(np.ndindex(*ks)):
+        sl = (slice(None), slice(None)) + tuple(
+            _tap_slice(shift[i] + offs[i] * dilations[i], strides[i], in_sp[i]) for i in range(nd))
+        yfull[sl] += cols[:, kidx]
+    y = yfull[(slice(None), slice(None)) + tuple(
+        slice(shift[i] + pb[i], shift[i] + pb[i] + out[i]) for i in range(nd))]
+    y = np.ascontiguousarray(np.moveaxis(y, 0, 1)) if N > 1 else y.reshape(1, M, *out)
+    if b is not None:
+        y = y + _as(b, cd).reshape((M,) + (1,) * nd)
+    return _as(y, dt)
+
+
+# ---------------------------------------------------------------------------------------
+# pooling
+# ---------------------------------------------------------------------------------------
+
+def _pool_check(node):
+    ap = _attr(node, "auto_pad", "NOTSET")
+    if ap not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        return f"{node.op_type}: auto_pad {ap!r} is not a valid value"
+    return None
+
+
+def _pool_geometry(in_sp, ks, strides, pads, dilations, auto_pad, ceil_mode):
+    """(pads_begin, explicit pads_end, output sizes) as the ONNX pooling shape rules give them."""
+    nd = len(in_sp)
+    k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pb, pe, out = [], [], []
+        for i in range(nd):
+            o = -(-in_sp[i] // strides[i])
+            total = max(0, (o - 1) * strides[i] + k_eff[i] - in_sp[i])
+            hb, he = _split_same(total, auto_pad)
+            pb.append(hb)
+            pe.append(he)
+            out.append(o)
+        return pb, pe, out
+    if auto_pad == "VALID":
+        pb, pe = [0] * nd, [0] * nd
+    else:
+        p = _ints(pads, 2 * nd, 0)
+        pb, pe = p[:nd], p[nd:]
+    out = []
+    for i in range(nd):
+        span = in_sp[i] + pb[i] + pe[i] - k_eff[i]
+        if ceil_mode:
+            o = -(-span // strides[i]) + 1
+            # a window may not start in the right padding (ONNX / PyTorch rule)
+            if (o - 1) * strides[i] >= in_sp[i] + pb[i]:
+                o -= 1
+        else:
+            o = span // strides[i] + 1
+        out.append(max(0, o))
+    return pb, pe, out
+
+
+def _pooled_padded(x, pb, pe, out, strides, k_eff, fill):
+    """x padded so that every window of the output fits (ceil mode may need extra)."""
+    nd = len(pb)
+    ends = [max(pe[i], (out[i] - 1) * strides[i] + k_eff[i] - x.shape[2 + i] - pb[i])
+            if out[i] > 0 else pe[i] for i in range(nd)]
+    return _pad_const(x, pb, ends, fill)
+
+
+def _reduce_axis(x, axis, k, stride, dil, n_out, op):
+    """Windowed reduction along one axis: op over the k taps (stride, dilation)."""
+    acc = None
+    for t in range(k):
+        sl = [slice(None)] * x.ndim
+        sl[axis] = _tap_slice(t * dil, stride, n_out)
+        v = x[tuple(sl)]
+        if acc is None:
+            acc = v.copy()
+        else:
+            op(acc, v, out=acc)
+    return acc
+
+
+def _separable_pool(xp, ks, strides, dilations, out, op):
+    y = xp
+    for i in range(len(ks)):
+        y = _reduce_axis(y, 2 + i, ks[i], strides[i], dilations[i], out[i], op)
+    return y
+
+
+def _neg_fill(dt):
+    return -np.inf if dt.kind == "f" else np.iinfo(dt).min
+
+
+def _maxpool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
+    nd = x.ndim - 2
+    ks = [int(k) for k in kernel_shape]
+    strides = _ints(strides, nd, 1)
+    dilations = _ints(dilations, nd, 1)
+    pb, pe, out = _pool_geometry(x.shape[2:], ks, strides, pads, dilations, auto_pad, ceil_mode)
+    k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    want_idx = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
+    N, C = x.shape[:2]
+    if N * C * math.prod(out) == 0:
+        y = np.zeros((N, C, *out), dtype=x.dtype)
+        return (y, np.zeros(y.shape, np.int64)) if ctx.n_outputs > 1 else y
+    xp = _pooled_padded(x, pb, pe, out, strides, k_eff, _neg_fill(x.dtype))
+    if not want_idx:
+        y = _separable_pool(xp, ks, strides, dilations, out, np.maximum)
+        return (y, None) if ctx.n_outputs > 1 else y
+    best = None
+    arg = np.zeros((N, C, *out), dtype=np.int64)
+    for kidx, offs in enumerate(np.ndindex(*ks)):
+        sl = xp[(slice(None), slice(None)) + tuple(
+            _tap_slice(offs[i] * dilations[i], strides[i], out[i]) for i in range(nd))]
+        if best is None:
+            best = sl.copy()
+            continue
+        m = sl > best
+        np.copyto(best, sl, where=m)
+        arg[m] = kidx
+    # window tap -> input coordinates -> flat index over N*C*spatial
+    k_unr = np.unravel_index(arg, ks)
+    in_sp = x.shape[2:]
+    coords = []
+    for i in range(nd):
+        o = np.arange(out[i]).reshape((1, 1) + tuple(out[i] if j == i else 1 for j in range(nd)))
+        coords.append(o * strides[i] - pb[i] + k_unr[i] * dilations[i])
+    sp_size = math.prod(in_sp)
+    flat = np.ravel_multi_index(tuple(np.clip(c, 0, in_sp[i] - 1) for i, c in enumerate(coords)),
+                                in_sp, order="F" if storage_order else "C")
+    nc = np.arange(N * C, dtype=np.int64).reshape((N, C) + (1,) * nd)
+    idx = nc * sp_size + flat
+    return best, idx.astype(np.int64)
+
+
+@kernel("MaxPool", 1, dtypes=_FLOAT, check=_pool_check)
+def maxpool_1(ctx, x, *, auto_pad, kernel_shape, pads, strides):
+    return _maxpool_impl(ctx, x, auto_pad, 0, None, kernel_shape, pads, 0, strides)
+
+
+@kernel("MaxPool", 8, dtypes=_FLOAT, check=_pool_check)
+def maxpool_8(ctx, x, *, auto_pad, kernel_shape, pads, storage_order, strides):
+    return _maxpool_impl(ctx, x, auto_pad, 0, None, kernel_shape, pads, storage_order, strides)
+
+
+@kernel("MaxPool", 10, 11, 12, 22, dtypes=_FLOAT | {"int8", "uint8"}, check=_pool_check)
+def maxpool_10(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
+    return _maxpool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides)
+
+
+def _avgpool_impl(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides):
+    nd = x.ndim - 2
+    ks = [int(k) for k in kernel_shape]
+    strides = _ints(strides, nd, 1)
+    dilations = _ints(dilations, nd, 1)
+    in_sp = x.shape[2:]
+    pb, pe, out = _pool_geometry(in_sp, ks, strides, pads, dilations, auto_pad, ceil_mode)
+    k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    dt = x.dtype
+    cd = _cdtype(dt)
+    N, C = x.shape[:2]
+    if N * C * math.prod(out) == 0:
+        return np.zeros((N, C, *out), dtype=dt)
+    xp = _pooled_padded(_as(x, cd), pb, pe, out, strides, k_eff, 0)
+    s = _separable_pool(xp, ks, strides, dilations, out, np.add)
+    # divisor: taps that fall on the input (plus the explicit pads when counted); separable
+    cnt = np.ones((1, 1) + (1,) * nd, dtype=cd)
+    for i in range(nd):
+        pos = np.arange(out[i])[:, None] * strides[i] - pb[i] + np.arange(ks[i])[None, :] * dilations[i]
+        if count_include_pad:
+            ok = (pos >= -pb[i]) & (pos < in_sp[i] + pe[i])
+        else:
+            ok = (pos >= 0) & (pos < in_sp[i])
+        c = ok.sum(axis=1).astype(cd)
+        cnt = cnt * c.reshape((1, 1) + tuple(out[i] if j == i else 1 for j in range(nd)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        y = s / cnt
+    return _as(y, dt)
+
+
+# AveragePool-1 is not registered: it predates count_include_pad and does not say whether
+# padding counts in the divisor.
+
+
+@kernel("AveragePool", 7, dtypes=_FLOAT, check=_pool_check)
+def averagepool_7(ctx, x, *, auto_pad, count_include_pad, kernel_shape, pads, strides):
+    return _avgpool_impl(x, auto_pad, 0, count_include_pad, None, kernel_shape, pads, strides)
+
+
+@kernel("AveragePool", 10, 11, dtypes=_FLOAT, check=_pool_check)
+def averagepool_10(ctx, x, *, auto_pad, ceil_mode, count_include_pad, kernel_shape, pads, strides):
+    return _avgpool_impl(x, auto_pad, ceil_mode, count_include_pad, None, kernel_shape, pads, strides)
+
+
+@kernel("AveragePool", 19, 22, dtypes=_FLOAT, check=_pool_check)
+def averagepool_19(ctx, x, *, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads,
+                   strides):
+    return _avgpool_impl(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides)
+
+
+def _lppool_impl(x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
+    nd = x.ndim - 2
+    ks = [int(k) for k in kernel_shape]
+    strides = _ints(strides, nd, 1)
+    dilations = _ints(dilations, nd, 1)
+    pb, pe, out = _pool_geometry(x.shape[2:], ks, strides, pads, dilations, auto_pad, ceil_mode)
+    k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    dt = x.dtype
+    cd = _cdtype(dt)
+    N, C = x.shape[:2]
+    if N * C * math.prod(out) == 0:
+        return np.zeros((N, C, *out), dtype=dt)
+    xa = np.abs(_as(x, cd))
+    xa = xa * xa if p == 2 else xa ** cd.type(p)
+    xp = _pooled_padded(xa, pb, pe, out, strides, k_eff, 0)
+    s = _separable_pool(xp, ks, strides, dilations, out, np.add)
+    y = np.sqrt(s) if p == 2 else s ** cd.type(1.0 / p)
+    return _as(y, dt)
+
+
+@kernel("LpPool", 2, 11, dtypes=_FLOAT, check=_pool_check)
+def lppool_2(ctx, x, *, auto_pad, kernel_shape, p, pads, strides):
+    return _lppool_impl(x, auto_pad, 0, None, kernel_shape, p, pads, strides)
+
+
+@kernel("LpPool", 18, 22, dtypes=_FLOAT, check=_pool_check)
+def lppool_18(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
+    return _lppool_impl(x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides)
+
+
+def _spatial_axes(x):
+    return tuple(range(2, x.ndim))
+
+
+@kernel("GlobalAveragePool", 1, 22, dtypes=_FLOAT)
+def global_average_pool(ctx, x):
+    cd = _cdtype(x.dtype)
+    return _as(np.mean(_as(x, cd), axis=_spatial_axes(x), keepdims=True), x.dtype)
+
+
+@kernel("GlobalMaxPool", 1, 22, dtypes=_FLOAT)
+def global_max_pool(ctx, x):
+    return np.max(x, axis=_spatial_axes(x), keepdims=True)
+
+
+@kernel("GlobalLpPool", 2, 22, dtypes=_FLOAT)
+def global_lp_pool(ctx, x, *, p):
+    cd = _cdtype(x.dtype)
+    xa = np.abs(_as(x, cd))
+    s = np.sum(xa * xa if p == 2 else xa ** cd.type(p), axis=_spatial_axes(x), keepdims=True)
+    return _as(np.sqrt(s) if p == 2 else s ** cd.type(1.0 / p), x.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# normalizations
+# ---------------------------------------------------------------------------------------
+
+def _bn_apply(x, scale, b, mean, var, epsilon, param_shape):
+    dt = x.dtype
+    cd = _cdtype(dt)
+    inv = _as(scale, cd) / np.sqrt(_as(var, cd) + cd.type(epsilon))
+    shift = _as(b, cd) - _as(mean, cd) * inv
+    y = _as(x, cd) * inv.reshape(param_shape) + shift.reshape(param_shape)
+    return _as(y, dt)
+
+
+def _bn_param_shape(x):
+    return (x.shape[1],) + (1,) * (x.ndim - 2) if x.ndim >= 2 else (-1,)
+
+
+def _bn_inference_only(node):
+    if any(node.outputs[1:]):
+        return ("BatchNormalization: the mean/var/saved_mean/saved_var outputs (training) "
+                "are not implemented; only inference (output Y) is")
+    return None
+
+
+@kernel("BatchNormalization", 7, dtypes=_FLOAT, check=_bn_inference_only)
+def batchnorm_7(ctx, x, scale, b, mean, var, *, epsilon, momentum, spatial):
+    shape = _bn_param_shape(x) if spatial else scale.shape
+    return _bn_apply(x, scale, b, mean, var, epsilon, shape)
+
+
+@kernel("BatchNormalization", 9, dtypes=_FLOAT, check=_bn_inference_only)
+def batchnorm_9(ctx, x, scale, b, mean, var, *, epsilon, momentum):
+    return _bn_apply(x, scale, b, mean, var, epsilon, _bn_param_shape(x))
+
+
+def _bn14_check(node):
+    if not _attr(node, "training_mode", 0) and any(node.outputs[1:]):
+        return ("BatchNormalization: running_mean/running_var outputs are only defined in "
+                "training mode (training_mode=0 here)")
+    return None
+
+
+@kernel("BatchNormalization", 14, 15, dtypes=_FLOAT, check=_bn14_check)
+def batchnorm_14(ctx, x, scale, b, input_mean, input_var, *, epsilon, momentum, training_mode):
+    shape = _bn_param_shape(x)
+    if not training_mode:
+        y = _bn_apply(x, scale, b, input_mean, input_var, epsilon, shape)
+        return (y,) + (None,) * (ctx.n_outputs - 1) if ctx.n_outputs > 1 else y
+    cd = _cdtype(x.dtype)
+    axes = (0,) + _spatial_axes(x)
+    xc = _as(x, cd)
+    m = xc.mean(axis=axes)
+    v = xc.var(axis=axes)
+    y = _bn_apply(x, scale, b, m, v, epsilon, shape)
+    mom = cd.type(momentum)
+    rm = _as(input_mean, cd) * mom + m * (cd.type(1) - mom)
+    rv = _as(input_var, cd) * mom + v * (cd.type(1) - mom)
+    outs = (y, _as(rm, input_mean.dtype), _as(rv, input_var.dtype))
+    return outs[:ctx.n_outputs]
+
+
+@kernel("InstanceNormalization", 6, 22, dtypes=_FLOAT)
+def instance_norm(ctx, x, scale, b, *, epsilon):
+    dt = x.dtype
+    cd = _cdtype(dt)
+    xc = _as(x, cd)
+    axes = _spatial_axes(x)
+    mean = xc.mean(axis=axes, keepdims=True)
+    d = xc - mean
+    var = np.mean(d * d, axis=axes, keepdims=True)
+    shape = _bn_param_shape(x)
+    y = d * (_as(scale, cd).reshape(shape) / np.sqrt(var + cd.type(epsilon))) + _as(b, cd).reshape(shape)
+    return _as(y, dt)
+
+
+_STASH = {1: np.dtype(np.float32)}
+
+
+def _stash_check(node):
+    st = _attr(node, "stash_type", 1)
+    if st not in _STASH:
+        return f"{node.op_type}: stash_type {st} is not implemented (only 1 = float)"
+    return None
+
+
+@kernel("LayerNormalization", 17, dtypes=_FLOAT, check=_stash_check)
+def layer_norm(ctx, x, scale, b=None, *, axis, epsilon, stash_type):
+    dt = x.dtype
+    cd = _STASH[stash_type]
+    ax = normalize_axis(axis, x.ndim)
+    axes = tuple(range(ax, x.ndim))
+    xc = _as(x, cd)
+    mean = xc.mean(axis=axes, keepdims=True)
+    d = xc - mean
+    var = np.mean(d * d, axis=axes, keepdims=True)
+    inv = cd.type(1) / np.sqrt(var + cd.type(epsilon))
+    y = d * inv
+    y = y * _as(scale, cd)
+    if b is not None:
+        y = y + _as(b, cd)
+    y = _as(y, dt)
+    if ctx.n_outputs == 1:
+        return y
+    od = ctx.output_dtypes
+    mdt = od[1] if len(od) > 1 and od[1] is not None else cd
+    idt = od[2] if len(od) > 2 and od[2] is not None else cd
+    outs = (y, _as(mean, mdt), _as(inv, idt))
+    return outs[:ctx.n_outputs]
+
+
+def _gn_core(x, num_groups, epsilon, cd):
+    N, C = x.shape[:2]
+    xr = _as(x, cd).reshape(N, num_groups, -1)
+    mean = xr.mean(axis=-1, keepdims=True)
+    d = xr - mean
+    var = np.mean(d * d, axis=-1, keepdims=True)
+    return d / np.sqrt(var + cd.type(epsilon))  # [N, G, C/G * spatial]
+
+
+@kernel("GroupNormalization", 18, dtypes=_FLOAT)
+def group_norm_18(ctx, x, scale, bias, *, epsilon, num_groups):
+    # opset 18: scale and bias are per group, shape (num_groups)
+    cd = _cdtype(x.dtype)
+    xn = _gn_core(x, num_groups, epsilon, cd)
+    y = xn * _as(scale, cd).reshape(1, num_groups, 1) + _as(bias, cd).reshape(1, num_groups, 1)
+    return _as(y.reshape(x.shape), x.dtype)
+
+
+@kernel("GroupNormalization", 21, dtypes=_FLOAT, check=_stash_check)
+def group_norm_21(ctx, x, scale, bias, *, epsilon, num_groups, stash_type):
+    # opset 21: scale and bias are per channel, shape (C)
+    cd = _STASH[stash_type]
+    xn = _gn_core(x, num_groups, epsilon, cd).reshape(x.shape)
+    shape = _bn_param_shape(x)
+    y = xn * _as(scale, cd).reshape(shape) + _as(bias, cd).reshape(shape)
+    return _as(y, x.dtype)
+
+
+@kernel("LRN", 1, 13, dtypes=_FLOAT)
+def lrn(ctx, x, *, alpha, beta, bias, size):
+    dt = x.dtype
+    cd = _cdtype(dt)
+    xc = _as(x, cd)
+    C = x.shape[1]
+    pre = (size - 1) // 2
+    post = size - 1 - pre
+    sq = xc * xc
+    pad = [(0, 0)] * x.ndim
+    pad[1] = (pre, post)
+    sqp = np.pad(sq, pad)
+    acc = sqp[:, 0:C].copy()
+    for j in range(1, size):
+        acc += sqp[:, j:j + C]
+    y = xc / (cd.type(bias) + cd.type(alpha / size) * acc) ** cd.type(beta)
+    return _as(y, dt)
+
+
+# ---------------------------------------------------------------------------------------
+# Softmax / LogSoftmax / Hardmax
+# ---------------------------------------------------------------------------------------
+
+def _softmax_axis(x, axis, log):
+    if x.size == 0:
+        return x.copy()
+    dt = x.dtype
+    xc = _as(x, _cdtype(dt))
+    m = np.max(xc, axis=axis, keepdims=True)
+    e = xc - m
+    if log:
+        y = e - np.log(np.sum(np.exp(e), axis=axis, keepdims=True))
+    else:
+        np.exp(e, out=e)
+        e /= np.sum(e, axis=axis, keepdims=True)
+        y = e
+    return _as(y, dt)
+
+
+def _hardmax_axis(x, axis):
+    y = np.zeros_like(x)
+    if x.size == 0:
+        return y
+    idx = np.expand_dims(np.argmax(x, axis=axis), axis)
+    np.put_along_axis(y, idx, 1, axis=axis)
+    return y
+
+
+def _coerce_2d(fn):
+    def run(x, axis):
+        ax = normalize_axis(axis, x.ndim) if x.ndim else 0
+        lead = math.prod(x.shape[:ax])
+        return fn(x.reshape(lead, -1), 1).reshape(x.shape)
+    return run
+
+
+@kernel("Softmax", 1, 11, dtypes=_FLOAT)
+def softmax_1(ctx, x, *, axis):
+    return _coerce_2d(lambda a, ax: _softmax_axis(a, ax, False))(x, axis)
+
+
+@kernel("Softmax", 13, dtypes=_FLOAT)
+def softmax_13(ctx, x, *, axis):
+    return _softmax_axis(x, normalize_axis(axis, x.ndim), False)
+
+
+@kernel("LogSoftmax", 1, 11, dtypes=_FLOAT)
+def log_softmax_1(ctx, x, *, axis):
+    return _coerce_2d(lambda a, ax: _softmax_axis(a, ax, True))(x, axis)
+
+
+@kernel("LogSoftmax", 13, dtypes=_FLOAT)
+def log_softmax_13(ctx, x, *, axis):
+    return _softmax_axis(x, normalize_axis(axis, x.ndim), True)
+
+
+@kernel("Hardmax", 1, 11, dtypes=_FLOAT)
+def hardmax_1(ctx, x, *, axis):
+    return _coerce_2d(_hardmax_axis)(x, axis)
+
+
+@kernel("Hardmax", 13, dtypes=_FLOAT)
+def hardmax_13(ctx, x, *, axis):
+    return _hardmax_axis(x, normalize_axis(axis, x.ndim))
+
+
+# ---------------------------------------------------------------------------------------
+# Dropout
+# ---------------------------------------------------------------------------------------
+
+def _mask_dtype(ctx, default):
+    od = ctx.output_dtypes
+    return od[1] if len(od) > 1 and od[1] is not None else np.dtype(default)
+
+
+@kernel("Dropout", 7)
+def dropout_7(ctx, data, *, ratio):
+    # inference: identity; opset 7-9 type the mask like the data
+    if ctx.n_outputs < 2:
+        return data
+    mask = np.ones(data.shape, dtype=_mask_dtype(ctx, data.dtype)) if ctx.outputs_wanted[1] else None
+    return data, mask
+
+
+@kernel("Dropout", 10)
+def dropout_10(ctx, data, *, ratio):
+    if ctx.n_outputs < 2:
+        return data
+    return data, (np.ones(data.shape, dtype=bool) if ctx.outputs_wanted[1] else None)
+
+
+@kernel("Dropout", 12, 13, 22)
+def dropout_12(ctx, data, ratio=None, training_mode=None, *, seed):
+    training = training_mode is not None and bool(np.asarray(training_mode).reshape(-1)[0])
+    r = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+    want_mask = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
+    if not training or r == 0.0:
+        if ctx.n_outputs < 2:
+            return data
+        return data, (np.ones(data.shape, dtype=bool) if want_mask else None)
+    if not 0.0 <= r <= 1.0:
+        raise ValueError(f"Dropout ratio must be in [0, 1), got {r}")
+    rng = np.random.default_rng(seed)
+    keep = rng.random(data.shape) >= r
+    if r >= 1.0:
+        y = np.zeros_like(data)
+    else:
+        cd = _cdtype(data.dtype) if data.dtype.kind == "f" else data.dtype
+        y = _as(np.where(keep, _as(data, cd) * cd.type(1.0 / (1.0 - r)), cd.type(0)), data.dtype)
+    if ctx.n_outputs < 2:
+        return y
+    return y, (keep if want_mask else None)
+
+
+# ---------------------------------------------------------------------------------------
+# Resize / Upsample
+# ---------------------------------------------------------------------------------------
+
+_CTM = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric",
+        "tf_half_pixel_for_nn", "tf_crop_and_resize")
+_NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def _resize_check(node):
+    v = node.since_version or 0
+    mode = _attr(node, "mode", "nearest")
+    if mode not in ("nearest", "linear", "cubic"):
+        return f"{node.op_type}: mode {mode!r} is not one of nearest, linear, cubic"
+    if node.op_type == "Upsample" and mode == "cubic":
+        return "Upsample: mode 'cubic' is not defined for Upsample"
+    if v >= 11 and node.op_type == "Resize":
+        ctm = _attr(node, "coordinate_transformation_mode", "half_pixel")
+        allowed = _CTM if v >= 19 else tuple(m for m in _CTM if m != "half_pixel_symmetric")
+        if ctm not in allowed:
+            return f"Resize-{v}: coordinate_transformation_mode {ctm!r} is not defined"
+        nm = _attr(node, "nearest_mode", "round_prefer_floor")
+        if nm not in _NEAREST:
+            return f"Resize: nearest_mode {nm!r} is not defined"
+    elif v == 10 and mode == "cubic":
+        return "Resize-10: mode 'cubic' is not defined before opset 11"
+    if v >= 18:
+        pol = _attr(node, "keep_aspect_ratio_policy", "stretch")
+        if pol not in ("stretch", "not_larger", "not_smaller"):
+            return f"Resize: keep_aspect_ratio_policy {pol!r} is not defined"
+    dt = _in_dtype(node)
+    if mode != "nearest" and dt is not None and dt.name not in _FLOAT:
+        return (f"{node.op_type}: mode {mode!r} on {dt.name} is not implemented (the spec leaves the "
+                "rounding of interpolated integers open); float16/float32/float64 are, and mode "
+                "'nearest' takes every type")
+    if dt is not None and dt.kind not in "biufcOUS?":
+        return f"{node.op_type} on {dt.name} is not implemented"
+    return None
+
+
+def _coords(ctm, out_len, in_len, scale, roi_s, roi_e):
+    """x_original for every output index, in float32 like onnxruntime."""
+    x = np.arange(out_len, dtype=_F32)
+    sc = _F32(scale)
+    lr = _F32(out_len)
+    lo = _F32(in_len)
+    h = _F32(0.5)
+    if ctm == "asymmetric":
+        return x / sc
+    if ctm == "pytorch_half_pixel":
+        return (x + h) / sc - h if out_len > 1 else np.zeros(out_len, _F32)
+    if ctm == "tf_half_pixel_for_nn":
+        return (x + h) / sc
+    if ctm == "align_corners":
+        if out_len == 1:
+            return np.zeros(out_len, _F32)
+        return x * (lo - _F32(1)) / (lr - _F32(1))
+    if ctm == "tf_crop_and_resize":
+        rs, re_ = _F32(roi_s), _F32(roi_e)
+        if out_len > 1:
+            return rs * (lo - _F32(1)) + (x * (re_ - rs) * (lo - _F32(1))) / (lr - _F32(1))
+        return np.full(out_len, 0.5 * (float(rs) + float(re_)) * (float(lo) - 1.0), dtype=_F32)
+    if ctm == "half_pixel_symmetric":
+        output_width = sc * lo
+        adjustment = lr / output_width
+        center = lo / _F32(2)
+        offset = center * (_F32(1) - adjustment)
+        return ((np.float64(offset) + (x.astype(np.float64) + 0.5) / np.float64(sc)) - 0.5).astype(_F32)
+    return (x + h) / sc - h  # half_pixel
+
+
+def _nearest_index(xo, nearest_mode, scale):
+    if nearest_mode == "simple":  # Resize-10 / Upsample
+        xi = np.ceil(xo) if scale < 1 else np.trunc(xo)
+    elif nearest_mode == "round_prefer_ceil":
+        xi = np.sign(xo) * np.floor(np.abs(xo) + _F32(0.5))  # std::round: half away from zero
+    elif nearest_mode == "floor":
+        xi = np.floor(xo)
+    elif nearest_mode == "ceil":
+        xi = np.ceil(xo)
+    else:  # round_prefer_floor
+        half = xo == np.trunc(xo) + _F32(0.5)
+        xi = np.where(half, np.floor(xo), np.sign(xo) * np.floor(np.abs(xo) + _F32(0.5)))
+    return xi.astype(np.int64)
+
+
+def _cubic_coeffs(s, a):
+    a = _F32(a)
+    s = np.abs(s).astype(_F32)
+    one, two = _F32(1), _F32(2)
+    c0 = ((a * (s + one) - _F32(5) * a) * (s + one) + _F32(8) * a) * (s + one) - _F32(4) * a
+    c1 = ((a + two) * s - (a + _F32(3))) * s * s + one
+    t = one - s
+    c2 = ((a + two) * t - (a + _F32(3))) * t * t + one
+    u = two - s
+    c3 = ((a * u - _F32(5) * a) * u + _F32(8) * a) * u - _F32(4) * a
+    return np.stack([c0, c1, c2, c3])  # [4, out]
+
+
+def _aa_filter(mode, xs, a):
+    ax = np.abs(xs)
+    if mode == "linear":
+        return np.where(ax < 1, _F32(1) - ax, _F32(0)).astype(_F32)
+    a = _F32(a)
+    w1 = ((a + _F32(2)) * ax - (a + _F32(3))) * ax * ax + _F32(1)
+    w2 = (((ax - _F32(5)) * ax + _F32(8)) * ax - _F32(4)) * a
+    return np.where(ax < 1, w1, np.where(ax < 2, w2, _F32(0))).astype(_F32)
+
+
+def _axis_taps(mode, xo, in_len, scale, cubic_a, exclude_outside, antialias):
+    """(indices [T, out], weights [T, out] float32) of one axis' interpolation."""
+    out_len = xo.shape[0]
+    if antialias:
+        rscale = _F32(scale)
+        sc = _F32(1) / rscale
+        support_size = _F32(2) if mode == "linear" else _F32(4)
+        support = (support_size * _F32(0.5)) * sc if sc >= 1 else support_size * _F32(0.5)
+        window = int(math.ceil(float(support))) * 2 + 1
+        inv = _F32(1) / sc if sc >= 1 else _F32(1)
+        center = _F32(0.5) + xo
+        c64 = center.astype(np.float64)
+        xmin_real = np.floor(c64 - float(support) + 0.5).astype(np.int64)
+        xmax_real = np.floor(c64 + float(support) + 0.5).astype(np.int64)
+        if exclude_outside:
+            xmin = np.maximum(xmin_real, 0)
+            xmax = np.minimum(xmax_real, in_len)
+        else:
+            xmin, xmax = xmin_real, xmax_real
+        j = np.arange(window)[None, :]
+        pos = xmin[:, None] + j
+        valid = j < (xmax - xmin)[:, None]
+        arg = (pos.astype(_F32) - center[:, None] + _F32(0.5)) * inv
+        w = np.where(valid, _aa_filter(mode, arg, cubic_a), _F32(0)).astype(_F32)
+        total = w.sum(axis=1, dtype=_F32)
+        norm = (total != 0) & (total != 1)
+        w = np.where(norm[:, None], w / np.where(norm, total, _F32(1))[:, None], w).astype(_F32)
+        # weights of taps outside the input go to the edge pixel (no exclude_outside)
+        pos = np.clip(pos, 0, in_len - 1)
+        return pos.T, w.T
+    if mode == "linear":
+        xc = np.clip(xo, _F32(0), _F32(in_len - 1))
+        i0 = np.minimum(xc.astype(np.int64), in_len - 1)
+        i1 = np.minimum(i0 + 1, in_len - 1)
+        d1 = np.abs(xc - i0.astype(_F32))
+        d2 = np.abs(xc - i1.astype(_F32))
+        same = i0 == i1
+        d1 = np.where(same, _F32(0.5), d1)
+        d2 = np.where(same, _F32(0.5), d2)
+        return np.stack([i0, i1]), np.stack([d2, d1]).astype(_F32)
+    # cubic
+    fl = np.floor(xo)
+    xi = fl.astype(np.int64)
+    s = (xo - fl).astype(_F32)
+    w = _cubic_coeffs(s, cubic_a)
+    idx = xi[None, :] + np.arange(-1, 3)[:, None]
+    if exclude_outside:
+        inside = (idx >= 0) & (idx < in_len)
+        w = np.where(inside, w, _F32(0))
+        w = (w / w.sum(axis=0, dtype=_F32)[None, :]).astype(_F32)
+    return np.clip(idx, 0, in_len - 1), w
+
+
+def _resize_core(x, out_shape, scales, roi, mode, ctm, nearest_mode, cubic_a, exclude_outside,
+                 extrapolation, antialias):
+    rank = x.ndim
+    if tuple(out_shape) == x.shape and all(s == 1 for s in scales):
+        return x.copy()
+    if any(o == 0 for o in out_shape) or x.size == 0:
+        return np.zeros(tuple(out_shape), dtype=x.dtype)
+    crop = ctm == "tf_crop_and_resize"
+    axes_info = []
+    for ax in range(rank):
+        n_in, n_out = x.shape[ax], int(out_shape[ax])
+        rs, re_ = float(roi[ax]), float(roi[rank + ax])
+        if scales[ax] == 1 and n_in == n_out and (not crop or (rs == 0 and re_ == 1)):
+            continue  # no resizing along this axis
+        xo = _coords(ctm, n_out, n_in, scales[ax], rs, re_)
+        out_of_range = ((xo < 0) | (xo > _F32(n_in - 1))) if crop else None
+        axes_info.append((ax, n_in, n_out, scales[ax], xo, out_of_range))
+    if mode == "nearest":
+        index = [np.arange(n) for n in x.shape]
+        for ax, n_in, n_out, sc, xo, _ in axes_info:
+            index[ax] = np.clip(_nearest_index(xo, nearest_mode, sc), 0, n_in - 1)
+        y = x[np.ix_(*index)]
+    else:
+        dt = x.dtype
+        cd = _cdtype(dt)
+        y = _as(x, cd)
+        # shrink first: later passes then touch less data
+        for ax, n_in, n_out, sc, xo, _ in sorted(axes_info, key=lambda a: a[2] / a[1]):
+            aa = antialias and mode in ("linear", "cubic")
+            idx, w = _axis_taps(mode, xo, n_in, sc, cubic_a, exclude_outside, aa)
+            wshape = [1] * rank
+            wshape[ax] = n_out
+            acc = None
+            for t in range(idx.shape[0]):
+                term = np.take(y, idx[t], axis=ax)
+                term *= w[t].astype(cd).reshape(wshape)
+                if acc is None:
+                    acc = term
+                else:
+                    acc += term
+            y = acc
+        y = _as(y, dt)
+    if crop:
+        bad = None
+        for ax, n_in, n_out, sc, xo, oor in axes_info:
+            if oor is not None and oor.any():
+                shape = [1] * rank
+                shape[ax] = n_out
+                m = oor.reshape(shape)
+                bad = m if bad is None else (bad | m)
+        if bad is not None:
+            y = np.where(np.broadcast_to(bad, y.shape), np.asarray(extrapolation).astype(y.dtype), y)
+    return y
+
+
+def _scales_vec(scales, rank, axes):
+    s = np.asarray(scales, dtype=_F32).reshape(-1)
+    if axes:
+        full = np.ones(rank, _F32)
+        for i, a in enumerate(axes):
+            full[a] = s[i]
+        return full
+    if s.size != rank:
+        raise ValueError(f"Resize: {s.size} scales for an input of rank {rank}")
+    return s
+
+
+def _resize_run(ctx, x, roi, scales, sizes, *, mode, ctm, nearest_mode, cubic_a, exclude_outside,
+                extrapolation, antialias=0, axes=None, policy="stretch"):
+    rank = x.ndim
+    axes_n = [normalize_axis(a, rank) for a in axes] if axes else None
+    # roi: [starts..., ends...] over all axes (or over ``axes``)
+    r = np.concatenate([np.zeros(rank), np.ones(rank)]).astype(_F32)
+    if roi is not None and np.asarray(roi).size and ctm == "tf_crop_and_resize":
+        rv = np.asarray(roi, dtype=_F32).reshape(-1)
+        if axes_n:
+            n = len(axes_n)
+            for i, a in enumerate(axes_n):
+                r[a], r[rank + a] = rv[i], rv[n + i]
+        else:
+            r = rv
+    if scales is not None and np.asarray(scales).size:
+        sc = _scales_vec(scales, rank, axes_n)
+        if np.any(sc <= 0):
+            raise ValueError(f"Resize: scales must be > 0, got {sc.tolist()}")
+        out = [int(sc[i] * _F32(x.shape[i])) for i in range(rank)]
+    elif sizes is not None and np.asarray(sizes).size:
+        sz = [int(v) for v in np.asarray(sizes).reshape(-1)]
+        out = list(x.shape)
+        if axes_n:
+            for i, a in enumerate(axes_n):
+                out[a] = sz[i]
+        else:
+            if len(sz) != rank:
+                raise ValueError(f"Resize: {len(sz)} sizes for an input of rank {rank}")
+            out = sz
+        sc = np.array([_F32(out[i]) / _F32(x.shape[i]) if x.shape[i] else _F32(1) for i in range(rank)],
+                      dtype=_F32)
+        if policy != "stretch":
+            scope = axes_n if axes_n else list(range(rank))
+            pick = min if policy == "not_larger" else max
+            ps = pick(sc[a] for a in scope)
+            for i in range(rank):
+                if i in scope:
+                    sc[i] = ps
+                    out[i] = int(np.floor(ps * _F32(x.shape[i]) + _F32(0.5)))
+                else:
+                    sc[i] = 1
+                    out[i] = x.shape[i]
+    else:
+        raise ValueError("Resize: one of scales or sizes must be given")
+    return _resize_core(x, out, sc, r, mode, ctm, nearest_mode, cubic_a, exclude_outside,
+                        extrapolation, antialias)
+
+
+@kernel("Resize", 10, check=_resize_check)
+def resize_10(ctx, x, scales, *, mode):
+    return _resize_run(ctx, x, None, scales, None, mode=mode, ctm="asymmetric", nearest_mode="simple",
+                       cubic_a=-0.75, exclude_outside=0, extrapolation=0.0)
+
+
+@kernel("Resize", 11, 13, check=_resize_check)
+def resize_11(ctx, x, roi=None, scales=None, sizes=None, *, coordinate_transformation_mode, cubic_coeff_a,
+              exclude_outside, extrapolation_value, mode, nearest_mode):
+    return _resize_run(ctx, x, roi, scales, sizes, mode=mode, ctm=coordinate_transformation_mode,
+                       nearest_mode=nearest_mode, cubic_a=cubic_coeff_a, exclude_outside=exclude_outside,
+                       extrapolation=extrapolation_value)
+
+
+@kernel("Resize", 18, 19, check=_resize_check)
+def resize_18(ctx, x, roi=None, scales=None, sizes=None, *, antialias, axes, coordinate_transformation_mode,
+              cubic_coeff_a, exclude_outside, extrapolation_value, keep_aspect_ratio_policy, mode,
+              nearest_mode):
+    return _resize_run(ctx, x, roi, scales, sizes, mode=mode, ctm=coordinate_transformation_mode,
+                       nearest_mode=nearest_mode, cubic_a=cubic_coeff_a, exclude_outside=exclude_outside,
+                       extrapolation=extrapolation_value, antialias=antialias, axes=axes,
+                       policy=keep_aspect_ratio_policy)
+
+
+def _upsample(x, scales, mode):
+    sc = np.asarray(scales, dtype=_F32).reshape(-1)
+    if sc.size != x.ndim:
+        raise ValueError(f"Upsample: {sc.size} scales for an input of rank {x.ndim}")
+    if np.any(sc < 1):
+        raise ValueError(f"Upsample: scales must be >= 1, got {sc.tolist()}")
+    return _resize_run(None, x, None, sc, None, mode=mode, ctm="asymmetric", nearest_mode="simple",
+                       cubic_a=-0.75, exclude_outside=0, extrapolation=0.0)
+
+
+@kernel("Upsample", 7, check=_resize_check)
+def upsample_7(ctx, x, *, mode, scales):
+    return _upsample(x, scales, mode)
+
+
+@kernel("Upsample", 9, check=_resize_check)
+def upsample_9(ctx, x, scales, *, mode):
+    return _upsample(x, scales, mode)

@@ -5,8 +5,447 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import kernel
+from ._common import normalize_axes, normalize_axis
+
+INT64_MAX = np.iinfo(np.int64).max
+# ONNX TensorProto element types -> numpy (the CPU provider does not import onnx)
+_ELEM = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
+         9: np.bool_, 10: np.float16, 11: np.float64, 12: np.uint32, 13: np.uint64}
+
+
+def _ints(t) -> list[int]:
+    return [int(v) for v in np.asarray(t).reshape(-1)]
 
 
 @kernel("Identity", 1, 13, 14, 16, 19, 21, 23, 24, 25)
 def identity(ctx, x):
     return x
+
+
+@kernel("Constant", 1, 9, 11, 12, 13, 19, 21, 23, 24, 25)
+def constant(ctx, *, value=None, sparse_value=None, value_float=None, value_floats=None,
+             value_int=None, value_ints=None, value_string=None, value_strings=None):
+    if value is not None:
+        return np.array(value, copy=True)
+    if sparse_value is not None:
+        sp = sparse_value
+        dense = np.zeros(tuple(sp.dense_shape), dtype=sp.values.dtype)
+        idx = np.asarray(sp.indices)
+        if idx.ndim == 1:
+            dense.reshape(-1)[idx] = sp.values
+        else:
+            dense[tuple(idx.T)] = sp.values
+        return dense
+    if value_float is not None:
+        return np.array(value_float, np.float32)
+    if value_floats is not None:
+        return np.array(value_floats, np.float32)
+    if value_int is not None:
+        return np.array(value_int, np.int64)
+    if value_ints is not None:
+        return np.array(value_ints, np.int64)
+    if value_string is not None:
+        return np.array(value_string, dtype=object)
+    if value_strings is not None:
+        return np.array(value_strings, dtype=object)
+    raise ValueError("Constant has no value attribute")
+
+
+@kernel("ConstantOfShape", 9, 20, 21, 23, 24, 25)
+def constant_of_shape(ctx, shape, *, value=None):
+    v = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
+    return np.full(tuple(_ints(shape)), v[0], dtype=v.dtype)
+
+
+@kernel("Shape", 1, 13, 15, 19, 21, 23, 24, 25)
+def shape(ctx, x, *, start=None, end=None):
+    s = np.array(x.shape, dtype=np.int64)
+    r = len(s)
+    a = 0 if start is None else start
+    b = r if end is None else end
+    a = min(max(a + r if a < 0 else a, 0), r)
+    b = min(max(b + r if b < 0 else b, 0), r)
+    return s[a:b].copy()
+
+
+@kernel("Size", 1, 13, 19, 21, 23, 24, 25)
+def size(ctx, x):
+    return np.array(x.size, dtype=np.int64)
+
+
+@kernel("Reshape", 5, 13, 14, 19, 21, 23, 24, 25)
+def reshape(ctx, x, shape, *, allowzero=0):
+    dims = _ints(shape)
+    if not allowzero:
+        dims = [x.shape[i] if d == 0 else d for i, d in enumerate(dims)]
+    return x.reshape(dims)
+
+
+@kernel("Flatten", 1, 9, 11, 13, 21, 23, 24, 25)
+def flatten(ctx, x, *, axis):
+    a = normalize_axis(axis, x.ndim + 1) if axis < 0 else axis
+    lead = int(np.prod(x.shape[:a], dtype=np.int64))
+    return x.reshape(lead, -1) if x.size else x.reshape(lead, int(np.prod(x.shape[a:], dtype=np.int64)))
+
+
+@kernel("Squeeze", 1, 11, 13, 21, 23, 24, 25)
+def squeeze(ctx, x, axes_in=None, *, axes=None):
+    ax = axes if axes_in is None else _ints(axes_in)
+    if ax is None or len(ax) == 0:
+        return x.reshape([d for d in x.shape if d != 1])
+    return np.squeeze(x, axis=normalize_axes(ax, x.ndim))
+
+
+@kernel("Unsqueeze", 1, 11, 13, 21, 23, 24, 25)
+def unsqueeze(ctx, x, axes_in=None, *, axes=None):
+    ax = axes if axes_in is None else _ints(axes_in)
+    out_rank = x.ndim + len(ax)
+    ax = sorted(normalize_axes(ax, out_rank))
+    if len(set(ax)) != len(ax):
+        raise ValueError(f"Unsqueeze axes {ax} repeat an axis")
+    shape = list(x.shape)
+    for a in ax:
+        shape.insert(a, 1)
+    return x.reshape(shape)
+
+
+@kernel("Transpose", 1, 13, 21, 23, 24, 25)
+def transpose(ctx, x, *, perm=None):
+    return np.transpose(x, perm if perm else None)
+
+
+@kernel("Concat", 4, 11, 13)
+def concat(ctx, *xs, axis):
+    a = normalize_axis(axis, xs[0].ndim)
+    return np.concatenate(xs, axis=a)
+
+
+@kernel("Split", 2, 11, 13, 18)
+def split(ctx, x, split_in=None, *, axis, split=None, num_outputs=None):
+    a = normalize_axis(axis, x.ndim)
+    n = ctx.n_outputs
+    sizes = _ints(split_in) if split_in is not None else split
+    dim = x.shape[a]
+    if not sizes:
+        if num_outputs is not None:
+            chunk = -(-dim // num_outputs)
+            sizes = [chunk] * (dim // chunk) + ([dim % chunk] if dim % chunk else [])
+        else:
+            if dim % n:
+                raise ValueError(f"cannot split dim {dim} into {n} equal parts")
+            sizes = [dim // n] * n
+    if sum(sizes) != dim:
+        raise ValueError(f"split sizes {sizes} do not add up to dim {dim}")
+    offs = np.cumsum([0] + list(sizes))
+    sl = [slice(None)] * x.ndim
+    outs = []
+    for i in range(len(sizes)):
+        sl[a] = slice(int(offs[i]), int(offs[i + 1]))
+        outs.append(x[tuple(sl)])
+    return tuple(outs)
+
+
+def _slice(x, starts, ends, axes, steps):
+    rank = x.ndim
+    axes = list(range(len(starts))) if axes is None else list(normalize_axes(axes, rank))
+    steps = [1] * len(starts) if steps is None else steps
+    sl = [slice(None)] * rank
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        if st == 0:
+            raise ValueError("Slice step cannot be 0")
+        dim = x.shape[a]
+        s = s + dim if s < 0 else s
+        e = e + dim if e < 0 else e
+        if st > 0:
+            s = min(max(s, 0), dim)
+            e = min(max(e, 0), dim)
+        else:
+            s = min(max(s, -1), dim - 1)
+            e = min(max(e, -1), dim - 1)
+        sl[a] = slice(s, e if e >= 0 else None, st)
+    return x[tuple(sl)]
+
+
+@kernel("Slice", 1)
+def slice_v1(ctx, x, *, starts, ends, axes=None):
+    return _slice(x, starts, ends, axes, None)
+
+
+@kernel("Slice", 10, 11, 13)
+def slice_v10(ctx, x, starts, ends, axes=None, steps=None):
+    return _slice(x, _ints(starts), _ints(ends), None if axes is None else _ints(axes),
+                  None if steps is None else _ints(steps))
+
+
+@kernel("Gather", 1, 11, 13)
+def gather(ctx, x, indices, *, axis):
+    a = normalize_axis(axis, x.ndim)
+    idx = np.asarray(indices).astype(np.int64, copy=False)
+    dim = x.shape[a]
+    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+        raise IndexError(f"Gather indices out of range [-{dim}, {dim - 1}]")
+    idx = np.where(idx < 0, idx + dim, idx)
+    return np.take(x, idx, axis=a)
+
+
+@kernel("GatherElements", 11, 13)
+def gather_elements(ctx, x, indices, *, axis):
+    a = normalize_axis(axis, x.ndim)
+    idx = np.asarray(indices).astype(np.int64, copy=False)
+    idx = np.where(idx < 0, idx + x.shape[a], idx)
+    return np.take_along_axis(x, idx, axis=a)
+
+
+@kernel("GatherND", 11, 12, 13)
+def gather_nd(ctx, x, indices, *, batch_dims=0):
+    idx = np.asarray(indices).astype(np.int64, copy=False)
+    b = batch_dims
+    batch_shape = x.shape[:b]
+    nb = int(np.prod(batch_shape, dtype=np.int64))
+    xr = x.reshape((nb,) + x.shape[b:])
+    ir = idx.reshape((nb,) + idx.shape[b:])
+    k = idx.shape[-1]
+    inner = ir.shape[1:-1]
+    out_tail = x.shape[b + k:]
+    res = np.empty((nb,) + inner + out_tail, dtype=x.dtype)
+    for i in range(nb):
+        ii = ir[i].reshape(-1, k)
+        dims = np.array(xr.shape[1:1 + k])
+        ii = np.where(ii < 0, ii + dims, ii)
+        res[i] = xr[i][tuple(ii.T)].reshape(inner + out_tail)
+    return res.reshape(batch_shape + inner + out_tail)
+
+
+_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+@kernel("ScatterElements", 11, 13, 16, 18)
+def scatter_elements(ctx, x, indices, updates, *, axis, reduction="none"):
+    a = normalize_axis(axis, x.ndim)
+    out = np.array(x, copy=True)
+    idx = np.asarray(indices).astype(np.int64, copy=False)
+    idx = np.where(idx < 0, idx + x.shape[a], idx)
+    grid = list(np.indices(idx.shape, sparse=True))
+    grid[a] = idx
+    key = tuple(np.broadcast_arrays(*grid))
+    if reduction in (None, "none"):
+        out[key] = updates
+    else:
+        _REDUCE[reduction].at(out, key, updates)
+    return out
+
+
+@kernel("Scatter", 9, 11)
+def scatter(ctx, x, indices, updates, *, axis):
+    return scatter_elements(ctx, x, indices, updates, axis=axis)
+
+
+@kernel("ScatterND", 11, 13, 16, 18)
+def scatter_nd(ctx, x, indices, updates, *, reduction="none"):
+    out = np.array(x, copy=True)
+    idx = np.asarray(indices).astype(np.int64, copy=False)
+    k = idx.shape[-1]
+    flat = idx.reshape(-1, k)
+    upd = np.asarray(updates).reshape((flat.shape[0],) + x.shape[k:])
+    if reduction in (None, "none"):
+        for i in range(flat.shape[0]):
+            out[tuple(flat[i])] = upd[i]
+    else:
+        f = _REDUCE[reduction]
+        for i in range(flat.shape[0]):
+            t = tuple(flat[i])
+            out[t] = f(out[t], upd[i])
+    return out
+
+
+@kernel("Expand", 8, 13)
+def expand(ctx, x, shape):
+    dims = _ints(shape)
+    target = np.broadcast_shapes(x.shape, tuple(dims))
+    return np.broadcast_to(x, target)
+
+
+@kernel("Tile", 6, 13)
+def tile(ctx, x, repeats):
+    return np.tile(x, _ints(repeats))
+
+
+def _pad(x, pads, mode, value, axes=None):
+    rank = x.ndim
+    axes = list(range(rank)) if axes is None else list(normalize_axes(axes, rank))
+    n = len(axes)
+    width = [(0, 0)] * rank
+    for i, a in enumerate(axes):
+        width[a] = (int(pads[i]), int(pads[i + n]))
+    # negative pads crop
+    crop = tuple(slice(-b if b < 0 else 0, x.shape[d] + e if e < 0 else None)
+                 for d, (b, e) in enumerate(width))
+    x = x[crop]
+    width = [(max(b, 0), max(e, 0)) for b, e in width]
+    if mode == "constant":
+        v = 0 if value is None else value
+        return np.pad(x, width, mode="constant", constant_values=np.asarray(v).astype(x.dtype))
+    if mode == "reflect":
+        return np.pad(x, width, mode="reflect")
+    if mode == "edge":
+        return np.pad(x, width, mode="edge")
+    if mode == "wrap":
+        return np.pad(x, width, mode="wrap")
+    raise ValueError(f"Pad mode {mode!r} is not one of constant, reflect, edge, wrap")
+
+
+@kernel("Pad", 2)
+def pad_v2(ctx, x, *, pads, mode, value):
+    return _pad(x, pads, mode, value)
+
+
+@kernel("Pad", 11, 13, 18, 19, 21, 23, 24, 25)
+def pad_v11(ctx, x, pads, constant_value=None, axes=None, *, mode):
+    v = None if constant_value is None or np.size(constant_value) == 0 else np.asarray(constant_value).reshape(-1)[0]
+    return _pad(x, _ints(pads), mode, v, None if axes is None else _ints(axes))
+
+
+@kernel("Range", 11, 27)
+def range_(ctx, start, limit, delta):
+    s, l, d = (np.asarray(v).reshape(()) for v in (start, limit, delta))
+    n = max(int(np.ceil((l.item() - s.item()) / d.item())), 0)
+    return (s + np.arange(n, dtype=s.dtype) * d).astype(s.dtype)
+
+
+@kernel("Trilu", 14)
+def trilu(ctx, x, k=None, *, upper):
+    kk = 0 if k is None else int(np.asarray(k).reshape(-1)[0])
+    return np.triu(x, kk) if upper else np.tril(x, kk)
+
+
+def _topk(x, k, axis, largest, sorted_):
+    a = normalize_axis(axis, x.ndim)
+    if x.dtype.kind == "f":
+        key = -x if largest else x
+    else:
+        key = -x.astype(np.float64) if largest else x
+    idx = np.argsort(key, axis=a, kind="stable")
+    idx = np.take(idx, np.arange(k), axis=a)
+    vals = np.take_along_axis(x, idx, axis=a)
+    return vals, idx.astype(np.int64)
+
+
+@kernel("TopK", 1)
+def topk_v1(ctx, x, *, axis, k):
+    return _topk(x, k, axis, True, True)
+
+
+@kernel("TopK", 10)
+def topk_v10(ctx, x, k, *, axis):
+    return _topk(x, int(np.asarray(k).reshape(-1)[0]), axis, True, True)
+
+
+@kernel("TopK", 11, 24)
+def topk_v11(ctx, x, k, *, axis, largest, sorted):
+    return _topk(x, int(np.asarray(k).reshape(-1)[0]), axis, bool(largest), bool(sorted))
+
+
+@kernel("NonZero", 9, 13)
+def nonzero(ctx, x):
+    if x.ndim == 0:
+        return np.zeros((0, int(bool(x))), np.int64) if not x else np.zeros((0, 1), np.int64)
+    return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
+
+
+@kernel("OneHot", 9, 11)
+def onehot(ctx, indices, depth, values, *, axis):
+    d = int(np.asarray(depth).reshape(-1)[0])
+    idx = np.asarray(indices).astype(np.int64)
+    idx = np.where(idx < 0, idx + d, idx)
+    rank = idx.ndim + 1
+    a = normalize_axis(axis, rank)
+    eye = (idx[..., None] == np.arange(d))
+    eye = np.moveaxis(eye, -1, a)
+    off, on = np.asarray(values).reshape(-1)[:2]
+    return np.where(eye, on, off).astype(values.dtype)
+
+
+@kernel("Compress", 9, 11)
+def compress(ctx, x, condition, *, axis=None):
+    cond = np.asarray(condition).astype(bool).reshape(-1)
+    if axis is None:
+        flat = x.reshape(-1)
+        return flat[:len(cond)][cond[:flat.size]]
+    a = normalize_axis(axis, x.ndim)
+    return np.compress(cond, x, axis=a)
+
+
+@kernel("Unique", 11)
+def unique(ctx, x, *, axis=None, sorted=1):
+    if axis is None:
+        data = x.reshape(-1)
+        u, first, inv, counts = np.unique(data, return_index=True, return_inverse=True, return_counts=True)
+        ax = None
+    else:
+        ax = normalize_axis(axis, x.ndim)
+        u, first, inv, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True, axis=ax)
+    inv = np.asarray(inv).reshape(-1)
+    if not sorted:
+        order = np.argsort(first, kind="stable")
+        rank = np.empty_like(order)
+        rank[order] = np.arange(len(order))
+        u = np.take(u, order, axis=0 if ax is None else ax)
+        first, counts, inv = first[order], counts[order], rank[inv]
+    return (u, first.astype(np.int64), inv.astype(np.int64), counts.astype(np.int64))
+
+
+@kernel("DepthToSpace", 11, 13)
+def depth_to_space(ctx, x, *, blocksize, mode):
+    b, c, h, w = x.shape
+    bs = blocksize
+    if mode == "DCR":
+        t = x.reshape(b, bs, bs, c // (bs * bs), h, w).transpose(0, 3, 4, 1, 5, 2)
+    else:
+        t = x.reshape(b, c // (bs * bs), bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
+    return t.reshape(b, c // (bs * bs), h * bs, w * bs)
+
+
+@kernel("DepthToSpace", 1)
+def depth_to_space_v1(ctx, x, *, blocksize):
+    return depth_to_space(ctx, x, blocksize=blocksize, mode="DCR")
+
+
+@kernel("SpaceToDepth", 1, 13)
+def space_to_depth(ctx, x, *, blocksize):
+    b, c, h, w = x.shape
+    bs = blocksize
+    t = x.reshape(b, c, h // bs, bs, w // bs, bs).transpose(0, 3, 5, 1, 2, 4)
+    return t.reshape(b, c * bs * bs, h // bs, w // bs)
+
+
+@kernel("EyeLike", 9, 22)
+def eye_like(ctx, x, *, dtype=None, k=0):
+    if dtype is None:
+        dt = x.dtype
+    elif ctx.output_dtypes and ctx.output_dtypes[0] is not None:
+        dt = ctx.output_dtypes[0]
+    else:
+        dt = _ELEM.get(dtype)
+        if dt is None:
+            raise ValueError(f"EyeLike dtype {dtype} is not supported")
+    return np.eye(x.shape[0], x.shape[1], k=k, dtype=dt)
+
+
+@kernel("ReverseSequence", 10)
+def reverse_sequence(ctx, x, sequence_lens, *, batch_axis, time_axis):
+    out = np.array(x, copy=True)
+    for bi, n in enumerate(np.asarray(sequence_lens).reshape(-1).tolist()):
+        src = [slice(None)] * x.ndim
+        src[batch_axis] = bi
+        src[time_axis] = slice(0, n)
+        dst = list(src)
+        dst[time_axis] = slice(n - 1, None, -1) if n > 0 else slice(0, 0)
+        out[tuple(src)] = x[tuple(dst)]
+    return out
+
+
+@kernel("Einsum", 12)
+def einsum(ctx, *xs, equation):
+    eq = equation.replace(" ", "")
+    r = np.einsum(eq, *xs, optimize=len(xs) > 2)
+    return np.asarray(r).astype(xs[0].dtype, copy=False)
