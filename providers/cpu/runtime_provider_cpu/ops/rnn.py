@@ -1,1 +1,239 @@
-"""CPU kernels: rnn."""
+"""CPU kernels: LSTM, GRU and RNN (all directions, sequence lengths, layouts).
+
+The input projection of every time step is one matmul; only the recurrence loops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..registry import kernel
+
+
+def _sigmoid(x, a, b):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+_ACT = {
+    "sigmoid": (0, _sigmoid),
+    "tanh": (0, lambda x, a, b: np.tanh(x)),
+    "relu": (0, lambda x, a, b: np.maximum(x, 0)),
+    "affine": (2, lambda x, a, b: a * x + b),
+    "leakyrelu": (1, lambda x, a, b: np.where(x >= 0, x, a * x)),
+    "thresholdedrelu": (1, lambda x, a, b: np.where(x > a, x, 0)),
+    "scaledtanh": (2, lambda x, a, b: a * np.tanh(b * x)),
+    "hardsigmoid": (2, lambda x, a, b: np.clip(a * x + b, 0, 1)),
+    "elu": (1, lambda x, a, b: np.where(x >= 0, x, a * (np.exp(x) - 1))),
+    "softsign": (0, lambda x, a, b: x / (1 + np.abs(x))),
+    "softplus": (0, lambda x, a, b: np.log1p(np.exp(x))),
+}
+_ACT_DEFAULTS = {"affine": (1.0, 0.0), "leakyrelu": (0.01, 0.0), "thresholdedrelu": (1.0, 0.0),
+                 "scaledtanh": (1.0, 1.0), "hardsigmoid": (0.2, 0.5), "elu": (1.0, 0.0)}
+
+
+def _activations(names, alphas, betas, defaults, num_dir):
+    names = list(names) if names else list(defaults) * num_dir
+    if len(names) == len(defaults) and num_dir == 2:
+        names = names * 2
+    alphas = list(alphas or [])
+    betas = list(betas or [])
+    fns = []
+    ai = bi = 0
+    for n in names:
+        key = n.lower()
+        if key not in _ACT:
+            raise ValueError(f"activation {n!r} is not supported (supported: {', '.join(sorted(_ACT))})")
+        nparams, fn = _ACT[key]
+        a, b = _ACT_DEFAULTS.get(key, (0.0, 0.0))
+        if nparams >= 1 and ai < len(alphas):
+            a = alphas[ai]
+            ai += 1
+        if nparams >= 2 and bi < len(betas):
+            b = betas[bi]
+            bi += 1
+        fns.append((fn, a, b))
+    return fns
+
+
+def _check_acts(defaults):
+    def check(node):
+        names = node.attrs.get("activations") or []
+        bad = [n for n in names if n.lower() not in _ACT]
+        if bad:
+            return f"activation(s) {', '.join(bad)} are not implemented"
+        return None
+    return check
+
+
+def _prep(x, layout, seq_lens):
+    if layout == 1:
+        x = np.swapaxes(x, 0, 1)
+    seq, batch = x.shape[0], x.shape[1]
+    lens = None if seq_lens is None else np.asarray(seq_lens).astype(np.int64).reshape(-1)
+    if lens is not None and np.all(lens == seq):
+        lens = None
+    return x, seq, batch, lens
+
+
+def _finish(ys, hs, cs, layout, wanted):
+    # ys: [num_dir][seq, batch, H] -> Y [seq, num_dir, batch, H]
+    y = np.stack(ys, axis=1) if wanted[0] else None
+    yh = np.stack(hs, axis=0)
+    yc = np.stack(cs, axis=0) if cs is not None else None
+    if layout == 1:
+        if y is not None:
+            y = np.transpose(y, (2, 0, 1, 3))
+        yh = np.swapaxes(yh, 0, 1)
+        if yc is not None:
+            yc = np.swapaxes(yc, 0, 1)
+    return y, yh, yc
+
+
+def _directions(direction):
+    if direction == "forward":
+        return [False]
+    if direction == "reverse":
+        return [True]
+    if direction == "bidirectional":
+        return [False, True]
+    raise ValueError(f"direction {direction!r} is not forward, reverse or bidirectional")
+
+
+def _run(x, lens, reverse, step, h0, extra0, dtype):
+    """Loop over time; ``step(t, h, extra) -> (h, extra)``; masked by sequence lengths."""
+    seq = x.shape[0]
+    h, extra = h0, extra0
+    ys = np.zeros((seq,) + h0.shape, dtype=dtype)
+    order = range(seq - 1, -1, -1) if reverse else range(seq)
+    for t in order:
+        nh, nextra = step(t, h, extra)
+        if lens is not None:
+            valid = (t < lens)[:, None]
+            nh = np.where(valid, nh, h)
+            if nextra is not None:
+                nextra = np.where(valid, nextra, extra)
+            ys[t] = np.where(valid, nh, 0)
+        else:
+            ys[t] = nh
+        h, extra = nh, nextra
+    return ys, h, extra
+
+
+def _lstm(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=None, P=None, *,
+          activation_alpha=None, activation_beta=None, activations=None, clip=None, direction="forward",
+          hidden_size=None, input_forget=0, layout=0):
+    dt = X.dtype
+    x, seq, batch, lens = _prep(X, layout, sequence_lens)
+    H = R.shape[-1]
+    dirs = _directions(direction)
+    acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh", "Tanh"], len(dirs))
+    if layout == 1:
+        initial_h = None if initial_h is None else np.swapaxes(initial_h, 0, 1)
+        initial_c = None if initial_c is None else np.swapaxes(initial_c, 0, 1)
+    ys, hs, cs = [], [], []
+    for d, rev in enumerate(dirs):
+        (f, fa, fb), (g, ga, gb), (hh, ha, hb) = acts[3 * d:3 * d + 3]
+        b = np.zeros(8 * H, dt) if B is None else B[d]
+        xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, 4 * H) + (b[:4 * H] + b[4 * H:])
+        rt = R[d].T
+        p = np.zeros(3 * H, dt) if P is None else P[d]
+        pi, po, pf = p[:H], p[H:2 * H], p[2 * H:]
+        h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
+        c0 = np.zeros((batch, H), dt) if initial_c is None else initial_c[d]
+
+        def step(t, h, c, xw=xw, rt=rt, pi=pi, po=po, pf=pf, f=f, fa=fa, fb=fb, g=g, ga=ga, gb=gb,
+                 hh=hh, ha=ha, hb=hb):
+            gates = xw[t] + h @ rt
+            if clip is not None:
+                gates = np.clip(gates, -clip, clip)
+            i_, o_, f_, c_ = gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:3 * H], gates[:, 3 * H:]
+            i = f(i_ + pi * c, fa, fb)
+            fg = 1 - i if input_forget else f(f_ + pf * c, fa, fb)
+            cn = fg * c + i * g(c_, ga, gb)
+            o = f(o_ + po * cn, fa, fb)
+            return (o * hh(cn, ha, hb)).astype(dt, copy=False), cn.astype(dt, copy=False)
+
+        y, h, c = _run(xw, lens, rev, step, h0, c0, dt)
+        ys.append(y)
+        hs.append(h)
+        cs.append(c)
+    return _finish(ys, hs, cs, layout, ctx.outputs_wanted)
+
+
+@kernel("LSTM", 7, 14, 22, check=_check_acts(None), dtypes={"float32", "float64", "float16"})
+def lstm(ctx, *args, **kw):
+    return _lstm(ctx, *args, **kw)
+
+
+@kernel("GRU", 7, 14, 22, check=_check_acts(None), dtypes={"float32", "float64", "float16"})
+def gru(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+        activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None,
+        layout=0, linear_before_reset=0):
+    dt = X.dtype
+    x, seq, batch, lens = _prep(X, layout, sequence_lens)
+    H = R.shape[-1]
+    dirs = _directions(direction)
+    acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], len(dirs))
+    if layout == 1 and initial_h is not None:
+        initial_h = np.swapaxes(initial_h, 0, 1)
+    ys, hs = [], []
+    for d, rev in enumerate(dirs):
+        (f, fa, fb), (g, ga, gb) = acts[2 * d:2 * d + 2]
+        b = np.zeros(6 * H, dt) if B is None else B[d]
+        wb, rb = b[:3 * H], b[3 * H:]
+        xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, 3 * H) + wb
+        rz_r = R[d][:2 * H].T
+        rh = R[d][2 * H:].T
+        h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
+
+        def step(t, h, _, xw=xw, rz_r=rz_r, rh=rh, rb=rb, f=f, fa=fa, fb=fb, g=g, ga=ga, gb=gb):
+            zr = xw[t][:, :2 * H] + h @ rz_r + rb[:2 * H]
+            if clip is not None:
+                zr = np.clip(zr, -clip, clip)
+            z = f(zr[:, :H], fa, fb)
+            r = f(zr[:, H:], fa, fb)
+            if linear_before_reset:
+                hpre = xw[t][:, 2 * H:] + r * (h @ rh + rb[2 * H:])
+            else:
+                hpre = xw[t][:, 2 * H:] + (r * h) @ rh + rb[2 * H:]
+            if clip is not None:
+                hpre = np.clip(hpre, -clip, clip)
+            ht = g(hpre, ga, gb)
+            return ((1 - z) * ht + z * h).astype(dt, copy=False), None
+
+        y, h, _ = _run(xw, lens, rev, step, h0, None, dt)
+        ys.append(y)
+        hs.append(h)
+    y, yh, _ = _finish(ys, hs, None, layout, ctx.outputs_wanted)
+    return y, yh
+
+
+@kernel("RNN", 7, 14, 22, check=_check_acts(None), dtypes={"float32", "float64", "float16"})
+def rnn(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_alpha=None,
+        activation_beta=None, activations=None, clip=None, direction="forward", hidden_size=None, layout=0):
+    dt = X.dtype
+    x, seq, batch, lens = _prep(X, layout, sequence_lens)
+    H = R.shape[-1]
+    dirs = _directions(direction)
+    acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], len(dirs))
+    if layout == 1 and initial_h is not None:
+        initial_h = np.swapaxes(initial_h, 0, 1)
+    ys, hs = [], []
+    for d, rev in enumerate(dirs):
+        (f, fa, fb) = acts[d]
+        b = np.zeros(2 * H, dt) if B is None else B[d]
+        xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, H) + (b[:H] + b[H:])
+        rt = R[d].T
+        h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
+
+        def step(t, h, _, xw=xw, rt=rt, f=f, fa=fa, fb=fb):
+            pre = xw[t] + h @ rt
+            if clip is not None:
+                pre = np.clip(pre, -clip, clip)
+            return f(pre, fa, fb).astype(dt, copy=False), None
+
+        y, h, _ = _run(xw, lens, rev, step, h0, None, dt)
+        ys.append(y)
+        hs.append(h)
+    y, yh, _ = _finish(ys, hs, None, layout, ctx.outputs_wanted)
+    return y, yh

@@ -1,0 +1,132 @@
+"""LSTM / GRU / RNN against onnxruntime: directions, layouts, lengths, states, options."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from oracle import check_node
+
+rng = np.random.default_rng(3)
+SEQ, BATCH, IN, H = 5, 3, 4, 6
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def weights(op, ndir, dtype, bias=True, peep=False):
+    g = GATES[op]
+    init = {"W": (rng.standard_normal((ndir, g * H, IN)) * 0.5).astype(dtype),
+            "R": (rng.standard_normal((ndir, g * H, H)) * 0.5).astype(dtype)}
+    if bias:
+        init["B"] = (rng.standard_normal((ndir, 2 * g * H)) * 0.1).astype(dtype)
+    return init
+
+
+CASES = [c for c in itertools.product(["LSTM", "GRU", "RNN"], ["forward", "reverse", "bidirectional"], [0, 1],
+                                     [True, False], [7, 14, 22])
+         if not (c[2] == 1 and c[4] < 14)]  # the layout attribute exists from opset 14
+
+
+@pytest.mark.parametrize("op,direction,layout,lens,opset", CASES)
+def test_recurrent(op, direction, layout, lens, opset):
+    ndir = 2 if direction == "bidirectional" else 1
+    x = rng.standard_normal((SEQ, BATCH, IN) if layout == 0 else (BATCH, SEQ, IN)).astype(np.float32)
+    init = weights(op, ndir, np.float32)
+    names = ["W", "R", "B"]
+    if lens:
+        init["seq"] = np.array([5, 2, 4], np.int32)
+        names.append("seq")
+        hshape = (ndir, BATCH, H) if layout == 0 else (BATCH, ndir, H)
+        init["h0"] = rng.standard_normal(hshape).astype(np.float32)
+        names.append("h0")
+        if op == "LSTM":
+            init["c0"] = rng.standard_normal(hshape).astype(np.float32)
+            names.append("c0")
+    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    kw = {"direction": direction, "hidden_size": H}
+    if opset >= 14:
+        kw["layout"] = layout
+    ordered = {k: init[k] for k in names}
+    if layout == 0:
+        check_node(op, {"x": x}, outs, opset=opset, initializers=ordered, rtol=1e-4, atol=1e-5, **kw)
+        return
+    # onnxruntime has no layout=1: compare with its layout-0 result on transposed tensors
+    from oracle import assert_close, run_oracle, run_ours
+
+    ours, _ = run_ours(_model(op, x, ordered, outs=outs, opset=opset, **kw), {"x": x})
+    t0 = {k: (np.swapaxes(v, 0, 1) if k in ("h0", "c0") else v) for k, v in ordered.items()}
+    kw0 = dict(kw, layout=0)
+    x0 = np.swapaxes(x, 0, 1).copy()
+    ref = run_oracle(_model(op, x0, t0, outs=outs, opset=opset, **kw0), {"x": x0})
+    ref = [np.transpose(ref[0], (2, 0, 1, 3))] + [np.swapaxes(r, 0, 1) for r in ref[1:]]
+    assert_close(ours, ref, rtol=1e-4, atol=1e-5)
+
+
+def _model(op, x, init, outs=("Y", "Y_h"), opset=14, **kw):
+    from onnx import helper
+
+    from oracle import make_model
+
+    kw.setdefault("hidden_size", H)
+    node = helper.make_node(op, ["x"] + list(init), list(outs), **kw)
+    return make_model([node], {"x": x}, list(outs), opset=opset, initializers=init)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_activations_and_clip(op):
+    # float32: onnxruntime is the oracle (the reference evaluator ignores custom activations)
+    x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
+    init = weights(op, 1, np.float32)
+    acts = {"LSTM": ["HardSigmoid", "LeakyRelu", "Tanh"], "GRU": ["Sigmoid", "Softsign"],
+            "RNN": ["Relu"]}[op]
+    kw = {"activations": acts, "clip": 1.5, "hidden_size": H}
+    if op == "LSTM":
+        kw["activation_alpha"] = [0.3, 0.05]
+        kw["activation_beta"] = [0.4]
+    check_node(op, {"x": x}, ["Y", "Y_h"], opset=14, initializers=init, rtol=1e-4, atol=1e-5, **kw)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_float64_matches_float32(op):
+    from oracle import run_ours
+
+    x = rng.standard_normal((SEQ, BATCH, IN))
+    init64 = weights(op, 2, np.float64)
+    outs = []
+    for dt in (np.float64, np.float32):
+        init = {k: v.astype(dt) for k, v in init64.items()}
+        m = _model(op, x.astype(dt), init, direction="bidirectional")
+        outs.append(run_ours(m, {"x": x.astype(dt)})[0])
+    assert outs[0][0].dtype == np.float64
+    np.testing.assert_allclose(outs[0][0], outs[1][0], rtol=1e-4, atol=1e-5)
+
+
+def test_lstm_peepholes_and_input_forget():
+    x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
+    init = weights("LSTM", 1, np.float32)
+    init["seq"] = np.array([], np.int32)  # placeholder removed below
+    del init["seq"]
+    names = dict(init)
+    names[""] = None
+    for_node = {"W": init["W"], "R": init["R"], "B": init["B"]}
+    p = (rng.standard_normal((1, 3 * H)) * 0.3).astype(np.float32)
+    from onnx import helper
+
+    from oracle import assert_close, make_model, run_oracle, run_ours
+    for input_forget in (0, 1):
+        node = helper.make_node("LSTM", ["x", "W", "R", "B", "", "", "", "P"], ["Y", "Y_h", "Y_c"],
+                                hidden_size=H, input_forget=input_forget)
+        m = make_model([node], {"x": x}, ["Y", "Y_h", "Y_c"], opset=14, initializers={**for_node, "P": p})
+        ours, _ = run_ours(m, {"x": x})
+        assert_close(ours, run_oracle(m, {"x": x}), rtol=1e-4, atol=1e-5)
+
+
+def test_gru_linear_before_reset():
+    x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
+    check_node("GRU", {"x": x}, ["Y", "Y_h"], opset=14, initializers=weights("GRU", 2, np.float32),
+               hidden_size=H, direction="bidirectional", linear_before_reset=1, rtol=1e-4, atol=1e-5)
+
+
+def test_only_final_state_wanted():
+    x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
+    check_node("LSTM", {"x": x}, ["", "Y_h"], opset=14, initializers=weights("LSTM", 1, np.float32),
+               hidden_size=H, rtol=1e-4, atol=1e-5)
