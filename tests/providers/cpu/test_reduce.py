@@ -179,7 +179,7 @@ def test_reduce_axes_at_run_time(op, axes):
     shape = [1 if (i in axes or i - 3 in axes or not axes) else d for i, d in enumerate(x.shape)]
     model = typed_model(helper.make_node(op, ["x", "axes"], ["y"]), {"x": x, "axes": ax}, F32, shape,
                         axes_input_since(op))
-    ours, sess = run_ours(model, {"x": x, "axes": ax})
+    ours, _ = run_ours(model, {"x": x, "axes": ax})
     assert_close(ours, run_oracle(model, {"x": x, "axes": ax}))
 
 

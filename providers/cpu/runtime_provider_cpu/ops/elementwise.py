@@ -308,7 +308,13 @@ def _hard_swish(x):
 
 
 def _softplus(x):
-    return np.logaddexp(x.dtype.type(0), x)
+    # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)): stable, and far faster than np.logaddexp
+    y = np.abs(x)
+    np.negative(y, out=y)
+    np.exp(y, out=y)
+    np.log1p(y, out=y)
+    y += np.maximum(x, x.dtype.type(0))
+    return y
 
 
 def _softsign(x):
@@ -322,7 +328,10 @@ def _thresholded(x, alpha):
 
 
 def _mish(x):
-    return x * np.tanh(np.logaddexp(x.dtype.type(0), x))
+    y = _softplus(x)
+    np.tanh(y, out=y)
+    y *= x
+    return y
 
 
 def _swish(x, alpha):

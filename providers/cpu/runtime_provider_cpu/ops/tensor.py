@@ -83,7 +83,9 @@ def reshape(ctx, x, shape, *, allowzero=0):
 
 @kernel("Flatten", 1, 9, 11, 13, 21, 23, 24, 25)
 def flatten(ctx, x, *, axis):
-    a = normalize_axis(axis, x.ndim + 1) if axis < 0 else axis
+    a = axis + x.ndim if axis < 0 else axis  # Flatten's axis lies in [-r, r]
+    if not 0 <= a <= x.ndim:
+        raise ValueError(f"Flatten axis {axis} is out of range for rank {x.ndim}")
     lead = int(np.prod(x.shape[:a], dtype=np.int64))
     return x.reshape(lead, -1) if x.size else x.reshape(lead, int(np.prod(x.shape[a:], dtype=np.int64)))
 
