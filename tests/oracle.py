@@ -45,7 +45,8 @@ def make_model(nodes, inputs: dict, outputs, *, opset: int = 17, initializers: d
     if any(not o.type.WhichOneof("value") for o in m.graph.output):
         inferred = onnx.shape_inference.infer_shapes(m)  # fills the untyped graph outputs
         for o, io in zip(m.graph.output, inferred.graph.output):
-            if not o.type.WhichOneof("value") and io.type.WhichOneof("value"):
+            has_shape = io.type.HasField("tensor_type") and io.type.tensor_type.HasField("shape")
+            if not o.type.WhichOneof("value") and has_shape:  # the checker needs a shape field
                 o.type.CopyFrom(io.type)
     if any(not o.type.WhichOneof("value") for o in m.graph.output):
         _type_outputs_with_ort(m)
