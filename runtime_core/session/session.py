@@ -7,9 +7,11 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx
 
 from ..errors import (
+    ExecutionError,
     FallbackRefusedError,
     PluginError,
     ProviderOptionsError,
@@ -135,6 +137,8 @@ class InferenceSession:
                                          type_string(v.type), type_kind(v.type) == "optional")
                        for v in feed_vis}
         self._output_names = graph.output_names
+        self._output_dtypes = {v.name: dtype_of(v.type) for v in graph.outputs
+                               if type_kind(v.type) == "tensor"}
 
         disabled = {s.strip() for s in (opts.get_config(DISABLE_OPTIMIZERS, "") or "").split(",") if s.strip()}
         self.optimizations = optimize(graph, int(opts.graph_optimization_level), disabled)
@@ -252,4 +256,12 @@ class InferenceSession:
         feeds = validate_feeds(input_feed, self._specs)
         _apply_blas_threads(int(self._sess_options.intra_op_num_threads or 0))
         outs = self._plan.run(feeds, names)
+        for name, value in zip(names, outs):
+            want = self._output_dtypes.get(name)
+            got = getattr(value, "dtype", None)
+            if want is not None and got is not None and got != want and not (
+                    want == np.dtype(object) and got.kind in "OUS"):
+                # the model declares a type its nodes do not produce (onnxruntime refuses such models)
+                raise ExecutionError(f"output {name!r} is declared {want} by the model, but its producer "
+                                     f"computed {got}; the model's output type is wrong")
         return outs

@@ -224,3 +224,16 @@ def test_failed_run_leaves_the_session_usable():
     with pytest.raises(InputShapeError):
         s.run(None, {"image": np.zeros((1, 1, 27, 28), np.float32)})
     np.testing.assert_array_equal(s.run(None, {"image": img})[0], ok)
+
+
+def test_output_declared_with_a_wrong_type_is_an_error_not_a_silent_result():
+    from runtime_core.errors import ExecutionError
+
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 9
+    s = rt.InferenceSession(m.SerializeToString())
+    with pytest.raises(ExecutionError, match=r"'y' is declared float64.*float32"):
+        s.run(None, {"x": np.ones(2, np.float32)})
