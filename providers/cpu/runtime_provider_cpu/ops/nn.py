@@ -50,19 +50,6 @@ def _in_dtype(node, i=0):
     return None if info is None or info.dtype is None else np.dtype(info.dtype)
 
 
-def _in_shape(node, i=0):
-    info = node.input_info[i] if len(node.input_info) > i else None
-    return None if info is None else info.shape
-
-
-def _const(node, i):
-    """The constant value of input ``i`` (initializer), else ``None``."""
-    if len(node.inputs) <= i or not node.inputs[i]:
-        return None
-    info = node.input_info[i]
-    return None if info is None else getattr(info, "const", None)
-
-
 # ---------------------------------------------------------------------------------------
 # MatMul / Gemm
 # ---------------------------------------------------------------------------------------
@@ -196,12 +183,14 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe):
     elif Cg == 1 and group > 1:
         # depthwise (channel multiplier Mg): one multiply-add per kernel tap
         wk = w.reshape(group, Mg, K)
-        y = np.zeros((N, group, Mg, *out), dtype=x.dtype)
-        tmp = None
+        y = tmp = None
         for kidx, offs in enumerate(np.ndindex(*ks)):
             sl = xp[(slice(None), slice(None)) + tuple(
                 _tap_slice(offs[i] * dilations[i], strides[i], out[i]) for i in range(nd))]
             wv = wk[:, :, kidx].reshape((1, group, Mg) + (1,) * nd)
+            if y is None:
+                y = np.multiply(sl[:, :, None], wv)
+                continue
             tmp = np.multiply(sl[:, :, None], wv, out=tmp)
             y += tmp
     else:
@@ -573,7 +562,8 @@ def _bn_apply(x, scale, b, mean, var, epsilon, param_shape):
     cd = _cdtype(dt)
     inv = _as(scale, cd) / np.sqrt(_as(var, cd) + cd.type(epsilon))
     shift = _as(b, cd) - _as(mean, cd) * inv
-    y = _as(x, cd) * inv.reshape(param_shape) + shift.reshape(param_shape)
+    y = _as(x, cd) * inv.reshape(param_shape)
+    y += shift.reshape(param_shape)
     return _as(y, dt)
 
 
@@ -658,13 +648,13 @@ def layer_norm(ctx, x, scale, b=None, *, axis, epsilon, stash_type):
     xc = _as(x, cd)
     mean = xc.mean(axis=axes, keepdims=True)
     d = xc - mean
-    var = np.mean(d * d, axis=axes, keepdims=True)
+    var = np.mean(np.square(d), axis=axes, keepdims=True)
     inv = cd.type(1) / np.sqrt(var + cd.type(epsilon))
-    y = d * inv
-    y = y * _as(scale, cd)
+    d *= inv  # d is ours: normalise, scale and shift in place
+    d *= _as(scale, cd)
     if b is not None:
-        y = y + _as(b, cd)
-    y = _as(y, dt)
+        d += _as(b, cd)
+    y = _as(d, dt)
     if ctx.n_outputs == 1:
         return y
     od = ctx.output_dtypes
@@ -683,12 +673,8 @@ def _gn_core(x, num_groups, epsilon, cd):
     return d / np.sqrt(var + cd.type(epsilon))  # [N, G, C/G * spatial]
 
 
-def group_norm_18(ctx, x, scale, bias, *, epsilon, num_groups):
-    # opset 18: scale and bias are per group, shape (num_groups)
-    cd = _cdtype(x.dtype)
-    xn = _gn_core(x, num_groups, epsilon, cd)
-    y = xn * _as(scale, cd).reshape(1, num_groups, 1) + _as(bias, cd).reshape(1, num_groups, 1)
-    return _as(y.reshape(x.shape), x.dtype)
+# GroupNormalization-18 (scale/bias per group) is not registered: onnx marks that schema
+# deprecated, so the ONNX checker the core runs rejects every model that uses it.
 
 
 @kernel("GroupNormalization", 21, dtypes=_FLOAT, check=_stash_check)
@@ -791,11 +777,6 @@ def hardmax_13(ctx, x, *, axis):
 # Dropout
 # ---------------------------------------------------------------------------------------
 
-def _mask_dtype(ctx, default):
-    od = ctx.output_dtypes
-    return od[1] if len(od) > 1 and od[1] is not None else np.dtype(default)
-
-
 def _dropout7_check(node):
     if len(node.outputs) > 1 and node.outputs[1]:
         return (f"Dropout-{node.since_version} mask output is not implemented (its inference-mode value "
@@ -803,20 +784,10 @@ def _dropout7_check(node):
     return None
 
 
-@kernel("Dropout", 7, check=_dropout7_check)
+@kernel("Dropout", 7, 10, check=_dropout7_check)
 def dropout_7(ctx, data, *, ratio):
-    # inference: identity; opset 7-9 type the mask like the data
-    if ctx.n_outputs < 2:
-        return data
-    mask = np.ones(data.shape, dtype=_mask_dtype(ctx, data.dtype)) if ctx.outputs_wanted[1] else None
-    return data, mask
-
-
-@kernel("Dropout", 10, check=_dropout7_check)
-def dropout_10(ctx, data, *, ratio):
-    if ctx.n_outputs < 2:
-        return data
-    return data, (np.ones(data.shape, dtype=bool) if ctx.outputs_wanted[1] else None)
+    # inference: identity (the mask output, when declared, is never requested: see the check)
+    return (data,) + (None,) * (ctx.n_outputs - 1) if ctx.n_outputs > 1 else data
 
 
 @kernel("Dropout", 12, 13, 22)
@@ -877,12 +848,8 @@ def _resize_check(node):
         return (f"{node.op_type}: mode {mode!r} on {dt.name} is not implemented (the spec leaves the "
                 "rounding of interpolated integers open); float16/float32/float64 are, and mode "
                 "'nearest' takes every type")
-    if dt is not None and dt.kind not in "iuf":
-        return f"{node.op_type} on {dt.name} is not implemented (numeric tensors only)"
-    axes = _attr(node, "axes", None)
-    if v >= 18 and _attr(node, "keep_aspect_ratio_policy", "stretch") != "stretch" and axes and len(axes) == 1:
-        return ("Resize: keep_aspect_ratio_policy other than 'stretch' over a single axis is not "
-                "implemented")
+    if dt is not None and dt.kind not in "biufcOUS":
+        return f"{node.op_type} on {dt.name} is not implemented"
     return None
 
 
@@ -1026,10 +993,12 @@ def _resize_core(x, out_shape, scales, roi, mode, ctm, nearest_mode, cubic_a, ex
         out_of_range = ((xo < 0) | (xo > _F32(n_in - 1))) if crop else None
         axes_info.append((ax, n_in, n_out, scales[ax], xo, out_of_range))
     if mode == "nearest":
-        index = [np.arange(n) for n in x.shape]
-        for ax, n_in, n_out, sc, xo, _ in axes_info:
-            index[ax] = np.clip(_nearest_index(xo, nearest_mode, sc), 0, n_in - 1)
-        y = x[np.ix_(*index)]
+        # one gather per resized axis (shrinking axes first): contiguous takes beat one N-D fancy index
+        y = x
+        for ax, n_in, n_out, sc, xo, _ in sorted(axes_info, key=lambda a: a[2] / a[1]):
+            y = np.take(y, np.clip(_nearest_index(xo, nearest_mode, sc), 0, n_in - 1), axis=ax)
+        if y is x:
+            y = x.copy()
     else:
         dt = x.dtype
         cd = _cdtype(dt)
