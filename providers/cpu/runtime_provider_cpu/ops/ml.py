@@ -176,25 +176,52 @@ class _Forest:
 
     __slots__ = ("feat", "thr", "base1", "bits", "nan_true", "is_branch", "same_mode", "has_nan_true",
                  "slot", "roots", "depth", "n_targets", "agg", "W", "H", "W1", "max_feature",
-                 "thr_dtype", "groups", "const_has", "n_trees")
+                 "thr_dtype", "groups", "const_has", "n_trees", "packed")
+
+    def _cond(self, v, th, node_bits, node_nan):
+        mode = self.same_mode
+        if mode == _LEQ:
+            cond = v <= th
+        elif mode == _LT:
+            cond = v < th
+        elif mode == _GTE:
+            cond = v >= th
+        elif mode == _GT:
+            cond = v > th
+        elif mode == _EQ:
+            cond = v == th
+        elif mode == _NEQ:
+            cond = v != th
+        else:
+            code = (v < th).view(np.uint8) | ((v == th).view(np.uint8) << 1) | (
+                (v > th).view(np.uint8) << 2)
+            cond = (node_bits() & code) != 0
+        if self.has_nan_true:
+            cond |= node_nan() & np.isnan(v)
+        return cond
 
     def leaves(self, X: np.ndarray) -> np.ndarray:
         """Leaf slot reached by every row in every tree: ``(n_trees, N)`` intp."""
         n, c = X.shape
-        t = self.roots.shape[0]
-        m = n * t
-        idx = np.repeat(self.roots, n)
-        if self.depth == 0 or m == 0:
-            return self.slot[idx].reshape(t, n)
+        roots = self.roots
+        t = roots.shape[0]
+        if self.depth == 0 or n * t == 0:
+            return np.broadcast_to(self.slot[roots][:, None], (t, n)).copy()
+        # level 0: every row of a tree is at its root, a broadcast comparison
+        v = X[:, self.feat[roots]].T
+        cond = self._cond(v, self.thr[roots][:, None], lambda: self.bits[roots][:, None],
+                          lambda: self.nan_true[roots][:, None])
+        idx = (self.base1[roots][:, None] - cond).reshape(-1)
         flat = X.reshape(-1)
         rowoff = np.tile(np.arange(n, dtype=np.intp) * c, t)
-        feat, thr, base1 = self.feat, self.thr, self.base1
-        mode = self.same_mode
+        thr, is_branch = self.thr, self.is_branch
+        packed = self.packed
+        feat, base1 = self.feat, self.base1
         out = None
         pos = None
-        for level in range(self.depth):
+        for level in range(1, self.depth):
             if level >= 3 and level % 2 == 1:
-                act = self.is_branch[idx]
+                act = is_branch[idx]
                 k = int(np.count_nonzero(act))
                 if k == 0:
                     break
@@ -207,27 +234,19 @@ class _Forest:
                         pos = pos[act]
                     idx = idx[act]
                     rowoff = rowoff[act]
-            v = flat[rowoff + feat[idx]]
-            th = thr[idx]
-            if mode == _LEQ:
-                cond = v <= th
-            elif mode == _LT:
-                cond = v < th
-            elif mode == _GTE:
-                cond = v >= th
-            elif mode == _GT:
-                cond = v > th
-            elif mode == _EQ:
-                cond = v == th
-            elif mode == _NEQ:
-                cond = v != th
+            cur = idx
+            if packed is not None:
+                pk = packed[cur]
+                f = pk & 0xFFFFF
+                f += rowoff
+                v = flat[f]
+                cond = self._cond(v, thr[cur], lambda: self.bits[cur], lambda: self.nan_true[cur])
+                pk >>= 20
+                idx = pk - cond
             else:
-                code = (v < th).view(np.uint8) | ((v == th).view(np.uint8) << 1) | (
-                    (v > th).view(np.uint8) << 2)
-                cond = (self.bits[idx] & code) != 0
-            if self.has_nan_true:
-                cond |= self.nan_true[idx] & np.isnan(v)
-            idx = base1[idx] - cond
+                v = flat[rowoff + feat[cur]]
+                cond = self._cond(v, thr[cur], lambda: self.bits[cur], lambda: self.nan_true[cur])
+                idx = base1[cur] - cond
         if out is not None:
             out[pos] = idx
             idx = out
@@ -400,6 +419,9 @@ def _build_forest(feat, thr, modes, tchild, fchild, miss, roots, leaf_nodes, lea
     if F.same_mode == _NEQ:
         base1 = np.where(leaf_new, base1 + 1, base1)  # NaN != NaN is true for leaves
     F.base1 = base1
+    # feature and false child in one int64, one gather per step
+    F.packed = ((base1.astype(np.int64) << 20) | F.feat).astype(np.intp) \
+        if F.feat.size and F.feat.max() < (1 << 20) and base1.max() < (1 << 42) else None
     mcode = np.where(leaf_new, 0, modes_new).astype(np.intp)
     F.bits = np.where(leaf_new, 0, _MODE_BITS[mcode]).astype(np.uint8)
     nan_true = np.asarray(miss, dtype=bool)[old] & ~leaf_new
