@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
@@ -181,7 +182,17 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             sp.add_argument("--json", action="store_true")
         sp.set_defaults(fn=fn)
+    for mod in COMMAND_MODULES:
+        importlib.import_module(mod).register(sub)
     return p
+
+
+#: modules that add subcommands: each has ``register(subparsers)``, which adds its parsers
+#: with ``set_defaults(fn=handler)``; a handler is ``fn(args, out) -> exit status``
+COMMAND_MODULES = (
+    "runtime_core.conformance.cli",
+    "runtime_core.optimizer.cli",
+)
 
 
 def main(argv=None) -> int:

@@ -1,33 +1,25 @@
-"""The pass framework and the basic (semantics-preserving) passes.
+"""The pass framework, the pass list and the original basic passes.
 
 Each pass is a small class with a ``name``, the ``level`` it belongs to and an
 ``apply(graph) -> int`` that returns how many rewrites it made. Passes whose
 level is above the session's level, or whose name is listed in the config entry
 ``optimization.disable_specified_optimizers`` (comma-separated), do not run.
+
+Levels are onnxruntime's: BASIC (1) passes preserve every value bit for bit
+(constant and shape folding, CSE, redundant Cast/Transpose/Reshape/Dropout
+removal); EXTENDED (2) passes fuse subgraphs into single ops (a standard ONNX op
+where the opset has one, else a ``com.microsoft`` op with a CPU kernel in
+``runtime_provider_cpu/ops/fused.py``); ALL (99) adds nothing yet. The passes of
+one level run in order, repeatedly, until none changes anything.
 """
 
 from __future__ import annotations
-
-import logging
 
 from onnx import numpy_helper
 
 from ..graph.attrs import attr_value
 from ..graph.ir import Graph
-
-logger = logging.getLogger("runtime_core.optimizer")
-
-BASIC, EXTENDED, ALL = 1, 2, 99
-
-
-class Pass:
-    """Base class: subclasses set ``name`` and ``level`` and implement ``apply``."""
-
-    name = ""
-    level = BASIC
-
-    def apply(self, graph: Graph) -> int:  # pragma: no cover - interface
-        raise NotImplementedError
+from .base import ALL, BASIC, EXTENDED, FROZEN, Pass, logger  # noqa: F401 - re-exported
 
 
 class ConstantToInitializer(Pass):
@@ -108,18 +100,84 @@ class DeadNodeElimination(Pass):
         return removed
 
 
-OPTIMIZERS: list[Pass] = [ConstantToInitializer(), IdentityElimination(), DeadNodeElimination()]
+from .basic import (  # noqa: E402 - the basic passes import Pass from base
+    CastElimination,
+    CommonSubexpressionElimination,
+    ConstantFolding,
+    DropoutElimination,
+    ReshapeElimination,
+    ShapeFolding,
+    TransposeElimination,
+)
+from .fusions import EXTENDED_PASSES  # noqa: E402
+from .shapes import fill_missing_shapes  # noqa: E402
+
+OPTIMIZERS: list[Pass] = [
+    ConstantToInitializer(), IdentityElimination(), DropoutElimination(), ShapeFolding(), ConstantFolding(),
+    CastElimination(), TransposeElimination(), ReshapeElimination(), CommonSubexpressionElimination(),
+    DeadNodeElimination(),
+    *EXTENDED_PASSES,
+]
+_dce_after_fusions = DeadNodeElimination()
+_dce_after_fusions.level = EXTENDED  # what fusions leave unread (shape computations) goes too
+OPTIMIZERS.append(_dce_after_fusions)
+
+#: how often the passes of one level are repeated at most while they still change something
+MAX_ROUNDS = 6
 
 
-def optimize(graph: Graph, level: int, disabled: set[str] | None = None) -> dict[str, int]:
-    """Run every enabled pass of ``level`` or below, in order; returns rewrites per pass."""
+def optimize(graph: Graph, level: int, disabled: set[str] | None = None, *, providers: list | None = None
+             ) -> dict[str, int]:
+    """Run every enabled pass of ``level`` or below; returns rewrites per pass that ran.
+
+    Passes are grouped by level (BASIC, then EXTENDED, then ALL); each group runs in
+    order, again and again, until a round changes nothing (at most ``MAX_ROUNDS``).
+    Before the fusions, shapes onnx inference could not give are propagated
+    (``shapes.fill_missing_shapes``) so that their shape preconditions can be checked.
+
+    ``providers`` (the session's provider instances, CPU last), when given, makes the
+    fusions provider-aware the way onnxruntime's are: the graph is partitioned once after
+    the basic passes and nodes another provider takes are left out of every fusion (the
+    fused ops are the CPU provider's). Without it, fusions apply everywhere.
+    """
     disabled = disabled or set()
     done: dict[str, int] = {}
-    for p in OPTIMIZERS:
-        if p.level > level or p.name in disabled:
+    levels = sorted({p.level for p in OPTIMIZERS})
+    for lv in levels:
+        if lv > level:
+            break
+        group = [p for p in OPTIMIZERS if p.level == lv and p.name not in disabled]
+        if not group:
             continue
-        n = p.apply(graph)
-        done[p.name] = n
-        if n:
-            logger.debug("pass %s: %d rewrite(s)", p.name, n)
+        token = FROZEN.set(_frozen_nodes(graph, providers) if lv > BASIC else frozenset())
+        try:
+            for _ in range(MAX_ROUNDS):
+                changed = 0
+                for p in group:
+                    if lv > BASIC:
+                        fill_missing_shapes(graph)
+                    n = p.apply(graph)
+                    done[p.name] = done.get(p.name, 0) + n
+                    changed += n
+                    if n:
+                        logger.debug("pass %s: %d rewrite(s)", p.name, n)
+                if not changed:
+                    break
+        finally:
+            FROZEN.reset(token)
     return done
+
+
+def _frozen_nodes(graph: Graph, providers: list | None) -> frozenset:
+    """Names of the nodes a provider other than the CPU one would run (trial partition)."""
+    if not providers or all(getattr(p, "alias", None) == "cpu" for p in providers):
+        return frozenset()
+    from ..partition import partition_graph
+
+    try:
+        _, report = partition_graph(graph, providers)
+    except Exception as exc:  # noqa: BLE001 - the session's own partition reports it properly
+        logger.debug("trial partition failed (%s: %s); fusions apply to no node", type(exc).__name__, exc)
+        return frozenset(n.name for n in graph.nodes)
+    cpu = {p.name for p in providers if getattr(p, "alias", None) == "cpu"}
+    return frozenset(n.name for n in report.nodes if n.provider not in cpu)

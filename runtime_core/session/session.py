@@ -141,11 +141,12 @@ class InferenceSession:
                                if type_kind(v.type) == "tensor"}
 
         disabled = {s.strip() for s in (opts.get_config(DISABLE_OPTIMIZERS, "") or "").split(",") if s.strip()}
-        self.optimizations = optimize(graph, int(opts.graph_optimization_level), disabled)
+        self._providers, unavailable = self._make_providers(providers, provider_options, strict)
+        self.optimizations = optimize(graph, int(opts.graph_optimization_level), disabled,
+                                      providers=self._providers)
         if opts.optimized_model_filepath:
             onnx.save(graph.to_model(), opts.optimized_model_filepath)
 
-        self._providers, unavailable = self._make_providers(providers, provider_options, strict)
         planned, report = partition_graph(graph, self._providers)
         report.providers = [p.name for p in self._providers]
         report.unavailable = unavailable

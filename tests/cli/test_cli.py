@@ -55,7 +55,8 @@ def test_providers_lists_broken_plugins_and_still_works():
 def test_run_sample():
     out = cli("run", "--sample", "--repeat", "3").stdout
     assert "probabilities" in out and "latency: median" in out
-    assert "CPUExecutionProvider: 10 node(s)" in out
+    # the sample's 10 nodes minus its BatchNormalization, folded into the Conv at the default level
+    assert "CPUExecutionProvider: 9 node(s)" in out
 
 
 def test_run_with_inputs_and_save(tmp_path):
@@ -71,7 +72,7 @@ def test_partition_table_and_json():
     out = cli("partition", "sample").stdout
     assert "conv1" in out and "CPUExecutionProvider" in out
     d = json.loads(cli("partition", "--sample", "--json").stdout)
-    assert len(d["nodes"]) == 10 and d["copies"] == []
+    assert len(d["nodes"]) == 9 and d["copies"] == []  # 10 nodes, BatchNormalization folded into its Conv
 
 
 def test_partition_with_fixture_device_shows_declines():
@@ -86,3 +87,48 @@ def test_errors_are_reported_not_tracebacks(tmp_path):
     assert "ModelLoadError" in proc.stderr and "Traceback" not in proc.stderr
     proc = cli("run", "--sample", "--strict", "--providers", "nosuch,cpu", check=False)
     assert proc.returncode == 2 and "FallbackRefusedError" in proc.stderr
+
+
+def _gelu_mlp(tmp_path):
+    """MatMul -> Add -> erf-form Gelu -> MatMul: fuses into onnxruntime contrib ops."""
+    rng = np.random.default_rng(3)
+    n = helper.make_node
+    nodes = [n("MatMul", ["x", "w1"], ["h"]), n("Add", ["h", "b1"], ["hb"]),
+             n("Div", ["hb", "sqrt2"], ["d"]), n("Erf", ["d"], ["e"]), n("Add", ["e", "one"], ["e1"]),
+             n("Mul", ["hb", "e1"], ["m"]), n("Mul", ["m", "half"], ["g"]), n("MatMul", ["g", "w2"], ["y"])]
+    f = np.float32
+    inits = {"w1": rng.standard_normal((16, 32)).astype(f), "b1": rng.standard_normal(32).astype(f),
+             "sqrt2": np.array(np.sqrt(2.0), f), "one": np.array(1.0, f), "half": np.array(0.5, f),
+             "w2": rng.standard_normal((32, 8)).astype(f)}
+    x = rng.standard_normal((2, 5, 16)).astype(f)
+    path = tmp_path / "mlp.onnx"
+    onnx.save(make_model(nodes, {"x": x}, ["y"], initializers=inits), str(path))
+    return path, {"x": x}
+
+
+@pytest.mark.parametrize("model", ["sample", "gelu_mlp"])
+def test_optimize_writes_a_model_both_runtimes_run(model, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    import runtime_core as rt
+
+    if model == "sample":
+        src = Path(rt.__file__).parent / "samples" / "sample_cnn.onnx"
+        feeds = {"image": np.random.default_rng(0).standard_normal((2, 1, 28, 28)).astype(np.float32)}
+    else:
+        src, feeds = _gelu_mlp(tmp_path)
+    dst = tmp_path / "optimized.onnx"
+    out = cli("optimize", str(src), str(dst), "--level", "all").stdout
+    before, after = len(onnx.load(str(src)).graph.node), len(onnx.load(str(dst)).graph.node)
+    assert after < before and f"{before} nodes" in out and f"{after} nodes" in out
+    if model == "gelu_mlp":
+        assert "com.microsoft::BiasGelu" in out and "onnxruntime loads this model too" in out
+    else:
+        assert "standard ONNX ops only" in out
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    theirs = ort.InferenceSession(str(dst), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    ours = rt.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for a, b, c in zip(ref, theirs, ours):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(c, a, rtol=1e-4, atol=1e-5)

@@ -8,6 +8,9 @@ from onnx import helper
 import runtime_core as rt
 from oracle import make_model, run_oracle
 from runtime_core.cli import sample_model_path
+from runtime_core.graph import Graph
+from runtime_core.optimizer import OPTIMIZERS, optimize
+from runtime_core.optimizer.basic import ConstantFolding
 
 L = rt.GraphOptimizationLevel
 X = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
@@ -47,7 +50,10 @@ def test_disable_all_keeps_every_node():
 def test_basic_removes_constant_identity_and_dead_nodes_but_keeps_output_identity():
     s = rt.InferenceSession(chain_model().SerializeToString(), opts(L.ORT_ENABLE_BASIC))
     assert ops(s) == ["mul", "ident_out"]
-    assert s.optimizations == {"ConstantToInitializer": 1, "IdentityElimination": 1, "DeadNodeElimination": 1}
+    done = {k: v for k, v in s.optimizations.items() if v}
+    assert done == {"ConstantToInitializer": 1, "IdentityElimination": 1, "DeadNodeElimination": 1}
+    basic = {p.name for p in OPTIMIZERS if p.level == 1}
+    assert set(s.optimizations) == basic  # every basic pass ran, no fusion did
     np.testing.assert_allclose(s.run(None, {"x": X})[0], X * 2)
 
 
@@ -72,3 +78,128 @@ def test_every_level_gives_the_same_outputs(level):
     ref = rt.InferenceSession(str(sample_model_path()), opts(L.ORT_DISABLE_ALL)).run(None, {"image": img})[0]
     got = rt.InferenceSession(str(sample_model_path()), opts(level)).run(None, {"image": img})[0]
     np.testing.assert_allclose(got, ref, rtol=1e-4)
+
+
+# -- the other basic passes: where each applies, where it must not ------------------------------
+
+def run_levels(model, feeds, level=L.ORT_ENABLE_BASIC):
+    """(op types left at ``level``, outputs at ``level``, outputs with everything disabled)."""
+    data = model.SerializeToString()
+    ref = rt.InferenceSession(data, opts(L.ORT_DISABLE_ALL)).run(None, feeds)
+    s = rt.InferenceSession(data, opts(level))
+    got = s.run(None, feeds)
+    for a, b in zip(got, ref):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    return [n.op_type for n in s.get_partition_report().nodes], s
+
+
+def graph_after(model, level=1):
+    g = Graph(model)
+    optimize(g, level)
+    return [n.op_type for n in g.nodes], g
+
+
+def test_constant_folding_runs_kernels_on_constant_chains():
+    a, b, c = (np.arange(4, dtype=np.float32) + k for k in range(3))
+    nodes = [helper.make_node("Add", ["a", "b"], ["ab"]), helper.make_node("Mul", ["ab", "c"], ["abc"]),
+             helper.make_node("Sqrt", ["abc"], ["r"]), helper.make_node("Add", ["x", "r"], ["y"])]
+    m = make_model(nodes, {"x": X}, ["y"], initializers={"a": a, "b": b, "c": c})
+    left, s = run_levels(m, {"x": X})
+    assert left == ["Add"] and s.optimizations["ConstantFolding"] == 3
+
+
+def test_constant_folding_never_folds_random_ops_or_huge_outputs():
+    big = np.array([ConstantFolding.MAX_ELEMENTS + 1], np.int64)
+    nodes = [helper.make_node("RandomUniformLike", ["x"], ["r"]),
+             helper.make_node("ConstantOfShape", ["big"], ["z"]),
+             helper.make_node("ReduceSum", ["z"], ["zs"], keepdims=0),
+             helper.make_node("Add", ["r", "zs"], ["y"])]
+    m = make_model(nodes, {"x": X}, ["y"], initializers={"big": big})
+    left, g = graph_after(m)
+    assert left == ["RandomUniformLike", "ConstantOfShape", "ReduceSum", "Add"]
+
+
+def test_constant_folding_keeps_initializers_that_feeds_may_override():
+    """An initializer that is also a graph input is not a constant (a feed may replace it)."""
+    nodes = [helper.make_node("Neg", ["w"], ["nw"]), helper.make_node("Add", ["x", "nw"], ["y"])]
+    m = make_model(nodes, {"x": X}, ["y"], initializers={"w": np.ones(4, np.float32)})
+    m.graph.input.append(helper.make_tensor_value_info("w", onnx.TensorProto.FLOAT, [4]))
+    left, _ = graph_after(m)
+    assert left == ["Neg", "Add"]
+
+
+def test_shape_folding_static_and_partially_dynamic():
+    nodes = [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["y"])]
+    left, s = run_levels(make_model(nodes, {"x": X}, ["y"]), {"x": X})
+    assert left == ["Reshape"] and s.optimizations["ShapeFolding"] == 1
+    # symbolic batch: Shape(x)[1] (static) folds, Shape(x)[0] (the batch) does not
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+             helper.make_node("Gather", ["s", "i1"], ["k"], axis=0),
+             helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]), helper.make_node("Unsqueeze", ["k", "ax"], ["k1"]),
+             helper.make_node("Concat", ["k1", "n1"], ["t"], axis=0), helper.make_node("Reshape", ["x", "t"], ["y"])]
+    m = make_model(nodes, {"x": X}, ["y"], initializers={"i0": np.array(0), "i1": np.array(1),
+                                                         "ax": np.array([0])})
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    left, s = run_levels(m, {"x": X})
+    assert left == ["Shape", "Gather", "Unsqueeze", "Concat", "Reshape"]
+    np.testing.assert_array_equal(s.run(None, {"x": X[:2]})[0], X[:2].reshape(4, 2))
+
+
+def test_cse_merges_identical_nodes_only():
+    nodes = [helper.make_node("Relu", ["x"], ["r1"]), helper.make_node("Relu", ["x"], ["r2"]),
+             helper.make_node("LeakyRelu", ["x"], ["l1"], alpha=0.1),
+             helper.make_node("LeakyRelu", ["x"], ["l2"], alpha=0.2),
+             helper.make_node("Add", ["r1", "r2"], ["a"]), helper.make_node("Sub", ["l1", "l2"], ["b"]),
+             helper.make_node("Mul", ["a", "b"], ["y"])]
+    left, s = run_levels(make_model(nodes, {"x": X}, ["y"]), {"x": X})
+    assert left == ["Relu", "LeakyRelu", "LeakyRelu", "Add", "Sub", "Mul"]
+    assert s.optimizations["CommonSubexpressionElimination"] == 1
+
+
+def test_cast_elimination_lossless_only():
+    F, D, H = onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16
+    nodes = [helper.make_node("Cast", ["x"], ["same"], to=F),
+             helper.make_node("Cast", ["same"], ["d"], to=D), helper.make_node("Cast", ["d"], ["back"], to=F),
+             helper.make_node("Cast", ["x"], ["h"], to=H), helper.make_node("Cast", ["h"], ["lossy"], to=F),
+             helper.make_node("Add", ["back", "lossy"], ["y"])]
+    xs = X * 1000.123
+    left, s = run_levels(make_model(nodes, {"x": xs}, ["y"]), {"x": xs})
+    assert left == ["Cast", "Cast", "Add"]  # float32 -> float16 -> float32 rounds: kept
+    assert s.optimizations["CastElimination"] == 2  # same-type cast; f32->f64->f32 round trip
+
+
+def test_transpose_pairs_cancel_or_compose():
+    x3 = np.random.default_rng(2).standard_normal((2, 3, 4)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["x"], ["t1"], perm=[1, 0, 2]),
+             helper.make_node("Transpose", ["t1"], ["t2"], perm=[1, 0, 2]),   # cancels t1
+             helper.make_node("Transpose", ["t2"], ["t3"], perm=[2, 0, 1]),
+             helper.make_node("Transpose", ["t3"], ["y"], perm=[0, 2, 1])]    # t3+y: one transpose
+    left, _ = run_levels(make_model(nodes, {"x": x3}, ["y"]), {"x": x3})
+    assert left == ["Transpose"]
+    # an identity transpose that is a graph output stays (its name must be produced)
+    nodes = [helper.make_node("Transpose", ["x"], ["y"], perm=[0, 1, 2])]
+    left, _ = run_levels(make_model(nodes, {"x": x3}, ["y"]), {"x": x3})
+    assert left == ["Transpose"]
+
+
+def test_reshape_chains_collapse_unless_a_dim_is_copied():
+    shapes = {"s12": np.array([12], np.int64), "s26": np.array([2, 6], np.int64),
+              "s0": np.array([0, -1], np.int64)}
+    nodes = [helper.make_node("Reshape", ["x", "s12"], ["a"]), helper.make_node("Reshape", ["a", "s26"], ["y"])]
+    left, _ = run_levels(make_model(nodes, {"x": X}, ["y"], initializers=shapes), {"x": X})
+    assert left == ["Reshape"]
+    # 0 copies the dim of the intermediate ([2, 6] -> 2), not of x ([3, 4] -> 3): must stay
+    nodes = [helper.make_node("Reshape", ["x", "s26"], ["a"]), helper.make_node("Reshape", ["a", "s0"], ["y"])]
+    left, _ = run_levels(make_model(nodes, {"x": X}, ["y"], initializers=shapes), {"x": X})
+    assert left == ["Reshape", "Reshape"]
+
+
+def test_dropout_elimination_unless_the_mask_is_used():
+    nodes = [helper.make_node("Dropout", ["x"], ["d"]), helper.make_node("Relu", ["d"], ["y"])]
+    left, _ = run_levels(make_model(nodes, {"x": X}, ["y"]), {"x": X})
+    assert left == ["Relu"]
+    nodes = [helper.make_node("Dropout", ["x"], ["d", "mask"]), helper.make_node("Relu", ["d"], ["y"])]
+    left, _ = graph_after(make_model(nodes, {"x": X}, ["y", "mask"]))
+    assert left == ["Dropout", "Relu"]

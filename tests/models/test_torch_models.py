@@ -161,3 +161,22 @@ def test_onnxruntime_matches_torch(exported, oracle):
         for i, (a, b) in enumerate(zip(got, want)):
             assert a.shape == b.shape, (i, a.shape, b.shape)
             np.testing.assert_allclose(a, b, rtol=RTOL, atol=ATOL, err_msg=f"output {i}")
+
+
+def test_every_level_equals_disable_all(exported):
+    """Each optimization level gives ORT_DISABLE_ALL's outputs within rtol 1e-4 (the optimizer's
+    equivalence rule); at ORT_ENABLE_ALL no BatchNormalization is left in a CNN."""
+    def session(level):
+        so = rt.SessionOptions()
+        so.graph_optimization_level = level
+        return rt.InferenceSession(exported.model, so, providers=[CPU])
+
+    L = rt.GraphOptimizationLevel
+    ref = session(L.ORT_DISABLE_ALL).run(None, exported.feeds)
+    for level in (L.ORT_ENABLE_BASIC, L.ORT_ENABLE_EXTENDED, L.ORT_ENABLE_ALL):
+        sess = session(level)
+        assert_close(sess.run(None, exported.feeds), ref, rtol=1e-4, atol=1e-5)
+    had_bn = any(n.op_type == "BatchNormalization" for n in exported.proto().graph.node)
+    left = [n.name for n in sess.get_partition_report().nodes if n.op_type == "BatchNormalization"]
+    if had_bn:
+        assert not left, f"BatchNormalization left at ORT_ENABLE_ALL: {left}"

@@ -1,3 +1,3 @@
 """Kernel modules of the CPU provider, imported explicitly by name."""
 
-from . import elementwise, ml, nn, reduce, rnn, tensor  # noqa: F401
+from . import elementwise, fused, ml, nn, reduce, rnn, tensor  # noqa: F401

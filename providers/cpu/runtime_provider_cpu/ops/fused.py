@@ -1,0 +1,213 @@
+"""Reference kernels for the ``com.microsoft`` ops the core's fusions introduce.
+
+Semantics are onnxruntime's contrib ops (checked against onnxruntime in
+``tests/core/test_fusions.py``): ``Gelu``, ``FastGelu``, ``BiasGelu``,
+``SkipLayerNormalization`` and ``Attention``. These ops have no ONNX schema, so
+the core passes only the attributes a node carries; the keyword defaults below
+are onnxruntime's documented defaults (the fusions always set every attribute).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.special import erf as _erf
+
+from ..registry import kernel
+
+MS = "com.microsoft"
+_F32 = {"float32"}
+
+
+def _info(node, i):
+    if i < len(node.input_info) and node.input_info[i] is not None:
+        return node.input_info[i]
+    return None
+
+
+# -- activations ------------------------------------------------------------------------
+
+def _gelu_erf(x):
+    xf = x.astype(np.float32, copy=False)
+    y = xf * np.float32(1.0 / math.sqrt(2.0))
+    y = _erf(y).astype(np.float32, copy=False)
+    y += np.float32(1.0)
+    y *= xf
+    y *= np.float32(0.5)
+    return y.astype(x.dtype, copy=False)
+
+
+def _gelu_tanh(x):
+    xf = x.astype(np.float32, copy=False)
+    inner = xf * xf
+    inner *= np.float32(0.044715)
+    inner += np.float32(1.0)
+    inner *= xf
+    inner *= np.float32(math.sqrt(2.0 / math.pi))
+    y = np.tanh(inner, out=inner)
+    y += np.float32(1.0)
+    y *= xf
+    y *= np.float32(0.5)
+    return y.astype(x.dtype, copy=False)
+
+
+def _bias_check(node):
+    b = _info(node, 1)
+    x = _info(node, 0)
+    if b is not None and b.shape is not None and len(b.shape) != 1:
+        return f"{node.op_type}: bias must be 1-D, got shape {b.shape}"
+    if (b is not None and x is not None and b.shape and x.shape and isinstance(b.shape[0], int)
+            and isinstance(x.shape[-1], int) and b.shape[0] != x.shape[-1]):
+        return f"{node.op_type}: bias size {b.shape[0]} differs from the last dim {x.shape[-1]} of the input"
+    return None
+
+
+@kernel("Gelu", 1, domain=MS, dtypes=_F32)
+def ms_gelu(ctx, x):
+    """0.5 * x * (1 + erf(x / sqrt(2)))."""
+    with np.errstate(all="ignore"):
+        return _gelu_erf(x)
+
+
+@kernel("FastGelu", 1, domain=MS, dtypes=_F32, check=_bias_check)
+def fast_gelu(ctx, x, bias=None):
+    """The tanh approximation of Gelu, of ``x + bias`` when a bias is given."""
+    if bias is not None:
+        if bias.ndim != 1 or bias.shape[0] != x.shape[-1]:
+            raise ValueError(f"FastGelu bias of shape {bias.shape} does not match input {x.shape}")
+        x = x + bias
+    with np.errstate(all="ignore"):
+        return _gelu_tanh(x)
+
+
+@kernel("BiasGelu", 1, domain=MS, dtypes=_F32, check=_bias_check)
+def bias_gelu(ctx, a, b):
+    """Gelu (erf form) of ``a + b``, b a vector of a's last dim."""
+    if b.ndim != 1 or b.shape[0] != a.shape[-1]:
+        raise ValueError(f"BiasGelu bias of shape {b.shape} does not match input {a.shape}")
+    with np.errstate(all="ignore"):
+        return _gelu_erf(a + b)
+
+
+# -- SkipLayerNormalization -------------------------------------------------------------
+
+@kernel("SkipLayerNormalization", 1, domain=MS, dtypes={"float32", "float16"})
+def skip_layer_norm(ctx, x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):
+    """LayerNorm over the last axis of ``x + skip (+ bias)``; outputs: y, mean, inv_std_var,
+    and the sum itself. Shapes as onnxruntime: x rank 2 or 3; skip with x's last two dims
+    (rank 3: batch equal or 1); gamma/beta/bias vectors of the hidden size."""
+    if x.ndim not in (2, 3):
+        raise ValueError(f"SkipLayerNormalization input must be 2-D or 3-D, got shape {x.shape}")
+    if skip.ndim not in (2, 3) or skip.shape[-2:] != x.shape[-2:] or skip.ndim > x.ndim or (
+            skip.ndim == 3 and skip.shape[0] not in (1, x.shape[0])):
+        raise ValueError(f"SkipLayerNormalization skip of shape {skip.shape} does not fit input {x.shape}")
+    d = x.shape[-1]
+    for name, v in (("gamma", gamma), ("beta", beta), ("bias", bias)):
+        if v is not None and v.shape != (d,):
+            raise ValueError(f"SkipLayerNormalization {name} must have shape ({d},), got {v.shape}")
+    s = x.astype(np.float32) + skip.astype(np.float32)
+    if bias is not None:
+        s = s + bias.astype(np.float32)
+    mean = s.mean(axis=-1, keepdims=True)
+    dev = s - mean
+    var = np.mean(dev * dev, axis=-1, keepdims=True)
+    inv = np.float32(1.0) / np.sqrt(var + np.float32(epsilon))
+    y = dev * inv * gamma.astype(np.float32)
+    if beta is not None:
+        y = y + beta.astype(np.float32)
+    outs = (y.astype(x.dtype), mean.astype(np.float32), inv.astype(np.float32), s.astype(x.dtype))
+    return outs[:max(ctx.n_outputs, 1)]
+
+
+# -- Attention --------------------------------------------------------------------------
+
+def _attention_check(node):
+    a = node.attrs
+    if a.get("do_rotary"):
+        return "Attention with do_rotary=1 is not implemented"
+    if a.get("past_present_share_buffer"):
+        return "Attention with past_present_share_buffer=1 is not implemented"
+    if len(node.inputs) > 4 and node.inputs[4]:
+        return "Attention with a past state is not implemented"
+    if len(node.inputs) > 6 and node.inputs[6]:
+        return "Attention with past_sequence_length is not implemented"
+    if len(node.outputs) > 1 and node.outputs[1]:
+        return "Attention's present output is not implemented"
+    if not a.get("num_heads"):
+        return "Attention needs num_heads"
+    m = _info(node, 3)
+    if m is not None and m.dtype is not None and np.dtype(m.dtype) != np.int32:
+        return f"Attention mask_index must be int32, got {np.dtype(m.dtype)}"
+    if m is not None and m.shape is not None and len(m.shape) not in (1, 2, 3):
+        return f"Attention mask_index of rank {len(m.shape)} is not implemented"
+    return None
+
+
+def _mask_bias(mask, b, s, t, filt):
+    """Additive [B, S, T] (or broadcastable) float32 mask from onnxruntime's mask_index forms."""
+    if mask.ndim == 1:
+        pos = np.arange(t)
+        if mask.shape[0] == b:
+            keep = pos[None, :] < mask[:, None]
+        elif mask.shape[0] == 2 * b:
+            keep = (pos[None, :] < mask[:b, None]) & (pos[None, :] >= np.minimum(mask[b:, None], t))
+        else:
+            raise ValueError(f"Attention 1-D mask_index must have {b} or {2 * b} elements, got {mask.shape[0]}")
+        return np.where(keep, np.float32(0), np.float32(filt))[:, None, :]
+    if mask.ndim == 2:
+        # onnxruntime: exactly (B, T); here also (1|B, 1|T), broadcast
+        if mask.shape[0] not in (1, b) or mask.shape[1] not in (1, t):
+            raise ValueError(f"Attention 2-D mask_index must be ({b}, {t}), got {mask.shape}")
+        return np.where(mask > 0, np.float32(0), np.float32(filt))[:, None, :]
+    if mask.shape != (b, s, t):
+        raise ValueError(f"Attention 3-D mask_index must be ({b}, {s}, {t}), got {mask.shape}")
+    return np.where(mask > 0, np.float32(0), np.float32(filt))
+
+
+def _softmax(z):
+    m = np.max(z, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, np.float32(0))
+    e = np.exp(z - m)
+    return e / np.sum(e, axis=-1, keepdims=True)
+
+
+@kernel("Attention", 1, domain=MS, dtypes=_F32, check=_attention_check)
+def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_bias=None, *,
+              num_heads, scale=0.0, mask_filter_value=-10000.0, unidirectional=0, qkv_hidden_sizes=None,
+              do_rotary=0, past_present_share_buffer=0, rotary_embedding_dim=0):
+    """Multi-head self-attention of onnxruntime's ``com.microsoft.Attention`` (no past)."""
+    if x.ndim != 3:
+        raise ValueError(f"Attention input must be [batch, sequence, hidden], got {x.shape}")
+    b, s, _ = x.shape
+    sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [weights.shape[1] // 3] * 3
+    if sum(sizes) != weights.shape[1] or sizes[0] != sizes[1]:
+        raise ValueError(f"Attention qkv_hidden_sizes {sizes} do not fit weights {weights.shape}")
+    proj = x @ weights
+    if bias is not None:
+        proj = proj + bias
+    q, k, v = np.split(proj, [sizes[0], sizes[0] + sizes[1]], axis=-1)
+    h = int(num_heads)
+    dq, dv = sizes[0] // h, sizes[2] // h
+    q = q.reshape(b, s, h, dq).transpose(0, 2, 1, 3)
+    k = k.reshape(b, s, h, dq).transpose(0, 2, 3, 1)
+    v = v.reshape(b, s, h, dv).transpose(0, 2, 1, 3)
+    sc = np.float32(scale if scale else 1.0 / math.sqrt(dq))
+    z = (q @ k) * sc
+    t = s
+    if mask_index is not None:
+        z = z + _mask_bias(mask_index, b, s, t, mask_filter_value)[:, None]
+    if unidirectional:
+        future = np.triu(np.ones((s, t), dtype=bool), 1)
+        z = np.where(future, np.float32(np.finfo(np.float32).min), z)
+    if attention_bias is not None:
+        # onnxruntime: ([1|B], [1|H], S, T); here any 4-D bias that broadcasts onto the
+        # [B, H, S, T] scores without enlarging them (a superset of onnxruntime's shapes)
+        if attention_bias.ndim != 4 or np.broadcast_shapes(attention_bias.shape, z.shape) != z.shape:
+            raise ValueError(f"Attention attention_bias of shape {attention_bias.shape} does not broadcast to "
+                             f"the scores' shape {z.shape}")
+        z = z + attention_bias
+    with np.errstate(all="ignore"):
+        p = _softmax(z.astype(np.float32, copy=False))
+    y = (p @ v).transpose(0, 2, 1, 3).reshape(b, s, h * dv)
+    return y.astype(x.dtype, copy=False)

@@ -1,0 +1,73 @@
+"""``runtime-core conformance``: the ONNX backend test suite against the installed providers."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+__all__ = ["register"]
+
+
+def register(sub) -> None:
+    """Add the ``conformance`` subcommand to the CLI's subparsers."""
+    sp = sub.add_parser("conformance", help="run the ONNX backend test suite (2033 cases)")
+    sp.add_argument("--providers", default="cpu", help="comma-separated providers in priority order (default cpu)")
+    sp.add_argument("-k", dest="pattern", help="only cases whose folder/name matches this regular expression")
+    sp.add_argument("--folders", help="comma-separated folders (node, simple, pytorch-converted, "
+                                      "pytorch-operator, real); default all")
+    sp.add_argument("--jobs", type=int, default=0, help="worker processes (default: CPU count)")
+    sp.add_argument("--timeout", type=float, default=300.0, help="seconds a case may run")
+    sp.add_argument("--json", metavar="FILE", help="write every result to FILE")
+    sp.add_argument("--per-provider", action="store_true",
+                    help="also count the cases whose nodes the first provider claims entirely")
+    sp.add_argument("--quiet", action="store_true", help="no list of failures")
+    sp.add_argument("--check", action="store_true",
+                    help="exit 1 when a case outside the exclusion list fails or a listed case passes")
+    sp.set_defaults(fn=cmd_conformance)
+
+
+def cmd_conformance(args, out) -> int:
+    from .cases import load_cases
+    from .exclusions import load_exclusions
+    from .runner import Summary, run_cases
+
+    providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+    folders = [f.strip() for f in args.folders.split(",")] if args.folders else None
+    cases = load_cases(folders, args.pattern)
+    if not cases:
+        out.write("no case matches\n")
+        return 1
+
+    def progress(res, done, total):
+        if res.status != "passed" and not args.quiet:
+            sys.stderr.write(f"[{done}/{total}] {res.status}: {res.id}\n")
+
+    results = run_cases(cases, providers, jobs=args.jobs or None, timeout=args.timeout, progress=progress)
+    summary = Summary(results)
+    excl = load_exclusions()
+    if not args.quiet:
+        for r in results:
+            if not r.passed:
+                first = r.message.splitlines()[0] if r.message else ""
+                tag = " (excluded)" if r.id in excl else ""
+                out.write(f"{r.status:8s} {r.id}{tag}: {first[:300]}\n")
+    out.write(f"providers: {', '.join(providers)}\n")
+    out.write(summary.table() + "\n")
+    if args.per_provider and len(providers) > 1:
+        from ..plugin.registry import get_registry
+
+        rec = get_registry().lookup(providers[0])
+        first = rec.name if rec is not None else providers[0]
+        claimed = [r for r in results if r.placement and set(r.placement) == {first}]
+        out.write(f"{first}: claims every node of {len(claimed)} case(s); "
+                  f"{sum(r.passed for r in claimed)} passed, {sum(not r.passed for r in claimed)} failed\n")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"providers": providers, "results": [r.to_dict() for r in results]}, f, indent=1)
+    unexpected = [r.id for r in results if not r.passed and r.id not in excl]
+    stale = [r.id for r in results if r.passed and r.id in excl]
+    if args.check and (unexpected or stale):
+        out.write(f"{len(unexpected)} failure(s) not in the exclusion list; "
+                  f"{len(stale)} listed case(s) now pass\n")
+    out.write(f"{summary.passed} passed, {summary.failed} failed\n")
+    return 1 if args.check and (unexpected or stale) else 0

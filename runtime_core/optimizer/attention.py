@@ -1,0 +1,349 @@
+"""Self-attention subgraphs (as PyTorch exports hand-written multi-head attention) ->
+one ``com.microsoft.Attention``.
+
+Matched, from the Softmax outwards::
+
+    qkv = x @ W (+ bias)                      W constant [D, 3*hidden], or three
+    q, k, v = Split(qkv, 3, axis=-1)          projections x @ Wq, x @ Wk, x @ Wv
+    Q = Transpose(Reshape(q, [B, S, H, dk]), [0, 2, 1, 3])   (V the same)
+    K = Transpose(Reshape(k, [B, S, H, dk]), [0, 2, 3, 1])
+    P = Softmax(Q @ K (/ c | * c) (+ mask), axis=-1)
+    y = Reshape(Transpose(P @ V, [0, 2, 1, 3]), [B, S, hidden])
+
+The Reshapes are proven to split/merge only the last axis: their shape inputs
+are evaluated symbolically (``shapes.reshape_target``) and must give x's own
+batch and sequence dims. The mask becomes
+
+* ``mask_index`` (a raw 2-D int32 mask) for the BERT form
+  ``(1 - Cast(Unsqueeze(m, [1, 2]))) * c`` with ``m`` of shape [B, S] (or dims
+  not known to differ: the kernel broadcasts a [1|B, 1|S] mask); with
+  ``mask_filter_value = c`` this is exact for the 0/1 masks the form is written
+  for (onnxruntime's own fusion makes the same reading);
+* ``attention_bias`` for any other additive mask of shape [B|1, H|1, S, S]
+  (rank-2 and rank-3 masks are unsqueezed to that), e.g. a causal mask; dims
+  that are unknown are accepted (see ``_bias_mask``), dims known to differ
+  (e.g. the [B, 1, 1, S] padding mask when it is not the raw form) are not;
+
+and otherwise the subgraph is left alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ..graph.ir import Graph, Node
+from .base import EXTENDED, MS_DOMAIN, Editor, Pass
+from .shapes import dim_of, reshape_target
+
+_F32 = np.dtype(np.float32)
+
+
+def _op(ed, name, op):
+    n = ed.producer(name) if name else None
+    return n if n is not None and n.op_type == op and n.domain == "" else None
+
+
+def _perm(n: Node):
+    return list(n.attrs.get("perm") or [])
+
+
+class AttentionFusion(Pass):
+    name = "AttentionFusion"
+    level = EXTENDED
+
+    def apply(self, graph: Graph) -> int:
+        ed = Editor(graph, self.name)
+        count = 0
+        self._mask_casts: dict[str, str] = {}
+        if not ed.can_emit("Attention", MS_DOMAIN):
+            return 0
+        for sm in list(graph.nodes):
+            if sm.op_type != "Softmax" or sm.domain != "" or not ed.alive(sm):
+                continue
+            try:
+                if self._fuse(ed, sm):
+                    count += 1
+            except _NoMatch as why:
+                ed.log("%s: not fused: %s", sm.name, why)
+        return count
+
+    # -- the match ----------------------------------------------------------------------
+    def _fuse(self, ed: Editor, sm: Node) -> bool:
+        need = _need
+        nodes: list[Node] = [sm]
+        axis = sm.attrs.get("axis")
+        need(axis in (-1, 3), f"softmax axis {axis}")
+        # scores: (Q @ K) [scale] [+ mask]
+        s_in = sm.inputs[0]
+        need(ed.single_use(s_in, sm), "scores read elsewhere")
+        mask = None
+        add = _op(ed, s_in, "Add")
+        cur = s_in
+        if add is not None:
+            nodes.append(add)
+            a, b = add.inputs
+            # the operand coming from the MatMul side is the scores
+            if self._scores_side(ed, a):
+                cur, mask = a, b
+            elif self._scores_side(ed, b):
+                cur, mask = b, a
+            else:
+                raise _NoMatch("no MatMul behind the mask Add")
+            need(ed.single_use(cur, add), "scaled scores read elsewhere")
+        scale = 1.0
+        sc = ed.producer(cur)
+        need(sc is not None and sc.domain == "", "no producer for scores")
+        if sc.op_type in ("Div", "Mul"):
+            c = ed.scalar(sc.inputs[1])
+            other = sc.inputs[0]
+            if c is None and sc.op_type == "Mul":
+                c, other = ed.scalar(sc.inputs[0]), sc.inputs[1]
+            need(c is not None and c != 0, "non-constant scale")
+            scale = 1.0 / c if sc.op_type == "Div" else c
+            nodes.append(sc)
+            need(ed.single_use(other, sc), "raw scores read elsewhere")
+            cur = other
+        qk = _op(ed, cur, "MatMul")
+        need(qk is not None, "scores are not a MatMul")
+        nodes.append(qk)
+        qt, kt = qk.inputs
+        # P @ V
+        pv = ed.consumers(sm.outputs[0])
+        need(len(pv) == 1 and pv[0].op_type == "MatMul" and pv[0].inputs[0] == sm.outputs[0]
+             and not ed.is_output(sm.outputs[0]), "softmax not read by one MatMul")
+        pv = pv[0]
+        nodes.append(pv)
+        vt = pv.inputs[1]
+        # heads: Transpose(Reshape(part))
+        q_part, q_dims, q_nodes = self._head(ed, qt, qk, [0, 2, 1, 3])
+        k_part, k_dims, k_nodes = self._head(ed, kt, qk, [0, 2, 3, 1])
+        v_part, v_dims, v_nodes = self._head(ed, vt, pv, [0, 2, 1, 3])
+        nodes += q_nodes + k_nodes + v_nodes
+        need(q_dims == k_dims == v_dims, "q, k and v split into different heads")
+        heads, dk = q_dims
+        hidden = heads * dk
+        # output: Reshape(Transpose(P @ V, [0, 2, 1, 3]), [B, S, hidden])
+        tr = ed.consumers(pv.outputs[0])
+        need(len(tr) == 1 and tr[0].op_type == "Transpose" and _perm(tr[0]) == [0, 2, 1, 3]
+             and not ed.is_output(pv.outputs[0]), "context not transposed back")
+        tr = tr[0]
+        rs = ed.consumers(tr.outputs[0])
+        need(len(rs) == 1 and rs[0].op_type == "Reshape" and rs[0].inputs[0] == tr.outputs[0]
+             and not ed.is_output(tr.outputs[0]), "context not reshaped back")
+        rs = rs[0]
+        nodes += [tr, rs]
+        # projections
+        x, w, bias, proj_nodes = self._projections(ed, q_part, k_part, v_part, hidden)
+        nodes += proj_nodes
+        need(ed.dtype(x) == _F32, f"dtype {ed.dtype(x)} (Attention is float32 here)")
+        xs = ed.shape(x)
+        need(xs is not None and len(xs) == 3 and isinstance(xs[2], int) and xs[2] == w.shape[0], "x is not [B, S, D]")
+        bdim, sdim = dim_of(ed, x, 0), dim_of(ed, x, 1)
+        for part, node in ((q_part, q_nodes[0]), (k_part, k_nodes[0]), (v_part, v_nodes[0])):
+            tgt = reshape_target(ed, node)
+            need(tgt is not None and len(tgt) == 4 and tgt[0] == bdim and tgt[1] == sdim
+                 and tgt[2] == heads and tgt[3] == dk, f"head reshape {tgt} is not [B, S, {heads}, {dk}]")
+        tgt = reshape_target(ed, rs)
+        need(tgt is not None and tgt == [bdim, sdim, hidden], f"output reshape {tgt} is not [B, S, {hidden}]")
+        # every intermediate is read inside the pattern only
+        inside = nodes
+        for n in nodes:
+            if n is rs:
+                continue
+            for o in n.outputs:
+                if o:
+                    need(ed.internal(o, inside), f"{o} is read outside the attention")
+        # the mask
+        extra: list[Node] = []
+        inputs = [x, None, None]
+        attrs = {"num_heads": int(heads), "scale": float(scale), "unidirectional": 0}
+        if mask is not None:
+            raw = self._raw_mask(ed, mask, bdim, sdim)
+            if raw is not None:
+                m2d, filt = raw
+                inputs += [self._int32_mask(ed, m2d, extra), ""]
+                attrs["mask_filter_value"] = float(filt)
+            else:
+                inputs += ["", "", self._bias_mask(ed, mask, bdim, sdim, heads, extra)]
+        wn = ed.add_const(w, "attention_qkv_weight")
+        bn = ed.add_const(bias, "attention_qkv_bias")
+        inputs[1], inputs[2] = wn, bn
+        while inputs and not inputs[-1]:
+            inputs.pop()
+        att = ed.new_node("Attention", inputs, [rs.outputs[0]], base=sm.name + "_attention", domain=MS_DOMAIN,
+                          attrs=attrs)
+        if not ed.replace(nodes, extra + [att], at=rs):
+            self._mask_casts = {k: v for k, v in self._mask_casts.items() if ed.producer(v) is not None}
+            return False
+        if ed.shape(rs.outputs[0]) is None:
+            ed.set_type(rs.outputs[0], _F32, [d if isinstance(d, (int, str)) else None for d in xs[:2]] + [hidden])
+        ed.log("%d nodes -> Attention %s (heads %d, head size %d, mask %s)", len(nodes), att.name, heads, dk,
+               "none" if mask is None else ("raw 2-D" if "mask_filter_value" in attrs else "attention_bias"))
+        return True
+
+    @staticmethod
+    def _scores_side(ed: Editor, name: str) -> bool:
+        n = ed.producer(name)
+        if n is None or n.domain != "":
+            return False
+        if n.op_type in ("Div", "Mul"):
+            return any(_op(ed, i, "MatMul") is not None for i in n.inputs)
+        return n.op_type == "MatMul"
+
+    @staticmethod
+    def _head(ed: Editor, name: str, reader: Node, perm: list[int]):
+        t = _op(ed, name, "Transpose")
+        _need(t is not None and _perm(t) == perm and ed.single_use(name, reader), f"no Transpose {perm} head")
+        r = _op(ed, t.inputs[0], "Reshape")
+        _need(r is not None and ed.single_use(t.inputs[0], t), "no head Reshape")
+        tgt = reshape_target(ed, r)
+        _need(tgt is not None and len(tgt) == 4 and isinstance(tgt[2], int) and isinstance(tgt[3], int),
+              f"head reshape target {tgt}")
+        return r.inputs[0], (tgt[2], tgt[3]), [r, t]
+
+    @staticmethod
+    def _projections(ed: Editor, q: str, k: str, v: str, hidden: int):
+        """(x, W [D, 3*hidden], bias [3*hidden], nodes) from a Split of one projection or
+        from three projections of the same x."""
+        def linear(name):
+            """x, W, b, nodes of ``x @ W (+ b)`` producing ``name``."""
+            nodes = []
+            add = _op(ed, name, "Add")
+            b = None
+            if add is not None:
+                for mm_out, c in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+                    mm = _op(ed, mm_out, "MatMul")
+                    if mm is not None and ed.const(c) is not None and ed.single_use(mm_out, add):
+                        b, name = ed.const(c), mm_out
+                        nodes.append(add)
+                        break
+                else:
+                    raise _NoMatch("projection Add is not a bias")
+            mm = _op(ed, name, "MatMul")
+            _need(mm is not None, "no projection MatMul")
+            w = ed.const(mm.inputs[1])
+            _need(w is not None and w.ndim == 2 and w.dtype == _F32, "projection weight is not a constant matrix")
+            if b is None:
+                b = np.zeros(w.shape[1], w.dtype)
+            _need(b.shape == (w.shape[1],) and b.dtype == w.dtype, "projection bias is not a vector")
+            nodes.append(mm)
+            return mm.inputs[0], w, b, nodes
+
+        sp = ed.producer(q)
+        if sp is not None and sp.op_type == "Split" and sp.domain == "" and list(sp.outputs) == [q, k, v]:
+            _need(ed.rank(sp.inputs[0]) == 3 and (sp.attrs.get("axis") in (2, -1)), "split is not on the last axis")
+            sizes = None
+            if len(sp.inputs) > 1 and sp.inputs[1]:
+                c = ed.const(sp.inputs[1])
+                _need(c is not None, "split sizes are not constant")
+                sizes = [int(s) for s in c.reshape(-1)]
+            elif sp.attrs.get("split"):
+                sizes = list(sp.attrs["split"])
+            _need(sizes is None or sizes == [hidden] * 3, f"split sizes {sizes}")
+            _need(ed.single_use(sp.inputs[0], sp), "qkv read elsewhere")
+            x, w, b, nodes = linear(sp.inputs[0])
+            _need(w.shape[1] == 3 * hidden, "qkv weight is not [D, 3*hidden]")
+            return x, w, b, nodes + [sp]
+        parts = [linear(p) for p in (q, k, v)]
+        _need(all(p[0] == parts[0][0] for p in parts), "q, k and v project different inputs")
+        _need(all(p[1].shape == (parts[0][1].shape[0], hidden) for p in parts), "projection sizes differ")
+        w = np.concatenate([p[1] for p in parts], axis=1)
+        b = np.concatenate([p[2] for p in parts])
+        return parts[0][0], w, b, [n for p in parts for n in p[3]]
+
+    @staticmethod
+    def _raw_mask(ed: Editor, mask: str, bdim, sdim):
+        """(m, c) for ``mask = (1 - Cast(Unsqueeze(m, [1, 2]))) * c``, m of shape [B, S]."""
+        mul = _op(ed, mask, "Mul")
+        if mul is None:
+            return None
+        for sub_out, c in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
+            filt = ed.scalar(c)
+            sub = _op(ed, sub_out, "Sub")
+            if filt is None or sub is None or ed.scalar(sub.inputs[0]) != 1.0:
+                continue
+            cast = _op(ed, sub.inputs[1], "Cast")
+            if cast is None or cast.attrs.get("to") != onnx.TensorProto.FLOAT:
+                continue
+            u = cast.inputs[0]
+            axes_seen = []
+            for _ in range(2):
+                un = _op(ed, u, "Unsqueeze")
+                if un is None:
+                    break
+                axes = un.attrs.get("axes")
+                if axes is None and len(un.inputs) > 1:
+                    cv = ed.const(un.inputs[1])
+                    axes = None if cv is None else [int(a) for a in cv.reshape(-1)]
+                if axes is None:
+                    return None
+                axes_seen.append(sorted(axes))
+                u = un.inputs[0]
+            if axes_seen not in ([[1, 2]], [[2], [1]], [[1], [1]]):
+                continue
+            s = ed.shape(u)
+            if s is None or len(s) != 2 or not all(_may_be(dim_of(ed, u, i), t) for i, t in enumerate((bdim, sdim))):
+                continue
+            if ed.dtype(u) is None or ed.dtype(u).kind not in "biu":
+                continue
+            return u, filt
+        return None
+
+    def _int32_mask(self, ed: Editor, m: str, extra: list) -> str:
+        if ed.dtype(m) == np.dtype(np.int32):
+            return m
+        if m in self._mask_casts:
+            return self._mask_casts[m]
+        out = ed.fresh(m + "_int32")
+        extra.append(ed.new_node("Cast", [m], [out], base=m + "_to_int32", attrs={"to": onnx.TensorProto.INT32}))
+        ed.set_type(out, np.int32, ed.shape(m))
+        self._mask_casts[m] = out
+        return out
+
+    @staticmethod
+    def _bias_mask(ed: Editor, mask: str, bdim, sdim, heads, extra: list) -> str:
+        """The additive mask as a 4-D attention_bias. Its dims must be [B|1, H|1, S, S]:
+        each provably so, or unknown (a symbol unrelated to x's): where the original graph
+        runs, the mask cannot enlarge the scores (the proven [B, S, hidden] output reshape
+        and P @ V would fail), and the kernel checks the broadcast at run time."""
+        s = ed.shape(mask)
+        _need(ed.dtype(mask) == _F32 and s is not None and 2 <= len(s) <= 4, f"mask shape {s}")
+        r = len(s)
+        dims = [dim_of(ed, mask, i) for i in range(r)]
+        targets = [bdim, heads, sdim, sdim][4 - r:]
+        for i, (d, t) in enumerate(zip(dims, targets)):
+            k = i + 4 - r
+            if d == t or (k < 2 and d == 1):
+                continue
+            # an int that is not the target (a 1 on S: onnxruntime does not broadcast there)
+            _need(not isinstance(d, int), f"mask {s} is not [B|1, H|1, S, S]")
+        if r == 4:
+            return mask
+        cm = ed.const(mask)
+        if cm is not None:
+            return ed.add_const(cm.reshape((1,) * (4 - r) + cm.shape), mask + "_4d")
+        axes = [0, 1] if r == 2 else [0]
+        out = ed.fresh(mask + "_4d")
+        if ed.opset("") >= 13:
+            ax = ed.add_const(np.array(axes, np.int64), "attention_bias_axes")
+            node = ed.new_node("Unsqueeze", [mask, ax], [out], base=mask + "_unsqueeze")
+        else:
+            node = ed.new_node("Unsqueeze", [mask], [out], base=mask + "_unsqueeze", attrs={"axes": axes})
+        extra.append(node)
+        ed.set_type(out, _F32, [1] * (4 - r) + [d if isinstance(d, (int, str)) else None for d in s])
+        return out
+
+
+def _may_be(d, target) -> bool:
+    """``d`` is ``target``, or unknown (a symbol of its own), or 1 (broadcast)."""
+    return d == target or d == 1 or not isinstance(d, int)
+
+
+class _NoMatch(Exception):
+    pass
+
+
+def _need(cond, why: str) -> None:
+    if not cond:
+        raise _NoMatch(why)

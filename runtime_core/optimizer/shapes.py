@@ -1,0 +1,401 @@
+"""Symbolic shape reasoning for the optimizer.
+
+Two tools:
+
+* :func:`shape_tensor` / :func:`scalar_dim` evaluate the small integer subgraphs
+  exporters emit to compute shapes (``Shape``, ``Gather``, ``Slice``, ``Concat``,
+  ``Unsqueeze``, ``Squeeze``, ``Cast``) into lists of *dims*: an ``int``, a
+  symbol ``str`` (same symbol = same size, onnx's convention), or
+  ``("dim", value, axis)`` for a dim nothing more is known about. Fusions use it
+  to prove that a ``Reshape`` only splits or merges the last axis; shape folding
+  uses it to turn fully known shape computations into constants.
+* :func:`fill_missing_shapes` propagates shapes through common ops where onnx
+  shape inference gave up (it does for ``Reshape`` to a computed shape with
+  symbolic dims, which leaves every value after it rank-less in TorchScript
+  exports). It only fills values whose type has no shape; it never changes a
+  shape onnx inferred.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ..graph.ir import Graph
+from .base import Editor
+
+def dim_of(ed: Editor, value: str, axis: int):
+    """Canonical dim ``axis`` of ``value``: int, symbol, or ``("dim", value, axis)``."""
+    s = ed.shape(value)
+    if s is not None and 0 <= axis < len(s) and s[axis] is not None:
+        return s[axis]
+    return ("dim", value, axis)
+
+
+def dims_of(ed: Editor, value: str) -> list | None:
+    r = ed.rank(value)
+    if r is None:
+        return None
+    return [dim_of(ed, value, i) for i in range(r)]
+
+
+def _const_ints(ed: Editor, name: str):
+    v = ed.const(name)
+    if v is None or v.dtype.kind not in "iu":
+        return None
+    return [int(x) for x in v.reshape(-1)]
+
+
+def shape_tensor(ed: Editor, name: str, depth: int = 0) -> list | None:
+    """The 1-D integer tensor ``name`` as a list of dims, or ``None`` when unknown."""
+    if depth > 32 or not name:
+        return None
+    c = ed.const(name)
+    if c is not None:
+        if c.dtype.kind in "iu" and c.ndim == 1:
+            return [int(x) for x in c]
+        return None
+    node = ed.producer(name)
+    if node is None or node.domain != "":
+        return None
+    op = node.op_type
+    if op == "Shape":
+        r = ed.rank(node.inputs[0])
+        if r is None:
+            return None
+        start = node.attrs.get("start") or 0
+        end = node.attrs.get("end")
+        start = max(0, start + r if start < 0 else start)
+        end = r if end is None else (end + r if end < 0 else end)
+        end = min(max(end, 0), r)
+        return [dim_of(ed, node.inputs[0], i) for i in range(start, end)]
+    if op == "Concat":
+        out = []
+        for i in node.inputs:
+            part = shape_tensor(ed, i, depth + 1)
+            if part is None:
+                return None
+            out.extend(part)
+        return out
+    if op == "Cast":
+        if node.attrs.get("to") not in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+            return None
+        return shape_tensor(ed, node.inputs[0], depth + 1)
+    if op == "Unsqueeze":
+        axes = node.attrs.get("axes")
+        if axes is None and len(node.inputs) > 1:
+            axes = _const_ints(ed, node.inputs[1])
+        if axes is None or list(axes) not in ([0], [-1]):
+            return None
+        d = scalar_dim(ed, node.inputs[0], depth + 1)
+        return None if d is None else [d]
+    if op == "Gather":
+        if (node.attrs.get("axis") or 0) != 0:
+            return None
+        idx = ed.const(node.inputs[1])
+        if idx is None or idx.ndim != 1:
+            return None
+        src = shape_tensor(ed, node.inputs[0], depth + 1)
+        if src is None:
+            return None
+        try:
+            return [src[int(i)] for i in idx]
+        except IndexError:
+            return None
+    if op == "Slice":
+        src = shape_tensor(ed, node.inputs[0], depth + 1)
+        if src is None:
+            return None
+        if len(node.inputs) > 1:  # opset 10+: inputs
+            starts = _const_ints(ed, node.inputs[1])
+            ends = _const_ints(ed, node.inputs[2]) if len(node.inputs) > 2 else None
+            axes = _const_ints(ed, node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else [0]
+            steps = _const_ints(ed, node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] else [1]
+        else:
+            starts, ends = node.attrs.get("starts"), node.attrs.get("ends")
+            axes, steps = node.attrs.get("axes") or [0], [1]
+        if starts is None or ends is None or axes is None or steps is None:
+            return None
+        if len(starts) != 1 or axes not in ([0], [-1]) or steps != [1]:
+            return None
+        return src[slice(*slice(starts[0], ends[0]).indices(len(src)))]
+    return None
+
+
+def scalar_dim(ed: Editor, name: str, depth: int = 0):
+    """A 0-D (or one-element) integer tensor as one dim, or ``None``."""
+    if depth > 32 or not name:
+        return None
+    c = ed.const(name)
+    if c is not None:
+        if c.dtype.kind in "iu" and c.ndim == 0:
+            return int(c)
+        return None
+    node = ed.producer(name)
+    if node is None or node.domain != "":
+        return None
+    if node.op_type == "Gather" and (node.attrs.get("axis") or 0) == 0:
+        idx = ed.const(node.inputs[1])
+        if idx is None or idx.ndim != 0:
+            return None
+        src = shape_tensor(ed, node.inputs[0], depth + 1)
+        if src is None or not -len(src) <= int(idx) < len(src):
+            return None
+        return src[int(idx)]
+    if node.op_type == "Squeeze":
+        src = shape_tensor(ed, node.inputs[0], depth + 1)
+        return src[0] if src is not None and len(src) == 1 else None
+    if node.op_type == "Cast" and node.attrs.get("to") in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
+        return scalar_dim(ed, node.inputs[0], depth + 1)
+    return None
+
+
+def reshape_target(ed: Editor, node) -> list | None:
+    """The output dims of a Reshape node from its shape input (0 and -1 resolved where
+    they can be), or ``None`` when the shape input is unknown."""
+    tgt = shape_tensor(ed, node.inputs[1])
+    if tgt is None:
+        return None
+    src = dims_of(ed, node.inputs[0])
+    allowzero = node.attrs.get("allowzero") or 0
+    out = []
+    for i, d in enumerate(tgt):
+        if d == 0 and not allowzero:
+            if src is None or i >= len(src):
+                return None
+            d = src[i]
+        out.append(d)
+    if out.count(-1) == 1 and src is not None:
+        known = [d for d in out if d != -1]
+        total, rest = _prod(src), _prod(known)
+        k = out.index(-1)
+        if isinstance(total, int) and isinstance(rest, int) and rest > 0:
+            out[k] = total // rest
+        else:
+            # cancel common factors symbolically: src dims that appear in the known part
+            pool = list(src)
+            leftover = []
+            for d in known:
+                if d in pool:
+                    pool.remove(d)
+                else:
+                    leftover.append(d)
+            ints_left = [d for d in leftover if isinstance(d, int)]
+            if len(ints_left) == len(leftover):
+                denom = int(np.prod(ints_left)) if ints_left else 1
+                ints_pool = [d for d in pool if isinstance(d, int)]
+                syms_pool = [d for d in pool if not isinstance(d, int)]
+                num = int(np.prod(ints_pool)) if ints_pool else 1
+                if num % denom == 0:
+                    q = num // denom
+                    if not syms_pool:
+                        out[k] = q
+                    elif len(syms_pool) == 1 and q == 1:
+                        out[k] = syms_pool[0]
+                    else:
+                        out[k] = None
+                else:
+                    out[k] = None
+            else:
+                out[k] = None
+    elif -1 in out:
+        return None
+    return out
+
+
+def _prod(dims):
+    p = 1
+    for d in dims:
+        if not isinstance(d, int):
+            return None
+        p *= d
+    return p
+
+
+# -- propagation -----------------------------------------------------------------
+
+def _bcast(a: list, b: list) -> list:
+    """Numpy broadcasting of two dim lists (None: unknown). An int other than 1 wins over
+    an unknown dim: a valid broadcast forces the other to equal it or be 1."""
+    n = max(len(a), len(b))
+    a = [1] * (n - len(a)) + list(a)
+    b = [1] * (n - len(b)) + list(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == 1:
+            out.append(y)
+        elif y == 1:
+            out.append(x)
+        elif x is not None and x == y:
+            out.append(x)
+        elif isinstance(x, int):
+            out.append(x)
+        elif isinstance(y, int):
+            out.append(y)
+        else:
+            out.append(None)
+    return out
+
+
+_UNARY = {"Relu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs", "Reciprocal",
+          "Cast", "Softmax", "LogSoftmax", "Identity", "Dropout", "LayerNormalization", "Gelu",
+          "LeakyRelu", "HardSigmoid", "HardSwish", "Clip", "Not", "Floor", "Ceil", "Round", "Sign",
+          "Sin", "Cos", "Softplus", "Elu", "Selu", "Mish", "IsNaN", "IsInf", "CastLike"}
+_MS_UNARY = {"Gelu", "FastGelu", "BiasGelu", "SkipLayerNormalization", "Attention", "MultiHeadAttention",
+             "BiasAdd"}
+_BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessOrEqual",
+           "GreaterOrEqual", "And", "Or", "Xor", "Max", "Min", "Mod", "PRelu", "Sum", "Mean"}
+
+
+_SAME_ELEM = (_UNARY - {"Cast", "CastLike", "IsNaN", "IsInf", "Not"}) | {
+    "Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Transpose", "Reshape", "Split", "Gemm", "ReduceMean",
+    "ReduceSum", "ReduceMax", "ReduceMin", "Gather", "Where", "Max", "Min", "Sum", "Mean", "Mod", "PRelu"}
+
+
+def _clean(dims):
+    return [d if isinstance(d, (int, str)) else None for d in dims]
+
+
+def _infer_node(ed: Editor, n, shape) -> list | None:
+    """Output 0's dims of ``n`` from its inputs' dims (``shape(name)`` gives those)."""
+    op = n.op_type
+    if n.domain not in ("", "ai.onnx"):
+        return None
+    ins = [shape(i) if i else None for i in n.inputs]
+    if op in _UNARY:
+        return ins[0]
+    if op in _BINARY or op == "Where":
+        if any(s is None for s in ins if True):
+            return None
+        out = ins[0]
+        for s in ins[1:]:
+            out = _bcast(out, s)
+        return out
+    if op == "MatMul":
+        a, b = ins
+        if a is None or b is None or len(a) < 2 or len(b) < 2:
+            return None
+        batch = _bcast(a[:-2], b[:-2])
+        return batch + [a[-2], b[-1]]
+    if op == "Transpose":
+        a = ins[0]
+        if a is None:
+            return None
+        perm = n.attrs.get("perm") or list(range(len(a)))[::-1]
+        if len(perm) != len(a):
+            return None
+        return [a[p] for p in perm]
+    if op == "Reshape":
+        tgt = reshape_target(ed, n)
+        if tgt is None:
+            return None
+        return [d if isinstance(d, (int, str)) else (dim_if_known(d, shape)) for d in tgt]
+    if op == "Split":
+        a = ins[0]
+        if a is None:
+            return None
+        ax = n.attrs.get("axis") or 0
+        ax = ax + len(a) if ax < 0 else ax
+        k = len(n.outputs)
+        split = None
+        if len(n.inputs) > 1 and n.inputs[1]:
+            split = _const_ints(ed, n.inputs[1])
+        elif n.attrs.get("split"):
+            split = n.attrs.get("split")
+        out = list(a)
+        if split is not None:
+            if len(set(split)) != 1:
+                return None
+            out[ax] = split[0]
+        elif isinstance(a[ax], int) and a[ax] % k == 0:
+            out[ax] = a[ax] // k
+        else:
+            out[ax] = None
+        return out
+    if op == "Gemm":
+        a, b = ins[0], ins[1]
+        if a is None or b is None or len(a) != 2 or len(b) != 2:
+            return None
+        m = a[1] if n.attrs.get("transA") else a[0]
+        nn = b[0] if n.attrs.get("transB") else b[1]
+        return [m, nn]
+    if op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"):
+        a = ins[0]
+        if a is None:
+            return None
+        axes = n.attrs.get("axes")
+        if axes is None and len(n.inputs) > 1 and n.inputs[1]:
+            axes = _const_ints(ed, n.inputs[1])
+        if axes is None:
+            return None
+        axes = {x + len(a) if x < 0 else x for x in axes}
+        if n.attrs.get("keepdims", 1):
+            return [1 if i in axes else d for i, d in enumerate(a)]
+        return [d for i, d in enumerate(a) if i not in axes]
+    if op == "Gather":
+        a, idx = ins[0], ins[1]
+        if a is None or idx is None:
+            return None
+        ax = n.attrs.get("axis") or 0
+        ax = ax + len(a) if ax < 0 else ax
+        return list(a[:ax]) + list(idx) + list(a[ax + 1:])
+    return None
+
+
+def dim_if_known(d, shape):
+    if isinstance(d, tuple) and len(d) == 3 and d[0] == "dim":
+        s = shape(d[1])
+        if s is not None and d[2] < len(s):
+            return s[d[2]]
+    return None
+
+
+def fill_missing_shapes(graph: Graph) -> int:
+    """Give a shape to every output of a supported op whose type has none; returns how many."""
+    ed = Editor(graph, "shapes")
+    filled = 0
+    cache: dict[str, list | None] = {}
+
+    def shape(name):
+        if name in cache:
+            return cache[name]
+        s = ed.shape(name)
+        cache[name] = None if s is None else list(s)
+        return cache[name]
+
+    for n in graph.nodes:
+        outs = [o for o in n.outputs if o]
+        if not outs:
+            continue
+        missing = [o for o in outs if shape(o) is None]
+        if not missing:
+            continue
+        try:
+            dims = _infer_node(ed, n, shape)
+        except Exception:  # noqa: BLE001 - propagation is advisory
+            dims = None
+        if dims is None:
+            continue
+        dims = _clean(dims)
+        for o in missing:
+            if n.op_type == "Split" or o == n.outputs[0]:
+                tp = graph.types.get(o)
+                elem = tp.tensor_type.elem_type if tp is not None and tp.HasField("tensor_type") else 0
+                if not elem:
+                    k = 1 if n.op_type == "Where" else 0
+                    src = graph.types.get(n.inputs[k]) if len(n.inputs) > k and n.inputs[k] else None
+                    if n.op_type not in _SAME_ELEM:
+                        elem = 0
+                    elif src is None and len(n.inputs) > k and n.inputs[k] in graph.initializers:
+                        elem = onnx.helper.np_dtype_to_tensor_dtype(graph.initializers[n.inputs[k]].dtype)
+                    elif src is not None and src.HasField("tensor_type"):
+                        elem = src.tensor_type.elem_type
+                if not elem:
+                    continue
+                graph.types[o] = onnx.helper.make_tensor_type_proto(elem, dims)
+                cache[o] = dims
+                filled += 1
+    return filled
+
+
+__all__ = ["dim_of", "dims_of", "shape_tensor", "scalar_dim", "reshape_target", "fill_missing_shapes"]
