@@ -69,7 +69,8 @@ def tests(session: nox.Session) -> None:
     """Install the wheels into a fresh venv and run the whole test suite against them."""
     built = build_wheels(session)
     # opencl with its [pocl] extra: a real CPU OpenCL device from PyPI, so its tests run for real
-    session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]),
+    # the CPU provider with its [image] extra (Pillow, for ImageDecoder)
+    session.install(f"{built['runtime-provider-cpu']}[image]", str(built["runtime-core"]),
                     f"{built['runtime-provider-opencl']}[pocl]")
     session.install(*TEST_DEPS)
     env = {"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"}

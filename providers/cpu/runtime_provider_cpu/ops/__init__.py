@@ -1,3 +1,5 @@
 """Kernel modules of the CPU provider, imported explicitly by name."""
 
-from . import elementwise, fused, ml, nn, reduce, rnn, tensor  # noqa: F401
+from . import (  # noqa: F401
+    attention, elementwise, fused, image, ml, nn, random_ops, reduce, rnn, signal, strings, tensor,
+)
