@@ -21,15 +21,20 @@ from .session import (
     RunOptions,
     SessionOptions,
 )
+from .session.iobinding import IOBinding, SessionIOBinding
+from .session.ortvalue import OrtValue
 
 __all__ = [
     "ExecutionMode",
     "GraphOptimizationLevel",
+    "IOBinding",
     "InferenceSession",
     "ModelMetadata",
     "NodeArg",
+    "OrtValue",
     "ProviderFallbackWarning",
     "RunOptions",
+    "SessionIOBinding",
     "SessionOptions",
     "__version__",
     "errors",

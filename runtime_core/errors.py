@@ -27,6 +27,7 @@ __all__ = [
     "ProviderUnavailableError",
     "ProviderOptionsError",
     "FallbackRefusedError",
+    "UnsupportedDeviceOperationError",
     "PluginError",
     "PartitionError",
     "ExecutionError",
@@ -105,6 +106,11 @@ class ProviderOptionsError(ProviderError, ValueError):
 
 class FallbackRefusedError(ProviderError):
     """``session.disable_cpu_ep_fallback=1`` is set and the session would fall back."""
+
+
+class UnsupportedDeviceOperationError(ProviderError, NotImplementedError):
+    """A provider declines an operation on its device memory (DLPack, raw pointers,
+    writing in place); the message names the provider and gives its reason."""
 
 
 class PluginError(ProviderError):

@@ -3,11 +3,21 @@
 Built once per session. ``run`` walks a flat list of steps; each step is either a
 partition's executable or one device copy. Values are keyed by name on the host
 and ``name@device`` elsewhere, and dropped after their last reader.
+
+A run may also be given inputs that already live on a device (an ``IOBinding``'s
+device ``OrtValue``s) and told to leave outputs on a device. A device input goes
+straight to the partition that reads it when that partition's provider
+:func:`accepts <same_device>` the tensor (the plan's host-to-device copy of it is
+skipped); it is copied only for consumers elsewhere. An output wanted on the
+device that produced it is returned as is (the plan's device-to-host copy of it
+is skipped). Every host<->device copy a run makes is counted in a
+:class:`TransferStats`.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 
 from ..errors import ExecutionError
@@ -20,6 +30,143 @@ HOST = "cpu"
 
 def _key(name: str, device: str) -> str:
     return name if device == HOST else f"{name}@{device}"
+
+
+def device_of(provider) -> str:
+    """The ``device_type`` of a provider instance (``None`` means host memory)."""
+    return HOST if provider is None else getattr(provider, "device_type", HOST)
+
+
+def provider_label(provider) -> str:
+    """How copies name a place: the provider's name, or ``host``."""
+    return "host" if provider is None else getattr(provider, "name", "host")
+
+
+def same_device(owner, consumer, tensor) -> bool:
+    """Whether ``tensor``, made by provider ``owner``, can be used as is by ``consumer``.
+
+    True for the same instance, for host memory on both sides, and for two
+    instances of one ``device_type`` and ``device_id`` when ``consumer.holds(tensor)``
+    agrees (a provider without ``holds`` accepts such tensors).
+    """
+    if owner is consumer:
+        return True
+    dev = device_of(owner)
+    if dev != device_of(consumer):
+        return False
+    if dev == HOST:
+        return True
+    if int(getattr(owner, "device_id", 0) or 0) != int(getattr(consumer, "device_id", 0) or 0):
+        return False
+    holds = getattr(consumer, "holds", None)
+    return True if holds is None else bool(holds(tensor))
+
+
+class TransferStats:
+    """Host<->device copies: how many each way and their bytes.
+
+    A session keeps one for all its runs (``InferenceSession.get_transfer_stats()``);
+    each run fills its own, which also lists every copy in ``copies`` as
+    :class:`~runtime_core.partition.report.CopyEntry` (``value``, ``src``, ``dst``,
+    ``bytes``), and is then merged into the session's. A copy between two devices
+    goes through the host and counts one transfer each way. ``device_to_device``
+    counts copies within one device (writing into a preallocated output).
+    """
+
+    FIELDS = ("to_device", "to_host", "bytes_to_device", "bytes_to_host",
+              "device_to_device", "bytes_device_to_device")
+
+    def __init__(self, keep_copies: bool = True):
+        self._lock = threading.Lock()
+        self._keep = keep_copies
+        self.reset()
+
+    def reset(self) -> None:
+        """Set every count to zero and forget the listed copies."""
+        with self._lock:
+            for f in self.FIELDS:
+                setattr(self, f, 0)
+            self.runs = 0
+            self.copies: list[CopyEntry] = []
+
+    @property
+    def transfers(self) -> int:
+        """Host<->device transfers, both directions."""
+        return self.to_device + self.to_host
+
+    def record(self, value: str, src, dst, host_nbytes: int | None, *,
+               to_host: bool, to_device: bool) -> None:
+        """Count one copy of ``value`` (``src``/``dst`` are provider instances or ``None``)."""
+        n = int(host_nbytes or 0)
+        with self._lock:
+            if to_host:
+                self.to_host += 1
+                self.bytes_to_host += n
+            if to_device:
+                self.to_device += 1
+                self.bytes_to_device += n
+            if not to_host and not to_device:
+                self.device_to_device += 1
+                self.bytes_device_to_device += n
+            if self._keep:
+                self.copies.append(CopyEntry(value=value, src=provider_label(src),
+                                             dst=provider_label(dst), bytes=host_nbytes))
+
+    def merge(self, other: "TransferStats") -> None:
+        """Add the counts (and, when these keep them, the copies) of ``other``."""
+        with other._lock:
+            counts = {f: getattr(other, f) for f in self.FIELDS}
+            runs, copies = other.runs, list(other.copies)
+        with self._lock:
+            for f, n in counts.items():
+                setattr(self, f, getattr(self, f) + n)
+            self.runs += runs
+            if self._keep:
+                self.copies.extend(copies)
+
+    def snapshot(self) -> "TransferStats":
+        """A copy that later runs do not change."""
+        out = TransferStats(self._keep)
+        with self._lock:
+            for f in self.FIELDS:
+                setattr(out, f, getattr(self, f))
+            out.runs = self.runs
+            out.copies = list(self.copies)
+        return out
+
+    def to_dict(self) -> dict:
+        """JSON-ready form."""
+        d = {f: getattr(self, f) for f in self.FIELDS}
+        d["runs"] = self.runs
+        d["copies"] = [{"value": c.value, "src": c.src, "dst": c.dst, "bytes": c.bytes}
+                       for c in self.copies]
+        return d
+
+    def __repr__(self) -> str:
+        return ("TransferStats(" + ", ".join(f"{f}={getattr(self, f)}" for f in self.FIELDS)
+                + f", runs={self.runs})")
+
+
+def transfer(value: str, src, dst, v, stats: TransferStats | None):
+    """Move ``v`` (held by provider ``src``; ``None`` is the host) to ``dst`` through the
+    host, counting each host<->device leg in ``stats``. Returns the value on ``dst``."""
+    to_host = device_of(src) != HOST
+    to_device = device_of(dst) != HOST
+    try:
+        if src is not None:
+            v = src.copy_to_host(v)
+        nbytes = getattr(v, "nbytes", None)
+        if dst is not None:
+            v = dst.copy_to_device(v)
+    except Exception as exc:
+        raise ExecutionError(f"copying {value!r} from {provider_label(src)} to {provider_label(dst)} "
+                             f"failed: {type(exc).__name__}: {exc}") from exc
+    if stats is not None and (to_host or to_device):
+        stats.record(value, src, dst, nbytes, to_host=to_host, to_device=to_device)
+    if to_host or to_device:
+        logger.debug("copied %r from %s to %s (%s bytes)", value, provider_label(src),
+                     provider_label(dst), nbytes)
+    return v
 
 
 @dataclass
@@ -56,8 +203,7 @@ class ExecutionPlan:
             location[name] = None  # host memory, fed by the caller
             materialized.add(name)
 
-        def dev(p):
-            return HOST if p is None else getattr(p, "device_type", HOST)
+        dev = device_of
 
         def ensure(name: str, dst) -> str:
             src = location[name]
@@ -85,12 +231,24 @@ class ExecutionPlan:
         self.const_outputs = {o: graph.initializers[o] for o in graph.output_names
                               if o in graph.initializers and o not in location}
         self.output_keys = {}
+        # where each output is produced: (provider or None, its key there)
+        self.output_source: dict[str, tuple] = {}
+        # the trailing copy step that exists only to bring an output to the host
+        self._output_copy_step: dict[str, int] = {}
         for o in graph.output_names:
             if o in self.const_outputs:
                 continue
-            self.output_keys[o] = ensure(o, None) if dev(location[o]) != HOST else o
-        # lifetimes: drop every key after its last reader, keep outputs
-        keep = set(self.output_keys.values())
+            src = location[o]
+            self.output_source[o] = (src, _key(o, dev(src)))
+            if dev(src) != HOST:
+                fresh = o not in materialized
+                self.output_keys[o] = ensure(o, None)
+                if fresh:
+                    self._output_copy_step[o] = len(self.steps) - 1
+            else:
+                self.output_keys[o] = o
+        # lifetimes: drop every key after its last reader, keep outputs where they are made
+        keep = set(self.output_keys.values()) | {k for _, k in self.output_source.values()}
         last: dict[str, int] = {}
         for idx, st in enumerate(self.steps):
             reads = st.in_keys if isinstance(st, _RunStep) else (st.src_key,)
@@ -102,11 +260,61 @@ class ExecutionPlan:
                 frees.setdefault(idx, []).append(k)
         for idx, st in enumerate(self.steps):
             st.frees = tuple(frees.get(idx, ()))
+        # for device-resident feeds: the plan's host-to-device copies of each feed, and
+        # every step (or output) that reads the feed's host copy
+        self._feed_copy_steps: dict[str, list[int]] = {}
+        self._host_readers: dict[str, set] = {}
+        for idx, st in enumerate(self.steps):
+            reads = st.in_keys if isinstance(st, _RunStep) else (st.src_key,)
+            for k in reads:
+                if k in feed_names:
+                    self._host_readers.setdefault(k, set()).add(idx)
+            if isinstance(st, _CopyStep) and st.src is None and st.value in feed_names:
+                self._feed_copy_steps.setdefault(st.value, []).append(idx)
+        for o, k in self.output_keys.items():
+            if k in feed_names:
+                self._host_readers.setdefault(k, set()).add(-1)  # the output itself
         self.host_provider = host_provider
 
-    def run(self, feeds: dict, output_names: list[str]) -> list:
+    def output_device(self, name: str):
+        """The provider instance whose partition produces output ``name`` (``None``: host)."""
+        src = self.output_source.get(name)
+        return None if src is None else src[0]
+
+    def run(self, feeds: dict, output_names: list[str], *, device_feeds: dict | None = None,
+            placements: dict | None = None, stats: TransferStats | None = None) -> list:
+        """Run the plan once and return the outputs in ``output_names`` order.
+
+        ``feeds`` are host arrays. ``device_feeds`` maps input names to
+        ``(provider, tensor)`` pairs already on a device. ``placements`` maps output
+        names to the provider instance whose device should hold them (``None`` or
+        absent: host). Copies made are counted in ``stats``.
+        """
         env = dict(feeds)
-        for st in self.steps:
+        skip: set[int] = set()
+        steps = self.steps
+        if device_feeds:
+            for name, (owner, tensor) in device_feeds.items():
+                for idx in self._feed_copy_steps.get(name, ()):
+                    st = steps[idx]
+                    if same_device(owner, st.dst, tensor):
+                        env[st.dst_key] = tensor
+                        skip.add(idx)
+                readers = self._host_readers.get(name, set()) - skip
+                want = placements.get(name) if placements else None
+                if want is not None and same_device(owner, want, tensor):
+                    readers.discard(-1)  # an input passed through as an output, kept on device
+                if readers:
+                    env[name] = transfer(name, owner, None, tensor, stats)
+        if placements:
+            for name, want in placements.items():
+                if want is None or name not in self._output_copy_step:
+                    continue
+                if device_of(self.output_source[name][0]) == device_of(want):
+                    skip.add(self._output_copy_step[name])
+        for idx, st in enumerate(steps):
+            if idx in skip:
+                continue
             if type(st) is _RunStep:
                 try:
                     outs = st.executable.run([env[k] for k in st.in_keys])
@@ -122,23 +330,31 @@ class ExecutionPlan:
                 for k, v in zip(st.out_keys, outs):
                     env[k] = v
             else:
-                try:
-                    v = env[st.src_key]
-                    if st.src is not None:
-                        v = st.src.copy_to_host(v)
-                    if st.dst is not None:
-                        v = st.dst.copy_to_device(v)
-                except Exception as exc:
-                    src = getattr(st.src, "name", "host")
-                    dst = getattr(st.dst, "name", "host")
-                    raise ExecutionError(f"copying {st.value!r} from {src} to {dst} failed: {exc}") from exc
-                env[st.dst_key] = v
+                env[st.dst_key] = transfer(st.value, st.src, st.dst, env[st.src_key], stats)
             for k in st.frees:
                 env.pop(k, None)
         result = []
         for name in output_names:
+            want = placements.get(name) if placements else None
+            if device_of(want) == HOST:
+                want = None
             if name in self.const_outputs:
-                result.append(self.const_outputs[name].copy())
+                v = self.const_outputs[name].copy()
+                result.append(v if want is None else transfer(name, None, want, v, stats))
+                continue
+            src, natural = self.output_source[name]
+            host_key = self.output_keys[name]
+            if want is None:
+                result.append(env[host_key] if host_key in env
+                              else transfer(name, src, None, env[natural], stats))
+                continue
+            if src is None and device_feeds and name in device_feeds:
+                src, v = device_feeds[name]  # an input passed through as an output
             else:
-                result.append(env[self.output_keys[name]])
+                v = env.get(natural)
+            if device_of(src) != HOST and same_device(src, want, v):
+                result.append(v)
+                continue
+            host = env[host_key] if host_key in env else transfer(name, src, None, v, stats)
+            result.append(transfer(name, None, want, host, stats))
         return result

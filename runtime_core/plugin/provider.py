@@ -34,6 +34,29 @@ class ExecutionProvider:
 
     Instances are created once per session as ``cls(options)``, with the
     session's provider options for it (a ``dict`` of ``str`` to ``str``).
+
+    Device values outside a session (``OrtValue`` and ``IOBinding``; all optional,
+    added compatibly, with the defaults below):
+
+    * ``device_id`` (instance attribute, default ``0``): which device of its
+      ``device_type`` this instance uses. ``OrtValue.ortvalue_from_numpy(a, "opencl", 1)``
+      names a device by ``device_type`` (or alias) and this number;
+    * :meth:`for_device`: the instance the core uses for device values created
+      outside a session (cached per process);
+    * :meth:`holds`: whether a tensor made by another instance with the same
+      ``device_type`` and ``device_id`` can be passed to this instance's
+      executables as is. When it can, a bound device input reaches the partition
+      that reads it without any copy, and a partition output bound to that device
+      is returned without any copy;
+    * :meth:`tensor_info`: shape and dtype of a device tensor (by default its
+      ``shape`` and ``dtype`` attributes);
+    * :meth:`copy_into`: write into an existing device tensor (``bind_ortvalue_output``,
+      ``OrtValue.update_inplace``); without it those are declined;
+    * ``dlpack_device_type`` with :meth:`to_dlpack` / :meth:`from_dlpack`: DLPack
+      export and import; :meth:`data_ptr` / :meth:`tensor_from_pointer`: raw device
+      pointers (``IOBinding.bind_input(..., buffer_ptr)``). A provider that cannot do
+      one of these raises ``NotImplementedError`` with the reason; the core turns it
+      into a typed error.
     """
 
     name: str = ""
@@ -42,6 +65,8 @@ class ExecutionProvider:
     distribution: str = ""
     plugin_api: str = ">=1.0,<2"
     device_type: str = "cpu"
+    device_id: int = 0
+    dlpack_device_type: int | None = None  # DLPack's DLDeviceType of its memory (2 = CUDA), if any
 
     def __init__(self, options: Mapping[str, Any] | None = None):
         self.options = dict(options or {})
@@ -66,7 +91,11 @@ class ExecutionProvider:
         The result has ``run(inputs: list) -> list``: inputs in ``partition.inputs``
         order, already on this provider's device; outputs in ``partition.outputs``
         order, left on the device. ``run`` must be safe to call from several
-        threads at once.
+        threads at once. An input may be a tensor of a caller's bound ``OrtValue``,
+        made by another instance of this provider that :meth:`holds` accepted;
+        ``run`` must not write into its inputs, and an output that the caller
+        binds to this device is handed over as is (so it may share memory with
+        an input, never with the executable's own constants).
         """
         raise NotImplementedError
 
@@ -86,6 +115,50 @@ class ExecutionProvider:
     def synchronize(self) -> None:
         """Block until all work queued by this provider has finished."""
         return None
+
+    # -- device values outside a session (optional; see the class docstring) ---------
+    @classmethod
+    def for_device(cls, device_id: int = 0) -> "ExecutionProvider":
+        """An instance on device ``device_id``, for ``OrtValue``s made outside a session.
+
+        The default accepts only device ``0`` (``cls({})``); a provider with several
+        devices overrides it. Raise ``ValueError`` naming the valid ids otherwise.
+        """
+        if int(device_id) != 0:
+            raise ValueError(f"{cls.name} has a single device (device_id 0), not {device_id}")
+        return cls({})
+
+    def holds(self, tensor) -> bool:
+        """Whether ``tensor`` (made by an instance with this ``device_type`` and
+        ``device_id``) can be given to this instance's executables without a copy."""
+        return True
+
+    def tensor_info(self, tensor) -> tuple[tuple[int, ...], np.dtype]:
+        """``(shape, dtype)`` of a device tensor, without copying it to the host."""
+        return tuple(int(d) for d in tensor.shape), np.dtype(tensor.dtype)
+
+    def copy_into(self, dst, src) -> None:
+        """Write ``src`` (a host array, or a tensor on this device) into the existing
+        device tensor ``dst`` of the same shape and dtype."""
+        raise NotImplementedError(f"{self.name} cannot write into an existing device tensor")
+
+    def to_dlpack(self, tensor, stream=None):
+        """Export a device tensor as a DLPack capsule without copying it."""
+        raise NotImplementedError(f"{self.name} does not support DLPack export")
+
+    def from_dlpack(self, obj):
+        """Import an object implementing ``__dlpack__`` (or a capsule) as a device tensor
+        sharing its memory."""
+        raise NotImplementedError(f"{self.name} does not support DLPack import")
+
+    def data_ptr(self, tensor) -> int:
+        """The raw device pointer (or handle) of a device tensor."""
+        raise NotImplementedError(f"{self.name} does not expose raw device pointers")
+
+    def tensor_from_pointer(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype):
+        """Wrap device memory at ``ptr`` (from :meth:`data_ptr` or another library) as a
+        tensor of ``shape`` and ``dtype``, without copying."""
+        raise NotImplementedError(f"{self.name} cannot wrap raw device pointers")
 
     def get_options(self) -> dict[str, str]:
         """The effective provider options (for ``get_provider_options()``)."""

@@ -13,6 +13,8 @@ import onnx
 from ..errors import (
     ExecutionError,
     FallbackRefusedError,
+    InputTypeError,
+    InvalidArgumentError,
     PluginError,
     ProviderOptionsError,
     ProviderUnavailableError,
@@ -20,13 +22,16 @@ from ..errors import (
     UnknownProviderError,
 )
 from ..execution import ExecutionPlan
+from ..execution.executor import TransferStats
 from ..graph import Graph, load_model
 from ..graph.types import dtype_of, shape_of, type_kind, type_string
 from ..optimizer import optimize
 from ..partition import partition_graph
 from ..plugin.registry import FALLBACK_ALIAS, get_registry
 from .inputs import InputSpec, check_output_names, validate_feeds
+from .iobinding import IOBinding, check_bound_input
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
+from .ortvalue import OrtValue, resolve_device
 
 logger = logging.getLogger("runtime_core.session")
 
@@ -172,6 +177,7 @@ class InferenceSession:
         report.copies = list(self._plan.copies)
         self._report = report
         self._graph = graph
+        self._transfers = TransferStats(keep_copies=False)  # host<->device copies of all runs
         logger.info("session ready:\n%s", report.summary())
 
     # -- providers -------------------------------------------------------------
@@ -252,17 +258,84 @@ class InferenceSession:
         return self._report
 
     def run(self, output_names, input_feed, run_options: RunOptions | None = None) -> list:
-        """Run the model; returns numpy arrays in ``output_names`` order (all outputs if None)."""
+        """Run the model; returns numpy arrays in ``output_names`` order (all outputs if None).
+
+        Feeds are numpy arrays or ``OrtValue``s; a device ``OrtValue`` reaches the
+        partitions on its device without a copy.
+        """
         names = check_output_names(output_names, self._output_names)
-        feeds = validate_feeds(input_feed, self._specs)
-        _apply_blas_threads(int(self._sess_options.intra_op_num_threads or 0))
-        outs = self._plan.run(feeds, names)
+        stats = TransferStats()
+        stats.runs = 1
+        try:
+            outs = self._execute(input_feed, names, stats=stats)
+        finally:
+            self._transfers.merge(stats)
         for name, value in zip(names, outs):
-            want = self._output_dtypes.get(name)
-            got = getattr(value, "dtype", None)
-            if want is not None and got is not None and got != want and not (
-                    want == np.dtype(object) and got.kind in "OUS"):
-                # the model declares a type its nodes do not produce (onnxruntime refuses such models)
-                raise ExecutionError(f"output {name!r} is declared {want} by the model, but its producer "
-                                     f"computed {got}; the model's output type is wrong")
+            self._check_output_type(name, getattr(value, "dtype", None))
         return outs
+
+    def run_with_ort_values(self, output_names, input_dict_ort_values, run_options: RunOptions | None = None
+                            ) -> list[OrtValue]:
+        """Run with ``OrtValue`` (or numpy) feeds; returns host ``OrtValue``s (ORT's
+        ``run_with_ort_values``). Use an :class:`IOBinding` to keep outputs on a device."""
+        return [OrtValue(v) for v in self.run(output_names, input_dict_ort_values, run_options)]
+
+    def io_binding(self) -> IOBinding:
+        """A new :class:`IOBinding` for :meth:`run_with_iobinding`."""
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: RunOptions | None = None) -> None:
+        """Run with the inputs and outputs bound in ``iobinding``; read the results with
+        ``iobinding.get_outputs()`` (device outputs stay on their device)."""
+        if not isinstance(iobinding, IOBinding):
+            raise InvalidArgumentError(f"run_with_iobinding takes an IOBinding from io_binding(), got "
+                                       f"{type(iobinding).__name__}")
+        if iobinding._session is not self:
+            raise InvalidArgumentError("IOBinding must be used with the session that created it "
+                                       "(make one with this session's io_binding())")
+        iobinding._run(run_options)
+
+    def get_transfer_stats(self) -> TransferStats:
+        """runtime-core extension: host<->device copies (counts and bytes) made by every run
+        of this session so far, boundary copies included (a snapshot)."""
+        return self._transfers.snapshot()
+
+    def reset_transfer_stats(self) -> None:
+        """Set the counts of :meth:`get_transfer_stats` back to zero."""
+        self._transfers.reset()
+
+    # -- internals shared with IOBinding --------------------------------------------
+    def _resolve_device(self, device_type, device_id=0):
+        """The provider instance for a device name (this session's first), ``None`` for host."""
+        return resolve_device(device_type, device_id, self._providers)
+
+    def _execute(self, input_feed, names, *, device_feeds=None, placements=None, stats=None) -> list:
+        """Validate feeds and run the plan (``input_feed`` may hold ``OrtValue``s)."""
+        if not hasattr(input_feed, "items"):
+            raise InputTypeError(f"input_feed must be a dict of input name to array, "
+                                 f"got {type(input_feed).__name__}")
+        device_feeds = dict(device_feeds or {})
+        host = {}
+        for name, value in input_feed.items():
+            if isinstance(value, OrtValue) and name in self._specs:
+                if value._provider is None:
+                    value = value._value
+                else:
+                    check_bound_input(self._specs[name], value)
+                    device_feeds[name] = (value._provider, value._value)
+                    continue
+            host[name] = value
+        specs = self._specs if not device_feeds else {
+            n: s for n, s in self._specs.items() if n not in device_feeds}
+        feeds = validate_feeds(host, specs)
+        _apply_blas_threads(int(self._sess_options.intra_op_num_threads or 0))
+        return self._plan.run(feeds, names, device_feeds=device_feeds or None, placements=placements,
+                              stats=stats)
+
+    def _check_output_type(self, name: str, got) -> None:
+        want = self._output_dtypes.get(name)
+        if want is not None and got is not None and got != want and not (
+                want == np.dtype(object) and got.kind in "OUS"):
+            # the model declares a type its nodes do not produce (onnxruntime refuses such models)
+            raise ExecutionError(f"output {name!r} is declared {want} by the model, but its producer "
+                                 f"computed {got}; the model's output type is wrong")

@@ -207,6 +207,11 @@ class DeviceContext:
         self.local_1d = max(1, min(64, self.max_work_group_size))
         self.max_alloc = int(self.device.max_mem_alloc_size)
         self.builds = 0  # programs built by this context (tests check the cache)
+        # host<->device traffic through this context (tests count it): uploads and downloads
+        # with their bytes, and copies between two buffers of the device
+        self._stats_lock = threading.Lock()
+        self.transfers = {"uploads": 0, "bytes_up": 0, "downloads": 0, "bytes_down": 0,
+                          "device_copies": 0}
         self.dummy = self.buffer(4)  # bound to the pointer arguments of absent optional inputs
 
     def build_options(self) -> list[str]:
@@ -250,16 +255,43 @@ class DeviceContext:
             kernel.set_args(*args)
             self.cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
 
+    def _count(self, kind: str, nbytes: int = 0, bytes_key: str | None = None) -> None:
+        with self._stats_lock:
+            self.transfers[kind] += 1
+            if bytes_key:
+                self.transfers[bytes_key] += int(nbytes)
+
     def buffer(self, nbytes: int, hostbuf=None):
         """A device buffer of ``nbytes`` (at least 1), filled from ``hostbuf`` when given."""
         mf = self.cl.mem_flags
         if hostbuf is not None:
-            return self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=hostbuf)
+            buf = self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=hostbuf)
+            self._count("uploads", getattr(hostbuf, "nbytes", nbytes), "bytes_up")
+            return buf
         return self.cl.Buffer(self.context, mf.READ_WRITE, size=max(1, int(nbytes)))
 
     def read(self, host, buf) -> None:
         """Blocking copy of ``buf`` into the host array ``host`` (waits for queued kernels)."""
         self.cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
+        self._count("downloads", host.nbytes, "bytes_down")
+
+    def write(self, buf, host) -> None:
+        """Blocking copy of the contiguous host array ``host`` into the existing ``buf``
+        (queued after the kernels already enqueued, so they read the old contents)."""
+        self.cl.enqueue_copy(self.queue, buf, host, is_blocking=True)
+        self._count("uploads", host.nbytes, "bytes_up")
+
+    def copy(self, dst, src, nbytes: int) -> None:
+        """Copy ``nbytes`` from buffer ``src`` to buffer ``dst`` on the device (queued in order)."""
+        self.cl.enqueue_copy(self.queue, dst, src, byte_count=int(nbytes))
+        self._count("device_copies")
+
+    def owns(self, buf) -> bool:
+        """Whether the ``cl.Buffer`` ``buf`` belongs to this context."""
+        try:
+            return buf.context == self.context
+        except Exception:  # noqa: BLE001 - not a memory object
+            return False
 
     def finish(self) -> None:
         self.queue.finish()

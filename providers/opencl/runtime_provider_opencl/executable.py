@@ -51,6 +51,12 @@ class OpenCLExecutable:
                 raise RuntimeError(f"building node {node.name!r} ({node.op_type}) for OpenCL failed: "
                                    f"{type(exc).__name__}: {exc}") from exc
         self.frees = self._lifetimes()
+        # buffers this executable keeps across runs (constants, compile-time outputs): an output
+        # that is one of them (or a view of one) is cloned, since a caller may write into it
+        self._kept = {id(t.buffer) for t in self.constants.values() if t.buffer is not None}
+        self._kept.update(id(st.tensor.buffer) for st in self.steps
+                          if isinstance(getattr(st, "tensor", None), OpenCLTensor)
+                          and st.tensor.buffer is not None)
 
     def _lifetimes(self):
         keep = set(self.outputs)
@@ -90,4 +96,7 @@ class OpenCLExecutable:
                 raise OpenCLKernelError(f"{type(exc).__name__}: {exc}", node.name, node.op_type) from exc
             for name in frees:
                 env.pop(name, None)
-        return [env[o] for o in self.outputs]
+        outs = [env[o] for o in self.outputs]
+        if self._kept:
+            outs = [t.clone() if t.buffer is not None and id(t.buffer) in self._kept else t for t in outs]
+        return outs

@@ -10,6 +10,12 @@ Provider options (strings, as in ORT):
 * ``device``: device index (within the platform) or a substring of its name;
 * ``exclude_ops``: comma-separated op types to leave to the next provider (to
   bisect a kernel problem, or to keep an op on CPU).
+
+Device values (``OrtValue(..., "opencl", device_id)``, ``IOBinding``): ``device_id``
+is the device's position in ``probe()``'s device list (every platform, in order);
+tensors are shared by every session and value on the same device, because they
+share its context. Raw pointers are ``cl_mem`` handles (``data_ptr()``,
+``bind_input(..., buffer_ptr)``); DLPack is declined (see :data:`NO_DLPACK`).
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ from ._version import __version__
 logger = logging.getLogger("runtime_provider_opencl")
 
 OPTIONS = ("platform", "device", "exclude_ops")
+
+NO_DLPACK = ("OpenCL buffers cannot be exchanged through DLPack: pyopencl implements neither DLPack "
+             "export nor import, and an OpenCL buffer is a cl_mem handle, not an address other "
+             "libraries could read; copy with OrtValue.numpy(), or pass the handle with "
+             "data_ptr() and IOBinding.bind_input(..., buffer_ptr)")
 
 
 def decline_reason(node, spec) -> str | None:
@@ -54,6 +65,7 @@ class OpenCLExecutionProvider(ExecutionProvider):
     distribution = "runtime-provider-opencl"
     plugin_api = ">=1.0,<2"
     device_type = "opencl"
+    dlpack_device_type = 4  # kDLOpenCL (DLPack itself is declined, see NO_DLPACK)
 
     def __init__(self, options=None):
         super().__init__(options)
@@ -74,7 +86,23 @@ class OpenCLExecutionProvider(ExecutionProvider):
                              f"{', '.join(bad)}; it implements {', '.join(sorted(REGISTRY))}")
         self.device_info = select_device(self.options.get("platform"), self.options.get("device"))
         self.dev = get_context(self.device_info)
-        logger.info("OpenCL provider on %s", self.device_info)
+        from .device import list_devices
+
+        where = (self.device_info.platform, self.device_info.device)
+        self.device_id = next(i for i, d in enumerate(list_devices()) if (d.platform, d.device) == where)
+        logger.info("OpenCL provider on %s (device_id %d)", self.device_info, self.device_id)
+
+    @classmethod
+    def for_device(cls, device_id: int = 0) -> "OpenCLExecutionProvider":
+        """The provider on device ``device_id``: its position in ``probe()``'s device list."""
+        from .device import list_devices
+
+        devices = list_devices()
+        if not 0 <= int(device_id) < len(devices):
+            listing = "; ".join(f"{i}: {d}" for i, d in enumerate(devices))
+            raise ValueError(f"OpenCL device_id {device_id} is out of range; devices: {listing}")
+        info = devices[int(device_id)]
+        return cls({"platform": str(info.platform), "device": str(info.device)})
 
     # -- identity -------------------------------------------------------------
     @classmethod
@@ -160,7 +188,72 @@ class OpenCLExecutionProvider(ExecutionProvider):
         return tensor.numpy()
 
     def synchronize(self) -> None:
+        """Wait for every command queued on the device."""
         self.dev.finish()
+
+    # -- device values (OrtValue / IOBinding) -------------------------------------------
+    def holds(self, tensor) -> bool:
+        """An :class:`OpenCLTensor` in this device's context is used as is."""
+        from .tensor import OpenCLTensor
+
+        return isinstance(tensor, OpenCLTensor) and tensor.device is self.dev
+
+    def tensor_info(self, tensor):
+        """``(shape, dtype)`` of an :class:`OpenCLTensor`."""
+        self._check(tensor)
+        return tensor.shape, tensor.dtype
+
+    def copy_into(self, dst, src) -> None:
+        """Write a host array, or a tensor on this device (a device-side copy), into ``dst``."""
+        self._check(dst)
+        shape = tuple(src.shape) if hasattr(src, "shape") else np.asarray(src).shape
+        if shape != dst.shape:
+            raise ValueError(f"cannot write shape {shape} into a tensor of shape {dst.shape}")
+        dst.copy_from(src)
+
+    def data_ptr(self, tensor) -> int:
+        """The ``cl_mem`` handle of the tensor's buffer (0 for an empty tensor)."""
+        self._check(tensor)
+        return 0 if tensor.buffer is None else int(tensor.buffer.int_ptr)
+
+    def tensor_from_pointer(self, ptr, shape, dtype):
+        """Wrap a ``cl_mem`` handle of a buffer in this device's context (no copy)."""
+        from .tensor import OpenCLTensor
+
+        dtype = np.dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if dtype.hasobject:
+            raise TypeError(f"an OpenCL buffer cannot hold {dtype} elements")
+        if nbytes == 0:
+            return OpenCLTensor(None, shape, dtype, self.dev)
+        if not ptr:
+            raise ValueError("buffer_ptr is null")
+        cl = self.dev.cl
+        buf = cl.Buffer.from_int_ptr(int(ptr), retain=True)
+        if not self.dev.owns(buf):
+            raise ValueError(f"buffer_ptr {ptr:#x} is not a buffer of the OpenCL context of "
+                             f"{self.device_info}")
+        if buf.size < nbytes:
+            raise ValueError(f"buffer_ptr {ptr:#x} holds {buf.size} bytes; shape {list(shape)} of "
+                             f"{dtype} needs {nbytes}")
+        return OpenCLTensor(buf, shape, dtype, self.dev)
+
+    def to_dlpack(self, tensor, stream=None):
+        """Declined, with the reason (:data:`NO_DLPACK`)."""
+        raise NotImplementedError(NO_DLPACK)
+
+    def from_dlpack(self, obj):
+        """Declined, with the reason (:data:`NO_DLPACK`)."""
+        raise NotImplementedError(NO_DLPACK)
+
+    def _check(self, tensor) -> None:
+        from .tensor import OpenCLTensor
+
+        if not isinstance(tensor, OpenCLTensor):
+            raise TypeError(f"expected an OpenCLTensor, got {type(tensor).__name__}")
+        if tensor.device is not self.dev:
+            raise ValueError(f"the tensor lives on {tensor.device.info}, not on {self.device_info}")
 
 
 @hookimpl

@@ -1,8 +1,10 @@
 """Device tensors: an OpenCL buffer with a shape and a dtype.
 
-Tensors are contiguous (C order) and never written after the kernel that produced
-them, so metadata-only views (Reshape, Flatten, Squeeze, Unsqueeze, Identity) share
-the buffer. A tensor is deliberately not array-like: host code must go through
+Tensors are contiguous (C order) and never written by kernels after the kernel that
+produced them, so metadata-only views (Reshape, Flatten, Squeeze, Unsqueeze, Identity)
+share the buffer. Only a caller writes into a tensor it holds (``OrtValue.update_inplace``,
+a preallocated ``IOBinding`` output), through :meth:`OpenCLTensor.copy_from`; an
+executable never hands out buffers it keeps (its constants are cloned first). A tensor is deliberately not array-like: host code must go through
 ``copy_to_host`` (or :meth:`OpenCLTensor.numpy`), so a missing copy fails loudly.
 """
 
@@ -65,6 +67,36 @@ class OpenCLTensor:
         dtype = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         return cls(device.buffer(n) if n else None, shape, dtype, device)
+
+    def copy_from(self, src) -> None:
+        """Overwrite this tensor's buffer with ``src``: a host array (uploaded) or an
+        :class:`OpenCLTensor` on the same device (copied on the device). Shapes may
+        differ only by a reshape; dtypes must match."""
+        if isinstance(src, OpenCLTensor):
+            if src.dtype != self.dtype or src.size != self.size:
+                raise ValueError(f"cannot copy {src} into {self}: dtype and element count must match")
+            if src.device is not self.device:
+                src = src.numpy()  # another context: through the host
+            else:
+                if self.nbytes and src.buffer is not self.buffer:
+                    self.device.copy(self.buffer, src.buffer, self.nbytes)
+                return
+        arr = np.asarray(src)
+        if arr.dtype != self.dtype or arr.size != self.size:
+            raise ValueError(f"cannot write a {arr.dtype} array of shape {arr.shape} into {self}: "
+                             "dtype and element count must match")
+        if not arr.dtype.isnative:
+            arr = arr.astype(arr.dtype.newbyteorder("="))
+        arr = np.ascontiguousarray(arr)
+        if self.nbytes:
+            self.device.write(self.buffer, arr)
+
+    def clone(self) -> "OpenCLTensor":
+        """A new buffer with the same contents (copied on the device)."""
+        out = OpenCLTensor.empty(self.shape, self.dtype, self.device)
+        if self.nbytes:
+            self.device.copy(out.buffer, self.buffer, self.nbytes)
+        return out
 
     def numpy(self) -> np.ndarray:
         """Copy to a new host array (blocks until the kernels that write it have run)."""
