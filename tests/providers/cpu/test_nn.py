@@ -104,6 +104,42 @@ def test_gemm_int(dtype):
     check_node("Gemm", {"a": a, "b": b, "c": c}, opset=13)
 
 
+@pytest.mark.parametrize("broadcast,c_shape", [(1, (5,)), (1, (1, 5)), (1, ()), (0, (3, 5))])
+@pytest.mark.parametrize("transA,transB", [(0, 0), (1, 1)])
+def test_gemm_6(broadcast, c_shape, transA, transB):
+    # onnxruntime has no Gemm-6: opset 7 (the same arithmetic, C broadcast) is the oracle
+    a = rnd(4, 3) if transA else rnd(3, 4)
+    b = rnd(5, 4) if transB else rnd(4, 5)
+    c = rnd(*c_shape)
+    feeds = {"a": a, "b": b, "c": c}
+    attrs = dict(alpha=0.7, beta=1.3, transA=transA, transB=transB)
+    ref = run_oracle(make_model([helper.make_node("Gemm", ["a", "b", "c"], ["y"], **attrs)], feeds, ["y"],
+                                opset=7), feeds)
+    node_check("Gemm", feeds, opset=6, oracle=lambda f: ref, broadcast=broadcast, **attrs, **F32)
+
+
+def test_gemm_6_no_broadcast_needs_full_c():
+    feeds = {"a": rnd(3, 4), "b": rnd(4, 5), "c": rnd(5)}
+    model = make_model([helper.make_node("Gemm", ["a", "b", "c"], ["y"], broadcast=0)], feeds, ["y"], opset=6)
+    with pytest.raises(Exception, match="broadcast=0"):
+        run_ours(model, feeds)
+
+
+@pytest.mark.parametrize("op,attrs", [("MatMul", {}), ("Softmax", {"axis": -1}), ("LogSoftmax", {"axis": 1})])
+def test_bfloat16_computed_in_float32(op, attrs):
+    import ml_dtypes
+
+    bf = np.dtype(ml_dtypes.bfloat16)
+    a = rnd(2, 3, 4).astype(bf)
+    feeds = {"a": a, "b": rnd(4, 5).astype(bf)} if op == "MatMul" else {"a": a}
+    node = helper.make_node(op, list(feeds), ["y"], **attrs)
+    (y,), _ = run_ours(make_model([node], feeds, ["y"], opset=13), feeds)
+    assert y.dtype == bf
+    f32 = {k: v.astype(np.float32) for k, v in feeds.items()}
+    (want,), _ = run_ours(make_model([node], f32, ["y"], opset=13), f32)
+    np.testing.assert_allclose(y.astype(np.float32), want.astype(bf).astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
 # ------------------------------------------------------------------------------ Conv
 
 CONV_CASES = list(itertools.product(
@@ -326,9 +362,21 @@ def test_pool_ranks_dtypes(op, dtype, rank):
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 def test_pool_opsets(op, opset):
     if op == "AveragePool" and opset == 1:
-        pytest.skip("AveragePool-1 is not registered")
+        # onnxruntime has no AveragePool-1; without padding the mean is that of opset 7
+        x = rnd(1, 2, 6, 7)
+        node = helper.make_node(op, ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 1], pads=[0, 0, 0, 0])
+        ref = run_oracle(make_model([node], {"x": x}, ["y"], opset=7), {"x": x})
+        node_check(op, {"x": x}, opset=1, oracle=lambda feeds: ref, kernel_shape=[3, 2], strides=[2, 1],
+                   pads=[0, 0, 0, 0], **F32)
+        return
     check_node(op, {"x": rnd(1, 2, 6, 7)}, kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1],
                opset=opset, **F32)
+
+
+@pytest.mark.parametrize("attrs", [{"pads": [1, 0, 1, 1]}, {"auto_pad": "SAME_UPPER"}])
+def test_averagepool_1_padding_declined(attrs):
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2], **attrs)
+    expect_declined([node], {"x": rnd(1, 2, 6, 7)}, ["y"], 1, reason="AveragePool-1 with padding")
 
 
 @pytest.mark.parametrize("opset", [2, 11, 18, 22])
@@ -406,6 +454,24 @@ def test_batchnorm(shape, opset, dtype):
              "v": np.abs(rnd(C, dtype=dtype)) + dtype(0.5)}
     check_node("BatchNormalization", {"x": rnd(*shape, dtype=dtype)}, initializers=inits, epsilon=1e-3,
                opset=opset, **tol(dtype))
+
+
+@pytest.mark.parametrize("spatial", [1, 0])
+def test_batchnorm_6(spatial):
+    # onnxruntime has no BatchNormalization-6: opset 7 (same inference arithmetic) is the oracle
+    pshape = (3,) if spatial else (3, 4, 5)
+    inits = {"s": rnd(*pshape), "b": rnd(*pshape), "m": rnd(*pshape), "v": np.abs(rnd(*pshape)) + np.float32(0.5)}
+    x = rnd(2, 3, 4, 5)
+    nodes = [helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3, spatial=spatial)]
+    ref = run_oracle(make_model(nodes, {"x": x}, ["y"], opset=7, initializers=inits), {"x": x})
+    node_check("BatchNormalization", {"x": x}, opset=6, initializers=inits, oracle=lambda f: ref, epsilon=1e-3,
+               is_test=1, spatial=spatial, **F32)
+
+
+def test_batchnorm_6_training_declined():
+    inits = {"s": rnd(3), "b": rnd(3), "m": rnd(3), "v": np.abs(rnd(3)) + np.float32(0.5)}
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], is_test=0)
+    expect_declined([node], {"x": rnd(2, 3, 4)}, ["y"], 6, inits, reason="is_test=0")
 
 
 def test_batchnorm_mixed_param_dtype():
@@ -605,7 +671,21 @@ def run_resize(x, opset, scales=None, sizes=None, roi=None, rtol=1e-4, atol=1e-5
     if opset == 11 and "scales" not in inits:
         inits["scales"] = np.zeros(0, np.float32)
     node = resize_node(opset, roi="roi" in inits, scales="scales" in inits, sizes="sizes" in inits, **attrs)
-    return run_model([node], {"x": x}, ["y"], opset=opset, initializers=inits, rtol=rtol, atol=atol)
+    oracle = None
+    if (attrs.get("coordinate_transformation_mode") == "align_corners" and scales is not None
+            and any(float(np.float32(s) * np.float32(d)) % 1 for s, d in zip(scales, x.shape))):
+        # a scale that does not land on an integer size: align_corners divides by
+        # length_resized = scale * length_original (fractional), as the spec's
+        # "scale = length_resized / length_original" and the ONNX reference (the backend
+        # suite's expected data) have it; onnxruntime uses the integer output length instead
+        model = make_model([node], {"x": x}, ["y"], opset=opset, initializers=inits)
+
+        def oracle(feeds):
+            from onnx.reference import ReferenceEvaluator
+
+            return ReferenceEvaluator(model).run(None, feeds)
+    return run_model([node], {"x": x}, ["y"], opset=opset, initializers=inits, rtol=rtol, atol=atol,
+                     oracle=oracle)
 
 
 CTMS = ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric", "tf_half_pixel_for_nn"]

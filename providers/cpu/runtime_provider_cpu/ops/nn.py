@@ -26,6 +26,7 @@ from ..registry import kernel
 from ._common import normalize_axis
 
 _FLOAT = frozenset({"float16", "float32", "float64"})
+_BF16 = frozenset({"bfloat16"})  # ml_dtypes.bfloat16: computed in float32, cast back
 _MATMUL_TYPES = _FLOAT | {"int32", "int64", "uint32", "uint64"}
 _F32 = np.float32
 
@@ -63,11 +64,30 @@ def _matmul(a, b):
     return np.matmul(a, b)
 
 
-@kernel("MatMul", 1, 9, 13, dtypes=_MATMUL_TYPES)
+@kernel("MatMul", 1, 9, 13, dtypes=_MATMUL_TYPES | _BF16)
 def matmul(ctx, a, b):
-    if a.dtype == np.float16 or b.dtype == np.float16:
-        return _matmul(a.astype(_F32), b.astype(_F32)).astype(np.float16)
+    if a.dtype.name in ("float16", "bfloat16") or b.dtype.name in ("float16", "bfloat16"):
+        return _matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
     return _matmul(a, b)
+
+
+def _gemm6_check(node):
+    if len(node.inputs) < 3 or not node.inputs[2]:
+        return "Gemm-6: input C is required"
+    return None
+
+
+@kernel("Gemm", 6, dtypes=_FLOAT, check=_gemm6_check)
+def gemm_6(ctx, a, b, c, *, alpha, beta, broadcast, transA, transB):
+    # opset 6: C is broadcast to (M, N) only when ``broadcast`` is set, else it must be (M, N)
+    M = a.shape[1] if transA else a.shape[0]
+    N = b.shape[0] if transB else b.shape[1]
+    if broadcast:
+        if np.broadcast_shapes(c.shape, (M, N)) != (M, N):
+            raise ValueError(f"Gemm-6: C of shape {c.shape} does not broadcast to {(M, N)}")
+    elif c.shape != (M, N):
+        raise ValueError(f"Gemm-6: C must have shape {(M, N)} when broadcast=0, got {c.shape}")
+    return gemm(ctx, a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB)
 
 
 @kernel("Gemm", 7, 9, 11, 13, dtypes=_MATMUL_TYPES)
@@ -480,8 +500,20 @@ def _avgpool_impl(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_s
     return _as(y, dt)
 
 
-# AveragePool-1 is not registered: it predates count_include_pad and does not say whether
-# padding counts in the divisor.
+def _avgpool1_check(node):
+    reason = _pool_check(node)
+    if reason:
+        return reason
+    if _attr(node, "auto_pad", "NOTSET") in ("SAME_UPPER", "SAME_LOWER") or any(_attr(node, "pads", [])):
+        return ("AveragePool-1 with padding is not implemented: opset 1 predates count_include_pad "
+                "and does not say whether padded cells count in the divisor")
+    return None
+
+
+@kernel("AveragePool", 1, dtypes=_FLOAT, check=_avgpool1_check)
+def averagepool_1(ctx, x, *, auto_pad, kernel_shape, pads, strides):
+    # without padding (see the check) every window lies on the input: a plain mean
+    return _avgpool_impl(x, auto_pad, 0, 0, None, kernel_shape, pads, strides)
 
 
 @kernel("AveragePool", 7, dtypes=_FLOAT, check=_pool_check)
@@ -576,6 +608,19 @@ def _bn_inference_only(node):
         return ("BatchNormalization: the mean/var/saved_mean/saved_var outputs (training) "
                 "are not implemented; only inference (output Y) is")
     return None
+
+
+def _bn6_check(node):
+    if not _attr(node, "is_test", 0):
+        return ("BatchNormalization-6: training (is_test=0: batch statistics and running-mean "
+                "outputs) is not implemented; only is_test=1 is")
+    return _bn_inference_only(node)
+
+
+@kernel("BatchNormalization", 6, dtypes=_FLOAT, check=_bn6_check)
+def batchnorm_6(ctx, x, scale, b, mean, var, *, epsilon, is_test, momentum, spatial):
+    shape = _bn_param_shape(x) if spatial else scale.shape
+    return _bn_apply(x, scale, b, mean, var, epsilon, shape)
 
 
 @kernel("BatchNormalization", 7, dtypes=_FLOAT, check=_bn_inference_only)
@@ -748,7 +793,7 @@ def softmax_1(ctx, x, *, axis):
     return _coerce_2d(lambda a, ax: _softmax_axis(a, ax, False))(x, axis)
 
 
-@kernel("Softmax", 13, dtypes=_FLOAT)
+@kernel("Softmax", 13, dtypes=_FLOAT | _BF16)
 def softmax_13(ctx, x, *, axis):
     return _softmax_axis(x, normalize_axis(axis, x.ndim), False)
 
@@ -758,7 +803,7 @@ def log_softmax_1(ctx, x, *, axis):
     return _coerce_2d(lambda a, ax: _softmax_axis(a, ax, True))(x, axis)
 
 
-@kernel("LogSoftmax", 13, dtypes=_FLOAT)
+@kernel("LogSoftmax", 13, dtypes=_FLOAT | _BF16)
 def log_softmax_13(ctx, x, *, axis):
     return _softmax_axis(x, normalize_axis(axis, x.ndim), True)
 
@@ -867,7 +912,12 @@ def _coords(ctm, out_len, in_len, scale, roi_s, roi_e):
     if ctm == "tf_half_pixel_for_nn":
         return (x + h) / sc
     if ctm == "align_corners":
-        if out_len == 1:
+        # length_resized is length_original * scale, fractional when a scale does not land on
+        # an integer size (the spec's definition, and the ONNX reference's)
+        lf = sc * lo
+        if abs(float(lf) - out_len) > 1e-4 * max(out_len, 1):
+            lr = lf
+        if lr == _F32(1):
             return np.zeros(out_len, _F32)
         return x * (lo - _F32(1)) / (lr - _F32(1))
     if ctm == "tf_crop_and_resize":
