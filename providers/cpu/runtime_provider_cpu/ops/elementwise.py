@@ -405,18 +405,24 @@ def _prelu_f(x, slope):
 def _prelu_old_check(node):
     info = node.input_info[1] if len(node.input_info) > 1 else None
     shape = info.static_shape if info is not None else None
-    if shape is None or int(np.prod(shape, dtype=np.int64)) != 1:
-        return (f"PRelu-{node.since_version} is implemented for a slope of size 1 only (the spec before "
-                f"opset 7 defines no broadcasting rule for other slopes); slope shape is "
+    if shape is None or not (int(np.prod(shape, dtype=np.int64)) == 1 or len(shape) == 1):
+        return (f"PRelu-{node.since_version} is implemented for a slope of size 1 (shared) or a 1-D slope "
+                f"(one value per channel, axis 1); the spec before opset 7 defines no broadcasting rule "
+                f"for other slopes; slope shape is "
                 f"{'unknown' if info is None or info.shape is None else tuple(info.shape)}")
     return None
 
 
 @reg("PRelu", 1, 6, extra=_prelu_old_check)
 def prelu_1(ctx, x, slope, *, consumed_inputs=None):
-    if slope.size != 1:
-        raise ValueError(f"PRelu-{ctx.node.since_version} needs a slope of size 1, got shape {slope.shape}")
-    return prelu(ctx, x, slope.reshape(()))
+    # "If slope is of size 1, the value is shared across different channels"; else one slope
+    # per channel (axis 1), as the opset-6 test data (pytorch-converted PReLU_*_multiparam)
+    if slope.size == 1:
+        return prelu(ctx, x, slope.reshape(()))
+    if slope.ndim != 1 or x.ndim < 2 or slope.shape[0] != x.shape[1]:
+        raise ValueError(f"PRelu-{ctx.node.since_version}: a slope of shape {slope.shape} must have size 1 or "
+                         f"one value per channel (X's axis 1 of shape {x.shape})")
+    return prelu(ctx, x, slope.reshape((-1,) + (1,) * (x.ndim - 2)))
 
 
 @reg("PRelu", 7, 9, 16)
@@ -496,7 +502,10 @@ def _legacy_b(a: np.ndarray, b: np.ndarray, broadcast, axis) -> np.ndarray:
         start = a.ndim - b.ndim
     else:
         start = axis + a.ndim if axis < 0 else axis
-    if start < 0 or a.shape[start:start + b.ndim] != b.shape:
+    seg = a.shape[start:start + b.ndim] if start >= 0 else ()
+    # B's dims match A's from ``start`` on; a size-1 dim of B expands ("1-dim expansion", left
+    # undefined by the opset < 7 docs, is what the ONNX test data of these versions expect)
+    if start < 0 or len(seg) != b.ndim or any(bd != ad and bd != 1 for bd, ad in zip(b.shape, seg)):
         raise ValueError(f"B of shape {b.shape} does not match A of shape {a.shape} at axis {start}")
     return b.reshape(b.shape + (1,) * (a.ndim - start - b.ndim))
 
@@ -703,7 +712,7 @@ reg("Mean", 8, 13)(_variadic("Mean", _mean))
 
 # -- Cast / CastLike -------------------------------------------------------------
 
-_UNSUPPORTED_TARGETS = {_E8M0: "float8e8m0 (its round_mode/saturate conversion is not implemented)"}
+_UNSUPPORTED_TARGETS = {}
 for _d in _F6:
     _UNSUPPORTED_TARGETS[_d] = f"{_d.name} (float6 conversion is not implemented)"
 
@@ -807,13 +816,13 @@ def _parse_int(s) -> int:
 _M64 = (1 << 64) - 1
 
 
-def _from_string(x: np.ndarray, dst: np.dtype, saturate, fnuz_inf_nan):
+def _from_string(x: np.ndarray, dst: np.dtype, saturate, fnuz_inf_nan, round_mode="up"):
     flat = x.reshape(-1)
     if dst.kind == "f" or dst in _ML_FLOATS:
         v = np.array([_parse_float(s) for s in flat], dtype=_F64).reshape(x.shape)
         if dst == _F32:
             return v.astype(_F32)
-        return _cast_num(v, dst, saturate, fnuz_inf_nan)
+        return _cast_num(v, dst, saturate, fnuz_inf_nan, round_mode)
     ints = [_parse_int(s) for s in flat]
     if dst == np.bool_:
         return np.array([i != 0 for i in ints], dtype=bool).reshape(x.shape)
@@ -821,7 +830,42 @@ def _from_string(x: np.ndarray, dst: np.dtype, saturate, fnuz_inf_nan):
     return _cast_num(v, dst, saturate, fnuz_inf_nan)
 
 
-def _cast_num(x: np.ndarray, dst: np.dtype, saturate, fnuz_inf_nan) -> np.ndarray:
+def _to_e8m0(x: np.ndarray, saturate, round_mode) -> np.ndarray:
+    """float -> float8e8m0 (an 8-bit power-of-two exponent, bias 127, 0xFF = NaN).
+
+    The float32 exponent field is kept and rounded per ``round_mode`` from the mantissa
+    (``up``: any fraction rounds away from zero; ``down``: truncate; ``nearest``: by the
+    guard bit, ties away except in the subnormal range, as onnx.numpy_helper.to_float8e8m0).
+    The sign is ignored (negative inputs are unspecified). Special values follow the Cast
+    table: saturate -> Inf and overflow give E8M0_MAX; non-saturating -> 0, Inf and
+    overflow give NaN; NaN is always NaN.
+    """
+    if round_mode not in ("up", "down", "nearest"):
+        raise ValueError(f"Cast round_mode={round_mode!r} is not defined (up, down or nearest)")
+    bits = np.ascontiguousarray(x, dtype=_F32).view(np.uint32)
+    exp = ((bits >> np.uint32(23)) & np.uint32(0xFF)).astype(np.uint16)
+    special = exp == 0xFF
+    nan = special & ((bits & np.uint32(0x7FFFFF)) != 0)
+    if round_mode == "up":
+        inc = (bits & np.uint32(0x7FFFFF)) != 0
+    elif round_mode == "nearest":
+        g = (bits & np.uint32(0x400000)) != 0
+        rs = (bits & np.uint32(0x3FFFFF)) != 0
+        inc = g & (rs | (exp > 0))
+    else:
+        inc = np.zeros(exp.shape, dtype=bool)
+    inc &= ~special
+    out = exp + inc.astype(np.uint16)
+    if saturate:
+        out = np.minimum(out, 0xFE)  # Inf and overflow saturate to E8M0_MAX
+        out[nan] = 0xFF
+    else:
+        out = np.minimum(out, 0xFF)  # overflow and Inf -> NaN
+        out[(bits & np.uint32(0x7FFFFFFF)) == 0] = 0xFF  # 0 -> NaN
+    return out.astype(np.uint8).view(_E8M0).reshape(np.shape(x))
+
+
+def _cast_num(x: np.ndarray, dst: np.dtype, saturate, fnuz_inf_nan, round_mode="up") -> np.ndarray:
     """Numeric (and bool) -> numeric cast following the ONNX Cast rules."""
     src = x.dtype
     if src == dst:
@@ -849,17 +893,20 @@ def _cast_num(x: np.ndarray, dst: np.dtype, saturate, fnuz_inf_nan) -> np.ndarra
         if dst == _F4:
             if src.kind != "f":
                 x = x.astype(_F32)
-            # RNE; out of range and +/-inf saturate to +/-6; NaN -> 6 (onnx float4 conversion table)
-            x = np.clip(x, -6.0, 6.0)
-            if np.isnan(x).any():
-                x = np.where(np.isnan(x), 6.0, x)
+            # RNE; out of range and +/-inf saturate to +/-6 (float4e2m1 has no inf/NaN);
+            # NaN has no encoding either: it becomes -0 (ml_dtypes, as the ONNX test data)
             return x.astype(_F4)
+        if dst == _E8M0:
+            return _to_e8m0(x, saturate, round_mode)
         if dst in _ML_INTS:
-            # round to nearest (ties to even), then keep the low bits
             if src.kind == "f":
-                x = np.rint(x).astype(np.int64)
-            elif src == np.bool_:
+                # round to nearest, ties to even (the onnx int4 note); values outside the
+                # target range (undefined by the spec) become 0, as ml_dtypes and the ONNX
+                # test data do (not the low bits)
+                return np.rint(x).astype(dst)
+            if src == np.bool_:
                 x = x.astype(np.int8)
+            # fixed point: keep the low bits (two's complement)
             return x.astype(dst)
         if dst == _BF16:
             if src.kind != "f":
@@ -868,12 +915,12 @@ def _cast_num(x: np.ndarray, dst: np.dtype, saturate, fnuz_inf_nan) -> np.ndarra
         return x.astype(dst)
 
 
-def _cast(x: np.ndarray, dst: np.dtype, saturate=1, fnuz_inf_nan=False) -> np.ndarray:
+def _cast(x: np.ndarray, dst: np.dtype, saturate=1, fnuz_inf_nan=False, round_mode="up") -> np.ndarray:
     if dst == _OBJ:
         return _to_string(x)
     if x.dtype.kind in "OUS":
-        return _from_string(x, dst, saturate, fnuz_inf_nan)
-    return _cast_num(x, dst, saturate, fnuz_inf_nan)
+        return _from_string(x, dst, saturate, fnuz_inf_nan, round_mode)
+    return _cast_num(x, dst, saturate, fnuz_inf_nan, round_mode)
 
 
 @reg("Cast", 1, extra=_cast_check)
@@ -894,8 +941,8 @@ def cast_19(ctx, x, *, saturate, to):
 
 @reg("Cast", 24, 25, 28, extra=_cast_check)
 def cast_24(ctx, x, *, round_mode, saturate, to):
-    # round_mode only affects float8e8m0 targets, which the check declines
-    return _cast(x, _elem_dtype(to), saturate, fnuz_inf_nan=False)
+    # round_mode only affects float8e8m0 targets
+    return _cast(x, _elem_dtype(to), saturate, fnuz_inf_nan=False, round_mode=round_mode)
 
 
 @reg("CastLike", 15, extra=_castlike_check)
@@ -910,4 +957,50 @@ def castlike_19(ctx, x, like, *, saturate):
 
 @reg("CastLike", 24, 25, extra=_castlike_check)
 def castlike_24(ctx, x, like, *, round_mode, saturate):
-    return _cast(x, like.dtype, saturate, fnuz_inf_nan=False)
+    return _cast(x, like.dtype, saturate, fnuz_inf_nan=False, round_mode=round_mode)
+
+
+# -- BitCast -----------------------------------------------------------------------
+
+#: ONNX bit widths of the sub-byte types (held one per byte, in the low bits, by ml_dtypes)
+_SUBBYTE_BITS = {np.dtype(ml_dtypes.int4): 4, np.dtype(ml_dtypes.uint4): 4, _F4: 4,
+                 np.dtype(ml_dtypes.int2): 2, np.dtype(ml_dtypes.uint2): 2}
+
+
+def _bit_width(dt: np.dtype) -> int:
+    return _SUBBYTE_BITS.get(dt, dt.itemsize * 8)
+
+
+def _bitcast_check(node):
+    dst = _elem_dtype(node.attrs.get("to"))
+    if dst is None or dst == _OBJ:
+        return f"BitCast to type {node.attrs.get('to')!r} is not defined (string and non-tensor types excluded)"
+    _, tc, outs = _schema_types(node.op_type, node.since_version)
+    allowed = _allowed(tc, outs[0][1])
+    if allowed is not None and dst not in allowed:
+        return f"BitCast-{node.since_version} cannot produce {dst.name} (allowed: {_fmt_dtypes(allowed)})"
+    src = _in_dtype(node, 0)
+    if src is not None and _bit_width(src) != _bit_width(dst):
+        return (f"BitCast needs input and output types of the same bit width: {src.name} has "
+                f"{_bit_width(src)} bits, {dst.name} {_bit_width(dst)}")
+    return None
+
+
+@reg("BitCast", 26, extra=_bitcast_check)
+def bitcast(ctx, x, *, to):
+    dst = _elem_dtype(to)
+    src = x.dtype
+    if _bit_width(src) != _bit_width(dst):
+        raise ValueError(f"BitCast: {src.name} ({_bit_width(src)} bits) and {dst.name} "
+                         f"({_bit_width(dst)} bits) differ in bit width")
+    x = np.ascontiguousarray(x).reshape(x.shape)  # (ascontiguousarray makes 0-d arrays 1-d)
+    if src.byteorder == ">" or (src.byteorder == "=" and not np.little_endian):
+        x = x.astype(src.newbyteorder("<"))  # the bytes are read as little endian
+    if src in _SUBBYTE_BITS or dst in _SUBBYTE_BITS:
+        bits = x.view(np.uint8) & np.uint8((1 << _bit_width(dst)) - 1)
+        return bits.view(dst)
+    if dst == np.bool_:
+        # a bool holds 0 or 1 only: any nonzero byte reads as true
+        return x.view(np.uint8) != 0
+    y = x.view(dst.newbyteorder("<"))
+    return y.astype(dst, copy=False)

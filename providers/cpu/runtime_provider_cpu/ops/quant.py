@@ -1,0 +1,539 @@
+"""CPU kernels: quantization. QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+QLinearMatMul, QLinearConv, MatMulInteger, ConvInteger.
+
+Granularities (QuantizeLinear / DequantizeLinear): per tensor (a scalar or one-element
+scale), per axis (a 1-D scale of length ``x.shape[axis]``) and, from opset 21, blocked
+(``block_size`` > 0: the scale has x's rank, ``ceil(D_axis / block_size)`` along ``axis``).
+
+Precision: QuantizeLinear divides in the type of ``y_scale`` (opset 23+: or in the type named
+by ``precision``), before 23 in the type shared by x and the scale; float16/bfloat16
+divisions are done in float32 and rounded to the type (exact: float32 has more than twice
+their precision). Integer targets round half to even, add the zero point and saturate;
+float8 targets saturate to +/-FLT_MAX when ``saturate`` is set (else ml_dtypes' overflow:
+Inf or NaN per type); float4e2m1/float6 have no Inf/NaN and saturate (NaN -> -0 as ml_dtypes).
+
+Integer products (MatMulInteger, ConvInteger, QLinear*) run through BLAS in float32 when the
+sum of absolute products provably stays below 2**24 (exact), else in float64 (exact below
+2**53); int32 results wrap as the spec allows ("accumulation may overflow in 32 bits").
+"""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+from onnx import TensorProto, helper
+
+from ..registry import kernel
+from ._common import normalize_axis
+from .elementwise import _allowed, _checker, _fmt_dtypes, _in_dtype, _schema_types
+
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_E8M0 = np.dtype(ml_dtypes.float8_e8m0fnu)
+_F8 = frozenset(np.dtype(t) for t in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e4m3fnuz,
+                                      ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz))
+#: no Inf/NaN encodings: ml_dtypes' conversion saturates
+_SMALL_FLOATS = frozenset(np.dtype(getattr(ml_dtypes, n)) for n in
+                          ("float4_e2m1fn", "float6_e2m3fn", "float6_e3m2fn") if hasattr(ml_dtypes, n))
+_INT_TARGETS = frozenset(np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.uint16, ml_dtypes.int4,
+                                               ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2))
+_PRECISIONS = {TensorProto.FLOAT: _F32, TensorProto.FLOAT16: _F16, TensorProto.BFLOAT16: _BF16,
+               TensorProto.DOUBLE: _F64}
+
+
+def _elem_dtype(elem):
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(int(elem)))
+    except Exception:  # noqa: BLE001 - not a tensor type numpy can hold
+        return None
+
+
+def _irange(dt):
+    info = ml_dtypes.iinfo(dt) if dt.kind not in "iu" else np.iinfo(dt)
+    return int(info.min), int(info.max)
+
+
+def _widen(dt):
+    """The numpy type holding the values of ``dt`` (int4 -> int8, ...) for integer math."""
+    if dt.kind in "iu":
+        return dt
+    if dt in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.int2)):
+        return np.dtype(np.int8)
+    if dt in (np.dtype(ml_dtypes.uint4), np.dtype(ml_dtypes.uint2)):
+        return np.dtype(np.uint8)
+    return None
+
+
+# -- granularity -----------------------------------------------------------------
+
+def _expand(v, shape, axis, block_size, name, op):
+    """Scale / zero point reshaped (blocked: replicated) to broadcast against ``shape``."""
+    if v.size == 1:
+        return v.reshape(())
+    rank = len(shape)
+    if not block_size:
+        if v.ndim != 1:
+            raise ValueError(f"{op}: {name} of shape {v.shape} must be a scalar or 1-D (per axis) "
+                             "unless block_size is set (blocked quantization, opset 21+)")
+        a = normalize_axis(axis, rank)
+        if v.shape[0] != shape[a]:
+            raise ValueError(f"{op}: {name} has {v.shape[0]} elements, input axis {a} has {shape[a]}")
+        return v.reshape([-1 if i == a else 1 for i in range(rank)])
+    if block_size < 0:
+        raise ValueError(f"{op}: block_size must be positive, got {block_size}")
+    if v.ndim != rank:
+        raise ValueError(f"{op}: blocked {name} must have the input's rank {rank}, got shape {v.shape}")
+    a = normalize_axis(axis, rank)
+    for i in range(rank):
+        want = -(-shape[i] // block_size) if i == a else shape[i]
+        if v.shape[i] != want:
+            raise ValueError(f"{op}: blocked {name} of shape {v.shape} does not fit input shape {tuple(shape)} "
+                             f"with axis={a}, block_size={block_size} (dim {i} should be {want})")
+    r = np.repeat(v, block_size, axis=a)
+    if r.shape[a] != shape[a]:
+        r = r[(slice(None),) * a + (slice(0, shape[a]),)]
+    return r
+
+
+def _check_zp_shape(scale, zp, op):
+    if zp is not None and zp.shape != scale.shape and not (zp.size == 1 and scale.size == 1):
+        raise ValueError(f"{op}: zero point shape {zp.shape} differs from the scale's {scale.shape}")
+
+
+# -- QuantizeLinear ------------------------------------------------------------------
+
+def _divide(x, s, prec):
+    """``x / s`` in precision ``prec``; returns float32 (or float64) values of that type."""
+    if prec == _F64:
+        return np.divide(x.astype(_F64), s.astype(_F64))
+    if prec == _F32:
+        return np.divide(x.astype(_F32, copy=False), s.astype(_F32, copy=False))
+    # float16 / bfloat16: operands rounded to the type, the float32 quotient rounded once more
+    q = np.divide(x.astype(prec).astype(_F32), s.astype(prec).astype(_F32))
+    return q.astype(prec).astype(_F32)
+
+
+def _default_precision(scale_dt):
+    if scale_dt in (_F16, _BF16, _F32, _F64):
+        return scale_dt
+    if scale_dt.kind in "iu":
+        return _F64  # int32 scales: exact quotient in double
+    return _F32  # float8e8m0 (powers of two): the division is exact in float32 in range
+
+
+def _quantize(x, scale, zp, *, axis, block_size, out_dt, saturate, prec, op):
+    _check_zp_shape(scale, zp, op)
+    s = _expand(scale, x.shape, axis, block_size, "y_scale", op)
+    q = _divide(x, s, prec)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if out_dt in _INT_TARGETS:
+            lo, hi = _irange(out_dt)
+            np.rint(q, out=q)
+            if zp is not None:
+                q += _expand(zp, x.shape, axis, block_size, "y_zero_point", op).astype(q.dtype)
+            np.clip(q, lo, hi, out=q)
+            q[np.isnan(q)] = 0  # undefined by the spec: NaN quantizes to 0
+            return q.astype(np.int32).astype(out_dt)
+        if zp is not None:
+            z = _expand(zp, x.shape, axis, block_size, "y_zero_point", op).astype(_F32)
+            if np.any(z):
+                q = q + z
+        if out_dt in _F8:
+            if saturate:
+                m = float(ml_dtypes.finfo(out_dt).max)
+                q = np.clip(q, -m, m)
+            return q.astype(out_dt)
+        if out_dt in _SMALL_FLOATS:
+            return q.astype(out_dt)
+    raise ValueError(f"{op}: output type {out_dt.name} is not a quantized type")
+
+
+def _q_out_dtype(node, zp_dt):
+    """(output dtype, reason) of a QuantizeLinear node."""
+    attr = node.attrs.get("output_dtype") or 0
+    od = _elem_dtype(attr) if attr else None
+    if attr and od is None:
+        return None, f"QuantizeLinear output_dtype={attr} is not a tensor type numpy can hold"
+    if zp_dt is not None:
+        if od is not None and od != zp_dt:
+            return None, (f"QuantizeLinear output_dtype {od.name} differs from the zero point's type "
+                          f"{zp_dt.name} (they must match)")
+        return zp_dt, None
+    return (od if od is not None else np.dtype(np.uint8)), None
+
+
+def _q_check(node):
+    zp_dt = _in_dtype(node, 2)
+    od, why = _q_out_dtype(node, zp_dt)
+    if why:
+        return why
+    if od not in _INT_TARGETS and od not in _F8 and od not in _SMALL_FLOATS:
+        return f"QuantizeLinear to {od.name} is not a quantized type"
+    _, tc, outs = _schema_types(node.op_type, node.since_version)
+    allowed = _allowed(tc, outs[0][1])
+    if allowed is not None and od not in allowed:
+        return f"QuantizeLinear-{node.since_version} cannot produce {od.name} (allowed: {_fmt_dtypes(allowed)})"
+    p = node.attrs.get("precision") or 0
+    if p and p not in _PRECISIONS:
+        return f"QuantizeLinear precision={p} is not implemented (FLOAT, FLOAT16, BFLOAT16 or DOUBLE)"
+    if node.attrs.get("block_size", 0) and node.attrs["block_size"] < 0:
+        return f"QuantizeLinear block_size={node.attrs['block_size']} must be positive"
+    return None
+
+
+def _q_run(ctx, x, y_scale, y_zero_point, axis=1, block_size=0, output_dtype=0, saturate=1, precision=0):
+    op = f"QuantizeLinear-{ctx.node.since_version}"
+    out_dt, why = _q_out_dtype(ctx.node, None if y_zero_point is None else y_zero_point.dtype)
+    if why:
+        raise ValueError(why)
+    prec = _PRECISIONS[precision] if precision else _default_precision(y_scale.dtype)
+    return _quantize(x, y_scale, y_zero_point, axis=axis, block_size=block_size, out_dt=out_dt,
+                     saturate=saturate, prec=prec, op=op)
+
+
+def _per_tensor_only(v, name, op):
+    if v.size != 1:
+        raise ValueError(f"{op}: {name} must be a scalar (per tensor), got shape {v.shape}")
+
+
+@kernel("QuantizeLinear", 10, check=_checker(_q_check))
+def quantize_linear_10(ctx, x, y_scale, y_zero_point=None):
+    _per_tensor_only(y_scale, "y_scale", "QuantizeLinear-10")
+    return _q_run(ctx, x, y_scale, y_zero_point)
+
+
+@kernel("QuantizeLinear", 13, check=_checker(_q_check))
+def quantize_linear_13(ctx, x, y_scale, y_zero_point=None, *, axis):
+    return _q_run(ctx, x, y_scale, y_zero_point, axis=axis)
+
+
+@kernel("QuantizeLinear", 19, check=_checker(_q_check))
+def quantize_linear_19(ctx, x, y_scale, y_zero_point=None, *, axis, saturate):
+    return _q_run(ctx, x, y_scale, y_zero_point, axis=axis, saturate=saturate)
+
+
+@kernel("QuantizeLinear", 21, check=_checker(_q_check))
+def quantize_linear_21(ctx, x, y_scale, y_zero_point=None, *, axis, block_size, output_dtype, saturate):
+    return _q_run(ctx, x, y_scale, y_zero_point, axis=axis, block_size=block_size,
+                  output_dtype=output_dtype, saturate=saturate)
+
+
+@kernel("QuantizeLinear", 23, 24, 25, 28, check=_checker(_q_check))
+def quantize_linear_23(ctx, x, y_scale, y_zero_point=None, *, axis, block_size, output_dtype, precision,
+                       saturate):
+    return _q_run(ctx, x, y_scale, y_zero_point, axis=axis, block_size=block_size,
+                  output_dtype=output_dtype, saturate=saturate, precision=precision)
+
+
+# -- DequantizeLinear ----------------------------------------------------------------------
+
+def _dq_out_dtype(node, scale_dt):
+    attr = node.attrs.get("output_dtype") or 0
+    if attr:
+        od = _elem_dtype(attr)
+        if od not in (_F32, _F16, _BF16):
+            return None, f"DequantizeLinear output_dtype={attr} is not float, float16 or bfloat16"
+        return od, None
+    if scale_dt is not None and scale_dt not in (_F32, _F16, _BF16):
+        return None, (f"DequantizeLinear with a {scale_dt.name} x_scale needs output_dtype "
+                      "(the output type defaults to the scale's, which is not an output type)")
+    return scale_dt, None
+
+
+def _dq_check(node):
+    _, why = _dq_out_dtype(node, _in_dtype(node, 1))
+    return why
+
+
+def _dequantize(ctx, x, x_scale, x_zero_point=None, axis=1, block_size=0):
+    op = f"DequantizeLinear-{ctx.node.since_version}"
+    out_dt, why = _dq_out_dtype(ctx.node, x_scale.dtype)
+    if why:
+        raise ValueError(why)
+    _check_zp_shape(x_scale, x_zero_point, op)
+    s = _expand(x_scale, x.shape, axis, block_size, "x_scale", op)
+    wide = _widen(x.dtype)
+    if wide is not None:
+        # (x - zero point) is exact in float32 for up to 16-bit inputs; int32 needs float64
+        cd = _F64 if x.dtype.itemsize > 2 else _F32
+        if x_zero_point is not None:
+            z = _expand(x_zero_point, x.shape, axis, block_size, "x_zero_point", op)
+            d = np.subtract(x.astype(wide).astype(np.int64 if cd == _F64 else np.int32),
+                            z.astype(wide).astype(np.int64 if cd == _F64 else np.int32)).astype(cd)
+        else:
+            d = x.astype(wide).astype(cd)
+    else:  # float8 / float4 / float6 values
+        cd = _F32
+        d = x.astype(_F32)
+        if x_zero_point is not None:
+            z = _expand(x_zero_point, x.shape, axis, block_size, "x_zero_point", op).astype(_F32)
+            if np.any(z):
+                d = d - z
+    with np.errstate(over="ignore", invalid="ignore"):
+        # the scale in the output type (the precision of the multiplication), the product
+        # rounded once to the output type
+        sc = s.astype(out_dt).astype(_F64 if cd == _F64 or out_dt != _F32 else _F32)
+        y = np.multiply(d, sc)
+        return y.astype(out_dt)
+
+
+@kernel("DequantizeLinear", 10, check=_checker(_dq_check))
+def dequantize_linear_10(ctx, x, x_scale, x_zero_point=None):
+    _per_tensor_only(x_scale, "x_scale", "DequantizeLinear-10")
+    return _dequantize(ctx, x, x_scale, x_zero_point)
+
+
+@kernel("DequantizeLinear", 13, 19, check=_checker(_dq_check))
+def dequantize_linear_13(ctx, x, x_scale, x_zero_point=None, *, axis):
+    return _dequantize(ctx, x, x_scale, x_zero_point, axis=axis)
+
+
+@kernel("DequantizeLinear", 21, check=_checker(_dq_check))
+def dequantize_linear_21(ctx, x, x_scale, x_zero_point=None, *, axis, block_size):
+    return _dequantize(ctx, x, x_scale, x_zero_point, axis=axis, block_size=block_size)
+
+
+@kernel("DequantizeLinear", 23, 24, 25, 28, check=_checker(_dq_check))
+def dequantize_linear_23(ctx, x, x_scale, x_zero_point=None, *, axis, block_size, output_dtype):
+    return _dequantize(ctx, x, x_scale, x_zero_point, axis=axis, block_size=block_size)
+
+
+# -- DynamicQuantizeLinear ----------------------------------------------------------------
+
+@kernel("DynamicQuantizeLinear", 11, check=_checker())
+def dynamic_quantize_linear(ctx, x):
+    qmin, qmax = 0.0, 255.0
+    x = x.astype(_F32, copy=False)
+    if x.size:
+        hi = np.float32(max(0.0, float(np.max(x))))
+        lo = np.float32(min(0.0, float(np.min(x))))
+    else:
+        hi = lo = np.float32(0)
+    # the data range includes 0; an all-zero range gives scale 1 (as onnxruntime)
+    scale = np.float32(1.0) if hi == lo else np.float32((hi - lo) / np.float32(qmax - qmin))
+    zp = np.float32(np.rint(np.clip(np.float32(qmin) - lo / scale, qmin, qmax)))
+    with np.errstate(invalid="ignore"):
+        y = np.rint(x / scale)
+        y += zp
+        np.clip(y, qmin, qmax, out=y)
+        y[np.isnan(y)] = zp
+    return y.astype(np.uint8), np.array(scale, dtype=_F32), np.array(zp, dtype=np.uint8)
+
+
+# -- integer matmul / conv helpers ------------------------------------------------------------
+
+def _centered(v, zp):
+    """``v - zp`` as int32 (8-bit inputs)."""
+    a = v.astype(np.int32)
+    if zp is not None:
+        a = a - zp.astype(np.int32)
+    return a
+
+
+def _exact_dtype(a, b, k):
+    """float32 if every partial sum of k products of a and b stays below 2**24, else float64."""
+    ma = int(np.max(np.abs(a))) if a.size else 0
+    mb = int(np.max(np.abs(b))) if b.size else 0
+    return _F32 if k * ma * mb < (1 << 24) else _F64
+
+
+def _int_matmul(a, b):
+    """Exact integer matmul (numpy matmul broadcasting) through BLAS; returns float array."""
+    k = a.shape[-1]
+    cd = _exact_dtype(a, b, k)
+    return np.matmul(a.astype(cd), b.astype(cd))
+
+
+def _to_int32(y):
+    """float holding integers -> int32, wrapping (two's complement) outside the int32 range."""
+    if y.dtype == _F32 or (y.size and float(np.max(np.abs(y))) < 2 ** 31):
+        return y.astype(np.int32)
+    return y.astype(np.int64).astype(np.int32)
+
+
+def _row_param(v, a, name, op):
+    """A per-row (a: [..., M, K]) scale/zero point broadcastable to [..., M, 1]."""
+    if v is None or v.size == 1:
+        return None if v is None else v.reshape(())
+    if v.ndim == 1 and a.ndim >= 1:
+        if a.ndim < 2 or v.shape[0] != a.shape[-2]:
+            raise ValueError(f"{op}: {name} of shape {v.shape} must have M={a.shape[-2] if a.ndim >= 2 else 1} "
+                             "elements (per row)")
+        return v.reshape(-1, 1)
+    return v
+
+
+def _col_param(v, b, name, op):
+    """A per-column (b: [..., K, N]) scale/zero point broadcastable to [..., 1, N]."""
+    if v is None or v.size == 1:
+        return None if v is None else v.reshape(())
+    if v.ndim == 1:
+        if v.shape[0] != b.shape[-1]:
+            raise ValueError(f"{op}: {name} of shape {v.shape} must have N={b.shape[-1]} elements (per column)")
+        return v
+    return v
+
+
+def _matmul_shapes_ok(a, b, op):
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"{op}: inputs must have rank >= 1, got {a.shape} and {b.shape}")
+    ka = a.shape[-1]
+    kb = b.shape[-2] if b.ndim >= 2 else b.shape[0]
+    if ka != kb:
+        raise ValueError(f"{op}: inner dimensions differ: {a.shape} @ {b.shape}")
+
+
+@kernel("MatMulInteger", 10, check=_checker())
+def matmul_integer(ctx, a, b, a_zero_point=None, b_zero_point=None):
+    op = "MatMulInteger"
+    _matmul_shapes_ok(a, b, op)
+    za = _row_param(a_zero_point, a, "a_zero_point", op)
+    zb = _col_param(b_zero_point, b, "b_zero_point", op)
+    return _to_int32(_int_matmul(_centered(a, za), _centered(b, zb)))
+
+
+def _requantize(acc, mult, zp, out_dt, op):
+    """y = saturate(round(acc * mult) + zp) for int8/uint8 (or float8) outputs; float32 math."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = acc.astype(_F32, copy=False) * mult
+        if out_dt.kind in "iu":
+            lo, hi = _irange(out_dt)
+            y = np.rint(y)
+            if zp is not None:
+                y = y + zp.astype(_F32)
+            np.clip(y, lo, hi, out=y)
+            return y.astype(out_dt)
+        if out_dt in _F8:
+            if zp is not None:
+                z = zp.astype(_F32)
+                if np.any(z):
+                    y = y + z
+            m = float(ml_dtypes.finfo(out_dt).max)
+            return np.clip(y, -m, m).astype(out_dt)
+    raise ValueError(f"{op}: output type {out_dt.name} is not supported")
+
+
+def _scale32(v):
+    return v.astype(_F32)
+
+
+def _qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    op = f"QLinearMatMul-{ctx.node.since_version}"
+    _matmul_shapes_ok(a, b, op)
+    sa = _row_param(a_scale, a, "a_scale", op)
+    za = _row_param(a_zero_point, a, "a_zero_point", op)
+    sb = _col_param(b_scale, b, "b_scale", op)
+    zb = _col_param(b_zero_point, b, "b_zero_point", op)
+    if a.dtype in _F8 or b.dtype in _F8:
+        fa = a.astype(_F32) - (0 if za is None else za.astype(_F32))
+        fb = b.astype(_F32) - (0 if zb is None else zb.astype(_F32))
+        acc = np.matmul(fa, fb)
+    else:
+        acc = _int_matmul(_centered(a, za), _centered(b, zb))
+        if acc.dtype == _F64 and acc.size and float(np.max(np.abs(acc))) >= 2 ** 31:
+            acc = _to_int32(acc)  # the int32 accumulator may wrap
+    ys = y_scale
+    if ys.size != 1:
+        ys = _col_param(ys, b, "y_scale", op)
+    mult = (_scale32(sa) * _scale32(sb)) / _scale32(ys.reshape(()) if ys.size == 1 else ys)
+    yz = y_zero_point
+    if yz is not None and yz.size != 1:
+        yz = _col_param(yz, b, "y_zero_point", op)
+    elif yz is not None:
+        yz = yz.reshape(())
+    return _requantize(acc, mult, yz, y_zero_point.dtype, op)
+
+
+@kernel("QLinearMatMul", 10, 21, check=_checker())
+def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point):
+    return _qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
+
+
+# -- integer convolutions ----------------------------------------------------------------------
+
+def _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op):
+    from .nn import _conv_pads, _ints
+
+    nd = x.ndim - 2
+    if nd < 1:
+        raise ValueError(f"{op} needs an input of rank >= 3, got shape {x.shape}")
+    if w.ndim != x.ndim:
+        raise ValueError(f"{op}: W of shape {w.shape} must have X's rank {x.ndim}")
+    if x.shape[1] != w.shape[1] * group:
+        raise ValueError(f"{op}: input channels {x.shape[1]} != W.shape[1] {w.shape[1]} * group {group}")
+    if w.shape[0] % group:
+        raise ValueError(f"{op}: output channels {w.shape[0]} are not a multiple of group {group}")
+    strides = _ints(strides, nd, 1)
+    dilations = _ints(dilations, nd, 1)
+    ks = w.shape[2:]
+    k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    pb, pe = _conv_pads(x.shape[2:], k_eff, strides, pads, auto_pad)
+    return strides, dilations, pb, pe
+
+
+def _int_conv(xc, wc, group, strides, dilations, pb, pe):
+    """Exact integer convolution of centered int32 inputs; returns float array."""
+    from .nn import _conv_core
+
+    k = (wc.shape[1] * math.prod(wc.shape[2:])) or 1
+    cd = _exact_dtype(xc, wc, k)
+    return _conv_core(xc.astype(cd), wc.astype(cd), None, group, strides, dilations, pb, pe)
+
+
+def _w_channel_param(v, w, name, op):
+    if v is None or v.size == 1:
+        return None if v is None else v.reshape(())
+    if v.ndim != 1 or v.shape[0] != w.shape[0]:
+        raise ValueError(f"{op}: {name} of shape {v.shape} must be a scalar or have M={w.shape[0]} elements")
+    return v.reshape((-1,) + (1,) * (w.ndim - 1))
+
+
+def _int_conv_check(node):
+    ap = node.attrs.get("auto_pad", "NOTSET")
+    if ap not in ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        return f"{node.op_type}: auto_pad {ap!r} is not a valid value"
+    if (node.attrs.get("group") or 1) < 1:
+        return f"{node.op_type}: group must be >= 1"
+    return None
+
+
+@kernel("ConvInteger", 10, check=_checker(_int_conv_check))
+def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, dilations, group,
+                 kernel_shape, pads, strides):
+    op = "ConvInteger"
+    if x_zero_point is not None and x_zero_point.size != 1:
+        raise ValueError(f"{op}: x_zero_point must be a scalar, got shape {x_zero_point.shape}")
+    st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op)
+    xc = _centered(x, x_zero_point)  # padding adds zeros after centering: zero-point padding
+    wc = _centered(w, _w_channel_param(w_zero_point, w, "w_zero_point", op))
+    return _to_int32(_int_conv(xc, wc, group, st, dl, pb, pe))
+
+
+@kernel("QLinearConv", 10, check=_checker(_int_conv_check))
+def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
+                 auto_pad, dilations, group, kernel_shape, pads, strides):
+    op = "QLinearConv"
+    for name, v in (("x_scale", x_scale), ("x_zero_point", x_zero_point), ("y_scale", y_scale),
+                    ("y_zero_point", y_zero_point)):
+        if v is not None and v.size != 1:
+            raise ValueError(f"{op}: {name} must be a scalar (per tensor), got shape {v.shape}")
+    st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op)
+    xc = _centered(x, x_zero_point)
+    wc = _centered(w, _w_channel_param(w_zero_point, w, "w_zero_point", op))
+    acc = _int_conv(xc, wc, group, st, dl, pb, pe)
+    nd = x.ndim - 2
+    if B is not None:
+        if B.size != w.shape[0]:
+            raise ValueError(f"{op}: B has {B.size} elements, expected M={w.shape[0]}")
+        acc = acc.astype(_F64, copy=False) + B.astype(_F64).reshape((-1,) + (1,) * nd)
+    if acc.size and float(np.max(np.abs(acc))) >= 2 ** 31:
+        acc = _to_int32(acc)
+    ws = w_scale.reshape(()) if w_scale.size == 1 else _w_channel_param(w_scale, w, "w_scale", op).reshape(
+        (-1,) + (1,) * nd)
+    mult = (_scale32(x_scale.reshape(())) * _scale32(ws)) / _scale32(y_scale.reshape(()))
+    return _requantize(acc, mult, y_zero_point.reshape(()) if y_zero_point is not None else None,
+                       (y_zero_point if y_zero_point is not None else x).dtype, op)
