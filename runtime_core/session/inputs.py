@@ -62,6 +62,9 @@ def validate_feeds(input_feed, specs: dict[str, InputSpec]) -> dict:
                 f"(expected inputs: {', '.join(expected) or 'none'})")
         feeds[name] = _convert(spec, value)
     missing = [n for n, s in specs.items() if n not in feeds and not s.optional]
+    for n, s in specs.items():
+        if n not in feeds and s.optional:
+            feeds[n] = None  # an optional input not fed is an empty optional
     if missing:
         raise MissingInputError(
             f"missing input(s) {', '.join(repr(m) for m in missing)}; the model needs "
@@ -76,8 +79,12 @@ def _convert(spec: InputSpec, value):
             raise InputTypeError(f"input {name!r} expects {spec.type_str} (a list of arrays), "
                                  f"got {type(value).__name__}")
         return [_convert(InputSpec(name, spec.dtype, None, "tensor", spec.type_str), v) for v in value]
-    if spec.kind == "optional" and value is None:
-        return None
+    if spec.kind == "optional":
+        if value is None:
+            return None
+        if spec.type_str.startswith("optional(seq("):  # an optional holding a sequence
+            inner = spec.type_str[len("optional("):-1]
+            return _convert(InputSpec(name, spec.dtype, None, "sequence", inner), value)
     if hasattr(value, "_rt_device_value"):  # an OrtValue
         value = value.numpy()
     if not isinstance(value, np.ndarray):

@@ -14,7 +14,7 @@ import numpy as np
 from . import ops  # noqa: F401  - imports every kernel module by name
 from ._version import __version__
 from .executable import CPUExecutable
-from .registry import REGISTRY
+from .registry import REGISTRY, SCOPE
 
 
 @dataclass
@@ -74,16 +74,22 @@ class CPUExecutionProvider:
 
     def get_capability(self, graph):
         cap = _Capability()
-        for node in graph:
-            why = decline_reason(node)
-            if why is None:
-                cap.claims.append(node)
-            else:
-                cap.declined[node.name] = why
+        # subgraph checks (If/Loop/Scan bodies) need the model's opsets and outer value types
+        self._opsets = dict(getattr(graph, "opsets", None) or {})
+        token = SCOPE.set((self._opsets, getattr(graph, "value", None)))
+        try:
+            for node in graph:
+                why = decline_reason(node)
+                if why is None:
+                    cap.claims.append(node)
+                else:
+                    cap.declined[node.name] = why
+        finally:
+            SCOPE.reset(token)
         return cap
 
     def compile(self, partition):
-        return CPUExecutable(partition)
+        return CPUExecutable(partition, opsets=getattr(self, "_opsets", None))
 
     # host memory: copies are identities
     def allocate(self, shape, dtype):

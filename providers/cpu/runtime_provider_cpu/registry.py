@@ -21,6 +21,7 @@ reason string. Modules of kernels are imported by name in ``ops/__init__.py``.
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -45,6 +46,9 @@ class KernelContext:
     input_dtypes: tuple
     output_dtypes: tuple
     cache: dict = field(default_factory=dict, compare=False)
+    #: control-flow kernels only: the node's GRAPH attributes compiled to
+    #: :class:`~runtime_provider_cpu.executable.Subgraph` objects, by attribute name
+    subgraphs: dict = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:
@@ -64,6 +68,7 @@ class KernelSpec:
     fn: Callable
     check: Callable | None = None
     dtypes: frozenset | None = None
+    control: bool = False
 
 
 class KernelRegistry:
@@ -102,22 +107,35 @@ class KernelRegistry:
 
 REGISTRY = KernelRegistry()
 
+#: What subgraph compilation needs from the enclosing scope while the provider answers
+#: ``get_capability`` or compiles a partition: ``(opsets, value_info)`` with ``opsets``
+#: the model's opset imports (domain -> version, ``""`` for ai.onnx) and
+#: ``value_info(name)`` the ValueInfo of an outer value (or ``None``).
+SCOPE: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_scope", default=None)
+
 
 def kernel(op_type: str, *versions: int, domain: str = "", check: Callable | None = None,
-           dtypes=None):
+           dtypes=None, control: bool = False):
     """Register the decorated function as the kernel of ``op_type`` at ``versions``.
 
     ``versions`` are ONNX schema since-versions (``onnx.defs`` history) whose
     semantics the function implements exactly. ``dtypes``, when given, is the set
     of numpy dtype names the kernel accepts for its first input; other dtypes are
     declined with a reason. ``check(node) -> str | None`` declines further.
+
+    ``control=True`` marks a kernel with subgraphs (If, Loop, Scan, SequenceMap): its
+    GRAPH attributes are compiled once into ``ctx.subgraphs`` (attribute name ->
+    :class:`~runtime_provider_cpu.executable.Subgraph`), and it is called with one more
+    keyword, ``outer``: a dict of the outer-scope values its subgraphs read (the node's
+    implicit inputs). Each subgraph's ops are checked at capability time (a body with an
+    op the provider cannot run declines the node, naming that op).
     """
     if not versions:
         raise ValueError(f"kernel {op_type}: give at least one schema version")
 
     def deco(fn: Callable) -> Callable:
         REGISTRY.add(KernelSpec(domain, op_type, tuple(versions), fn, check,
-                                frozenset(dtypes) if dtypes else None))
+                                frozenset(dtypes) if dtypes else None, control))
         return fn
 
     return deco

@@ -163,8 +163,11 @@ def test_misc_layout_ops():
 
 
 def test_undeclared_version_is_declined_with_reason():
-    # Concat-1 (axis optional in the old schema) is not implemented: declined, not faked
-    node = helper.make_node("Concat", ["a", "b"], ["y"], axis=0)
-    m = make_model([node], {"a": arr(2), "b": arr(2)}, ["y"], opset=3)
-    with pytest.raises(PartitionError, match=r"Concat version 1 .*versions 4, 11, 13"):
+    # Split-1 without axis: the version-1 schema gives no default axis: declined, not guessed
+    node = helper.make_node("Split", ["a"], ["y", "z"])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", 1, [4])],
+                          [helper.make_tensor_value_info(n, 1, [2]) for n in ("y", "z")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 1)])
+    m.ir_version = 3
+    with pytest.raises(PartitionError, match=r"Split-1 without an axis"):
         rt.InferenceSession(m.SerializeToString())

@@ -846,8 +846,10 @@ def dropout_12(ctx, data, ratio=None, training_mode=None, *, seed):
         return data, (np.ones(data.shape, dtype=bool) if want_mask else None)
     if not 0.0 <= r <= 1.0:
         raise ValueError(f"Dropout ratio must be in [0, 1), got {r}")
-    rng = np.random.default_rng(seed)
-    keep = rng.random(data.shape) >= r
+    # the spec leaves the generator unspecified; onnx's reference and the backend test data use
+    # numpy's legacy MT19937 stream: RandomState(seed).uniform(0, 1, shape) >= ratio
+    rs = np.random.RandomState(None if seed is None else int(seed) & 0xFFFFFFFF)
+    keep = rs.uniform(0.0, 1.0, data.shape) >= r
     if r >= 1.0:
         y = np.zeros_like(data)
     else:

@@ -269,3 +269,33 @@ def cumsum(ctx, x, axis, *, exclusive, reverse):
     if reverse:
         c = np.ascontiguousarray(np.flip(c, ax))
     return c.astype(x.dtype) if ml else c
+
+
+# -- CumProd -------------------------------------------------------------------------
+
+@reg("CumProd", 26)
+def cumprod(ctx, x, axis, *, exclusive, reverse):
+    a = np.asarray(axis).reshape(-1)
+    if a.size != 1:
+        raise ValueError(f"CumProd axis must be a scalar, got shape {np.shape(axis)}")
+    if x.ndim == 0:
+        raise ValueError("CumProd needs an input of rank >= 1")
+    ax = normalize_axis(int(a[0]), x.ndim)
+    ml = x.dtype in _ML_FLOATS
+    y = x.astype(_F32) if ml else x
+    if reverse:
+        y = np.flip(y, ax)
+    if exclusive:
+        # the product of the elements before each one: 1 first, then the inclusive
+        # product shifted by one along the axis
+        n = y.shape[ax]
+        src = [slice(None)] * y.ndim
+        src[ax] = slice(0, max(n - 1, 0))
+        pad = list(y.shape)
+        pad[ax] = min(n, 1)
+        y = np.concatenate([np.ones(pad, y.dtype), y[tuple(src)]], axis=ax)
+    with np.errstate(over="ignore"):
+        c = np.cumprod(y, axis=ax, dtype=y.dtype)
+    if reverse:
+        c = np.ascontiguousarray(np.flip(c, ax))
+    return c.astype(x.dtype) if ml else c

@@ -116,6 +116,21 @@ def transpose(ctx, x, *, perm=None):
     return np.transpose(x, perm if perm else None)
 
 
+@kernel("Reshape", 1)
+def reshape_v1(ctx, x, *, shape=None, consumed_inputs=None):
+    # consumed_inputs is a legacy in-place hint without effect on the result
+    if shape is None:
+        raise ValueError("Reshape-1 needs the shape attribute")
+    dims = [x.shape[i] if d == 0 else d for i, d in enumerate(shape)]
+    return x.reshape(dims)
+
+
+@kernel("Concat", 1)
+def concat_v1(ctx, *xs, axis=None):
+    # Concat-1: the axis attribute is optional and defaults to 1 (see the ONNX Changelog)
+    return np.concatenate(xs, axis=normalize_axis(1 if axis is None else axis, xs[0].ndim))
+
+
 @kernel("Concat", 4, 11, 13)
 def concat(ctx, *xs, axis):
     a = normalize_axis(axis, xs[0].ndim)
@@ -145,6 +160,21 @@ def split(ctx, x, split_in=None, *, axis, split=None, num_outputs=None):
         sl[a] = slice(int(offs[i]), int(offs[i + 1]))
         outs.append(x[tuple(sl)])
     return tuple(outs)
+
+
+def _split_v1_check(node):
+    return None if node.attrs.get("axis") is not None else \
+        "Split-1 without an axis attribute: the version-1 schema gives no default axis"
+
+
+_split_v2 = split  # the kernel below has an attribute named split
+
+
+@kernel("Split", 1, check=_split_v1_check)
+def split_v1(ctx, x, split_in=None, *, axis, split=None):
+    # the split lengths come from the optional second input or the split attribute
+    sizes = _ints(split_in) if split_in is not None else split
+    return _split_v2(ctx, x, None, axis=axis, split=list(sizes) if sizes else None)
 
 
 def _slice(x, starts, ends, axes, steps):
@@ -267,6 +297,14 @@ def expand(ctx, x, shape):
     return np.broadcast_to(x, target)
 
 
+@kernel("Tile", 1)
+def tile_v1(ctx, x, tiles, axis):
+    # Tile-1: repeat the whole tensor `tiles` times along the one axis `axis` (scalars)
+    reps = [1] * x.ndim
+    reps[normalize_axis(_ints(axis)[0], x.ndim)] = _ints(tiles)[0]
+    return np.tile(x, reps)
+
+
 @kernel("Tile", 6, 13)
 def tile(ctx, x, repeats):
     return np.tile(x, _ints(repeats))
@@ -296,6 +334,12 @@ def _pad(x, pads, mode, value, axes=None):
     raise ValueError(f"Pad mode {mode!r} is not one of constant, reflect, edge, wrap")
 
 
+@kernel("Pad", 1)
+def pad_v1(ctx, x, *, paddings, mode, value):
+    # Pad-1 is Pad-2 with the pads attribute named paddings
+    return _pad(x, paddings, mode, value)
+
+
 @kernel("Pad", 2)
 def pad_v2(ctx, x, *, pads, mode, value):
     return _pad(x, pads, mode, value)
@@ -307,11 +351,60 @@ def pad_v11(ctx, x, pads, constant_value=None, axes=None, *, mode):
     return _pad(x, _ints(pads), mode, v, None if axes is None else _ints(axes))
 
 
-@kernel("Range", 11, 27)
+def _range_values(start, limit, delta, compute=None):
+    """Range: ``start + i * delta`` for ``i < max(ceil((limit - start) / delta), 0)``, computed in
+    ``compute`` (default: the input type) and returned in the input type."""
+    vals = []
+    for name, v in (("start", start), ("limit", limit), ("delta", delta)):
+        v = np.asarray(v)
+        if v.size != 1:
+            raise ValueError(f"Range {name} must be a scalar, got shape {v.shape}")
+        vals.append(v.reshape(()))
+    s, l, d = vals
+    dt = s.dtype
+    if dt.kind in "iu":
+        si, li, di = int(s), int(l), int(d)
+        if di == 0:
+            raise ValueError("Range delta must not be 0")
+        n = max(-((si - li) // di), 0)  # exact ceil((limit - start) / delta)
+        with np.errstate(over="ignore"):
+            return (np.arange(n, dtype=dt) * d + s).astype(dt, copy=False)
+    ct = np.dtype(compute) if compute is not None else dt
+    sf, lf, df = (float(v.astype(np.float64)) for v in (s, l, d))
+    if df == 0.0:
+        raise ValueError("Range delta must not be 0")
+    q = (lf - sf) / df
+    if not np.isfinite(q):
+        raise ValueError(f"Range of start={sf}, limit={lf}, delta={df} has no finite length")
+    n = max(int(np.ceil(q)), 0)
+    y = np.arange(n, dtype=ct) * d.astype(ct)
+    y += s.astype(ct)
+    return y.astype(dt, copy=False)
+
+
+@kernel("Range", 11)
 def range_(ctx, start, limit, delta):
-    s, l, d = (np.asarray(v).reshape(()) for v in (start, limit, delta))
-    n = max(int(np.ceil((l.item() - s.item()) / d.item())), 0)
-    return (s + np.arange(n, dtype=s.dtype) * d).astype(s.dtype)
+    return _range_values(start, limit, delta)
+
+
+_RANGE_LOWP = ("float16", "bfloat16")
+_RANGE_STASH = {1: np.float32, 11: np.float64}  # TensorProto.FLOAT, TensorProto.DOUBLE
+
+
+def _range27_check(node):
+    info = node.input_info[0] if node.input_info else None
+    dt = None if info is None or info.dtype is None else np.dtype(info.dtype)
+    st = node.attrs.get("stash_type")
+    if dt is not None and dt.name in _RANGE_LOWP and st not in _RANGE_STASH:
+        return f"Range stash_type={st!r} is not implemented for {dt.name} (FLOAT=1 or DOUBLE=11)"
+    return None
+
+
+@kernel("Range", 27, check=_range27_check)
+def range_27(ctx, start, limit, delta, *, stash_type):
+    # stash_type: the accumulation type for float16/bfloat16 only (no effect for other types)
+    lowp = np.asarray(start).dtype.name in _RANGE_LOWP
+    return _range_values(start, limit, delta, _RANGE_STASH[stash_type] if lowp else None)
 
 
 @kernel("Trilu", 14)
@@ -354,7 +447,7 @@ def nonzero(ctx, x):
     return np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1)
 
 
-@kernel("OneHot", 9, 11)
+@kernel("OneHot", 9, 11, 28)  # 28 adds bfloat16 values
 def onehot(ctx, indices, depth, values, *, axis):
     d = int(np.asarray(depth).reshape(-1)[0])
     idx = np.asarray(indices).astype(np.int64)
@@ -367,7 +460,7 @@ def onehot(ctx, indices, depth, values, *, axis):
     return np.where(eye, on, off).astype(values.dtype)
 
 
-@kernel("Compress", 9, 11)
+@kernel("Compress", 9, 11, 28)  # 28 adds bfloat16
 def compress(ctx, x, condition, *, axis=None):
     cond = np.asarray(condition).astype(bool).reshape(-1)
     if axis is None:
@@ -377,7 +470,7 @@ def compress(ctx, x, condition, *, axis=None):
     return np.compress(cond, x, axis=a)
 
 
-@kernel("Unique", 11)
+@kernel("Unique", 11, 28)  # 28 adds bfloat16
 def unique(ctx, x, *, axis=None, sorted=1):
     if axis is None:
         data = x.reshape(-1)
@@ -396,7 +489,7 @@ def unique(ctx, x, *, axis=None, sorted=1):
     return (u, first.astype(np.int64), inv.astype(np.int64), counts.astype(np.int64))
 
 
-@kernel("DepthToSpace", 11, 13)
+@kernel("DepthToSpace", 11, 13, 28)  # 13, 28 add types
 def depth_to_space(ctx, x, *, blocksize, mode):
     b, c, h, w = x.shape
     bs = blocksize
@@ -420,6 +513,26 @@ def space_to_depth(ctx, x, *, blocksize):
     return t.reshape(b, c * bs * bs, h // bs, w // bs)
 
 
+def _s2d_mode(node):
+    mode = node.attrs.get("mode", "DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    return None if mode in ("DCR", "CRD") else f"SpaceToDepth mode {mode!r} is not DCR or CRD"
+
+
+@kernel("SpaceToDepth", 28, check=_s2d_mode)
+def space_to_depth_v28(ctx, x, *, blocksize, mode):
+    """Opset 28 adds ``mode``: DCR (the order of versions 1 and 13) or CRD."""
+    if x.ndim != 4:
+        raise ValueError(f"SpaceToDepth needs a 4-D input, got shape {x.shape}")
+    b, c, h, w = x.shape
+    bs = blocksize
+    if h % bs or w % bs:
+        raise ValueError(f"SpaceToDepth: spatial dims {h}x{w} are not divisible by blocksize {bs}")
+    t = x.reshape(b, c, h // bs, bs, w // bs, bs)
+    t = t.transpose(0, 3, 5, 1, 2, 4) if mode == "DCR" else t.transpose(0, 1, 3, 5, 2, 4)
+    return t.reshape(b, c * bs * bs, h // bs, w // bs)
+
+
 @kernel("EyeLike", 9, 22)
 def eye_like(ctx, x, *, dtype=None, k=0):
     if dtype is None:
@@ -433,7 +546,7 @@ def eye_like(ctx, x, *, dtype=None, k=0):
     return np.eye(x.shape[0], x.shape[1], k=k, dtype=dt)
 
 
-@kernel("ReverseSequence", 10)
+@kernel("ReverseSequence", 10, 28)  # 28 adds bfloat16
 def reverse_sequence(ctx, x, sequence_lens, *, batch_axis, time_axis):
     out = np.array(x, copy=True)
     for bi, n in enumerate(np.asarray(sequence_lens).reshape(-1).tolist()):
@@ -446,8 +559,11 @@ def reverse_sequence(ctx, x, sequence_lens, *, batch_axis, time_axis):
     return out
 
 
-@kernel("Einsum", 12)
+@kernel("Einsum", 12, 28)  # 28 adds bfloat16
 def einsum(ctx, *xs, equation):
     eq = equation.replace(" ", "")
+    dt = xs[0].dtype
+    if dt == np.float16 or dt.kind == "V" or dt.name == "bfloat16":
+        xs = [x.astype(np.float32) for x in xs]  # 16-bit floats accumulate in float32
     r = np.einsum(eq, *xs, optimize=len(xs) > 2)
-    return np.asarray(r).astype(xs[0].dtype, copy=False)
+    return np.asarray(r).astype(dt, copy=False)
