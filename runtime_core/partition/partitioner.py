@@ -82,7 +82,7 @@ def assign(graph: Graph, providers: list, views: list[NodeView], values) -> Assi
         if not unclaimed:
             break
         offered = [views[i] for i in unclaimed]
-        gv = GraphView(offered, values, graph.opsets)
+        gv = GraphView(offered, values, graph.opsets, views)
         pname = prov.name
         try:
             claims, declined = _normalize_capability(prov.get_capability(gv))

@@ -106,10 +106,17 @@ class GraphView:
     """
 
     def __init__(self, nodes: Sequence[NodeView], values: Mapping[str, ValueInfo],
-                 opsets: Mapping[str, int]):
+                 opsets: Mapping[str, int], all_nodes: Sequence[NodeView] | None = None):
         self._nodes = tuple(nodes)
         self._values = values
         self.opsets = dict(opsets)
+        self._all = tuple(all_nodes) if all_nodes is not None else self._nodes
+
+    @property
+    def all_nodes(self) -> tuple[NodeView, ...]:
+        """Every node of the graph, offered or not (plugin API 1.1): for ops whose meaning
+        depends on other nodes (``Gradient`` differentiates the nodes that compute its ``y``)."""
+        return self._all
 
     @property
     def nodes(self) -> tuple[NodeView, ...]:

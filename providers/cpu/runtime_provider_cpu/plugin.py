@@ -76,7 +76,8 @@ class CPUExecutionProvider:
         cap = _Capability()
         # subgraph checks (If/Loop/Scan bodies) need the model's opsets and outer value types
         self._opsets = dict(getattr(graph, "opsets", None) or {})
-        token = SCOPE.set((self._opsets, getattr(graph, "value", None)))
+        token = SCOPE.set((self._opsets, getattr(graph, "value", None),
+                           tuple(getattr(graph, "all_nodes", None) or getattr(graph, "nodes", ()))))
         try:
             for node in graph:
                 why = decline_reason(node)

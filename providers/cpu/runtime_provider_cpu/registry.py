@@ -110,7 +110,9 @@ REGISTRY = KernelRegistry()
 #: What subgraph compilation needs from the enclosing scope while the provider answers
 #: ``get_capability`` or compiles a partition: ``(opsets, value_info)`` with ``opsets``
 #: the model's opset imports (domain -> version, ``""`` for ai.onnx) and
-#: ``value_info(name)`` the ValueInfo of an outer value (or ``None``).
+#: ``value_info(name)`` the ValueInfo of an outer value (or ``None``); during
+#: ``get_capability`` a third item holds every NodeView of the graph (``Gradient`` reads
+#: the nodes it differentiates there).
 SCOPE: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_scope", default=None)
 
 

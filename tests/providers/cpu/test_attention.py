@@ -132,20 +132,48 @@ def test_flex_attention_gqa_softmax_precision_double():
               extra_opsets={"ai.onnx.preview": 1}, softmax_precision=11, scale=0.5)
 
 
-def test_flex_attention_subgraph_is_declined():
+def _flex_model(feeds, **mods):
     import onnx
 
-    from runtime_core.errors import PartitionError
-
-    body = helper.make_graph([helper.make_node("Identity", ["s"], ["o"])], "mod",
-                             [helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, [1, 1, 2, 2])],
-                             [helper.make_tensor_value_info("o", onnx.TensorProto.FLOAT, [1, 1, 2, 2])])
-    node = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain="ai.onnx.preview", score_mod=body)
-    feeds = {"Q": _r(1, 1, 2, 4), "K": _r(1, 1, 2, 4), "V": _r(1, 1, 2, 4)}
+    node = helper.make_node("FlexAttention", ["Q", "K", "V"], ["Y"], domain="ai.onnx.preview", **mods)
     g = helper.make_graph([node], "g",
                           [helper.make_tensor_value_info(k, onnx.TensorProto.FLOAT, v.shape) for k, v in feeds.items()],
-                          [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1, 1, 2, 4])])
+                          [helper.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, ["b", "h", "l", "e"])])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 26), helper.make_opsetid("ai.onnx.preview", 1)])
     model.ir_version = 10
-    with pytest.raises(PartitionError, match="subgraph"):
+    return model
+
+
+def _mod(nodes, name, inits=()):
+    import onnx
+
+    dims = ["b", "h", "l", "s"]
+    return helper.make_graph(nodes, name, [helper.make_tensor_value_info("s", onnx.TensorProto.FLOAT, dims)],
+                             [helper.make_tensor_value_info("o", onnx.TensorProto.FLOAT, dims)],
+                             initializer=list(inits))
+
+
+def test_flex_attention_runs_score_and_prob_modifiers():
+    from onnx import numpy_helper
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {"Q": _r(2, 4, 3, 8), "K": _r(2, 2, 5, 8), "V": _r(2, 2, 5, 6)}
+    # score_mod: a soft cap (tanh) scaled by a constant; prob_mod: squares the probabilities
+    score = _mod([helper.make_node("Tanh", ["s"], ["t"]), helper.make_node("Mul", ["t", "c"], ["o"])], "score",
+                 [numpy_helper.from_array(np.array(3.0, np.float32), "c")])
+    prob = _mod([helper.make_node("Mul", ["s", "s"], ["o"])], "prob")
+    model = _flex_model(feeds, score_mod=score, prob_mod=prob)
+    ours, _ = run_ours(model, feeds)
+    ref = ReferenceEvaluator(model).run(None, feeds)
+    assert_close(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_flex_attention_modifier_with_an_unsupported_op_is_declined():
+    from runtime_core.errors import PartitionError
+
+    feeds = {"Q": _r(1, 1, 2, 4), "K": _r(1, 1, 2, 4), "V": _r(1, 1, 2, 4)}
+    body = _mod([helper.make_node("Frobnicate", ["s"], ["o"], domain="acme")], "mod")
+    model = _flex_model(feeds, score_mod=body)
+    model.opset_import.append(helper.make_opsetid("acme", 1))
+    with pytest.raises(PartitionError, match="score_mod.*Frobnicate"):
         run_ours(model, feeds)

@@ -20,8 +20,8 @@ Design notes
   ``-inf`` produces zero probabilities (zero output row), not NaN, as the spec requires.
 * ``LinearAttention`` runs its recurrence one time step at a time (the recurrence is
   sequential); each step is a batched matmul over batch and heads, state in float32.
-* ``FlexAttention`` with ``score_mod`` / ``prob_mod`` subgraphs is declined: the CPU
-  provider cannot run subgraphs.
+* ``FlexAttention`` runs its ``score_mod`` / ``prob_mod`` subgraphs (compiled once, like
+  If/Loop bodies) on the scores / probabilities in the softmax precision.
 """
 
 from __future__ import annotations
@@ -310,10 +310,12 @@ def attention_25(ctx, Q, K, V, attn_mask=None, past_key=None, past_value=None,
 # =======================================================================================
 
 def _flex_check(node):
-    for g in ("score_mod", "prob_mod"):
-        if node.attrs.get(g) is not None:
-            return (f"FlexAttention: the {g} subgraph attribute needs subgraph execution, which "
-                    "the CPU provider does not support yet")
+    if any(node.attrs.get(g) is not None for g in ("score_mod", "prob_mod")):
+        from .control import check_bodies  # the modifier subgraphs: can every op of them run?
+
+        why = check_bodies(node)
+        if why:
+            return f"FlexAttention: {why}"
     sp = _attr(node, "softmax_precision")
     if sp is not None and sp not in _PRECISION:
         return f"FlexAttention: softmax_precision={sp} is not supported (1, 10, 11, 16)"
@@ -324,8 +326,17 @@ def _flex_check(node):
     return None
 
 
-@kernel("FlexAttention", 1, domain="ai.onnx.preview", check=_flex_check, dtypes=_FLOATS)
-def flex_attention(ctx, Q, K, V, *, prob_mod, scale, score_mod, softmax_precision):
+def _modifier(ctx, attr, x, sp, scd, outer):
+    """Run the ``score_mod`` / ``prob_mod`` subgraph on ``x`` (B, Hq, L, S) in the softmax type."""
+    out = ctx.subgraphs[attr].run([np.ascontiguousarray(x.astype(sp, copy=False))], outer)
+    if len(out) != 1 or np.shape(out[0]) != x.shape:
+        raise ValueError(f"FlexAttention: {attr} must return one tensor of shape {x.shape}, "
+                         f"got {[np.shape(o) for o in out]}")
+    return _as(np.asarray(out[0]), scd)
+
+
+@kernel("FlexAttention", 1, domain="ai.onnx.preview", check=_flex_check, dtypes=_FLOATS, control=True)
+def flex_attention(ctx, Q, K, V, *, prob_mod, scale, score_mod, softmax_precision, outer=None):
     if Q.ndim != 4 or K.ndim != 4 or V.ndim != 4:
         raise ValueError(f"FlexAttention: rank-4 inputs required, got {Q.shape}, {K.shape}, {V.shape}")
     B, Hq, L, E = Q.shape
@@ -350,9 +361,14 @@ def flex_attention(ctx, Q, K, V, *, prob_mod, scale, score_mod, softmax_precisio
     rs = _rounder(sp, scd)
     with np.errstate(invalid="ignore", over="ignore"):
         x = rs(_as(scores, scd))
+        S = x.shape[-1]
+        if score_mod is not None:
+            x = rs(_modifier(ctx, "score_mod", x.reshape(B, Hq, L, S), sp, scd, outer).reshape(x.shape))
         m = np.max(x, axis=-1, keepdims=True)
         e = rs(np.exp(rs(x - m)))
         probs = rs(e / rs(np.sum(e, axis=-1, keepdims=True)))
+        if prob_mod is not None:
+            probs = rs(_modifier(ctx, "prob_mod", probs.reshape(B, Hq, L, S), sp, scd, outer).reshape(probs.shape))
         y = rs(np.matmul(probs, rs(_as(V, scd))[:, :, None]))
     return y.reshape(B, Hq, L, V.shape[3]).astype(V.dtype)
 

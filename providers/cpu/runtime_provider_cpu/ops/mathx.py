@@ -193,12 +193,11 @@ _GRAD_PLANS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def _graph_nodes():
+    # SCOPE is (opsets, value lookup, every node of the graph) while get_capability runs
     scope = SCOPE.get()
-    if not scope or len(scope) < 2 or scope[1] is None:
+    if not scope or len(scope) < 3 or scope[1] is None or not scope[2]:
         return None
-    owner = getattr(scope[1], "__self__", None)  # the GraphView whose value() the scope holds
-    nodes = getattr(owner, "nodes", None)
-    return None if nodes is None else (tuple(nodes), scope[1])
+    return tuple(scope[2]), scope[1]
 
 
 def _gradient_plan(node):
