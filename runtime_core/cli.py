@@ -192,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
 COMMAND_MODULES = (
     "runtime_core.conformance.cli",
     "runtime_core.optimizer.cli",
+    "runtime_core.check",
 )
 
 
