@@ -100,3 +100,15 @@ def quickstart(session: nox.Session) -> None:
     session.chdir(os.path.expanduser("~"))
     session.run("runtime-core", "run", "--sample")
     session.run("runtime-core", "providers")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmark set (benchmarks/models.py) against onnxruntime at 2 threads, on the wheels;
+    writes benchmarks/RESULTS.md. Pass model names to run a subset: nox -s bench -- bert_base."""
+    built = build_wheels(session)
+    session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]))
+    session.install(*TEST_DEPS)
+    session.chdir(ROOT / "benchmarks")  # not the source tree: the installed packages are benched
+    session.run("python", str(ROOT / "benchmarks" / "run_all.py"), "--threads", "2",
+                "--out", str(ROOT / "benchmarks" / "RESULTS.md"), *session.posargs)

@@ -32,6 +32,7 @@ from .inputs import InputSpec, check_output_names, validate_feeds
 from .iobinding import IOBinding, check_bound_input
 from .options import GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue, resolve_device
+from .profiling import Profiler
 
 logger = logging.getLogger("runtime_core.session")
 
@@ -125,8 +126,12 @@ class InferenceSession:
                  provider_options=None, **kwargs):
         self._sess_options = sess_options if sess_options is not None else SessionOptions()
         opts = self._sess_options
+        self._profiler = Profiler(opts.profile_file_prefix) if opts.enable_profiling else None
         strict = opts.get_config(DISABLE_FALLBACK, "0") == "1"
         model, self._model_dir = load_model(path_or_bytes)
+        if self._profiler is not None:
+            self._profiler.mark("model_loading_array" if isinstance(path_or_bytes, (bytes, bytearray))
+                                else "model_loading_uri")
         self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
         self._meta = ModelMetadata(
             producer_name=model.producer_name, graph_name=model.graph.name, domain=model.domain,
@@ -173,11 +178,15 @@ class InferenceSession:
             except Exception as exc:
                 raise PluginError(f"{prov.name}.compile failed for partition {pp.partition.id} "
                                   f"({len(pp.partition.nodes)} nodes): {type(exc).__name__}: {exc}") from exc
+        if self._profiler is not None:  # per-node timing only when profiling (no cost otherwise)
+            executables = self._profiler.wrap(planned, self._providers, executables, graph)
         self._plan = ExecutionPlan(graph, planned, self._providers, executables)
         report.copies = list(self._plan.copies)
         self._report = report
         self._graph = graph
         self._transfers = TransferStats(keep_copies=False)  # host<->device copies of all runs
+        if self._profiler is not None:
+            self._profiler.mark("session_initialization")
         logger.info("session ready:\n%s", report.summary())
 
     # -- providers -------------------------------------------------------------
@@ -295,6 +304,18 @@ class InferenceSession:
                                        "(make one with this session's io_binding())")
         iobinding._run(run_options)
 
+    def end_profiling(self) -> str:
+        """Write the profile (ORT's Chrome-trace JSON) and stop profiling; returns the file's
+        path, or ``""`` when ``SessionOptions.enable_profiling`` was off (as ORT does)."""
+        prof = self._profiler
+        if prof is None or not prof.enabled:
+            return ""
+        return prof.end()
+
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling started (``time.time_ns()`` clock; 0 when profiling is off)."""
+        return self._profiler.start_wall_ns if self._profiler is not None else 0
+
     def get_transfer_stats(self) -> TransferStats:
         """runtime-core extension: host<->device copies (counts and bytes) made by every run
         of this session so far, boundary copies included (a snapshot)."""
@@ -329,6 +350,9 @@ class InferenceSession:
             n: s for n, s in self._specs.items() if n not in device_feeds}
         feeds = validate_feeds(host, specs)
         _apply_blas_threads(int(self._sess_options.intra_op_num_threads or 0))
+        if self._profiler is not None:
+            return self._profiler.run_model(self._plan.run, feeds, names, device_feeds=device_feeds or None,
+                                            placements=placements, stats=stats)
         return self._plan.run(feeds, names, device_feeds=device_feeds or None, placements=placements,
                               stats=stats)
 

@@ -1,0 +1,84 @@
+"""``runtime-core bench`` and ``runtime-core profile`` (see :mod:`runtime_core.bench`)."""
+
+from __future__ import annotations
+
+import json
+
+
+def _providers(s):
+    return [p.strip() for p in s.split(",") if p.strip()] if s else None
+
+
+def cmd_bench(args, out) -> int:
+    from .bench import BenchError, bench, format_result
+
+    compare = False
+    if args.compare:
+        if args.compare.lower() != "onnxruntime":
+            raise SystemExit(f"--compare takes 'onnxruntime', got {args.compare!r}")
+        compare = True
+    try:
+        r = bench(args.model, providers=_providers(args.providers), threads=args.threads, compare=compare,
+                  warmup=args.warmup, repeat=args.repeat, level=args.level, inputs=args.inputs, dim=args.dim,
+                  memory=not args.no_memory, memory_runs=args.memory_runs, create_repeat=args.create_repeat)
+    except BenchError as exc:
+        import sys
+
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    out.write((json.dumps(r.to_dict(), indent=2) if args.json else format_result(r)) + "\n")
+    return 0
+
+
+def cmd_profile(args, out) -> int:
+    from .bench import BenchError, format_profile, profile, summarize_profile
+
+    try:
+        if args.model.endswith(".json"):  # summarize an existing trace (ours or onnxruntime's)
+            path = args.model
+        else:
+            path = profile(args.model, providers=_providers(args.providers), threads=args.threads,
+                           level=args.level, repeat=args.repeat, inputs=args.inputs, dim=args.dim,
+                           prefix=args.prefix, runtime="onnxruntime" if args.onnxruntime else "ours")
+    except BenchError as exc:
+        import sys
+
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
+    s = summarize_profile(path, top=args.top)
+    out.write((json.dumps(s, indent=2) if args.json else format_profile(s)) + "\n")
+    return 0
+
+
+def _common(sp):
+    sp.add_argument("model", help="path of an .onnx model")
+    sp.add_argument("--providers", help="comma-separated provider names in priority order (default: CPUExecutionProvider)")
+    sp.add_argument("--threads", type=int, default=2, help="intra-op threads for both runtimes (default 2)")
+    sp.add_argument("--level", type=int, default=99, choices=(0, 1, 2, 99),
+                    help="graph optimization level for both runtimes (default 99)")
+    sp.add_argument("--inputs", metavar="FILE.npz",
+                    help="feeds (default: MODEL.npz next to the model if present, else random)")
+    sp.add_argument("--dim", type=int, default=1, help="symbolic dims of random inputs")
+    sp.add_argument("--json", action="store_true")
+
+
+def register(subparsers) -> None:
+    sp = subparsers.add_parser("bench", help="median latency, session creation and peak memory "
+                                             "(optionally against onnxruntime, interleaved)")
+    _common(sp)
+    sp.add_argument("--compare", metavar="onnxruntime", help="also run onnxruntime, interleaved with ours")
+    sp.add_argument("--warmup", type=int, default=3)
+    sp.add_argument("--repeat", type=int, default=20, help="timed runs of each runtime")
+    sp.add_argument("--create-repeat", type=int, default=1, help="session creations timed (minimum kept)")
+    sp.add_argument("--memory-runs", type=int, default=3, help="runs in each memory subprocess")
+    sp.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    sp.set_defaults(fn=cmd_bench)
+    sp = subparsers.add_parser("profile", help="profile a model: time by op type, by provider, top nodes "
+                                               "(or summarize an existing trace .json)")
+    _common(sp)
+    sp.set_defaults(threads=0)
+    sp.add_argument("--repeat", type=int, default=10, help="profiled runs")
+    sp.add_argument("--top", type=int, default=10, help="how many nodes to list")
+    sp.add_argument("--prefix", help="profile_file_prefix (default: in the temp folder)")
+    sp.add_argument("--onnxruntime", action="store_true", help="profile with onnxruntime instead")
+    sp.set_defaults(fn=cmd_profile)
