@@ -73,20 +73,23 @@ def matmul(ctx, a, b):
 
 def _gemm6_check(node):
     if len(node.inputs) < 3 or not node.inputs[2]:
-        return "Gemm-6: input C is required"
+        return f"Gemm-{node.since_version}: input C is required"
     return None
 
 
-@kernel("Gemm", 6, dtypes=_FLOAT, check=_gemm6_check)
+@kernel("Gemm", 1, 6, dtypes=_FLOAT, check=_gemm6_check)
 def gemm_6(ctx, a, b, c, *, alpha, beta, broadcast, transA, transB):
-    # opset 6: C is broadcast to (M, N) only when ``broadcast`` is set, else it must be (M, N)
+    # opsets 1 and 6 (same attributes and text; 1 only notes C "can be inplace", which is no
+    # semantic difference): C is broadcast to (M, N) only when ``broadcast`` is set, else it
+    # must be (M, N)
+    v = ctx.node.since_version
     M = a.shape[1] if transA else a.shape[0]
     N = b.shape[0] if transB else b.shape[1]
     if broadcast:
         if np.broadcast_shapes(c.shape, (M, N)) != (M, N):
-            raise ValueError(f"Gemm-6: C of shape {c.shape} does not broadcast to {(M, N)}")
+            raise ValueError(f"Gemm-{v}: C of shape {c.shape} does not broadcast to {(M, N)}")
     elif c.shape != (M, N):
-        raise ValueError(f"Gemm-6: C must have shape {(M, N)} when broadcast=0, got {c.shape}")
+        raise ValueError(f"Gemm-{v}: C must have shape {(M, N)} when broadcast=0, got {c.shape}")
     return gemm(ctx, a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB)
 
 
@@ -552,6 +555,19 @@ def _lppool_impl(x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strid
     return _as(y, dt)
 
 
+def _lppool1_check(node):
+    if not _attr(node, "kernel_shape"):
+        return ("LpPool-1 without kernel_shape is not implemented: opset 1 makes the attribute "
+                "optional but defines no default window")
+    return _pool_check(node)
+
+
+@kernel("LpPool", 1, dtypes=_FLOAT, check=_lppool1_check)
+def lppool_1(ctx, x, *, auto_pad, kernel_shape, p, pads, strides):
+    # opset 1: as opset 2 except that p is a FLOAT (default 2.0) and kernel_shape is optional
+    return _lppool_impl(x, auto_pad, 0, None, kernel_shape, p, pads, strides)
+
+
 @kernel("LpPool", 2, 11, dtypes=_FLOAT, check=_pool_check)
 def lppool_2(ctx, x, *, auto_pad, kernel_shape, p, pads, strides):
     return _lppool_impl(x, auto_pad, 0, None, kernel_shape, p, pads, strides)
@@ -577,8 +593,9 @@ def global_max_pool(ctx, x):
     return np.max(x, axis=_spatial_axes(x), keepdims=True)
 
 
-@kernel("GlobalLpPool", 2, 22, dtypes=_FLOAT)
+@kernel("GlobalLpPool", 1, 2, 22, dtypes=_FLOAT)
 def global_lp_pool(ctx, x, *, p):
+    # opset 1 takes p as a FLOAT (default 2.0), opset 2+ as an INT: the same formula
     cd = _cdtype(x.dtype)
     xa = np.abs(_as(x, cd))
     s = np.sum(xa * xa if p == 2 else xa ** cd.type(p), axis=_spatial_axes(x), keepdims=True)
@@ -611,16 +628,59 @@ def _bn_inference_only(node):
 
 
 def _bn6_check(node):
-    if not _attr(node, "is_test", 0):
-        return ("BatchNormalization-6: training (is_test=0: batch statistics and running-mean "
-                "outputs) is not implemented; only is_test=1 is")
-    return _bn_inference_only(node)
+    if any(node.outputs[1:]):
+        return (f"BatchNormalization-{node.since_version}: the mean/var/saved_mean/saved_var outputs "
+                "are not implemented: the opset does not define saved_var (Caffe2, where the op comes "
+                "from, saved the inverse standard deviation) nor whether the running variance uses "
+                "the biased or the unbiased batch variance; output Y alone is")
+    return None
+
+
+def _bn_legacy_shape(x, p, spatial, v):
+    """Broadcast shape of a BatchNormalization-1/6 parameter: its schema says "1-dimensional of
+    size C"; with spatial=0 a per-feature parameter of shape X.shape[1:] is accepted too."""
+    C = x.shape[1]
+    if p.ndim == 1 and p.shape[0] == C:
+        return _bn_param_shape(x)
+    if not spatial and p.shape == x.shape[1:]:
+        return p.shape
+    raise ValueError(f"BatchNormalization-{v}: parameter of shape {p.shape} does not fit X of shape "
+                     f"{x.shape} (spatial={spatial})")
+
+
+def _batchnorm_legacy(ctx, x, scale, b, mean, var, epsilon, is_test, spatial):
+    # opsets 1 and 6. is_test=1: the given mean/var. is_test=0 (training; the default): Y is
+    # normalised with the batch statistics (biased variance, as in the cited paper), taken over
+    # N and the spatial axes when ``spatial`` is set, else over N alone (per feature)
+    v = ctx.node.since_version
+    shape = _bn_legacy_shape(x, scale, spatial, v)
+    for t in (b, mean, var):
+        if _bn_legacy_shape(x, t, spatial, v) != shape:
+            raise ValueError(f"BatchNormalization-{v}: scale, B, mean and var must have one shape")
+    if not is_test:
+        cd = _cdtype(x.dtype)
+        xc = _as(x, cd)
+        axes = (0,) + _spatial_axes(x) if spatial else (0,)
+        m = xc.mean(axis=axes, keepdims=True)
+        d = xc - m
+        vv = np.mean(d * d, axis=axes, keepdims=True)
+        sc = _as(scale, cd).reshape(shape)
+        y = d * (sc / np.sqrt(vv + cd.type(epsilon))) + _as(b, cd).reshape(shape)
+        y = _as(y, x.dtype)
+    else:
+        y = _bn_apply(x, scale, b, mean, var, epsilon, shape)
+    return (y,) + (None,) * (ctx.n_outputs - 1) if ctx.n_outputs > 1 else y
+
+
+@kernel("BatchNormalization", 1, dtypes=_FLOAT, check=_bn6_check)
+def batchnorm_1(ctx, x, scale, b, mean, var, *, consumed_inputs, epsilon, is_test, momentum, spatial):
+    # consumed_inputs is a legacy in-place optimisation hint: no effect on the values
+    return _batchnorm_legacy(ctx, x, scale, b, mean, var, epsilon, is_test, spatial)
 
 
 @kernel("BatchNormalization", 6, dtypes=_FLOAT, check=_bn6_check)
 def batchnorm_6(ctx, x, scale, b, mean, var, *, epsilon, is_test, momentum, spatial):
-    shape = _bn_param_shape(x) if spatial else scale.shape
-    return _bn_apply(x, scale, b, mean, var, epsilon, shape)
+    return _batchnorm_legacy(ctx, x, scale, b, mean, var, epsilon, is_test, spatial)
 
 
 @kernel("BatchNormalization", 7, dtypes=_FLOAT, check=_bn_inference_only)
@@ -658,6 +718,12 @@ def batchnorm_14(ctx, x, scale, b, input_mean, input_var, *, epsilon, momentum, 
     rv = _as(input_var, cd) * mom + v * (cd.type(1) - mom)
     outs = (y, _as(rm, input_mean.dtype), _as(rv, input_var.dtype))
     return outs[:ctx.n_outputs]
+
+
+@kernel("InstanceNormalization", 1, dtypes=_FLOAT)
+def instance_norm_1(ctx, x, scale, b, *, consumed_inputs, epsilon):
+    # opset 1 = opset 6 plus consumed_inputs, a legacy in-place hint with no effect on values
+    return instance_norm(ctx, x, scale, b, epsilon=epsilon)
 
 
 @kernel("InstanceNormalization", 6, 22, dtypes=_FLOAT)
@@ -718,8 +784,21 @@ def _gn_core(x, num_groups, epsilon, cd):
     return d / np.sqrt(var + cd.type(epsilon))  # [N, G, C/G * spatial]
 
 
-# GroupNormalization-18 (scale/bias per group) is not registered: onnx marks that schema
-# deprecated, so the ONNX checker the core runs rejects every model that uses it.
+@kernel("GroupNormalization", 18, dtypes=_FLOAT)
+def group_norm_18(ctx, x, scale, bias, *, epsilon, num_groups):
+    # opset 18: scale and bias are per GROUP, shape (num_groups) (opset 21 made them per channel).
+    # onnx marks this schema deprecated, so onnx.checker (which the core's loader runs) rejects
+    # models that use it; the kernel serves callers that load without that check.
+    N, C = x.shape[:2]
+    if num_groups < 1 or C % num_groups:
+        raise ValueError(f"GroupNormalization-18: num_groups {num_groups} does not divide C={C}")
+    if scale.shape != (num_groups,) or bias.shape != (num_groups,):
+        raise ValueError(f"GroupNormalization-18: scale and bias must have shape ({num_groups},), got "
+                         f"{scale.shape} and {bias.shape}")
+    cd = _cdtype(x.dtype)
+    xn = _gn_core(x, num_groups, epsilon, cd)  # [N, G, C/G * spatial]
+    y = xn * _as(scale, cd)[:, None] + _as(bias, cd)[:, None]
+    return _as(y.reshape(x.shape), x.dtype)
 
 
 @kernel("GroupNormalization", 21, dtypes=_FLOAT, check=_stash_check)
@@ -821,6 +900,45 @@ def hardmax_13(ctx, x, *, axis):
 # ---------------------------------------------------------------------------------------
 # Dropout
 # ---------------------------------------------------------------------------------------
+
+def _dropout1_check(node):
+    if _attr(node, "is_test", 0) and len(node.outputs) > 1 and node.outputs[1]:
+        return (f"Dropout-{node.since_version}: the mask output with is_test=1 is not implemented: "
+                "the opset says it 'is not filled' in test mode, so its value is undefined")
+    return None
+
+
+def _dropout_legacy(ctx, data, ratio, is_test):
+    # opsets 1 and 6: is_test=1 is the identity; is_test=0 (the default) is training dropout,
+    # scaled by 1/(1-ratio). No seed attribute: a fresh generator each run (numpy's legacy
+    # MT19937 stream, as Dropout-12 uses). The mask output has type T (the schema's type
+    # constraint, whatever the prose says about Tensor<bool>): 1 where kept, 0 where dropped.
+    if is_test:
+        return (data,) + (None,) * (ctx.n_outputs - 1) if ctx.n_outputs > 1 else data
+    r = float(ratio)
+    if not 0.0 <= r <= 1.0:
+        raise ValueError(f"Dropout ratio must be in [0, 1], got {r}")
+    keep = np.random.RandomState(None).uniform(0.0, 1.0, data.shape) >= r
+    if r >= 1.0:
+        y = np.zeros_like(data)
+    else:
+        cd = _cdtype(data.dtype)
+        y = _as(np.where(keep, _as(data, cd) * cd.type(1.0 / (1.0 - r)), cd.type(0)), data.dtype)
+    if ctx.n_outputs < 2:
+        return y
+    return y, (keep.astype(data.dtype) if ctx.outputs_wanted[1] else None)
+
+
+@kernel("Dropout", 1, dtypes=_FLOAT, check=_dropout1_check)
+def dropout_1(ctx, data, *, consumed_inputs, is_test, ratio):
+    # consumed_inputs: a legacy in-place hint, no effect on values
+    return _dropout_legacy(ctx, data, ratio, is_test)
+
+
+@kernel("Dropout", 6, dtypes=_FLOAT, check=_dropout1_check)
+def dropout_6(ctx, data, *, is_test, ratio):
+    return _dropout_legacy(ctx, data, ratio, is_test)
+
 
 def _dropout7_check(node):
     if len(node.outputs) > 1 and node.outputs[1]:
@@ -1183,6 +1301,120 @@ def upsample_7(ctx, x, *, mode, scales):
     return _upsample(x, scales, mode)
 
 
-@kernel("Upsample", 9, check=_resize_check)
+@kernel("Upsample", 9, 10, check=_resize_check)
 def upsample_9(ctx, x, scales, *, mode):
+    # opset 10 has the text, inputs and types of opset 9 (it only marks the op deprecated, which
+    # makes onnx.checker, and so the core's loader, reject it)
     return _upsample(x, scales, mode)
+
+
+def _upsample1_check(node):
+    mode = _attr(node, "mode", "nearest")
+    if mode == "bilinear":
+        return ("Upsample-1 mode 'bilinear' is not implemented: opset 1 defines only the output "
+                "size, not which input coordinate an output pixel maps to (asymmetric, as Upsample-7 "
+                "'linear' later fixed, or align-corners, as Caffe2's UpsampleBilinear computes)")
+    if mode != "nearest":
+        return f"Upsample-1: mode {mode!r} is not one of nearest, bilinear"
+    return None
+
+
+@kernel("Upsample", 1, check=_upsample1_check)
+def upsample_1(ctx, x, *, height_scale, mode, width_scale):
+    # opset 1 (experimental): 4-D NCHW, output = floor(in * scale) on H and W; nearest picks
+    # input pixel floor(out / scale), as the example and Upsample-7 define
+    if x.ndim != 4:
+        raise ValueError(f"Upsample-1 takes a 4-D NCHW input, got shape {x.shape}")
+    return _upsample(x, [1.0, 1.0, height_scale, width_scale], mode)
+
+
+# ---------------------------------------------------------------------------------------
+# MaxRoiPool
+# ---------------------------------------------------------------------------------------
+
+def _round_half_away(v):
+    return np.sign(v) * np.floor(np.abs(v) + 0.5)
+
+
+def _max_levels(a):
+    """Sparse table along the FIRST axis: level k holds max(a[i:i + 2**k]) (-inf past the end).
+    Returns [K, *a.shape]; level rows are contiguous blocks, so gathers by (level, i) are cheap."""
+    n = a.shape[0]
+    levels = [a]
+    s = 1
+    while 2 * s <= n:
+        prev = levels[-1]
+        nxt = np.full_like(prev, -np.inf)
+        np.maximum(prev[:n - 2 * s + 1], prev[s:n - s + 1], out=nxt[:n - 2 * s + 1])
+        levels.append(nxt)
+        s *= 2
+    return np.stack(levels)
+
+
+def _range_query(lo, hi):
+    """(level, second start) of the sparse-table query for [lo, hi); empty ranges read [lo, lo+1)."""
+    length = np.maximum(hi - lo, 1)
+    k = np.floor(np.log2(length)).astype(np.int64)
+    k -= (np.left_shift(1, k) > length)  # guard the float log2 at exact powers of two
+    k += (np.left_shift(1, k + 1) <= length)
+    return k, lo + length - np.left_shift(1, k)
+
+
+@kernel("MaxRoiPool", 1, 22, dtypes=_FLOAT | _BF16)
+def max_roi_pool(ctx, x, rois, *, pooled_shape, spatial_scale):
+    """Caffe2's RoIPool (where the op comes from; onnxruntime computes the same bins): each RoI
+    corner is scaled and rounded (half away from zero), the RoI spans round(x1*s)..round(x2*s)
+    inclusive (at least 1 pixel), bin i covers [floor(i*len/P), ceil((i+1)*len/P)) of it, clipped
+    to the input; an empty bin is 0. Bin maxima are range-maximum queries on sparse tables, along
+    W (one table for the input) and then H (one per chunk of RoIs): gathers, no loop per bin."""
+    if x.ndim != 4:
+        raise ValueError(f"MaxRoiPool takes a 4-D NCHW input, got shape {x.shape}")
+    if rois.ndim != 2 or rois.shape[1] != 5:
+        raise ValueError(f"MaxRoiPool: rois must have shape (num_rois, 5), got {rois.shape}")
+    if len(pooled_shape) != 2 or min(pooled_shape) < 1:
+        raise ValueError(f"MaxRoiPool: pooled_shape must be 2 positive ints, got {pooled_shape}")
+    PH, PW = (int(v) for v in pooled_shape)
+    N, C, H, W = x.shape
+    R = rois.shape[0]
+    dt = x.dtype
+    cd = np.dtype(np.float32) if dt.name in ("float16", "bfloat16") else dt
+    if R == 0 or C == 0 or H == 0 or W == 0:
+        return np.zeros((R, C, PH, PW), dtype=dt)
+    r = rois.astype(np.float32)
+    bid = r[:, 0].astype(np.int64)
+    if np.any(bid < 0) or np.any(bid >= N):
+        raise ValueError(f"MaxRoiPool: batch index out of range [0, {N})")
+    sc = np.float32(spatial_scale)
+    x1, y1, x2, y2 = (_round_half_away(r[:, i] * sc).astype(np.int64) for i in range(1, 5))
+
+    def bins(start, end, P, size):
+        length = np.maximum(end - start + 1, 1).astype(np.float32)
+        bin_sz = length / np.float32(P)  # [R]
+        i = np.arange(P, dtype=np.float32)
+        lo = np.floor(i[None, :] * bin_sz[:, None]).astype(np.int64) + start[:, None]
+        hi = np.ceil((i[None, :] + 1) * bin_sz[:, None]).astype(np.int64) + start[:, None]
+        lo, hi = np.clip(lo, 0, size), np.clip(hi, 0, size)
+        ok = hi > lo
+        lo = np.minimum(lo, size - 1)
+        k, lo2 = _range_query(lo, hi)
+        return lo, lo2, k, ok  # [R, P] each
+
+    hlo, hlo2, hk, okh = bins(y1, y2, PH, H)
+    wlo, wlo2, wk, okw = bins(x1, x2, PW, W)
+    tw = _max_levels(np.ascontiguousarray(_as(x, cd).transpose(3, 0, 2, 1)))  # [KW, W, N, H, C]
+    kh_n = max(1, int(np.floor(np.log2(H))) + 1)
+    out = np.empty((R, C, PH, PW), dtype=cd)
+    step = max(1, 8_000_000 // max(1, PW * C * H * (kh_n + 1)))
+    for s0 in range(0, R, step):  # chunks bound the temporaries
+        sl = slice(s0, min(R, s0 + step))
+        b = bid[sl][:, None]
+        t = np.maximum(tw[wk[sl], wlo[sl], b], tw[wk[sl], wlo2[sl], b])  # [r, PW, H, C]
+        th = _max_levels(np.ascontiguousarray(t.transpose(2, 0, 1, 3)))  # [KH, H, r, PW, C]
+        ri = np.arange(t.shape[0])[:, None, None]
+        pi = np.arange(PW)[None, None, :]
+        kk = hk[sl][:, :, None]
+        y = np.maximum(th[kk, hlo[sl][:, :, None], ri, pi], th[kk, hlo2[sl][:, :, None], ri, pi])
+        out[sl] = y.transpose(0, 3, 1, 2)  # [r, PH, PW, C] -> [r, C, PH, PW]
+    empty = ~(okh[:, :, None] & okw[:, None, :])  # [R, PH, PW]
+    out = np.where(empty[:, None], cd.type(0), out)
+    return _as(out, dt)

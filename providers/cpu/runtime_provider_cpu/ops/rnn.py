@@ -1,6 +1,19 @@
 """CPU kernels: LSTM, GRU and RNN (all directions, sequence lengths, layouts).
 
 The input projection of every time step is one matmul; only the recurrence loops.
+
+Legacy versions (LSTM-1, GRU-1, GRU-3, RNN-1) run the opset-7 kernels. What differs:
+
+* ``output_sequence`` (removed in 7) only says whether output Y may be omitted ("optional if
+  0"); it does not change any value, so Y is computed whenever the node asks for it.
+* no ``layout`` (added in 14): always 0; GRU-1 has no ``linear_before_reset`` (0) and its
+  ``direction`` default is misspelt ``"foward"`` in the schema (read as forward, which its
+  description names as the default).
+* the legacy equations write the recurrence as ``Ht-1*R`` where opset 7 writes ``Ht-1*(R^T)``.
+  That ^T was added to opset 7's text in June 2018 (onnx PR #1103) as a clarification with no
+  version bump, i.e. the same words were taken to mean the transposed product; the R layout
+  (``[num_directions, k*hidden_size, hidden_size]``, blocks stacked along dimension 0 like W)
+  is unchanged, so the legacy versions use ``Ht-1 @ R^T`` too.
 """
 
 from __future__ import annotations
@@ -144,13 +157,13 @@ def _lstm(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
         def step(t, h, c, xw=xw, rt=rt, pi=pi, po=po, pf=pf, f=f, fa=fa, fb=fb, g=g, ga=ga, gb=gb,
                  hh=hh, ha=ha, hb=hb):
             gates = xw[t] + h @ rt
-            if clip is not None:
-                gates = np.clip(gates, -clip, clip)
             i_, o_, f_, c_ = gates[:, :H], gates[:, H:2 * H], gates[:, 2 * H:3 * H], gates[:, 3 * H:]
-            i = f(i_ + pi * c, fa, fb)
-            fg = 1 - i if input_forget else f(f_ + pf * c, fa, fb)
-            cn = fg * c + i * g(c_, ga, gb)
-            o = f(o_ + po * cn, fa, fb)
+            # clip bounds the input of each activation: after the peephole terms
+            cl = (lambda v: v) if clip is None else (lambda v: np.clip(v, -clip, clip))
+            i = f(cl(i_ + pi * c), fa, fb)
+            fg = 1 - i if input_forget else f(cl(f_ + pf * c), fa, fb)
+            cn = fg * c + i * g(cl(c_), ga, gb)
+            o = f(cl(o_ + po * cn), fa, fb)
             return (o * hh(cn, ha, hb)).astype(dt, copy=False), cn.astype(dt, copy=False)
 
         y, h, c = _run(xw, lens, rev, step, h0, c0, dt)
@@ -237,3 +250,31 @@ def rnn(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
         hs.append(h)
     y, yh, _ = _finish(ys, hs, None, layout, ctx.outputs_wanted)
     return y, yh
+
+
+# ---------------------------------------------------------------------------------------
+# legacy versions (see the module docstring)
+# ---------------------------------------------------------------------------------------
+
+def _legacy_direction(direction):
+    return "forward" if direction == "foward" else direction
+
+
+@kernel("LSTM", 1, check=_check_acts(None), dtypes={"float32", "float64", "float16"})
+def lstm_1(ctx, *args, output_sequence=0, **kw):
+    return _lstm(ctx, *args, **kw)
+
+
+@kernel("GRU", 1, check=_check_acts(None), dtypes={"float32", "float64", "float16"})
+def gru_1(ctx, *args, output_sequence=0, direction="forward", **kw):
+    return gru(ctx, *args, direction=_legacy_direction(direction), **kw)
+
+
+@kernel("GRU", 3, check=_check_acts(None), dtypes={"float32", "float64", "float16"})
+def gru_3(ctx, *args, output_sequence=0, **kw):
+    return gru(ctx, *args, **kw)
+
+
+@kernel("RNN", 1, check=_check_acts(None), dtypes={"float32", "float64", "float16"})
+def rnn_1(ctx, *args, output_sequence=0, **kw):
+    return rnn(ctx, *args, **kw)
