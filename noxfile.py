@@ -4,6 +4,8 @@
     nox -s opencl       # the OpenCL provider's tests on PoCL, from wheels
     nox -s wheels       # build every distribution's wheel into dist/
     nox -s quickstart   # the README's first Quick start line, in a fresh venv
+    nox -s example      # the example provider (examples/runtime-provider-numexpr): its tests + the kit
+    nox -s scaffold     # runtime-core new-provider acme, pip install it, run its tests
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ DISTRIBUTIONS = {
     "runtime-provider-cpu": ROOT / "providers" / "cpu",
     "runtime-core": ROOT,
     "runtime-provider-opencl": ROOT / "providers" / "opencl",
+    "runtime-provider-cuda": ROOT / "providers" / "cuda",
 }
 # Test-only dependencies: onnxruntime is an oracle, never a runtime dependency.
 # torch 2.13.0 (CPU build) installs from a local file on the project's machines.
@@ -71,7 +74,7 @@ def tests(session: nox.Session) -> None:
     # opencl with its [pocl] extra: a real CPU OpenCL device from PyPI, so its tests run for real
     # the CPU provider with its [image] extra (Pillow, for ImageDecoder)
     session.install(f"{built['runtime-provider-cpu']}[image]", str(built["runtime-core"]),
-                    f"{built['runtime-provider-opencl']}[pocl]")
+                    f"{built['runtime-provider-opencl']}[pocl]", str(built["runtime-provider-cuda"]))
     session.install(*TEST_DEPS)
     env = {"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"}
     # run from the tests folder so the source tree cannot shadow the installed packages
@@ -102,6 +105,54 @@ def quickstart(session: nox.Session) -> None:
     session.run("runtime-core", "providers")
 
 
+EXAMPLE = ROOT / "examples" / "runtime-provider-numexpr"
+
+
+@nox.session
+def example(session: nox.Session) -> None:
+    """The example provider's wheel + runtime-core wheels in a fresh venv: its tests, then the kit."""
+    built = build_wheels(session)
+    session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(DIST), str(EXAMPLE),
+                silent=True)
+    found = sorted(DIST.glob("runtime_provider_numexpr-*.whl"))
+    if not found:
+        session.error("no wheel was built for runtime-provider-numexpr")
+    session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]), str(found[-1]))
+    session.install("pytest>=8")
+    # the tests run on a copy, away from the source folder, so only the installed wheel is importable
+    work = Path(session.create_tmp()).resolve() / "example-tests"
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(EXAMPLE / "tests", work / "tests")
+    session.chdir(work)
+    session.run("python", "-c", "import runtime_provider_numexpr as m, runtime_core as c; "
+                "assert 'site-packages' in m.__file__ and 'site-packages' in c.__file__, (m.__file__, c.__file__)")
+    session.run("pytest", "-p", "no:cacheprovider", "tests", *session.posargs)
+    # the kit alone, through the pytest plugin that runtime-core's wheel registers (an empty
+    # folder is collected besides the kit's suite, so the kit is all that runs)
+    (work / "kit-only").mkdir()
+    session.run("pytest", "-p", "no:cacheprovider", "--runtime-provider", "numexpr",
+                "--runtime-provider-option", "min_elements=0",
+                "--runtime-provider-option", "transcendentals=always", str(work / "kit-only"))
+
+
+@nox.session
+def scaffold(session: nox.Session) -> None:
+    """``runtime-core new-provider acme`` from the wheels; pip-install the package; run its tests."""
+    built = build_wheels(session)
+    session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]))
+    session.install("pytest>=8")
+    work = Path(session.create_tmp()).resolve()
+    out = work / "runtime-provider-acme"
+    if out.exists():
+        shutil.rmtree(out)
+    session.chdir(work)
+    session.run("runtime-core", "new-provider", "acme", "--output", str(out))
+    session.install(str(out))  # a real (wheel) install, as a user of the generated package would
+    session.run("runtime-core", "providers")
+    session.run("pytest", "-p", "no:cacheprovider", str(out / "tests"), *session.posargs)
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """The benchmark set (benchmarks/models.py) against onnxruntime at 2 threads, on the wheels;
@@ -112,3 +163,20 @@ def bench(session: nox.Session) -> None:
     session.chdir(ROOT / "benchmarks")  # not the source tree: the installed packages are benched
     session.run("python", str(ROOT / "benchmarks" / "run_all.py"), "--threads", "2",
                 "--out", str(ROOT / "benchmarks" / "RESULTS.md"), *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def gpu(session: nox.Session) -> None:
+    """On a CUDA machine (no network): install our distributions into the current python
+    (cupy preinstalled) without dependencies, then tests + conformance [cuda,cpu] + BERT-base b8
+    benchmark; the summary goes to $OUT (or the working folder). RUNTIME_CORE_WHEELS=folder
+    installs carried wheels instead of building from the tree."""
+    wheels = os.environ.get("RUNTIME_CORE_WHEELS")
+    pip = ["python", "-m", "pip", "install", "--no-deps", "--no-build-isolation", "--no-index"]
+    if wheels:
+        session.run(*pip, *sorted(str(p) for p in Path(wheels).glob("runtime_*.whl")))
+    else:
+        session.run(*pip, *(str(DISTRIBUTIONS[n]) for n in
+                            ("runtime-provider-cpu", "runtime-core", "runtime-provider-cuda")))
+    env = {"RUNTIME_CORE_CUDA_REQUIRED": "1"}
+    session.run("python", str(ROOT / "providers" / "cuda" / "scripts" / "gpu_check.py"), env=env)

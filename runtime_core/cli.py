@@ -193,6 +193,7 @@ COMMAND_MODULES = (
     "runtime_core.conformance.cli",
     "runtime_core.optimizer.cli",
     "runtime_core.check",
+    "runtime_core.testing.cli",
     "runtime_core.bench_cli",
 )
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 PROJECT_NAME = "runtime_core"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+"""Marks a hook specification of the plugin API (the core's side; providers use ``hookimpl``)."""
 
 
 @hookspec

@@ -82,7 +82,17 @@ class ExecutionProvider:
         return ProbeResult(True, "", [])
 
     def get_capability(self, graph: GraphView) -> Capability:
-        """Say which of the offered nodes this provider runs, and why it declines the rest."""
+        """Say which of the offered nodes this provider runs, and why it declines the rest.
+
+        Called once per session, with a :class:`GraphView` of the nodes that no
+        higher-priority provider took (so possibly not the whole graph). Return a
+        :class:`Capability`: ``claims`` holds single :class:`NodeView` objects (the core
+        merges neighbouring claims into convex partitions) or sequences of them (a
+        group to compile as one unit; the core rejects a group that is not convex);
+        ``declined`` maps the name of every other offered node to a human reason (op,
+        opset version, dtype, attribute or shape). Must not raise; must not claim a
+        node twice, a node it was not offered, or a node it also declines.
+        """
         raise NotImplementedError
 
     def compile(self, partition: Partition):
@@ -101,11 +111,18 @@ class ExecutionProvider:
 
     # -- device memory ------------------------------------------------------
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype):
-        """Return an uninitialised device tensor of ``shape`` and ``dtype``."""
+        """Return an uninitialised device tensor of ``shape`` and ``dtype`` (for IO binding)."""
         return np.empty(shape, dtype)
 
     def copy_to_device(self, array: np.ndarray):
-        """Copy a host numpy array to this provider's device and return the device tensor."""
+        """Copy a host numpy array to this provider's device and return the device tensor.
+
+        ``array`` may be non-contiguous, read-only, zero-size or 0-d; ``copy_to_host`` of
+        the result must give back the same dtype, shape and bits, and a provider with
+        its own memory must not keep a reference into ``array``. The core calls this
+        only at partition boundaries where the producer's ``device_type`` differs from
+        this provider's (the default, for host memory, returns ``array`` itself).
+        """
         return array
 
     def copy_to_host(self, tensor) -> np.ndarray:

@@ -36,10 +36,13 @@ API_VERSION = "1.0"
 """The plugin API version of this runtime-core; minor bumps only add."""
 
 ENTRY_POINT_GROUP = "runtime_core.providers"
+"""The entry-point group providers are found in; an entry point's name is the provider's alias."""
+
 FALLBACK_ALIAS = "cpu"
 REQUIRED_ATTRS = ("name", "alias", "version", "distribution", "plugin_api")
 
 hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT_NAME)
+"""Marks a plugin's hook implementation: ``@hookimpl def runtime_core_register_providers(registrar)``."""
 
 
 @dataclass
