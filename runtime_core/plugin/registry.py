@@ -32,8 +32,13 @@ from .contract import ProbeResult
 
 logger = logging.getLogger("runtime_core.plugin")
 
-API_VERSION = "1.0"
-"""The plugin API version of this runtime-core; minor bumps only add."""
+API_VERSION = "1.1"
+"""The plugin API version of this runtime-core; minor bumps only add.
+
+1.0: hooks, the provider class (probe, get_capability, compile, device memory and copies).
+1.1: optional device-tensor methods for OrtValue/IOBinding/DLPack (all with defaults) and
+``GraphView.all_nodes``.
+"""
 
 ENTRY_POINT_GROUP = "runtime_core.providers"
 """The entry-point group providers are found in; an entry point's name is the provider's alias."""

@@ -53,7 +53,7 @@ def test_providers_lists_broken_plugins_and_still_works():
 
 
 def test_run_sample():
-    out = cli("run", "--sample", "--repeat", "3").stdout
+    out = cli("run", "--sample", "--repeat", "3", "--providers", "cpu").stdout
     assert "probabilities" in out and "latency: median" in out
     # the sample's 10 nodes minus its BatchNormalization, folded into the Conv at the default level
     assert "CPUExecutionProvider: 9 node(s)" in out
@@ -69,9 +69,9 @@ def test_run_with_inputs_and_save(tmp_path):
 
 
 def test_partition_table_and_json():
-    out = cli("partition", "sample").stdout
+    out = cli("partition", "sample", "--providers", "cpu").stdout
     assert "conv1" in out and "CPUExecutionProvider" in out
-    d = json.loads(cli("partition", "--sample", "--json").stdout)
+    d = json.loads(cli("partition", "--sample", "--json", "--providers", "cpu").stdout)
     assert len(d["nodes"]) == 9 and d["copies"] == []  # 10 nodes, BatchNormalization folded into its Conv
 
 
