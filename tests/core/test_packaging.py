@@ -75,3 +75,14 @@ def test_public_api_names():
                  "SessionOptions", "RunOptions", "GraphOptimizationLevel", "ExecutionMode"):
         assert hasattr(rt, name)
         assert getattr(rt, name).__doc__
+
+
+def test_ci_runs_the_readme_quick_start_second_line_verbatim():
+    readme, ci = ROOT / "README.md", ROOT / ".ci" / "run"
+    if not (readme.exists() and ci.exists()):
+        pytest.skip("only meaningful in a checkout (README.md and .ci/run next to the tests)")
+    text = readme.read_text()
+    block = text.split("## Quick start", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    lines = [ln for ln in block.strip().splitlines() if ln.strip()]
+    assert len(lines) == 2, lines
+    assert lines[1] in [ln.strip() for ln in ci.read_text().splitlines()]
