@@ -24,6 +24,7 @@ import math
 import numpy as np
 
 from ..registry import kernel
+from .nn import _as, _attr, _in_dtype  # the nn family's small helpers
 from ._common import normalize_axis
 
 _FLOAT = frozenset({"float16", "float32", "float64"})
@@ -34,18 +35,6 @@ def _cdtype(dt) -> np.dtype:
     return np.dtype(np.float64) if np.dtype(dt) == np.float64 else np.dtype(np.float32)
 
 
-def _as(x, dt):
-    return x if x.dtype == dt else x.astype(dt)
-
-
-def _attr(node, name, default=None):
-    v = node.attrs.get(name)
-    return default if v is None else v
-
-
-def _in_dtype(node, i=0):
-    info = node.input_info[i] if len(node.input_info) > i else None
-    return None if info is None or info.dtype is None else np.dtype(info.dtype)
 
 
 def _in_rank(node, i=0):
