@@ -111,25 +111,6 @@ class CaseResult:
     reference: str = ""
 
 
-class _Values(dict):
-    """Lazy value-info mapping over a core graph (what the partitioner hands providers)."""
-
-    def __init__(self, graph, cache: dict):
-        super().__init__()
-        self._graph, self._cache = graph, cache
-
-    def get(self, name, default=None):
-        if name not in self._cache:
-            self._cache[name] = self._graph.value_info(name)
-        return self._cache[name]
-
-    def __getitem__(self, name):
-        return self.get(name)
-
-    def __contains__(self, name):
-        return True
-
-
 def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -359,7 +340,9 @@ class ConformanceKit:
             return entry
         cache: dict = {}
         views = [graph.node_view(n, i, cache) for i, n in enumerate(graph.nodes)]
-        values = _Values(graph, cache)
+        from ..partition.partitioner import _ValueMap  # what the partitioner hands providers
+
+        values = _ValueMap(graph, cache)
         entry.nodes = views
         entry.random = next((f"{v.name} ({v.op_type})" for v in views if _is_random(v)), "")
         first = self._ask(prov, GraphView(views, values, graph.opsets), entry, "")
