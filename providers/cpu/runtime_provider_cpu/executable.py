@@ -223,7 +223,12 @@ def _compile_subgraphs(ctx, node, partition, opsets, check_kernels) -> None:
 
 
 def subgraph_outer_names(g) -> list[str]:
-    """Names a (nested) subgraph reads that it does not define itself."""
+    """Names a (nested) subgraph reads that it does not define itself.
+
+    The same rule as ``runtime_core.graph.ir.subgraph_outer_names``: the CPU provider does
+    not import the core (the core depends on it, never the other way), so the few graph
+    helpers that subgraph compilation needs live here too (also ``_resolve_attrs``).
+    """
     import onnx
 
     defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {
