@@ -121,6 +121,9 @@ OPTIMIZERS: list[Pass] = [
 _dce_after_fusions = DeadNodeElimination()
 _dce_after_fusions.level = EXTENDED  # what fusions leave unread (shape computations) goes too
 OPTIMIZERS.append(_dce_after_fusions)
+from .layout import PROVIDERS, LayoutTransformation  # noqa: E402
+
+OPTIMIZERS.append(LayoutTransformation())
 
 #: how often the passes of one level are repeated at most while they still change something
 MAX_ROUNDS = 6
@@ -142,6 +145,14 @@ def optimize(graph: Graph, level: int, disabled: set[str] | None = None, *, prov
     """
     disabled = disabled or set()
     done: dict[str, int] = {}
+    prov_token = PROVIDERS.set(tuple(providers or ()))
+    try:
+        return _optimize(graph, level, disabled, providers, done)
+    finally:
+        PROVIDERS.reset(prov_token)
+
+
+def _optimize(graph: Graph, level: int, disabled: set[str], providers, done: dict[str, int]) -> dict[str, int]:
     levels = sorted({p.level for p in OPTIMIZERS})
     for lv in levels:
         if lv > level:

@@ -57,6 +57,15 @@ class ExecutionProvider:
       pointers (``IOBinding.bind_input(..., buffer_ptr)``). A provider that cannot do
       one of these raises ``NotImplementedError`` with the reason; the core turns it
       into a typed error.
+
+    Layout (optional, plugin API 1.1; not defined on this base class, so the optimizer
+    skips its trial partition when no provider defines it): a method
+    ``preferred_layout(node: NodeView) -> "NHWC" | None``. At ``ORT_ENABLE_ALL`` each 4-D
+    ``Conv`` / ``MaxPool`` / ``AveragePool`` / ``GlobalAveragePool`` this provider would
+    run and answers ``"NHWC"`` for becomes ``runtime_core.nhwc::<Op>`` between two
+    Transposes (consecutive ones cancel); the provider must then claim those ops
+    (channels-last activations, ONNX weights, attribute ``since_version``). The CPU
+    provider has reference kernels for them.
     """
 
     name: str = ""
