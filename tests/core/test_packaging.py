@@ -26,7 +26,8 @@ def test_core_depends_on_a_cpu_range_and_cpu_not_on_core():
     assert cpu_req and ("<" in cpu_req[0] and ">=" in cpu_req[0])
     cpu_reqs = metadata.requires("runtime-provider-cpu") or []
     assert not any(r.startswith("runtime-core") for r in cpu_reqs)
-    assert not any(r.split()[0].startswith(("pluggy", "onnx")) for r in cpu_reqs)
+    # no plugin machinery either; onnx itself is allowed (subgraph bodies are typed with onnx's inference)
+    assert not any(r.split()[0].startswith(("pluggy", "runtime-core", "runtime_core")) for r in cpu_reqs)
 
 
 def test_cpu_entry_point():
