@@ -174,12 +174,14 @@ def select_device(platform: str | None = None, device: str | None = None) -> Dev
 
 # -- contexts -------------------------------------------------------------------------
 
-KERNEL_FILES = ("elementwise.cl", "matmul.cl", "reduce.cl", "conv.cl", "copy.cl")
+KERNEL_FILES = ("elementwise.cl", "matmul.cl", "reduce.cl", "conv.cl", "copy.cl", "pool.cl", "index.cl")
 
 
 def kernel_source(filename: str) -> str:
-    """The OpenCL C source of one of the package's ``kernels/*.cl`` files."""
-    return resources.files(__package__).joinpath("kernels", filename).read_text(encoding="utf-8")
+    """The OpenCL C source of one of the package's ``kernels/*.cl`` files (with ``common.h``)."""
+    kernels = resources.files(__package__).joinpath("kernels")
+    common = kernels.joinpath("common.h").read_text(encoding="utf-8")
+    return common + "\n" + kernels.joinpath(filename).read_text(encoding="utf-8")
 
 
 class DeviceContext:
@@ -206,6 +208,11 @@ class DeviceContext:
         self.tile = 16 if self.max_work_group_size >= 256 else 8
         self.local_1d = max(1, min(64, self.max_work_group_size))
         self.max_alloc = int(self.device.max_mem_alloc_size)
+        # float16 tensors are stored as half and read/written with vload_half/vstore_half,
+        # which are core OpenCL C (no cl_khr_fp16 needed: kernels compute in float); the
+        # extension is only enabled where the device has it
+        self.fp16_ext = "cl_khr_fp16" in (self.device.extensions or "").split()
+        self.fp16 = True
         self.builds = 0  # programs built by this context (tests check the cache)
         # host<->device traffic through this context (tests count it): uploads and downloads
         # with their bytes, and copies between two buffers of the device
@@ -214,34 +221,38 @@ class DeviceContext:
                           "device_copies": 0}
         self.dummy = self.buffer(4)  # bound to the pointer arguments of absent optional inputs
 
-    def build_options(self) -> list[str]:
-        return [f"-DTS={self.tile}"]
+    def build_options(self, real: str = "float") -> list[str]:
+        return [f"-DTS={self.tile}"] + (["-DHALF=1"] if real == "half" else [])
 
-    def program(self, filename: str):
-        """The built program of ``kernels/<filename>``, compiled on first use only."""
-        prg = self._programs.get(filename)
+    def program(self, filename: str, real: str = "float"):
+        """The built program of ``kernels/<filename>`` for element type ``real`` (``float``
+        or ``half``), compiled on first use only."""
+        key = filename if real == "float" else f"{filename}:{real}"
+        prg = self._programs.get(key)
         if prg is not None:
             return prg
         with self._build_lock:
-            prg = self._programs.get(filename)
+            prg = self._programs.get(key)
             if prg is None:
                 src = kernel_source(filename)
+                if real == "half" and self.fp16_ext:
+                    src = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n" + src
                 try:
-                    prg = self.cl.Program(self.context, src).build(options=self.build_options())
+                    prg = self.cl.Program(self.context, src).build(options=self.build_options(real))
                 except self.cl.Error as exc:
                     raise RuntimeError(f"OpenCL build of kernels/{filename} failed on "
                                        f"{self.info.device_name}: {exc}") from exc
                 self.builds += 1
-                logger.debug("built kernels/%s for %s", filename, self.info)
-                self._programs[filename] = prg
+                logger.debug("built kernels/%s (%s) for %s", filename, real, self.info)
+                self._programs[key] = prg
         return prg
 
-    def kernel(self, filename: str, name: str):
+    def kernel(self, filename: str, name: str, real: str = "float"):
         """The ``cl.Kernel`` ``name`` of ``kernels/<filename>`` (one object per context)."""
-        key = (filename, name)
+        key = (filename, name, real)
         k = self._kernels.get(key)
         if k is None:
-            prg = self.program(filename)
+            prg = self.program(filename, real)
             with self._build_lock:
                 k = self._kernels.get(key)
                 if k is None:

@@ -57,7 +57,7 @@ def decline_reason(node, spec) -> str | None:
 
 
 class OpenCLExecutionProvider(ExecutionProvider):
-    """Runs float32 ONNX nodes as OpenCL C kernels on one OpenCL device."""
+    """Runs float32 (and, with cl_khr_fp16, float16) ONNX nodes as OpenCL C kernels on one device."""
 
     name = "OpenCLExecutionProvider"
     alias = "opencl"
@@ -134,6 +134,7 @@ class OpenCLExecutionProvider(ExecutionProvider):
 
         cap = Capability()
         on_device: set[str] = set()  # values produced by nodes claimed here
+        host_known: set[str] = set()  # ... whose value is known when the partition specializes
         for node in graph:
             spec = REGISTRY.get(node.op_type) if node.domain in ("", "ai.onnx") else None
             if node.op_type in self.exclude_ops:
@@ -142,6 +143,17 @@ class OpenCLExecutionProvider(ExecutionProvider):
                 why = decline_reason(node, spec)
             if why is None:
                 why = self._too_big(node)
+            if why is None and not self.dev.fp16:
+                why = next((f"{vi.name!r} is float16 and the device lacks cl_khr_fp16"
+                            for vi in node.input_info + node.output_info
+                            if vi is not None and vi.dtype is not None and np.dtype(vi.dtype) == np.float16),
+                           None)
+            if why is None:
+                for i in spec.values_of(node):
+                    name = node.inputs[i]
+                    if name in on_device and name not in host_known:
+                        why = (f"input {i} ({name!r}) is read on the host as a value, but it is computed "
+                               "on the device by a node whose value is not known before it runs")
             if why is None and node.op_type == "Shape" and node.inputs[0] not in on_device:
                 why = ("Shape of a value that is not computed on OpenCL stays on CPU "
                        "(claiming it would copy the tensor to the device for its shape)")
@@ -150,6 +162,8 @@ class OpenCLExecutionProvider(ExecutionProvider):
                 continue
             cap.claims.append(node)
             on_device.update(o for o in node.outputs if o)
+            if node.op_type == "Shape":
+                host_known.update(o for o in node.outputs if o)
         return cap
 
     def _too_big(self, node) -> str | None:
@@ -178,7 +192,11 @@ class OpenCLExecutionProvider(ExecutionProvider):
             if array.device is self.dev:
                 return array
             array = array.numpy()
-        return OpenCLTensor.from_numpy(array, self.dev)
+        array = np.asarray(array)
+        # small integer tensors (shapes computed on CPU, index lists) keep a host mirror: an
+        # executable that reads them as values (Reshape's shape) needs no download
+        mirror = array.dtype.kind in "iu" and array.size <= 4096
+        return OpenCLTensor.from_numpy(array, self.dev, mirror=mirror)
 
     def copy_to_host(self, tensor) -> np.ndarray:
         from .tensor import OpenCLTensor

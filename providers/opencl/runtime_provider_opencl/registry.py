@@ -1,10 +1,21 @@
 """The op registry: which ONNX ops (and schema versions) run on OpenCL, and how.
 
 An op is registered with :func:`op` for the exact schema versions whose semantics it
-implements, with a ``check(node) -> reason | None`` (dtype, attribute and shape
-conditions) and a ``build(node, ctx) -> step`` that turns the node into kernel
-launches whose every size and scalar argument is fixed at compile time (only
-static shapes are claimed). Kernel modules are imported by name in ``ops/__init__``.
+implements, with
+
+* ``check(node) -> reason | None``: dtype, attribute and shape conditions. It is asked
+  at capability time, when dims may be symbolic (then only what does not depend on the
+  dims is checked: :func:`is_static` tells), and again, with concrete shapes, when the
+  executable specializes the partition for the shapes of a run;
+* ``infer(node) -> [output shapes]``: the output shapes of a node whose inputs are
+  static (``input_info`` with concrete shapes, ``const`` set for host-known values);
+* ``build(node, ctx) -> step``: kernel launches whose every size and scalar argument is
+  fixed, for one concrete specialization;
+* ``value_inputs``: indices of inputs read on the host as values (Reshape's shape,
+  Slice's starts, ...): constants, values computed by a CPU partition (they arrive as
+  small device tensors with a host mirror), or the output of a claimed Shape.
+
+Kernel modules are imported by name in ``ops/__init__``.
 """
 
 from __future__ import annotations
@@ -18,10 +29,13 @@ from .shapes import INT32_MAX, size_of
 from .tensor import OpenCLTensor
 
 F32 = np.dtype(np.float32)
+F16 = np.dtype(np.float16)
 BOOL = np.dtype(bool)
 INT64 = np.dtype(np.int64)
-FLOAT_ONLY = (F32,)
-DATA = (F32, BOOL)  # dtypes that layout ops (views, copies) move
+INT32 = np.dtype(np.int32)
+FLOAT_ONLY = (F32, F16)  # float16 is claimed only on devices with cl_khr_fp16 (see plugin)
+DATA = (F32, F16, BOOL)  # dtypes that layout ops (views, copies) move
+INDEX = (INT64, INT32)
 
 
 @dataclass
@@ -31,19 +45,53 @@ class OpSpec:
     check: Callable
     build: Callable
     out_dtypes: tuple = FLOAT_ONLY
+    infer: Callable | None = None
+    value_inputs: Callable | tuple = ()
+
+    def values_of(self, node) -> tuple[int, ...]:
+        """Indices of ``node``'s inputs that are read on the host as values."""
+        v = self.value_inputs(node) if callable(self.value_inputs) else self.value_inputs
+        return tuple(i for i in v if present(node, i))
 
 
 REGISTRY: dict[str, OpSpec] = {}
 
 
-def op(op_type: str, *versions: int, check: Callable, out_dtypes=FLOAT_ONLY):
+def same_shape(node):
+    """``infer`` of ops whose outputs all have input 0's shape."""
+    return [shape(node, 0)] * len(node.outputs)
+
+
+def op(op_type: str, *versions: int, check: Callable, out_dtypes=FLOAT_ONLY, infer=same_shape,
+       value_inputs=()):
     """Register ``build`` for ``op_type`` at the ai.onnx schema ``versions``."""
     def deco(build):
         if op_type in REGISTRY:
             raise ValueError(f"{op_type} is registered twice")
-        REGISTRY[op_type] = OpSpec(op_type, tuple(sorted(versions)), check, build, tuple(out_dtypes))
+        REGISTRY[op_type] = OpSpec(op_type, tuple(sorted(versions)), check, build, tuple(out_dtypes),
+                                   infer, value_inputs)
         return build
     return deco
+
+
+def is_static(node) -> bool:
+    """Whether every present input and output of ``node`` has a static shape."""
+    for vi in tuple(node.input_info) + tuple(node.output_info):
+        if vi is not None and vi.static_shape is None:
+            return False
+    return True
+
+
+def rank(node, i: int) -> int:
+    return len(node.input_info[i].shape)
+
+
+def host_value(node, i: int):
+    """The host value of input ``i`` when known (constant, or fed at specialization), else None."""
+    if not present(node, i):
+        return None
+    vi = node.input_info[i]
+    return None if vi is None or vi.const is None else np.asarray(vi.const)
 
 
 # -- checks ------------------------------------------------------------------------------
@@ -56,7 +104,7 @@ def _dims(shape) -> str:
     return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ")"
 
 
-def check_value(vi, what: str, dtypes) -> str | None:
+def check_value(vi, what: str, dtypes, output: bool = False, any_rank: bool = False) -> str | None:
     """Why value ``vi`` (an input or output) cannot be a kernel operand, or None."""
     if vi is None:
         return f"{what} is missing"
@@ -70,10 +118,12 @@ def check_value(vi, what: str, dtypes) -> str | None:
         extra = " (integer tensors, such as shape computations, stay on CPU)" if dt.kind in "iu" else ""
         return f"{what} {vi.name!r} is {dt.name}; OpenCL kernels here take {allowed}{extra}"
     if vi.shape is None:
-        return f"{what} {vi.name!r} has an unknown shape (OpenCL kernels are compiled for static shapes)"
-    if vi.static_shape is None:
-        return (f"{what} {vi.name!r} has a dynamic shape {_dims(vi.shape)} "
-                "(OpenCL kernels are compiled for static shapes)")
+        if output or any_rank:  # computed / known when the executable specializes for a run's shapes
+            return None
+        return (f"{what} {vi.name!r} has an unknown shape, not even its rank (kernels are "
+                "specialized per run for symbolic dims, but need the rank)")
+    if vi.static_shape is None:  # symbolic dims: specialized at run time
+        return None
     n = size_of(vi.static_shape)
     if n == 0:
         return f"{what} {vi.name!r} is empty {vi.static_shape}"
@@ -82,13 +132,14 @@ def check_value(vi, what: str, dtypes) -> str | None:
     return None
 
 
-def check_inputs(node, dtypes=FLOAT_ONLY, indices=None) -> str | None:
-    """Check the given (default: all present) inputs of ``node``."""
+def check_inputs(node, dtypes=FLOAT_ONLY, indices=None, any_rank: bool = False) -> str | None:
+    """Check the given (default: all present) inputs of ``node``; ``any_rank``: the op works
+    on inputs of any rank (elementwise), so an unknown rank is fine (known at run time)."""
     idx = range(len(node.inputs)) if indices is None else indices
     for i in idx:
         if i >= len(node.inputs) or not node.inputs[i]:
             continue
-        why = check_value(node.input_info[i], f"input {i}", dtypes)
+        why = check_value(node.input_info[i], f"input {i}", dtypes, any_rank=any_rank)
         if why:
             return why
     return None
@@ -98,7 +149,7 @@ def check_outputs(node, dtypes) -> str | None:
     for i, name in enumerate(node.outputs):
         if not name:
             continue
-        why = check_value(node.output_info[i], f"output {i}", dtypes)
+        why = check_value(node.output_info[i], f"output {i}", dtypes, output=True)
         if why:
             return why
     return None
@@ -185,9 +236,28 @@ class ConstStep:
     node: object
     output: str
     tensor: OpenCLTensor
+    value: np.ndarray | None = None  # the host value (a shape), for the nodes that read it
 
     def run(self, env: dict, dev) -> None:
         env[self.output] = self.tensor
+
+
+@dataclass
+class HostStep:
+    """A claimed node whose run-time shapes fail its kernel's conditions (an empty tensor,
+    say): it runs through the CPU provider's kernel on copies, so the semantics stay the
+    CPU provider's. Counted in ``OpenCLExecutable.host_fallbacks`` and logged."""
+
+    node: object
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    executable: object
+
+    def run(self, env: dict, dev) -> None:
+        ins = [None if not n else env[n].numpy() for n in self.inputs]
+        outs = self.executable.run([a for a in ins if a is not None])
+        for name, arr in zip([o for o in self.outputs if o], outs):
+            env[name] = OpenCLTensor.from_numpy(np.asarray(arr), dev)
 
 
 class BuildContext:
@@ -197,8 +267,10 @@ class BuildContext:
         self.dev = dev
         self.constants = constants
 
-    def kernel(self, filename: str, name: str):
-        return self.dev.kernel(filename, name)
+    def kernel(self, filename: str, name: str, dtype=None):
+        """Kernel ``name`` of ``kernels/<filename>``, built for ``dtype`` (float32 or float16)."""
+        half = dtype is not None and np.dtype(dtype) == F16
+        return self.dev.kernel(filename, name, "half" if half else "float")
 
     def upload(self, array) -> object:
         """A read-only device buffer holding ``array`` (index tables, per-node metadata)."""

@@ -18,14 +18,23 @@ class OpenCLTensor:
     ``shape``, ``dtype`` and the :class:`~runtime_provider_opencl.device.DeviceContext`
     that owns it."""
 
-    __slots__ = ("buffer", "shape", "dtype", "device")
+    __slots__ = ("buffer", "shape", "dtype", "device", "host")
     device_type = "opencl"  # the provider's device_type: what holds this tensor
 
-    def __init__(self, buffer, shape, dtype, device):
+    def __init__(self, buffer, shape, dtype, device, host=None):
         self.buffer = buffer
         self.shape = tuple(int(d) for d in shape)
         self.dtype = np.dtype(dtype)
         self.device = device
+        # a private host copy of a small integer tensor (a shape, an index list) made when it
+        # was uploaded, so that an executable can read the value without a download
+        self.host = host
+
+    def host_value(self) -> np.ndarray:
+        """The tensor's value on the host: the mirror when there is one, else a download."""
+        if self.host is not None:
+            return self.host
+        return self.numpy()
 
     @property
     def size(self) -> int:
@@ -47,7 +56,7 @@ class OpenCLTensor:
         return OpenCLTensor(self.buffer, shape, self.dtype, self.device)
 
     @classmethod
-    def from_numpy(cls, array, device) -> "OpenCLTensor":
+    def from_numpy(cls, array, device, mirror: bool = False) -> "OpenCLTensor":
         """Upload a host array (made C-contiguous first) to ``device``."""
         arr = np.asarray(array)
         if arr.dtype.kind in "OUSV" or arr.dtype.hasobject:
@@ -56,9 +65,13 @@ class OpenCLTensor:
             arr = arr.astype(arr.dtype.newbyteorder("="))
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
+        host = None
+        if mirror:
+            host = arr.copy()
+            host.flags.writeable = False
         if arr.size == 0:
-            return cls(None, arr.shape, arr.dtype, device)
-        return cls(device.buffer(arr.nbytes, hostbuf=arr), arr.shape, arr.dtype, device)
+            return cls(None, arr.shape, arr.dtype, device, host)
+        return cls(device.buffer(arr.nbytes, hostbuf=arr), arr.shape, arr.dtype, device, host)
 
     @classmethod
     def empty(cls, shape, dtype, device) -> "OpenCLTensor":
@@ -96,6 +109,7 @@ class OpenCLTensor:
         out = OpenCLTensor.empty(self.shape, self.dtype, self.device)
         if self.nbytes:
             self.device.copy(out.buffer, self.buffer, self.nbytes)
+        out.host = self.host
         return out
 
     def numpy(self) -> np.ndarray:

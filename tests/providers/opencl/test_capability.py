@@ -30,6 +30,18 @@ def test_supported_nodes_have_no_reason():
     assert reason(mm) is None
 
 
+@pytest.mark.parametrize("node", [
+    relu(("N", 8)), relu((None, 8)), relu(("N", 8), dtype=np.float16), relu(None),
+    node_view("MatMul", [vi("a", ("B", "T", 16)), vi("b", (16, 4))], [vi("y", None)]),
+    node_view("Conv", [vi("x", ("N", 3, "H", "W")), vi("w", (8, 3, 3, 3))], [vi("y", ("N", 8, None, None))],
+              since=11, attrs={"auto_pad": "NOTSET", "group": 1, "pads": [1, 1, 1, 1]}),
+    node_view("Reshape", [vi("x", ("N", 4, 4)), vi("s", (2,), np.int64)], [vi("y", None)], since=14,
+              attrs={"allowzero": 0}),
+])
+def test_symbolic_dims_are_claimed_and_specialized_at_run_time(node):
+    assert reason(node) is None
+
+
 @pytest.mark.parametrize("node,expect", [
     (node_view("NonZero", [vi("x", (3,))], [vi("y", (1, 3), np.int64)]),
      "op NonZero is not implemented by the OpenCL provider"),
@@ -38,12 +50,12 @@ def test_supported_nodes_have_no_reason():
     (node_view("Add", [vi("a", (3,)), vi("b", (3,))], [vi("y", (3,))], since=6),
      "Add version 6 (opset 6) is not implemented; the OpenCL provider has versions 7, 13, 14"),
     (node_view("Add", [vi("a", (3,), np.int64), vi("b", (3,), np.int64)], [vi("y", (3,), np.int64)]),
-     "int64; OpenCL kernels here take float32 (integer tensors, such as shape computations, stay on CPU)"),
-    (relu(dtype=np.float16), "is float16; OpenCL kernels here take float32"),
+     "int64; OpenCL kernels here take float32, float16 (integer tensors, such as shape computations, "
+     "stay on CPU)"),
+    (relu(dtype=np.float64), "is float64; OpenCL kernels here take float32, float16"),
     (relu(dtype=None), "has an unknown element type"),
-    (relu(("N", 8)), "dynamic shape (N, 8) (OpenCL kernels are compiled for static shapes)"),
-    (relu((None, 8)), "dynamic shape (?, 8)"),
-    (relu(None), "unknown shape"),
+    (node_view("Softmax", [vi("x", None)], [vi("y", None)], attrs={"axis": -1}),
+     "unknown shape, not even its rank"),
     (relu((0, 8)), "is empty (0, 8)"),
     (node_view("Gelu", [vi("x", (3,))], [vi("y", (3,))], since=20, attrs={"approximate": "erf?"}),
      "Gelu approximate='erf?'"),
@@ -58,7 +70,17 @@ def test_supported_nodes_have_no_reason():
     (node_view("Concat", [vi("a", (2, 3)), vi("b", (2, 3), np.bool_)], [vi("y", (4, 3))], attrs={"axis": 0}),
      "Concat inputs have several dtypes"),
     (node_view("Unsqueeze", [vi("s", (2,), np.int64), vi("axes", (1,), np.int64)], [vi("y", (1, 2), np.int64)]),
-     "int64; OpenCL kernels here take float32, bool (integer tensors, such as shape computations, stay on CPU)"),
+     "int64; OpenCL kernels here take float32, float16, bool (integer tensors, such as shape computations, "
+     "stay on CPU)"),
+    (node_view("MaxPool", [vi("x", (1, 1, 4, 4))], [vi("y", (1, 1, 2, 2)), vi("i", (1, 1, 2, 2), np.int64)],
+               since=12, attrs={"kernel_shape": [2, 2], "strides": [2, 2]}), "output 1 'i' is int64"),
+    (node_view("BatchNormalization", [vi("x", (2, 3, 4)), vi("s", (3,)), vi("b", (3,)), vi("m", (3,)),
+                                      vi("v", (3,))], [vi("y", (2, 3, 4))], since=15,
+               attrs={"epsilon": 1e-5, "training_mode": 1}), "training_mode=1"),
+    (node_view("Reshape", [vi("x", ("N", 4)), vi("s", (2,), np.float32)], [vi("y", None)], since=14),
+     "Reshape shape is not an int64 tensor"),
+    (node_view("Conv", [vi("x", ("N", 1, 4, 4, 4)), vi("w", (1, 1, 2, 2, 2))], [vi("y", None)],
+               since=11, attrs={"auto_pad": "NOTSET", "group": 1}), "only 1-D and 2-D convolutions"),
 ])
 def test_declines_with_a_precise_reason(node, expect):
     why = reason(node)

@@ -2,8 +2,8 @@
 // One work-item per output element; 1-D convolutions run with H = KH = 1.
 // W is M x (C/group) x KH x KW; pads are the begin pads (the output size is given).
 
-__kernel void conv2d(__global const float* X, __global const float* W,
-                     __global const float* Bias, __global float* Y,
+__kernel void conv2d(__global const real* X, __global const real* W,
+                     __global const real* Bias, __global real* Y,
                      const int N, const int C, const int H, const int Wd,
                      const int M, const int OH, const int OW, const int KH, const int KW,
                      const int sh, const int sw, const int ph, const int pw,
@@ -22,18 +22,18 @@ __kernel void conv2d(__global const float* X, __global const float* W,
     float acc = 0.0f;
     for (int c = 0; c < cpg; ++c) {
         const int ic = g * cpg + c;
-        __global const float* xp = X + ((size_t)n * C + ic) * H * Wd;
-        __global const float* wp = W + ((size_t)m * cpg + c) * KH * KW;
+        const size_t xp = ((size_t)n * C + ic) * H * Wd;
+        const size_t wp = ((size_t)m * cpg + c) * KH * KW;
         for (int kh = 0; kh < KH; ++kh) {
             const int ih = oh * sh - ph + kh * dh;
             if (ih < 0 || ih >= H) continue;
             for (int kw = 0; kw < KW; ++kw) {
                 const int iw = ow * sw - pw + kw * dw;
                 if (iw < 0 || iw >= Wd) continue;
-                acc = fma(xp[ih * Wd + iw], wp[kh * KW + kw], acc);
+                acc = fma(LD(X, xp + ih * Wd + iw), LD(W, wp + kh * KW + kw), acc);
             }
         }
     }
-    if (hasBias) acc += Bias[m];
-    Y[gid] = acc;
+    if (hasBias) acc += LD(Bias, m);
+    ST(Y, gid, acc);
 }

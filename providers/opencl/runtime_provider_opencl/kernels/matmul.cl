@@ -11,8 +11,8 @@
 #endif
 
 __kernel __attribute__((reqd_work_group_size(TS, TS, 1)))
-void gemm(__global const float* A, __global const float* B, __global const float* C,
-          __global float* Y, const int M, const int N, const int K,
+void gemm(__global const real* A, __global const real* B, __global const real* C,
+          __global real* Y, const int M, const int N, const int K,
           const int transA, const int transB, const float alpha, const float beta,
           const int hasC, const int csm, const int csn, __global const int* boffs) {
     const int col = get_global_id(0);
@@ -28,10 +28,10 @@ void gemm(__global const float* A, __global const float* B, __global const float
     for (int t = 0; t < K; t += TS) {
         const int ka = t + lc;
         As[lr][lc] = (row < M && ka < K)
-            ? (transA ? A[offA + ka * M + row] : A[offA + row * K + ka]) : 0.0f;
+            ? (transA ? LD(A, offA + ka * M + row) : LD(A, offA + row * K + ka)) : 0.0f;
         const int kb = t + lr;
         Bs[lr][lc] = (kb < K && col < N)
-            ? (transB ? B[offB + col * K + kb] : B[offB + kb * N + col]) : 0.0f;
+            ? (transB ? LD(B, offB + col * K + kb) : LD(B, offB + kb * N + col)) : 0.0f;
         barrier(CLK_LOCAL_MEM_FENCE);
         for (int k = 0; k < TS; ++k) {
             acc = fma(As[lr][k], Bs[k][lc], acc);
@@ -41,8 +41,8 @@ void gemm(__global const float* A, __global const float* B, __global const float
     if (row < M && col < N) {
         float v = alpha * acc;
         if (hasC) {
-            v += beta * C[row * csm + col * csn];
+            v += beta * LD(C, row * csm + col * csn);
         }
-        Y[(size_t)b * M * N + row * N + col] = v;
+        ST(Y, (size_t)b * M * N + row * N + col, v);
     }
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..registry import FLOAT_ONLY, In, Launch, Out, check_inputs, op, present, shape
+from ..registry import FLOAT_ONLY, In, Launch, Out, check_inputs, is_static, op, present, rank, shape
 from ..shapes import broadcast_strides
 
 FILE = "matmul.cl"
@@ -33,10 +33,19 @@ def _numpy_matmul_shape(a, b, dims):
     return tuple(out)
 
 
+def _same_dtype(node, idx):
+    dts = {str(node.input_info[i].dtype) for i in idx if present(node, i)}
+    return None if len(dts) <= 1 else f"{node.op_type} inputs have different dtypes {sorted(dts)}"
+
+
 def _check_matmul(node):
-    why = check_inputs(node, FLOAT_ONLY, [0, 1])
+    why = check_inputs(node, FLOAT_ONLY, [0, 1]) or _same_dtype(node, (0, 1))
     if why:
         return why
+    if rank(node, 0) == 0 or rank(node, 1) == 0:
+        return "MatMul of a scalar"
+    if not is_static(node):
+        return None
     a, b = shape(node, 0), shape(node, 1)
     dims = _matmul_dims(a, b)
     if isinstance(dims, str):
@@ -48,7 +57,15 @@ def _check_matmul(node):
     return None
 
 
-def gemm_launch(ctx, M, N, K, trans_a, trans_b, alpha, beta, c_strides, offsets):
+def _matmul_infer(node):
+    a, b = shape(node, 0), shape(node, 1)
+    dims = _matmul_dims(a, b)
+    if isinstance(dims, str):
+        raise ValueError(dims)
+    return [_numpy_matmul_shape(a, b, dims)]
+
+
+def gemm_launch(ctx, M, N, K, trans_a, trans_b, alpha, beta, c_strides, offsets, dtype=None):
     """One launch of the tiled kernel over ``len(offsets)`` batches; inputs In(0..2)."""
     ts = ctx.dev.tile
     nb = len(offsets)
@@ -60,10 +77,10 @@ def gemm_launch(ctx, M, N, K, trans_a, trans_b, alpha, beta, c_strides, offsets)
             np.int32(M), np.int32(N), np.int32(K), np.int32(trans_a), np.int32(trans_b),
             np.float32(alpha), np.float32(beta), np.int32(has_c), np.int32(csm), np.int32(csn),
             boffs]
-    return Launch(ctx.kernel(FILE, "gemm"), g, (ts, ts, 1), args)
+    return Launch(ctx.kernel(FILE, "gemm", dtype), g, (ts, ts, 1), args)
 
 
-@op("MatMul", 1, 9, 13, check=_check_matmul)
+@op("MatMul", 1, 9, 13, check=_check_matmul, infer=_matmul_infer)
 def _matmul(node, ctx):
     a, b = shape(node, 0), shape(node, 1)
     batch, M, K, N, ba, bb = _matmul_dims(a, b)
@@ -74,7 +91,7 @@ def _matmul(node, ctx):
         offs = np.stack([idx @ np.asarray(sa, np.int64), idx @ np.asarray(sb, np.int64)], axis=1)
     else:
         offs = np.zeros((1, 2), np.int64)
-    launch = gemm_launch(ctx, M, N, K, 0, 0, 1.0, 0.0, None, offs)
+    launch = gemm_launch(ctx, M, N, K, 0, 0, 1.0, 0.0, None, offs, node.input_info[0].dtype)
     return ctx.step(node, [launch], inputs=node.inputs[:2])
 
 
@@ -87,11 +104,15 @@ def _gemm_dims(node):
 
 
 def _check_gemm(node):
-    why = check_inputs(node, FLOAT_ONLY, [0, 1, 2])
+    why = check_inputs(node, FLOAT_ONLY, [0, 1, 2]) or _same_dtype(node, (0, 1, 2))
     if why:
         return why
-    if len(shape(node, 0)) != 2 or len(shape(node, 1)) != 2:
-        return f"Gemm needs 2-D A and B, got {shape(node, 0)} and {shape(node, 1)}"
+    if rank(node, 0) != 2 or rank(node, 1) != 2:
+        return f"Gemm needs 2-D A and B, got ranks {rank(node, 0)} and {rank(node, 1)}"
+    if present(node, 2) and rank(node, 2) > 2:
+        return f"Gemm C of rank {rank(node, 2)}"
+    if not is_static(node):
+        return None
     M, K, K2, N = _gemm_dims(node)
     if K != K2:
         return f"Gemm inner dimensions differ ({K} and {K2})"
@@ -103,7 +124,12 @@ def _check_gemm(node):
     return None
 
 
-@op("Gemm", 7, 9, 11, 13, check=_check_gemm)
+def _gemm_infer(node):
+    M, _, _, N = _gemm_dims(node)
+    return [(M, N)]
+
+
+@op("Gemm", 7, 9, 11, 13, check=_check_gemm, infer=_gemm_infer)
 def _gemm(node, ctx):
     M, K, _, N = _gemm_dims(node)
     c_strides = None
@@ -114,5 +140,6 @@ def _gemm(node, ctx):
         c_strides = (cn if cm != 1 else 0, 1 if cn != 1 else 0)
         ins.append(node.inputs[2])
     launch = gemm_launch(ctx, M, N, K, int(node.attrs["transA"]), int(node.attrs["transB"]),
-                         node.attrs["alpha"], node.attrs["beta"], c_strides, [(0, 0)])
+                         node.attrs["alpha"], node.attrs["beta"], c_strides, [(0, 0)],
+                         node.input_info[0].dtype)
     return ctx.step(node, [launch], inputs=ins)
