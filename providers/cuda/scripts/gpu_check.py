@@ -118,15 +118,22 @@ if __name__ == "__main__":
     for p in summary["providers"]:
         p.pop("cls", None)
     py = sys.executable
-    sh("pytest_cuda", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "providers/cuda", "plugins", "core"], 300)
-    for prov in ("cuda,cpu", "cpu"):
-        sh(f"conformance_{prov}", [py, "-m", "runtime_core.cli", "conformance", "--providers", prov,
-                                   "--per-provider", "--quiet", "--folders", "node,simple,pytorch-converted,pytorch-operator"], 420)
+
+    def save():
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / "gpu_summary.json").write_text(json.dumps(summary, indent=1, default=str))
+
+    # most important first, the summary written after each step (the device time is short)
     try:
         summary["bert_base_b8"] = bench()
     except Exception as exc:  # noqa: BLE001
         summary["bert_base_b8"] = {"error": f"{type(exc).__name__}: {exc}"}
-    OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "gpu_summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    save()
+    for prov in ("cuda,cpu", "cpu"):
+        sh(f"conformance_{prov}", [py, "-m", "runtime_core.cli", "conformance", "--providers", prov,
+                                   "--per-provider", "--quiet"], 180)
+        save()
+    sh("pytest_cuda", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "providers/cuda", "plugins", "core"], 200)
+    save()
     print(json.dumps({k: (v if k != "pytest_cuda" and not k.startswith("conformance") else
                           {"rc": v["rc"], "tail": v["tail"][-600:]}) for k, v in summary.items()}, indent=1, default=str))
