@@ -497,3 +497,154 @@ def test_batchnorm_after_add_stays_when_a_conv_output_is_read_twice():
     m = make_model(nodes, {"x": x}, ["y", "r"], initializers=inits)
     s = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_ENABLE_ALL), providers=CPU)
     assert "BatchNormalization" in [v.op_type for v in s.get_partition_report().nodes]
+
+
+# -- traced attention layouts (nn.MultiheadAttention, SDPA, GPT-2's Where mask) ---------------
+
+def _export_static(module, x, exporter, opset):
+    import io
+    import warnings
+
+    module.eval()
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            pytest.importorskip("onnxscript", reason="the dynamo exporter needs onnxscript")
+            prog = torch.onnx.export(module, (x,), dynamo=True, opset_version=opset, input_names=["x"])
+            return prog.model_proto
+        torch.onnx.export(module, (x,), buf, dynamo=False, opset_version=opset, input_names=["x"])
+    return onnx.load_from_string(buf.getvalue())
+
+
+class _MHA(torch.nn.Module if "torch" in globals() else object):
+    def __init__(self, batch_first=True):
+        super().__init__()
+        torch.manual_seed(3)
+        self.m = torch.nn.MultiheadAttention(16, 2, batch_first=batch_first)
+        with torch.no_grad():
+            self.m.out_proj.bias.normal_()
+
+    def forward(self, x):
+        return self.m(x, x, x, need_weights=False)[0]
+
+
+class _SDPA(torch.nn.Module if "torch" in globals() else object):
+    def __init__(self, causal=False):
+        super().__init__()
+        torch.manual_seed(4)
+        self.qkv, self.o, self.causal = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16), causal
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = (z.view(b, t, 2, 8).transpose(1, 2) for z in self.qkv(x).split(16, dim=-1))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+        return self.o(y.transpose(1, 2).reshape(b, t, d))
+
+
+def _fused_everywhere(m, feeds, tmp_path):
+    """Fused op types at ORT_ENABLE_ALL (outputs equal to ORT_DISABLE_ALL), and the saved
+    optimized model agreeing in onnxruntime."""
+    got = fused(m, feeds, L.ORT_ENABLE_ALL)
+    so = opts(L.ORT_ENABLE_ALL)
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    rt.InferenceSession(m.SerializeToString(), so, providers=CPU)
+    assert_close(run_oracle(onnx.load(so.optimized_model_filepath), feeds), run_oracle(m, feeds), rtol=1e-4,
+                 atol=1e-5)
+    return got
+
+
+TRACED = [(kind, ex, op) for kind in ("mha", "mha_seq_first", "sdpa", "sdpa_causal")
+          for ex, op in (("torchscript", 14), ("torchscript", 17), ("dynamo", 18), ("dynamo", 20))]
+
+
+@pytest.mark.parametrize("kind,exporter,opset", TRACED, ids=[f"{a}-{b}-op{c}" for a, b, c in TRACED])
+def test_attention_fusion_of_torch_attention_layouts(kind, exporter, opset, tmp_path):
+    if kind.startswith("mha"):
+        mod = _MHA(batch_first=kind == "mha")
+        x = torch.randn(2, 5, 16) if kind == "mha" else torch.randn(5, 2, 16)
+    else:
+        mod, x = _SDPA(causal=kind == "sdpa_causal"), torch.randn(2, 5, 16)
+    m = _export_static(mod, x, exporter, opset)
+    feeds = {"x": x.numpy()}
+    got = _fused_everywhere(m, feeds, tmp_path)
+    want = {"mha": ["Attention", "MatMul", "Add"], "mha_seq_first": ["Transpose", "Attention", "MatMul", "Add",
+                                                                      "Transpose"],
+            "sdpa": ["Attention", "MatMul", "Add"], "sdpa_causal": ["Attention", "MatMul", "Add"]}[kind]
+    assert got == want
+    with torch.no_grad():
+        np.testing.assert_allclose(rt.InferenceSession(m.SerializeToString(), providers=CPU).run(None, feeds)[0],
+                                   mod(x).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def gpt_attention_model(cond=None, fill=-np.inf, scale_q=None, extra_reader=False, cond_first=True):
+    """GPT-2's form: packed qkv Split, heads, Div by sqrt(dk), Where(causal, -inf, scores)."""
+    c = {"w": f32(D_, 3 * D_, scale=0.3), "bqkv": f32(3 * D_), "hs": np.array([B_, S_, H_, D_ // H_], np.int64),
+         "os": np.array([B_, S_, D_], np.int64), "c": np.float32(math.sqrt(D_ // H_)), "sp": np.array([D_] * 3, np.int64),
+         "fill": np.float32(fill),
+         "cond": (np.triu(np.ones((S_, S_), bool), 1) if cond is None else cond).reshape(1, 1, S_, S_)}
+    nodes = [n("MatMul", ["x", "w"], ["p"]), n("Add", ["bqkv", "p"], ["qkv"]), n("Split", ["qkv", "sp"], ["q", "k", "v"], axis=2)]
+    for name, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [n("Reshape", [name, "hs"], [name + "r"]), n("Transpose", [name + "r"], [name + "t"], perm=perm)]
+    qt = "qt"
+    if scale_q is not None:
+        c["sq"] = scale_q
+        nodes.append(n("Mul", ["qt", "sq"], ["qts"]))
+        qt = "qts"
+    nodes += [n("MatMul", [qt, "kt"], ["qk"]), n("Div", ["qk", "c"], ["sc"]),
+              n("Where", ["cond", "fill", "sc"], ["scm"]) if cond_first else
+              n("Where", ["cond", "sc", "fill"], ["scm"]),
+              n("Softmax", ["scm"], ["pr"], axis=-1), n("MatMul", ["pr", "vt"], ["ctx"]),
+              n("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3]), n("Reshape", ["ctxt", "os"], ["y"])]
+    outs = ["y"]
+    if extra_reader:
+        nodes.append(n("Relu", ["k"], ["k_relu"]))
+        outs.append("k_relu")
+    feeds = {"x": f32(B_, S_, D_)}
+    return make_model(nodes, feeds, outs, initializers=c, opset=17), feeds
+
+
+def test_attention_fusion_of_a_where_causal_mask_is_unidirectional(tmp_path):
+    m, feeds = gpt_attention_model()
+    assert _fused_everywhere(m, feeds, tmp_path) == ["Attention"]
+    att = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_ENABLE_ALL), providers=CPU)._graph.nodes[0]
+    assert att.attrs["unidirectional"] == 1 and att.attrs["qkv_hidden_sizes"] == [D_] * 3
+    assert att.attrs["scale"] == pytest.approx(1 / math.sqrt(D_ // H_))
+    # the keep-mask form Where(keep, scores, -inf), and a scalar q scale folded into `scale`
+    m, feeds = gpt_attention_model(cond=np.tril(np.ones((S_, S_), bool)), cond_first=False,
+                                   scale_q=np.float32(0.7))
+    assert _fused_everywhere(m, feeds, tmp_path) == ["Attention"]
+
+
+@pytest.mark.parametrize("case", ["not_causal", "finite_fill", "vector_scale", "k_read_elsewhere"])
+def test_attention_fusion_not_for_a_where_mask_it_cannot_express(case):
+    kw = {"not_causal": {"cond": np.triu(np.ones((S_, S_), bool), 2)},  # one diagonal more visible
+          "finite_fill": {"fill": -100.0},  # replaces by -100 (not an additive mask, not -inf)
+          "vector_scale": {"scale_q": f32(D_ // H_)},  # per-feature scale: no `scale` expresses it
+          "k_read_elsewhere": {"extra_reader": True}}[case]
+    m, feeds = gpt_attention_model(**kw)
+    assert "Attention" not in fused(m, feeds, L.ORT_ENABLE_ALL)
+
+
+def test_traced_attention_not_when_heads_mix_batch_entries():
+    """nn.MultiheadAttention's [S, B*H, dk] fold read back with B and H swapped: the heads
+    are not whole (they mix batch entries), so nothing is fused and outputs still agree."""
+    m = _export_static(_MHA(), torch.randn(2, 5, 16), "torchscript", 17)
+    nodes = list(m.graph.node)
+    # swap the perm of the context Transpose [2, 0, 1, 3] -> [2, 1, 0, 3]: the output rows permute
+    hit = [x for x in nodes if x.op_type == "Transpose" and list(x.attribute[0].ints) == [2, 0, 1, 3]]
+    assert len(hit) == 1
+    hit[0].attribute[0].ints[:] = [2, 1, 0, 3]
+    feeds = {"x": f32(2, 5, 16)}
+    assert "Attention" not in fused(m, feeds, L.ORT_ENABLE_ALL)
+
+
+def test_traced_attention_not_when_the_out_projection_input_is_read_elsewhere():
+    m = _export_static(_SDPA(), torch.randn(2, 5, 16), "torchscript", 17)
+    g = m.graph
+    tr = [x for x in g.node if x.op_type == "Transpose" and list(x.attribute[0].ints) == [0, 2, 1, 3]][-1]
+    g.node.append(helper.make_node("Relu", [tr.output[0]], ["extra"]))
+    g.output.append(helper.make_tensor_value_info("extra", TensorProto.FLOAT, [2, 5, 2, 8]))
+    feeds = {"x": f32(2, 5, 16)}
+    got = fused(m, feeds, L.ORT_ENABLE_ALL)
+    assert "Attention" not in got and "Softmax" in got
