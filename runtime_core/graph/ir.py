@@ -23,6 +23,10 @@ from .types import dtype_of, shape_of, type_kind
 logger = logging.getLogger("runtime_core.graph")
 
 
+#: initializers bigger than this are left out of shape inference (as typed inputs)
+_SKELETON_BYTES = 4096
+
+
 @dataclass
 class Node:
     """One node of the core graph (mutable: optimizer passes rewrite it)."""
@@ -111,9 +115,35 @@ class Graph:
 
     # -- construction helpers ------------------------------------------------
     @staticmethod
+    def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+        """The model without the data of its large initializers, which become typed graph inputs:
+        all shape inference needs (small constants keep their values for data propagation), and
+        it serializes in milliseconds instead of copying every weight."""
+        g = model.graph
+        big = [t for t in g.initializer if t.ByteSize() > _SKELETON_BYTES]
+        if not big:
+            return model
+        sk = onnx.ModelProto(ir_version=model.ir_version)
+        sk.opset_import.extend(model.opset_import)
+        sk.functions.extend(model.functions)
+        sg = sk.graph
+        sg.name = g.name
+        sg.node.extend(g.node)
+        sg.output.extend(g.output)
+        sg.value_info.extend(g.value_info)
+        sg.sparse_initializer.extend(g.sparse_initializer)
+        names = {t.name for t in big}
+        sg.initializer.extend(t for t in g.initializer if t.name not in names)
+        listed = {i.name for i in g.input}
+        sg.input.extend(g.input)
+        sg.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                        for t in big if t.name not in listed)
+        return sk
+
+    @staticmethod
     def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
         try:
-            return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
+            return onnx.shape_inference.infer_shapes(Graph._skeleton(model), check_type=False, strict_mode=False,
                                                      data_prop=True)
         except Exception as exc:  # inference is advisory; the run still checks everything
             logger.info("onnx shape inference failed, continuing without it: %s", exc)

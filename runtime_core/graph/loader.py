@@ -108,12 +108,14 @@ def check_versions(model: onnx.ModelProto, origin: str) -> None:
 def load_model(path_or_bytes, *, check: bool = True) -> tuple[onnx.ModelProto, Path | None]:
     """Load, check and prepare a model. Returns the model and its folder (None for bytes)."""
     base_dir: Path | None = None
+    data = None  # the serialized model, when we have it (the checker then needs no re-serialization)
     if isinstance(path_or_bytes, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(path_or_bytes)
         origin = "the model"
     elif isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-        model = _parse(bytes(path_or_bytes), "the model bytes")
+        data = bytes(path_or_bytes)
+        model = _parse(data, "the model bytes")
         origin = "the model bytes"
     elif isinstance(path_or_bytes, (str, os.PathLike)):
         path = Path(path_or_bytes)
@@ -133,6 +135,8 @@ def load_model(path_or_bytes, *, check: bool = True) -> tuple[onnx.ModelProto, P
             f"expected a path (str or os.PathLike) or the model's bytes, got {type(path_or_bytes).__name__}")
 
     check_external_data(model, base_dir, origin)
+    if _external_tensors(model):
+        data = None
     if base_dir is not None and _external_tensors(model):
         try:
             external_data_helper.load_external_data_for_model(model, str(base_dir))
@@ -141,7 +145,7 @@ def load_model(path_or_bytes, *, check: bool = True) -> tuple[onnx.ModelProto, P
     check_versions(model, origin)
     if check:
         try:
-            onnx.checker.check_model(model, full_check=False)
+            onnx.checker.check_model(model if data is None else data, full_check=False)
         except onnx.checker.ValidationError as exc:
             raise InvalidModelError(f"{origin} failed the ONNX checker: {exc}") from exc
     if model.functions:
