@@ -8,10 +8,37 @@ run loop only calls kernels and moves references.
 from __future__ import annotations
 
 import os
+import sys
 
 import numpy as np
 
 from .registry import REGISTRY, SCOPE, KernelContext
+
+_getrefcount = sys.getrefcount
+
+
+def inplace_variant(kernel_fn, *positions):
+    """Register ``variant`` as the in-place form of ``kernel_fn`` (a decorator).
+
+    ``variant(ctx, owned, *inputs, **attrs)`` must return exactly what ``kernel_fn`` returns;
+    it may overwrite (and return) input ``owned``, one of ``positions``. The executable calls
+    it instead of the kernel only when that input's array is exclusively this call's:
+
+    * at compile time: the value is an intermediate of this partition (not a partition input,
+      output or constant), this node is its last reader and reads it once;
+    * at run time: the array is writeable, nothing else references it (reference count: no
+      other slot, view, cache or caller holds it; a view of it would hold it through ``base``),
+      and it owns its memory or is a view of an array that only it references (the owner's
+      reference count says so: a reshape of a kernel's fresh result qualifies, a view of a
+      feed, initializer or any live value does not).
+
+    Otherwise the plain kernel runs. A variant still checks shapes and dtypes itself (say, that
+    the owned array has the broadcast result's shape) and falls back to fresh arrays.
+    """
+    def deco(variant):
+        kernel_fn.inplace = (tuple(positions), variant)
+        return variant
+    return deco
 
 
 class CPUKernelError(RuntimeError):
@@ -69,7 +96,7 @@ class CPUExecutable:
                 implicit = tuple(node.implicit_inputs)
                 in_slots = in_slots + tuple(slot(n) for n in implicit)
                 fn = _with_outer(spec.fn, len(ins), implicit)
-            steps.append([fn, ctx, in_slots, out_slots, dict(node.attrs), ()])
+            steps.append([fn, ctx, in_slots, out_slots, dict(node.attrs), (), getattr(spec.fn, "inplace", None)])
         self.n_slots = len(template)
         self.template = template
         self.output_slots = [slot_of[n] for n in partition.outputs]
@@ -86,8 +113,22 @@ class CPUExecutable:
         for s, i in last_use.items():
             if s not in keep:
                 frees.setdefault(i, []).append(s)
+        inputs_set = set(self.input_slots)
+        self.n_inplace_steps = 0
         for i, st in enumerate(steps):
             st[5] = tuple(frees.get(i, ()))
+            # in-place candidates: inputs that die here, read once by this node, never a
+            # partition input (feeds belong to the caller) nor kept (outputs, constants)
+            alt = st[6]
+            st[6] = None
+            if alt is not None and _INPLACE:
+                dying = set(st[5])
+                cands = tuple((p, st[2][p]) for p in alt[0] if p < len(st[2])
+                              and st[2][p] in dying and st[2][p] not in inputs_set
+                              and st[2].count(st[2][p]) == 1)
+                if cands:
+                    st[6] = (alt[1], cands)
+                    self.n_inplace_steps += 1
         self.steps = [tuple(st) for st in steps]
         self.check_kernels = check_kernels
 
@@ -99,11 +140,17 @@ class CPUExecutable:
 
     def _run(self, inputs):
         slots = list(self.template)
+        inputs = list(inputs)  # holds every feed for the whole run (never donated)
         for s, v in zip(self.input_slots, inputs):
             slots[s] = v
-        for fn, ctx, in_slots, out_slots, attrs, frees in self.steps:
+        v = r = res = None
+        for fn, ctx, in_slots, out_slots, attrs, frees, alt in self.steps:
+            args = [slots[s] for s in in_slots]
             try:
-                res = fn(ctx, *[slots[s] for s in in_slots], **attrs)
+                if alt is not None and (own := _owned(args, slots, alt[1])) >= 0:
+                    res = alt[0](ctx, own, *args, **attrs)
+                else:
+                    res = fn(ctx, *args, **attrs)
             except CPUKernelError:
                 raise
             except Exception as exc:
@@ -122,6 +169,7 @@ class CPUExecutable:
                 self._check(ctx, res)
             for s in frees:
                 slots[s] = None
+            args = res = r = None  # no stray reference may survive into the next ownership test
         return [slots[s] for s in self.output_slots]
 
     def run_profiled(self, inputs, record):
@@ -134,13 +182,18 @@ class CPUExecutable:
         from time import perf_counter_ns
 
         slots = list(self.template)
+        inputs = list(inputs)
         for s, v in zip(self.input_slots, inputs):
             slots[s] = v
-        for fn, ctx, in_slots, out_slots, attrs, frees in self.steps:
+        v = r = res = outs = None
+        for fn, ctx, in_slots, out_slots, attrs, frees, alt in self.steps:
             args = [slots[s] for s in in_slots]
             t0 = perf_counter_ns()
             try:
-                res = fn(ctx, *args, **attrs)
+                if alt is not None and (own := _owned(args, slots, alt[1])) >= 0:
+                    res = alt[0](ctx, own, *args, **attrs)
+                else:
+                    res = fn(ctx, *args, **attrs)
             except CPUKernelError:
                 raise
             except Exception as exc:
@@ -158,9 +211,11 @@ class CPUExecutable:
                     slots[s] = r
             if self.check_kernels:
                 self._check(ctx, res)
-            record(ctx.node, t0, t1, args, [slots[s] for s in out_slots if s >= 0])
+            outs = [slots[s] for s in out_slots if s >= 0]
+            record(ctx.node, t0, t1, args, outs)
             for s in frees:
                 slots[s] = None
+            args = res = r = outs = None
         return [slots[s] for s in self.output_slots]
 
     @staticmethod
@@ -180,6 +235,59 @@ class CPUExecutable:
                 raise CPUKernelError(
                     f"{node.op_type} node {node.name!r} output {i} ({name!r}) has dtype {got}, "
                     f"the model says {want}", node.name, node.op_type)
+
+
+def _owned(args, slots, cands) -> int:
+    """The position of the first candidate input whose array is exclusively this call's, or -1.
+
+    A candidate's slot dies at this step, so it is cleared first (the step's ``frees`` would
+    clear it anyway); then the only references left are ``args``, the local name and
+    ``getrefcount``'s own argument: any other holder (another slot aliasing the same object, a
+    view's ``base``, a kernel cache, the caller) makes the count larger.
+    """
+    for p, s in cands:
+        a = args[p]
+        if type(a) is not np.ndarray or not a.flags.writeable:
+            continue
+        base = a.base
+        if base is not None:
+            # a view (a reshape of a kernel's fresh result, say) of an array that nothing else
+            # holds: numpy points every view at the array owning the memory, so a count of 2
+            # (``a.base`` and this name, plus getrefcount's argument: 3) means no other view
+            if type(base) is not np.ndarray or base.base is not None or _getrefcount(base) != 3:
+                continue
+        base = None
+        slots[s] = None
+        if _getrefcount(a) == 3:
+            return p
+    return -1
+
+
+def _calibrate() -> bool:
+    """Whether reference counts mean what ``_owned`` assumes on this interpreter: an exclusive
+    array (and a view of an otherwise unreferenced array) is accepted, and one extra holder of
+    either is refused. Checked once at import; in-place execution is off when not, or when
+    ``RUNTIME_CORE_CPU_INPLACE=0``."""
+    if os.environ.get("RUNTIME_CORE_CPU_INPLACE", "") == "0":
+        return False
+    try:
+        args = [np.empty(4)]
+        ok = _owned(args, [None, args[0]], ((0, 1),)) == 0
+        held = np.empty(4)
+        args = [held]
+        ok = ok and _owned(args, [None, held], ((0, 1),)) == -1
+        args = [np.empty(8).reshape(2, 4)]
+        ok = ok and _owned(args, [None, args[0]], ((0, 1),)) == 0
+        base = np.empty(8)
+        args = [base.reshape(2, 4)]
+        ok = ok and _owned(args, [None, args[0]], ((0, 1),)) == -1
+        del base, held, args
+        return ok
+    except Exception:  # noqa: BLE001 - any surprise: run every kernel out of place
+        return False
+
+
+_INPLACE = _calibrate()
 
 
 # -- subgraphs (If / Loop / Scan / SequenceMap bodies) ------------------------------------

@@ -12,9 +12,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import erf as _erf
 
+from ..executable import inplace_variant
 from ..registry import kernel
+from .elementwise import gelu_erf_f32 as _gelu_erf_f32
 
 MS = "com.microsoft"
 _F32 = {"float32"}
@@ -28,13 +29,11 @@ def _info(node, i):
 
 # -- activations ------------------------------------------------------------------------
 
-def _gelu_erf(x):
+def _gelu_erf(x, out=None):
+    """Gelu (erf form), computed in float32 block by block (scipy's float32 erf is ~7x slower
+    and the unblocked polynomial's full-size temporaries cost page faults); ``out`` may be x."""
     xf = x.astype(np.float32, copy=False)
-    y = xf * np.float32(1.0 / math.sqrt(2.0))
-    y = _erf(y).astype(np.float32, copy=False)
-    y += np.float32(1.0)
-    y *= xf
-    y *= np.float32(0.5)
+    y = _gelu_erf_f32(xf, out=out if out is not None and out.dtype == np.float32 else None)
     return y.astype(x.dtype, copy=False)
 
 
@@ -87,7 +86,17 @@ def bias_gelu(ctx, a, b):
     if b.ndim != 1 or b.shape[0] != a.shape[-1]:
         raise ValueError(f"BiasGelu bias of shape {b.shape} does not match input {a.shape}")
     with np.errstate(all="ignore"):
-        return _gelu_erf(a + b)
+        s = a + b
+        return _gelu_erf(s, out=s)  # s is ours
+
+
+@inplace_variant(bias_gelu, 0)
+def bias_gelu_inplace(ctx, owned, a, b):
+    """``bias_gelu`` with the sum written into ``a`` (handed over by the executable)."""
+    if a.dtype != np.float32 or b.dtype != np.float32 or b.ndim != 1 or b.shape[0] != a.shape[-1]:
+        return bias_gelu(ctx, a, b)
+    with np.errstate(all="ignore"):
+        return _gelu_erf(np.add(a, b, out=a), out=a)
 
 
 # -- SkipLayerNormalization -------------------------------------------------------------
@@ -97,6 +106,11 @@ def skip_layer_norm(ctx, x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12)
     """LayerNorm over the last axis of ``x + skip (+ bias)``; outputs: y, mean, inv_std_var,
     and the sum itself. Shapes as onnxruntime: x rank 2 or 3; skip with x's last two dims
     (rank 3: batch equal or 1); gamma/beta/bias vectors of the hidden size."""
+    _skip_ln_shapes(x, skip, gamma, beta, bias)
+    return _skip_ln(ctx, x, skip, gamma, beta, bias, epsilon, None)
+
+
+def _skip_ln_shapes(x, skip, gamma, beta, bias):
     if x.ndim not in (2, 3):
         raise ValueError(f"SkipLayerNormalization input must be 2-D or 3-D, got shape {x.shape}")
     if skip.ndim not in (2, 3) or skip.shape[-2:] != x.shape[-2:] or skip.ndim > x.ndim or (
@@ -106,18 +120,45 @@ def skip_layer_norm(ctx, x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12)
     for name, v in (("gamma", gamma), ("beta", beta), ("bias", bias)):
         if v is not None and v.shape != (d,):
             raise ValueError(f"SkipLayerNormalization {name} must have shape ({d},), got {v.shape}")
-    s = x.astype(np.float32) + skip.astype(np.float32)
+
+
+@inplace_variant(skip_layer_norm, 0, 1)
+def skip_layer_norm_inplace(ctx, owned, x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12):
+    """``skip_layer_norm`` with ``x + skip`` written into the input handed over (when it is a
+    float32 array of x's shape: a skip broadcast over the batch is not)."""
+    t = skip if owned else x
+    if t.dtype != np.float32 or t.shape != x.shape or x.dtype != np.float32 or skip.dtype != np.float32:
+        return skip_layer_norm(ctx, x, skip, gamma, beta, bias, epsilon=epsilon)
+    _skip_ln_shapes(x, skip, gamma, beta, bias)
+    return _skip_ln(ctx, x, skip, gamma, beta, bias, epsilon, t)
+
+
+def _skip_ln(ctx, x, skip, gamma, beta, bias, epsilon, out):
+    f32 = np.float32
+    # a new array (or the input the executable handed over): ours
+    s = np.add(x.astype(f32, copy=False), skip.astype(f32, copy=False), out=out)
     if bias is not None:
-        s = s + bias.astype(np.float32)
+        s += bias.astype(f32, copy=False)
+    n_out = max(ctx.n_outputs, 1)
     mean = s.mean(axis=-1, keepdims=True)
-    dev = s - mean
-    var = np.mean(dev * dev, axis=-1, keepdims=True)
-    inv = np.float32(1.0) / np.sqrt(var + np.float32(epsilon))
-    y = dev * inv * gamma.astype(np.float32)
+    # the same arithmetic as (s - mean), (dev * dev), dev * inv * gamma + beta, on two buffers:
+    # dev overwrites s unless the sum itself is an output
+    dev = np.subtract(s, mean, out=None if n_out > 3 else s)
+    tmp = np.multiply(dev, dev)
+    var = np.mean(tmp, axis=-1, keepdims=True)
+    inv = f32(1.0) / np.sqrt(var + f32(epsilon))
+    y = np.multiply(dev, inv, out=tmp)
+    y *= gamma.astype(f32, copy=False)
     if beta is not None:
-        y = y + beta.astype(np.float32)
-    outs = (y.astype(x.dtype), mean.astype(np.float32), inv.astype(np.float32), s.astype(x.dtype))
-    return outs[:max(ctx.n_outputs, 1)]
+        y += beta.astype(f32, copy=False)
+    outs = [y.astype(x.dtype, copy=False)]
+    if n_out > 1:
+        outs.append(mean.astype(f32, copy=False))
+    if n_out > 2:
+        outs.append(inv.astype(f32, copy=False))
+    if n_out > 3:
+        outs.append(s.astype(x.dtype, copy=False))
+    return tuple(outs)
 
 
 # -- Attention --------------------------------------------------------------------------
@@ -172,6 +213,24 @@ def _softmax(z):
     return e / np.sum(e, axis=-1, keepdims=True)
 
 
+def _softmax_inplace(z):
+    """``_softmax`` (the same arithmetic) overwriting ``z``, which must be the caller's own."""
+    m = np.max(z, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, np.float32(0))
+    np.subtract(z, m, out=z)
+    np.exp(z, out=z)
+    z /= np.sum(z, axis=-1, keepdims=True)
+    return z
+
+
+def _add_into(z, other):
+    """``z + other`` written into ``z`` (a fresh array of ours) when that keeps z's shape and dtype."""
+    if np.broadcast_shapes(z.shape, other.shape) == z.shape and np.result_type(z, other) == z.dtype:
+        z += other
+        return z
+    return z + other
+
+
 @kernel("Attention", 1, domain=MS, dtypes=_F32, check=_attention_check)
 def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_bias=None, *,
               num_heads, scale=0.0, mask_filter_value=-10000.0, unidirectional=0, qkv_hidden_sizes=None,
@@ -183,9 +242,10 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     sizes = list(qkv_hidden_sizes) if qkv_hidden_sizes else [weights.shape[1] // 3] * 3
     if sum(sizes) != weights.shape[1] or sizes[0] != sizes[1]:
         raise ValueError(f"Attention qkv_hidden_sizes {sizes} do not fit weights {weights.shape}")
-    proj = x @ weights
+    # one BLAS call over the folded batch (3-D @ 2-D would loop over the batch)
+    proj = (x.reshape(b * s, x.shape[-1]) @ weights).reshape(b, s, weights.shape[1])
     if bias is not None:
-        proj = proj + bias
+        proj = _add_into(proj, bias)
     q, k, v = np.split(proj, [sizes[0], sizes[0] + sizes[1]], axis=-1)
     h = int(num_heads)
     dq, dv = sizes[0] // h, sizes[2] // h
@@ -193,10 +253,11 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     k = k.reshape(b, s, h, dq).transpose(0, 2, 3, 1)
     v = v.reshape(b, s, h, dv).transpose(0, 2, 1, 3)
     sc = np.float32(scale if scale else 1.0 / math.sqrt(dq))
-    z = (q @ k) * sc
+    z = q @ k
+    z *= sc
     t = s
     if mask_index is not None:
-        z = z + _mask_bias(mask_index, b, s, t, mask_filter_value)[:, None]
+        z = _add_into(z, _mask_bias(mask_index, b, s, t, mask_filter_value)[:, None])
     if unidirectional:
         future = np.triu(np.ones((s, t), dtype=bool), 1)
         z = np.where(future, np.float32(np.finfo(np.float32).min), z)
@@ -206,8 +267,9 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
         if attention_bias.ndim != 4 or np.broadcast_shapes(attention_bias.shape, z.shape) != z.shape:
             raise ValueError(f"Attention attention_bias of shape {attention_bias.shape} does not broadcast to "
                              f"the scores' shape {z.shape}")
-        z = z + attention_bias
+        z = _add_into(z, attention_bias)
     with np.errstate(all="ignore"):
-        p = _softmax(z.astype(np.float32, copy=False))
+        # z is ours (a fresh matmul result, or np.where's): normalised in place
+        p = _softmax_inplace(z) if z.dtype == np.float32 else _softmax(z.astype(np.float32))
     y = (p @ v).transpose(0, 2, 1, 3).reshape(b, s, h * dv)
     return y.astype(x.dtype, copy=False)

@@ -22,6 +22,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..executable import inplace_variant
 from ..registry import kernel
 from ._common import normalize_axis
 
@@ -108,7 +109,10 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
             cc = _as(c, cd)
             if beta != 1.0:
                 cc = cc * cd.type(beta)
-            y = y + cc
+            if y.shape == np.broadcast_shapes(y.shape, cc.shape):
+                y += cc  # y is a fresh matmul result: add the bias in place
+            else:
+                y = y + cc
         return _as(y, dt)
     y = np.matmul(A, B)
     if alpha == 1.0 and (not use_c or beta == 1.0):
@@ -189,6 +193,63 @@ def _conv_pads(in_sp, k_eff, strides, pads, auto_pad):
     return p[:nd], p[nd:]
 
 
+def _depthwise_2d(xp, wk, ks, strides, dilations, out):
+    """2-D depthwise convolution (one input channel and one output channel per group) of the
+    padded input ``xp`` [N, C, Hp, Wp] with ``wk`` [C, KH*KW]: one multiply and one add per
+    kernel tap over *flat contiguous* rows, so numpy's inner loops run the whole image
+    instead of one output row. A tap (i, j) of a stride-1 convolution reads the flattened
+    input shifted by ``i*dh*Wp + j*dw``; the columns past the output width are computed and
+    dropped. With stride s > 1 (no dilation) the input is first split into its s*s phases
+    (rows and columns congruent mod s), each a contiguous image, and a tap reads the phase
+    (i % s, j % s) shifted by (i // s, j // s): again a stride-1 shift."""
+    N, C = xp.shape[:2]
+    OH, OW = out
+    sh, sw = strides
+    if sh == 1 and sw == 1:
+        phases = {(0, 0): xp}
+        dh, dw = dilations
+        tap = [((0, 0), i * dh, j * dw) for i in range(ks[0]) for j in range(ks[1])]
+    else:
+        phases = {}
+        tap = []
+        for i in range(ks[0]):
+            for j in range(ks[1]):
+                key = (i % sh, j % sw)
+                if key not in phases:
+                    phases[key] = None
+                tap.append((key, i // sh, j // sw))
+    # every phase as [N, C, PH, PW] with PW >= OW + max column shift, PH enough rows
+    max_r = max(t[1] for t in tap)
+    max_c = max(t[2] for t in tap)
+    PH, PW = OH + max_r, OW + max_c
+    if sh == 1 and sw == 1:
+        src = xp[:, :, :PH, :PW]
+        flat = {(0, 0): np.ascontiguousarray(src).reshape(N, C, PH * PW)}
+    else:
+        flat = {}
+        for a, bb in phases:
+            ph = xp[:, :, a::sh, bb::sw][:, :, :PH, :PW]
+            if ph.shape[2] < PH or ph.shape[3] < PW:  # the last phases may be short: zero-fill
+                full = np.zeros((N, C, PH, PW), dtype=xp.dtype)
+                full[:, :, :ph.shape[2], :ph.shape[3]] = ph
+                ph = full
+            flat[(a, bb)] = np.ascontiguousarray(ph).reshape(N, C, PH * PW)
+    L = (OH - 1) * PW + OW  # flat length covering every output pixel
+    y = np.empty((N, C, OH * PW), dtype=xp.dtype)
+    yl = y[:, :, :L]
+    tmp = np.empty((N, C, L), dtype=xp.dtype)
+    for kidx, (key, r, c) in enumerate(tap):
+        off = r * PW + c
+        src = flat[key][:, :, off:off + L]
+        wv = wk[:, kidx].reshape(1, C, 1)
+        if kidx == 0:
+            np.multiply(src, wv, out=yl)
+        else:
+            np.multiply(src, wv, out=tmp)
+            yl += tmp
+    return np.ascontiguousarray(y.reshape(N, C, OH, PW)[:, :, :, :OW])
+
+
 def _conv_core(x, w, b, group, strides, dilations, pb, pe):
     N, C = x.shape[:2]
     nd = x.ndim - 2
@@ -203,6 +264,9 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe):
     K = math.prod(ks)
     if N == 0 or P == 0 or M == 0:
         y = np.zeros((N, M, *out), dtype=x.dtype)
+    elif Cg == 1 and group > 1 and Mg == 1 and nd == 2 and (
+            strides == [1, 1] or dilations == [1, 1]):
+        y = _depthwise_2d(xp, w.reshape(group, K), ks, strides, dilations, out)
     elif Cg == 1 and group > 1:
         # depthwise (channel multiplier Mg): one multiply-add per kernel tap
         wk = w.reshape(group, Mg, K)
@@ -752,14 +816,26 @@ def _stash_check(node):
 
 @kernel("LayerNormalization", 17, dtypes=_FLOAT, check=_stash_check)
 def layer_norm(ctx, x, scale, b=None, *, axis, epsilon, stash_type):
+    return _layer_norm(ctx, x, scale, b, axis, epsilon, stash_type, False)
+
+
+@inplace_variant(layer_norm, 0)
+def layer_norm_inplace(ctx, owned, x, scale, b=None, *, axis, epsilon, stash_type):
+    return _layer_norm(ctx, x, scale, b, axis, epsilon, stash_type, True)
+
+
+def _layer_norm(ctx, x, scale, b, axis, epsilon, stash_type, owned):
     dt = x.dtype
     cd = _STASH[stash_type]
     ax = normalize_axis(axis, x.ndim)
     axes = tuple(range(ax, x.ndim))
     xc = _as(x, cd)
     mean = xc.mean(axis=axes, keepdims=True)
-    d = xc - mean
-    var = np.mean(np.square(d), axis=axes, keepdims=True)
+    # x - mean, into x itself when the executable handed x over (same dtype: xc is x)
+    d = np.subtract(xc, mean, out=xc if owned and xc is x else None)
+    sq = np.square(d)
+    var = np.mean(sq, axis=axes, keepdims=True)
+    del sq
     inv = cd.type(1) / np.sqrt(var + cd.type(epsilon))
     d *= inv  # d is ours: normalise, scale and shift in place
     d *= _as(scale, cd)
@@ -875,6 +951,19 @@ def softmax_1(ctx, x, *, axis):
 @kernel("Softmax", 13, dtypes=_FLOAT | _BF16)
 def softmax_13(ctx, x, *, axis):
     return _softmax_axis(x, normalize_axis(axis, x.ndim), False)
+
+
+@inplace_variant(softmax_13, 0)
+def softmax_13_inplace(ctx, owned, x, *, axis):
+    if x.dtype not in (np.float32, np.float64) or x.size == 0:
+        return softmax_13(ctx, x, axis=axis)
+    # _softmax_axis's arithmetic, in x
+    ax = normalize_axis(axis, x.ndim)
+    m = np.max(x, axis=ax, keepdims=True)
+    np.subtract(x, m, out=x)
+    np.exp(x, out=x)
+    x /= np.sum(x, axis=ax, keepdims=True)
+    return x
 
 
 @kernel("LogSoftmax", 1, 11, dtypes=_FLOAT)
