@@ -124,8 +124,12 @@ _ORT_LEVELS = {0: "ORT_DISABLE_ALL", 1: "ORT_ENABLE_BASIC", 2: "ORT_ENABLE_EXTEN
 
 
 def make_session(runtime: str, model: str, *, threads: int = 0, level: int = 99, providers=None,
-                 profile_prefix: str | None = None):
-    """An ``InferenceSession`` of runtime-core (``runtime="ours"``) or onnxruntime."""
+                 profile_prefix: str | None = None, ort_spinning: bool = False):
+    """An ``InferenceSession`` of runtime-core (``runtime="ours"``) or onnxruntime.
+
+    ``ort_spinning=False`` sets onnxruntime's ``session.intra_op.allow_spinning=0``: in an
+    interleaved benchmark its worker threads would otherwise spin-wait after each of its runs
+    on the cores the next run (ours) needs."""
     if level not in _ORT_LEVELS:
         raise BenchError(f"optimization level must be one of {sorted(_ORT_LEVELS)}, got {level}")
     if runtime == ORT:
@@ -134,6 +138,8 @@ def make_session(runtime: str, model: str, *, threads: int = 0, level: int = 99,
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _ORT_LEVELS[level])
         if threads:
             so.intra_op_num_threads = threads
+        if not ort_spinning:
+            so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if profile_prefix:
             so.enable_profiling = True
             so.profile_file_prefix = profile_prefix
@@ -283,8 +289,11 @@ def measure_memory(runtime: str, model: str, *, inputs=None, threads=0, level=99
 def bench(model: str, *, providers=None, threads: int = 2, compare: bool = False, warmup: int = 3,
           repeat: int = 20, level: int = 99, inputs: str | None = None, dim: int = 1,
           memory: bool = True, memory_runs: int = 3, create_repeat: int = 1, check: bool = True,
-          log=None) -> BenchResult:
-    """Benchmark ``model`` (a path). See the module docstring for what is measured and how."""
+          log=None, ort_spinning: bool = False) -> BenchResult:
+    """Benchmark ``model`` (a path). See the module docstring for what is measured and how.
+
+    ``ort_spinning``: leave onnxruntime's intra-op spin-waiting on (its default); off by default
+    here because in interleaved runs its spinning thread takes a core from the next run (ours)."""
     model = str(model)
     if providers is None:
         providers = ["CPUExecutionProvider"]  # what onnxruntime is compared on
@@ -303,7 +312,7 @@ def bench(model: str, *, providers=None, threads: int = 2, compare: bool = False
     feeds = load_inputs(ours, inputs, dim)
     ort_sess = ort_create = None
     if compare:
-        ort_sess, ort_create = _create(ORT, model, create_repeat, **kw)
+        ort_sess, ort_create = _create(ORT, model, create_repeat, ort_spinning=ort_spinning, **kw)
     for _ in range(max(0, warmup)):
         ours.run(None, feeds)
         if ort_sess is not None:

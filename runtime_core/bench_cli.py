@@ -20,7 +20,8 @@ def cmd_bench(args, out) -> int:
     try:
         r = bench(args.model, providers=_providers(args.providers), threads=args.threads, compare=compare,
                   warmup=args.warmup, repeat=args.repeat, level=args.level, inputs=args.inputs, dim=args.dim,
-                  memory=not args.no_memory, memory_runs=args.memory_runs, create_repeat=args.create_repeat)
+                  memory=not args.no_memory, memory_runs=args.memory_runs, create_repeat=args.create_repeat,
+                  ort_spinning=args.ort_spinning)
     except BenchError as exc:
         import sys
 
@@ -72,6 +73,9 @@ def register(subparsers) -> None:
     sp.add_argument("--create-repeat", type=int, default=1, help="session creations timed (minimum kept)")
     sp.add_argument("--memory-runs", type=int, default=3, help="runs in each memory subprocess")
     sp.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    sp.add_argument("--ort-spinning", action="store_true",
+                    help="leave onnxruntime's intra-op spin-waiting on (off by default: in interleaved runs "
+                         "its spinning thread takes a core from ours)")
     sp.set_defaults(fn=cmd_bench)
     sp = subparsers.add_parser("profile", help="profile a model: time by op type, by provider, top nodes "
                                                "(or summarize an existing trace .json)")

@@ -148,6 +148,7 @@ def load_model(path_or_bytes, *, check: bool = True) -> tuple[onnx.ModelProto, P
             onnx.checker.check_model(model if data is None else data, full_check=False)
         except onnx.checker.ValidationError as exc:
             raise InvalidModelError(f"{origin} failed the ONNX checker: {exc}") from exc
+    data = None  # the file's bytes are not needed any more (the model holds everything)
     if model.functions:
         try:
             model = onnx.inliner.inline_local_functions(model)
