@@ -89,7 +89,7 @@ def opencl(session: nox.Session) -> None:
     built = build_wheels(session)
     session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]),
                     f"{built['runtime-provider-opencl']}[pocl]")
-    session.install("pytest>=8", "onnxruntime>=1.20")
+    session.install(*TEST_DEPS)  # the model tests export torch models; onnxruntime is the oracle
     session.chdir(ROOT / "tests")
     session.run("pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
                 "providers/opencl", *session.posargs,
