@@ -243,59 +243,39 @@ def argmin_12(ctx, x, *, axis, keepdims, select_last_index):
     return _arg(x, axis, keepdims, bool(select_last_index), np.argmin)
 
 
-# -- CumSum --------------------------------------------------------------------------
-
-@reg("CumSum", 11, 14)
-def cumsum(ctx, x, axis, *, exclusive, reverse):
+def _cumulative(op, fn, identity, x, axis, exclusive, reverse):
+    """CumSum / CumProd: ``fn`` (np.cumsum / np.cumprod) along ``axis``; exclusive runs on the
+    input shifted by one with ``identity`` first; low-precision floats accumulate in float32."""
     a = np.asarray(axis).reshape(-1)
     if a.size != 1:
-        raise ValueError(f"CumSum axis must be a scalar, got shape {np.shape(axis)}")
+        raise ValueError(f"{op} axis must be a scalar, got shape {np.shape(axis)}")
     if x.ndim == 0:
-        raise ValueError("CumSum needs an input of rank >= 1")
-    ax = normalize_axis(int(a[0]), x.ndim)
-    ml = x.dtype in _ML_FLOATS
-    y = x.astype(_F32) if ml else x
-    if reverse:
-        y = np.flip(y, ax)
-    c = np.cumsum(y, axis=ax, dtype=y.dtype)
-    if exclusive:
-        shifted = np.zeros_like(c)
-        dst = [slice(None)] * c.ndim
-        src = [slice(None)] * c.ndim
-        dst[ax] = slice(1, None)
-        src[ax] = slice(0, -1)
-        shifted[tuple(dst)] = c[tuple(src)]
-        c = shifted
-    if reverse:
-        c = np.ascontiguousarray(np.flip(c, ax))
-    return c.astype(x.dtype) if ml else c
-
-
-# -- CumProd -------------------------------------------------------------------------
-
-@reg("CumProd", 26)
-def cumprod(ctx, x, axis, *, exclusive, reverse):
-    a = np.asarray(axis).reshape(-1)
-    if a.size != 1:
-        raise ValueError(f"CumProd axis must be a scalar, got shape {np.shape(axis)}")
-    if x.ndim == 0:
-        raise ValueError("CumProd needs an input of rank >= 1")
+        raise ValueError(f"{op} needs an input of rank >= 1")
     ax = normalize_axis(int(a[0]), x.ndim)
     ml = x.dtype in _ML_FLOATS
     y = x.astype(_F32) if ml else x
     if reverse:
         y = np.flip(y, ax)
     if exclusive:
-        # the product of the elements before each one: 1 first, then the inclusive
-        # product shifted by one along the axis
         n = y.shape[ax]
         src = [slice(None)] * y.ndim
         src[ax] = slice(0, max(n - 1, 0))
         pad = list(y.shape)
         pad[ax] = min(n, 1)
-        y = np.concatenate([np.ones(pad, y.dtype), y[tuple(src)]], axis=ax)
-    with np.errstate(over="ignore"):
-        c = np.cumprod(y, axis=ax, dtype=y.dtype)
+        y = np.concatenate([np.full(pad, identity, y.dtype), y[tuple(src)]], axis=ax)
+    c = fn(y, axis=ax, dtype=y.dtype)
     if reverse:
         c = np.ascontiguousarray(np.flip(c, ax))
     return c.astype(x.dtype) if ml else c
+
+
+# -- CumSum, CumProd -------------------------------------------------------------------
+
+@reg("CumSum", 11, 14)
+def cumsum(ctx, x, axis, *, exclusive, reverse):
+    return _cumulative("CumSum", np.cumsum, 0, x, axis, exclusive, reverse)
+
+
+@reg("CumProd", 26)
+def cumprod(ctx, x, axis, *, exclusive, reverse):
+    return _cumulative("CumProd", np.cumprod, 1, x, axis, exclusive, reverse)
