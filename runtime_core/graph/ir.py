@@ -2,7 +2,8 @@
 
 Built from a loaded ``ModelProto``: node names made unique, schema versions and
 attributes resolved once, types from onnx shape inference, initializers as
-numpy arrays, outer-scope reads of subgraphs recorded as implicit inputs.
+numpy arrays (taken as they are from the loader's ``weights`` for the ones it kept
+out of protobuf), outer-scope reads of subgraphs recorded as implicit inputs.
 """
 
 from __future__ import annotations
@@ -72,7 +73,10 @@ def subgraph_outer_names(g: onnx.GraphProto) -> list[str]:
 class Graph:
     """A model's main graph in the core's form."""
 
-    def __init__(self, model: onnx.ModelProto, infer_shapes: bool = True):
+    def __init__(self, model: onnx.ModelProto, infer_shapes: bool = True, weights: dict | None = None):
+        """``weights``: values of main-graph initializers that ``model`` lists without data
+        (``graph.loader.load``); the arrays are used as they are, not copied."""
+        weights = weights or {}
         self.model = model
         self.opsets: dict[str, int] = {}
         for imp in model.opset_import:
@@ -81,14 +85,22 @@ class Graph:
         g = model.graph
         typed = g
         if infer_shapes:
-            typed = self._infer(model).graph
+            typed = self._infer(model, weights).graph
         self.types: dict[str, onnx.TypeProto] = {}
         for vi in list(typed.value_info) + list(typed.input) + list(typed.output):
             if vi.type.WhichOneof("value"):
                 self.types[vi.name] = vi.type
         self.initializers: dict[str, np.ndarray] = {}
         for t in g.initializer:
-            self.initializers[t.name] = numpy_helper.to_array(t)
+            arr = weights.get(t.name)
+            if arr is None:
+                try:
+                    arr = numpy_helper.to_array(t)
+                except Exception as exc:  # a malformed tensor the checker let through (or no checker)
+                    raise InvalidModelError(
+                        f"initializer {t.name!r} cannot be read: {type(exc).__name__}: {exc} "
+                        f"(element type {t.data_type}, dims {list(t.dims)})") from exc
+            self.initializers[t.name] = arr
         for st in g.sparse_initializer:
             from onnx.reference.op_run import to_sparse_tensor  # dense view of sparse initializers
 
@@ -115,12 +127,14 @@ class Graph:
 
     # -- construction helpers ------------------------------------------------
     @staticmethod
-    def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    def _skeleton(model: onnx.ModelProto, weights: dict | None = None) -> onnx.ModelProto:
         """The model without the data of its large initializers, which become typed graph inputs:
         all shape inference needs (small constants keep their values for data propagation), and
-        it serializes in milliseconds instead of copying every weight."""
+        it serializes in milliseconds instead of copying every weight. Initializers whose values
+        are in ``weights`` (listed without data) are large ones."""
         g = model.graph
-        big = [t for t in g.initializer if t.ByteSize() > _SKELETON_BYTES]
+        weights = weights or {}
+        big = [t for t in g.initializer if t.name in weights or t.ByteSize() > _SKELETON_BYTES]
         if not big:
             return model
         sk = onnx.ModelProto(ir_version=model.ir_version)
@@ -141,9 +155,10 @@ class Graph:
         return sk
 
     @staticmethod
-    def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
+    def _infer(model: onnx.ModelProto, weights: dict | None = None) -> onnx.ModelProto:
         try:
-            return onnx.shape_inference.infer_shapes(Graph._skeleton(model), check_type=False, strict_mode=False,
+            return onnx.shape_inference.infer_shapes(Graph._skeleton(model, weights), check_type=False,
+                                                     strict_mode=False,
                                                      data_prop=True)
         except Exception as exc:  # inference is advisory; the run still checks everything
             logger.info("onnx shape inference failed, continuing without it: %s", exc)

@@ -1,16 +1,26 @@
 """Loading a model: bytes or path -> a checked, self-contained ``onnx.ModelProto``.
 
-Steps: parse; reject unsafe external data *before any file is opened*; read the
-external data; ``onnx.checker``; IR-version and opset checks; inline
-model-local functions.
+Steps: split the serialized model into a small protobuf *skeleton* and its large
+weights (read straight into numpy arrays, never into protobuf); parse the skeleton;
+reject unsafe external data *before any file is opened*; read the external data;
+IR-version and opset checks; ``onnx.checker``; inline model-local functions.
+
+Why the split: a parsed ``ModelProto`` keeps every weight in protobuf memory that
+upb does not give back until the whole message is freed, and ``numpy_helper.to_array``
+then copies each weight again; with the file's bytes that made three copies of the
+weights at once. :func:`load` reads each large ``raw_data`` payload once, into the
+array the graph keeps.
 """
 
 from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
 import onnx
 import onnx.inliner
 from onnx import external_data_helper
@@ -105,53 +115,403 @@ def check_versions(model: onnx.ModelProto, origin: str) -> None:
                 f"{dom} opsets {lo} to {hi}")
 
 
-def load_model(path_or_bytes, *, check: bool = True) -> tuple[onnx.ModelProto, Path | None]:
-    """Load, check and prepare a model. Returns the model and its folder (None for bytes)."""
+#: main-graph initializers whose ``raw_data`` is larger than this are split off the protobuf
+STRIP_BYTES = 4096
+
+#: ONNX element types whose ``raw_data`` is the plain little-endian numpy layout
+#: (what ``numpy_helper.to_array`` reads with ``np.frombuffer``); others stay in the proto
+_RAW_DTYPES = {
+    onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.UINT8: np.uint8, onnx.TensorProto.INT8: np.int8,
+    onnx.TensorProto.UINT16: np.uint16, onnx.TensorProto.INT16: np.int16, onnx.TensorProto.INT32: np.int32,
+    onnx.TensorProto.INT64: np.int64, onnx.TensorProto.BOOL: np.bool_, onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.DOUBLE: np.float64, onnx.TensorProto.UINT32: np.uint32, onnx.TensorProto.UINT64: np.uint64,
+    onnx.TensorProto.COMPLEX64: np.complex64, onnx.TensorProto.COMPLEX128: np.complex128,
+}
+
+# protobuf field numbers (onnx.proto)
+_MODEL_GRAPH = 7
+_GRAPH_INITIALIZER = 5
+_T_DIMS, _T_DATA_TYPE, _T_NAME, _T_RAW_DATA, _T_DOC, _T_LOCATION, _T_METADATA = 1, 2, 8, 9, 12, 14, 16
+
+
+class LoadedModel(NamedTuple):
+    """What :func:`load` returns.
+
+    ``model`` is the checked model, except that the main-graph initializers named in
+    ``weights`` carry no data there (name, type and dims only); ``weights`` holds their
+    values as read-only numpy arrays (``Graph(model, weights=weights)`` uses them).
+    ``base_dir`` is the model's folder (``None`` for bytes)."""
+
+    model: onnx.ModelProto
+    weights: dict
+    base_dir: Path | None
+
+
+# -- the protobuf wire walk ---------------------------------------------------------------
+
+class _WireError(Exception):
+    """The bytes are not what the walk understands; the full protobuf parse decides."""
+
+
+def _varint_bytes(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _decode_varint(buf, off: int) -> tuple[int, int]:
+    result = shift = 0
+    n = len(buf)
+    while True:
+        if off >= n or shift >= 70:
+            raise _WireError("bad varint")
+        b = buf[off]
+        off += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, off
+        shift += 7
+
+
+def _signed64(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+class _Reader:
+    """Sequential reads of a serialized model from bytes or an unbuffered file, with the
+    absolute position. Large payloads go straight into numpy arrays (``read_array``)."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, data=None, f=None):
+        self._f = f
+        self._buf = data if data is not None else b""
+        self._off = 0
+        self.pos = 0
+
+    def _more(self, need: int) -> None:
+        rest = self._buf[self._off:]
+        parts = [rest]
+        have = len(rest)
+        while self._f is not None and have < need:
+            chunk = self._f.read(max(self.CHUNK, need - have))
+            if not chunk:
+                break
+            parts.append(chunk)
+            have += len(chunk)
+        self._buf = b"".join(parts)  # kept even when short: varint() may need fewer bytes
+        self._off = 0
+        if have < need:
+            raise _WireError("truncated")
+
+    def read(self, n: int) -> bytes:
+        if len(self._buf) - self._off < n:
+            self._more(n)
+        out = self._buf[self._off:self._off + n]
+        self._off += n
+        self.pos += n
+        return out
+
+    def varint(self) -> tuple[int, bytes]:
+        """A varint and its bytes as written (copied verbatim into the skeleton)."""
+        if len(self._buf) - self._off < 10:
+            try:
+                self._more(10)
+            except _WireError:
+                pass  # fewer than 10 bytes left: fine if the varint ends before them
+        start = self._off
+        v, end = _decode_varint(self._buf, start)
+        self._off = end
+        self.pos += end - start
+        return v, self._buf[start:end]
+
+    def read_array(self, n: int) -> np.ndarray:
+        """``n`` bytes into a new (aligned) uint8 array: one copy, no intermediate bytes."""
+        arr = np.empty(n, np.uint8)
+        have = min(n, len(self._buf) - self._off)
+        if have:
+            arr[:have] = np.frombuffer(self._buf, np.uint8, have, self._off)
+            self._off += have
+        if have < n:
+            if self._f is None:
+                raise _WireError("truncated")
+            mv = memoryview(arr)[have:]
+            while len(mv):
+                k = self._f.readinto(mv)
+                if not k:
+                    raise _WireError("truncated")
+                mv = mv[k:]
+            self._buf, self._off = b"", 0
+        self.pos += n
+        return arr
+
+    def value(self, wire_type: int, end: int) -> tuple[bytes, object]:
+        """One field value after its tag: (bytes as written, decoded value or payload)."""
+        if wire_type == 0:
+            v, raw = self.varint()
+        elif wire_type == 1:
+            raw = v = self.read(8)
+        elif wire_type == 5:
+            raw = v = self.read(4)
+        elif wire_type == 2:
+            n, pre = self.varint()
+            if n > end - self.pos:
+                raise _WireError("length past the end of the message")
+            v = self.read(n)
+            raw = pre + v
+        else:  # groups (deprecated) and invalid wire types
+            raise _WireError(f"wire type {wire_type}")
+        if self.pos > end:
+            raise _WireError("field past the end of the message")
+        return raw, v
+
+
+def _tag(r: _Reader) -> tuple[int, int, bytes]:
+    tag, raw = r.varint()
+    if tag >> 3 == 0:
+        raise _WireError("field number 0")
+    return tag >> 3, tag & 7, raw
+
+
+def _split_tensor(r: _Reader, end: int, weights: dict) -> bytes:
+    """A TensorProto; when it is a plain, well-formed raw-data tensor its data goes to
+    ``weights`` and the returned bytes lack the ``raw_data`` field, else they are the
+    tensor as written (the checker and ``to_array`` judge it then, as before)."""
+    pieces: list = []
+    raws: list = []
+    dims: list[int] = []
+    dtype, name, location, plain = 0, "", 0, True
+    while r.pos < end:
+        field, wt, traw = _tag(r)
+        if field == _T_RAW_DATA and wt == 2:
+            n, pre = r.varint()
+            if n > end - r.pos:
+                raise _WireError("raw_data past the end of the tensor")
+            raws.append((traw + pre, r.read_array(n)))
+            pieces.append(len(raws) - 1)
+            continue
+        raw, v = r.value(wt, end)
+        pieces.append(traw + raw)
+        if field == _T_DIMS and wt == 0:
+            dims.append(_signed64(v))
+        elif field == _T_DIMS and wt == 2:  # packed
+            off = 0
+            while off < len(v):
+                d, off = _decode_varint(v, off)
+                dims.append(_signed64(d))
+        elif field == _T_DATA_TYPE and wt == 0:
+            dtype = _signed64(v)
+        elif field == _T_NAME and wt == 2:
+            try:
+                name = v.decode("utf-8")
+            except UnicodeDecodeError:
+                plain = False
+        elif field == _T_LOCATION and wt == 0:
+            location = v
+        elif field not in (_T_DOC, _T_METADATA):
+            plain = False  # typed data fields, segments, external data: not ours to judge
+    if r.pos != end:
+        raise _WireError("tensor overruns its length")
+    np_dtype = _RAW_DTYPES.get(dtype)
+    if (plain and name and len(raws) == 1 and location == onnx.TensorProto.DEFAULT and np_dtype is not None
+            and sys.byteorder == "little" and all(d >= 0 for d in dims)):
+        nelem = 1
+        for d in dims:
+            nelem *= d
+        buf = raws[0][1]
+        if nelem and buf.size == nelem * np.dtype(np_dtype).itemsize:
+            arr = buf.view(np_dtype).reshape(dims)
+            arr.flags.writeable = False  # as numpy_helper.to_array's arrays over protobuf bytes
+            weights[name] = arr
+            return b"".join(p for p in pieces if not isinstance(p, int))
+    return b"".join(raws[p][0] + raws[p][1].tobytes() if isinstance(p, int) else p for p in pieces)
+
+
+def _split_graph(r: _Reader, end: int, weights: dict) -> bytes:
+    out: list[bytes] = []
+    while r.pos < end:
+        field, wt, traw = _tag(r)
+        if field == _GRAPH_INITIALIZER and wt == 2:
+            n, pre = r.varint()
+            if n > end - r.pos:
+                raise _WireError("initializer past the end of the graph")
+            if n > STRIP_BYTES:
+                t = _split_tensor(r, r.pos + n, weights)
+                out += [traw, _varint_bytes(len(t)), t]
+            else:
+                out += [traw, pre, r.read(n)]
+            continue
+        out += [traw, r.value(wt, end)[0]]
+    if r.pos != end:
+        raise _WireError("graph overruns its length")
+    return b"".join(out)
+
+
+def _split_model(r: _Reader, size: int) -> tuple[bytes, dict]:
+    """The serialized model without the large raw data of its main graph's initializers,
+    and those initializers as numpy arrays (name -> array)."""
+    weights: dict = {}
+    out: list[bytes] = []
+    while r.pos < size:
+        field, wt, traw = _tag(r)
+        if field == _MODEL_GRAPH and wt == 2:
+            n, _ = r.varint()
+            if n > size - r.pos:
+                raise _WireError("graph past the end of the model")
+            g = _split_graph(r, r.pos + n, weights)
+            out += [traw, _varint_bytes(len(g)), g]
+            continue
+        out += [traw, r.value(wt, size)[0]]
+    if r.pos != size:
+        raise _WireError("model overruns its length")
+    return b"".join(out), weights
+
+
+def _read_split(path: Path, origin: str) -> tuple[bytes | None, dict]:
+    """Split the model file (see :func:`_split_model`); ``(None, {})`` when the walk does not
+    understand the file, which is then read and parsed whole (so protobuf words the error)."""
+    try:
+        with open(path, "rb", buffering=0) as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                return None, {}  # a pipe or device: read it as a stream
+            size = st.st_size
+            try:
+                return _split_model(_Reader(f=f), size)
+            except _WireError:
+                return None, {}
+    except FileNotFoundError:
+        raise ModelLoadError(f"{origin} does not exist") from None
+    except IsADirectoryError:
+        raise ModelLoadError(f"{origin} is a directory, not an .onnx file") from None
+    except OSError as exc:
+        raise ModelLoadError(f"{origin} cannot be read: {exc}") from exc
+
+
+def _read_whole(path: Path, origin: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise ModelLoadError(f"{origin} does not exist") from None
+    except IsADirectoryError:
+        raise ModelLoadError(f"{origin} is a directory, not an .onnx file") from None
+    except OSError as exc:
+        raise ModelLoadError(f"{origin} cannot be read: {exc}") from exc
+
+
+def _is_stripped(t: onnx.TensorProto) -> bool:
+    return not (t.HasField("raw_data") or t.float_data or t.int32_data or t.int64_data or t.double_data
+                or t.uint64_data or t.string_data or t.external_data)
+
+
+def _load_external(model: onnx.ModelProto, base_dir: Path, weights: dict, origin: str) -> None:
+    """Read external data: main-graph initializers of plain types into ``weights`` (the
+    proto keeps name, type and dims), every other tensor into its ``raw_data`` as
+    ``onnx.external_data_helper`` does. Locations were checked by :func:`check_external_data`."""
+    try:
+        for t in model.graph.initializer:
+            np_dtype = _RAW_DTYPES.get(t.data_type)
+            if not external_data_helper.uses_external_data(t) or np_dtype is None or not t.name or (
+                    sys.byteorder != "little"):
+                continue
+            data = external_data_helper._read_external_data_bytes(t, str(base_dir))
+            t.data_location = onnx.TensorProto.DEFAULT
+            del t.external_data[:]
+            shape = tuple(t.dims)
+            nelem = 1
+            for d in shape:
+                nelem *= d
+            if all(d >= 0 for d in shape) and nelem and len(data) == nelem * np.dtype(np_dtype).itemsize:
+                weights[t.name] = np.frombuffer(data, np_dtype).reshape(shape)  # read-only, like to_array
+            else:
+                t.raw_data = data  # malformed: the checker and the graph judge it as before
+        for t in _external_tensors(model):  # subgraphs, attributes, other element types
+            external_data_helper.load_external_data_for_tensor(t, str(base_dir))
+    except Exception as exc:
+        raise ExternalDataError(f"{origin}: reading external data failed: {exc}") from exc
+
+
+def _checker_view(model: onnx.ModelProto, weights: dict) -> bytes:
+    """The model as the checker sees it: each split-off initializer becomes a 0-element
+    tensor of its name and type (the checker verdicts on names, types, graph inputs and
+    nodes are the same; its data was validated when it was split off)."""
+    if not weights:
+        return model.SerializeToString()
+    view = onnx.ModelProto()
+    view.CopyFrom(model)
+    for t in view.graph.initializer:
+        if t.name in weights and _is_stripped(t):
+            del t.dims[:]
+            t.dims.append(0)
+    return view.SerializeToString()
+
+
+def load(path_or_bytes, *, check: bool = True) -> LoadedModel:
+    """Load, check and prepare a model, its large weights kept out of protobuf (see
+    :class:`LoadedModel`). Errors are the same as :func:`load_model`'s."""
     base_dir: Path | None = None
-    data = None  # the serialized model, when we have it (the checker then needs no re-serialization)
+    weights: dict = {}
+    skeleton: bytes | None = None
     if isinstance(path_or_bytes, onnx.ModelProto):
-        model = onnx.ModelProto()
-        model.CopyFrom(path_or_bytes)
         origin = "the model"
+        try:
+            data = path_or_bytes.SerializeToString()
+        except ValueError as exc:  # over protobuf's 2 GB limit
+            raise ModelLoadError(f"{origin} cannot be serialized ({exc}); save it with external data "
+                                 "and load it from its path") from exc
     elif isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
         data = bytes(path_or_bytes)
-        model = _parse(data, "the model bytes")
         origin = "the model bytes"
     elif isinstance(path_or_bytes, (str, os.PathLike)):
         path = Path(path_or_bytes)
         origin = f"model file {str(path)!r}"
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise ModelLoadError(f"{origin} does not exist") from None
-        except IsADirectoryError:
-            raise ModelLoadError(f"{origin} is a directory, not an .onnx file") from None
-        except OSError as exc:
-            raise ModelLoadError(f"{origin} cannot be read: {exc}") from exc
-        model = _parse(data, origin)
+        data = None
+        skeleton, weights = _read_split(path, origin)
+        if skeleton is None:
+            data = _read_whole(path, origin)
         base_dir = path.parent
     else:
         raise ModelLoadError(
             f"expected a path (str or os.PathLike) or the model's bytes, got {type(path_or_bytes).__name__}")
+    if skeleton is None:
+        try:
+            skeleton, weights = _split_model(_Reader(data=data), len(data))
+        except _WireError:
+            skeleton, weights = data, {}  # protobuf will say what is wrong
+    data = None
+    model = _parse(skeleton, origin)
+    skeleton = None
 
     check_external_data(model, base_dir, origin)
-    if _external_tensors(model):
-        data = None
     if base_dir is not None and _external_tensors(model):
-        try:
-            external_data_helper.load_external_data_for_model(model, str(base_dir))
-        except Exception as exc:
-            raise ExternalDataError(f"{origin}: reading external data failed: {exc}") from exc
+        _load_external(model, base_dir, weights, origin)
     check_versions(model, origin)
     if check:
         try:
-            onnx.checker.check_model(model if data is None else data, full_check=False)
+            onnx.checker.check_model(_checker_view(model, weights), full_check=False)
         except onnx.checker.ValidationError as exc:
             raise InvalidModelError(f"{origin} failed the ONNX checker: {exc}") from exc
-    data = None  # the file's bytes are not needed any more (the model holds everything)
     if model.functions:
         try:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:
             raise InvalidModelError(f"{origin}: inlining model-local functions failed: {exc}") from exc
+    return LoadedModel(model, weights, base_dir)
+
+
+def load_model(path_or_bytes, *, check: bool = True) -> tuple[onnx.ModelProto, Path | None]:
+    """Load, check and prepare a model. Returns the model, every weight in it, and its
+    folder (None for bytes). :func:`load` is the same without copying the weights back
+    into protobuf."""
+    model, weights, base_dir = load(path_or_bytes, check=check)
+    for t in model.graph.initializer:
+        arr = weights.get(t.name)
+        if arr is not None and _is_stripped(t):
+            t.raw_data = arr.tobytes()
     return model, base_dir

@@ -821,24 +821,36 @@ def _leads_to_matmul(ed: Editor, name: str) -> bool:
 
 def _match_heads(ed, chains, projs, rows, bs_of, bsz, seq, sshape):
     """Heads of the traced q, k, v: (H, W, b, sizes, group batch [G], group head [G], natural)."""
+    batch = tuple(sshape[:-2])
+    g = int(np.prod(batch, dtype=np.int64)) if batch else 1
     traced = {}
-    for kind in "qkv":
+    memo: dict = {}  # (projection, leading steps) -> traced array: q, k, v of one packed
+    for kind in "qkv":  # projection share the steps before their Split/Gather
         proj, steps, _ = chains[kind]
         x, w, b, _ = projs[proj]
         n = w.shape[1]
-        arr = rows[..., None] * n + np.arange(n)
+        key: tuple = (proj,)
+        arr = memo.get(key)
+        if arr is None:
+            arr = memo[key] = rows[..., None] * n + np.arange(n)
         for node, k in steps:
-            arr = _replay(ed, node, arr, k)
+            key = key + ((id(node), k),)
+            nxt = memo.get(key)
+            if nxt is None:
+                nxt = memo[key] = _replay(ed, node, arr, k)
+            arr = nxt
         traced[kind] = (arr, n)
-    batch = tuple(sshape[:-2])
-    g = int(np.prod(batch, dtype=np.int64)) if batch else 1
+        if kind == "q":
+            q = arr
+            _need(q.ndim == len(sshape) and tuple(q.shape[:-2]) == batch and q.shape[-2] == seq, "q shape")
+        elif kind == "k":
+            _need(arr.ndim == len(sshape) and tuple(arr.shape[:-2]) == batch and arr.shape[-1] == seq
+                  and arr.shape[-2] == q.shape[-1], "k shape")
+        else:
+            _need(arr.ndim == len(sshape) and tuple(arr.shape[:-2]) == batch and arr.shape[-2] == seq, "v shape")
     q, nq = traced["q"]
     k, nk = traced["k"]
     v, nv = traced["v"]
-    _need(q.ndim == len(sshape) and tuple(q.shape[:-2]) == batch and q.shape[-2] == seq, "q shape")
-    _need(k.ndim == len(sshape) and tuple(k.shape[:-2]) == batch and k.shape[-1] == seq
-          and k.shape[-2] == q.shape[-1], "k shape")
-    _need(v.ndim == len(sshape) and tuple(v.shape[:-2]) == batch and v.shape[-2] == seq, "v shape")
     bq, cq = _heads_of(q.reshape(g, seq, q.shape[-1]), nq, bs_of, seq, "q")
     bk, ck = _heads_of(np.swapaxes(k.reshape(g, k.shape[-2], seq), 1, 2), nk, bs_of, seq, "k")
     bv, cv = _heads_of(v.reshape(g, seq, v.shape[-1]), nv, bs_of, seq, "v")
@@ -857,13 +869,30 @@ def _match_heads(ed, chains, projs, rows, bs_of, bsz, seq, sshape):
         if bq[i] == 0:
             first[gh[i]] = i
     order = [first[h] for h in range(nh)]
-    sel = []
+    # the columns of W (and b) each of q, k, v reads, heads in order; runs of one projection
+    # merged, so that a packed projection read in order is used as it is (no copy)
+    runs: list = []
     for kind, cols in (("q", cq), ("k", ck), ("v", cv)):
-        w, b = projs[chains[kind][0]][1], projs[chains[kind][0]][2]
+        proj = projs[chains[kind][0]]
         c = np.concatenate([cols[i] for i in order])
-        sel.append((w[:, c], b[c]))
-    w = np.concatenate([s[0] for s in sel], axis=1).astype(_F32)
-    bias = np.concatenate([s[1] for s in sel]).astype(_F32)
+        if runs and runs[-1][0] is proj:
+            runs[-1][1].append(c)
+        else:
+            runs.append((proj, [c]))
+    sel_w, sel_b = [], []
+    for proj, cs in runs:
+        w, b = proj[1], proj[2]
+        c = np.concatenate(cs) if len(cs) > 1 else cs[0]
+        if c.size == w.shape[1] and np.array_equal(c, np.arange(c.size)):  # every column in order
+            sel_w.append(w)
+            sel_b.append(b)
+        else:
+            sel_w.append(np.take(w, c, axis=1))  # C-ordered, unlike w[:, c]
+            sel_b.append(b[c])
+    # float32 already (_linear takes only float32 weights); one C-contiguous copy at most
+    w = sel_w[0] if len(sel_w) == 1 else np.concatenate(sel_w, axis=1)
+    bias = sel_b[0] if len(sel_b) == 1 else np.concatenate(sel_b)
+    w, bias = np.ascontiguousarray(w, dtype=_F32), np.ascontiguousarray(bias, dtype=_F32)
     sizes = [cq.shape[1] * nh, ck.shape[1] * nh, cv.shape[1] * nh]
     _need(sizes[0] == sizes[1], "q and k head sizes differ")
     natural = len(batch) == 2 and batch == (bsz, nh) and np.array_equal(bq, np.arange(g) // nh) and np.array_equal(
