@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import onnx
 
 from ..graph.ir import Graph, Node
 from .base import EXTENDED, MS_DOMAIN, Editor, Pass, same_dim
@@ -240,6 +241,125 @@ class ConvAddFusion(_ConvFold):
 class ConvMulFusion(ConvAddFusion):
     name = "ConvMulFusion"
     OP = "Mul"
+
+
+# -- Conv + activation -> FusedConv ---------------------------------------------------------
+
+_LOWEST, _HIGHEST = float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)
+
+
+def _activation(ed: Editor, n: Node):
+    """``(name, params)`` of an activation node ``FusedConv`` can take, else None (Clip
+    bounds must be constants)."""
+    if n.domain != "":
+        return None
+    op = n.op_type
+    if op in ("Relu", "Tanh", "Sigmoid"):
+        return op, []
+    if op == "LeakyRelu":
+        a = n.attrs.get("alpha")
+        return op, [0.01 if a is None else float(a)]
+    if op == "HardSigmoid":
+        a, b = n.attrs.get("alpha"), n.attrs.get("beta")
+        return op, [0.2 if a is None else float(a), 0.5 if b is None else float(b)]
+    if op == "Clip":
+        if (n.since_version or 1) < 11:
+            lo, hi = n.attrs.get("min"), n.attrs.get("max")
+            return op, [_LOWEST if lo is None else float(lo), _HIGHEST if hi is None else float(hi)]
+        bounds = []
+        for i, default in ((1, _LOWEST), (2, _HIGHEST)):
+            if len(n.inputs) > i and n.inputs[i]:
+                v = ed.const(n.inputs[i])
+                if v is None or v.size != 1:
+                    return None
+                bounds.append(float(v.reshape(-1)[0]))
+            else:
+                bounds.append(default)
+        return op, bounds
+    return None
+
+
+class ConvActivationFusion(Pass):
+    """``Conv`` (float32) whose only reader is an activation (Relu, Clip with constant bounds,
+    LeakyRelu, HardSigmoid, Sigmoid, Tanh), optionally through an ``Add`` of a tensor of the
+    output's exact shape (a residual: ``act(Conv(x) + z)``) -> onnxruntime's
+    ``com.microsoft.FusedConv`` (its ``Z`` input is the residual). The activation then runs
+    in place on the convolution's result instead of as a node of its own."""
+
+    name = "ConvActivationFusion"
+    level = EXTENDED
+
+    def apply(self, graph: Graph) -> int:
+        ed = Editor(graph, self.name)
+        if not ed.can_emit("FusedConv", MS_DOMAIN):
+            return 0
+        count = 0
+        for act in list(graph.nodes):
+            if not ed.alive(act) or not act.inputs:
+                continue
+            got = _activation(ed, act)
+            if got is None:
+                continue
+            name, params = got
+            src = act.inputs[0]
+            z = None
+            remove = [act]
+            conv = _op(ed, src, "Conv")
+            if conv is None:
+                add = _op(ed, src, "Add")
+                if add is None or len(add.inputs) != 2 or not ed.single_use(src, act):
+                    continue
+                for y, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+                    c = _op(ed, y, "Conv")
+                    sy, so = ed.shape(y), ed.shape(other)
+                    if (c is not None and ed.single_use(y, add) and y != other and sy is not None
+                            and so is not None and len(sy) == len(so) and all(same_dim(a, b) for a, b in zip(sy, so))
+                            and ed.dtype(other) == _F32):
+                        conv, z = c, other
+                        break
+                if conv is None:
+                    continue
+                remove.append(add)
+            elif not ed.single_use(src, act):
+                continue
+            if ed.dtype(conv.outputs[0]) != _F32 or ed.rank(conv.outputs[0]) is None:
+                continue
+            ins = list(conv.inputs) + [""] * (3 - len(conv.inputs))
+            ins = ins[:3] + ([z] if z else [])
+            while ins and not ins[-1]:
+                ins.pop()
+            attrs = list(conv.proto_attrs) + [onnx.helper.make_attribute("activation", name)]
+            if params:
+                attrs.append(onnx.helper.make_attribute("activation_params", [float(p) for p in params]))
+            ed.ensure_opset(MS_DOMAIN)
+            new = ed.g.make_node("FusedConv", ins, [act.outputs[0]], name=ed.fresh(conv.name + "_fused"),
+                                 domain=MS_DOMAIN, proto_attrs=attrs)
+            if ed.replace([conv, *remove], [new]):
+                ed.log("%s + %s -> FusedConv%s", conv.name, act.name, " (+Z)" if z else "")
+                count += 1
+        # a residual Add with no activation after it: FusedConv without ``activation``
+        for add in list(graph.nodes):
+            if not ed.alive(add) or add.op_type != "Add" or add.domain != "" or len(add.inputs) != 2:
+                continue
+            readers = ed.consumers(add.outputs[0])
+            if len(readers) == 1 and _activation(ed, readers[0]) is not None:
+                continue  # left for the activation loop's next round
+            for y, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+                conv = _op(ed, y, "Conv")
+                sy, so = ed.shape(y), ed.shape(other)
+                if (conv is None or not ed.single_use(y, add) or y == other or sy is None or so is None
+                        or len(sy) != len(so) or not all(same_dim(a, b) for a, b in zip(sy, so))
+                        or ed.dtype(other) != _F32 or ed.dtype(y) != _F32 or ed.const(other) is not None):
+                    continue
+                ins = (list(conv.inputs) + ["", ""])[:3] + [other]
+                ed.ensure_opset(MS_DOMAIN)
+                new = ed.g.make_node("FusedConv", ins, [add.outputs[0]], name=ed.fresh(conv.name + "_fused"),
+                                     domain=MS_DOMAIN, proto_attrs=list(conv.proto_attrs))
+                if ed.replace([conv, add], [new]):
+                    ed.log("%s + %s -> FusedConv (+Z)", conv.name, add.name)
+                    count += 1
+                break
+        return count
 
 
 # -- MatMul + Add -> Gemm -------------------------------------------------------------
@@ -679,6 +799,6 @@ from .attention import AttentionFusion  # noqa: E402 - uses the helpers above
 #: in the order they run: activations first (BiasGelu needs Gelu), LayerNorm before SkipLN,
 #: attention before SkipLN (the attention output feeds the residual Add)
 EXTENDED_PASSES: list[Pass] = [
-    ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), GeluFusion(), FastGeluFusion(), LayerNormFusion(),
+    ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(), GeluFusion(), FastGeluFusion(), LayerNormFusion(),
     AttentionFusion(), SkipLayerNormFusion(), BiasGeluFusion(), MatMulAddFusion(),
 ]

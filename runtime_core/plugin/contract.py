@@ -142,6 +142,17 @@ class Partition:
     on the provider's device; ``outputs`` are the values it must return, in order.
     ``constants`` maps each initializer the nodes read to its host array: the
     executable binds them once (for a device provider, uploads them once).
+
+    ``inter_op_num_threads`` is how many threads the executable may use to run
+    independent nodes at once, the caller's included: 1 (the default, and always under
+    ``ExecutionMode.ORT_SEQUENTIAL``) means in order on the caller's thread; under
+    ``ORT_PARALLEL`` it is the session's ``inter_op_num_threads`` (0 already resolved to
+    the core count). A provider may ignore it; one that uses it must give the results
+    of the sequential order and stay safe under concurrent ``run`` calls.
+
+    ``cpu_mem_arena`` is ``SessionOptions.enable_cpu_mem_arena``: whether host memory freed
+    by a run may be kept for the next one instead of going back to the system (a hint a
+    provider may ignore).
     """
 
     id: int
@@ -151,6 +162,8 @@ class Partition:
     outputs: tuple[str, ...]
     constants: Mapping[str, np.ndarray]
     values: Mapping[str, ValueInfo] = field(default_factory=dict, repr=False)
+    inter_op_num_threads: int = 1
+    cpu_mem_arena: bool = True
 
     def value(self, name: str) -> ValueInfo:
         """The :class:`ValueInfo` of ``name``."""

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import enum
+import operator
+import os
+
+from ..errors import InvalidArgumentError
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -60,6 +64,51 @@ class SessionOptions:
     @property
     def config_entries(self) -> dict[str, str]:
         return dict(self._config)
+
+
+def _thread_count(opts, attr: str) -> int:
+    value = getattr(opts, attr)
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = operator.index(value)  # ints and numpy ints, not floats
+    except TypeError:
+        raise InvalidArgumentError(
+            f"SessionOptions.{attr} must be an int >= 0 (0 = default), got {value!r}") from None
+    if n < 0:
+        raise InvalidArgumentError(
+            f"SessionOptions.{attr} must be >= 0 (0 = default, 1 = one thread), got {n}")
+    return n
+
+
+def default_thread_count() -> int:
+    """The cores this process may use (``inter_op_num_threads = 0`` means this many)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def inter_op_threads(opts: SessionOptions) -> int:
+    """Validate the threading options of ``opts``; the number of threads that may run
+    independent nodes at once: 1 under ``ORT_SEQUENTIAL``; under ``ORT_PARALLEL``
+    ``inter_op_num_threads`` (0: :func:`default_thread_count`), the caller's thread included.
+
+    Raises :class:`InvalidArgumentError` naming the option for an unknown
+    ``execution_mode`` or a negative or non-integer thread count.
+    """
+    mode = opts.execution_mode
+    try:
+        mode = ExecutionMode(mode)
+    except (ValueError, TypeError):
+        modes = ", ".join(f"ExecutionMode.{m.name} ({m.value})" for m in ExecutionMode)
+        raise InvalidArgumentError(
+            f"SessionOptions.execution_mode must be one of {modes}, got {mode!r}") from None
+    _thread_count(opts, "intra_op_num_threads")
+    n = _thread_count(opts, "inter_op_num_threads")
+    if mode is ExecutionMode.ORT_SEQUENTIAL:
+        return 1
+    return n if n > 0 else default_thread_count()
 
 
 class RunOptions:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import warnings
@@ -23,14 +24,15 @@ from ..errors import (
 )
 from ..execution import ExecutionPlan
 from ..execution.executor import TransferStats
-from ..graph import Graph, load_model
+from ..graph import Graph
+from ..graph.loader import load
 from ..graph.types import dtype_of, shape_of, type_kind, type_string
 from ..optimizer import optimize
 from ..partition import partition_graph
 from ..plugin.registry import FALLBACK_ALIAS, get_registry
 from .inputs import InputSpec, check_output_names, validate_feeds
 from .iobinding import IOBinding, check_bound_input
-from .options import GraphOptimizationLevel, RunOptions, SessionOptions
+from .options import GraphOptimizationLevel, RunOptions, SessionOptions, inter_op_threads
 from .ortvalue import OrtValue, resolve_device
 from .profiling import Profiler
 
@@ -126,9 +128,10 @@ class InferenceSession:
                  provider_options=None, **kwargs):
         self._sess_options = sess_options if sess_options is not None else SessionOptions()
         opts = self._sess_options
+        threads = inter_op_threads(opts)  # validates execution_mode and the thread counts
         self._profiler = Profiler(opts.profile_file_prefix) if opts.enable_profiling else None
         strict = opts.get_config(DISABLE_FALLBACK, "0") == "1"
-        model, self._model_dir = load_model(path_or_bytes)
+        model, weights, self._model_dir = load(path_or_bytes)  # large weights stay out of protobuf
         if self._profiler is not None:
             self._profiler.mark("model_loading_array" if isinstance(path_or_bytes, (bytes, bytearray))
                                 else "model_loading_uri")
@@ -138,7 +141,8 @@ class InferenceSession:
             description=model.doc_string, graph_description=model.graph.doc_string,
             version=model.model_version,
             custom_metadata_map={p.key: p.value for p in model.metadata_props})
-        graph = Graph(model)
+        graph = Graph(model, weights=weights)
+        del weights  # the graph owns them now: arrays a pass replaces are freed
         feed_vis = graph.feed_inputs()
         self._inputs = [_node_arg(v) for v in feed_vis]
         self._outputs = [_node_arg(v) for v in graph.outputs]
@@ -168,6 +172,11 @@ class InferenceSession:
                 raise FallbackRefusedError(
                     f"{DISABLE_FALLBACK}=1 and {len(fell)} node(s) would fall back to "
                     f"CPUExecutionProvider: {lines}")
+        # ORT_PARALLEL: each provider may run independent nodes concurrently (threads > 1);
+        # enable_cpu_mem_arena is a hint every partition carries
+        for pp in planned:
+            pp.partition = dataclasses.replace(pp.partition, inter_op_num_threads=max(threads, 1),
+                                               cpu_mem_arena=bool(opts.enable_cpu_mem_arena))
         executables = []
         for pp in planned:
             prov = self._providers[pp.provider_pos]

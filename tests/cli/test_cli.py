@@ -56,7 +56,7 @@ def test_run_sample():
     out = cli("run", "--sample", "--repeat", "3", "--providers", "cpu").stdout
     assert "probabilities" in out and "latency: median" in out
     # the sample's 10 nodes minus its BatchNormalization, folded into the Conv at the default level
-    assert "CPUExecutionProvider: 9 node(s)" in out
+    assert "CPUExecutionProvider: 7 node(s)" in out  # 9 nodes; two Conv+Relu pairs become FusedConv
 
 
 def test_run_with_inputs_and_save(tmp_path):
@@ -72,7 +72,8 @@ def test_partition_table_and_json():
     out = cli("partition", "sample", "--providers", "cpu").stdout
     assert "conv1" in out and "CPUExecutionProvider" in out
     d = json.loads(cli("partition", "--sample", "--json", "--providers", "cpu").stdout)
-    assert len(d["nodes"]) == 9 and d["copies"] == []  # 10 nodes, BatchNormalization folded into its Conv
+    # 10 nodes: BatchNormalization folded into its Conv, two Conv+Relu pairs -> FusedConv
+    assert len(d["nodes"]) == 7 and d["copies"] == []
 
 
 def test_partition_with_fixture_device_shows_declines():
@@ -123,7 +124,7 @@ def test_optimize_writes_a_model_both_runtimes_run(model, tmp_path):
     if model == "gelu_mlp":
         assert "com.microsoft::BiasGelu" in out and "onnxruntime loads this model too" in out
     else:
-        assert "standard ONNX ops only" in out
+        assert "com.microsoft::FusedConv" in out and "onnxruntime loads this model too" in out
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     ref = ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"]).run(None, feeds)

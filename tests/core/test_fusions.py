@@ -480,7 +480,8 @@ def test_batchnorm_after_a_residual_add_of_two_convs_folds_into_both():
              "mu": f32(4), "var": np.abs(f32(4)) + 0.5}
     m = make_model(nodes, {"x": x}, ["y"], initializers=inits)
     s = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_ENABLE_ALL), providers=CPU)
-    assert [v.op_type for v in s.get_partition_report().nodes] == ["Conv", "Conv", "Add"]
+    # BN folded into both convs; the residual Add then joins the second one as FusedConv's Z
+    assert [v.op_type for v in s.get_partition_report().nodes] == ["Conv", "FusedConv"]
     ref = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU).run(None, {"x": x})
     assert_close(s.run(None, {"x": x}), ref, rtol=1e-4, atol=1e-5)
 

@@ -3,12 +3,22 @@
 Everything that can be decided when the partition compiles is decided then
 (kernel lookup, attributes, slot indices, when each value dies), so the per-node
 run loop only calls kernels and moves references.
+
+A partition compiled with ``inter_op_num_threads`` N > 1 (the session's
+``ExecutionMode.ORT_PARALLEL``) whose nodes are not one chain also gets a dependency
+schedule (:class:`_Schedule`): a run then starts every node whose inputs are ready, on
+the caller's thread and up to N - 1 helper threads of the executable's own pool.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import sys
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from time import perf_counter_ns
 
 import numpy as np
 
@@ -54,7 +64,9 @@ _NONE_SLOT = 0  # slot 0 always holds None: omitted optional inputs read it
 
 
 class CPUExecutable:
-    """Runs the nodes of one partition in order. Thread-safe: state is per call."""
+    """Runs the nodes of one partition: in order, or (``partition.inter_op_num_threads`` > 1)
+    each node as soon as its inputs are ready, on up to that many threads. Thread-safe:
+    state is per call."""
 
     def __init__(self, partition, check_kernels: bool | None = None, opsets: dict | None = None):
         self.partition = partition
@@ -114,14 +126,24 @@ class CPUExecutable:
             if s not in keep:
                 frees.setdefault(i, []).append(s)
         inputs_set = set(self.input_slots)
+        threads = getattr(partition, "inter_op_num_threads", 1)  # absent on subgraph bodies
+        self._schedule = _Schedule.build(steps, keep, int(threads or 1))
+        self._pool = None
+        self._pool_lock = threading.Lock()
         self.n_inplace_steps = 0
         for i, st in enumerate(steps):
             st[5] = tuple(frees.get(i, ()))
             # in-place candidates: inputs that die here, read once by this node, never a
-            # partition input (feeds belong to the caller) nor kept (outputs, constants)
+            # partition input (feeds belong to the caller) nor kept (outputs, constants).
+            # Never with a parallel schedule: "last reader" is then an order in time that no
+            # longer holds (an earlier reader may run at the same time on another thread and
+            # still be about to read the slot that ``_owned`` clears), and the reference count
+            # ``_owned`` relies on can change under it. Nested subgraph executables stay
+            # sequential (their partitions carry no thread count), so their in-place steps
+            # are safe: a body's intermediates are only ever seen by the thread running it.
             alt = st[6]
             st[6] = None
-            if alt is not None and _INPLACE:
+            if alt is not None and _INPLACE and self._schedule is None:
                 dying = set(st[5])
                 cands = tuple((p, st[2][p]) for p in alt[0] if p < len(st[2])
                               and st[2][p] in dying and st[2][p] not in inputs_set
@@ -132,10 +154,17 @@ class CPUExecutable:
         self.steps = [tuple(st) for st in steps]
         self.check_kernels = check_kernels
 
+    @property
+    def parallel(self) -> bool:
+        """Whether runs schedule independent nodes on several threads."""
+        return self._schedule is not None
+
     def run(self, inputs):
         # floating-point warnings are the IEEE results ONNX asks for (inf, nan): ignored once
         # per run here rather than per kernel call (np.errstate costs more than a tiny add)
         with np.errstate(all="ignore"):
+            if self._schedule is not None:
+                return self._run_parallel(inputs, None)
             return self._run(inputs)
 
     def _run(self, inputs):
@@ -176,11 +205,11 @@ class CPUExecutable:
         """``run`` that times each kernel call: ``record(node, t0_ns, t1_ns, inputs, outputs)``
         after each node (profiling; a separate loop so that ``run`` pays nothing for it)."""
         with np.errstate(all="ignore"):
+            if self._schedule is not None:
+                return self._run_parallel(inputs, record)
             return self._run_profiled(inputs, record)
 
     def _run_profiled(self, inputs, record):
-        from time import perf_counter_ns
-
         slots = list(self.template)
         inputs = list(inputs)
         for s, v in zip(self.input_slots, inputs):
@@ -218,6 +247,28 @@ class CPUExecutable:
             args = res = r = outs = None
         return [slots[s] for s in self.output_slots]
 
+    def _run_parallel(self, inputs, record):
+        slots = list(self.template)
+        inputs = list(inputs)
+        for s, v in zip(self.input_slots, inputs):
+            slots[s] = v
+        return _ParallelRun(self, slots, record).main()
+
+    def _helper_pool(self) -> ThreadPoolExecutor:
+        """The executable's helper threads (made on first use; shut down with it)."""
+        pool = self._pool
+        if pool is None:
+            with self._pool_lock:
+                pool = self._pool
+                if pool is None:
+                    pool = ThreadPoolExecutor(max_workers=self._schedule.threads - 1,
+                                              thread_name_prefix="runtime_core-inter-op")
+                    # idle workers hold only a weak reference to their pool; this wakes and
+                    # ends them as soon as the executable (its session) is collected
+                    weakref.finalize(self, pool.shutdown, wait=False)
+                    self._pool = pool
+        return pool
+
     @staticmethod
     def _check(ctx, res) -> None:
         node = ctx.node
@@ -235,6 +286,232 @@ class CPUExecutable:
                 raise CPUKernelError(
                     f"{node.op_type} node {node.name!r} output {i} ({name!r}) has dtype {got}, "
                     f"the model says {want}", node.name, node.op_type)
+
+
+class _Schedule:
+    """The dependency graph of a partition's steps, for parallel runs.
+
+    ``deps[i]``: how many distinct steps produce the inputs of step ``i``; ``succ[i]``: the
+    steps that read an output of step ``i``; ``readers[s]``: how many distinct steps read
+    slot ``s`` (a value is freed when the last of them has finished, whatever the order);
+    ``reads[i]``: the slots step ``i`` reads that may be freed; ``dead[i]``: the outputs of
+    step ``i`` that nothing reads nor keeps (freed at once).
+    """
+
+    __slots__ = ("threads", "deps", "succ", "readers", "reads", "dead", "roots")
+
+    @classmethod
+    def build(cls, steps, keep, threads: int):
+        """The schedule, or ``None`` when runs are sequential: one thread, or nodes that form
+        a single chain (each step reads the previous one's output: nothing could overlap)."""
+        if threads <= 1 or len(steps) < 2:
+            return None
+        producer: dict[int, int] = {}
+        for i, st in enumerate(steps):
+            for s in st[3]:
+                if s >= 0:
+                    producer[s] = i
+        dep_sets = [{producer[s] for s in st[2] if s in producer} for st in steps]
+        if all(i - 1 in dep_sets[i] for i in range(1, len(steps))):
+            return None
+        self = cls()
+        self.threads = threads
+        self.deps = tuple(len(d) for d in dep_sets)
+        succ: list[list[int]] = [[] for _ in steps]
+        for i, d in enumerate(dep_sets):
+            for j in sorted(d):
+                succ[j].append(i)
+        self.succ = tuple(tuple(x) for x in succ)
+        n_slots = 1 + max([0] + [s for st in steps for s in (*st[2], *st[3])])
+        readers = [0] * n_slots
+        reads = []
+        for st in steps:
+            mine = tuple(dict.fromkeys(s for s in st[2] if s not in keep))
+            for s in mine:
+                readers[s] += 1
+            reads.append(mine)
+        self.readers = tuple(readers)
+        self.reads = tuple(reads)
+        self.dead = tuple(tuple(s for s in st[3] if s >= 0 and s not in keep and readers[s] == 0)
+                          for st in steps)
+        self.roots = tuple(i for i, n in enumerate(self.deps) if n == 0)
+        return self
+
+
+class _ParallelRun:
+    """One parallel run: the caller's thread and helper threads take ready steps.
+
+    All counters live under ``lock``. A thread that finishes a step makes its successors
+    ready, keeps the first for itself and queues the rest, asking the pool for helpers
+    (at most ``threads - 1`` at a time); a helper returns as soon as nothing is ready, and
+    never waits for anything, so runs sharing a pool cannot starve each other: the caller
+    alone can always finish its run. After a failure nothing new starts; the caller waits
+    for the steps in flight, then raises the first error (the sequential loop's
+    :class:`CPUKernelError`).
+    """
+
+    def __init__(self, exe: CPUExecutable, slots: list, record):
+        sched = exe._schedule
+        self.exe = exe
+        self.sched = sched
+        self.slots = slots
+        self.record = record
+        self.deps = list(sched.deps)
+        self.readers = list(sched.readers)
+        self.ready = collections.deque(sched.roots)
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.left = len(exe.steps)
+        self.running = 0
+        self.helpers = 0
+        self.failed: BaseException | None = None
+
+    def main(self) -> list:
+        lock, cond, ready = self.lock, self.cond, self.ready
+        with lock:  # the caller takes the first ready step; helpers are asked for the others
+            step = ready.popleft()
+            self.running += 1
+            spawn = self._want_helpers()
+        self._spawn(spawn)
+        try:
+            while True:
+                if step is not None:
+                    step = self._step(step)
+                    continue
+                with lock:
+                    while True:
+                        if self.failed is not None:
+                            if self.running == 0:
+                                break
+                        elif self.left == 0:
+                            break
+                        elif ready:
+                            step = ready.popleft()
+                            self.running += 1
+                            break
+                        cond.wait()
+                if step is None:
+                    break
+        except BaseException as exc:  # interrupted while waiting: stop the helpers too
+            with lock:
+                if self.failed is None:
+                    self.failed = exc
+                ready.clear()
+            raise
+        failed, self.failed = self.failed, None
+        slots, self.slots = self.slots, None  # a helper still queued must not keep values alive
+        if failed is not None:
+            raise failed
+        return [slots[s] for s in self.exe.output_slots]
+
+    def _want_helpers(self) -> int:
+        """Helpers to ask for now (under ``lock``): one per queued step, within the bound."""
+        n = min(len(self.ready), self.sched.threads - 1 - self.helpers)
+        if n <= 0:
+            return 0
+        self.helpers += n
+        return n
+
+    def _spawn(self, n: int) -> None:
+        if not n:
+            return
+        pool = self.exe._helper_pool()
+        for k in range(n):
+            try:
+                pool.submit(self._help)
+            except RuntimeError:  # the pool is shutting down (interpreter exit): the caller works
+                with self.lock:
+                    self.helpers -= n - k
+                return
+
+    def _help(self) -> None:
+        lock, ready = self.lock, self.ready
+        with np.errstate(all="ignore"):  # floating-point state is per thread
+            while True:
+                with lock:
+                    if self.failed is not None or not ready:
+                        self.helpers -= 1
+                        return
+                    step = ready.popleft()
+                    self.running += 1
+                while step is not None:
+                    step = self._step(step)
+
+    def _step(self, i: int):
+        """Run step ``i`` (counted in ``running``); returns the next step this thread should run."""
+        exe = self.exe
+        fn, ctx, in_slots, out_slots, attrs, _, _ = exe.steps[i]
+        slots = self.slots
+        record = self.record
+        args = [slots[s] for s in in_slots]
+        in_kernel = True
+        try:
+            if record is not None:
+                t0 = perf_counter_ns()
+                res = fn(ctx, *args, **attrs)
+                t1 = perf_counter_ns()
+            else:
+                res = fn(ctx, *args, **attrs)
+            in_kernel = False
+            if type(res) is not tuple:
+                res = (res,)
+            for s, r in zip(out_slots, res):
+                if s >= 0:
+                    if type(r) is not np.ndarray and r is not None and not isinstance(r, (list, dict)):
+                        r = np.asarray(r)
+                    slots[s] = r
+            if exe.check_kernels:
+                exe._check(ctx, res)
+            if record is not None:
+                record(ctx.node, t0, t1, args, [slots[s] for s in out_slots if s >= 0])
+        except BaseException as exc:  # recorded for the caller: a helper must never die silently
+            err = exc
+            if in_kernel and isinstance(exc, Exception) and not isinstance(exc, CPUKernelError):
+                node = ctx.node
+                err = CPUKernelError(
+                    f"{node.op_type} node {node.name!r} failed: {type(exc).__name__}: {exc}",
+                    node.name, node.op_type)
+                err.__cause__ = exc
+            with self.lock:
+                self.running -= 1
+                if self.failed is None:
+                    self.failed = err
+                self.ready.clear()
+                self.cond.notify()
+            return None
+        args = res = r = None
+        sched = self.sched
+        for s in sched.dead[i]:
+            slots[s] = None
+        nxt = None
+        spawn = 0
+        with self.lock:
+            self.running -= 1
+            self.left -= 1
+            readers = self.readers
+            for s in sched.reads[i]:
+                readers[s] -= 1
+                if not readers[s]:  # every reader has finished: gone before a successor starts
+                    slots[s] = None
+            if self.failed is None:
+                deps = self.deps
+                for j in sched.succ[i]:
+                    deps[j] -= 1
+                    if not deps[j]:
+                        if nxt is None:
+                            nxt = j
+                            self.running += 1
+                        else:
+                            self.ready.append(j)
+                if self.ready:
+                    spawn = self._want_helpers()
+                    self.cond.notify()
+                elif not self.left:
+                    self.cond.notify()
+            else:
+                self.cond.notify()
+        self._spawn(spawn)
+        return nxt
 
 
 def _owned(args, slots, cands) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import ops  # noqa: F401  - imports every kernel module by name
+from . import arena, ops  # noqa: F401  - ops: imports every kernel module by name
 from ._version import __version__
 from .executable import CPUExecutable
 from .registry import REGISTRY, SCOPE
@@ -90,6 +90,8 @@ class CPUExecutionProvider:
         return cap
 
     def compile(self, partition):
+        if getattr(partition, "cpu_mem_arena", True):
+            arena.enable()  # process-wide, once: see arena.py
         return CPUExecutable(partition, opsets=getattr(self, "_opsets", None))
 
     # host memory: copies are identities

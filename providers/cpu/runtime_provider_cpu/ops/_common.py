@@ -25,3 +25,38 @@ def same_dtype(result, like) -> np.ndarray:
     dt = like.dtype if isinstance(like, np.ndarray) else np.dtype(like)
     result = np.asarray(result)
     return result if result.dtype == dt else result.astype(dt)
+
+
+class Scratch:
+    """Per-thread scratch memory that kernels reuse from call to call (an im2col matrix).
+
+    ``Scratch.get(shape, dtype)`` returns an uninitialized array backed by this thread's
+    buffer, which grows to the largest request and is kept. A fresh ``np.empty`` of a few
+    megabytes is a new ``mmap`` each call, and writing it page-faults every page; reusing
+    the buffer avoids both. The array is only valid until the same thread asks again, so a
+    kernel must never return it (or a view of it) and must not call another kernel that
+    uses it in between. Memory kept: the largest request per thread, per dtype.
+    """
+
+    import threading as _threading
+
+    _local = _threading.local()
+
+    @classmethod
+    def get(cls, shape, dtype) -> np.ndarray:
+        dt = np.dtype(dtype)
+        n = 1
+        for d in shape:
+            n *= int(d)
+        bufs = getattr(cls._local, "bufs", None)
+        if bufs is None:
+            bufs = cls._local.bufs = {}
+        buf = bufs.get(dt)
+        if buf is None or buf.size < n:
+            buf = bufs[dt] = np.empty(max(n, 1), dtype=dt)
+        return buf[:n].reshape(shape)
+
+    @classmethod
+    def release(cls) -> None:
+        """Drop this thread's buffers (their memory goes back once nothing uses them)."""
+        cls._local.bufs = {}

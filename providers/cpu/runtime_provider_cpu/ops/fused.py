@@ -99,6 +99,69 @@ def bias_gelu_inplace(ctx, owned, a, b):
         return _gelu_erf(np.add(a, b, out=a), out=a)
 
 
+# -- FusedConv --------------------------------------------------------------------------
+
+#: activation name -> number of activation_params it takes (onnxruntime's FusedConv)
+FUSED_CONV_ACTIVATIONS = {"Relu": 0, "Tanh": 0, "Sigmoid": 0, "LeakyRelu": 1, "Clip": 2, "HardSigmoid": 2}
+
+
+def _fused_conv_check(node):
+    act = node.attrs.get("activation")
+    act = act.decode() if isinstance(act, bytes) else act
+    if act is None:  # no activation: Conv(x) + z
+        from .nn import _conv_check
+
+        return _conv_check(node)
+    if act not in FUSED_CONV_ACTIVATIONS:
+        return (f"FusedConv: activation {act!r} is not one of "
+                f"{', '.join(sorted(FUSED_CONV_ACTIVATIONS))}")
+    params = list(node.attrs.get("activation_params") or [])
+    if len(params) < FUSED_CONV_ACTIVATIONS[act]:
+        return f"FusedConv: activation {act} needs {FUSED_CONV_ACTIVATIONS[act]} activation_params, got {len(params)}"
+    from .nn import _conv_check
+
+    return _conv_check(node)
+
+
+def _activate(y, act, params):
+    """Apply ``act`` to ``y`` in place (y is this call's own array)."""
+    if act == "Relu":
+        np.maximum(y, 0, out=y)
+    elif act == "Clip":
+        np.clip(y, np.float32(params[0]), np.float32(params[1]), out=y)
+    elif act == "LeakyRelu":
+        np.multiply(y, np.where(y < 0, np.float32(params[0]), np.float32(1)), out=y)
+    elif act == "Tanh":
+        np.tanh(y, out=y)
+    elif act == "Sigmoid":
+        np.negative(y, out=y)
+        np.exp(y, out=y)
+        y += np.float32(1)
+        np.reciprocal(y, out=y)
+    elif act == "HardSigmoid":
+        y *= np.float32(params[0])
+        y += np.float32(params[1])
+        np.clip(y, np.float32(0), np.float32(1), out=y)
+    return y
+
+
+@kernel("FusedConv", 1, domain=MS, dtypes=_F32, check=_fused_conv_check)
+def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=None, auto_pad="NOTSET",
+               dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
+    """onnxruntime's ``FusedConv``: ``activation(Conv(x, w, b) + z)``, z (optional) of the
+    output's shape, no activation when the attribute is absent. The activation (and the sum) run in place on the convolution's result."""
+    from .nn import conv
+
+    act = activation.decode() if isinstance(activation, bytes) else activation
+    y = conv(ctx, x, w, b, auto_pad=auto_pad, dilations=dilations, group=group,
+             kernel_shape=kernel_shape, pads=pads, strides=strides)
+    if z is not None:
+        if z.shape != y.shape:
+            raise ValueError(f"FusedConv: Z of shape {z.shape} must have the output's shape {y.shape}")
+        y += z
+    return y if act is None else _activate(y, act, list(activation_params or []))
+
+
 # -- SkipLayerNormalization -------------------------------------------------------------
 
 @kernel("SkipLayerNormalization", 1, domain=MS, dtypes={"float32", "float16"})

@@ -1,0 +1,221 @@
+"""ConvActivationFusion: Conv (+ residual Add) + activation -> com.microsoft.FusedConv, where it
+applies and where it must not; the FusedConv kernel against onnxruntime's own."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import runtime_core as rt
+from oracle import assert_close, make_model, run_oracle
+
+L = rt.GraphOptimizationLevel
+MS = "com.microsoft"
+CPU = ["CPUExecutionProvider"]
+RNG = np.random.default_rng(11)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+X = f32(2, 3, 9, 9)
+W = f32(4, 3, 3, 3)
+B = f32(4)
+
+
+def opts(level):
+    so = rt.SessionOptions()
+    so.graph_optimization_level = level
+    return so
+
+
+def optimized(model, feeds, level=L.ORT_ENABLE_EXTENDED):
+    """The optimized graph's (op type, node) list; asserts outputs equal ORT_DISABLE_ALL and
+    onnxruntime's."""
+    data = model.SerializeToString()
+    ref = rt.InferenceSession(data, opts(L.ORT_DISABLE_ALL), providers=CPU).run(None, feeds)
+    s = rt.InferenceSession(data, opts(level), providers=CPU)
+    got = s.run(None, feeds)
+    assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    assert_close(got, run_oracle(model, feeds), rtol=1e-4, atol=1e-4)
+    return [n.op_type for n in s._graph.nodes], s._graph.nodes
+
+
+def conv(out="c", ins=("x", "w", "b"), **kw):
+    kw.setdefault("pads", [1, 1, 1, 1])
+    return helper.make_node("Conv", list(ins), [out], **kw)
+
+
+ACTIVATIONS = [
+    ("Relu", {}, {}, 17, "Relu", []),
+    ("Tanh", {}, {}, 17, "Tanh", []),
+    ("Sigmoid", {}, {}, 17, "Sigmoid", []),
+    ("LeakyRelu", {"alpha": 0.2}, {}, 17, "LeakyRelu", [0.2]),
+    ("LeakyRelu", {}, {}, 17, "LeakyRelu", [0.01]),
+    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, {}, 17, "HardSigmoid", [0.3, 0.4]),
+    ("Clip", {}, {"lo": np.float32(0), "hi": np.float32(6)}, 17, "Clip", [0.0, 6.0]),
+    ("Clip", {}, {"lo": np.float32(-1)}, 17, "Clip", [-1.0, float(np.finfo(np.float32).max)]),
+    ("Clip", {"min": 0.0, "max": 6.0}, {}, 6, "Clip", [0.0, 6.0]),
+]
+
+
+@pytest.mark.parametrize("op,attrs,bounds,opset,act,params", ACTIVATIONS)
+def test_conv_activation_becomes_fused_conv(op, attrs, bounds, opset, act, params):
+    ins = ["c"] + list(bounds)
+    if list(bounds) == ["lo"]:
+        ins = ["c", "lo"]
+    nodes = [conv(), helper.make_node(op, ins, ["y"], **attrs)]
+    m = make_model(nodes, {"x": X}, ["y"], opset=opset, initializers={"w": W, "b": B, **bounds})
+    ops, graph_nodes = optimized(m, {"x": X})
+    assert ops == ["FusedConv"]
+    node = graph_nodes[0]
+    assert node.domain == MS and node.attrs["activation"] in (act, act.encode())
+    np.testing.assert_allclose(list(node.attrs.get("activation_params") or []), params, rtol=1e-6)
+    # at the basic level the pattern stays as it is
+    assert optimized(m, {"x": X}, L.ORT_ENABLE_BASIC)[0] == ["Conv", op]
+
+
+def test_residual_add_and_relu_become_one_fused_conv_with_z():
+    z = f32(2, 4, 9, 9)
+    nodes = [conv(), helper.make_node("Add", ["z", "c"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    m = make_model(nodes, {"x": X, "z": z}, ["y"], initializers={"w": W, "b": B})
+    ops, graph_nodes = optimized(m, {"x": X, "z": z})
+    assert ops == ["FusedConv"]
+    assert graph_nodes[0].inputs == ["x", "w", "b", "z"]
+
+
+def test_residual_add_alone_becomes_fused_conv_without_activation():
+    z = f32(2, 4, 9, 9)
+    nodes = [conv(ins=("x", "w")), helper.make_node("Add", ["c", "z"], ["y"])]
+    m = make_model(nodes, {"x": X, "z": z}, ["y"], initializers={"w": W})
+    ops, graph_nodes = optimized(m, {"x": X, "z": z})
+    assert ops == ["FusedConv"]
+    assert graph_nodes[0].inputs == ["x", "w", "", "z"]
+    assert graph_nodes[0].attrs.get("activation") is None
+
+
+def test_resnet_block_shape_two_convs_add_relu():
+    """conv -> relu -> conv, + the block input, -> relu: two FusedConvs, the second with Z."""
+    x = f32(1, 4, 8, 8)
+    w1, w2 = f32(4, 4, 3, 3), f32(4, 4, 3, 3)
+    nodes = [conv("c1", ("x", "w1")), helper.make_node("Relu", ["c1"], ["r1"]),
+             conv("c2", ("r1", "w2")), helper.make_node("Add", ["c2", "x"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    m = make_model(nodes, {"x": x}, ["y"], initializers={"w1": w1, "w2": w2})
+    assert optimized(m, {"x": x})[0] == ["FusedConv", "FusedConv"]
+
+
+@pytest.mark.parametrize("case", ["fed_clip_bound", "conv_read_twice", "broadcast_z", "float64",
+                                  "conv_is_output", "add_of_two_inputs"])
+def test_not_fused(case):
+    inits = {"w": W, "b": B}
+    feeds = {"x": X}
+    outs = ["y"]
+    if case == "fed_clip_bound":
+        nodes = [conv(), helper.make_node("Clip", ["c", "lo"], ["y"])]
+        feeds["lo"] = np.array(0.5, np.float32)
+        want = ["Conv", "Clip"]
+    elif case == "conv_read_twice":
+        nodes = [conv(), helper.make_node("Relu", ["c"], ["y"]), helper.make_node("Neg", ["c"], ["y2"])]
+        outs = ["y", "y2"]
+        want = ["Conv", "Relu", "Neg"]
+    elif case == "broadcast_z":
+        feeds["z"] = f32(1, 4, 1, 1)  # fed, so ConvAddFusion cannot fold it into the bias either
+        nodes = [conv(), helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+        want = ["Conv", "Add", "Relu"]
+    elif case == "float64":
+        feeds = {"x": X.astype(np.float64)}
+        inits = {"w": W.astype(np.float64), "b": B.astype(np.float64)}
+        nodes = [conv(), helper.make_node("Relu", ["c"], ["y"])]
+        want = ["Conv", "Relu"]
+    elif case == "conv_is_output":
+        nodes = [conv(), helper.make_node("Relu", ["c"], ["y"])]
+        outs = ["y", "c"]
+        want = ["Conv", "Relu"]
+    else:
+        feeds["z"] = f32(2, 4, 9, 9)
+        feeds["z2"] = f32(2, 4, 9, 9)
+        nodes = [helper.make_node("Add", ["z", "z2"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+        want = ["Add", "Relu"]
+    m = make_model(nodes, feeds, outs, initializers=inits)
+    assert optimized(m, feeds)[0] == want
+
+
+def test_saved_model_with_fused_conv_runs_in_onnxruntime(tmp_path):
+    z = f32(2, 4, 9, 9)
+    nodes = [conv(), helper.make_node("Add", ["c", "z"], ["s"]),
+             helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
+    m = make_model(nodes, {"x": X, "z": z}, ["y"],
+                   initializers={"w": W, "b": B, "lo": np.float32(0), "hi": np.float32(1.5)})
+    so = opts(L.ORT_ENABLE_ALL)
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    rt.InferenceSession(m.SerializeToString(), so, providers=CPU)
+    opt = onnx.load(so.optimized_model_filepath)
+    assert [(x.domain, x.op_type) for x in opt.graph.node] == [(MS, "FusedConv")]
+    feeds = {"x": X, "z": z}
+    assert_close(run_oracle(opt, feeds), run_oracle(m, feeds), rtol=1e-5, atol=1e-5)
+
+
+# -- the kernel itself, against onnxruntime's FusedConv ----------------------------------------
+
+def fused_conv_model(attrs, with_z=True, group=1, w=W, x=X, strides=(1, 1), pads=(1, 1, 1, 1)):
+    ins = ["x", "w", "b"] + (["z"] if with_z else [])
+    node = helper.make_node("FusedConv", ins, ["y"], domain=MS, pads=list(pads), strides=list(strides),
+                            group=group, **attrs)
+    feeds = {"x": x}
+    oh = (x.shape[2] + pads[0] + pads[2] - w.shape[2]) // strides[0] + 1
+    ow = (x.shape[3] + pads[1] + pads[3] - w.shape[3]) // strides[1] + 1
+    if with_z:
+        feeds["z"] = f32(x.shape[0], w.shape[0], oh, ow)
+    m = make_model([node], feeds, [], initializers={"w": w, "b": f32(w.shape[0])}, extra_opsets={MS: 1})
+    m.graph.output.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [x.shape[0], w.shape[0], oh, ow]))
+    return m, feeds
+
+
+@pytest.mark.parametrize("attrs", [
+    {"activation": "Relu"},
+    {"activation": "Clip", "activation_params": [-0.5, 0.5]},
+    {"activation": "LeakyRelu", "activation_params": [0.1]},
+    {"activation": "HardSigmoid", "activation_params": [0.2, 0.5]},
+    {"activation": "Sigmoid"},
+    {"activation": "Tanh"},
+    {},
+])
+@pytest.mark.parametrize("with_z", [True, False])
+def test_fused_conv_kernel_matches_onnxruntime(attrs, with_z):
+    m, feeds = fused_conv_model(attrs, with_z)
+    ours = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU).run(None, feeds)
+    assert_close(ours, run_oracle(m, feeds), rtol=1e-4, atol=1e-5)
+
+
+def test_fused_conv_kernel_depthwise_and_strided():
+    x = f32(1, 6, 11, 11)
+    m, feeds = fused_conv_model({"activation": "Relu"}, True, group=6, w=f32(6, 1, 3, 3), x=x, strides=(2, 2))
+    ours = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU).run(None, feeds)
+    assert_close(ours, run_oracle(m, feeds), rtol=1e-4, atol=1e-5)
+
+
+def test_fused_conv_with_an_unknown_activation_is_declined_with_the_reason():
+    m, feeds = fused_conv_model({"activation": "Swish"}, False)
+    with pytest.raises(rt.errors.RuntimeCoreError, match="activation 'Swish' is not one of"):
+        rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU)
+
+
+def test_fused_conv_with_missing_activation_params_is_declined():
+    m, feeds = fused_conv_model({"activation": "Clip"}, False)
+    with pytest.raises(rt.errors.RuntimeCoreError, match="Clip needs 2 activation_params"):
+        rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU)
+
+
+def test_fused_conv_with_a_z_of_another_shape_raises_at_run():
+    m, feeds = fused_conv_model({"activation": "Relu"}, True)
+    feeds["z"] = f32(2, 4, 3, 3)
+    # the model's declared Z shape is what the run checks first; a free-shaped Z reaches the kernel
+    for i, d in enumerate(m.graph.input[1].type.tensor_type.shape.dim):
+        d.dim_param = f"z{i}"
+    s = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU)
+    with pytest.raises(rt.errors.ExecutionError, match="Z of shape"):
+        s.run(None, feeds)
