@@ -333,44 +333,41 @@ def _split_tensor(r: _Reader, end: int, weights: dict) -> bytes:
     return b"".join(raws[p][0] + raws[p][1].tobytes() if isinstance(p, int) else p for p in pieces)
 
 
-def _split_graph(r: _Reader, end: int, weights: dict) -> bytes:
+def _rewrite(r: _Reader, end: int, field_no: int, child, what: str, outer: str, min_len: int = 0) -> bytes:
+    """The message from ``r.pos`` to ``end`` re-serialized field by field, each length-delimited
+    field ``field_no`` of more than ``min_len`` bytes replaced by ``child(r, child_end)``
+    (shorter ones are copied as written)."""
     out: list[bytes] = []
     while r.pos < end:
         field, wt, traw = _tag(r)
-        if field == _GRAPH_INITIALIZER and wt == 2:
+        if field == field_no and wt == 2:
             n, pre = r.varint()
             if n > end - r.pos:
-                raise _WireError("initializer past the end of the graph")
-            if n > STRIP_BYTES:
-                t = _split_tensor(r, r.pos + n, weights)
-                out += [traw, _varint_bytes(len(t)), t]
+                raise _WireError(f"{what} past the end of the {outer}")
+            if n > min_len:
+                body = child(r, r.pos + n)
+                out += [traw, _varint_bytes(len(body)), body]
             else:
                 out += [traw, pre, r.read(n)]
             continue
         out += [traw, r.value(wt, end)[0]]
     if r.pos != end:
-        raise _WireError("graph overruns its length")
+        raise _WireError(f"{outer} overruns its length")
     return b"".join(out)
+
+
+def _split_graph(r: _Reader, end: int, weights: dict) -> bytes:
+    # small tensors stay in the protobuf as they are
+    return _rewrite(r, end, _GRAPH_INITIALIZER, lambda r, t_end: _split_tensor(r, t_end, weights),
+                    "initializer", "graph", min_len=STRIP_BYTES)
 
 
 def _split_model(r: _Reader, size: int) -> tuple[bytes, dict]:
     """The serialized model without the large raw data of its main graph's initializers,
     and those initializers as numpy arrays (name -> array)."""
     weights: dict = {}
-    out: list[bytes] = []
-    while r.pos < size:
-        field, wt, traw = _tag(r)
-        if field == _MODEL_GRAPH and wt == 2:
-            n, _ = r.varint()
-            if n > size - r.pos:
-                raise _WireError("graph past the end of the model")
-            g = _split_graph(r, r.pos + n, weights)
-            out += [traw, _varint_bytes(len(g)), g]
-            continue
-        out += [traw, r.value(wt, size)[0]]
-    if r.pos != size:
-        raise _WireError("model overruns its length")
-    return b"".join(out), weights
+    body = _rewrite(r, size, _MODEL_GRAPH, lambda r, g_end: _split_graph(r, g_end, weights), "graph", "model")
+    return body, weights
 
 
 def _read_split(path: Path, origin: str) -> tuple[bytes | None, dict]:

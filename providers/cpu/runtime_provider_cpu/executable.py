@@ -60,6 +60,13 @@ class CPUKernelError(RuntimeError):
         self.op_type = op_type
 
 
+def _kernel_error(ctx, exc: Exception) -> CPUKernelError:
+    """The error a run raises for a kernel that raised ``exc``: names the node and its op."""
+    node = ctx.node
+    return CPUKernelError(f"{node.op_type} node {node.name!r} failed: {type(exc).__name__}: {exc}",
+                          node.name, node.op_type)
+
+
 _NONE_SLOT = 0  # slot 0 always holds None: omitted optional inputs read it
 
 
@@ -183,10 +190,7 @@ class CPUExecutable:
             except CPUKernelError:
                 raise
             except Exception as exc:
-                node = ctx.node
-                raise CPUKernelError(
-                    f"{node.op_type} node {node.name!r} failed: {type(exc).__name__}: {exc}",
-                    node.name, node.op_type) from exc
+                raise _kernel_error(ctx, exc) from exc
             if type(res) is not tuple:
                 res = (res,)
             for s, r in zip(out_slots, res):
@@ -226,10 +230,7 @@ class CPUExecutable:
             except CPUKernelError:
                 raise
             except Exception as exc:
-                node = ctx.node
-                raise CPUKernelError(
-                    f"{node.op_type} node {node.name!r} failed: {type(exc).__name__}: {exc}",
-                    node.name, node.op_type) from exc
+                raise _kernel_error(ctx, exc) from exc
             t1 = perf_counter_ns()
             if type(res) is not tuple:
                 res = (res,)
@@ -467,10 +468,7 @@ class _ParallelRun:
         except BaseException as exc:  # recorded for the caller: a helper must never die silently
             err = exc
             if in_kernel and isinstance(exc, Exception) and not isinstance(exc, CPUKernelError):
-                node = ctx.node
-                err = CPUKernelError(
-                    f"{node.op_type} node {node.name!r} failed: {type(exc).__name__}: {exc}",
-                    node.name, node.op_type)
+                err = _kernel_error(ctx, exc)
                 err.__cause__ = exc
             with self.lock:
                 self.running -= 1
