@@ -279,6 +279,21 @@ def _activation(ed: Editor, n: Node):
     return None
 
 
+def _residual_conv(ed: Editor, add: Node):
+    """``(conv, z)`` when ``add`` is ``Conv(...) + z`` with the Conv output read only there and
+    ``z`` a float32 tensor of exactly its shape (FusedConv's ``Z``), else ``(None, None)``."""
+    if len(add.inputs) != 2:
+        return None, None
+    for y, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+        conv = _op(ed, y, "Conv")
+        sy, so = ed.shape(y), ed.shape(other)
+        if (conv is not None and ed.single_use(y, add) and y != other and sy is not None and so is not None
+                and len(sy) == len(so) and all(same_dim(a, b) for a, b in zip(sy, so))
+                and ed.dtype(other) == _F32):
+            return conv, other
+    return None, None
+
+
 class ConvActivationFusion(Pass):
     """``Conv`` (float32) whose only reader is an activation (Relu, Clip with constant bounds,
     LeakyRelu, HardSigmoid, Sigmoid, Tanh), optionally through an ``Add`` of a tensor of the
@@ -307,16 +322,9 @@ class ConvActivationFusion(Pass):
             conv = _op(ed, src, "Conv")
             if conv is None:
                 add = _op(ed, src, "Add")
-                if add is None or len(add.inputs) != 2 or not ed.single_use(src, act):
+                if add is None or not ed.single_use(src, act):
                     continue
-                for y, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-                    c = _op(ed, y, "Conv")
-                    sy, so = ed.shape(y), ed.shape(other)
-                    if (c is not None and ed.single_use(y, add) and y != other and sy is not None
-                            and so is not None and len(sy) == len(so) and all(same_dim(a, b) for a, b in zip(sy, so))
-                            and ed.dtype(other) == _F32):
-                        conv, z = c, other
-                        break
+                conv, z = _residual_conv(ed, add)
                 if conv is None:
                     continue
                 remove.append(add)
@@ -344,21 +352,16 @@ class ConvActivationFusion(Pass):
             readers = ed.consumers(add.outputs[0])
             if len(readers) == 1 and _activation(ed, readers[0]) is not None:
                 continue  # left for the activation loop's next round
-            for y, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-                conv = _op(ed, y, "Conv")
-                sy, so = ed.shape(y), ed.shape(other)
-                if (conv is None or not ed.single_use(y, add) or y == other or sy is None or so is None
-                        or len(sy) != len(so) or not all(same_dim(a, b) for a, b in zip(sy, so))
-                        or ed.dtype(other) != _F32 or ed.dtype(y) != _F32 or ed.const(other) is not None):
-                    continue
-                ins = (list(conv.inputs) + ["", ""])[:3] + [other]
-                ed.ensure_opset(MS_DOMAIN)
-                new = ed.g.make_node("FusedConv", ins, [add.outputs[0]], name=ed.fresh(conv.name + "_fused"),
-                                     domain=MS_DOMAIN, proto_attrs=list(conv.proto_attrs))
-                if ed.replace([conv, add], [new]):
-                    ed.log("%s + %s -> FusedConv (+Z)", conv.name, add.name)
-                    count += 1
-                break
+            conv, other = _residual_conv(ed, add)
+            if conv is None or ed.dtype(conv.outputs[0]) != _F32 or ed.const(other) is not None:
+                continue
+            ins = (list(conv.inputs) + ["", ""])[:3] + [other]
+            ed.ensure_opset(MS_DOMAIN)
+            new = ed.g.make_node("FusedConv", ins, [add.outputs[0]], name=ed.fresh(conv.name + "_fused"),
+                                 domain=MS_DOMAIN, proto_attrs=list(conv.proto_attrs))
+            if ed.replace([conv, add], [new]):
+                ed.log("%s + %s -> FusedConv (+Z)", conv.name, add.name)
+                count += 1
         return count
 
 
