@@ -55,8 +55,3 @@ class Scratch:
         if buf is None or buf.size < n:
             buf = bufs[dt] = np.empty(max(n, 1), dtype=dt)
         return buf[:n].reshape(shape)
-
-    @classmethod
-    def release(cls) -> None:
-        """Drop this thread's buffers (their memory goes back once nothing uses them)."""
-        cls._local.bufs = {}
