@@ -133,3 +133,28 @@ def test_onnxruntime_matches_estimator(classic, oracle):
     else:
         agree = np.asarray(got).astype(str) == want.astype(str)
         assert agree.mean() >= 0.95, f"only {agree.mean():.0%} of the labels match the estimator"
+
+
+TREE_MODELS = [n for n in B.CLASSIC_MODELS if n.startswith(("rf_", "gb_", "lgbm_", "xgb_"))]
+
+
+@pytest.mark.parametrize("name", TREE_MODELS)
+def test_missing_values_match_onnxruntime(name):
+    """NaN features follow each node's missing-value branch as in onnxruntime; the same session
+    then runs a NaN-free batch (which skips the missing-value test) and still agrees."""
+    for mod in _NEEDS.get(name, ()):
+        pytest.importorskip(mod, reason=f"{mod} is a test-only dependency")
+    cm = B.build_classic(name)
+    X = np.array(cm.feeds["X"], dtype=np.float32)
+    holes = X.copy()
+    rows = np.arange(holes.shape[0])
+    holes[rows % 3 == 0, 0] = np.nan
+    holes[rows % 4 == 1, rows[: holes.shape[1]][-1]] = np.nan
+    holes[rows % 5 == 2, :] = np.nan
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ref = ort.InferenceSession(cm.model, so, providers=[CPU])
+    sess = rt.InferenceSession(cm.model, providers=[CPU])
+    names = [o.name for o in ref.get_outputs()]
+    for feed in (holes, X):
+        assert_outputs_equal(sess.run(None, {"X": feed}), ref.run(None, {"X": feed}), names)

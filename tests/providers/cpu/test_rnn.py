@@ -130,3 +130,27 @@ def test_only_final_state_wanted():
     x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
     check_node("LSTM", {"x": x}, ["", "Y_h"], opset=14, initializers=weights("LSTM", 1, np.float32),
                hidden_size=H, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,direction,lbr", [("LSTM", "bidirectional", 0), ("GRU", "bidirectional", 0),
+                                              ("GRU", "reverse", 1), ("RNN", "bidirectional", 0)])
+def test_initial_states_without_lengths(op, direction, lbr):
+    # the unmasked recurrences run a separate in-place loop: initial states must seed it and stay unchanged
+    ndir = 2 if direction == "bidirectional" else 1
+    x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
+    init = weights(op, ndir, np.float32)
+    init["seq"] = np.full(BATCH, SEQ, np.int32)  # all full length: no masking needed
+    init["h0"] = rng.standard_normal((ndir, BATCH, H)).astype(np.float32)
+    if op == "LSTM":
+        init["c0"] = rng.standard_normal((ndir, BATCH, H)).astype(np.float32)
+    kw = {"linear_before_reset": lbr} if op == "GRU" else {}
+    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    check_node(op, {"x": x}, outs, opset=14, initializers=init, rtol=1e-4, atol=1e-5, direction=direction,
+               hidden_size=H, **kw)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+def test_float16(op):
+    x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float16)
+    init = {k: v.astype(np.float16) for k, v in weights(op, 1, np.float32).items()}
+    check_node(op, {"x": x}, ["Y", "Y_h"], opset=14, initializers=init, rtol=2e-2, atol=2e-2, hidden_size=H)

@@ -178,7 +178,7 @@ class _Forest:
                  "slot", "roots", "depth", "n_targets", "agg", "W", "H", "W1", "max_feature",
                  "thr_dtype", "groups", "const_has", "n_trees", "packed")
 
-    def _cond(self, v, th, node_bits, node_nan):
+    def _cond(self, v, th, node_bits, node_nan, nan_check):
         mode = self.same_mode
         if mode == _LEQ:
             cond = v <= th
@@ -196,7 +196,7 @@ class _Forest:
             code = (v < th).view(np.uint8) | ((v == th).view(np.uint8) << 1) | (
                 (v > th).view(np.uint8) << 2)
             cond = (node_bits() & code) != 0
-        if self.has_nan_true:
+        if nan_check:
             cond |= node_nan() & np.isnan(v)
         return cond
 
@@ -207,10 +207,12 @@ class _Forest:
         t = roots.shape[0]
         if self.depth == 0 or n * t == 0:
             return np.broadcast_to(self.slot[roots][:, None], (t, n)).copy()
+        # missing-value routing only matters when some input is NaN: one check per batch
+        nan_check = self.has_nan_true and X.dtype.kind == "f" and bool(np.isnan(X).any())
         # level 0: every row of a tree is at its root, a broadcast comparison
         v = X[:, self.feat[roots]].T
         cond = self._cond(v, self.thr[roots][:, None], lambda: self.bits[roots][:, None],
-                          lambda: self.nan_true[roots][:, None])
+                          lambda: self.nan_true[roots][:, None], nan_check)
         idx = (self.base1[roots][:, None] - cond).reshape(-1)
         flat = X.reshape(-1)
         rowoff = np.tile(np.arange(n, dtype=np.intp) * c, t)
@@ -221,7 +223,7 @@ class _Forest:
         pos = None
         for level in range(1, self.depth):
             if level >= 3 and level % 2 == 1:
-                act = is_branch[idx]
+                act = is_branch.take(idx)
                 k = int(np.count_nonzero(act))
                 if k == 0:
                     break
@@ -236,17 +238,18 @@ class _Forest:
                     rowoff = rowoff[act]
             cur = idx
             if packed is not None:
-                pk = packed[cur]
+                # take() over 1-D tables is faster than fancy indexing; the subtraction reuses pk
+                pk = packed.take(cur)
                 f = pk & 0xFFFFF
                 f += rowoff
-                v = flat[f]
-                cond = self._cond(v, thr[cur], lambda: self.bits[cur], lambda: self.nan_true[cur])
+                v = flat.take(f)
+                cond = self._cond(v, thr.take(cur), lambda: self.bits[cur], lambda: self.nan_true[cur], nan_check)
                 pk >>= 20
-                idx = pk - cond
+                idx = np.subtract(pk, cond, out=pk)
             else:
-                v = flat[rowoff + feat[cur]]
-                cond = self._cond(v, thr[cur], lambda: self.bits[cur], lambda: self.nan_true[cur])
-                idx = base1[cur] - cond
+                v = flat.take(rowoff + feat.take(cur))
+                cond = self._cond(v, thr.take(cur), lambda: self.bits[cur], lambda: self.nan_true[cur], nan_check)
+                idx = base1.take(cur) - cond
         if out is not None:
             out[pos] = idx
             idx = out

@@ -143,6 +143,9 @@ def _lstm(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
     if layout == 1:
         initial_h = None if initial_h is None else np.swapaxes(initial_h, 0, 1)
         initial_c = None if initial_c is None else np.swapaxes(initial_c, 0, 1)
+    # default activations, no clip, peepholes or masking: the loop below runs ~10 ufuncs a step
+    fast = (lens is None and clip is None and P is None and not input_forget
+            and all(a[0] is _ACT[k][1] for a, k in zip(acts, ["sigmoid", "tanh", "tanh"] * len(dirs))))
     ys, hs, cs = [], [], []
     for d, rev in enumerate(dirs):
         (f, fa, fb), (g, ga, gb), (hh, ha, hb) = acts[3 * d:3 * d + 3]
@@ -153,6 +156,12 @@ def _lstm(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
         pi, po, pf = p[:H], p[H:2 * H], p[2 * H:]
         h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
         c0 = np.zeros((batch, H), dt) if initial_c is None else initial_c[d]
+        if fast:
+            y, h, c = _lstm_fast(xw, R[d], h0, c0, rev, dt, H)
+            ys.append(y)
+            hs.append(h)
+            cs.append(c)
+            continue
 
         def step(t, h, c, xw=xw, rt=rt, pi=pi, po=po, pf=pf, f=f, fa=fa, fb=fb, g=g, ga=ga, gb=gb,
                  hh=hh, ha=ha, hb=hb):
@@ -189,6 +198,8 @@ def gru(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
     acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], len(dirs))
     if layout == 1 and initial_h is not None:
         initial_h = np.swapaxes(initial_h, 0, 1)
+    fast = (lens is None and clip is None
+            and all(a[0] is _ACT[k][1] for a, k in zip(acts, ["sigmoid", "tanh"] * len(dirs))))
     ys, hs = [], []
     for d, rev in enumerate(dirs):
         (f, fa, fb), (g, ga, gb) = acts[2 * d:2 * d + 2]
@@ -198,6 +209,11 @@ def gru(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
         rz_r = R[d][:2 * H].T
         rh = R[d][2 * H:].T
         h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
+        if fast:
+            y, h = _gru_fast(xw, R[d], rb, h0, rev, dt, H, linear_before_reset)
+            ys.append(y)
+            hs.append(h)
+            continue
 
         def step(t, h, _, xw=xw, rz_r=rz_r, rh=rh, rb=rb, f=f, fa=fa, fb=fb, g=g, ga=ga, gb=gb):
             zr = xw[t][:, :2 * H] + h @ rz_r + rb[:2 * H]
@@ -231,6 +247,7 @@ def rnn(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
     acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], len(dirs))
     if layout == 1 and initial_h is not None:
         initial_h = np.swapaxes(initial_h, 0, 1)
+    fast = lens is None and clip is None and all(a[0] is _ACT["tanh"][1] for a in acts)
     ys, hs = [], []
     for d, rev in enumerate(dirs):
         (f, fa, fb) = acts[d]
@@ -238,6 +255,11 @@ def rnn(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
         xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, H) + (b[:H] + b[H:])
         rt = R[d].T
         h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
+        if fast:
+            y, h = _rnn_fast(xw, R[d], h0, rev, dt)
+            ys.append(y)
+            hs.append(h)
+            continue
 
         def step(t, h, _, xw=xw, rt=rt, f=f, fa=fa, fb=fb):
             pre = xw[t] + h @ rt
@@ -250,6 +272,104 @@ def rnn(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
         hs.append(h)
     y, yh, _ = _finish(ys, hs, None, layout, ctx.outputs_wanted)
     return y, yh
+
+
+# ---------------------------------------------------------------------------------------
+# fast recurrences: default activations, no clip, no peepholes, no sequence-length masking.
+# sigmoid(v) = 0.5 + 0.5 * tanh(v / 2); the /2 is folded into the (exactly halved) input
+# projection and recurrence weights of the sigmoid gates, so every gate of a step is one
+# matmul into a preallocated buffer, one add and one tanh; states are updated in place and
+# each new hidden state is written straight into its row of Y.
+# ---------------------------------------------------------------------------------------
+
+def _halve_rows(xw, R, rows):
+    """Halve the sigmoid gates' columns of ``xw`` (in place) and rows of a copy of ``R``."""
+    xw[..., :rows] *= 0.5
+    r = np.array(R, copy=True)
+    r[:rows] *= 0.5
+    return r.T
+
+
+def _lstm_fast(xw, R, h0, c0, rev, dt, H):
+    seq, batch = xw.shape[0], xw.shape[1]
+    rt = _halve_rows(xw, R, 3 * H)  # gates i, o, f are sigmoid; c is tanh
+    ys = np.empty((seq, batch, H), dt)
+    g = np.empty((batch, 4 * H), dt)
+    tmp = np.empty((batch, H), dt)
+    sig, gi, go, gf, gc = g[:, :3 * H], g[:, :H], g[:, H:2 * H], g[:, 2 * H:3 * H], g[:, 3 * H:]
+    c = np.array(c0, dtype=dt, copy=True)
+    h = np.ascontiguousarray(h0, dtype=dt)
+    matmul, tanh, multiply = np.matmul, np.tanh, np.multiply
+    for t in (range(seq - 1, -1, -1) if rev else range(seq)):
+        matmul(h, rt, out=g)
+        g += xw[t]
+        tanh(g, out=g)
+        sig *= 0.5
+        sig += 0.5
+        c *= gf
+        gc *= gi
+        c += gc
+        tanh(c, out=tmp)
+        h = ys[t]
+        multiply(go, tmp, out=h)
+    return ys, h.copy(), c
+
+
+def _gru_fast(xw, R, rb, h0, rev, dt, H, linear_before_reset):
+    seq, batch = xw.shape[0], xw.shape[1]
+    xw[..., :2 * H] += rb[:2 * H]
+    if not linear_before_reset:
+        xw[..., 2 * H:] += rb[2 * H:]  # outside the reset product: a constant of the input term
+    rt = _halve_rows(xw, R, 2 * H)  # gates z, r are sigmoid; h is tanh
+    xzr, xn = xw[..., :2 * H], xw[..., 2 * H:]
+    rbh = rb[2 * H:]
+    ys = np.empty((seq, batch, H), dt)
+    g = np.empty((batch, 3 * H), dt)
+    zr, z, r, n = g[:, :2 * H], g[:, :H], g[:, H:2 * H], g[:, 2 * H:]
+    h = np.ascontiguousarray(h0, dtype=dt)
+    matmul, tanh, multiply, subtract = np.matmul, np.tanh, np.multiply, np.subtract
+    if not linear_before_reset:
+        rzr, rh = rt[:, :2 * H], rt[:, 2 * H:]
+        rh_in = np.empty((batch, H), dt)
+    for t in (range(seq - 1, -1, -1) if rev else range(seq)):
+        if linear_before_reset:
+            matmul(h, rt, out=g)
+            zr += xzr[t]
+        else:
+            matmul(h, rzr, out=zr)
+            zr += xzr[t]
+        tanh(zr, out=zr)
+        zr *= 0.5
+        zr += 0.5
+        if linear_before_reset:
+            n += rbh
+            n *= r
+        else:
+            multiply(r, h, out=rh_in)
+            matmul(rh_in, rh, out=n)
+        n += xn[t]
+        tanh(n, out=n)
+        hn = ys[t]  # h' = (1 - z) * n + z * h = n + z * (h - n)
+        subtract(h, n, out=hn)
+        hn *= z
+        hn += n
+        h = hn
+    return ys, h.copy()
+
+
+def _rnn_fast(xw, R, h0, rev, dt):
+    seq = xw.shape[0]
+    rt = R.T
+    ys = np.empty(xw.shape, dt)
+    h = np.ascontiguousarray(h0, dtype=dt)
+    matmul, tanh = np.matmul, np.tanh
+    for t in (range(seq - 1, -1, -1) if rev else range(seq)):
+        y = ys[t]
+        matmul(h, rt, out=y)
+        y += xw[t]
+        tanh(y, out=y)
+        h = y
+    return ys, h.copy()
 
 
 # ---------------------------------------------------------------------------------------
