@@ -253,7 +253,7 @@ class _Forest:
         if out is not None:
             out[pos] = idx
             idx = out
-        return self.slot[idx].reshape(t, n)
+        return self.slot.take(idx).reshape(t, n)
 
     def scores(self, X: np.ndarray):
         """Aggregated leaf weights ``(N, n_targets)`` (threshold dtype) and has-score flags.
@@ -274,13 +274,13 @@ class _Forest:
             slots = self.leaves(X[start:stop])  # (t, rows)
             o = out[start:stop]
             if self.groups is not None:  # every tree writes one target: trees grouped by target
-                vals = self.W1[slots]
+                vals = self.W1.take(slots)
                 for target, a, b in self.groups:
                     o[:, target] = _seq_reduce(vals[a:b], self.agg)
             else:
-                o[:] = _seq_reduce(self.W[slots], self.agg)
+                o[:] = _seq_reduce(self.W.take(slots, axis=0), self.agg)  # take: ~4x faster than W[slots]
             if self.const_has is None:
-                has[start:stop] = self.H[slots].any(axis=0)
+                has[start:stop] = self.H.take(slots, axis=0).any(axis=0)
         if self.const_has is not None:
             has[:] = self.const_has
         if self.agg in ("MIN", "MAX"):
