@@ -135,7 +135,7 @@ def test_only_final_state_wanted():
 @pytest.mark.parametrize("op,direction,lbr", [("LSTM", "bidirectional", 0), ("GRU", "bidirectional", 0),
                                               ("GRU", "reverse", 1), ("RNN", "bidirectional", 0)])
 def test_initial_states_without_lengths(op, direction, lbr):
-    # the unmasked recurrences run a separate in-place loop: initial states must seed it and stay unchanged
+    # the unmasked recurrences run a separate in-place loop: the initial states must seed it
     ndir = 2 if direction == "bidirectional" else 1
     x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
     init = weights(op, ndir, np.float32)

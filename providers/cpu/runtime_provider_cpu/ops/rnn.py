@@ -112,13 +112,22 @@ def _directions(direction):
     raise ValueError(f"direction {direction!r} is not forward, reverse or bidirectional")
 
 
+def _steps(seq, reverse):
+    """Time steps in the order a direction visits them."""
+    return range(seq - 1, -1, -1) if reverse else range(seq)
+
+
+def _defaults(acts, names):
+    """True when every direction uses the named default activations (their alpha/beta are unused)."""
+    return all(fn is _ACT[names[i % len(names)]][1] for i, (fn, _, _) in enumerate(acts))
+
+
 def _run(x, lens, reverse, step, h0, extra0, dtype):
     """Loop over time; ``step(t, h, extra) -> (h, extra)``; masked by sequence lengths."""
     seq = x.shape[0]
     h, extra = h0, extra0
     ys = np.zeros((seq,) + h0.shape, dtype=dtype)
-    order = range(seq - 1, -1, -1) if reverse else range(seq)
-    for t in order:
+    for t in _steps(seq, reverse):
         nh, nextra = step(t, h, extra)
         if lens is not None:
             valid = (t < lens)[:, None]
@@ -145,15 +154,12 @@ def _lstm(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
         initial_c = None if initial_c is None else np.swapaxes(initial_c, 0, 1)
     # default activations, no clip, peepholes or masking: the loop below runs ~10 ufuncs a step
     fast = (lens is None and clip is None and P is None and not input_forget
-            and all(a[0] is _ACT[k][1] for a, k in zip(acts, ["sigmoid", "tanh", "tanh"] * len(dirs))))
+            and _defaults(acts, ["sigmoid", "tanh", "tanh"]))
     ys, hs, cs = [], [], []
     for d, rev in enumerate(dirs):
         (f, fa, fb), (g, ga, gb), (hh, ha, hb) = acts[3 * d:3 * d + 3]
         b = np.zeros(8 * H, dt) if B is None else B[d]
         xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, 4 * H) + (b[:4 * H] + b[4 * H:])
-        rt = R[d].T
-        p = np.zeros(3 * H, dt) if P is None else P[d]
-        pi, po, pf = p[:H], p[H:2 * H], p[2 * H:]
         h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
         c0 = np.zeros((batch, H), dt) if initial_c is None else initial_c[d]
         if fast:
@@ -162,6 +168,9 @@ def _lstm(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
             hs.append(h)
             cs.append(c)
             continue
+        rt = R[d].T
+        p = np.zeros(3 * H, dt) if P is None else P[d]
+        pi, po, pf = p[:H], p[H:2 * H], p[2 * H:]
 
         def step(t, h, c, xw=xw, rt=rt, pi=pi, po=po, pf=pf, f=f, fa=fa, fb=fb, g=g, ga=ga, gb=gb,
                  hh=hh, ha=ha, hb=hb):
@@ -198,22 +207,21 @@ def gru(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
     acts = _activations(activations, activation_alpha, activation_beta, ["Sigmoid", "Tanh"], len(dirs))
     if layout == 1 and initial_h is not None:
         initial_h = np.swapaxes(initial_h, 0, 1)
-    fast = (lens is None and clip is None
-            and all(a[0] is _ACT[k][1] for a, k in zip(acts, ["sigmoid", "tanh"] * len(dirs))))
+    fast = lens is None and clip is None and _defaults(acts, ["sigmoid", "tanh"])
     ys, hs = [], []
     for d, rev in enumerate(dirs):
         (f, fa, fb), (g, ga, gb) = acts[2 * d:2 * d + 2]
         b = np.zeros(6 * H, dt) if B is None else B[d]
         wb, rb = b[:3 * H], b[3 * H:]
         xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, 3 * H) + wb
-        rz_r = R[d][:2 * H].T
-        rh = R[d][2 * H:].T
         h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
         if fast:
             y, h = _gru_fast(xw, R[d], rb, h0, rev, dt, H, linear_before_reset)
             ys.append(y)
             hs.append(h)
             continue
+        rz_r = R[d][:2 * H].T
+        rh = R[d][2 * H:].T
 
         def step(t, h, _, xw=xw, rz_r=rz_r, rh=rh, rb=rb, f=f, fa=fa, fb=fb, g=g, ga=ga, gb=gb):
             zr = xw[t][:, :2 * H] + h @ rz_r + rb[:2 * H]
@@ -247,19 +255,19 @@ def rnn(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
     acts = _activations(activations, activation_alpha, activation_beta, ["Tanh"], len(dirs))
     if layout == 1 and initial_h is not None:
         initial_h = np.swapaxes(initial_h, 0, 1)
-    fast = lens is None and clip is None and all(a[0] is _ACT["tanh"][1] for a in acts)
+    fast = lens is None and clip is None and _defaults(acts, ["tanh"])
     ys, hs = [], []
     for d, rev in enumerate(dirs):
         (f, fa, fb) = acts[d]
         b = np.zeros(2 * H, dt) if B is None else B[d]
         xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, H) + (b[:H] + b[H:])
-        rt = R[d].T
         h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
         if fast:
             y, h = _rnn_fast(xw, R[d], h0, rev, dt)
             ys.append(y)
             hs.append(h)
             continue
+        rt = R[d].T
 
         def step(t, h, _, xw=xw, rt=rt, f=f, fa=fa, fb=fb):
             pre = xw[t] + h @ rt
@@ -300,7 +308,7 @@ def _lstm_fast(xw, R, h0, c0, rev, dt, H):
     c = np.array(c0, dtype=dt, copy=True)
     h = np.ascontiguousarray(h0, dtype=dt)
     matmul, tanh, multiply = np.matmul, np.tanh, np.multiply
-    for t in (range(seq - 1, -1, -1) if rev else range(seq)):
+    for t in _steps(seq, rev):
         matmul(h, rt, out=g)
         g += xw[t]
         tanh(g, out=g)
@@ -312,7 +320,7 @@ def _lstm_fast(xw, R, h0, c0, rev, dt, H):
         tanh(c, out=tmp)
         h = ys[t]
         multiply(go, tmp, out=h)
-    return ys, h.copy(), c
+    return ys, h, c  # h is a row of ys: _finish's np.stack copies it
 
 
 def _gru_fast(xw, R, rb, h0, rev, dt, H, linear_before_reset):
@@ -331,7 +339,7 @@ def _gru_fast(xw, R, rb, h0, rev, dt, H, linear_before_reset):
     if not linear_before_reset:
         rzr, rh = rt[:, :2 * H], rt[:, 2 * H:]
         rh_in = np.empty((batch, H), dt)
-    for t in (range(seq - 1, -1, -1) if rev else range(seq)):
+    for t in _steps(seq, rev):
         if linear_before_reset:
             matmul(h, rt, out=g)
             zr += xzr[t]
@@ -354,7 +362,7 @@ def _gru_fast(xw, R, rb, h0, rev, dt, H, linear_before_reset):
         hn *= z
         hn += n
         h = hn
-    return ys, h.copy()
+    return ys, h
 
 
 def _rnn_fast(xw, R, h0, rev, dt):
@@ -363,13 +371,13 @@ def _rnn_fast(xw, R, h0, rev, dt):
     ys = np.empty(xw.shape, dt)
     h = np.ascontiguousarray(h0, dtype=dt)
     matmul, tanh = np.matmul, np.tanh
-    for t in (range(seq - 1, -1, -1) if rev else range(seq)):
+    for t in _steps(seq, rev):
         y = ys[t]
         matmul(h, rt, out=y)
         y += xw[t]
         tanh(y, out=y)
         h = y
-    return ys, h.copy()
+    return ys, h
 
 
 # ---------------------------------------------------------------------------------------
