@@ -2,10 +2,37 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import onnx
 from onnx import AttributeProto, numpy_helper
+
+
+#: repeated attributes at least this long are decoded with one object per distinct value
+_SHARE_FROM = 64
+
+
+def _utf8(b: bytes) -> str:
+    return b.decode("utf-8", errors="surrogateescape")
+
+
+def _shared(values, conv) -> list:
+    """``[conv(v) for v in values]``, but a long list (tree ensembles carry 10^5-entry ints,
+    floats and strings attributes, mostly repeats: node ids, feature ids, modes, zero
+    weights) holds one object per *distinct* value, so a 100-tree forest decodes into a few
+    MB rather than ~30 (a Python int or float is 24-32 bytes, a str ~60). Values that
+    compare equal are the same value here, except the two zeros of a float: those are kept
+    apart by their sign (NaNs never compare equal, so each keeps its own object)."""
+    if len(values) < _SHARE_FROM:
+        return [conv(v) for v in values]
+    seen: dict = {}
+    get = seen.setdefault
+    if conv is not float:
+        return [get(v, v) for v in map(conv, values)]
+    pos, neg = 0.0, -0.0
+    return [get(v, v) if v else (neg if math.copysign(1.0, v) < 0 else pos)
+            for v in map(float, values)]
 
 
 def attr_value(attr: AttributeProto) -> Any:
@@ -18,11 +45,11 @@ def attr_value(attr: AttributeProto) -> Any:
     if t == AttributeProto.STRING:
         return attr.s.decode("utf-8", errors="surrogateescape")
     if t == AttributeProto.INTS:
-        return [int(v) for v in attr.ints]
+        return _shared(attr.ints, int)
     if t == AttributeProto.FLOATS:
-        return [float(v) for v in attr.floats]
+        return _shared(attr.floats, float)
     if t == AttributeProto.STRINGS:
-        return [s.decode("utf-8", errors="surrogateescape") for s in attr.strings]
+        return _shared(attr.strings, _utf8)
     if t == AttributeProto.TENSOR:
         return numpy_helper.to_array(attr.t)
     if t == AttributeProto.TENSORS:
@@ -50,14 +77,15 @@ def get_schema(op_type: str, domain: str, opset: int):
         return None
 
 
-def resolve_attrs(node: onnx.NodeProto, schema) -> dict[str, Any]:
+def resolve_attrs(node: onnx.NodeProto, schema, attributes=None) -> dict[str, Any]:
     """Every attribute of the schema with the node's value, else the default, else None.
 
     Without a schema (custom domains) only the node's own attributes are returned.
     Raises ``ValueError`` for attributes the schema does not define or required
-    ones the node lacks.
+    ones the node lacks. ``attributes``, when given, are the node's attributes instead of
+    ``node.attribute`` (``node`` then only names the op: no attribute is copied into it).
     """
-    given = {a.name: a for a in node.attribute}
+    given = {a.name: a for a in (node.attribute if attributes is None else attributes)}
     if schema is None:
         return {name: attr_value(a) for name, a in given.items()}
     out: dict[str, Any] = {}

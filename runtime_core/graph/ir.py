@@ -89,7 +89,13 @@ class Graph:
         self.types: dict[str, onnx.TypeProto] = {}
         for vi in list(typed.value_info) + list(typed.input) + list(typed.output):
             if vi.type.WhichOneof("value"):
-                self.types[vi.name] = vi.type
+                if typed is g:
+                    self.types[vi.name] = vi.type
+                else:  # a copy: a reference would keep the whole inferred model alive
+                    t = onnx.TypeProto()
+                    t.CopyFrom(vi.type)
+                    self.types[vi.name] = t
+        typed = None
         self.initializers: dict[str, np.ndarray] = {}
         for t in g.initializer:
             arr = weights.get(t.name)
@@ -173,10 +179,11 @@ class Graph:
         proto_attrs = list(proto_attrs or [])
         if attrs is not None:
             proto_attrs = [onnx.helper.make_attribute(k, v) for k, v in attrs.items()]
-        tmp = onnx.helper.make_node(op_type, inputs, outputs, name=name, domain=domain)
-        tmp.attribute.extend(proto_attrs)
+        # the op alone: extending a NodeProto with the attributes would copy them (a tree
+        # ensemble's are megabytes)
+        tmp = onnx.helper.make_node(op_type, [], [], name=name, domain=domain)
         try:
-            resolved = resolve_attrs(tmp, schema)
+            resolved = resolve_attrs(tmp, schema, proto_attrs)
         except ValueError as exc:
             raise InvalidModelError(f"node {name!r} ({op_type}): {exc}") from exc
         implicit: list[str] = []

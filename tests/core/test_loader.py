@@ -139,3 +139,27 @@ def test_external_data_from_bytes_is_refused(tmp_path):
 def test_errors_share_one_hierarchy():
     for cls in (ModelLoadError, InvalidModelError, UnsupportedModelError, ExternalDataError):
         assert issubclass(cls, RuntimeCoreError)
+
+
+def test_long_repeated_attributes_decode_to_shared_values():
+    """Long ints / floats / strings attributes (tree ensembles) hold one object per distinct
+    value, with the same values as a plain decode: the zeros keep their signs, NaNs stay NaN."""
+    from runtime_core.graph.attrs import attr_value
+
+    n = 1000
+    floats = [0.0, -0.0, 1.5, float("nan"), -2.25] * (n // 5)
+    ints = [7, 123456789, -3, 123456789] * (n // 4)
+    strings = ["BRANCH_LEQ", "LEAF", "BRANCH_LT"] * (n // 3)
+    fa = attr_value(helper.make_attribute("f", floats))
+    ia = attr_value(helper.make_attribute("i", ints))
+    sa = attr_value(helper.make_attribute("s", strings))
+    assert [type(v) for v in fa] == [float] * n and ia == ints and sa == strings
+    got = np.array(fa)
+    want = np.array(floats, dtype=np.float32).astype(np.float64)  # FLOATS are float32 on the wire
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    assert len({id(v) for v in ia}) == 3 and len({id(v) for v in sa}) == 3
+    assert len({id(v) for v in fa if v == v}) == 4  # 0.0, -0.0, 1.5, -2.25; each NaN its own
+    # short lists decode as before: one object per entry
+    assert attr_value(helper.make_attribute("s", ["a", "b"])) == ["a", "b"]
+
