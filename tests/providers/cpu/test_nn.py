@@ -160,6 +160,21 @@ def test_conv2d(cmg, ks, stride, pads, dil):
                dilations=[dil, dil], opset=11, **kw, **F32)
 
 
+@pytest.mark.parametrize("ks,strides,pads", [
+    ((7, 7), [2, 2], [3, 3, 3, 3]),   # a ResNet stem: the phase-split im2col
+    ((7, 7), [2, 2], [3, 3, 2, 1]),   # odd sizes, uneven end padding
+    ((5, 5), [2, 2], [4, 4, 4, 4]),   # padding wider than the stride
+    ((4, 4), [2, 2], [1, 0, 2, 0]),   # exactly 4 taps per phase
+    ((7, 5), [3, 2], [2, 1, 0, 2]),   # unequal strides, phases of unequal tap counts
+    ((5, 5), [2, 2], None),
+])
+def test_conv_strided_many_taps(ks, strides, pads):
+    kw = {"pads": pads} if pads else {}
+    for shape in [(2, 3, 23, 21), (1, 2, 12, 16)]:
+        check_node("Conv", {"x": rnd(*shape)}, initializers={"w": rnd(4, shape[1], *ks), "b": rnd(4)},
+                   strides=strides, **kw, **F32)
+
+
 @pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER", "VALID", "NOTSET"])
 @pytest.mark.parametrize("stride", [1, 2, 3])
 @pytest.mark.parametrize("k", [1, 2, 3])
