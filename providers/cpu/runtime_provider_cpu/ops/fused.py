@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from ._common import mean_last, sum_last
 from ..executable import inplace_variant
 from ..registry import kernel
 from .elementwise import gelu_erf_f32 as _gelu_erf_f32
@@ -203,12 +204,13 @@ def _skip_ln(ctx, x, skip, gamma, beta, bias, epsilon, out):
     if bias is not None:
         s += bias.astype(f32, copy=False)
     n_out = max(ctx.n_outputs, 1)
-    mean = s.mean(axis=-1, keepdims=True)
+    # row means as BLAS products with ones (``mean_last``): ~30% of the kernel at (197, 192)
+    mean = mean_last(s, s.ndim - 1)
     # the same arithmetic as (s - mean), (dev * dev), dev * inv * gamma + beta, on two buffers:
     # dev overwrites s unless the sum itself is an output
     dev = np.subtract(s, mean, out=None if n_out > 3 else s)
     tmp = np.multiply(dev, dev)
-    var = np.mean(tmp, axis=-1, keepdims=True)
+    var = mean_last(tmp, tmp.ndim - 1)
     inv = f32(1.0) / np.sqrt(var + f32(epsilon))
     y = np.multiply(dev, inv, out=tmp)
     y *= gamma.astype(f32, copy=False)
@@ -282,7 +284,13 @@ def _softmax_inplace(z):
     m = np.where(np.isfinite(m), m, np.float32(0))
     np.subtract(z, m, out=z)
     np.exp(z, out=z)
-    z /= np.sum(z, axis=-1, keepdims=True)
+    t = z.shape[-1]
+    tot = sum_last(z, t)
+    if tot is None:
+        z /= np.sum(z, axis=-1, keepdims=True)
+    else:  # row sums as one BLAS product with ones, then one multiply by their reciprocals
+        np.reciprocal(tot, out=tot)
+        z *= tot.reshape(z.shape[:-1] + (1,))
     return z
 
 
