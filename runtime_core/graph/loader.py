@@ -370,19 +370,22 @@ def _split_model(r: _Reader, size: int) -> tuple[bytes, dict]:
     return body, weights
 
 
-def _read_split(path: Path, origin: str) -> tuple[bytes | None, dict]:
-    """Split the model file (see :func:`_split_model`); ``(None, {})`` when the walk does not
-    understand the file, which is then read and parsed whole (so protobuf words the error)."""
+def _read_split(path: Path, origin: str) -> tuple[bytes | None, dict, bytes | None]:
+    """Split the model file (see :func:`_split_model`): ``(skeleton, weights, None)``; or
+    ``(None, {}, None)`` when the walk does not understand the file, which is then read and
+    parsed whole (so protobuf words the error); or ``(None, {}, data)`` for a pipe or device,
+    read to its end through this one open (a second open of a FIFO would miss what the writer
+    sent to the first, or find the writer gone)."""
     try:
         with open(path, "rb", buffering=0) as f:
             st = os.fstat(f.fileno())
             if not stat.S_ISREG(st.st_mode):
-                return None, {}  # a pipe or device: read it as a stream
+                return None, {}, f.readall()  # a pipe or device: read it as a stream
             size = st.st_size
             try:
-                return _split_model(_Reader(f=f), size)
+                return (*_split_model(_Reader(f=f), size), None)
             except _WireError:
-                return None, {}
+                return None, {}, None
     except FileNotFoundError:
         raise ModelLoadError(f"{origin} does not exist") from None
     except IsADirectoryError:
@@ -468,9 +471,8 @@ def load(path_or_bytes, *, check: bool = True) -> LoadedModel:
     elif isinstance(path_or_bytes, (str, os.PathLike)):
         path = Path(path_or_bytes)
         origin = f"model file {str(path)!r}"
-        data = None
-        skeleton, weights = _read_split(path, origin)
-        if skeleton is None:
+        skeleton, weights, data = _read_split(path, origin)
+        if skeleton is None and data is None:
             data = _read_whole(path, origin)
         base_dir = path.parent
     else:
