@@ -1,7 +1,8 @@
 """The ONNX backend test suite on the CPU provider, through the isolated runner.
 
 Every case runs; the test fails when a case outside ``exclusions.txt`` fails, when an
-excluded case passes (the list must stay true), or when fewer than 2013 of 2033 pass.
+excluded case passes (the list must stay true; a ``[platform-dependent]`` entry may pass, and
+has its own test here), or when fewer than 2013 of 2033 pass.
 """
 
 from __future__ import annotations
