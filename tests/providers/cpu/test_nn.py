@@ -167,6 +167,9 @@ def test_conv2d(cmg, ks, stride, pads, dil):
     ((4, 4), [2, 2], [1, 0, 2, 0]),   # exactly 4 taps per phase
     ((7, 5), [3, 2], [2, 1, 0, 2]),   # unequal strides, phases of unequal tap counts
     ((5, 5), [2, 2], None),
+    ((4, 4), [4, 4], None),           # non-overlapping patches (ViT): the transpose im2col
+    ((3, 4), [3, 4], [0, 0, 2, 3]),   # patches with end padding: the patch view would not fit
+    ((2, 3), [2, 3], [0, 0, 0, 0]),   # patches not covering the whole input (23 % 2, 21 % 3)
 ])
 def test_conv_strided_many_taps(ks, strides, pads):
     kw = {"pads": pads} if pads else {}
