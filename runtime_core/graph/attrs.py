@@ -77,15 +77,15 @@ def get_schema(op_type: str, domain: str, opset: int):
         return None
 
 
-def resolve_attrs(node: onnx.NodeProto, schema, attributes=None) -> dict[str, Any]:
-    """Every attribute of the schema with the node's value, else the default, else None.
+def resolve_attrs(op_type: str, attributes, schema) -> dict[str, Any]:
+    """Every attribute of the schema with the node's value (``attributes``: the node's
+    ``AttributeProto``s, read where they are, never copied), else the default, else None.
 
     Without a schema (custom domains) only the node's own attributes are returned.
     Raises ``ValueError`` for attributes the schema does not define or required
-    ones the node lacks. ``attributes``, when given, are the node's attributes instead of
-    ``node.attribute`` (``node`` then only names the op: no attribute is copied into it).
+    ones the node lacks.
     """
-    given = {a.name: a for a in (node.attribute if attributes is None else attributes)}
+    given = {a.name: a for a in attributes}
     if schema is None:
         return {name: attr_value(a) for name, a in given.items()}
     out: dict[str, Any] = {}
@@ -93,7 +93,7 @@ def resolve_attrs(node: onnx.NodeProto, schema, attributes=None) -> dict[str, An
     unknown = [n for n in given if n not in known]
     if unknown:
         raise ValueError(f"attribute(s) {', '.join(unknown)} are not defined by "
-                         f"{node.op_type}-{schema.since_version}; it has: {', '.join(sorted(known)) or 'none'}")
+                         f"{op_type}-{schema.since_version}; it has: {', '.join(sorted(known)) or 'none'}")
     for name, spec in known.items():
         if name in given:
             a = given[name]
@@ -101,7 +101,7 @@ def resolve_attrs(node: onnx.NodeProto, schema, attributes=None) -> dict[str, An
                 raise ValueError(f"attribute {name} refers to {a.ref_attr_name!r} outside a function")
             out[name] = attr_value(a)
         elif spec.required:
-            raise ValueError(f"required attribute {name!r} of {node.op_type} is missing")
+            raise ValueError(f"required attribute {name!r} of {op_type} is missing")
         else:
             default = spec.default_value
             if default is not None and default.type != AttributeProto.UNDEFINED:

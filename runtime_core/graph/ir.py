@@ -70,6 +70,12 @@ def subgraph_outer_names(g: onnx.GraphProto) -> list[str]:
     return used
 
 
+def _copy_type(t: onnx.TypeProto) -> onnx.TypeProto:
+    c = onnx.TypeProto()
+    c.CopyFrom(t)
+    return c
+
+
 class Graph:
     """A model's main graph in the core's form."""
 
@@ -89,13 +95,9 @@ class Graph:
         self.types: dict[str, onnx.TypeProto] = {}
         for vi in list(typed.value_info) + list(typed.input) + list(typed.output):
             if vi.type.WhichOneof("value"):
-                if typed is g:
-                    self.types[vi.name] = vi.type
-                else:  # a copy: a reference would keep the whole inferred model alive
-                    t = onnx.TypeProto()
-                    t.CopyFrom(vi.type)
-                    self.types[vi.name] = t
-        typed = None
+                # from an inferred model, a copy: a reference would keep that model alive
+                self.types[vi.name] = vi.type if typed is g else _copy_type(vi.type)
+        typed = None  # the inferred model is freed here, not at the end of __init__
         self.initializers: dict[str, np.ndarray] = {}
         for t in g.initializer:
             arr = weights.get(t.name)
@@ -179,11 +181,8 @@ class Graph:
         proto_attrs = list(proto_attrs or [])
         if attrs is not None:
             proto_attrs = [onnx.helper.make_attribute(k, v) for k, v in attrs.items()]
-        # the op alone: extending a NodeProto with the attributes would copy them (a tree
-        # ensemble's are megabytes)
-        tmp = onnx.helper.make_node(op_type, [], [], name=name, domain=domain)
-        try:
-            resolved = resolve_attrs(tmp, schema, proto_attrs)
+        try:  # from the protos as they are: a copy of a tree ensemble's would be megabytes
+            resolved = resolve_attrs(op_type, proto_attrs, schema)
         except ValueError as exc:
             raise InvalidModelError(f"node {name!r} ({op_type}): {exc}") from exc
         implicit: list[str] = []

@@ -162,4 +162,3 @@ def test_long_repeated_attributes_decode_to_shared_values():
     assert len({id(v) for v in fa if v == v}) == 4  # 0.0, -0.0, 1.5, -2.25; each NaN its own
     # short lists decode as before: one object per entry
     assert attr_value(helper.make_attribute("s", ["a", "b"])) == ["a", "b"]
-

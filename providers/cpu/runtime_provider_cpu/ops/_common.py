@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -85,9 +87,7 @@ def mean_last(a: np.ndarray, first: int) -> np.ndarray:
     """``a.mean(axis=(first, ..., a.ndim - 1), keepdims=True)``; for float32 / float64
     C-contiguous arrays as a BLAS product with ones (see :func:`sum_last`)."""
     axes = tuple(range(first, a.ndim))
-    n = 1
-    for ax in axes:
-        n *= a.shape[ax]
+    n = math.prod(a.shape[first:])
     s = sum_last(a, n)
     if s is None:
         return a.mean(axis=axes, keepdims=True)

@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from ._common import mean_last, sum_last
 from ..executable import inplace_variant
 from ..registry import kernel
+from ._common import mean_last, sum_last
 from .elementwise import gelu_erf_f32 as _gelu_erf_f32
 
 MS = "com.microsoft"
