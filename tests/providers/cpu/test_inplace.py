@@ -176,6 +176,65 @@ def test_skip_layernorm_and_biasgelu_in_place_match_fresh():
             np.testing.assert_array_equal(r, o)
     h = rnd(3, 8)
     np.testing.assert_array_equal(fused.bias_gelu(None, h, bias), fused.bias_gelu_inplace(None, 0, h.copy(), bias))
+    for bv in (None, bias):
+        np.testing.assert_array_equal(fused.fast_gelu(None, h, bv), fused.fast_gelu_inplace(None, 0, h.copy(), bv))
+    with pytest.raises(ValueError, match="does not match"):
+        fused.fast_gelu_inplace(None, 0, h.copy(), rnd(5))
+
+
+def _gelu_refs(x):
+    import math
+
+    from scipy.special import erf
+
+    xd = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        exact = 0.5 * xd * (1 + erf(xd / math.sqrt(2)))
+        # 0.5 x (1 + tanh(u)) written as x sigmoid(2u): the same function, without float64's
+        # own cancellation of 1 + tanh(u) (about 1e-16 absolute) in the negative tail
+        tanh_form = xd / (1 + np.exp(-2 * math.sqrt(2 / math.pi) * (xd + 0.044715 * xd ** 3)))
+    return exact, tanh_form
+
+
+def test_gelu_f32_accuracy_and_specials():
+    from runtime_provider_cpu.ops.elementwise import gelu_erf_f32, gelu_tanh_f32
+
+    x = np.linspace(-12, 12, 300_001).astype(np.float32)
+    exact, tanh_form = _gelu_refs(x)
+    with np.errstate(all="ignore"):
+        g, t = gelu_erf_f32(x), gelu_tanh_f32(x)
+    assert g.dtype == t.dtype == np.float32
+    np.testing.assert_allclose(g, exact, rtol=0, atol=1.5e-6)
+    np.testing.assert_allclose(t, tanh_form, rtol=0, atol=1e-6)
+    # the sigmoid form keeps relative accuracy in the negative tail (1 + tanh would cancel:
+    # the old float32 form was off by up to 10% of values there)
+    big = np.abs(tanh_form) > 1e-30
+    np.testing.assert_allclose(t[big], tanh_form[big], rtol=3e-5)  # (the exponent itself is ~70 there)
+    with np.errstate(all="ignore"):
+        for f in (gelu_erf_f32, gelu_tanh_f32):
+            sp = f(np.float32([np.nan, np.inf, 0.0, -30.0, 30.0]))
+            assert np.isnan(sp[0]) and sp[1] == np.inf and sp[2] == 0 and sp[3] == 0 and sp[4] == 30
+
+
+@pytest.mark.parametrize("block", [7, 64, 65536])
+def test_gelu_f32_blocks_bias_and_aliasing(block, monkeypatch):
+    from runtime_provider_cpu.ops import elementwise as ew
+
+    x, b = rnd(9, 40), rnd(40)
+    whole_erf, whole_tanh = ew.gelu_erf_f32(x), ew.gelu_tanh_f32(x + b)
+    monkeypatch.setattr(ew, "_BLOCK", block)
+    np.testing.assert_array_equal(ew.gelu_erf_f32(x), whole_erf)
+    np.testing.assert_array_equal(ew.gelu_tanh_f32(x, b), whole_tanh)
+    y = x.copy()
+    assert ew.gelu_erf_f32(y, out=y) is y
+    np.testing.assert_array_equal(y, whole_erf)
+    y = x.copy()
+    assert ew.gelu_tanh_f32(y, b, out=y) is y
+    np.testing.assert_array_equal(y, whole_tanh)
+    xt = np.asfortranarray(x)  # a non-contiguous input (and out) is read and written correctly
+    np.testing.assert_array_equal(ew.gelu_tanh_f32(xt, b, out=xt), whole_tanh)
+    np.testing.assert_array_equal(xt, whole_tanh)
+    assert ew.gelu_tanh_f32(np.zeros((0, 4), np.float32)).shape == (0, 4)
 
 
 def test_erf_f32_accuracy():

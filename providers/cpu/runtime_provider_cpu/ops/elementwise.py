@@ -217,12 +217,17 @@ _F32_4 = np.float32(4.0)
 _BLOCK = 65536  # elements per block: a block's four temporaries (256 KiB each) stay in cache
 
 
-def _erf_block(a, x2, p, q):
-    """erf of the float32 block ``a`` (already clipped to [-4, 4]) into ``a``; x2/p/q: scratch."""
+#: the numerator's coefficients halved (exactly): erf(a) / 2
+_ERF_P_HALF = tuple(c * np.float32(0.5) for c in _ERF_P)
+
+
+def _erf_block(a, x2, p, q, pc=_ERF_P):
+    """erf of the float32 block ``a`` (already clipped to [-4, 4]) into ``a``; x2/p/q: scratch.
+    ``pc``: the numerator's coefficients (``_ERF_P_HALF`` gives erf / 2)."""
     np.multiply(a, a, out=x2)
-    np.multiply(x2, _ERF_P[0], out=p)
-    p += _ERF_P[1]
-    for c in _ERF_P[2:]:
+    np.multiply(x2, pc[0], out=p)
+    p += pc[1]
+    for c in pc[2:]:
         p *= x2
         p += c
     p *= a
@@ -265,23 +270,66 @@ def erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 def gelu_erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """0.5 * x * (1 + erf(x / sqrt(2))) of a float32 array, block by block (``out`` may be x)."""
+    """0.5 * x * (1 + erf(x / sqrt(2))) of a float32 array, block by block (``out`` may be x).
+
+    The 0.5 is folded into the numerator's coefficients (a power of two: exact), so a block
+    is ``x * (0.5 + erf(x / sqrt(2)) / 2)``; x is read again only by the last multiply, so
+    no copy of it is kept even when the result overwrites it."""
     xf, res, rf = _blocks(x, out)
     n = xf.size
     m = min(n, _BLOCK)
-    x2, p, q, xs = (np.empty(m, np.float32) for _ in range(4))
+    x2, p, q, a = (np.empty(m, np.float32) for _ in range(4))
     c = np.float32(1.0 / math.sqrt(2.0))
     for i in range(0, n, _BLOCK):
         j = min(i + _BLOCK, n)
         k = j - i
-        xb = xs[:k]
-        np.copyto(xb, xf[i:j])  # x itself may be the result array: keep the block's inputs
-        a = np.multiply(xb, c, out=rf[i:j])
-        np.clip(a, -_F32_4, _F32_4, out=a)
-        _erf_block(a, x2[:k], p[:k], q[:k])
-        a += np.float32(1.0)
-        a *= xb
-        a *= np.float32(0.5)
+        ab = np.multiply(xf[i:j], c, out=a[:k])
+        np.clip(ab, -_F32_4, _F32_4, out=ab)
+        _erf_block(ab, x2[:k], p[:k], q[:k], _ERF_P_HALF)
+        ab += np.float32(0.5)
+        np.multiply(ab, xf[i:j], out=rf[i:j])
+    if out is not None and res is not out:
+        out[...] = res
+        return out
+    return res
+
+
+# Gelu's tanh form 0.5 * x * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3), is
+# x * sigmoid(2u) = x / (1 + exp(-2u)): one exp instead of a tanh (numpy's float32 tanh is a
+# scalar loop on AVX2, ~3 ns an element; exp is vectorized, ~1.8) and four fewer passes. It is
+# also the better-conditioned form: 1 + tanh(u) cancels for negative x, the sigmoid does not.
+_GT_B = np.float32(-2.0 * math.sqrt(2.0 / math.pi))
+_GT_A = np.float32(-2.0 * math.sqrt(2.0 / math.pi) * 0.044715)
+_F32_1 = np.float32(1.0)
+
+
+def gelu_tanh_f32(x: np.ndarray, bias: np.ndarray | None = None,
+                  out: np.ndarray | None = None) -> np.ndarray:
+    """Gelu's tanh approximation of float32 ``x`` (plus ``bias``, a vector of x's last dim),
+    computed in cache-sized blocks of whole rows; ``out`` may be x."""
+    xc = np.ascontiguousarray(x)
+    res = out if out is not None and out.flags.c_contiguous else np.empty(x.shape, np.float32)
+    d = x.shape[-1] if x.ndim else 1
+    n = xc.size
+    if n == 0:
+        return res if out is None or res is out else out
+    rows = n // d if d else 0
+    x2, r2 = xc.reshape(rows, d), res.reshape(rows, d)
+    br = max(1, _BLOCK // d)
+    m = min(rows, br)
+    t = np.empty((m, d), np.float32)
+    s = np.empty((m, d), np.float32) if bias is not None else None
+    for i in range(0, rows, br):
+        j = min(i + br, rows)
+        k = j - i
+        xb = x2[i:j] if bias is None else np.add(x2[i:j], bias, out=s[:k])
+        tb = np.multiply(xb, xb, out=t[:k])
+        tb *= _GT_A
+        tb += _GT_B
+        tb *= xb  # -2u
+        np.exp(tb, out=tb)
+        tb += _F32_1
+        np.divide(xb, tb, out=r2[i:j])
     if out is not None and res is not out:
         out[...] = res
         return out
@@ -464,6 +512,8 @@ def _gelu_check(node):
 
 def _gelu_f(x, approximate):
     t = x.dtype.type
+    if approximate == "tanh" and x.dtype == _F32:
+        return gelu_tanh_f32(x)
     if approximate == "tanh":
         inner = x * x
         inner *= t(0.044715)

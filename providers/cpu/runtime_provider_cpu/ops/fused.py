@@ -17,6 +17,7 @@ from ..executable import inplace_variant
 from ..registry import kernel
 from ._common import mean_last, sum_last
 from .elementwise import gelu_erf_f32 as _gelu_erf_f32
+from .elementwise import gelu_tanh_f32 as _gelu_tanh_f32
 
 MS = "com.microsoft"
 _F32 = {"float32"}
@@ -38,17 +39,11 @@ def _gelu_erf(x, out=None):
     return y.astype(x.dtype, copy=False)
 
 
-def _gelu_tanh(x):
+def _gelu_tanh(x, bias=None, out=None):
+    """Gelu's tanh approximation of ``x (+ bias)`` in float32 (see ``gelu_tanh_f32``)."""
     xf = x.astype(np.float32, copy=False)
-    inner = xf * xf
-    inner *= np.float32(0.044715)
-    inner += np.float32(1.0)
-    inner *= xf
-    inner *= np.float32(math.sqrt(2.0 / math.pi))
-    y = np.tanh(inner, out=inner)
-    y += np.float32(1.0)
-    y *= xf
-    y *= np.float32(0.5)
+    bf = None if bias is None else bias.astype(np.float32, copy=False)
+    y = _gelu_tanh_f32(xf, bf, out=out if out is not None and out.dtype == np.float32 else None)
     return y.astype(x.dtype, copy=False)
 
 
@@ -73,12 +68,21 @@ def ms_gelu(ctx, x):
 @kernel("FastGelu", 1, domain=MS, dtypes=_F32, check=_bias_check)
 def fast_gelu(ctx, x, bias=None):
     """The tanh approximation of Gelu, of ``x + bias`` when a bias is given."""
-    if bias is not None:
-        if bias.ndim != 1 or bias.shape[0] != x.shape[-1]:
-            raise ValueError(f"FastGelu bias of shape {bias.shape} does not match input {x.shape}")
-        x = x + bias
+    if bias is not None and (bias.ndim != 1 or x.ndim == 0 or bias.shape[0] != x.shape[-1]):
+        raise ValueError(f"FastGelu bias of shape {bias.shape} does not match input {x.shape}")
     with np.errstate(all="ignore"):
-        return _gelu_tanh(x)
+        return _gelu_tanh(x, bias)
+
+
+@inplace_variant(fast_gelu, 0)
+def fast_gelu_inplace(ctx, owned, x, bias=None):
+    """``fast_gelu`` written into ``x`` (handed over by the executable)."""
+    if x.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
+        return fast_gelu(ctx, x, bias)
+    if bias is not None and (bias.ndim != 1 or x.ndim == 0 or bias.shape[0] != x.shape[-1]):
+        raise ValueError(f"FastGelu bias of shape {bias.shape} does not match input {x.shape}")
+    with np.errstate(all="ignore"):
+        return _gelu_tanh_f32(x, bias, out=x)
 
 
 @kernel("BiasGelu", 1, domain=MS, dtypes=_F32, check=_bias_check)
