@@ -253,6 +253,37 @@ def test_erf_f32_accuracy():
     np.testing.assert_array_equal(y, got)
 
 
+def _inplace_steps(sess):
+    return sum(getattr(getattr(st, "executable", None), "n_inplace_steps", 0) for st in sess._plan.steps)
+
+
+def test_small_static_outputs_skip_the_inplace_test(monkeypatch):
+    if not ex._INPLACE:
+        pytest.skip("in-place execution is off on this interpreter")
+    monkeypatch.delenv("RUNTIME_CORE_CPU_INPLACE_MIN", raising=False)
+    default = ex._inplace_min_elements()
+    assert default == 4096
+    monkeypatch.setattr(ex, "_INPLACE_MIN_ELEMENTS", default)
+    chain = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])]
+    for shape, want in (((3, 4), 0), ((63, 65), 0), ((64, 64), 1), ((2, 3000), 1)):
+        x = rnd(*shape)
+        s = session(chain, {"x": x}, ["y"])
+        assert _inplace_steps(s) == want, shape
+        np.testing.assert_array_equal(s.run(None, {"x": x})[0], -np.maximum(x, 0))
+    # a symbolic dimension: the size is only known at run time, so the variant stays
+    m = make_model(chain, {"x": rnd(3, 4)}, ["y"], opset=17)
+    m.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "n"
+    for vi in m.graph.output:
+        vi.type.tensor_type.shape.dim[0].dim_param = "n"
+    so = rt.SessionOptions()
+    so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
+    s = rt.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert _inplace_steps(s) == 1
+    for raw, want in (("0", 0), ("100", 100), ("-5", 0), ("x", 4096)):
+        monkeypatch.setenv("RUNTIME_CORE_CPU_INPLACE_MIN", raw)
+        assert ex._inplace_min_elements() == want
+
+
 def test_calibration_and_switch(monkeypatch):
     # the import-time check accepts exclusive arrays and refuses held ones on this interpreter
     assert ex._INPLACE == ex._calibrate()
