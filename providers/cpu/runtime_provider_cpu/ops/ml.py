@@ -223,7 +223,7 @@ class _Forest:
         pos = None
         for level in range(1, self.depth):
             if level >= 3 and level % 2 == 1:
-                act = is_branch.take(idx)
+                act = is_branch.take(idx, mode=_CLIP)
                 k = int(np.count_nonzero(act))
                 if k == 0:
                     break
@@ -239,21 +239,23 @@ class _Forest:
             cur = idx
             if packed is not None:
                 # take() over 1-D tables is faster than fancy indexing; the subtraction reuses pk
-                pk = packed.take(cur)
+                pk = packed.take(cur, mode=_CLIP)
                 f = pk & 0xFFFFF
                 f += rowoff
-                v = flat.take(f)
-                cond = self._cond(v, thr.take(cur), lambda: self.bits[cur], lambda: self.nan_true[cur], nan_check)
+                v = flat.take(f, mode=_CLIP)
+                cond = self._cond(v, thr.take(cur, mode=_CLIP), lambda: self.bits[cur], lambda: self.nan_true[cur],
+                                  nan_check)
                 pk >>= 20
                 idx = np.subtract(pk, cond, out=pk)
             else:
-                v = flat.take(rowoff + feat.take(cur))
-                cond = self._cond(v, thr.take(cur), lambda: self.bits[cur], lambda: self.nan_true[cur], nan_check)
-                idx = base1.take(cur) - cond
+                v = flat.take(rowoff + feat.take(cur, mode=_CLIP), mode=_CLIP)
+                cond = self._cond(v, thr.take(cur, mode=_CLIP), lambda: self.bits[cur], lambda: self.nan_true[cur],
+                                  nan_check)
+                idx = base1.take(cur, mode=_CLIP) - cond
         if out is not None:
             out[pos] = idx
             idx = out
-        return self.slot.take(idx).reshape(t, n)
+        return self.slot.take(idx, mode=_CLIP).reshape(t, n)
 
     def scores(self, X: np.ndarray):
         """Aggregated leaf weights ``(N, n_targets)`` (threshold dtype) and has-score flags.
@@ -274,18 +276,24 @@ class _Forest:
             slots = self.leaves(X[start:stop])  # (t, rows)
             o = out[start:stop]
             if self.groups is not None:  # every tree writes one target: trees grouped by target
-                vals = self.W1.take(slots)
+                vals = self.W1.take(slots, mode=_CLIP)
                 for target, a, b in self.groups:
                     o[:, target] = _seq_reduce(vals[a:b], self.agg)
             else:
-                o[:] = _seq_reduce(self.W.take(slots, axis=0), self.agg)  # take: ~4x faster than W[slots]
+                o[:] = _seq_reduce(self.W.take(slots, axis=0, mode=_CLIP), self.agg)  # take: ~4x faster than W[slots]
             if self.const_has is None:
-                has[start:stop] = self.H.take(slots, axis=0).any(axis=0)
+                has[start:stop] = self.H.take(slots, axis=0, mode=_CLIP).any(axis=0)
         if self.const_has is not None:
             has[:] = self.const_has
         if self.agg in ("MIN", "MAX"):
             out = np.where(has, out, acc.type(0))
         return out, has
+
+
+#: every index the tree walk gathers with is valid by construction (children and leaf slots are
+#: checked when the forest is built, feature ids against the input's width before a run):
+#: ``take(mode="clip")`` skips the per-element bounds check that "raise" does (~30% of a gather)
+_CLIP = "clip"
 
 
 def _seq_reduce(vals: np.ndarray, agg: str) -> np.ndarray:
