@@ -31,6 +31,8 @@ def main(argv=None) -> int:
     p.add_argument("names", nargs="*", help=f"models (default all): {', '.join(models.MODELS)}")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeat", type=int, default=0, help="timed runs each (default 15 big / 30 others)")
+    p.add_argument("--min-time", type=float, default=3.0,
+                   help="seconds of interleaved runs at least, for the models other than the two big ones")
     p.add_argument("--cache", default=str(models.DEFAULT_CACHE))
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "RESULTS.md"))
     p.add_argument("--no-memory", action="store_true")
@@ -40,8 +42,10 @@ def main(argv=None) -> int:
         path, inputs = models.build(name, Path(a.cache))
         _, kw, desc = models.MODELS[name]
         repeat = a.repeat or (15 if name in BIG else 30)
+        # models of a few ms: at least 3 s of interleaved runs, so that a load swing of the
+        # machine does not decide the medians (30 runs of a 2 ms model last 0.1 s)
         r = bench(str(path), threads=a.threads, compare=True, warmup=3, repeat=repeat, inputs=str(inputs),
-                  memory=not a.no_memory, **kw)
+                  memory=not a.no_memory, min_time=a.min_time if name not in BIG else 0.0, **kw)
         print(f"== {name}\n{format_result(r)}\n", flush=True)
         rows.append((name, desc, r))
     lines = [f"# Benchmark results", "",

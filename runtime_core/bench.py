@@ -4,7 +4,8 @@
 
 * **latency**: both sessions live in this process; after ``warmup`` runs of each, the
   ``repeat`` timed runs alternate between them (ours, ORT, ORT, ours, ...), so that load
-  from other processes falls on both alike. Median, min and max of ``time.perf_counter``
+  from other processes falls on both alike; with ``min_time`` they go on until the timed runs
+  add up to that many seconds (at most 50x ``repeat``). Median, min and max of ``time.perf_counter``
   around ``sess.run``; the ratio is ours / onnxruntime of the medians.
 * **session creation**: wall time of the ``InferenceSession(...)`` call from the model path,
   for each runtime, in this process, after both runtimes are imported and runtime-core's plugins
@@ -289,12 +290,17 @@ def measure_memory(runtime: str, model: str, *, inputs=None, threads=0, level=99
 def bench(model: str, *, providers=None, threads: int = 2, compare: bool = False, warmup: int = 3,
           repeat: int = 20, level: int = 99, inputs: str | None = None, dim: int = 1,
           memory: bool = True, memory_runs: int = 3, create_repeat: int = 1, check: bool = True,
-          log=None, ort_spinning: bool = False) -> BenchResult:
+          log=None, ort_spinning: bool = False, min_time: float = 0.0) -> BenchResult:
     """Benchmark ``model`` (a path). See the module docstring for what is measured and how.
 
     ``ort_spinning``: leave onnxruntime's intra-op spin-waiting on (its default); off by default
-    here because in interleaved runs its spinning thread takes a core from the next run (ours)."""
+    here because in interleaved runs its spinning thread takes a core from the next run (ours).
+    ``min_time``: keep interleaving past ``repeat`` runs until the timed runs add up to at least
+    this many seconds (at most 50x ``repeat`` runs): a model of a few milliseconds then spans
+    enough of the machine's load swings for its medians to settle."""
     model = str(model)
+    if min_time < 0 or min_time != min_time:
+        raise BenchError(f"min_time must be >= 0 seconds, got {min_time!r}")
     if providers is None:
         providers = ["CPUExecutionProvider"]  # what onnxruntime is compared on
     if not Path(model).is_file():
@@ -319,8 +325,11 @@ def bench(model: str, *, providers=None, threads: int = 2, compare: bool = False
             ort_sess.run(None, feeds)
     a, o = [], []
     pc = time.perf_counter
-    for i in range(max(1, repeat)):
+    start = pc()
+    i = 0
+    while i < max(1, repeat) or (pc() - start < min_time and i < 50 * max(1, repeat)):
         order = (0, 1) if i % 2 == 0 else (1, 0)
+        i += 1
         for which in order:
             if which == 0:
                 t = pc()
@@ -357,7 +366,7 @@ def bench(model: str, *, providers=None, threads: int = 2, compare: bool = False
                 rt_name, model, inputs=inputs, threads=threads, level=level, runs=memory_runs,
                 providers=providers if rt_name == "ours" else None)
     return BenchResult(model=model, threads=threads, providers=prov_names, level=level, warmup=warmup,
-                       repeat=repeat, inputs=inputs or f"random (symbolic dims = {dim})", nodes=nodes,
+                       repeat=len(a), inputs=inputs or f"random (symbolic dims = {dim})", nodes=nodes,
                        ours=res_ours, ort=res_ort, max_abs_diff=diff, notes=notes)
 
 

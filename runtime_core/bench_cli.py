@@ -21,7 +21,7 @@ def cmd_bench(args, out) -> int:
         r = bench(args.model, providers=_providers(args.providers), threads=args.threads, compare=compare,
                   warmup=args.warmup, repeat=args.repeat, level=args.level, inputs=args.inputs, dim=args.dim,
                   memory=not args.no_memory, memory_runs=args.memory_runs, create_repeat=args.create_repeat,
-                  ort_spinning=args.ort_spinning)
+                  ort_spinning=args.ort_spinning, min_time=args.min_time)
     except BenchError as exc:
         import sys
 
@@ -70,6 +70,9 @@ def register(subparsers) -> None:
     sp.add_argument("--compare", metavar="onnxruntime", help="also run onnxruntime, interleaved with ours")
     sp.add_argument("--warmup", type=int, default=3)
     sp.add_argument("--repeat", type=int, default=20, help="timed runs of each runtime")
+    sp.add_argument("--min-time", type=float, default=0.0, metavar="SECONDS",
+                    help="keep interleaving past --repeat until the timed runs add up to this long "
+                         "(at most 50x --repeat runs; steadier medians for models of a few ms)")
     sp.add_argument("--create-repeat", type=int, default=1, help="session creations timed (minimum kept)")
     sp.add_argument("--memory-runs", type=int, default=3, help="runs in each memory subprocess")
     sp.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
