@@ -328,8 +328,14 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     k = k.reshape(b, s, h, dq).transpose(0, 2, 3, 1)
     v = v.reshape(b, s, h, dv).transpose(0, 2, 1, 3)
     sc = np.float32(scale if scale else 1.0 / math.sqrt(dq))
-    z = q @ k
-    z *= sc
+    if math.frexp(float(sc))[0] == 0.5:
+        # a power of two (1/8 for heads of 64): scaling q first is exact (short of subnormals)
+        # and touches s * dq elements per head instead of the scores' s * t (q views our proj)
+        q *= sc
+        z = q @ k
+    else:
+        z = q @ k
+        z *= sc
     t = s
     if mask_index is not None:
         z = _add_into(z, _mask_bias(mask_index, b, s, t, mask_filter_value)[:, None])
