@@ -303,6 +303,38 @@ def test_maxpool(ceil_mode, pads, stride, k, dil):
                ceil_mode=ceil_mode, dilations=[dil, dil], opset=12, **F32)
 
 
+def test_maxpool_without_padded_copy_matches_padded_path():
+    # the values path reduces the unpadded input tap by tap; the -inf-padded path is the reference
+    # (float with NaNs, and integers), over sizes, kernels, strides, dilations, pads and ceil
+    # mode; configurations with a window of padding only keep the padded path
+    from runtime_provider_cpu.ops import nn
+
+    rng = np.random.default_rng(3)
+    fast = fallback = 0
+    for h, k, s, d, pb, pe, cm in itertools.product([1, 4, 7], [1, 2, 3], [1, 2, 3], [1, 2], [0, 1, 2], [0, 2],
+                                                     [0, 1]):
+        if pb >= (k - 1) * d + 1 or pe >= (k - 1) * d + 1:
+            continue
+        geo = nn._pool_geometry((h, h + 1), [k, k], [s, s], [pb, pb, pe, pe], [d, d], "NOTSET", cm)
+        if min(geo[2]) <= 0:
+            continue
+        for x in (rng.standard_normal((1, 2, h, h + 1)).astype(np.float32),
+                  rng.integers(-50, 50, (1, 2, h, h + 1)).astype(np.int8)):
+            if x.dtype.kind == "f":
+                x.flat[::5] = np.nan
+            xp = nn._pooled_padded(x, geo[0], geo[1], geo[2], [s, s], [(k - 1) * d + 1] * 2, nn._neg_fill(x.dtype))
+            want = nn._separable_pool(xp, [k, k], [s, s], [d, d], geo[2], np.maximum)
+            got = nn._maxpool_unpadded(x, [k, k], [s, s], [d, d], geo[0], geo[1], geo[2])
+            if got is None:
+                fallback += 1
+                continue
+            fast += 1
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got, want)
+    assert fast > 300 and fallback > 0
+    assert nn._maxpool_unpadded(rnd(1, 1, 5, 5), [3, 3], [1, 1], [1, 1], [-1, 0], [0, 0], [3, 5]) is None
+
+
 @pytest.mark.parametrize("ceil_mode,pads,stride,k,dil", POOL_CASES)
 @pytest.mark.parametrize("count_include_pad", [0, 1])
 def test_averagepool(ceil_mode, pads, stride, k, dil, count_include_pad):

@@ -582,6 +582,47 @@ def _reduce_axis(x, axis, k, stride, dil, n_out, op):
     return acc
 
 
+def _reduce_axis_unpadded(x, axis, k, stride, dil, pad, n_out, op):
+    """``_reduce_axis`` of ``x`` padded by ``pad`` in front (and at the end as far as the
+    windows reach) with ``op``'s identity, without the padded copy: each tap reduces only the
+    outputs whose window position falls inside x. ``None`` when no tap covers every output
+    (a window could then hold padding only)."""
+    size = x.shape[axis]
+    ranges = [_tap_range(size, pad, t * dil, stride, n_out) for t in range(k)]
+    full = next((t for t, (lo, hi) in enumerate(ranges) if lo == 0 and hi == n_out), None)
+    if full is None:
+        return None
+
+    def view(t, lo, hi):
+        start = lo * stride + t * dil - pad
+        sl = [slice(None)] * x.ndim
+        sl[axis] = slice(start, start + (hi - lo - 1) * stride + 1, stride)
+        return x[tuple(sl)]
+
+    acc = view(full, 0, n_out).copy()
+    for t, (lo, hi) in enumerate(ranges):
+        if t != full and hi > lo:
+            sl = [slice(None)] * x.ndim
+            sl[axis] = slice(lo, hi)
+            part = acc[tuple(sl)]
+            op(part, view(t, lo, hi), out=part)
+    return acc
+
+
+def _maxpool_unpadded(x, ks, strides, dilations, pb, pe, out):
+    """MaxPool values as separable reductions over the unpadded input (no -inf-filled copy:
+    the copy and its fill were half of a ResNet stem's 3x3/2 pooling); ``None`` where that
+    does not apply (negative pads, or a window that could be all padding)."""
+    if min(pb) < 0 or min(pe) < 0:
+        return None
+    y = x
+    for i in range(len(ks)):
+        y = _reduce_axis_unpadded(y, 2 + i, ks[i], strides[i], dilations[i], pb[i], out[i], np.maximum)
+        if y is None:
+            return None
+    return y
+
+
 def _separable_pool(xp, ks, strides, dilations, out, op):
     y = xp
     for i in range(len(ks)):
@@ -605,10 +646,13 @@ def _maxpool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, st
     if N * C * math.prod(out) == 0:
         y = np.zeros((N, C, *out), dtype=x.dtype)
         return (y, np.zeros(y.shape, np.int64)) if ctx.n_outputs > 1 else y
-    xp = _pooled_padded(x, pb, pe, out, strides, k_eff, _neg_fill(x.dtype))
     if not want_idx:
-        y = _separable_pool(xp, ks, strides, dilations, out, np.maximum)
+        y = _maxpool_unpadded(x, ks, strides, dilations, pb, pe, out)
+        if y is None:
+            xp = _pooled_padded(x, pb, pe, out, strides, k_eff, _neg_fill(x.dtype))
+            y = _separable_pool(xp, ks, strides, dilations, out, np.maximum)
         return (y, None) if ctx.n_outputs > 1 else y
+    xp = _pooled_padded(x, pb, pe, out, strides, k_eff, _neg_fill(x.dtype))
     best = None
     arg = np.zeros((N, C, *out), dtype=np.int64)
     for kidx, offs in enumerate(np.ndindex(*ks)):
