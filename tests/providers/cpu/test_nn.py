@@ -160,6 +160,23 @@ def test_conv2d(cmg, ks, stride, pads, dil):
                dilations=[dil, dil], opset=11, **kw, **F32)
 
 
+@pytest.mark.parametrize("stride,dil,pads,bias", [
+    (1, 1, [1, 1, 1, 1], True), (2, 1, [1, 1, 1, 1], True), (2, 1, [0, 1, 2, 0], False),
+    (1, 2, [2, 2, 2, 2], True), (3, 1, None, True)])
+def test_depthwise_flat_path(stride, dil, pads, bias, monkeypatch):
+    # large images take the flat multiply-add path (with the bias added by its final crop);
+    # forced here on a small image by lowering the einsum path's size bound to nothing
+    from runtime_provider_cpu.ops import nn
+
+    monkeypatch.setattr(nn, "_DW_EINSUM_MAX_PIXELS", 0)
+    inits = {"w": rnd(6, 1, 3, 3)}
+    if bias:
+        inits["b"] = rnd(6)
+    kw = {"pads": pads} if pads else {}
+    check_node("Conv", {"x": rnd(2, 6, 13, 11)}, initializers=inits, group=6, strides=[stride, stride],
+               dilations=[dil, dil], opset=11, **kw, **F32)
+
+
 @pytest.mark.parametrize("ks,strides,pads", [
     ((7, 7), [2, 2], [3, 3, 3, 3]),   # a ResNet stem: the phase-split im2col
     ((7, 7), [2, 2], [3, 3, 2, 1]),   # odd sizes, uneven end padding

@@ -193,7 +193,7 @@ def _conv_pads(in_sp, k_eff, strides, pads, auto_pad):
     return p[:nd], p[nd:]
 
 
-def _depthwise_2d(xp, wk, ks, strides, dilations, out):
+def _depthwise_2d(xp, wk, ks, strides, dilations, out, b=None):
     """2-D depthwise convolution (one input channel and one output channel per group) of the
     padded input ``xp`` [N, C, Hp, Wp] with ``wk`` [C, KH*KW]: one multiply and one add per
     kernel tap over *flat contiguous* rows, so numpy's inner loops run the whole image
@@ -201,7 +201,8 @@ def _depthwise_2d(xp, wk, ks, strides, dilations, out):
     input shifted by ``i*dh*Wp + j*dw``; the columns past the output width are computed and
     dropped. With stride s > 1 (no dilation) the input is first split into its s*s phases
     (rows and columns congruent mod s), each a contiguous image, and a tap reads the phase
-    (i % s, j % s) shifted by (i // s, j // s): again a stride-1 shift."""
+    (i % s, j % s) shifted by (i // s, j // s): again a stride-1 shift. A bias ``b`` [C] is
+    added by the copy that drops those columns (one pass fewer than adding it afterwards)."""
     N, C = xp.shape[:2]
     OH, OW = out
     sh, sw = strides
@@ -247,7 +248,10 @@ def _depthwise_2d(xp, wk, ks, strides, dilations, out):
         else:
             np.multiply(src, wv, out=tmp)
             yl += tmp
-    return np.ascontiguousarray(y.reshape(N, C, OH, PW)[:, :, :, :OW])
+    crop = y.reshape(N, C, OH, PW)[:, :, :, :OW]
+    if b is None:
+        return np.ascontiguousarray(crop)
+    return np.add(crop, b.reshape(1, C, 1, 1).astype(crop.dtype, copy=False))
 
 
 #: below this many output pixels per channel a depthwise convolution is one einsum over a
@@ -377,7 +381,8 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe):
         y = _depthwise_einsum(x, w, strides, dilations, pb, pe, out)
     elif Cg == 1 and group > 1 and Mg == 1 and nd == 2 and (
             strides == [1, 1] or dilations == [1, 1]):
-        y = _depthwise_2d(xp, w.reshape(group, K), ks, strides, dilations, out)
+        y = _depthwise_2d(xp, w.reshape(group, K), ks, strides, dilations, out, b)
+        b = None  # added by the crop
     elif Cg == 1 and group > 1:
         # depthwise (channel multiplier Mg): one multiply-add per kernel tap
         wk = w.reshape(group, Mg, K)
