@@ -43,7 +43,7 @@ def attr_value(attr: AttributeProto) -> Any:
     if t == AttributeProto.FLOAT:
         return float(attr.f)
     if t == AttributeProto.STRING:
-        return attr.s.decode("utf-8", errors="surrogateescape")
+        return _utf8(attr.s)
     if t == AttributeProto.INTS:
         return _shared(attr.ints, int)
     if t == AttributeProto.FLOATS:

@@ -321,9 +321,12 @@ def test_maxpool(ceil_mode, pads, stride, k, dil):
 
 
 def test_maxpool_without_padded_copy_matches_padded_path():
-    # the values path reduces the unpadded input tap by tap; the -inf-padded path is the reference
-    # (float with NaNs, and integers), over sizes, kernels, strides, dilations, pads and ceil
-    # mode; configurations with a window of padding only keep the padded path
+    # the values path reduces the unpadded input tap by tap; the reference is the max over
+    # every window of the -inf-padded input (float with NaNs, and integers), over sizes,
+    # kernels, strides, dilations, pads and ceil mode; configurations with a window of padding
+    # only keep the padded path
+    from numpy.lib.stride_tricks import sliding_window_view
+
     from runtime_provider_cpu.ops import nn
 
     rng = np.random.default_rng(3)
@@ -340,7 +343,8 @@ def test_maxpool_without_padded_copy_matches_padded_path():
             if x.dtype.kind == "f":
                 x.flat[::5] = np.nan
             xp = nn._pooled_padded(x, geo[0], geo[1], geo[2], [s, s], [(k - 1) * d + 1] * 2, nn._neg_fill(x.dtype))
-            want = nn._separable_pool(xp, [k, k], [s, s], [d, d], geo[2], np.maximum)
+            win = sliding_window_view(xp, ((k - 1) * d + 1,) * 2, axis=(2, 3))[:, :, ::s, ::s, ::d, ::d]
+            want = win[:, :, :geo[2][0], :geo[2][1]].max(axis=(-2, -1))
             got = nn._maxpool_unpadded(x, [k, k], [s, s], [d, d], geo[0], geo[1], geo[2])
             if got is None:
                 fallback += 1

@@ -249,6 +249,14 @@ def _blocks(x, out):
     return xc.reshape(-1), res, res.reshape(-1)
 
 
+def _into(out, res):
+    """The result of a blocked kernel: ``res``, copied into ``out`` when that was not it."""
+    if out is not None and res is not out:
+        out[...] = res
+        return out
+    return res
+
+
 def erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """erf of a float32 array (``out`` may be ``x`` itself, or another float32 array of its shape).
 
@@ -263,10 +271,7 @@ def erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         k = j - i
         a = np.clip(xf[i:j], -_F32_4, _F32_4, out=rf[i:j])  # erf(+-4) rounds to +-1; nan stays nan
         _erf_block(a, x2[:k], p[:k], q[:k])
-    if out is not None and res is not out:
-        out[...] = res
-        return out
-    return res
+    return _into(out, res)
 
 
 def gelu_erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -288,10 +293,7 @@ def gelu_erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         _erf_block(ab, x2[:k], p[:k], q[:k], _ERF_P_HALF)
         ab += np.float32(0.5)
         np.multiply(ab, xf[i:j], out=rf[i:j])
-    if out is not None and res is not out:
-        out[...] = res
-        return out
-    return res
+    return _into(out, res)
 
 
 # Gelu's tanh form 0.5 * x * (1 + tanh(u)), u = sqrt(2/pi) * (x + 0.044715 x^3), is
@@ -307,14 +309,10 @@ def gelu_tanh_f32(x: np.ndarray, bias: np.ndarray | None = None,
                   out: np.ndarray | None = None) -> np.ndarray:
     """Gelu's tanh approximation of float32 ``x`` (plus ``bias``, a vector of x's last dim),
     computed in cache-sized blocks of whole rows; ``out`` may be x."""
-    xc = np.ascontiguousarray(x)
-    res = out if out is not None and out.flags.c_contiguous else np.empty(x.shape, np.float32)
-    d = x.shape[-1] if x.ndim else 1
-    n = xc.size
-    if n == 0:
-        return res if out is None or res is out else out
-    rows = n // d if d else 0
-    x2, r2 = xc.reshape(rows, d), res.reshape(rows, d)
+    xf, res, rf = _blocks(x, out)
+    d = max(x.shape[-1], 1) if x.ndim else 1  # rows of d: the bias broadcasts over each block
+    rows = xf.size // d
+    x2, r2 = xf.reshape(rows, d), rf.reshape(rows, d)
     br = max(1, _BLOCK // d)
     m = min(rows, br)
     t = np.empty((m, d), np.float32)
@@ -330,10 +328,7 @@ def gelu_tanh_f32(x: np.ndarray, bias: np.ndarray | None = None,
         np.exp(tb, out=tb)
         tb += _F32_1
         np.divide(xb, tb, out=r2[i:j])
-    if out is not None and res is not out:
-        out[...] = res
-        return out
-    return res
+    return _into(out, res)
 
 
 def _erf(x):

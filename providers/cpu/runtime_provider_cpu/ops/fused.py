@@ -65,24 +65,23 @@ def ms_gelu(ctx, x):
         return _gelu_erf(x)
 
 
-@kernel("FastGelu", 1, domain=MS, dtypes=_F32, check=_bias_check)
-def fast_gelu(ctx, x, bias=None):
-    """The tanh approximation of Gelu, of ``x + bias`` when a bias is given."""
+def _fast_gelu(x, bias, out):
     if bias is not None and (bias.ndim != 1 or x.ndim == 0 or bias.shape[0] != x.shape[-1]):
         raise ValueError(f"FastGelu bias of shape {bias.shape} does not match input {x.shape}")
     with np.errstate(all="ignore"):
-        return _gelu_tanh(x, bias)
+        return _gelu_tanh(x, bias, out=out)
+
+
+@kernel("FastGelu", 1, domain=MS, dtypes=_F32, check=_bias_check)
+def fast_gelu(ctx, x, bias=None):
+    """The tanh approximation of Gelu, of ``x + bias`` when a bias is given."""
+    return _fast_gelu(x, bias, None)
 
 
 @inplace_variant(fast_gelu, 0)
 def fast_gelu_inplace(ctx, owned, x, bias=None):
     """``fast_gelu`` written into ``x`` (handed over by the executable)."""
-    if x.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
-        return fast_gelu(ctx, x, bias)
-    if bias is not None and (bias.ndim != 1 or x.ndim == 0 or bias.shape[0] != x.shape[-1]):
-        raise ValueError(f"FastGelu bias of shape {bias.shape} does not match input {x.shape}")
-    with np.errstate(all="ignore"):
-        return _gelu_tanh_f32(x, bias, out=x)
+    return _fast_gelu(x, bias, x)
 
 
 @kernel("BiasGelu", 1, domain=MS, dtypes=_F32, check=_bias_check)

@@ -573,25 +573,12 @@ def _pooled_padded(x, pb, pe, out, strides, k_eff, fill):
     return _pad_const(x, pb, ends, fill)
 
 
-def _reduce_axis(x, axis, k, stride, dil, n_out, op):
-    """Windowed reduction along one axis: op over the k taps (stride, dilation)."""
-    acc = None
-    for t in range(k):
-        sl = [slice(None)] * x.ndim
-        sl[axis] = _tap_slice(t * dil, stride, n_out)
-        v = x[tuple(sl)]
-        if acc is None:
-            acc = v.copy()
-        else:
-            op(acc, v, out=acc)
-    return acc
-
-
-def _reduce_axis_unpadded(x, axis, k, stride, dil, pad, n_out, op):
-    """``_reduce_axis`` of ``x`` padded by ``pad`` in front (and at the end as far as the
-    windows reach) with ``op``'s identity, without the padded copy: each tap reduces only the
-    outputs whose window position falls inside x. ``None`` when no tap covers every output
-    (a window could then hold padding only)."""
+def _reduce_axis(x, axis, k, stride, dil, n_out, op, pad=0):
+    """Windowed reduction along one axis: op over the k taps (stride, dilation) of ``x``
+    padded by ``pad`` in front (and at the end as far as the windows reach) with ``op``'s
+    identity, without building that padded copy: each tap reduces only the outputs whose
+    window position falls inside x (on an already padded input, ``pad`` 0, every tap covers
+    every output). ``None`` when no tap covers every output (a window could hold padding only)."""
     size = x.shape[axis]
     ranges = [_tap_range(size, pad, t * dil, stride, n_out) for t in range(k)]
     full = next((t for t, (lo, hi) in enumerate(ranges) if lo == 0 and hi == n_out), None)
@@ -614,25 +601,24 @@ def _reduce_axis_unpadded(x, axis, k, stride, dil, pad, n_out, op):
     return acc
 
 
-def _maxpool_unpadded(x, ks, strides, dilations, pb, pe, out):
-    """MaxPool values as separable reductions over the unpadded input (no -inf-filled copy:
-    the copy and its fill were half of a ResNet stem's 3x3/2 pooling); ``None`` where that
-    does not apply (negative pads, or a window that could be all padding)."""
-    if min(pb) < 0 or min(pe) < 0:
-        return None
+def _separable_pool(x, ks, strides, dilations, out, op, pads=None):
+    """The pooling reduction axis by axis; ``pads`` (begin pads, one per axis): x is unpadded
+    (see ``_reduce_axis``), and the result is ``None`` where a window could be all padding."""
     y = x
     for i in range(len(ks)):
-        y = _reduce_axis_unpadded(y, 2 + i, ks[i], strides[i], dilations[i], pb[i], out[i], np.maximum)
+        y = _reduce_axis(y, 2 + i, ks[i], strides[i], dilations[i], out[i], op, 0 if pads is None else pads[i])
         if y is None:
             return None
     return y
 
 
-def _separable_pool(xp, ks, strides, dilations, out, op):
-    y = xp
-    for i in range(len(ks)):
-        y = _reduce_axis(y, 2 + i, ks[i], strides[i], dilations[i], out[i], op)
-    return y
+def _maxpool_unpadded(x, ks, strides, dilations, pb, pe, out):
+    """MaxPool values over the unpadded input (no -inf-filled copy: the copy and its fill were
+    half of a ResNet stem's 3x3/2 pooling); ``None`` where that does not apply (negative pads,
+    or a window that could be all padding)."""
+    if min(pb) < 0 or min(pe) < 0:
+        return None
+    return _separable_pool(x, ks, strides, dilations, out, np.maximum, pads=pb)
 
 
 def _neg_fill(dt):
