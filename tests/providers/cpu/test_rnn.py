@@ -154,3 +154,37 @@ def test_float16(op):
     x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float16)
     init = {k: v.astype(np.float16) for k, v in weights(op, 1, np.float32).items()}
     check_node(op, {"x": x}, ["Y", "Y_h"], opset=14, initializers=init, rtol=2e-2, atol=2e-2, hidden_size=H)
+
+
+@pytest.mark.parametrize("op,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1)])
+def test_recurrence_cache_and_saturation(op, lbr):
+    # the fast loops prepare R once per node when it is an initializer; when R is a graph
+    # input every run must use the R it is given. Pre-activations of a few hundred saturate every
+    # sigmoid and tanh (exp overflows to inf on purpose: no warning may escape).
+    import warnings
+
+    from oracle import assert_close, make_model, run_oracle
+
+    from runtime_core import InferenceSession
+
+    kw = {"linear_before_reset": lbr} if op == "GRU" else {}
+    outs = ["Y", "Y_h"] + (["Y_c"] if op == "LSTM" else [])
+    for r_is_input in (False, True):
+        init = weights(op, 2, np.float32)
+        x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
+        feeds = {"x": x, "R": init.pop("R")} if r_is_input else {"x": x}
+        node_ins = ["x", "W", "R", "B"]
+        from onnx import helper
+
+        node = helper.make_node(op, node_ins, outs, hidden_size=H, direction="bidirectional", **kw)
+        model = make_model([node], feeds, outs, opset=14, initializers=init)
+        sess = InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        for run in range(3):
+            scale = 400.0 if run == 2 else 1.0
+            feeds = {"x": (rng.standard_normal((SEQ, BATCH, IN)) * scale).astype(np.float32)}
+            if r_is_input:
+                feeds["R"] = (rng.standard_normal((2, GATES[op] * H, H)) * 0.5).astype(np.float32)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                ours = sess.run(None, feeds)
+            assert_close(ours, run_oracle(model, feeds), rtol=1e-4, atol=1e-5)
