@@ -70,7 +70,10 @@ class CPUExecutionProvider:
 
     @classmethod
     def probe(cls):
-        return _Probe(True, "", ["host (numpy %s)" % np.__version__])
+        from .ops.nn import NATIVE_ERROR
+
+        native = "compiled kernels" if NATIVE_ERROR is None else f"no compiled kernels ({NATIVE_ERROR})"
+        return _Probe(True, "", ["host (numpy %s, %s)" % (np.__version__, native)])
 
     def get_capability(self, graph):
         cap = _Capability()

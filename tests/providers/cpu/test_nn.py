@@ -164,10 +164,12 @@ def test_conv2d(cmg, ks, stride, pads, dil):
     (1, 1, [1, 1, 1, 1], True), (2, 1, [1, 1, 1, 1], True), (2, 1, [0, 1, 2, 0], False),
     (1, 2, [2, 2, 2, 2], True), (3, 1, None, True)])
 def test_depthwise_flat_path(stride, dil, pads, bias, monkeypatch):
-    # large images take the flat multiply-add path (with the bias added by its final crop);
-    # forced here on a small image by lowering the einsum path's size bound to nothing
+    # without the compiled kernel (float64, or a build without a C compiler), large images take
+    # the flat multiply-add path (with the bias added by its final crop); forced here on a small
+    # image by lowering the einsum path's size bound to nothing
     from runtime_provider_cpu.ops import nn
 
+    monkeypatch.setattr(nn, "_native", None)
     monkeypatch.setattr(nn, "_DW_EINSUM_MAX_PIXELS", 0)
     inits = {"w": rnd(6, 1, 3, 3)}
     if bias:
@@ -175,6 +177,49 @@ def test_depthwise_flat_path(stride, dil, pads, bias, monkeypatch):
     kw = {"pads": pads} if pads else {}
     check_node("Conv", {"x": rnd(2, 6, 13, 11)}, initializers=inits, group=6, strides=[stride, stride],
                dilations=[dil, dil], opset=11, **kw, **F32)
+
+
+@pytest.mark.parametrize("ks,strides,dil,pads", [
+    ((3, 3), [1, 1], [1, 1], [1, 1, 1, 1]), ((3, 3), [2, 2], [1, 1], [1, 1, 1, 1]),
+    ((3, 3), [2, 2], [1, 1], [0, 1, 2, 0]), ((3, 3), [1, 1], [2, 2], [2, 2, 2, 2]),
+    ((3, 3), [3, 2], [1, 1], None), ((5, 5), [2, 2], [1, 1], [2, 2, 2, 2]),
+    ((1, 1), [1, 1], [1, 1], [1, 0, 0, 1]), ((2, 4), [1, 3], [2, 1], [0, 3, 1, 2]),
+    ((3, 3), [1, 1], [1, 1], [4, 4, 4, 4]),   # padding wider than the kernel: all-zero rows
+])
+def test_depthwise_native(ks, strides, dil, pads):
+    # the compiled depthwise kernel (float32; every shape here goes through it)
+    from runtime_provider_cpu.ops import nn
+
+    assert nn._native is not None, nn.NATIVE_ERROR  # the wheel is built with its C extension
+    kw = {"pads": pads} if pads else {}
+    for shape, bias in [((2, 5, 13, 11), True), ((1, 3, 7, 9), False)]:
+        inits = {"w": rnd(shape[1], 1, *ks)}
+        if bias:
+            inits["b"] = rnd(shape[1])
+        check_node("Conv", {"x": rnd(*shape)}, initializers=inits, group=shape[1], strides=strides,
+                   dilations=dil, opset=11, **kw, **F32)
+
+
+def test_depthwise_native_checks_buffers():
+    # a buffer that does not hold what the shape says is a ValueError, never a read past it
+    from runtime_provider_cpu import _native
+
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    w = np.zeros((2, 1, 3, 3), np.float32)
+    y = np.zeros((1, 2, 4, 4), np.float32)
+    args = ((1, 2, 4, 4), (4, 4), (3, 3), (1, 1), (1, 1), (1, 1), 0.0, 0.5)
+    with pytest.raises(ValueError, match="X holds"):
+        _native.depthwise2d(x[:, :1], w, None, y, *args)
+    with pytest.raises(ValueError, match="B holds"):
+        _native.depthwise2d(x, w, np.zeros(3, np.float32), y, *args)
+    with pytest.raises(ValueError, match="Y holds"):
+        _native.depthwise2d(x, w, None, y.astype(np.float64), *args)
+    with pytest.raises(ValueError, match="contiguous"):
+        _native.depthwise2d(x, w, None, y[..., ::2], *args)  # not contiguous
+    with pytest.raises(ValueError, match="zero size"):
+        _native.depthwise2d(x, w, None, y, (1, 2, 4, 4), (4, 4), (3, 3), (0, 1), (1, 1), (1, 1), 0.0, 0.5)
+    _native.depthwise2d(np.ones_like(x), np.ones_like(w), None, y, *args)
+    assert (y == 0.5).all()  # every sum of 4..9 ones clipped to hi
 
 
 @pytest.mark.parametrize("ks,strides,pads", [

@@ -6,8 +6,9 @@ Design notes
   stays float32 end to end (scalars are cast to the compute dtype before they meet arrays).
 * Conv: im2col through ``sliding_window_view`` and one BLAS matmul per group (stacked
   ``np.matmul``); 1x1 kernels are a plain matmul over the (strided) input; depthwise
-  convolutions (one input channel per group) accumulate one vectorised multiply-add per
-  kernel tap. ConvTranspose is one matmul per group followed by a col2im scatter-add
+  convolutions (one input channel per group) in float32 run the compiled kernel of
+  ``_native.c`` (one pass, bias included); other dtypes accumulate one vectorised
+  multiply-add per kernel tap. ConvTranspose is one matmul per group followed by a col2im scatter-add
   per kernel tap.
 * Pooling reduces strided views, one per kernel tap along one axis at a time (max, sum
   and Lp sums are separable), so no Python loop ever runs over output pixels.
@@ -25,6 +26,14 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..executable import inplace_variant
 from ..registry import kernel
 from ._common import Scratch, mean_last, normalize_axis
+
+try:  # the compiled kernels, built with the wheel; without them the numpy paths run
+    from .. import _native
+except ImportError as exc:  # pragma: no cover - only a build without a C compiler
+    _native = None
+    NATIVE_ERROR = f"{type(exc).__name__}: {exc}"
+else:
+    NATIVE_ERROR = None
 
 _FLOAT = frozenset({"float16", "float32", "float64"})
 _BF16 = frozenset({"bfloat16"})  # ml_dtypes.bfloat16: computed in float32, cast back
@@ -377,6 +386,14 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe):
     xp = None if (taps or dw_einsum or N == 0 or P == 0 or M == 0) else _pad_const(x, pb, pe, 0)
     if N == 0 or P == 0 or M == 0:
         y = np.zeros((N, M, *out), dtype=x.dtype)
+    elif _native is not None and nonneg and Cg == 1 and Mg == 1 and group > 1 and x.dtype == _F32:
+        # the compiled depthwise kernel: one pass, bias included (see _native.c)
+        y = np.empty((N, M, *out), dtype=_F32)
+        _native.depthwise2d(np.ascontiguousarray(x), np.ascontiguousarray(w),
+                            None if b is None else np.ascontiguousarray(b), y, x.shape, tuple(out),
+                            tuple(ks), tuple(strides), tuple(dilations), (pb[0], pb[1]),
+                            -np.inf, np.inf)
+        b = None
     elif dw_einsum:
         y = _depthwise_einsum(x, w, strides, dilations, pb, pe, out)
     elif Cg == 1 and group > 1 and Mg == 1 and nd == 2 and (
