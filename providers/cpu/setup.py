@@ -6,5 +6,5 @@ from setuptools import Extension, setup
 setup(ext_modules=[Extension(
     "runtime_provider_cpu._native",
     ["runtime_provider_cpu/_native.c"],
-    extra_compile_args=["-O3", "-funroll-loops", "-fno-math-errno"],
+    extra_compile_args=["-O3", "-funroll-loops", "-fno-math-errno", "-Wno-psabi"],
 )])

@@ -7,13 +7,22 @@
  * passes for a 3x3 kernel); here each channel is padded once into a small scratch plane that
  * stays in cache and every output pixel is finished in registers.
  *
+ * recurrence: the time loop of LSTM and GRU (default activations, no clip, peepholes or
+ * sequence lengths) in float32. numpy needs ~12 ufunc calls and one BLAS gemv a step, each
+ * about a microsecond of call overhead on a 256-wide state; here a step is one pass over the
+ * recurrence matrix, packed by chunks of hidden units, with the gate nonlinearities applied
+ * to the chunk's sums while they are in registers. One thread: a second thread of our own
+ * was 2x faster alone but 10-40x slower right after any multi-threaded BLAS call, whose
+ * worker threads keep spinning on the cores for a while (see benchmarks/README.md).
+ *
  * Every buffer is checked against the shape it is said to have before anything is read, and
- * the GIL is released while the kernel runs. Called from runtime_provider_cpu.ops.nn, which
- * makes the arrays C-contiguous float32 first.
+ * the GIL is released while the kernels run. Called from runtime_provider_cpu.ops.nn and
+ * .ops.rnn, which make the arrays C-contiguous float32 first.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -89,20 +98,26 @@ static void dw_plane(const float *restrict xp, Py_ssize_t Wp, const float *restr
     }
 }
 
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n_floats,
-                      const char *what)
+static int get_buffer_of(const char *fn, PyObject *obj, Py_buffer *view, int writable,
+                         Py_ssize_t n_floats, const char *what)
 {
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0)
         return -1;
     if (view->len != n_floats * (Py_ssize_t)sizeof(float) || view->itemsize != sizeof(float)) {
         PyErr_Format(PyExc_ValueError,
-                     "depthwise2d: %s holds %zd bytes of %zd-byte items, expected %zd float32",
-                     what, view->len, view->itemsize, n_floats);
+                     "%s: %s holds %zd bytes of %zd-byte items, expected %zd float32",
+                     fn, what, view->len, view->itemsize, n_floats);
         PyBuffer_Release(view);
         return -1;
     }
     return 0;
+}
+
+static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n_floats,
+                      const char *what)
+{
+    return get_buffer_of("depthwise2d", obj, view, writable, n_floats, what);
 }
 
 static PyObject *depthwise2d(PyObject *self, PyObject *args)
@@ -189,14 +204,330 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------------------- */
+/* recurrence: the LSTM / GRU time loop                                                   */
+/* ------------------------------------------------------------------------------------- */
+
+/* hidden units per packed chunk: the recurrence matrix is packed as
+   [chunk][k][gate][RC_U] so one chunk's gates for one k are contiguous */
+#define RC_U 16
+#define RC_INLINE static inline __attribute__((always_inline))
+
+/* GCC / clang vector extensions: 8 floats, lowered to two SSE registers in the baseline
+   clone and one AVX register in the x86-64-v3 clone */
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4)));  /* unaligned loads */
+
+RC_INLINE v8f v8_load(const float *p) { return *(const v8f_u *)p; }
+RC_INLINE void v8_store(float *p, v8f v) { *(v8f_u *)p = v; }
+RC_INLINE v8f v8_set1(float x) { return (v8f){0} + x; }
+
+/* a where m is set, else b (m from a vector comparison: all ones or all zeros) */
+RC_INLINE v8f v8_select(v8i m, v8f a, v8f b) { return (v8f)((m & (v8i)a) | (~m & (v8i)b)); }
+
+/* exp in float32 with no branches: Cody-Waite reduction by ln 2 and Cephes's degree-5
+   polynomial on [-ln2/2, ln2/2], about 1 ulp. The argument is clamped to the normal
+   range, so exp(x < -87.3) is ~1.2e-38 rather than 0 and exp(x > 88.3) is ~2.4e38 rather
+   than inf; NaN stays NaN (both comparisons are false) */
+RC_INLINE v8f v8_exp(v8f x)
+{
+    const v8f lo = v8_set1(-87.3f), hi = v8_set1(88.3f), magic = v8_set1(12582912.0f);
+    x = v8_select(x < lo, lo, x);
+    x = v8_select(x > hi, hi, x);
+    const v8f n = (x * 1.44269504088896341f + magic) - magic; /* round to nearest */
+    v8f r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    v8f p = v8_set1(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+    return p * (v8f)e;
+}
+
+RC_INLINE v8f v8_sigmoid(v8f x) { return 1.0f / (1.0f + v8_exp(-x)); }
+
+/* tanh: (1 - e) / (1 + e) * sign(x) with e = exp(-2|x|) where that does not cancel
+   (|x| >= 0.25), the odd Taylor polynomial to x^9 below (truncation < 1e-8 relative) */
+RC_INLINE v8f v8_tanh(v8f x)
+{
+    const v8i sign = (v8i)x & (int32_t)0x80000000;
+    const v8f a = (v8f)((v8i)x & (int32_t)0x7fffffff);
+    const v8f e = v8_exp(-2.0f * a);
+    const v8f big = (v8f)((v8i)((1.0f - e) / (1.0f + e)) | sign);
+    const v8f x2 = x * x;
+    const v8f small = x * (1.0f + x2 * (-0.333333333333f + x2 * (0.133333333333f
+                      + x2 * (-0.0539682539683f + x2 * 0.0218694885362f))));
+    return v8_select(a < 0.25f, small, big);
+}
+
+typedef struct {
+    int lstm, lbr, reverse;
+    Py_ssize_t seq, B, H, nchunk;
+    const float *xw;   /* [seq, B, G*H]: input projection with the biases folded in */
+    const float *p1;   /* [nchunk, H, G1, RC_U]: the gates of the first product */
+    const float *p2;   /* GRU, linear_before_reset=0: [nchunk, H, 1, RC_U], the n gate */
+    const float *rbn;  /* GRU, linear_before_reset=1: [H], Rb of the n gate */
+    const float *h0;   /* [B, H] */
+    float *c;          /* LSTM: [B, H], c0 in, the last cell state out */
+    float *ys;         /* [seq, B, H] */
+    float *zbuf, *rh;  /* GRU, linear_before_reset=0: [B, H] each */
+} rc_job;
+
+/* out[i] = sum_k h[k] * p[k, i] for the G * RC_U outputs of one chunk; products of
+   even and odd k go to separate accumulators so that G = 1, 2 still keep eight FMAs in
+   flight */
+#define RC_GEMV(G)                                                                          \
+    RC_INLINE void rc_gemv##G(const float *restrict h, const float *restrict p, Py_ssize_t K, \
+                              float *restrict out)                                          \
+    {                                                                                       \
+        v8f a0[2 * G], a1[2 * G];                                                           \
+        for (int i = 0; i < 2 * G; i++)                                                     \
+            a0[i] = a1[i] = v8_set1(0.0f);                                                  \
+        Py_ssize_t k = 0;                                                                   \
+        for (; k + 1 < K; k += 2) {                                                         \
+            const v8f h0 = v8_set1(h[k]), h1 = v8_set1(h[k + 1]);                           \
+            const float *q = p + k * (G * RC_U);                                            \
+            for (int i = 0; i < 2 * G; i++) {                                               \
+                a0[i] += h0 * v8_load(q + 8 * i);                                           \
+                a1[i] += h1 * v8_load(q + G * RC_U + 8 * i);                                \
+            }                                                                               \
+        }                                                                                   \
+        if (k < K) {                                                                        \
+            const v8f h0 = v8_set1(h[k]);                                                   \
+            const float *q = p + k * (G * RC_U);                                            \
+            for (int i = 0; i < 2 * G; i++)                                                 \
+                a0[i] += h0 * v8_load(q + 8 * i);                                           \
+        }                                                                                   \
+        for (int i = 0; i < 2 * G; i++)                                                     \
+            v8_store(out + 8 * i, a0[i] + a1[i]);                                           \
+    }
+RC_GEMV(1)
+RC_GEMV(2)
+RC_GEMV(3)
+RC_GEMV(4)
+
+/* RC_U floats of a row that may end early (the last chunk when H % RC_U != 0): loaded
+   through a zero-padded copy so nothing past the row is read */
+RC_INLINE void rc_load16(const float *p, int nu, v8f *lo, v8f *hi)
+{
+    if (nu == RC_U) {
+        *lo = v8_load(p);
+        *hi = v8_load(p + 8);
+        return;
+    }
+    float tmp[RC_U] = {0};
+    memcpy(tmp, p, (size_t)nu * sizeof(float));
+    *lo = v8_load(tmp);
+    *hi = v8_load(tmp + 8);
+}
+
+RC_INLINE void rc_store16(float *p, int nu, v8f lo, v8f hi)
+{
+    if (nu == RC_U) {
+        v8_store(p, lo);
+        v8_store(p + 8, hi);
+        return;
+    }
+    float tmp[RC_U];
+    v8_store(tmp, lo);
+    v8_store(tmp + 8, hi);
+    memcpy(p, tmp, (size_t)nu * sizeof(float));
+}
+
+RC_CLONES
+static void rc_loop(rc_job *j)
+{
+    const Py_ssize_t H = j->H, B = j->B, seq = j->seq, nc = j->nchunk;
+    const Py_ssize_t XW = (j->lstm ? 4 : 3) * H;
+    float acc[4 * RC_U];
+    v8f x0[2], x1[2], x2[2], x3[2], hv[2], out[2];
+    for (Py_ssize_t s = 0; s < seq; s++) {
+        const Py_ssize_t t = j->reverse ? seq - 1 - s : s;
+        const Py_ssize_t tp = j->reverse ? t + 1 : t - 1;
+        for (Py_ssize_t b = 0; b < B; b++) {
+            const float *hp = s == 0 ? j->h0 + b * H : j->ys + (tp * B + b) * H;
+            const float *x = j->xw + (t * B + b) * XW;
+            float *hn = j->ys + (t * B + b) * H;
+            for (Py_ssize_t ci = 0; ci < nc; ci++) {
+                /* every other step walks the chunks backwards: the weights read last are
+                   still in L2 and are read first, where a same-order sweep of a matrix
+                   larger than L2 would miss on every line */
+                const Py_ssize_t c = (s & 1) ? nc - 1 - ci : ci;
+                const Py_ssize_t j0 = c * RC_U;
+                const int nu = H - j0 < RC_U ? (int)(H - j0) : RC_U;
+                const float *xu = x + j0;
+                rc_load16(xu, nu, &x0[0], &x0[1]);
+                rc_load16(xu + H, nu, &x1[0], &x1[1]);
+                if (j->lstm) {
+                    float *cu = j->c + b * H + j0;
+                    rc_gemv4(hp, j->p1 + c * H * 4 * RC_U, H, acc);
+                    rc_load16(xu + 2 * H, nu, &x2[0], &x2[1]);
+                    rc_load16(xu + 3 * H, nu, &x3[0], &x3[1]);
+                    rc_load16(cu, nu, &hv[0], &hv[1]);
+                    for (int q = 0; q < 2; q++) {
+                        const v8f ig = v8_sigmoid(v8_load(acc + 8 * q) + x0[q]);
+                        const v8f og = v8_sigmoid(v8_load(acc + RC_U + 8 * q) + x1[q]);
+                        const v8f fg = v8_sigmoid(v8_load(acc + 2 * RC_U + 8 * q) + x2[q]);
+                        const v8f cg = v8_tanh(v8_load(acc + 3 * RC_U + 8 * q) + x3[q]);
+                        hv[q] = fg * hv[q] + ig * cg;  /* the new cell state */
+                        out[q] = og * v8_tanh(hv[q]);
+                    }
+                    rc_store16(cu, nu, hv[0], hv[1]);
+                    rc_store16(hn + j0, nu, out[0], out[1]);
+                } else if (j->lbr) {
+                    rc_gemv3(hp, j->p1 + c * H * 3 * RC_U, H, acc);
+                    rc_load16(xu + 2 * H, nu, &x2[0], &x2[1]);
+                    rc_load16(j->rbn + j0, nu, &x3[0], &x3[1]);
+                    rc_load16(hp + j0, nu, &hv[0], &hv[1]);
+                    for (int q = 0; q < 2; q++) {
+                        const v8f z = v8_sigmoid(v8_load(acc + 8 * q) + x0[q]);
+                        const v8f r = v8_sigmoid(v8_load(acc + RC_U + 8 * q) + x1[q]);
+                        const v8f n = v8_tanh(x2[q] + r * (v8_load(acc + 2 * RC_U + 8 * q) + x3[q]));
+                        out[q] = n + z * (hv[q] - n);
+                    }
+                    rc_store16(hn + j0, nu, out[0], out[1]);
+                } else {
+                    rc_gemv2(hp, j->p1 + c * H * 2 * RC_U, H, acc);
+                    rc_load16(hp + j0, nu, &hv[0], &hv[1]);
+                    v8f z[2];
+                    for (int q = 0; q < 2; q++) {
+                        z[q] = v8_sigmoid(v8_load(acc + 8 * q) + x0[q]);
+                        out[q] = v8_sigmoid(v8_load(acc + RC_U + 8 * q) + x1[q]) * hv[q];
+                    }
+                    rc_store16(j->zbuf + b * H + j0, nu, z[0], z[1]);
+                    rc_store16(j->rh + b * H + j0, nu, out[0], out[1]);
+                }
+            }
+        }
+        if (!j->lstm && !j->lbr) {
+            for (Py_ssize_t b = 0; b < B; b++) {
+                const float *hp = s == 0 ? j->h0 + b * H : j->ys + (tp * B + b) * H;
+                const float *x = j->xw + (t * B + b) * XW;
+                float *hn = j->ys + (t * B + b) * H;
+                for (Py_ssize_t c = 0; c < nc; c++) {
+                    const Py_ssize_t j0 = c * RC_U;
+                    const int nu = H - j0 < RC_U ? (int)(H - j0) : RC_U;
+                    rc_gemv1(j->rh + b * H, j->p2 + c * H * RC_U, H, acc);
+                    rc_load16(x + 2 * H + j0, nu, &x2[0], &x2[1]);
+                    rc_load16(hp + j0, nu, &hv[0], &hv[1]);
+                    rc_load16(j->zbuf + b * H + j0, nu, &x0[0], &x0[1]);
+                    for (int q = 0; q < 2; q++) {
+                        const v8f n = v8_tanh(x2[q] + v8_load(acc + 8 * q));
+                        out[q] = n + x0[q] * (hv[q] - n);
+                    }
+                    rc_store16(hn + j0, nu, out[0], out[1]);
+                }
+            }
+        }
+    }
+}
+
+static PyObject *recurrence(PyObject *self, PyObject *args)
+{
+    int lstm, lbr, reverse;
+    PyObject *xo, *p1o, *p2o, *rbo, *h0o, *co, *yo;
+    Py_ssize_t seq, B, H;
+    if (!PyArg_ParseTuple(args, "pppOOOOOOO(nnn):recurrence", &lstm, &lbr, &reverse,
+                          &xo, &p1o, &p2o, &rbo, &h0o, &co, &yo, &seq, &B, &H))
+        return NULL;
+    if (seq < 0 || B < 0 || H < 1) {
+        PyErr_SetString(PyExc_ValueError, "recurrence: negative sequence or batch, or no hidden units");
+        return NULL;
+    }
+    if (lstm)
+        lbr = 0;
+    const Py_ssize_t nchunk = (H + RC_U - 1) / RC_U, G = lstm ? 4 : 3;
+    const Py_ssize_t G1 = lstm ? 4 : (lbr ? 3 : 2);
+    const int has_p2 = !lstm && !lbr, has_rb = !lstm && lbr, has_c = lstm;
+    if ((p2o != Py_None) != has_p2 || (rbo != Py_None) != has_rb || (co != Py_None) != has_c) {
+        PyErr_SetString(PyExc_ValueError,
+                        "recurrence: p2 is for GRU with linear_before_reset=0, rbn for GRU with "
+                        "linear_before_reset=1, c for LSTM; pass None otherwise");
+        return NULL;
+    }
+    Py_buffer v[7];
+    PyObject *objs[7] = {xo, p1o, p2o, rbo, h0o, co, yo};
+    const Py_ssize_t sizes[7] = {seq * B * G * H, nchunk * H * G1 * RC_U, nchunk * H * RC_U, H,
+                                 B * H, B * H, seq * B * H};
+    const int writable[7] = {0, 0, 0, 0, 0, 1, 1};
+    const char *names[7] = {"xw", "p1", "p2", "rbn", "h0", "c", "ys"};
+    int got = 0;
+    for (; got < 7; got++) {
+        if (objs[got] == Py_None)
+            continue;
+        if (get_buffer_of("recurrence", objs[got], &v[got], writable[got], sizes[got], names[got]) < 0)
+            break;
+    }
+    if (got < 7) {
+        for (int i = 0; i < got; i++)
+            if (objs[i] != Py_None)
+                PyBuffer_Release(&v[i]);
+        return NULL;
+    }
+    rc_job job;
+    memset(&job, 0, sizeof job);
+    job.lstm = lstm;
+    job.lbr = lbr;
+    job.reverse = reverse;
+    job.seq = seq;
+    job.B = B;
+    job.H = H;
+    job.nchunk = nchunk;
+    job.xw = (const float *)v[0].buf;
+    job.p1 = (const float *)v[1].buf;
+    job.p2 = has_p2 ? (const float *)v[2].buf : NULL;
+    job.rbn = has_rb ? (const float *)v[3].buf : NULL;
+    job.h0 = (const float *)v[4].buf;
+    job.c = has_c ? (float *)v[5].buf : NULL;
+    job.ys = (float *)v[6].buf;
+    float *scratch = NULL;
+    int ok = 1;
+    if (has_p2 && B > 0) {
+        scratch = (float *)malloc((size_t)(2 * B * H) * sizeof(float));
+        ok = scratch != NULL;
+        job.zbuf = scratch;
+        job.rh = scratch ? scratch + B * H : NULL;
+    }
+    if (ok && seq > 0 && B > 0) {
+        Py_BEGIN_ALLOW_THREADS
+        rc_loop(&job);
+        Py_END_ALLOW_THREADS
+    }
+    free(scratch);
+    for (int i = 0; i < 7; i++)
+        if (objs[i] != Py_None)
+            PyBuffer_Release(&v[i]);
+    if (!ok)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"depthwise2d", depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
      "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},
+    {"recurrence", recurrence, METH_VARARGS,
+     "recurrence(lstm, linear_before_reset, reverse, xw, p1, p2, rbn, h0, c, ys, (seq, B, H))\n"
+     "The LSTM (gates i, o, f, c) or GRU (z, r, h) time loop with default activations over\n"
+     "C-contiguous float32 buffers; p1/p2 are the recurrence weights packed by unit chunks of\n"
+     "RECURRENCE_UNITS. Writes every hidden state into ys (and the last cell state into c)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
                                     "Fused CPU kernels of runtime-provider-cpu.", -1, methods};
 
-PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__native(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "RECURRENCE_UNITS", RC_U) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -21,13 +21,26 @@ def weights(op, ndir, dtype, bias=True, peep=False):
     return init
 
 
+@pytest.fixture(params=["native", "numpy"])
+def loop(request, monkeypatch):
+    """Run the unmasked float32 recurrences through the compiled loop, then through the
+    numpy loop (the one builds without a C compiler get)."""
+    from runtime_provider_cpu.ops import rnn
+
+    if request.param == "native":
+        assert rnn._native is not None, "runtime_provider_cpu._native did not build"
+    else:
+        monkeypatch.setattr(rnn, "_native", None)
+    return request.param
+
+
 CASES = [c for c in itertools.product(["LSTM", "GRU", "RNN"], ["forward", "reverse", "bidirectional"], [0, 1],
                                      [True, False], [7, 14, 22])
          if not (c[2] == 1 and c[4] < 14)]  # the layout attribute exists from opset 14
 
 
 @pytest.mark.parametrize("op,direction,layout,lens,opset", CASES)
-def test_recurrent(op, direction, layout, lens, opset):
+def test_recurrent(op, direction, layout, lens, opset, loop):
     ndir = 2 if direction == "bidirectional" else 1
     x = rng.standard_normal((SEQ, BATCH, IN) if layout == 0 else (BATCH, SEQ, IN)).astype(np.float32)
     init = weights(op, ndir, np.float32)
@@ -120,13 +133,13 @@ def test_lstm_peepholes_and_input_forget():
         assert_close(ours, run_oracle(m, {"x": x}), rtol=1e-4, atol=1e-5)
 
 
-def test_gru_linear_before_reset():
+def test_gru_linear_before_reset(loop):
     x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
     check_node("GRU", {"x": x}, ["Y", "Y_h"], opset=14, initializers=weights("GRU", 2, np.float32),
                hidden_size=H, direction="bidirectional", linear_before_reset=1, rtol=1e-4, atol=1e-5)
 
 
-def test_only_final_state_wanted():
+def test_only_final_state_wanted(loop):
     x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
     check_node("LSTM", {"x": x}, ["", "Y_h"], opset=14, initializers=weights("LSTM", 1, np.float32),
                hidden_size=H, rtol=1e-4, atol=1e-5)
@@ -134,7 +147,7 @@ def test_only_final_state_wanted():
 
 @pytest.mark.parametrize("op,direction,lbr", [("LSTM", "bidirectional", 0), ("GRU", "bidirectional", 0),
                                               ("GRU", "reverse", 1), ("RNN", "bidirectional", 0)])
-def test_initial_states_without_lengths(op, direction, lbr):
+def test_initial_states_without_lengths(op, direction, lbr, loop):
     # the unmasked recurrences run a separate in-place loop: the initial states must seed it
     ndir = 2 if direction == "bidirectional" else 1
     x = rng.standard_normal((SEQ, BATCH, IN)).astype(np.float32)
@@ -157,7 +170,7 @@ def test_float16(op):
 
 
 @pytest.mark.parametrize("op,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1)])
-def test_recurrence_cache_and_saturation(op, lbr):
+def test_recurrence_cache_and_saturation(op, lbr, loop):
     # the fast loops prepare R once per node when it is an initializer; when R is a graph
     # input every run must use the R it is given. Pre-activations of a few hundred saturate every
     # sigmoid and tanh (exp overflows to inf on purpose: no warning may escape).
@@ -188,3 +201,74 @@ def test_recurrence_cache_and_saturation(op, lbr):
                 warnings.simplefilter("error")
                 ours = sess.run(None, feeds)
             assert_close(ours, run_oracle(model, feeds), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1)])
+@pytest.mark.parametrize("hidden,batch", [(16, 1), (37, 4), (70, 2), (24, 17)])
+def test_native_recurrence_shapes(op, lbr, hidden, batch, monkeypatch):
+    # hidden sizes that fill, miss and overrun the 16-unit chunks; a batch past
+    # NATIVE_MAX_BATCH takes the numpy loop (its GEMM reads the weights once a step)
+    from onnx import helper
+    from oracle import assert_close, make_model, run_oracle, run_ours
+    from runtime_provider_cpu.ops import rnn
+
+    assert rnn._native is not None, "runtime_provider_cpu._native did not build"
+    calls = []
+    real = rnn._native.recurrence
+    monkeypatch.setattr(rnn, "_native", type("N", (), {
+        "RECURRENCE_UNITS": rnn._native.RECURRENCE_UNITS,
+        "recurrence": staticmethod(lambda *a: calls.append(a[:3]) or real(*a))}))
+    g, seq, inp = GATES[op], 23, 9
+    init = {"W": (rng.standard_normal((2, g * hidden, inp)) * 0.4).astype(np.float32),
+            "R": (rng.standard_normal((2, g * hidden, hidden)) * 0.4).astype(np.float32),
+            "B": (rng.standard_normal((2, 2 * g * hidden)) * 0.2).astype(np.float32),
+            "seq": np.full(batch, seq, np.int32),
+            "h0": rng.standard_normal((2, batch, hidden)).astype(np.float32)}
+    outs = ["Y", "Y_h"]
+    kw = {"linear_before_reset": lbr} if op == "GRU" else {}
+    if op == "LSTM":
+        init["c0"] = rng.standard_normal((2, batch, hidden)).astype(np.float32)
+        outs.append("Y_c")
+    node = helper.make_node(op, ["x", "W", "R", "B", "seq", "h0"] + (["c0"] if op == "LSTM" else []), outs,
+                            hidden_size=hidden, direction="bidirectional", **kw)
+    x = rng.standard_normal((seq, batch, inp)).astype(np.float32)
+    model = make_model([node], {"x": x}, outs, opset=14, initializers=init)
+    ours, _ = run_ours(model, {"x": x})
+    assert_close(ours, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)
+    if batch <= rnn.NATIVE_MAX_BATCH:
+        assert calls == [(op == "LSTM", bool(lbr), False), (op == "LSTM", bool(lbr), True)]
+    else:
+        assert calls == []
+
+
+def test_native_recurrence_checks_buffers():
+    from runtime_provider_cpu.ops import rnn
+
+    nat = rnn._native
+    assert nat is not None, "runtime_provider_cpu._native did not build"
+    u = nat.RECURRENCE_UNITS
+    seq, b, h = 3, 2, 20
+    nc = -(-h // u)
+    xw = np.zeros((seq, b, 3 * h), np.float32)
+    p1 = np.zeros(nc * h * 3 * u, np.float32)
+    h0 = np.zeros((b, h), np.float32)
+    ys = np.full((seq, b, h), 7.0, np.float32)
+    rbn = np.zeros(h, np.float32)
+    with pytest.raises(ValueError, match="p1"):
+        nat.recurrence(False, True, False, xw, p1[:-1], None, rbn, h0, None, ys, (seq, b, h))
+    with pytest.raises(ValueError, match="xw"):
+        nat.recurrence(False, True, False, xw[:-1], p1, None, rbn, h0, None, ys, (seq, b, h))
+    with pytest.raises(ValueError, match="pass None"):  # linear_before_reset=1 needs rbn
+        nat.recurrence(False, True, False, xw, p1, None, None, h0, None, ys, (seq, b, h))
+    with pytest.raises(ValueError, match="ys"):
+        nat.recurrence(False, True, False, xw, p1, None, rbn, h0, None, ys.astype(np.float64), (seq, b, h))
+    with pytest.raises(ValueError, match="read-only"):  # ys must be writable
+        ro = ys.copy()
+        ro.flags.writeable = False
+        nat.recurrence(False, True, False, xw, p1, None, rbn, h0, None, ro, (seq, b, h))
+    with pytest.raises(ValueError, match="negative"):
+        nat.recurrence(False, True, False, xw, p1, None, rbn, h0, None, ys, (-1, b, h))
+    assert (ys == 7.0).all()  # nothing was written by any refused call
+    # zero input and state with zero weights: z = r = 0.5, n = 0, so every state stays 0
+    nat.recurrence(False, True, False, xw, p1, None, rbn, h0, None, ys, (seq, b, h))
+    assert (ys == 0.0).all()

@@ -22,6 +22,15 @@ import numpy as np
 
 from ..registry import kernel
 
+try:  # the compiled time loop (runtime_provider_cpu/_native.c); absent: the numpy loops
+    from .. import _native
+except ImportError:
+    _native = None
+
+#: the compiled loop reads each hidden unit's weights once per batch row; past this batch the
+#: numpy loop's one GEMM a step (which reads them once) is as fast
+NATIVE_MAX_BATCH = 16
+
 
 def _sigmoid(x, a, b):
     return 1.0 / (1.0 + np.exp(-x))
@@ -162,6 +171,12 @@ def _lstm(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
         xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, 4 * H) + (b[:4 * H] + b[4 * H:])
         h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
         c0 = np.zeros((batch, H), dt) if initial_c is None else initial_c[d]
+        if fast and _native_ok(dt, seq, batch):
+            y, h, c = _native_loop(ctx, xw, R, d, h0, c0, rev, True, 0, None)
+            ys.append(y)
+            hs.append(h)
+            cs.append(c)
+            continue
         if fast:
             y, h, c = _lstm_fast(xw, _recurrence(ctx, R, d, 3 * H), h0, c0, rev, dt, H)
             ys.append(y)
@@ -215,6 +230,15 @@ def gru(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
         wb, rb = b[:3 * H], b[3 * H:]
         xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, 3 * H) + wb
         h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
+        if fast and _native_ok(dt, seq, batch):
+            xw[..., :2 * H] += rb[:2 * H]
+            if not linear_before_reset:
+                xw[..., 2 * H:] += rb[2 * H:]  # outside the reset product: part of the input term
+            y, h, _ = _native_loop(ctx, xw, R, d, h0, None, rev, False, linear_before_reset,
+                                   rb[2 * H:] if linear_before_reset else None)
+            ys.append(y)
+            hs.append(h)
+            continue
         if fast:
             y, h = _gru_fast(xw, _recurrence(ctx, R, d, 2 * H), rb, h0, rev, dt, H, linear_before_reset)
             ys.append(y)
@@ -310,6 +334,49 @@ def _recurrence(ctx, R, d, rows):
     if const:
         ctx.cache[key] = r.T
     return r.T
+
+
+def _native_ok(dt, seq, batch):
+    return _native is not None and dt == np.float32 and seq > 0 and 0 < batch <= NATIVE_MAX_BATCH
+
+
+def _packed(ctx, R, d, gates):
+    """``R[d]``'s rows of ``gates`` packed for ``_native.recurrence``: [chunk, k, gate, unit]
+    for chunks of ``RECURRENCE_UNITS`` hidden units (the last one zero-padded), so one chunk's
+    gates for one k are contiguous. Cached per node when R is an initializer."""
+    info = ctx.node.input_info[2] if len(ctx.node.input_info) > 2 else None
+    const = info is not None and info.is_constant
+    key = ("packed", d, gates)
+    if const and key in ctx.cache:
+        return ctx.cache[key]
+    H = R.shape[-1]
+    u = _native.RECURRENCE_UNITS
+    nc = -(-H // u)
+    r = np.asarray(R[d], dtype=np.float32).reshape(-1, H, H)[list(gates)]  # [gate, unit, k]
+    pad = np.zeros((len(gates), nc * u, H), np.float32)
+    pad[:, :H] = r
+    out = np.ascontiguousarray(pad.reshape(len(gates), nc, u, H).transpose(1, 3, 0, 2))
+    if const:
+        ctx.cache[key] = out
+    return out
+
+
+def _native_loop(ctx, xw, R, d, h0, c0, rev, lstm, lbr, rbn):
+    """The compiled loop: ``xw`` has every bias folded in but GRU's Rb of the n gate when
+    ``linear_before_reset`` (passed as ``rbn``). Returns (ys, h, c)."""
+    seq, batch, H = xw.shape[0], xw.shape[1], R.shape[-1]
+    if lstm:
+        p1, p2 = _packed(ctx, R, d, (0, 1, 2, 3)), None
+    elif lbr:
+        p1, p2 = _packed(ctx, R, d, (0, 1, 2)), None
+    else:
+        p1, p2 = _packed(ctx, R, d, (0, 1)), _packed(ctx, R, d, (2,))
+    ys = np.empty((seq, batch, H), np.float32)
+    c = np.array(c0, dtype=np.float32, order="C", copy=True) if lstm else None
+    _native.recurrence(lstm, bool(lbr), rev, np.ascontiguousarray(xw), p1, p2,
+                       None if rbn is None else np.ascontiguousarray(rbn, np.float32),
+                       np.ascontiguousarray(h0, np.float32), c, ys, (seq, batch, H))
+    return ys, ys[0 if rev else seq - 1], c  # h is a row of ys: _finish's np.stack copies it
 
 
 def _lstm_fast(xw, rt, h0, c0, rev, dt, H):
