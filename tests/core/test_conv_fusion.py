@@ -219,3 +219,56 @@ def test_fused_conv_with_a_z_of_another_shape_raises_at_run():
     s = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU)
     with pytest.raises(rt.errors.ExecutionError, match="Z of shape"):
         s.run(None, feeds)
+
+
+@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("with_z", [False, True])
+@pytest.mark.parametrize("kind", ["pointwise", "depthwise", "dense3x3"])
+@pytest.mark.parametrize("attrs", [{"activation": "Relu"},
+                                   {"activation": "Clip", "activation_params": [0.0, 6.0]},
+                                   {"activation": "Clip", "activation_params": [-0.25, 0.3]}])
+def test_fused_conv_clip_in_the_epilogue(kind, attrs, with_z, native, monkeypatch):
+    # the bias, Z and Relu / Clip are applied in the convolution's epilogue (compiled: in one
+    # pass; without the extension: numpy's in-place adds and clip); batch 2 checks the
+    # per-image epilogue
+    from runtime_provider_cpu.ops import nn
+
+    if native:
+        assert nn._native is not None, "runtime_provider_cpu._native did not build"
+    else:
+        monkeypatch.setattr(nn, "_native", None)
+    x = f32(2, 8, 9, 9) * 3
+    if kind == "pointwise":
+        m, feeds = fused_conv_model(attrs, with_z, w=f32(5, 8, 1, 1), x=x, pads=(0, 0, 0, 0))
+    elif kind == "depthwise":
+        m, feeds = fused_conv_model(attrs, with_z, group=8, w=f32(8, 1, 3, 3), x=x, strides=(2, 2))
+    else:
+        m, feeds = fused_conv_model(attrs, with_z, w=f32(4, 8, 3, 3), x=x)
+    ours = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU).run(None, feeds)
+    ref = run_oracle(m, feeds)
+    assert_close(ours, ref, rtol=1e-4, atol=1e-5)
+    lo = attrs.get("activation_params", [0.0])[0]
+    assert (ref[0] == lo).any() and (ours[0] == lo).any()  # the clip bound is reached
+
+
+def test_bias_clip_checks_buffers():
+    from runtime_provider_cpu.ops import nn
+
+    nat = nn._native
+    assert nat is not None, "runtime_provider_cpu._native did not build"
+    y = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
+    b = np.array([1, 0, -1], np.float32)
+    with pytest.raises(ValueError, match="B"):
+        nat.bias_clip(y, b[:2], (3, 4), 0.0, 3.0)
+    with pytest.raises(ValueError, match="Y"):
+        nat.bias_clip(y.astype(np.float64), b, (3, 4), 0.0, 3.0)
+    with pytest.raises(ValueError, match="negative"):
+        nat.bias_clip(y, b, (-3, 4), 0.0, 3.0)
+    with pytest.raises(ValueError, match="Z"):
+        nat.bias_clip(y, b, (3, 4), 0.0, 3.0, y[:2])
+    z = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    ref = np.clip(y + b[:, None] + z, 0.0, 3.0)
+    nat.bias_clip(y, b, (3, 4), 0.0, 3.0, z)
+    np.testing.assert_array_equal(y, ref)
+    nat.bias_clip(y, None, (3, 4), 1.0, 2.0)
+    np.testing.assert_array_equal(y, np.clip(ref, 1.0, 2.0))

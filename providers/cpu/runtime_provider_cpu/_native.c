@@ -204,6 +204,65 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* bias_clip: y[m, p] = clip(y[m, p] + b[m] (+ z[m, p]), lo, hi) in place, one pass (the
+   epilogue of a convolution computed as a GEMM, which numpy would do in two or three) */
+RC_CLONES
+static void bias_clip_rows(float *restrict y, const float *restrict b, const float *restrict z,
+                           Py_ssize_t M, Py_ssize_t P, float lo, float hi)
+{
+    for (Py_ssize_t m = 0; m < M; m++) {
+        float *row = y + m * P;
+        const float bv = b ? b[m] : 0.0f;
+        if (z) {
+            const float *zr = z + m * P;
+            for (Py_ssize_t p = 0; p < P; p++)
+                row[p] = clipf(row[p] + bv + zr[p], lo, hi);
+        } else {
+            for (Py_ssize_t p = 0; p < P; p++)
+                row[p] = clipf(row[p] + bv, lo, hi);
+        }
+    }
+}
+
+static PyObject *bias_clip(PyObject *self, PyObject *args)
+{
+    PyObject *yo, *bo, *zo = Py_None;
+    Py_ssize_t M, P;
+    float lo, hi;
+    if (!PyArg_ParseTuple(args, "OO(nn)ff|O:bias_clip", &yo, &bo, &M, &P, &lo, &hi, &zo))
+        return NULL;
+    if (M < 0 || P < 0) {
+        PyErr_SetString(PyExc_ValueError, "bias_clip: negative size");
+        return NULL;
+    }
+    Py_buffer yv, bv, zv;
+    if (get_buffer_of("bias_clip", yo, &yv, 1, M * P, "Y") < 0)
+        return NULL;
+    const int has_b = bo != Py_None, has_z = zo != Py_None;
+    if (has_b && get_buffer_of("bias_clip", bo, &bv, 0, M, "B") < 0) {
+        PyBuffer_Release(&yv);
+        return NULL;
+    }
+    if (has_z && get_buffer_of("bias_clip", zo, &zv, 0, M * P, "Z") < 0) {
+        PyBuffer_Release(&yv);
+        if (has_b)
+            PyBuffer_Release(&bv);
+        return NULL;
+    }
+    float *y = (float *)yv.buf;
+    const float *b = has_b ? (const float *)bv.buf : NULL;
+    const float *z = has_z ? (const float *)zv.buf : NULL;
+    Py_BEGIN_ALLOW_THREADS
+    bias_clip_rows(y, b, z, M, P, lo, hi);
+    Py_END_ALLOW_THREADS
+    if (has_z)
+        PyBuffer_Release(&zv);
+    if (has_b)
+        PyBuffer_Release(&bv);
+    PyBuffer_Release(&yv);
+    Py_RETURN_NONE;
+}
+
 /* ------------------------------------------------------------------------------------- */
 /* recurrence: the LSTM / GRU time loop                                                   */
 /* ------------------------------------------------------------------------------------- */
@@ -511,6 +570,10 @@ static PyMethodDef methods[] = {
     {"depthwise2d", depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
      "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},
+    {"bias_clip", bias_clip, METH_VARARGS,
+     "bias_clip(y, b, (M, P), lo, hi, z=None)\n"
+     "y[m, p] = clip(y[m, p] + b[m] + z[m, p], lo, hi) in place over C-contiguous float32 buffers\n"
+     "(b and z may be None)."},
     {"recurrence", recurrence, METH_VARARGS,
      "recurrence(lstm, linear_before_reset, reverse, xw, p1, p2, rbn, h0, c, ys, (seq, B, H))\n"
      "The LSTM (gates i, o, f, c) or GRU (z, r, h) time loop with default activations over\n"

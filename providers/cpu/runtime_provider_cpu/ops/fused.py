@@ -154,16 +154,19 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
                dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     """onnxruntime's ``FusedConv``: ``activation(Conv(x, w, b) + z)``, z (optional) of the
     output's shape, no activation when the attribute is absent. The activation (and the sum) run in place on the convolution's result."""
-    from .nn import conv
+    from .nn import conv_clipped
 
     act = activation.decode() if isinstance(activation, bytes) else activation
-    y = conv(ctx, x, w, b, auto_pad=auto_pad, dilations=dilations, group=group,
-             kernel_shape=kernel_shape, pads=pads, strides=strides)
-    if z is not None:
-        if z.shape != y.shape:
-            raise ValueError(f"FusedConv: Z of shape {z.shape} must have the output's shape {y.shape}")
-        y += z
-    return y if act is None else _activate(y, act, list(activation_params or []))
+    params = list(activation_params or [])
+    # the sum and a Relu / Clip are applied in the convolution's own epilogue
+    clip = None
+    if act == "Relu":
+        clip, act = (0.0, np.inf), None
+    elif act == "Clip" and len(params) >= 2:
+        clip, act = (float(params[0]), float(params[1])), None
+    y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
+                     kernel_shape=kernel_shape, pads=pads, strides=strides, z=z)
+    return y if act is None else _activate(y, act, params)
 
 
 # -- SkipLayerNormalization -------------------------------------------------------------

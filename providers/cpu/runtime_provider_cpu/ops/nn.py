@@ -368,7 +368,10 @@ def _im2col_phases(x, ks, strides, pb, out, cols):
     return cols
 
 
-def _conv_core(x, w, b, group, strides, dilations, pb, pe):
+def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None):
+    """The convolution of padded ``x`` by ``w`` plus ``b`` (plus ``z``, of the result's shape:
+    a fused residual sum); ``clip`` = (lo, hi) then clips it (a fused Relu or Clip). Where the
+    extension is built these are one pass over the result."""
     N, C = x.shape[:2]
     nd = x.ndim - 2
     M = w.shape[0]
@@ -386,14 +389,16 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe):
     xp = None if (taps or dw_einsum or N == 0 or P == 0 or M == 0) else _pad_const(x, pb, pe, 0)
     if N == 0 or P == 0 or M == 0:
         y = np.zeros((N, M, *out), dtype=x.dtype)
-    elif _native is not None and nonneg and Cg == 1 and Mg == 1 and group > 1 and x.dtype == _F32:
+    elif (_native is not None and nonneg and Cg == 1 and Mg == 1 and group > 1 and x.dtype == _F32
+          and z is None):
         # the compiled depthwise kernel: one pass, bias included (see _native.c)
         y = np.empty((N, M, *out), dtype=_F32)
+        lo, hi = (-np.inf, np.inf) if clip is None else clip
         _native.depthwise2d(np.ascontiguousarray(x), np.ascontiguousarray(w),
                             None if b is None else np.ascontiguousarray(b), y, x.shape, tuple(out),
                             tuple(ks), tuple(strides), tuple(dilations), (pb[0], pb[1]),
-                            -np.inf, np.inf)
-        b = None
+                            lo, hi)
+        return y
     elif dw_einsum:
         y = _depthwise_einsum(x, w, strides, dilations, pb, pe, out)
     elif Cg == 1 and group > 1 and Mg == 1 and nd == 2 and (
@@ -438,13 +443,36 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe):
         else:
             y = np.ascontiguousarray(y.reshape(M, N, P).transpose(1, 0, 2)).reshape(N, M, *out)
     y = y.reshape(N, M, *out)
+    if z is not None and z.shape != y.shape:
+        raise ValueError(f"FusedConv: Z of shape {z.shape} must have the output's shape {y.shape}")
+    if b is None and clip is None and z is None:
+        return y
+    if (_native is not None and y.dtype == _F32 and y.flags.c_contiguous and y.flags.writeable
+            and (z is None or z.dtype == _F32)):
+        lo, hi = (-np.inf, np.inf) if clip is None else clip
+        bb = None if b is None else np.ascontiguousarray(b, dtype=_F32)
+        zz = None if z is None else np.ascontiguousarray(z)
+        for n in range(N):  # bias, sum and clip in one pass
+            _native.bias_clip(y[n], bb, (M, P), lo, hi, None if zz is None else zz[n])
+        return y
     if b is not None:
         y += b.reshape((M,) + (1,) * nd).astype(y.dtype, copy=False)
+    if z is not None:
+        y += z
+    if clip is not None:
+        np.clip(y, y.dtype.type(clip[0]), y.dtype.type(clip[1]), out=y)
     return y
 
 
 @kernel("Conv", 1, 11, 22, dtypes=_FLOAT, check=_conv_check)
 def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
+    return conv_clipped(x, w, b, None, auto_pad=auto_pad, dilations=dilations, group=group,
+                        kernel_shape=kernel_shape, pads=pads, strides=strides)
+
+
+def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pads, strides, z=None):
+    """Conv plus ``z`` when given, then clipped to ``clip`` = (lo, hi) when given (FusedConv's
+    sum and Relu / Clip)."""
     nd = x.ndim - 2
     if nd < 1:
         raise ValueError(f"Conv needs an input of rank >= 3, got shape {x.shape}")
@@ -458,7 +486,7 @@ def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, s
     dt = x.dtype
     cd = _cdtype(dt)
     y = _conv_core(_as(x, cd), _as(w, cd), None if b is None else _as(b, cd), group, strides,
-                   dilations, pb, pe)
+                   dilations, pb, pe, clip, z if z is None else _as(z, cd))
     return _as(y, dt)
 
 
