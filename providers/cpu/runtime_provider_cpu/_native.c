@@ -12,8 +12,12 @@
  * about a microsecond of call overhead on a 256-wide state; here a step is one pass over the
  * recurrence matrix, packed by chunks of hidden units, with the gate nonlinearities applied
  * to the chunk's sums while they are in registers. One thread: a second thread of our own
- * was 2x faster alone but 10-40x slower right after any multi-threaded BLAS call, whose
+ * was 2x faster alone but 5x or more slower right after any multi-threaded BLAS call, whose
  * worker threads keep spinning on the cores for a while (see benchmarks/README.md).
+ *
+ * bias_clip: the epilogue of a convolution computed as a GEMM: bias, residual sum and clip
+ * in one pass over the result. im2col: not here; a compiled one was measured no faster
+ * (it is bound by writing the patch matrix).
  *
  * Every buffer is checked against the shape it is said to have before anything is read, and
  * the GIL is released while the kernels run. Called from runtime_provider_cpu.ops.nn and

@@ -128,12 +128,9 @@ def _fused_conv_check(node):
 
 
 def _activate(y, act, params):
-    """Apply ``act`` to ``y`` in place (y is this call's own array)."""
-    if act == "Relu":
-        np.maximum(y, 0, out=y)
-    elif act == "Clip":
-        np.clip(y, np.float32(params[0]), np.float32(params[1]), out=y)
-    elif act == "LeakyRelu":
+    """Apply ``act`` to ``y`` in place (y is this call's own array). Relu and Clip are not
+    here: the convolution's epilogue applies them."""
+    if act == "LeakyRelu":
         np.multiply(y, np.where(y < 0, np.float32(params[0]), np.float32(1)), out=y)
     elif act == "Tanh":
         np.tanh(y, out=y)
@@ -153,7 +150,8 @@ def _activate(y, act, params):
 def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=None, auto_pad="NOTSET",
                dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     """onnxruntime's ``FusedConv``: ``activation(Conv(x, w, b) + z)``, z (optional) of the
-    output's shape, no activation when the attribute is absent. The activation (and the sum) run in place on the convolution's result."""
+    output's shape, no activation when the attribute is absent. The sum and Relu / Clip run
+    in the convolution's epilogue, any other activation in place on its result."""
     from .nn import conv_clipped
 
     act = activation.decode() if isinstance(activation, bytes) else activation
@@ -162,7 +160,7 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
     clip = None
     if act == "Relu":
         clip, act = (0.0, np.inf), None
-    elif act == "Clip" and len(params) >= 2:
+    elif act == "Clip":  # _fused_conv_check declined it without its two params
         clip, act = (float(params[0]), float(params[1])), None
     y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
                      kernel_shape=kernel_shape, pads=pads, strides=strides, z=z)

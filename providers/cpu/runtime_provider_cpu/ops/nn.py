@@ -447,8 +447,7 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None):
         raise ValueError(f"FusedConv: Z of shape {z.shape} must have the output's shape {y.shape}")
     if b is None and clip is None and z is None:
         return y
-    if (_native is not None and y.dtype == _F32 and y.flags.c_contiguous and y.flags.writeable
-            and (z is None or z.dtype == _F32)):
+    if _native is not None and y.dtype == _F32 and y.flags.c_contiguous:  # z has y's dtype
         lo, hi = (-np.inf, np.inf) if clip is None else clip
         bb = None if b is None else np.ascontiguousarray(b, dtype=_F32)
         zz = None if z is None else np.ascontiguousarray(z)

@@ -22,10 +22,7 @@ import numpy as np
 
 from ..registry import kernel
 
-try:  # the compiled time loop (runtime_provider_cpu/_native.c); absent: the numpy loops
-    from .. import _native
-except ImportError:
-    _native = None
+from .nn import _native  # the compiled time loop (None without the extension: the numpy loops)
 
 #: the compiled loop reads each hidden unit's weights once per batch row; past this batch the
 #: numpy loop's one GEMM a step (which reads them once) is as fast
@@ -230,10 +227,11 @@ def gru(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
         wb, rb = b[:3 * H], b[3 * H:]
         xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, 3 * H) + wb
         h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
-        if fast and _native_ok(dt, seq, batch):
+        if fast:  # both fast loops take the recurrence biases folded into the input term
             xw[..., :2 * H] += rb[:2 * H]
             if not linear_before_reset:
-                xw[..., 2 * H:] += rb[2 * H:]  # outside the reset product: part of the input term
+                xw[..., 2 * H:] += rb[2 * H:]  # outside the reset product: a constant of the input term
+        if fast and _native_ok(dt, seq, batch):
             y, h, _ = _native_loop(ctx, xw, R, d, h0, None, rev, False, linear_before_reset,
                                    rb[2 * H:] if linear_before_reset else None)
             ys.append(y)
@@ -320,20 +318,26 @@ def rnn(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
 # (``ctx.cache``), else once per run.
 # ---------------------------------------------------------------------------------------
 
+def _from_r(ctx, R, key, make):
+    """``make()``, a matrix prepared from R, made once per node when R is an initializer
+    (``ctx.cache``) and once per run when it is a graph input."""
+    info = ctx.node.input_info[2] if len(ctx.node.input_info) > 2 else None
+    if info is None or not info.is_constant:
+        return make()
+    key = key + (R.dtype.str,)
+    out = ctx.cache.get(key)
+    if out is None:
+        out = ctx.cache[key] = make()
+    return out
+
+
 def _recurrence(ctx, R, d, rows):
     """``R[d].T`` with its first ``rows`` rows (the sigmoid gates) negated."""
-    info = ctx.node.input_info[2] if len(ctx.node.input_info) > 2 else None
-    const = info is not None and info.is_constant
-    key = ("recurrence", d, rows)
-    if const:
-        rt = ctx.cache.get(key)
-        if rt is not None and rt.dtype == R.dtype:
-            return rt
-    r = np.array(R[d], copy=True)
-    np.negative(r[:rows], out=r[:rows])
-    if const:
-        ctx.cache[key] = r.T
-    return r.T
+    def make():
+        r = np.array(R[d], copy=True)
+        np.negative(r[:rows], out=r[:rows])
+        return r.T
+    return _from_r(ctx, R, ("recurrence", d, rows), make)
 
 
 def _native_ok(dt, seq, batch):
@@ -344,21 +348,14 @@ def _packed(ctx, R, d, gates):
     """``R[d]``'s rows of ``gates`` packed for ``_native.recurrence``: [chunk, k, gate, unit]
     for chunks of ``RECURRENCE_UNITS`` hidden units (the last one zero-padded), so one chunk's
     gates for one k are contiguous. Cached per node when R is an initializer."""
-    info = ctx.node.input_info[2] if len(ctx.node.input_info) > 2 else None
-    const = info is not None and info.is_constant
-    key = ("packed", d, gates)
-    if const and key in ctx.cache:
-        return ctx.cache[key]
-    H = R.shape[-1]
-    u = _native.RECURRENCE_UNITS
-    nc = -(-H // u)
-    r = np.asarray(R[d], dtype=np.float32).reshape(-1, H, H)[list(gates)]  # [gate, unit, k]
-    pad = np.zeros((len(gates), nc * u, H), np.float32)
-    pad[:, :H] = r
-    out = np.ascontiguousarray(pad.reshape(len(gates), nc, u, H).transpose(1, 3, 0, 2))
-    if const:
-        ctx.cache[key] = out
-    return out
+    def make():
+        H = R.shape[-1]
+        u = _native.RECURRENCE_UNITS
+        nc = -(-H // u)
+        pad = np.zeros((len(gates), nc * u, H), np.float32)
+        pad[:, :H] = R[d].reshape(-1, H, H)[list(gates)]  # [gate, unit, k]
+        return np.ascontiguousarray(pad.reshape(len(gates), nc, u, H).transpose(1, 3, 0, 2))
+    return _from_r(ctx, R, ("packed", d, gates), make)
 
 
 def _native_loop(ctx, xw, R, d, h0, c0, rev, lstm, lbr, rbn):
@@ -408,11 +405,9 @@ def _lstm_fast(xw, rt, h0, c0, rev, dt, H):
 
 
 def _gru_fast(xw, rt, rb, h0, rev, dt, H, linear_before_reset):
-    """``rt``: from :func:`_recurrence` (gates z, r are sigmoid; h is tanh)."""
+    """``rt``: from :func:`_recurrence` (gates z, r are sigmoid; h is tanh); ``xw`` has the
+    recurrence biases folded in but the n gate's when ``linear_before_reset``."""
     seq, batch = xw.shape[0], xw.shape[1]
-    xw[..., :2 * H] += rb[:2 * H]
-    if not linear_before_reset:
-        xw[..., 2 * H:] += rb[2 * H:]  # outside the reset product: a constant of the input term
     np.negative(xw[..., :2 * H], out=xw[..., :2 * H])
     xzr, xn = xw[..., :2 * H], xw[..., 2 * H:]
     rbh = rb[2 * H:]
