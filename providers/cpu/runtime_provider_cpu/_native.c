@@ -19,9 +19,14 @@
  * in one pass over the result. im2col: not here; a compiled one was measured no faster
  * (it is bound by writing the patch matrix).
  *
+ * tree_leaves: the walk of a tree ensemble (float32 or float64 thresholds, every comparison
+ * mode, missing values). numpy walks all rows x trees one level at a time, a gather per node
+ * field per level; here each tree's nodes are one contiguous block of 16-byte records and 8
+ * rows walk it at once, a record read per step (LightGBM 300 trees x 100 rows: 970 -> 430 us).
+ *
  * Every buffer is checked against the shape it is said to have before anything is read, and
- * the GIL is released while the kernels run. Called from runtime_provider_cpu.ops.nn and
- * .ops.rnn, which make the arrays C-contiguous float32 first.
+ * the GIL is released while the kernels run. Called from runtime_provider_cpu.ops.nn, .ops.rnn
+ * and .ops.ml, which make the arrays C-contiguous and of the kernel's type first.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -570,6 +575,162 @@ static PyObject *recurrence(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------------------- */
+/* tree_leaves: the walk of a compiled tree ensemble (ops/ml.py, _Forest)                */
+/* ------------------------------------------------------------------------------------- */
+
+/* Node arrays in _Forest's breadth-first layout: one step from branch node q is
+ * q' = base1[q] - cond(x[feat[q]], thr[q]) (the true child directly precedes the false one),
+ * and leaves map onto themselves, so rows walk in lock-step, 8 at a time (independent loads
+ * in flight), until all 8 are at leaves. Comparison modes are TreeEnsemble-5's codes: 0 LEQ,
+ * 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ, -1 mixed (bits[q] = which of {<, ==, >} are true). With
+ * nan_check a NaN feature goes to the true child where nan_true[q] is set. */
+
+static int get_items(const char *fn, PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n,
+                     Py_ssize_t itemsize, const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return -1;
+    if (view->len != n * itemsize || view->itemsize != itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: %s holds %zd bytes of %zd-byte items, expected %zd of %zd",
+                     fn, what, view->len, view->itemsize, n, itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+#define RC_TREE_COND(mode, v, th, bq)                                                            \
+    ((mode) == 0 ? (v) <= (th) : (mode) == 1 ? (v) < (th) : (mode) == 2 ? (v) >= (th)            \
+     : (mode) == 3 ? (v) > (th) : (mode) == 4 ? (v) == (th) : (mode) == 5 ? (v) != (th)        \
+     : (((bq) & (((v) < (th)) | (((v) == (th)) << 1) | (((v) > (th)) << 2))) != 0))
+
+/* one node, 16 bytes for float thresholds and 24 for double: the whole step reads one node.
+ * The provider lays each tree's nodes out contiguously (breadth first inside the tree), so
+ * while a tree's rows walk it the tree stays in L1. A leaf's next is itself. */
+typedef struct { int32_t feat; float thr; int32_t next; uint8_t branch, nan_true, bits, pad; } rc_node_f;
+typedef struct { double thr; int32_t feat; int32_t next; uint8_t branch, nan_true, bits, pad[5]; } rc_node_d;
+
+/* Rows walk in lock-step, RC_LANES at a time (independent loads in flight), until all of
+ * them are at leaves. Feature ids were checked before the walk; a child outside the nodes
+ * fails the call (a branch that is never taken costs nothing). */
+#define RC_LANES 8
+#define RC_TREE_WALK(T, NODE, NAME, MODE)                                                        \
+    static int NAME(const T *restrict X, Py_ssize_t n, Py_ssize_t c, const NODE *restrict nd,   \
+                    Py_ssize_t L, const int64_t *restrict roots, Py_ssize_t t,                  \
+                    int64_t *restrict out, int nan_check, Py_ssize_t depth)                     \
+    {                                                                                            \
+        const int mode = (MODE); /* a constant: each mode has its own loop */                   \
+        for (Py_ssize_t k = 0; k < t; k++) {                                                     \
+            const int64_t r = roots[k];                                                          \
+            if ((uint64_t)r >= (uint64_t)L)                                                      \
+                return -1;                                                                       \
+            int64_t *o = out + k * n;                                                            \
+            for (Py_ssize_t i0 = 0; i0 < n; i0 += RC_LANES) {                                    \
+                const int m = n - i0 < RC_LANES ? (int)(n - i0) : RC_LANES;                      \
+                const T *xr = X + i0 * c;                                                        \
+                int32_t idx[RC_LANES];                                                           \
+                for (int j = 0; j < RC_LANES; j++)                                               \
+                    idx[j] = (int32_t)r;                                                         \
+                for (Py_ssize_t d = 0; d < depth; d++) {                                         \
+                    int any = 0;                                                                 \
+                    for (int j = 0; j < m; j++) {                                                \
+                        const NODE *q = nd + idx[j];                                             \
+                        any |= q->branch;                                                        \
+                        const T v = xr[j * c + q->feat], th = q->thr;                            \
+                        /* branch-free: a NaN test that mispredicts costs more than the step */ \
+                        const int cond = RC_TREE_COND(mode, v, th, q->bits)                      \
+                                         | (nan_check & q->nan_true & (v != v));                 \
+                        const int32_t nq = q->next - cond;                                       \
+                        if ((uint32_t)nq >= (uint32_t)L)                                         \
+                            return -1;                                                           \
+                        idx[j] = nq;                                                             \
+                    }                                                                            \
+                    if (!any)                                                                    \
+                        break;                                                                   \
+                }                                                                                \
+                for (int j = 0; j < m; j++)                                                      \
+                    o[i0 + j] = idx[j];                                                          \
+            }                                                                                    \
+        }                                                                                        \
+        return 0;                                                                                \
+    }
+
+typedef int (*rc_walk_f)(const float *, Py_ssize_t, Py_ssize_t, const rc_node_f *, Py_ssize_t,
+                         const int64_t *, Py_ssize_t, int64_t *, int, Py_ssize_t);
+typedef int (*rc_walk_d)(const double *, Py_ssize_t, Py_ssize_t, const rc_node_d *, Py_ssize_t,
+                         const int64_t *, Py_ssize_t, int64_t *, int, Py_ssize_t);
+#define RC_TREE_MODES(T, NODE, P)                                                                \
+    RC_TREE_WALK(T, NODE, P##_mixed, -1)                                                         \
+    RC_TREE_WALK(T, NODE, P##_leq, 0)                                                            \
+    RC_TREE_WALK(T, NODE, P##_lt, 1)                                                             \
+    RC_TREE_WALK(T, NODE, P##_gte, 2)                                                            \
+    RC_TREE_WALK(T, NODE, P##_gt, 3)                                                             \
+    RC_TREE_WALK(T, NODE, P##_eq, 4)                                                             \
+    RC_TREE_WALK(T, NODE, P##_neq, 5)
+RC_TREE_MODES(float, rc_node_f, walk_f)
+RC_TREE_MODES(double, rc_node_d, walk_d)
+/* indexed by mode + 1 */
+static const rc_walk_f walks_f[7] = {walk_f_mixed, walk_f_leq, walk_f_lt, walk_f_gte, walk_f_gt,
+                                     walk_f_eq, walk_f_neq};
+static const rc_walk_d walks_d[7] = {walk_d_mixed, walk_d_leq, walk_d_lt, walk_d_gte, walk_d_gt,
+                                     walk_d_eq, walk_d_neq};
+
+static PyObject *tree_leaves(PyObject *self, PyObject *args)
+{
+    PyObject *o[4];
+    int mode, nan_check;
+    Py_ssize_t n, c, L, t, depth, isz;
+    if (!PyArg_ParseTuple(args, "OOOO(nnnn)nnii:tree_leaves", &o[0], &o[1], &o[2], &o[3], &n, &c,
+                          &L, &t, &isz, &depth, &mode, &nan_check))
+        return NULL;
+    if (n < 0 || c < 1 || L < 1 || L > 0x7fffffff || t < 0 || depth < 0 || (isz != 4 && isz != 8) ||
+        mode < -1 || mode > 5) {
+        PyErr_SetString(PyExc_ValueError, "tree_leaves: bad sizes or mode");
+        return NULL;
+    }
+    /* X, nodes, roots, out */
+    const Py_ssize_t nsz = isz == 4 ? (Py_ssize_t)sizeof(rc_node_f) : (Py_ssize_t)sizeof(rc_node_d);
+    const Py_ssize_t counts[4] = {n * c, L * nsz, t, t * n};
+    const Py_ssize_t sizes[4] = {isz, 1, 8, 8};
+    const char *names[4] = {"X", "nodes", "roots", "out"};
+    Py_buffer v[4];
+    int got = 0;
+    for (; got < 4; got++)
+        if (get_items("tree_leaves", o[got], &v[got], got == 3, counts[got], sizes[got], names[got]) < 0)
+            break;
+    int rc = -2;
+    if (got == 4) {
+        rc = 0;
+        for (Py_ssize_t q = 0; q < L; q++) { /* every feature id inside a row */
+            int32_t f = isz == 4 ? ((const rc_node_f *)v[1].buf)[q].feat
+                                 : ((const rc_node_d *)v[1].buf)[q].feat;
+            rc |= f < 0 || f >= c;
+        }
+        if (rc == 0) {
+            Py_BEGIN_ALLOW_THREADS
+            if (isz == 4)
+                rc = walks_f[mode + 1](v[0].buf, n, c, v[1].buf, L, v[2].buf, t, v[3].buf,
+                                       nan_check != 0, depth);
+            else
+                rc = walks_d[mode + 1](v[0].buf, n, c, v[1].buf, L, v[2].buf, t, v[3].buf,
+                                       nan_check != 0, depth);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    for (int i = 0; i < got; i++)
+        PyBuffer_Release(&v[i]);
+    if (rc == -2)
+        return NULL;
+    if (rc == 1)
+        return PyErr_Format(PyExc_ValueError, "tree_leaves: a feature id is outside [0, %zd)", c);
+    if (rc == -1)
+        return PyErr_Format(PyExc_ValueError, "tree_leaves: a root or child is outside the %zd "
+                            "nodes (out is not meaningful)", L);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"depthwise2d", depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
@@ -583,6 +744,11 @@ static PyMethodDef methods[] = {
      "The LSTM (gates i, o, f, c) or GRU (z, r, h) time loop with default activations over\n"
      "C-contiguous float32 buffers; p1/p2 are the recurrence weights packed by unit chunks of\n"
      "RECURRENCE_UNITS. Writes every hidden state into ys (and the last cell state into c)."},
+    {"tree_leaves", tree_leaves, METH_VARARGS,
+     "tree_leaves(X, nodes, roots, out, (n, c, L, t), itemsize, depth, mode, nan_check)\n"
+     "The node every row of X reaches in every tree (out[tree, row]) over C-contiguous buffers:\n"
+     "X of the item size (4: float32, 8: float64), nodes L packed nodes (16 or 24 bytes: see\n"
+     "rc_node_f / rc_node_d), roots and out int64."},
     {NULL, NULL, 0, NULL},
 };
 

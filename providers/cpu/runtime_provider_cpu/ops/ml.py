@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from ..registry import kernel
+from .nn import _native  # the compiled kernels (None in a build without them)
 
 ML = "ai.onnx.ml"
 _F32 = np.float32
@@ -176,7 +177,7 @@ class _Forest:
 
     __slots__ = ("feat", "thr", "base1", "bits", "nan_true", "is_branch", "same_mode", "has_nan_true",
                  "slot", "roots", "depth", "n_targets", "agg", "W", "H", "W1", "max_feature",
-                 "thr_dtype", "groups", "const_has", "n_trees", "packed")
+                 "thr_dtype", "groups", "const_has", "n_trees", "packed", "native")
 
     def _cond(self, v, th, node_bits, node_nan, nan_check):
         mode = self.same_mode
@@ -200,13 +201,72 @@ class _Forest:
             cond |= node_nan() & np.isnan(v)
         return cond
 
-    def leaves(self, X: np.ndarray) -> np.ndarray:
-        """Leaf slot reached by every row in every tree: ``(n_trees, N)`` intp."""
+    def _native_layout(self, itemsize: int):
+        """``(nodes, roots, slot)`` for ``_native.tree_leaves`` with thresholds of ``itemsize``
+        bytes, or None when the ids do not fit its 32-bit fields.
+
+        The nodes are re-laid tree by tree (breadth first inside each tree, so the children of a
+        branch stay adjacent and one step is still ``next - cond``), each packed into one
+        16- or 24-byte record: a tree's rows then walk a tree that sits in L1, where the
+        level-major layout of the numpy walk puts every step of a tree on another cache line."""
+        got = self.native.get(itemsize, ())
+        if got != ():
+            return got
+        L = self.feat.shape[0]
+        if L >= 2 ** 31 - 1 or (L and int(self.feat.max()) >= 2 ** 31):
+            self.native[itemsize] = None
+            return None
+        tree = np.empty(L, np.int64)
+        level = self.roots
+        tree[level] = np.arange(level.size)
+        while level.size:  # every node is below exactly one root (the layout is built that way)
+            b = level[self.is_branch[level]]
+            level = np.concatenate([self.base1[b] - 1, self.base1[b]])
+            tree[level] = np.concatenate([tree[b], tree[b]])
+        order = np.lexsort((np.arange(L), tree))
+        new = np.empty(L, np.int64)
+        new[order] = np.arange(L)
+        branch = self.is_branch[order]
+        own = np.arange(L, dtype=np.int64)
+        leaf_next = own + 1 if self.same_mode == _NEQ else own  # NaN != NaN is true for leaves
+        nxt = np.where(branch, new[np.where(branch, self.base1[order], 0)], leaf_next)
+        if itemsize == 4:
+            dt = np.dtype([("feat", "<i4"), ("thr", "<f4"), ("next", "<i4"), ("branch", "u1"),
+                           ("nan_true", "u1"), ("bits", "u1"), ("pad", "u1")])
+        else:
+            dt = np.dtype([("thr", "<f8"), ("feat", "<i4"), ("next", "<i4"), ("branch", "u1"),
+                           ("nan_true", "u1"), ("bits", "u1"), ("pad", "u1", (5,))])
+        nodes = np.zeros(L, dt)
+        nodes["feat"] = self.feat[order]
+        nodes["thr"] = self.thr[order]
+        nodes["next"] = nxt
+        nodes["branch"] = branch
+        nodes["nan_true"] = self.nan_true[order]
+        nodes["bits"] = self.bits[order]
+        got = (nodes.view(np.uint8), np.ascontiguousarray(new[self.roots]), self.slot[order])
+        self.native[itemsize] = got
+        return got
+
+    def leaves(self, X: np.ndarray, native: bool = True) -> np.ndarray:
+        """Leaf slot reached by every row in every tree: ``(n_trees, N)`` intp.
+
+        The walk is ``_native.tree_leaves`` where it is built and ``X`` is float; the level-by-
+        level numpy walk below otherwise (``native=False`` forces it)."""
         n, c = X.shape
         roots = self.roots
         t = roots.shape[0]
         if self.depth == 0 or n * t == 0:
             return np.broadcast_to(self.slot[roots][:, None], (t, n)).copy()
+        # compare in the wider of the two types, as numpy's promotion does
+        isz = 8 if (X.dtype == np.float64 or self.thr_dtype == np.float64) else 4
+        lay = self._native_layout(isz) if native and _native is not None and X.dtype.kind == "f" else None
+        if lay is not None and c > 0:
+            nodes, new_roots, slot = lay
+            reached = np.empty((t, n), np.int64)
+            _native.tree_leaves(np.ascontiguousarray(X, dtype=np.float64 if isz == 8 else np.float32),
+                                nodes, new_roots, reached, (n, c, self.feat.shape[0], t), isz,
+                                self.depth, self.same_mode, int(self.has_nan_true))
+            return slot.take(reached, mode=_CLIP)
         # missing-value routing only matters when some input is NaN: one check per batch
         nan_check = self.has_nan_true and X.dtype.kind == "f" and bool(np.isnan(X).any())
         # level 0: every row of a tree is at its root, a broadcast comparison
@@ -418,6 +478,7 @@ def _build_forest(feat, thr, modes, tchild, fchild, miss, roots, leaf_nodes, lea
     old = np.concatenate(new_old)
     base1 = np.concatenate(base1_parts)
     F = _Forest()
+    F.native = {}
     F.thr_dtype = thr_dtype
     F.n_trees = n_trees
     leaf_new = is_leaf[old]
