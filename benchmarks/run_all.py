@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import models  # noqa: E402  (benchmarks/models.py)
 
-from runtime_core.bench import bench, format_result  # noqa: E402
+from runtime_core.bench import blas_description, bench, format_result  # noqa: E402
 
 # the targets: median latency ratio ours / onnxruntime
 TARGETS = {"bert_base": 1.15, "gpt2_small": 1.15, "resnet18": 1.15, "mobilenet_v2": 1.5, "vit_tiny": 1.5,
@@ -51,7 +51,8 @@ def main(argv=None) -> int:
     lines = [f"# Benchmark results", "",
              f"`python benchmarks/run_all.py {' '.join(argv if argv is not None else sys.argv[1:])}`; "
              f"{time.strftime('%Y-%m-%d %H:%M')}, "
-             f"{platform.machine()} {platform.system()}, Python {platform.python_version()}.",
+             f"{platform.machine()} {platform.system()}, Python {platform.python_version()}; "
+             f"numpy BLAS: {blas_description()}.",
              "Latency: median of interleaved runs in one process (ratio = ours / onnxruntime). Session "
              "creation from the model path. Peak memory: peak RSS growth of creating the session and "
              "running it 3 times, in a fresh process per runtime.", "",

@@ -79,6 +79,7 @@ class BenchResult:
     ort: RuntimeResult | None = None
     max_abs_diff: float | None = None
     notes: list = field(default_factory=list)
+    blas: str = ""
 
     @property
     def ratio(self) -> float | None:
@@ -107,6 +108,23 @@ class BenchResult:
         d.update(ratio=self.ratio, create_ratio=self.create_ratio, memory_ratio=self.memory_ratio,
                  per_node_us=self.per_node_us)
         return d
+
+
+def blas_description() -> str:
+    """numpy's BLAS as threadpoolctl sees it: library, version, kernel set and threads, and
+    the environment variables that pin OpenBLAS's kernel choice. The CPU provider's GEMMs run
+    there, so a kernel set narrower than the CPU's (``OPENBLAS_CORETYPE=Haswell`` on an AVX-512
+    host) slows every GEMM-bound model while onnxruntime's own kernels are unaffected."""
+    try:
+        from threadpoolctl import threadpool_info
+
+        infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    except Exception as exc:  # threadpoolctl missing or failing: say so
+        return f"unknown ({type(exc).__name__}: {exc})"
+    parts = [f"{i.get('internal_api')} {i.get('version')} {i.get('architecture') or ''} kernels, "
+             f"{i.get('num_threads')} threads".replace("  ", " ") for i in infos] or ["none found"]
+    pins = [f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if os.environ.get(k)]
+    return "; ".join(parts) + (f" (pinned by {', '.join(pins)})" if pins else "")
 
 
 # -- sessions ---------------------------------------------------------------------------
@@ -367,7 +385,8 @@ def bench(model: str, *, providers=None, threads: int = 2, compare: bool = False
                 providers=providers if rt_name == "ours" else None)
     return BenchResult(model=model, threads=threads, providers=prov_names, level=level, warmup=warmup,
                        repeat=len(a), inputs=inputs or f"random (symbolic dims = {dim})", nodes=nodes,
-                       ours=res_ours, ort=res_ort, max_abs_diff=diff, notes=notes)
+                       ours=res_ours, ort=res_ort, max_abs_diff=diff, notes=notes,
+                       blas=blas_description())
 
 
 def format_result(r: BenchResult) -> str:
@@ -376,6 +395,7 @@ def format_result(r: BenchResult) -> str:
              f"providers: {', '.join(r.providers)}; threads: {r.threads}; optimization level: {r.level}; "
              f"warmup {r.warmup}, {r.repeat} interleaved runs each",
              f"inputs: {r.inputs}",
+             f"numpy BLAS: {r.blas}",
              f"nodes (runtime-core, after optimization): {r.nodes}"]
     rows = [("", "runtime-core") + ((ORT, "ratio") if r.ort else ())]
 

@@ -76,6 +76,24 @@ def test_bench_without_compare_or_memory(tmp_path):
     assert "inputs: random (symbolic dims = 4)" in out
 
 
+@pytest.mark.parametrize("pin", [None, "Haswell"])
+def test_bench_names_numpys_blas_kernels_and_their_pin(tmp_path, pin):
+    # the CPU provider's GEMMs run in numpy's BLAS: the reader of a ratio must see which
+    # kernels it ran and whether OPENBLAS_CORETYPE chose them
+    pytest.importorskip("threadpoolctl")
+    model = _tiny(tmp_path / "tiny.onnx")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    if pin:
+        env["OPENBLAS_CORETYPE"] = pin
+    out = cli("bench", str(model), "--repeat", "2", "--no-memory", "--threads", "1", env=env).stdout
+    line = next(x for x in out.splitlines() if x.startswith("numpy BLAS: "))
+    assert "1 threads" in line, line
+    if pin:
+        assert f"pinned by OPENBLAS_CORETYPE={pin}" in line and f"{pin} kernels" in line, line
+    else:
+        assert "pinned" not in line, line
+
+
 def test_min_time_keeps_interleaving_past_repeat(tmp_path):
     pytest.importorskip("onnxruntime")
     model = _tiny(tmp_path / "tiny.onnx")
