@@ -385,12 +385,14 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None):
     nonneg = nd == 2 and min(pb) >= 0 and min(pe) >= 0
     taps = nonneg and K > 1 and Cg * group == C and not (Cg == 1 and group > 1)
     dw_einsum = nonneg and Cg == 1 and Mg == 1 and group > 1 and P <= _DW_EINSUM_MAX_PIXELS
-    # the im2col copies and the einsum pad themselves; every other path reads a padded copy
-    xp = None if (taps or dw_einsum or N == 0 or P == 0 or M == 0) else _pad_const(x, pb, pe, 0)
+    native_dw = (_native is not None and nonneg and Cg == 1 and Mg == 1 and group > 1
+                 and x.dtype == _F32 and z is None)
+    # the im2col copies, the einsum and the compiled depthwise kernel pad themselves; every
+    # other path reads a padded copy
+    xp = None if (taps or dw_einsum or native_dw or N == 0 or P == 0 or M == 0) else _pad_const(x, pb, pe, 0)
     if N == 0 or P == 0 or M == 0:
         y = np.zeros((N, M, *out), dtype=x.dtype)
-    elif (_native is not None and nonneg and Cg == 1 and Mg == 1 and group > 1 and x.dtype == _F32
-          and z is None):
+    elif native_dw:
         # the compiled depthwise kernel: one pass, bias included (see _native.c)
         y = np.empty((N, M, *out), dtype=_F32)
         lo, hi = (-np.inf, np.inf) if clip is None else clip
@@ -466,12 +468,73 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None):
 @kernel("Conv", 1, 11, 22, dtypes=_FLOAT, check=_conv_check)
 def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
     return conv_clipped(x, w, b, None, auto_pad=auto_pad, dilations=dilations, group=group,
-                        kernel_shape=kernel_shape, pads=pads, strides=strides)
+                        kernel_shape=kernel_shape, pads=pads, strides=strides, cache=ctx.cache)
 
 
-def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pads, strides, z=None):
+class _ConvPlan:
+    """What one Conv node does for one input shape, decided on its first run (float32, one
+    image, 2-D): a 1x1 stride-1 unpadded convolution is one GEMM over the image plus the
+    compiled epilogue; a depthwise one is the compiled depthwise kernel; anything else
+    (``kind`` None) takes the general path. Later runs with the same shape, weights and bias
+    go straight to it. The prepared weights are kept with the arrays they came from:
+    initializers are the same array every run, and a weight fed at run time makes a new plan."""
+
+    __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "b2", "shape", "args")
+
+    def __init__(self, x, w, b, clip, group, strides, dilations, pb, pe):
+        self.xshape, self.w, self.b, self.clip, self.kind = x.shape, w, b, clip, None
+        if (_native is None or x.dtype != _F32 or w.dtype != _F32 or x.ndim != 4 or x.shape[0] != 1
+                or (b is not None and b.shape != (w.shape[0],))):
+            return
+        N, C, H, W = x.shape
+        M = w.shape[0]
+        ks = tuple(w.shape[2:])
+        lo, hi = (-np.inf, np.inf) if clip is None else clip
+        self.b2 = None if b is None else np.ascontiguousarray(b, dtype=_F32)
+        if ks == (1, 1) and group == 1 and list(strides) == [1, 1] and not any(pb) and not any(pe):
+            self.kind = "pointwise"
+            self.w2 = np.ascontiguousarray(w.reshape(M, C))
+            self.shape = (N, M, H, W)
+            self.args = ((M, H * W), float(lo), float(hi))
+        elif w.shape[1] == 1 and M == C == group and group > 1 and min(pb) >= 0 and min(pe) >= 0:
+            out = tuple(max(0, (x.shape[2 + i] + pb[i] + pe[i] - (ks[i] - 1) * dilations[i] - 1)
+                            // strides[i] + 1) for i in range(2))
+            if min(out) > 0:
+                self.kind = "depthwise"
+                self.w2 = np.ascontiguousarray(w)
+                self.shape = (N, M) + out
+                self.args = (x.shape, out, ks, tuple(strides), tuple(dilations), (pb[0], pb[1]),
+                             float(lo), float(hi))
+
+    def run(self, x):
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        if self.kind == "pointwise":
+            y = np.matmul(self.w2, x.reshape(self.xshape[1], self.args[0][1]))
+            _native.bias_clip(y, self.b2, *self.args)
+            return y.reshape(self.shape)
+        y = np.empty(self.shape, _F32)
+        _native.depthwise2d(x, self.w2, self.b2, y, *self.args)
+        return y
+
+
+def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pads, strides, z=None,
+                 cache=None):
     """Conv plus ``z`` when given, then clipped to ``clip`` = (lo, hi) when given (FusedConv's
-    sum and Relu / Clip)."""
+    sum and Relu / Clip). ``cache`` (the node's) keeps what the first run decided for the
+    input's shape (:class:`_ConvPlan`)."""
+    if cache is not None and z is None:
+        plan = cache.get("conv_plan")
+        if plan is None or plan.xshape != x.shape or plan.w is not w or plan.b is not b or plan.clip != clip:
+            plan = None
+            if x.ndim == 4 and x.shape[1] == w.shape[1] * group and w.ndim == 4:
+                st, dl = _ints(strides, 2, 1), _ints(dilations, 2, 1)
+                k_eff = [(w.shape[2 + i] - 1) * dl[i] + 1 for i in range(2)]
+                pb, pe = _conv_pads(x.shape[2:], k_eff, st, pads, auto_pad)
+                plan = _ConvPlan(x, w, b, clip, group, st, dl, pb, pe)
+                cache["conv_plan"] = plan
+        if plan is not None and plan.kind is not None:
+            return plan.run(x)
     nd = x.ndim - 2
     if nd < 1:
         raise ValueError(f"Conv needs an input of rank >= 3, got shape {x.shape}")
