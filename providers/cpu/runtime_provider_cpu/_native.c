@@ -5,7 +5,10 @@
  * float32, with the bias and a clip activation (Relu, Clip/ReLU6, or none) fused into the
  * same pass. numpy needs one multiply and one add over the whole image per kernel tap (18
  * passes for a 3x3 kernel); here each channel is padded once into a small scratch plane that
- * stays in cache and every output pixel is finished in registers.
+ * stays in cache and every output pixel is finished in registers. 3x3 kernels of stride 1
+ * or 2 (every MobileNet one) run 8 outputs a vector, the stride-2 plane split into its even
+ * and odd columns so that all loads are unit-stride; the padding is zeroed once a call and
+ * rows are copied inline (a 7-28 float row costs less than a libc call).
  *
  * recurrence: the time loop of LSTM and GRU (default activations, no clip, peepholes or
  * sequence lengths) in float32. numpy needs ~12 ufunc calls and one BLAS gemv a step, each
@@ -37,7 +40,7 @@
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 /* one x86-64-v3 (AVX2 + FMA) build and one baseline build, picked at load time by the CPU */
-#define RC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define RC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define RC_CLONES
 #endif
@@ -49,40 +52,69 @@ static inline float clipf(float v, float lo, float hi)
     return v > hi ? hi : v;
 }
 
-/* one channel: xp is the padded plane [Hp, Wp]; y the output plane [OH, OW] */
+#define RC_INLINE static inline __attribute__((always_inline))
+
+/* GCC / clang vector extensions: 8 floats, lowered to two SSE registers in the baseline
+   clone and one AVX register in the x86-64-v3 and -v4 clones */
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4)));  /* unaligned loads */
+
+RC_INLINE v8f v8_load(const float *p) { return *(const v8f_u *)p; }
+RC_INLINE void v8_store(float *p, v8f v) { *(v8f_u *)p = v; }
+RC_INLINE v8f v8_set1(float x) { return (v8f){0} + x; }
+/* a where m is set, else b (m from a vector comparison: all ones or all zeros) */
+RC_INLINE v8f v8_select(v8i m, v8f a, v8f b) { return (v8f)((m & (v8i)a) | (~m & (v8i)b)); }
+
+/* 3x3, dilation 1, stride 1 or 2, over planes whose rows are at least OWr + 2 floats
+ * (OWr: OW rounded up to 8) so that every output row is whole 8-wide vectors; the last
+ * vector's extra lanes go to a scratch row. Stride 1 reads one plane at columns ox + kx;
+ * stride 2 reads the even columns (pe) at ox and ox + 1 and the odd ones (po) at ox, so
+ * both are unit-stride loads. */
+RC_CLONES
+static void dw3x3(const float *restrict pe, const float *restrict po, Py_ssize_t Ws,
+                  const float *restrict wk, float bias, float *restrict y, Py_ssize_t OH,
+                  Py_ssize_t OW, Py_ssize_t sh, float lo, float hi)
+{
+    const v8f w0 = v8_set1(wk[0]), w1 = v8_set1(wk[1]), w2 = v8_set1(wk[2]), w3 = v8_set1(wk[3]),
+              w4 = v8_set1(wk[4]), w5 = v8_set1(wk[5]), w6 = v8_set1(wk[6]), w7 = v8_set1(wk[7]),
+              w8 = v8_set1(wk[8]), vb = v8_set1(bias), vlo = v8_set1(lo), vhi = v8_set1(hi);
+    float tail[8];
+    for (Py_ssize_t oy = 0; oy < OH; oy++) {
+        const Py_ssize_t r = oy * sh * Ws;
+        const float *e0 = pe + r, *e1 = e0 + Ws, *e2 = e1 + Ws;
+        const float *o0 = po ? po + r : e0 + 1, *o1 = o0 + Ws, *o2 = o1 + Ws;
+        /* stride 1: taps at e + ox, e + ox + 1 (= o), e + ox + 2; stride 2: e, o, e + 1 */
+        const Py_ssize_t third = po ? 1 : 2;
+        float *row = y + oy * OW;
+        for (Py_ssize_t ox = 0; ox < OW; ox += 8) {
+            v8f v = vb + w0 * v8_load(e0 + ox) + w1 * v8_load(o0 + ox) + w2 * v8_load(e0 + ox + third)
+                    + w3 * v8_load(e1 + ox) + w4 * v8_load(o1 + ox) + w5 * v8_load(e1 + ox + third)
+                    + w6 * v8_load(e2 + ox) + w7 * v8_load(o2 + ox) + w8 * v8_load(e2 + ox + third);
+            /* clip as clipf does: NaN stays NaN */
+            v = v8_select(v < vlo, vlo, v);
+            v = v8_select(v > vhi, vhi, v);
+            /* a short last vector may spill into the next row, which is written after it;
+               only the plane's last row keeps to its own */
+            if (ox + 8 <= OW || oy + 1 < OH)
+                v8_store(row + ox, v);
+            else {
+                v8_store(tail, v);
+                for (Py_ssize_t i = 0; i < OW - ox; i++)
+                    row[ox + i] = tail[i];
+            }
+        }
+    }
+}
+
+/* one channel, any kernel but the 3x3 ones dw3x3 takes: xp is the padded plane [Hp, Wp];
+   y the output plane [OH, OW] */
 RC_CLONES
 static void dw_plane(const float *restrict xp, Py_ssize_t Wp, const float *restrict wk,
                      Py_ssize_t KH, Py_ssize_t KW, float bias, float *restrict y,
                      Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t sh, Py_ssize_t sw,
                      Py_ssize_t dh, Py_ssize_t dw, float lo, float hi)
 {
-    if (KH == 3 && KW == 3 && dh == 1 && dw == 1 && (sw == 1 || sw == 2)) {
-        const float w0 = wk[0], w1 = wk[1], w2 = wk[2], w3 = wk[3], w4 = wk[4], w5 = wk[5],
-                    w6 = wk[6], w7 = wk[7], w8 = wk[8];
-        for (Py_ssize_t oy = 0; oy < OH; oy++) {
-            const float *r0 = xp + oy * sh * Wp, *r1 = r0 + Wp, *r2 = r1 + Wp;
-            float *row = y + oy * OW;
-            if (sw == 1) {
-                for (Py_ssize_t ox = 0; ox < OW; ox++) {
-                    float v = bias + w0 * r0[ox] + w1 * r0[ox + 1] + w2 * r0[ox + 2]
-                              + w3 * r1[ox] + w4 * r1[ox + 1] + w5 * r1[ox + 2]
-                              + w6 * r2[ox] + w7 * r2[ox + 1] + w8 * r2[ox + 2];
-                    row[ox] = clipf(v, lo, hi);
-                }
-            } else {
-                /* stride 2 reads every other column; splitting the rows into even and odd
-                   columns first was measured no faster (the input read dominates) */
-                for (Py_ssize_t ox = 0; ox < OW; ox++) {
-                    const Py_ssize_t i = 2 * ox;
-                    float v = bias + w0 * r0[i] + w1 * r0[i + 1] + w2 * r0[i + 2]
-                              + w3 * r1[i] + w4 * r1[i + 1] + w5 * r1[i + 2]
-                              + w6 * r2[i] + w7 * r2[i + 1] + w8 * r2[i + 2];
-                    row[ox] = clipf(v, lo, hi);
-                }
-            }
-        }
-        return;
-    }
     /* any other kernel: one multiply-add per tap over an output row that stays in L1 */
     for (Py_ssize_t oy = 0; oy < OH; oy++) {
         float *row = y + oy * OW;
@@ -165,8 +197,23 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
             PyBuffer_Release(&bv);
         return NULL;
     }
+    /* 3x3, dilation 1, column stride 1 or 2: the vector kernel (dw3x3) over planes of row
+       stride Ws, the stride-2 input split into even and odd columns */
+    const int vec = KH == 3 && KW == 3 && dh == 1 && dw == 1 && (sw == 1 || sw == 2) && OW > 0 && OH > 0;
+    const Py_ssize_t OWr = (OW + 7) / 8 * 8, Ws = OWr + 2;
     float *plane = NULL;
-    if (Hp * Wp > 0) {
+    if (vec) {
+        /* [even or whole plane][odd plane][one padded input row of 2 * Ws + 2] */
+        plane = (float *)malloc((size_t)(2 * Hp * Ws + 2 * Ws + 2) * sizeof(float));
+        if (!plane) {
+            PyBuffer_Release(&xv);
+            PyBuffer_Release(&wv);
+            if (has_b)
+                PyBuffer_Release(&bv);
+            PyBuffer_Release(&yv);
+            return PyErr_NoMemory();
+        }
+    } else if (Hp * Wp > 0) {
         plane = (float *)malloc((size_t)(Hp * Wp) * sizeof(float));
         if (!plane) {
             PyBuffer_Release(&xv);
@@ -184,7 +231,44 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
     const Py_ssize_t r0 = pt, r1 = pt + H < Hp ? pt + H : Hp;   /* plane rows holding input */
     const Py_ssize_t c0 = pl, c1 = pl + W < Wp ? pl + W : Wp;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t n = 0; n < N && plane; n++) {
+    if (vec) {
+        float *pe = plane, *po = plane + Hp * Ws, *tmp = plane + 2 * Hp * Ws;
+        const Py_ssize_t span = sw == 1 ? Ws : 2 * Ws + 2; /* padded columns a plane row holds */
+        /* input columns [0, ic1) land at padded columns [pl, pl + ic1); input rows
+           [0, ir1) at plane rows [pt, pt + ir1). Everything else is padding, zeroed once
+           here and never written: each channel overwrites only the same data region. */
+        const Py_ssize_t ic1 = W < span - pl ? W : (span - pl > 0 ? span - pl : 0);
+        const Py_ssize_t ir1 = H < Hp - pt ? H : (Hp - pt > 0 ? Hp - pt : 0);
+        memset(plane, 0, (size_t)(2 * Hp * Ws + 2 * Ws + 2) * sizeof(float));
+        for (Py_ssize_t n = 0; n < N; n++) {
+            for (Py_ssize_t c = 0; c < C; c++) {
+                const float *xc = x + (n * C + c) * H * W;
+                for (Py_ssize_t xr = 0; xr < ir1; xr++) {
+                    const float *src = xc + xr * W;
+                    const Py_ssize_t r = xr + pt;
+                    /* inline copies: a row is often 7-28 floats, where a libc call costs
+                       more than the copy */
+                    if (sw == 1) {
+                        float *dst = pe + r * Ws + pl;
+                        for (Py_ssize_t i = 0; i < ic1; i++)
+                            dst[i] = src[i];
+                    } else {
+                        float *dst = tmp + pl;
+                        for (Py_ssize_t i = 0; i < ic1; i++)
+                            dst[i] = src[i];
+                        float *er = pe + r * Ws, *orow = po + r * Ws;
+                        for (Py_ssize_t i = 0; i < Ws; i++) {
+                            er[i] = tmp[2 * i];
+                            orow[i] = tmp[2 * i + 1];
+                        }
+                    }
+                }
+                dw3x3(pe, sw == 2 ? po : NULL, Ws, w + c * 9, b ? b[c] : 0.0f,
+                      y + (n * C + c) * OH * OW, OH, OW, sh, lo, hi);
+            }
+        }
+    }
+    for (Py_ssize_t n = 0; n < N && plane && !vec; n++) {
         for (Py_ssize_t c = 0; c < C; c++) {
             const float *xc = x + (n * C + c) * H * W;
             if (r0 < r1 && c0 < c1) {
@@ -279,20 +363,7 @@ static PyObject *bias_clip(PyObject *self, PyObject *args)
 /* hidden units per packed chunk: the recurrence matrix is packed as
    [chunk][k][gate][RC_U] so one chunk's gates for one k are contiguous */
 #define RC_U 16
-#define RC_INLINE static inline __attribute__((always_inline))
 
-/* GCC / clang vector extensions: 8 floats, lowered to two SSE registers in the baseline
-   clone and one AVX register in the x86-64-v3 clone */
-typedef float v8f __attribute__((vector_size(32)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-typedef float v8f_u __attribute__((vector_size(32), aligned(4)));  /* unaligned loads */
-
-RC_INLINE v8f v8_load(const float *p) { return *(const v8f_u *)p; }
-RC_INLINE void v8_store(float *p, v8f v) { *(v8f_u *)p = v; }
-RC_INLINE v8f v8_set1(float x) { return (v8f){0} + x; }
-
-/* a where m is set, else b (m from a vector comparison: all ones or all zeros) */
-RC_INLINE v8f v8_select(v8i m, v8f a, v8f b) { return (v8f)((m & (v8i)a) | (~m & (v8i)b)); }
 
 /* exp in float32 with no branches: Cody-Waite reduction by ln 2 and Cephes's degree-5
    polynomial on [-ln2/2, ln2/2], about 1 ulp. The argument is clamped to the normal
