@@ -227,26 +227,34 @@ def test_fused_conv_with_a_z_of_another_shape_raises_at_run():
 @pytest.mark.parametrize("attrs", [{"activation": "Relu"},
                                    {"activation": "Clip", "activation_params": [0.0, 6.0]},
                                    {"activation": "Clip", "activation_params": [-0.25, 0.3]}])
-def test_fused_conv_clip_in_the_epilogue(kind, attrs, with_z, native, monkeypatch):
+@pytest.mark.parametrize("batch", [1, 2])
+def test_fused_conv_clip_in_the_epilogue(kind, attrs, with_z, native, batch, monkeypatch):
     # the bias, Z and Relu / Clip are applied in the convolution's epilogue (compiled: in one
     # pass; without the extension: numpy's in-place adds and clip); batch 2 checks the
-    # per-image epilogue
+    # per-image epilogue, batch 1 the node's plan (1x1 and depthwise straight to the kernels)
     from runtime_provider_cpu.ops import nn
 
     if native:
         assert nn._native is not None, "runtime_provider_cpu._native did not build"
     else:
         monkeypatch.setattr(nn, "_native", None)
-    x = f32(2, 8, 9, 9) * 3
+    planned = []
+    real_run = nn._ConvPlan.run
+    monkeypatch.setattr(nn._ConvPlan, "run", lambda self, *a: planned.append(self.kind) or real_run(self, *a))
+    x = f32(batch, 8, 9, 9) * 3
     if kind == "pointwise":
         m, feeds = fused_conv_model(attrs, with_z, w=f32(5, 8, 1, 1), x=x, pads=(0, 0, 0, 0))
     elif kind == "depthwise":
         m, feeds = fused_conv_model(attrs, with_z, group=8, w=f32(8, 1, 3, 3), x=x, strides=(2, 2))
     else:
         m, feeds = fused_conv_model(attrs, with_z, w=f32(4, 8, 3, 3), x=x)
-    ours = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU).run(None, feeds)
+    sess = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU)
+    ours = sess.run(None, feeds)
     ref = run_oracle(m, feeds)
     assert_close(ours, ref, rtol=1e-4, atol=1e-5)
+    assert_close(sess.run(None, feeds), ref, rtol=1e-4, atol=1e-5)  # a second run, planned
+    expect_plan = native and batch == 1 and (kind == "pointwise" or (kind == "depthwise" and not with_z))
+    assert planned == ([kind, kind] if expect_plan else []), planned
     lo = attrs.get("activation_params", [0.0])[0]
     assert (ref[0] == lo).any() and (ours[0] == lo).any()  # the clip bound is reached
 
@@ -272,3 +280,18 @@ def test_bias_clip_checks_buffers():
     np.testing.assert_array_equal(y, ref)
     nat.bias_clip(y, None, (3, 4), 1.0, 2.0)
     np.testing.assert_array_equal(y, np.clip(ref, 1.0, 2.0))
+
+
+@pytest.mark.parametrize("kind", ["pointwise", "depthwise"])
+def test_conv_plan_follows_weights_fed_at_run_time(kind):
+    # the node's plan keeps weights prepared from the arrays it saw; weights that are a graph
+    # input (a new array every run) must never be served from an earlier run's plan
+    C = 6
+    group, wshape, pads = (1, (4, C, 1, 1), [0, 0, 0, 0]) if kind == "pointwise" else (C, (C, 1, 3, 3), [1, 1, 1, 1])
+    node = helper.make_node("Conv", ["x", "w"], ["y"], group=group, pads=pads)
+    x = f32(1, C, 5, 7)
+    m = make_model([node], {"x": x, "w": np.zeros(wshape, np.float32)}, ["y"], opset=13)
+    sess = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_DISABLE_ALL), providers=CPU)
+    for seed in range(3):
+        feeds = {"x": x, "w": np.random.default_rng(seed).standard_normal(wshape).astype(np.float32)}
+        assert_close(sess.run(None, feeds), run_oracle(m, feeds), rtol=1e-4, atol=1e-5)

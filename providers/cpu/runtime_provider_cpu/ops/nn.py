@@ -506,12 +506,16 @@ class _ConvPlan:
                 self.args = (x.shape, out, ks, tuple(strides), tuple(dilations), (pb[0], pb[1]),
                              float(lo), float(hi))
 
-    def run(self, x):
+    def run(self, x, z=None):
+        """The convolution of ``x`` (plus ``z``, pointwise plans only)."""
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
         if self.kind == "pointwise":
             y = np.matmul(self.w2, x.reshape(self.xshape[1], self.args[0][1]))
-            _native.bias_clip(y, self.b2, *self.args)
+            if z is None:
+                _native.bias_clip(y, self.b2, *self.args)
+            else:
+                _native.bias_clip(y, self.b2, *self.args, np.ascontiguousarray(z))
             return y.reshape(self.shape)
         y = np.empty(self.shape, _F32)
         _native.depthwise2d(x, self.w2, self.b2, y, *self.args)
@@ -523,7 +527,8 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
     """Conv plus ``z`` when given, then clipped to ``clip`` = (lo, hi) when given (FusedConv's
     sum and Relu / Clip). ``cache`` (the node's) keeps what the first run decided for the
     input's shape (:class:`_ConvPlan`)."""
-    if cache is not None and z is None:
+    if cache is not None and (z is None or (z.shape == (x.shape[0], w.shape[0], *x.shape[2:])
+                                            and z.dtype == _F32)):
         plan = cache.get("conv_plan")
         if plan is None or plan.xshape != x.shape or plan.w is not w or plan.b is not b or plan.clip != clip:
             plan = None
@@ -533,8 +538,8 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
                 pb, pe = _conv_pads(x.shape[2:], k_eff, st, pads, auto_pad)
                 plan = _ConvPlan(x, w, b, clip, group, st, dl, pb, pe)
                 cache["conv_plan"] = plan
-        if plan is not None and plan.kind is not None:
-            return plan.run(x)
+        if plan is not None and plan.kind is not None and (z is None or plan.kind == "pointwise"):
+            return plan.run(x, z)
     nd = x.ndim - 2
     if nd < 1:
         raise ValueError(f"Conv needs an input of rank >= 3, got shape {x.shape}")
