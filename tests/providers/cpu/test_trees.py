@@ -93,7 +93,7 @@ def test_compiled_walk_matches_numpy_walk_and_onnxruntime(modes, x_dtype, rows, 
 
 
 def _node_records(feat, thr, nxt, branch):
-    dt = np.dtype([("feat", "<i4"), ("thr", "<f4"), ("next", "<i4"), ("branch", "u1"),
+    dt = np.dtype([("feat", "=i4"), ("thr", "=f4"), ("next", "=i4"), ("branch", "u1"),
                    ("nan_true", "u1"), ("bits", "u1"), ("pad", "u1")])
     nodes = np.zeros(len(feat), dt)
     nodes["feat"], nodes["thr"], nodes["next"], nodes["branch"] = feat, thr, nxt, branch
