@@ -163,7 +163,8 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
     elif act == "Clip":  # _fused_conv_check declined it without its two params
         clip, act = (float(params[0]), float(params[1])), None
     y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
-                     kernel_shape=kernel_shape, pads=pads, strides=strides, z=z, cache=ctx.cache)
+                     kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
+                     cache=getattr(ctx, "cache", None))
     return y if act is None else _activate(y, act, params)
 
 

@@ -468,7 +468,8 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None):
 @kernel("Conv", 1, 11, 22, dtypes=_FLOAT, check=_conv_check)
 def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
     return conv_clipped(x, w, b, None, auto_pad=auto_pad, dilations=dilations, group=group,
-                        kernel_shape=kernel_shape, pads=pads, strides=strides, cache=ctx.cache)
+                        kernel_shape=kernel_shape, pads=pads, strides=strides,
+                        cache=getattr(ctx, "cache", None))  # a caller without a context: no plan
 
 
 class _ConvPlan:
