@@ -73,16 +73,61 @@ def enumerate_devices() -> list[tuple[object, list[object]]]:
     if not platforms:
         raise OpenCLUnavailable(f"no OpenCL platform found; install an OpenCL driver (ICD), or {INSTALL_HINT}")
     out = []
+    unusable = []
     for p in platforms:
         try:
             devs = [d for d in p.get_devices() if d.available]
         except Exception:  # DEVICE_NOT_FOUND on a platform with no device
             devs = []
-        out.append((p, devs))
+        usable = []
+        for d in devs:
+            why = build_problem(cl, d)
+            if why is None:
+                usable.append(d)
+            else:
+                unusable.append(f"{d.name.strip()!r} ({p.name.strip()}): {why}")
+                logger.warning("OpenCL device %r of %r is skipped: %s", d.name.strip(), p.name.strip(), why)
+        out.append((p, usable))
     if not any(devs for _, devs in out):
         names = ", ".join(repr(p.name) for p, _ in out)
+        if unusable:
+            raise OpenCLUnavailable(f"OpenCL platform(s) {names} found, but no usable device: "
+                                    + "; ".join(unusable))
         raise OpenCLUnavailable(f"OpenCL platform(s) {names} found, but no available device")
     return out
+
+
+#: a kernel every OpenCL C compiler builds; a device whose compiler cannot is not usable
+_PROBE_KERNEL = "__kernel void rc_probe(__global float *a) { a[get_global_id(0)] += 1.0f; }"
+_BUILD_PROBLEMS: dict = {}
+_BUILD_LOCK = threading.Lock()
+
+
+def build_problem(cl, dev) -> str | None:
+    """Why ``dev``'s OpenCL C compiler cannot build a one-line kernel, or None when it can.
+
+    Checked once per device and process. PoCL, for one, compiles through its own LLVM, which
+    cannot target a CPU newer than itself (PoCL 3.0's LLVM 14 on an AMD family-0x1A CPU:
+    "unknown target CPU 'generic'"); such a device is listed by the driver but every build on
+    it fails, so it is reported unusable here instead of failing each session later."""
+    try:
+        key = (dev.platform.name, dev.name, dev.driver_version)
+    except Exception:  # noqa: BLE001 - an object without the queries: check it each time
+        key = None
+    with _BUILD_LOCK:
+        if key is not None and key in _BUILD_PROBLEMS:
+            return _BUILD_PROBLEMS[key]
+        try:
+            cl.Program(cl.Context([dev]), _PROBE_KERNEL).build()
+            why = None
+        except Exception as exc:  # noqa: BLE001 - any failure makes the device unusable
+            text = str(exc)
+            errors = [ln.strip() for ln in text.splitlines() if "error" in ln.lower() and ln.strip()]
+            detail = next((ln for ln in errors if ln.lower().startswith("error:")), errors[0] if errors else text)
+            why = f"its OpenCL C compiler cannot build a kernel ({type(exc).__name__}: {detail[:300]})"
+        if key is not None:
+            _BUILD_PROBLEMS[key] = why
+        return why
 
 
 def list_devices() -> list[DeviceInfo]:

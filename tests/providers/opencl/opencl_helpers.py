@@ -18,6 +18,8 @@ from oracle import assert_close, make_model, run_oracle
 
 SKIP_REASON = "pyopencl/PoCL not installed"
 POCL_PLATFORM = "Portable Computing Language"
+#: PoCL is installed but cannot build kernels on this CPU (None when it can, or is absent)
+POCL_UNUSABLE = None
 OCL = "OpenCLExecutionProvider"
 CPU = "CPUExecutionProvider"
 RTOL = ATOL = 1e-3
@@ -34,8 +36,27 @@ def _pocl_present() -> bool:
         return False
 
 
+def _pocl_unusable() -> str | None:
+    """Why PoCL's device cannot build kernels here (the provider's own check), or None."""
+    import pyopencl as cl
+
+    from runtime_provider_opencl.device import build_problem
+
+    for p in cl.get_platforms():
+        if POCL_PLATFORM in p.name:
+            whys = [build_problem(cl, d) for d in p.get_devices()]
+            if whys and all(whys):
+                return whys[0]
+    return None
+
+
 HAVE_PACKAGE = importlib.util.find_spec("runtime_provider_opencl") is not None
-HAVE_POCL = HAVE_PACKAGE and _pocl_present()
+POCL_INSTALLED = HAVE_PACKAGE and _pocl_present()
+if POCL_INSTALLED:
+    POCL_UNUSABLE = _pocl_unusable()
+    if POCL_UNUSABLE:
+        SKIP_REASON = f"PoCL is installed but cannot build kernels on this machine: {POCL_UNUSABLE}"
+HAVE_POCL = POCL_INSTALLED and not POCL_UNUSABLE
 
 requires_pocl = pytest.mark.skipif(not HAVE_POCL, reason=SKIP_REASON)
 requires_package = pytest.mark.skipif(not HAVE_PACKAGE, reason="runtime-provider-opencl not installed")

@@ -242,3 +242,66 @@ def test_device_selection_rules(monkeypatch, opts, expect):
     info = device.select_device(opts.get("platform"), opts.get("device"))
     assert (info.platform, info.device) == expect
     assert info.device_type == ("GPU" if expect == (1, 1) else "CPU")
+
+
+class _FakeCL:
+    """pyopencl as far as device enumeration and the build check go: one platform whose
+    devices build (or fail to build, as PoCL's LLVM does on a CPU it does not know)."""
+
+    class Error(Exception):
+        pass
+
+    def __init__(self, fails):
+        self.fails = fails
+        cl = self
+
+        class Dev:
+            available = True
+            name = "pthread-Future CPU"
+            driver_version = "3.0"
+            version = "OpenCL 3.0 Fake"
+            type = 2  # CL_DEVICE_TYPE_CPU
+
+            class platform:  # noqa: N801 - mirrors pyopencl's attribute
+                name = "Fake PoCL"
+
+        class Prog:
+            def __init__(self, ctx, src):
+                pass
+
+            def build(self, options=None):
+                if cl.fails:
+                    raise RuntimeError("clBuildProgram failed: BUILD_PROGRAM_FAILURE\n\n"
+                                       "error: unknown target CPU 'generic'\nDevice failed")
+                return self
+
+        self.Program = Prog
+        self.Context = lambda devs: object()
+        self.device_type = type("device_type", (), {"GPU": 4, "ACCELERATOR": 8, "CPU": 2})
+        self.dev = Dev()
+
+    def get_platforms(self):
+        return [_FakePlatform("Fake PoCL", [self.dev])]
+
+
+@requires_package
+@pytest.mark.parametrize("fails", [True, False])
+def test_a_device_whose_compiler_cannot_build_is_unusable_with_the_reason(monkeypatch, fails):
+    # the driver lists the device, but every build on it fails: the probe says so (and why)
+    # instead of every session failing later in compile
+    from runtime_provider_opencl import device
+    from runtime_provider_opencl.plugin import OpenCLExecutionProvider
+
+    fake = _FakeCL(fails)
+    monkeypatch.setattr(device, "import_pyopencl", lambda: fake)
+    monkeypatch.setattr(device, "_BUILD_PROBLEMS", {})
+    res = OpenCLExecutionProvider.probe()
+    if fails:
+        assert not res.available and res.devices == []
+        assert "no usable device" in res.reason and "unknown target CPU 'generic'" in res.reason, res.reason
+        assert "pthread-Future CPU" in res.reason
+    else:
+        assert res.available and len(res.devices) == 1 and "pthread-Future CPU" in res.devices[0]
+    # checked once per device and process
+    fake.fails = not fails
+    assert OpenCLExecutionProvider.probe().available == (not fails)
