@@ -94,9 +94,9 @@ static void dw3x3(const float *restrict pe, const float *restrict po, Py_ssize_t
             /* clip as clipf does: NaN stays NaN */
             v = v8_select(v < vlo, vlo, v);
             v = v8_select(v > vhi, vhi, v);
-            /* a short last vector may spill into the next row, which is written after it;
-               only the plane's last row keeps to its own */
-            if (ox + 8 <= OW || oy + 1 < OH)
+            /* a short last vector may spill into the rows below, which are written after
+               it, but never past the plane's end */
+            if (ox + 8 <= OW || oy * OW + ox + 8 <= OH * OW)
                 v8_store(row + ox, v);
             else {
                 v8_store(tail, v);

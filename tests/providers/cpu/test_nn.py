@@ -192,9 +192,11 @@ def test_depthwise_native(ks, strides, dil, pads):
 
     assert nn._native is not None, nn.NATIVE_ERROR  # the wheel is built with its C extension
     kw = {"pads": pads} if pads else {}
-    # widths below, at and past the 8-wide vectors of the 3x3 kernel, whole and partial
+    # widths below, at and past the 8-wide vectors of the 3x3 kernel, whole and partial, and
+    # planes smaller than one vector (a short row's vector must not spill past the plane)
     for shape, bias in [((2, 5, 13, 11), True), ((1, 3, 7, 9), False), ((1, 4, 21, 37), True),
-                        ((1, 2, 16, 16), False)]:
+                        ((1, 2, 16, 16), False), ((1, 3, 2, 1), True), ((2, 2, 5, 2), False),
+                        ((1, 1, 1, 1), True)]:
         inits = {"w": rnd(shape[1], 1, *ks)}
         if bias:
             inits["b"] = rnd(shape[1])
