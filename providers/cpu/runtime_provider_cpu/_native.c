@@ -22,6 +22,9 @@
  * in one pass over the result. im2col: not here; a compiled one was measured no faster
  * (it is bound by writing the patch matrix).
  *
+ * gelu_erf: Gelu (erf form) of x plus an optional bias row in one pass, with the rational erf
+ * the numpy path evaluates (ops/elementwise.py) in ~20 passes; 128x3072: 773 -> 136 us.
+ *
  * tree_leaves: the walk of a tree ensemble (float32 or float64 thresholds, every comparison
  * mode, missing values). numpy walks all rows x trees one level at a time, a gather per node
  * field per level; here each tree's nodes are one contiguous block of 16-byte records and 8
@@ -802,6 +805,102 @@ static PyObject *tree_leaves(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------------------- */
+/* gelu_erf: Gelu (erf form) of x (+ a bias over the last dim), one pass                  */
+/* ------------------------------------------------------------------------------------- */
+
+/* Eigen's rational erf (ops/elementwise.py's _ERF_P / _ERF_Q, the numerator halved so the
+ * quotient is erf / 2), evaluated as the numpy path does: a = clip(s / sqrt 2, -4, 4),
+ * y = s * (0.5 + p(a^2) a / q(a^2)), s = x + b. numpy needs ~20 passes over the tensor,
+ * each a ufunc call per 64K block; here it is one, 8 floats at a time. */
+static const float rc_erf_p_half[7] = {
+    -2.72614225801306e-10f * 0.5f, 2.77068142495902e-08f * 0.5f, -2.10102402082508e-06f * 0.5f,
+    -5.69250639462346e-05f * 0.5f, -7.34990630326855e-04f * 0.5f, -2.95459980854025e-03f * 0.5f,
+    -1.60960333262415e-02f * 0.5f};
+static const float rc_erf_q[5] = {-1.45660718464996e-05f, -2.13374055278905e-04f,
+                                  -1.68282697438203e-03f, -7.37332916720468e-03f,
+                                  -1.42647390514189e-02f};
+
+RC_INLINE v8f rc_gelu8(v8f s)
+{
+    const v8f c = v8_set1(0.70710678118654752f), four = v8_set1(4.0f), mfour = v8_set1(-4.0f);
+    v8f a = s * c;
+    a = v8_select(a < mfour, mfour, a); /* NaN stays NaN */
+    a = v8_select(a > four, four, a);
+    const v8f x2 = a * a;
+    v8f p = x2 * v8_set1(rc_erf_p_half[0]) + v8_set1(rc_erf_p_half[1]);
+    for (int i = 2; i < 7; i++)
+        p = p * x2 + v8_set1(rc_erf_p_half[i]);
+    p = p * a;
+    v8f q = x2 * v8_set1(rc_erf_q[0]) + v8_set1(rc_erf_q[1]);
+    for (int i = 2; i < 5; i++)
+        q = q * x2 + v8_set1(rc_erf_q[i]);
+    return (p / q + v8_set1(0.5f)) * s;
+}
+
+RC_CLONES
+static void gelu_rows(const float *restrict x, const float *restrict b, float *y, Py_ssize_t rows,
+                      Py_ssize_t d)
+{
+    float tx[8], tb[8];
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
+        Py_ssize_t i = 0;
+        for (; i + 8 <= d; i += 8) {
+            v8f s = v8_load(xr + i);
+            if (b)
+                s = s + v8_load(b + i);
+            v8_store(yr + i, rc_gelu8(s));
+        }
+        if (i < d) { /* the row's tail through a scratch vector */
+            const Py_ssize_t k = d - i;
+            for (Py_ssize_t j = 0; j < 8; j++) {
+                tx[j] = j < k ? xr[i + j] : 0.0f;
+                tb[j] = b && j < k ? b[i + j] : 0.0f;
+            }
+            v8f v = rc_gelu8(v8_load(tx) + v8_load(tb));
+            v8_store(tx, v);
+            for (Py_ssize_t j = 0; j < k; j++)
+                yr[i + j] = tx[j];
+        }
+    }
+}
+
+static PyObject *gelu_erf(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *bo, *yo;
+    Py_ssize_t rows, d;
+    if (!PyArg_ParseTuple(args, "OOO(nn):gelu_erf", &xo, &bo, &yo, &rows, &d))
+        return NULL;
+    if (rows < 0 || d < 0) {
+        PyErr_SetString(PyExc_ValueError, "gelu_erf: negative size");
+        return NULL;
+    }
+    Py_buffer xv, bv, yv;
+    if (get_buffer_of("gelu_erf", xo, &xv, 0, rows * d, "X") < 0)
+        return NULL;
+    const int has_b = bo != Py_None;
+    if (has_b && get_buffer_of("gelu_erf", bo, &bv, 0, d, "B") < 0) {
+        PyBuffer_Release(&xv);
+        return NULL;
+    }
+    if (get_buffer_of("gelu_erf", yo, &yv, 1, rows * d, "Y") < 0) {
+        PyBuffer_Release(&xv);
+        if (has_b)
+            PyBuffer_Release(&bv);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    gelu_rows((const float *)xv.buf, has_b ? (const float *)bv.buf : NULL, (float *)yv.buf, rows, d);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&yv);
+    if (has_b)
+        PyBuffer_Release(&bv);
+    PyBuffer_Release(&xv);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"depthwise2d", depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
@@ -815,6 +914,10 @@ static PyMethodDef methods[] = {
      "The LSTM (gates i, o, f, c) or GRU (z, r, h) time loop with default activations over\n"
      "C-contiguous float32 buffers; p1/p2 are the recurrence weights packed by unit chunks of\n"
      "RECURRENCE_UNITS. Writes every hidden state into ys (and the last cell state into c)."},
+    {"gelu_erf", gelu_erf, METH_VARARGS,
+     "gelu_erf(x, b, y, (rows, d))\n"
+     "y = Gelu(x + b) (erf form; b a vector of the d columns, or None) over C-contiguous float32\n"
+     "buffers; y may be x."},
     {"tree_leaves", tree_leaves, METH_VARARGS,
      "tree_leaves(X, nodes, roots, out, (n, c, L, t), itemsize, depth, mode, nan_check)\n"
      "The node every row of X reaches in every tree (out[tree, row]) over C-contiguous buffers:\n"

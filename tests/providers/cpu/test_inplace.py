@@ -196,9 +196,16 @@ def _gelu_refs(x):
     return exact, tanh_form
 
 
-def test_gelu_f32_accuracy_and_specials():
-    from runtime_provider_cpu.ops.elementwise import gelu_erf_f32, gelu_tanh_f32
+@pytest.mark.parametrize("native", [True, False])
+def test_gelu_f32_accuracy_and_specials(native):
+    from functools import partial
 
+    from runtime_provider_cpu.ops import elementwise as ew
+    from runtime_provider_cpu.ops.elementwise import gelu_tanh_f32
+
+    if native:
+        assert ew._native is not None, "runtime_provider_cpu._native did not build"
+    gelu_erf_f32 = partial(ew.gelu_erf_f32, native=native)
     x = np.linspace(-12, 12, 300_001).astype(np.float32)
     exact, tanh_form = _gelu_refs(x)
     with np.errstate(all="ignore"):
@@ -216,17 +223,39 @@ def test_gelu_f32_accuracy_and_specials():
             assert np.isnan(sp[0]) and sp[1] == np.inf and sp[2] == 0 and sp[3] == 0 and sp[4] == 30
 
 
+@pytest.mark.parametrize("shape", [(9, 40), (3, 7), (2, 5, 19), (1,), (0, 8), (4, 0)])
+def test_compiled_gelu_with_bias_matches_the_numpy_blocks(shape):
+    # _native.gelu_erf: the bias add and Gelu in one pass, rows of any width (a scalar tail
+    # below 8), in place or not
+    from runtime_provider_cpu.ops import elementwise as ew
+
+    assert ew._native is not None, "runtime_provider_cpu._native did not build"
+    x = rnd(*shape) * 4
+    b = rnd(shape[-1])
+    want = ew.gelu_erf_f32(x + b, native=False)
+    got = ew.gelu_erf_f32(x, bias=b)
+    assert got.shape == x.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=2e-6)
+    y = x.copy()
+    assert ew.gelu_erf_f32(y, out=y, bias=b) is y
+    np.testing.assert_array_equal(y, got)
+    with pytest.raises(ValueError, match="B holds"):
+        ew._native.gelu_erf(np.zeros((2, 3), np.float32), np.zeros(2, np.float32), np.zeros((2, 3), np.float32), (2, 3))
+    with pytest.raises(ValueError, match="Y holds"):
+        ew._native.gelu_erf(np.zeros((2, 3), np.float32), None, np.zeros((2, 3)), (2, 3))
+
+
 @pytest.mark.parametrize("block", [7, 64, 65536])
 def test_gelu_f32_blocks_bias_and_aliasing(block, monkeypatch):
     from runtime_provider_cpu.ops import elementwise as ew
 
     x, b = rnd(9, 40), rnd(40)
-    whole_erf, whole_tanh = ew.gelu_erf_f32(x), ew.gelu_tanh_f32(x + b)
+    whole_erf, whole_tanh = ew.gelu_erf_f32(x, native=False), ew.gelu_tanh_f32(x + b)
     monkeypatch.setattr(ew, "_BLOCK", block)
-    np.testing.assert_array_equal(ew.gelu_erf_f32(x), whole_erf)
+    np.testing.assert_array_equal(ew.gelu_erf_f32(x, native=False), whole_erf)
     np.testing.assert_array_equal(ew.gelu_tanh_f32(x, b), whole_tanh)
     y = x.copy()
-    assert ew.gelu_erf_f32(y, out=y) is y
+    assert ew.gelu_erf_f32(y, out=y, native=False) is y
     np.testing.assert_array_equal(y, whole_erf)
     y = x.copy()
     assert ew.gelu_tanh_f32(y, b, out=y) is y

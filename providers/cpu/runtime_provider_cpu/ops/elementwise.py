@@ -28,6 +28,11 @@ from onnx import TensorProto, helper
 from ..executable import inplace_variant
 from ..registry import kernel
 
+try:  # the compiled kernels (see ops/nn.py); without them the numpy blocks below run
+    from .. import _native
+except ImportError:  # pragma: no cover - only a build without a C compiler
+    _native = None
+
 # -- dtype helpers -----------------------------------------------------------
 
 _F16 = np.dtype(np.float16)
@@ -274,12 +279,26 @@ def erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return _into(out, res)
 
 
-def gelu_erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """0.5 * x * (1 + erf(x / sqrt(2))) of a float32 array, block by block (``out`` may be x).
+def gelu_erf_f32(x: np.ndarray, out: np.ndarray | None = None, bias: np.ndarray | None = None,
+                 native: bool = True) -> np.ndarray:
+    """0.5 * s * (1 + erf(s / sqrt(2))) of a float32 array, s = x (+ ``bias``, a float32
+    vector of x's last dim), ``out`` may be x.
 
-    The 0.5 is folded into the numerator's coefficients (a power of two: exact), so a block
-    is ``x * (0.5 + erf(x / sqrt(2)) / 2)``; x is read again only by the last multiply, so
-    no copy of it is kept even when the result overwrites it."""
+    With the compiled extension this is one pass (``_native.gelu_erf``, the same rational
+    erf); otherwise (or ``native=False``) block by block in numpy: the 0.5 is folded into the
+    numerator's coefficients (a power of two: exact), so a block is
+    ``s * (0.5 + erf(s / sqrt(2)) / 2)``; s is read again only by the last multiply, so no
+    copy of it is kept even when the result overwrites it."""
+    if native and _native is not None and x.dtype == _F32:
+        d = x.shape[-1] if x.ndim else 1
+        xc = np.ascontiguousarray(x)
+        res = out if (out is not None and out.dtype == _F32 and out.shape == x.shape
+                      and out.flags.c_contiguous) else np.empty(x.shape, _F32)
+        bc = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
+        _native.gelu_erf(xc, bc, res, (xc.size // max(d, 1), d))
+        return _into(out, res)
+    if bias is not None:
+        x = np.add(x, bias, out=out if out is not None and out.shape == x.shape else None)
     xf, res, rf = _blocks(x, out)
     n = xf.size
     m = min(n, _BLOCK)

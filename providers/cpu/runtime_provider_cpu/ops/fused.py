@@ -90,6 +90,8 @@ def bias_gelu(ctx, a, b):
     if b.ndim != 1 or b.shape[0] != a.shape[-1]:
         raise ValueError(f"BiasGelu bias of shape {b.shape} does not match input {a.shape}")
     with np.errstate(all="ignore"):
+        if a.dtype == np.float32 and b.dtype == np.float32:
+            return _gelu_erf_f32(a, bias=b)  # the sum and Gelu in one pass where compiled
         s = a + b
         return _gelu_erf(s, out=s)  # s is ours
 
@@ -100,7 +102,7 @@ def bias_gelu_inplace(ctx, owned, a, b):
     if a.dtype != np.float32 or b.dtype != np.float32 or b.ndim != 1 or b.shape[0] != a.shape[-1]:
         return bias_gelu(ctx, a, b)
     with np.errstate(all="ignore"):
-        return _gelu_erf(np.add(a, b, out=a), out=a)
+        return _gelu_erf_f32(a, out=a, bias=b)
 
 
 # -- FusedConv --------------------------------------------------------------------------
