@@ -86,7 +86,7 @@ def enumerate_devices() -> list[tuple[object, list[object]]]:
                 usable.append(d)
             else:
                 unusable.append(f"{d.name.strip()!r} ({p.name.strip()}): {why}")
-                logger.warning("OpenCL device %r of %r is skipped: %s", d.name.strip(), p.name.strip(), why)
+                logger.info("OpenCL device %r of %r is skipped: %s", d.name.strip(), p.name.strip(), why)
         out.append((p, usable))
     if not any(devs for _, devs in out):
         names = ", ".join(repr(p.name) for p, _ in out)
