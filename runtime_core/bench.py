@@ -121,8 +121,8 @@ def blas_description() -> str:
         infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
     except Exception as exc:  # threadpoolctl missing or failing: say so
         return f"unknown ({type(exc).__name__}: {exc})"
-    parts = [f"{i.get('internal_api')} {i.get('version')} {i.get('architecture') or ''} kernels, "
-             f"{i.get('num_threads')} threads".replace("  ", " ") for i in infos] or ["none found"]
+    parts = [" ".join(str(v) for v in (i.get("internal_api"), i.get("version"), i.get("architecture")) if v)
+             + f" kernels, {i.get('num_threads')} threads" for i in infos] or ["none found"]
     pins = [f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if os.environ.get(k)]
     return "; ".join(parts) + (f" (pinned by {', '.join(pins)})" if pins else "")
 

@@ -142,27 +142,61 @@ static void dw_plane(const float *restrict xp, Py_ssize_t Wp, const float *restr
     }
 }
 
-static int get_buffer_of(const char *fn, PyObject *obj, Py_buffer *view, int writable,
-                         Py_ssize_t n_floats, const char *what)
+/* one C-contiguous buffer of n items of itemsize bytes (writable when asked), else a
+ * ValueError naming it (and nothing held) */
+static int get_items(const char *fn, PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n,
+                     Py_ssize_t itemsize, const char *what)
 {
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0)
         return -1;
-    if (view->len != n_floats * (Py_ssize_t)sizeof(float) || view->itemsize != sizeof(float)) {
+    if (view->len != n * itemsize || view->itemsize != itemsize) {
         PyErr_Format(PyExc_ValueError,
-                     "%s: %s holds %zd bytes of %zd-byte items, expected %zd float32",
-                     fn, what, view->len, view->itemsize, n_floats);
+                     "%s: %s holds %zd bytes of %zd-byte items, expected %zd items of %zd bytes",
+                     fn, what, view->len, view->itemsize, n, itemsize);
         PyBuffer_Release(view);
         return -1;
     }
     return 0;
 }
 
-static int get_buffer(PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n_floats,
-                      const char *what)
+/* what a kernel takes: an object, its item count and size, whether it is written, whether
+ * None may stand for it (an absent optional input), and its name in errors */
+typedef struct {
+    PyObject *obj;
+    Py_ssize_t n, itemsize;
+    int writable, optional;
+    const char *name;
+} rc_buf;
+
+static void release_buffers(Py_buffer *v, int k)
 {
-    return get_buffer_of("depthwise2d", obj, view, writable, n_floats, what);
+    for (int i = 0; i < k; i++)
+        if (v[i].obj != NULL)
+            PyBuffer_Release(&v[i]);
 }
+
+/* every buffer of spec[0..k) into v (an absent optional one: buf NULL); on a failure those
+ * already held are released and -1 is returned with the error set */
+static int get_buffers(const char *fn, const rc_buf *spec, Py_buffer *v, int k)
+{
+    for (int i = 0; i < k; i++) {
+        if (spec[i].optional && spec[i].obj == Py_None) {
+            v[i].obj = NULL;
+            v[i].buf = NULL;
+            continue;
+        }
+        if (get_items(fn, spec[i].obj, &v[i], spec[i].writable, spec[i].n, spec[i].itemsize,
+                      spec[i].name) < 0) {
+            v[i].obj = NULL;
+            release_buffers(v, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define RC_F32 ((Py_ssize_t)sizeof(float))
 
 static PyObject *depthwise2d(PyObject *self, PyObject *args)
 {
@@ -180,26 +214,11 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
     /* the padded extent every output reads: rows [-pt, Hp - pt), columns [-pl, Wp - pl) */
     const Py_ssize_t Hp = OH ? (OH - 1) * sh + (KH - 1) * dh + 1 : 0;
     const Py_ssize_t Wp = OW ? (OW - 1) * sw + (KW - 1) * dw + 1 : 0;
-    Py_buffer xv, wv, bv, yv;
-    if (get_buffer(xo, &xv, 0, N * C * H * W, "X") < 0)
+    Py_buffer v[4]; /* X, W, B, Y */
+    const rc_buf spec[4] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {wo, C * KH * KW, RC_F32, 0, 0, "W"},
+                            {bo, C, RC_F32, 0, 1, "B"}, {yo, N * C * OH * OW, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("depthwise2d", spec, v, 4) < 0)
         return NULL;
-    if (get_buffer(wo, &wv, 0, C * KH * KW, "W") < 0) {
-        PyBuffer_Release(&xv);
-        return NULL;
-    }
-    int has_b = bo != Py_None;
-    if (has_b && get_buffer(bo, &bv, 0, C, "B") < 0) {
-        PyBuffer_Release(&xv);
-        PyBuffer_Release(&wv);
-        return NULL;
-    }
-    if (get_buffer(yo, &yv, 1, N * C * OH * OW, "Y") < 0) {
-        PyBuffer_Release(&xv);
-        PyBuffer_Release(&wv);
-        if (has_b)
-            PyBuffer_Release(&bv);
-        return NULL;
-    }
     /* 3x3, dilation 1, column stride 1 or 2: the vector kernel (dw3x3) over planes of row
        stride Ws, the stride-2 input split into even and odd columns */
     const int vec = KH == 3 && KW == 3 && dh == 1 && dw == 1 && (sw == 1 || sw == 2) && OW > 0 && OH > 0;
@@ -208,28 +227,16 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
     if (vec) {
         /* [even or whole plane][odd plane][one padded input row of 2 * Ws + 2] */
         plane = (float *)malloc((size_t)(2 * Hp * Ws + 2 * Ws + 2) * sizeof(float));
-        if (!plane) {
-            PyBuffer_Release(&xv);
-            PyBuffer_Release(&wv);
-            if (has_b)
-                PyBuffer_Release(&bv);
-            PyBuffer_Release(&yv);
-            return PyErr_NoMemory();
-        }
     } else if (Hp * Wp > 0) {
         plane = (float *)malloc((size_t)(Hp * Wp) * sizeof(float));
-        if (!plane) {
-            PyBuffer_Release(&xv);
-            PyBuffer_Release(&wv);
-            if (has_b)
-                PyBuffer_Release(&bv);
-            PyBuffer_Release(&yv);
-            return PyErr_NoMemory();
-        }
     }
-    const float *x = (const float *)xv.buf, *w = (const float *)wv.buf;
-    const float *b = has_b ? (const float *)bv.buf : NULL;
-    float *y = (float *)yv.buf;
+    if (!plane && (vec || Hp * Wp > 0)) {
+        release_buffers(v, 4);
+        return PyErr_NoMemory();
+    }
+    const float *x = (const float *)v[0].buf, *w = (const float *)v[1].buf;
+    const float *b = (const float *)v[2].buf; /* NULL without a bias */
+    float *y = (float *)v[3].buf;
     /* the input rows and columns that land inside the padded plane */
     const Py_ssize_t r0 = pt, r1 = pt + H < Hp ? pt + H : Hp;   /* plane rows holding input */
     const Py_ssize_t c0 = pl, c1 = pl + W < Wp ? pl + W : Wp;
@@ -292,11 +299,7 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
     }
     Py_END_ALLOW_THREADS
     free(plane);
-    PyBuffer_Release(&xv);
-    PyBuffer_Release(&wv);
-    if (has_b)
-        PyBuffer_Release(&bv);
-    PyBuffer_Release(&yv);
+    release_buffers(v, 4);
     Py_RETURN_NONE;
 }
 
@@ -331,31 +334,15 @@ static PyObject *bias_clip(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bias_clip: negative size");
         return NULL;
     }
-    Py_buffer yv, bv, zv;
-    if (get_buffer_of("bias_clip", yo, &yv, 1, M * P, "Y") < 0)
+    Py_buffer v[3]; /* Y, B, Z */
+    const rc_buf spec[3] = {{yo, M * P, RC_F32, 1, 0, "Y"}, {bo, M, RC_F32, 0, 1, "B"},
+                            {zo, M * P, RC_F32, 0, 1, "Z"}};
+    if (get_buffers("bias_clip", spec, v, 3) < 0)
         return NULL;
-    const int has_b = bo != Py_None, has_z = zo != Py_None;
-    if (has_b && get_buffer_of("bias_clip", bo, &bv, 0, M, "B") < 0) {
-        PyBuffer_Release(&yv);
-        return NULL;
-    }
-    if (has_z && get_buffer_of("bias_clip", zo, &zv, 0, M * P, "Z") < 0) {
-        PyBuffer_Release(&yv);
-        if (has_b)
-            PyBuffer_Release(&bv);
-        return NULL;
-    }
-    float *y = (float *)yv.buf;
-    const float *b = has_b ? (const float *)bv.buf : NULL;
-    const float *z = has_z ? (const float *)zv.buf : NULL;
     Py_BEGIN_ALLOW_THREADS
-    bias_clip_rows(y, b, z, M, P, lo, hi);
+    bias_clip_rows((float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, M, P, lo, hi);
     Py_END_ALLOW_THREADS
-    if (has_z)
-        PyBuffer_Release(&zv);
-    if (has_b)
-        PyBuffer_Release(&bv);
-    PyBuffer_Release(&yv);
+    release_buffers(v, 3);
     Py_RETURN_NONE;
 }
 
@@ -593,24 +580,14 @@ static PyObject *recurrence(PyObject *self, PyObject *args)
         return NULL;
     }
     Py_buffer v[7];
-    PyObject *objs[7] = {xo, p1o, p2o, rbo, h0o, co, yo};
-    const Py_ssize_t sizes[7] = {seq * B * G * H, nchunk * H * G1 * RC_U, nchunk * H * RC_U, H,
-                                 B * H, B * H, seq * B * H};
-    const int writable[7] = {0, 0, 0, 0, 0, 1, 1};
-    const char *names[7] = {"xw", "p1", "p2", "rbn", "h0", "c", "ys"};
-    int got = 0;
-    for (; got < 7; got++) {
-        if (objs[got] == Py_None)
-            continue;
-        if (get_buffer_of("recurrence", objs[got], &v[got], writable[got], sizes[got], names[got]) < 0)
-            break;
-    }
-    if (got < 7) {
-        for (int i = 0; i < got; i++)
-            if (objs[i] != Py_None)
-                PyBuffer_Release(&v[i]);
+    /* p2, rbn and c were checked above: None exactly where the variant has none */
+    const rc_buf spec[7] = {
+        {xo, seq * B * G * H, RC_F32, 0, 0, "xw"}, {p1o, nchunk * H * G1 * RC_U, RC_F32, 0, 0, "p1"},
+        {p2o, nchunk * H * RC_U, RC_F32, 0, 1, "p2"}, {rbo, H, RC_F32, 0, 1, "rbn"},
+        {h0o, B * H, RC_F32, 0, 0, "h0"}, {co, B * H, RC_F32, 1, 1, "c"},
+        {yo, seq * B * H, RC_F32, 1, 0, "ys"}};
+    if (get_buffers("recurrence", spec, v, 7) < 0)
         return NULL;
-    }
     rc_job job;
     memset(&job, 0, sizeof job);
     job.lstm = lstm;
@@ -622,10 +599,10 @@ static PyObject *recurrence(PyObject *self, PyObject *args)
     job.nchunk = nchunk;
     job.xw = (const float *)v[0].buf;
     job.p1 = (const float *)v[1].buf;
-    job.p2 = has_p2 ? (const float *)v[2].buf : NULL;
-    job.rbn = has_rb ? (const float *)v[3].buf : NULL;
+    job.p2 = (const float *)v[2].buf; /* NULL where absent */
+    job.rbn = (const float *)v[3].buf;
     job.h0 = (const float *)v[4].buf;
-    job.c = has_c ? (float *)v[5].buf : NULL;
+    job.c = (float *)v[5].buf;
     job.ys = (float *)v[6].buf;
     float *scratch = NULL;
     int ok = 1;
@@ -641,9 +618,7 @@ static PyObject *recurrence(PyObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
     }
     free(scratch);
-    for (int i = 0; i < 7; i++)
-        if (objs[i] != Py_None)
-            PyBuffer_Release(&v[i]);
+    release_buffers(v, 7);
     if (!ok)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
@@ -653,27 +628,11 @@ static PyObject *recurrence(PyObject *self, PyObject *args)
 /* tree_leaves: the walk of a compiled tree ensemble (ops/ml.py, _Forest)                */
 /* ------------------------------------------------------------------------------------- */
 
-/* Node arrays in _Forest's breadth-first layout: one step from branch node q is
- * q' = base1[q] - cond(x[feat[q]], thr[q]) (the true child directly precedes the false one),
- * and leaves map onto themselves, so rows walk in lock-step, 8 at a time (independent loads
- * in flight), until all 8 are at leaves. Comparison modes are TreeEnsemble-5's codes: 0 LEQ,
- * 1 LT, 2 GTE, 3 GT, 4 EQ, 5 NEQ, -1 mixed (bits[q] = which of {<, ==, >} are true). With
- * nan_check a NaN feature goes to the true child where nan_true[q] is set. */
-
-static int get_items(const char *fn, PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n,
-                     Py_ssize_t itemsize, const char *what)
-{
-    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
-    if (PyObject_GetBuffer(obj, view, flags) < 0)
-        return -1;
-    if (view->len != n * itemsize || view->itemsize != itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: %s holds %zd bytes of %zd-byte items, expected %zd of %zd",
-                     fn, what, view->len, view->itemsize, n, itemsize);
-        PyBuffer_Release(view);
-        return -1;
-    }
-    return 0;
-}
+/* One step from branch node q is q' = q->next - cond(x[q->feat], q->thr): the true child
+ * directly precedes the false one, and a leaf's next is itself, so rows walk in lock-step
+ * (below). Comparison modes are TreeEnsemble-5's codes: 0 LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ,
+ * 5 NEQ, -1 mixed (q->bits = which of {<, ==, >} are true). With nan_check a NaN feature goes
+ * to the true child where q->nan_true is set. */
 
 #define RC_TREE_COND(mode, v, th, bq)                                                            \
     ((mode) == 0 ? (v) <= (th) : (mode) == 1 ? (v) < (th) : (mode) == 2 ? (v) >= (th)            \
@@ -764,16 +723,11 @@ static PyObject *tree_leaves(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "tree_leaves: bad sizes or mode");
         return NULL;
     }
-    /* X, nodes, roots, out */
     const Py_ssize_t nsz = isz == 4 ? (Py_ssize_t)sizeof(rc_node_f) : (Py_ssize_t)sizeof(rc_node_d);
-    const Py_ssize_t counts[4] = {n * c, L * nsz, t, t * n};
-    const Py_ssize_t sizes[4] = {isz, 1, 8, 8};
-    const char *names[4] = {"X", "nodes", "roots", "out"};
-    Py_buffer v[4];
-    int got = 0;
-    for (; got < 4; got++)
-        if (get_items("tree_leaves", o[got], &v[got], got == 3, counts[got], sizes[got], names[got]) < 0)
-            break;
+    Py_buffer v[4]; /* X, nodes, roots, out */
+    const rc_buf spec[4] = {{o[0], n * c, isz, 0, 0, "X"}, {o[1], L * nsz, 1, 0, 0, "nodes"},
+                            {o[2], t, 8, 0, 0, "roots"}, {o[3], t * n, 8, 1, 0, "out"}};
+    const int got = get_buffers("tree_leaves", spec, v, 4) < 0 ? 0 : 4;
     int rc = -2;
     if (got == 4) {
         rc = 0;
@@ -793,8 +747,7 @@ static PyObject *tree_leaves(PyObject *self, PyObject *args)
             Py_END_ALLOW_THREADS
         }
     }
-    for (int i = 0; i < got; i++)
-        PyBuffer_Release(&v[i]);
+    release_buffers(v, got);
     if (rc == -2)
         return NULL;
     if (rc == 1)
@@ -877,27 +830,15 @@ static PyObject *gelu_erf(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "gelu_erf: negative size");
         return NULL;
     }
-    Py_buffer xv, bv, yv;
-    if (get_buffer_of("gelu_erf", xo, &xv, 0, rows * d, "X") < 0)
+    Py_buffer v[3]; /* X, B, Y */
+    const rc_buf spec[3] = {{xo, rows * d, RC_F32, 0, 0, "X"}, {bo, d, RC_F32, 0, 1, "B"},
+                            {yo, rows * d, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("gelu_erf", spec, v, 3) < 0)
         return NULL;
-    const int has_b = bo != Py_None;
-    if (has_b && get_buffer_of("gelu_erf", bo, &bv, 0, d, "B") < 0) {
-        PyBuffer_Release(&xv);
-        return NULL;
-    }
-    if (get_buffer_of("gelu_erf", yo, &yv, 1, rows * d, "Y") < 0) {
-        PyBuffer_Release(&xv);
-        if (has_b)
-            PyBuffer_Release(&bv);
-        return NULL;
-    }
     Py_BEGIN_ALLOW_THREADS
-    gelu_rows((const float *)xv.buf, has_b ? (const float *)bv.buf : NULL, (float *)yv.buf, rows, d);
+    gelu_rows((const float *)v[0].buf, (const float *)v[1].buf, (float *)v[2].buf, rows, d);
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&yv);
-    if (has_b)
-        PyBuffer_Release(&bv);
-    PyBuffer_Release(&xv);
+    release_buffers(v, 3);
     Py_RETURN_NONE;
 }
 

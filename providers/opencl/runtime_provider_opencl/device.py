@@ -62,7 +62,9 @@ def _type_name(cl, dev) -> str:
 
 
 def enumerate_devices() -> list[tuple[object, list[object]]]:
-    """``[(platform, [devices])]`` as pyopencl objects; raises :class:`OpenCLUnavailable`."""
+    """``[(platform, [devices])]`` as pyopencl objects, only devices that are available and
+    whose compiler builds a kernel (:func:`build_problem`: one one-line build a device,
+    once per process; 4 ms here, where PoCL fails it at once); raises :class:`OpenCLUnavailable`."""
     cl = import_pyopencl()
     try:
         platforms = cl.get_platforms()
@@ -131,7 +133,8 @@ def build_problem(cl, dev) -> str | None:
 
 
 def list_devices() -> list[DeviceInfo]:
-    """Every available device on every platform; raises :class:`OpenCLUnavailable`."""
+    """Every usable device on every platform (see :func:`enumerate_devices`); raises
+    :class:`OpenCLUnavailable`."""
     cl = import_pyopencl()
     infos = []
     for pi, (p, devs) in enumerate(enumerate_devices()):

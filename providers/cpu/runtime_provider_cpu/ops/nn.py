@@ -368,6 +368,12 @@ def _im2col_phases(x, ks, strides, pb, out, cols):
     return cols
 
 
+def _conv_out(in_sp, ks, strides, dilations, pb, pe) -> list:
+    """The output's spatial sizes of a convolution (0 where the kernel does not fit)."""
+    return [max(0, (in_sp[i] + pb[i] + pe[i] - (ks[i] - 1) * dilations[i] - 1) // strides[i] + 1)
+            for i in range(len(in_sp))]
+
+
 def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None):
     """The convolution of padded ``x`` by ``w`` plus ``b`` (plus ``z``, of the result's shape:
     a fused residual sum); ``clip`` = (lo, hi) then clips it (a fused Relu or Clip). Where the
@@ -377,8 +383,7 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None):
     M = w.shape[0]
     ks = w.shape[2:]
     k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
-    in_p = [x.shape[2 + i] + pb[i] + pe[i] for i in range(nd)]
-    out = [max(0, (in_p[i] - k_eff[i]) // strides[i] + 1) for i in range(nd)]
+    out = _conv_out(x.shape[2:], ks, strides, dilations, pb, pe)
     Cg, Mg = C // group, M // group
     P = math.prod(out)
     K = math.prod(ks)
@@ -498,8 +503,7 @@ class _ConvPlan:
             self.shape = (N, M, H, W)
             self.args = ((M, H * W), float(lo), float(hi))
         elif w.shape[1] == 1 and M == C == group and group > 1 and min(pb) >= 0 and min(pe) >= 0:
-            out = tuple(max(0, (x.shape[2 + i] + pb[i] + pe[i] - (ks[i] - 1) * dilations[i] - 1)
-                            // strides[i] + 1) for i in range(2))
+            out = tuple(_conv_out(x.shape[2:], ks, strides, dilations, pb, pe))
             if min(out) > 0:
                 self.kind = "depthwise"
                 self.w2 = np.ascontiguousarray(w)
@@ -528,8 +532,7 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
     """Conv plus ``z`` when given, then clipped to ``clip`` = (lo, hi) when given (FusedConv's
     sum and Relu / Clip). ``cache`` (the node's) keeps what the first run decided for the
     input's shape (:class:`_ConvPlan`)."""
-    if cache is not None and (z is None or (z.shape == (x.shape[0], w.shape[0], *x.shape[2:])
-                                            and z.dtype == _F32)):
+    if cache is not None:
         plan = cache.get("conv_plan")
         if plan is None or plan.xshape != x.shape or plan.w is not w or plan.b is not b or plan.clip != clip:
             plan = None
@@ -539,7 +542,8 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
                 pb, pe = _conv_pads(x.shape[2:], k_eff, st, pads, auto_pad)
                 plan = _ConvPlan(x, w, b, clip, group, st, dl, pb, pe)
                 cache["conv_plan"] = plan
-        if plan is not None and plan.kind is not None and (z is None or plan.kind == "pointwise"):
+        if plan is not None and plan.kind is not None and (
+                z is None or (plan.kind == "pointwise" and z.shape == plan.shape and z.dtype == _F32)):
             return plan.run(x, z)
     nd = x.ndim - 2
     if nd < 1:
