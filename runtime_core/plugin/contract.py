@@ -150,6 +150,10 @@ class Partition:
     the core count). A provider may ignore it; one that uses it must give the results
     of the sequential order and stay safe under concurrent ``run`` calls.
 
+    ``intra_op_num_threads`` (plugin API 1.2) is how many threads one node's kernel may
+    use: the session's ``intra_op_num_threads``, 0 resolved to the cores this process may
+    run on; 0 here means the session did not say (a provider picks its own default).
+
     ``cpu_mem_arena`` is ``SessionOptions.enable_cpu_mem_arena``: whether host memory freed
     by a run may be kept for the next one instead of going back to the system (a hint a
     provider may ignore).
@@ -164,6 +168,7 @@ class Partition:
     values: Mapping[str, ValueInfo] = field(default_factory=dict, repr=False)
     inter_op_num_threads: int = 1
     cpu_mem_arena: bool = True
+    intra_op_num_threads: int = 0
 
     def value(self, name: str) -> ValueInfo:
         """The :class:`ValueInfo` of ``name``."""

@@ -32,7 +32,7 @@ from .contract import ProbeResult
 
 logger = logging.getLogger("runtime_core.plugin")
 
-API_VERSION = "1.1"
+API_VERSION = "1.2"
 """The plugin API version of this runtime-core; minor bumps only add.
 
 1.0: hooks, the provider class (probe, get_capability, compile, device memory and copies).

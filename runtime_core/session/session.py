@@ -32,7 +32,8 @@ from ..partition import partition_graph
 from ..plugin.registry import FALLBACK_ALIAS, get_registry
 from .inputs import InputSpec, check_output_names, validate_feeds
 from .iobinding import IOBinding, check_bound_input
-from .options import GraphOptimizationLevel, RunOptions, SessionOptions, inter_op_threads
+from .options import (GraphOptimizationLevel, RunOptions, SessionOptions, default_thread_count,
+                      inter_op_threads)
 from .ortvalue import OrtValue, resolve_device
 from .profiling import Profiler
 
@@ -129,6 +130,7 @@ class InferenceSession:
         self._sess_options = sess_options if sess_options is not None else SessionOptions()
         opts = self._sess_options
         threads = inter_op_threads(opts)  # validates execution_mode and the thread counts
+        intra = int(opts.intra_op_num_threads or 0) or default_thread_count()
         self._profiler = Profiler(opts.profile_file_prefix) if opts.enable_profiling else None
         strict = opts.get_config(DISABLE_FALLBACK, "0") == "1"
         model, weights, self._model_dir = load(path_or_bytes)  # large weights stay out of protobuf
@@ -176,7 +178,8 @@ class InferenceSession:
         # enable_cpu_mem_arena is a hint every partition carries
         for pp in planned:
             pp.partition = dataclasses.replace(pp.partition, inter_op_num_threads=max(threads, 1),
-                                               cpu_mem_arena=bool(opts.enable_cpu_mem_arena))
+                                               cpu_mem_arena=bool(opts.enable_cpu_mem_arena),
+                                               intra_op_num_threads=intra)
         executables = []
         for pp in planned:
             prov = self._providers[pp.provider_pos]
