@@ -842,6 +842,366 @@ static PyObject *gelu_erf(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * conv2d: a dense 2-D convolution (group 1) of float32 NCHW tensors without an im2col
+ * matrix. The zero-padded input is copied once into its stride phases (sh * sw planes per
+ * channel: rows and columns congruent mod the stride; one plane for stride 1), each of
+ * width Wq. On that grid every kernel tap is a constant offset, so output position
+ * q = oh * Wq + ow reads plane[q + off(tap)] for every tap: the convolution is a GEMM whose
+ * B matrix rows are contiguous runs of the planes, read in place (the Wq - OW columns past
+ * each output row are computed and dropped). The micro-kernel keeps CV_MR output channels x
+ * CV_NV * 16 positions in registers over the whole K = C * KH * KW sum, the weights packed
+ * as [M / CV_MR][K][CV_MR] (conv2d_pack_weights), and its epilogue adds the bias and the
+ * residual Z and clips while writing the tile to Y. Output channel blocks x position tiles
+ * are split between the threads of a small pthread pool (rc_parallel).
+ * --------------------------------------------------------------------------------------- */
+#include <pthread.h>
+#include <time.h>
+
+#define CV_MR 8   /* output channels a tile */
+#define CV_NV 3   /* 16-float vectors of positions a tile */
+#define CV_NR (16 * CV_NV)
+
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v16f_u __attribute__((vector_size(64), aligned(4)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* an AVX-512 build (32 vector registers: the 24 accumulators fit) and a portable one */
+#define CV_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define CV_CLONES
+#endif
+
+RC_INLINE v16f cv_bcast(float a)
+{
+    /* lane 0 to every lane: one vbroadcastss (a + (v16f){0} is an add, a lane list masked moves) */
+    return __builtin_shuffle((v16f){a}, (v16i){0});
+}
+
+/* one tile: o[i][0 .. 16 * NV) = sum over c, t of wp[(c * T + t) * MR + i] * xb[c * cs + toff[t] + ...] */
+#define CV_TILE(NV)                                                                              \
+    CV_CLONES static void cv_tile##NV(const float *restrict xb, const Py_ssize_t *restrict toff,  \
+                                      Py_ssize_t T, Py_ssize_t C, Py_ssize_t cs,                  \
+                                      const float *restrict wp, float *restrict o)                \
+    {                                                                                            \
+        v16f acc[CV_MR][NV];                                                                     \
+        for (int i = 0; i < CV_MR; i++)                                                          \
+            for (int v = 0; v < NV; v++)                                                         \
+                acc[i][v] = (v16f){0};                                                           \
+        for (Py_ssize_t c = 0; c < C; c++) {                                                     \
+            const float *xc = xb + c * cs;                                                       \
+            for (Py_ssize_t t = 0; t < T; t++) {                                                 \
+                const float *xt = xc + toff[t];                                                  \
+                v16f xv[NV];                                                                     \
+                for (int v = 0; v < NV; v++)                                                     \
+                    xv[v] = *(const v16f_u *)(xt + 16 * v);                                      \
+                for (int i = 0; i < CV_MR; i++) {                                                \
+                    const v16f wv = cv_bcast(wp[i]);                                           \
+                    for (int v = 0; v < NV; v++)                                                 \
+                        acc[i][v] += wv * xv[v];                                                 \
+                }                                                                                \
+                wp += CV_MR;                                                                     \
+            }                                                                                    \
+        }                                                                                        \
+        for (int i = 0; i < CV_MR; i++)                                                          \
+            for (int v = 0; v < NV; v++)                                                         \
+                *(v16f_u *)(o + (i * NV + v) * 16) = acc[i][v];                                  \
+    }
+CV_TILE(1)
+CV_TILE(2)
+CV_TILE(3)
+
+typedef struct {
+    const float *planes, *wp, *b, *z; /* z: this image's residual (M x OH x OW) or NULL */
+    float *y;                         /* this image's output (M x OH x OW) */
+    const Py_ssize_t *toff;
+    Py_ssize_t T, C, cs, M, Mb, Q, nq, Wq, OH, OW;
+    float lo, hi;
+    int tiles_outer;
+} cv_job;
+
+/* tiles [u0, u1) of the (channel block, position tile) grid, row-major */
+static void cv_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1)
+{
+    float o[CV_MR * CV_NR];
+    const Py_ssize_t K = j->C * j->T, P = j->OH * j->OW;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        /* position tiles outer when the input is the larger operand (its tile stays in L1
+           while every channel block passes), channel blocks outer otherwise */
+        const Py_ssize_t mb = j->tiles_outer ? u % j->Mb : u / j->nq;
+        const Py_ssize_t q0 = (j->tiles_outer ? u / j->Mb : u % j->nq) * CV_NR;
+        const Py_ssize_t left = j->Q - q0;
+        const int nv = left >= CV_NR ? CV_NV : (int)((left + 15) / 16);
+        const float *wp = j->wp + mb * K * CV_MR;
+        if (nv == 3)
+            cv_tile3(j->planes + q0, j->toff, j->T, j->C, j->cs, wp, o);
+        else if (nv == 2)
+            cv_tile2(j->planes + q0, j->toff, j->T, j->C, j->cs, wp, o);
+        else
+            cv_tile1(j->planes + q0, j->toff, j->T, j->C, j->cs, wp, o);
+        const Py_ssize_t qend = q0 + (left < 16 * nv ? left : 16 * nv);
+        for (int i = 0; i < CV_MR; i++) {
+            const Py_ssize_t m = mb * CV_MR + i;
+            if (m >= j->M)
+                break;
+            const float *r = o + i * nv * 16 - q0;  /* r[q]: position q of this tile row */
+            const float bias = j->b ? j->b[m] : 0.0f;
+            float *ym = j->y + m * P;
+            const float *zm = j->z ? j->z + m * P : NULL;
+            for (Py_ssize_t q = q0; q < qend;) {
+                const Py_ssize_t oh = q / j->Wq, ow = q - oh * j->Wq;
+                const Py_ssize_t rowend = oh * j->Wq + j->OW; /* past the row's last output */
+                const Py_ssize_t e = rowend < qend ? rowend : qend;
+                if (ow < j->OW) {
+                    float *dst = ym + oh * j->OW + ow;
+                    const float *src = r + q;
+                    const Py_ssize_t n = e - q;
+                    if (zm) {
+                        const float *zs = zm + oh * j->OW + ow;
+                        for (Py_ssize_t k = 0; k < n; k++)
+                            dst[k] = clipf(src[k] + bias + zs[k], j->lo, j->hi);
+                    } else {
+                        for (Py_ssize_t k = 0; k < n; k++)
+                            dst[k] = clipf(src[k] + bias, j->lo, j->hi);
+                    }
+                }
+                q = (oh + 1) * j->Wq;
+            }
+        }
+    }
+}
+
+/* a pool of worker threads that run parts of one job beside the caller's thread. One job at
+ * a time: a caller that finds the pool busy (another thread's convolution) runs its whole
+ * job itself. Workers sleep on a condition variable between jobs. */
+typedef void (*rc_part_f)(void *arg, int part, int parts);
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    pthread_mutex_t busy;       /* held by the caller whose job the pool runs */
+    int started;                /* workers running */
+    unsigned long gen;          /* job number */
+    rc_part_f fn;
+    void *arg;
+    int parts, next, pending;
+} rc_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+             PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0};
+#define RC_POOL_MAX 64
+#define RC_SPIN_NS 100000L
+#if defined(__x86_64__) || defined(__i386__)
+#define RC_PAUSE() __asm__ __volatile__("pause")
+#else
+#define RC_PAUSE() ((void)0)
+#endif
+
+static void *rc_worker(void *unused)
+{
+    (void)unused;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&rc_pool.mu);
+    seen = rc_pool.gen;
+    for (;;) {
+        /* a network's convolutions come one after another: look for the next job for about
+           0.1 ms before sleeping (a wake-up from the condition variable costs as much) */
+        pthread_mutex_unlock(&rc_pool.mu);
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        while (__atomic_load_n(&rc_pool.gen, __ATOMIC_ACQUIRE) == seen) {
+            RC_PAUSE();
+            clock_gettime(CLOCK_MONOTONIC, &t);
+            if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > RC_SPIN_NS)
+                break;
+        }
+        pthread_mutex_lock(&rc_pool.mu);
+        while (rc_pool.gen == seen)
+            pthread_cond_wait(&rc_pool.go, &rc_pool.mu);
+        seen = rc_pool.gen;
+        while (rc_pool.next < rc_pool.parts) {
+            const int part = rc_pool.next++;
+            rc_part_f fn = rc_pool.fn;
+            void *arg = rc_pool.arg;
+            const int parts = rc_pool.parts;
+            pthread_mutex_unlock(&rc_pool.mu);
+            fn(arg, part, parts);
+            pthread_mutex_lock(&rc_pool.mu);
+            if (--rc_pool.pending == 0)
+                pthread_cond_signal(&rc_pool.done);
+        }
+    }
+    return NULL;
+}
+
+static void rc_pool_forked(void)
+{
+    /* the child of a fork has none of the workers: start again from none */
+    pthread_mutex_init(&rc_pool.mu, NULL);
+    pthread_mutex_init(&rc_pool.busy, NULL);
+    pthread_cond_init(&rc_pool.go, NULL);
+    pthread_cond_init(&rc_pool.done, NULL);
+    rc_pool.started = 0;
+    rc_pool.parts = rc_pool.next = rc_pool.pending = 0;
+}
+
+/* fn(arg, part, parts) for every part in [0, parts), on the caller's thread and up to
+ * threads - 1 workers, each taking the next part not taken yet (a thread slowed by another
+ * process on its core takes fewer); returns when all have finished */
+static void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
+{
+    if (parts < 1)
+        parts = 1;
+    if (threads > RC_POOL_MAX)
+        threads = RC_POOL_MAX;
+    if (threads > parts)
+        threads = parts;
+    if (threads <= 1 || pthread_mutex_trylock(&rc_pool.busy) != 0) {
+        for (int p = 0; p < parts; p++)
+            fn(arg, p, parts);
+        return;
+    }
+    pthread_mutex_lock(&rc_pool.mu);
+    while (rc_pool.started < threads - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        const int ok = pthread_create(&t, &attr, rc_worker, NULL) == 0;
+        pthread_attr_destroy(&attr);
+        if (!ok)
+            break;
+        rc_pool.started++;
+    }
+    const int helpers = rc_pool.started < threads - 1 ? rc_pool.started : threads - 1;
+    rc_pool.fn = fn;
+    rc_pool.arg = arg;
+    rc_pool.parts = parts;
+    rc_pool.next = 1;           /* part 0 is the caller's */
+    rc_pool.pending = parts - 1;
+    __atomic_store_n(&rc_pool.gen, rc_pool.gen + 1, __ATOMIC_RELEASE);
+    if (helpers > 0)
+        pthread_cond_broadcast(&rc_pool.go);
+    pthread_mutex_unlock(&rc_pool.mu);
+    fn(arg, 0, parts);
+    pthread_mutex_lock(&rc_pool.mu);
+    /* parts no worker took yet are the caller's too */
+    while (rc_pool.next < rc_pool.parts) {
+        const int part = rc_pool.next++;
+        pthread_mutex_unlock(&rc_pool.mu);
+        fn(arg, part, parts);
+        pthread_mutex_lock(&rc_pool.mu);
+        rc_pool.pending--;
+    }
+    while (rc_pool.pending > 0)
+        pthread_cond_wait(&rc_pool.done, &rc_pool.mu);
+    rc_pool.parts = 0;
+    pthread_mutex_unlock(&rc_pool.mu);
+    pthread_mutex_unlock(&rc_pool.busy);
+}
+
+static void cv_part(void *arg, int part, int parts)
+{
+    const cv_job *j = (const cv_job *)arg;
+    const Py_ssize_t units = j->Mb * j->nq;
+    cv_run(j, units * part / parts, units * (part + 1) / parts);
+}
+
+/* the planes of one image: plane (a, b) of channel c at planes + (c * sh * sw + a * sw + b) * L
+ * holds padded input position (a + sh * i, b + sw * j) at i * Wq + j, zeros elsewhere */
+static void cv_fill(const float *restrict x, float *restrict planes, Py_ssize_t C, Py_ssize_t H,
+                    Py_ssize_t W, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t sh, Py_ssize_t sw,
+                    Py_ssize_t Hp, Py_ssize_t Wp, Py_ssize_t Wq, Py_ssize_t L)
+{
+    memset(planes, 0, (size_t)(C * sh * sw * L) * sizeof(float));
+    const Py_ssize_t r1 = H < Hp - pt ? H : Hp - pt, c1 = W < Wp - pl ? W : Wp - pl;
+    for (Py_ssize_t c = 0; c < C; c++) {
+        float *pc = planes + c * sh * sw * L;
+        for (Py_ssize_t r = 0; r < r1; r++) {
+            const float *src = x + (c * H + r) * W;
+            const Py_ssize_t pr = r + pt;
+            float *prow = pc + (pr % sh) * sw * L + (pr / sh) * Wq;
+            if (sw == 1) {
+                memcpy(prow + pl, src, (size_t)c1 * sizeof(float));
+            } else {
+                /* input column k lands in phase (k + pl) % sw at (k + pl) / sw */
+                for (Py_ssize_t b = 0; b < sw; b++) {
+                    const Py_ssize_t k0 = ((b - pl) % sw + sw) % sw;
+                    float *dst = prow + b * L + (k0 + pl) / sw;
+                    for (Py_ssize_t k = k0, i = 0; k < c1; k += sw, i++)
+                        dst[i] = src[k];
+                }
+            }
+        }
+    }
+}
+
+static PyObject *conv2d(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *wo, *bo, *zo, *yo;
+    Py_ssize_t N, C, H, W, M, KH, KW, sh, sw, dh, dw, pt, pl, OH, OW;
+    float lo, hi;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)ffi:conv2d", &xo, &wo, &bo, &zo, &yo,
+                          &N, &C, &H, &W, &M, &KH, &KW, &sh, &sw, &dh, &dw, &pt, &pl, &OH, &OW,
+                          &lo, &hi, &threads))
+        return NULL;
+    if (N < 0 || C < 1 || H < 0 || W < 0 || M < 1 || KH < 1 || KW < 1 || sh < 1 || sw < 1 ||
+        dh < 1 || dw < 1 || pt < 0 || pl < 0 || OH < 1 || OW < 1) {
+        PyErr_SetString(PyExc_ValueError, "conv2d: negative or zero size, stride or dilation");
+        return NULL;
+    }
+    const Py_ssize_t T = KH * KW, K = C * T, Mb = (M + CV_MR - 1) / CV_MR;
+    /* the padded extent the outputs read, split into phases of Hq x Wq */
+    const Py_ssize_t Hp = (OH - 1) * sh + (KH - 1) * dh + 1, Wp = (OW - 1) * sw + (KW - 1) * dw + 1;
+    const Py_ssize_t Hq = (Hp + sh - 1) / sh, Wq = (Wp + sw - 1) / sw;
+    const Py_ssize_t Q = OH * Wq, nq = (Q + CV_NR - 1) / CV_NR;
+    /* a tile reads up to 15 positions past Q, plus the largest tap offset (< Wq + Hq * Wq - Q) */
+    const Py_ssize_t L = Hq * Wq + Wq + 32;
+    Py_buffer v[5]; /* X, packed W, B, Z, Y */
+    const rc_buf spec[5] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {wo, Mb * K * CV_MR, RC_F32, 0, 0, "W"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {zo, N * M * OH * OW, RC_F32, 0, 1, "Z"},
+                            {yo, N * M * OH * OW, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("conv2d", spec, v, 5) < 0)
+        return NULL;
+    float *planes = (float *)malloc((size_t)(C * sh * sw * L) * sizeof(float));
+    Py_ssize_t *toff = (Py_ssize_t *)malloc((size_t)T * sizeof(Py_ssize_t));
+    if (!planes || !toff) {
+        free(planes);
+        free(toff);
+        release_buffers(v, 5);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t kh = 0; kh < KH; kh++)
+        for (Py_ssize_t kw = 0; kw < KW; kw++) {
+            const Py_ssize_t rr = kh * dh, cc = kw * dw;
+            toff[kh * KW + kw] = ((rr % sh) * sw + cc % sw) * L + (rr / sh) * Wq + cc / sw;
+        }
+    if (threads < 1)
+        threads = 1;
+    /* a thread is worth its wake-up from about 1/4 MFLOP of work; the work is cut into 4
+       parts a thread, taken in turn */
+    const double flops = 2.0 * (double)Mb * CV_MR * (double)Q * (double)K;
+    if (threads > flops / 2.5e5)
+        threads = (int)(flops / 2.5e5);
+    int parts = threads * 4;
+    if (parts > Mb * nq)
+        parts = (int)(Mb * nq);
+    const float *x = (const float *)v[0].buf;
+    cv_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, NULL, NULL, toff,
+                T, C, sh * sw * L, M, Mb, Q, nq, Wq, OH, OW, lo, hi, C * sh * sw * L >= Mb * K * CV_MR};
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t n = 0; n < N; n++) {
+        cv_fill(x + n * C * H * W, planes, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L);
+        j.y = (float *)v[4].buf + n * M * OH * OW;
+        j.z = v[3].buf ? (const float *)v[3].buf + n * M * OH * OW : NULL;
+        rc_parallel(cv_part, &j, parts, threads);
+    }
+    Py_END_ALLOW_THREADS
+    free(planes);
+    free(toff);
+    release_buffers(v, 5);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"depthwise2d", depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
@@ -859,6 +1219,11 @@ static PyMethodDef methods[] = {
      "gelu_erf(x, b, y, (rows, d))\n"
      "y = Gelu(x + b) (erf form; b a vector of the d columns, or None) over C-contiguous float32\n"
      "buffers; y may be x."},
+    {"conv2d", conv2d, METH_VARARGS,
+     "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads)\n"
+     "Dense 2-D convolution (group 1) of C-contiguous float32 NCHW buffers into y, plus b and z,\n"
+     "clipped to [lo, hi]; wp are the weights packed by CONV_MR output channels\n"
+     "([ceil(M / CONV_MR)][C * KH * KW][CONV_MR], zeros past M). Up to threads threads."},
     {"tree_leaves", tree_leaves, METH_VARARGS,
      "tree_leaves(X, nodes, roots, out, (n, c, L, t), itemsize, depth, mode, nan_check)\n"
      "The node every row of X reaches in every tree (out[tree, row]) over C-contiguous buffers:\n"
@@ -872,8 +1237,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
 
 PyMODINIT_FUNC PyInit__native(void)
 {
+    pthread_atfork(NULL, NULL, rc_pool_forked);
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "RECURRENCE_UNITS", RC_U) < 0) {
+    if (m && (PyModule_AddIntConstant(m, "RECURRENCE_UNITS", RC_U) < 0 ||
+              PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -61,6 +61,19 @@ class CPUKernelError(RuntimeError):
         self.op_type = op_type
 
 
+def intra_op_threads(partition) -> int:
+    """The threads a compiled kernel of this partition may use: the session's
+    ``intra_op_num_threads`` (plugin API 1.2), else (an older core, a subgraph body) the
+    cores this process may run on."""
+    n = int(getattr(partition, "intra_op_num_threads", 0) or 0)
+    if n > 0:
+        return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 def _kernel_error(ctx, exc: Exception) -> CPUKernelError:
     """The error a run raises for a kernel that raised ``exc``: names the node and its op."""
     node = ctx.node
@@ -93,6 +106,7 @@ class CPUExecutable:
             template[slot(name)] = value
         self.input_slots = [slot(n) for n in partition.inputs]
         steps = []
+        kernel_threads = intra_op_threads(partition)
         for node in partition.nodes:
             spec = REGISTRY.lookup(node.domain, node.op_type, node.since_version)
             if spec is None:  # the provider never claims such a node
@@ -105,6 +119,7 @@ class CPUExecutable:
                 n_outputs=len(node.outputs),
                 input_dtypes=tuple(i.dtype if i is not None else None for i in node.input_info),
                 output_dtypes=tuple(o.dtype if o is not None else None for o in node.output_info),
+                threads=kernel_threads,
             )
             in_slots = tuple(slot(n) for n in ins)
             out_slots = tuple(slot(n) if n else -1 for n in node.outputs)

@@ -38,7 +38,8 @@ class KernelContext:
     ``n_outputs`` counts the node's declared outputs (omitted ones included);
     ``input_dtypes`` / ``output_dtypes`` are inferred numpy dtypes or ``None``.
     ``cache`` is a dict the kernel may fill at first run with values derived only
-    from attributes and constant inputs.
+    from attributes and constant inputs. ``threads`` is how many threads a kernel of its
+    own (a compiled one) may use: the partition's ``intra_op_num_threads``.
     """
 
     node: Any
@@ -46,6 +47,7 @@ class KernelContext:
     input_dtypes: tuple
     output_dtypes: tuple
     cache: dict = field(default_factory=dict, compare=False)
+    threads: int = 1
     #: control-flow kernels only: the node's GRAPH attributes compiled to
     #: :class:`~runtime_provider_cpu.executable.Subgraph` objects, by attribute name
     subgraphs: dict = field(default_factory=dict, compare=False)

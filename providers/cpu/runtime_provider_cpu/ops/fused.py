@@ -166,7 +166,7 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
         clip, act = (float(params[0]), float(params[1])), None
     y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
                      kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
-                     cache=getattr(ctx, "cache", None))
+                     cache=getattr(ctx, "cache", None), threads=getattr(ctx, "threads", 1))
     return y if act is None else _activate(y, act, params)
 
 

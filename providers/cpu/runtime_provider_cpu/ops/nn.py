@@ -103,6 +103,10 @@ def gemm_6(ctx, a, b, c, *, alpha, beta, broadcast, transA, transB):
     return gemm(ctx, a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB)
 
 
+#: Gemm products of fewer multiply-adds than this skip BLAS (see ``gemm``)
+_BLAS_MIN_MACS = 1 << 19
+
+
 @kernel("Gemm", 7, 9, 11, 13, dtypes=_MATMUL_TYPES)
 def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
     A = a.T if transA else a
@@ -111,7 +115,15 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
     use_c = c is not None and beta != 0.0
     if dt.kind == "f":
         cd = _cdtype(dt)
-        y = np.matmul(_as(A, cd), _as(B, cd))
+        A, B = _as(A, cd), _as(B, cd)
+        if A.shape[0] * A.shape[1] * B.shape[1] < _BLAS_MIN_MACS:
+            # a classifier head (1 x 512 x 1000): a BLAS call would wake its worker threads,
+            # which then spin on the cores for milliseconds, taking them from the compiled
+            # kernels of the next run (ResNet-18: 48 -> 34 ms a run); numpy's own loop is
+            # single-threaded and as fast at this size
+            y = np.einsum("ij,jk->ik", A, B)
+        else:
+            y = np.matmul(A, B)
         if alpha != 1.0:
             y *= cd.type(alpha)
         if use_c:
@@ -474,22 +486,43 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None):
 def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
     return conv_clipped(x, w, b, None, auto_pad=auto_pad, dilations=dilations, group=group,
                         kernel_shape=kernel_shape, pads=pads, strides=strides,
-                        cache=getattr(ctx, "cache", None))  # a caller without a context: no plan
+                        cache=getattr(ctx, "cache", None),  # a caller without a context: no plan
+                        threads=getattr(ctx, "threads", 1))
+
+
+#: the compiled direct convolution (``_native.conv2d``) takes dense float32 convolutions of
+#: stride at most 2 (but 1x1 stride 1, a plain GEMM) with at least this many terms a sum
+#: (C * KH * KW); below it (an RGB 3x3 stem: 27) im2col and one GEMM were faster
+_DIRECT_MIN_K = 64
+
+
+def _pack_direct(w):
+    """Dense conv weights [M, C, KH, KW] as ``_native.conv2d`` reads them:
+    [ceil(M / CONV_MR), C * KH * KW, CONV_MR], zeros past M."""
+    mr = _native.CONV_MR
+    M = w.shape[0]
+    K = w.size // M if M else 0
+    mb = -(-M // mr)
+    wp = np.zeros((mb * mr, K), _F32)
+    wp[:M] = w.reshape(M, K)
+    return np.ascontiguousarray(wp.reshape(mb, mr, K).transpose(0, 2, 1))
 
 
 class _ConvPlan:
-    """What one Conv node does for one input shape, decided on its first run (float32, one
-    image, 2-D): a 1x1 stride-1 unpadded convolution is one GEMM over the image plus the
-    compiled epilogue; a depthwise one is the compiled depthwise kernel; anything else
-    (``kind`` None) takes the general path. Later runs with the same shape, weights and bias
-    go straight to it. The prepared weights are kept with the arrays they came from:
+    """What one Conv node does for one input shape, decided on its first run (float32,
+    2-D): a dense convolution with several taps is the compiled direct kernel (weights packed
+    once, any batch, bias, residual and clip in its epilogue, on ``threads`` threads); for one
+    image, a 1x1 stride-1 unpadded convolution is one GEMM over the image plus the compiled
+    epilogue and a depthwise one is the compiled depthwise kernel; anything else (``kind``
+    None) takes the general path. Later runs with the same shape, weights and bias go
+    straight to it. The prepared weights are kept with the arrays they came from:
     initializers are the same array every run, and a weight fed at run time makes a new plan."""
 
     __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "b2", "shape", "args")
 
-    def __init__(self, x, w, b, clip, group, strides, dilations, pb, pe):
+    def __init__(self, x, w, b, clip, group, strides, dilations, pb, pe, threads=1):
         self.xshape, self.w, self.b, self.clip, self.kind = x.shape, w, b, clip, None
-        if (_native is None or x.dtype != _F32 or w.dtype != _F32 or x.ndim != 4 or x.shape[0] != 1
+        if (_native is None or x.dtype != _F32 or w.dtype != _F32 or x.ndim != 4
                 or (b is not None and b.shape != (w.shape[0],))):
             return
         N, C, H, W = x.shape
@@ -497,13 +530,23 @@ class _ConvPlan:
         ks = tuple(w.shape[2:])
         lo, hi = (-np.inf, np.inf) if clip is None else clip
         self.b2 = None if b is None else np.ascontiguousarray(b, dtype=_F32)
-        if ks == (1, 1) and group == 1 and list(strides) == [1, 1] and not any(pb) and not any(pe):
+        out = tuple(_conv_out(x.shape[2:], ks, strides, dilations, pb, pe))
+        if (group == 1 and (ks != (1, 1) or max(strides) > 1) and C * ks[0] * ks[1] >= _DIRECT_MIN_K
+                and max(strides) <= 2
+                and min(pb) >= 0 and min(pe) >= 0 and min(out) > 0 and N > 0):
+            self.kind = "direct"
+            self.w2 = _pack_direct(w)
+            self.shape = (N, M) + out
+            self.args = (x.shape, (M,) + ks, tuple(strides), tuple(dilations), (pb[0], pb[1]), out,
+                         float(lo), float(hi), max(1, int(threads)))
+        elif N != 1:
+            return
+        elif ks == (1, 1) and group == 1 and list(strides) == [1, 1] and not any(pb) and not any(pe):
             self.kind = "pointwise"
             self.w2 = np.ascontiguousarray(w.reshape(M, C))
             self.shape = (N, M, H, W)
             self.args = ((M, H * W), float(lo), float(hi))
         elif w.shape[1] == 1 and M == C == group and group > 1 and min(pb) >= 0 and min(pe) >= 0:
-            out = tuple(_conv_out(x.shape[2:], ks, strides, dilations, pb, pe))
             if min(out) > 0:
                 self.kind = "depthwise"
                 self.w2 = np.ascontiguousarray(w)
@@ -512,9 +555,14 @@ class _ConvPlan:
                              float(lo), float(hi))
 
     def run(self, x, z=None):
-        """The convolution of ``x`` (plus ``z``, pointwise plans only)."""
+        """The convolution of ``x`` (plus ``z``: pointwise and direct plans only)."""
         if not x.flags.c_contiguous:
             x = np.ascontiguousarray(x)
+        if self.kind == "direct":
+            y = np.empty(self.shape, _F32)
+            _native.conv2d(x, self.w2, self.b2, None if z is None else np.ascontiguousarray(z), y,
+                           *self.args)
+            return y
         if self.kind == "pointwise":
             y = np.matmul(self.w2, x.reshape(self.xshape[1], self.args[0][1]))
             if z is None:
@@ -528,10 +576,10 @@ class _ConvPlan:
 
 
 def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pads, strides, z=None,
-                 cache=None):
+                 cache=None, threads=1):
     """Conv plus ``z`` when given, then clipped to ``clip`` = (lo, hi) when given (FusedConv's
     sum and Relu / Clip). ``cache`` (the node's) keeps what the first run decided for the
-    input's shape (:class:`_ConvPlan`)."""
+    input's shape (:class:`_ConvPlan`); ``threads`` bounds the compiled kernels' threads."""
     if cache is not None:
         plan = cache.get("conv_plan")
         if plan is None or plan.xshape != x.shape or plan.w is not w or plan.b is not b or plan.clip != clip:
@@ -540,10 +588,11 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
                 st, dl = _ints(strides, 2, 1), _ints(dilations, 2, 1)
                 k_eff = [(w.shape[2 + i] - 1) * dl[i] + 1 for i in range(2)]
                 pb, pe = _conv_pads(x.shape[2:], k_eff, st, pads, auto_pad)
-                plan = _ConvPlan(x, w, b, clip, group, st, dl, pb, pe)
+                plan = _ConvPlan(x, w, b, clip, group, st, dl, pb, pe, threads)
                 cache["conv_plan"] = plan
         if plan is not None and plan.kind is not None and (
-                z is None or (plan.kind == "pointwise" and z.shape == plan.shape and z.dtype == _F32)):
+                z is None or (plan.kind in ("pointwise", "direct") and z.shape == plan.shape
+                              and z.dtype == _F32)):
             return plan.run(x, z)
     nd = x.ndim - 2
     if nd < 1:

@@ -1,0 +1,132 @@
+"""The compiled direct convolution (``_native.conv2d``): dense float32 convolutions with
+several taps (or stride 2), read from the input's stride phases without an im2col matrix,
+bias, residual and clip in the tile epilogue, on the session's ``intra_op_num_threads``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import runtime_core as rt
+from oracle import assert_close, make_model, run_oracle
+
+RNG = np.random.default_rng(20261205)
+
+
+def rnd(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Every call of the direct kernel: its thread count, recorded."""
+    from runtime_provider_cpu.ops import nn
+
+    assert nn._native is not None, nn.NATIVE_ERROR  # the wheel is built with its C extension
+    seen = []
+    real = nn._native
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def conv2d(*args):
+            seen.append(args[-1])
+            return real.conv2d(*args)
+
+    monkeypatch.setattr(nn, "_native", Counting())
+    return seen
+
+
+def conv_session(x, w, b, threads=2, **attrs):
+    inits = {"w": w} if b is None else {"w": w, "b": b}
+    node = helper.make_node("Conv", ["x"] + list(inits), ["y"], **attrs)
+    model = make_model([node], {"x": x}, ["y"], opset=11, initializers=inits)
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return model, rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
+
+
+@pytest.mark.parametrize("ks,strides,dil,pads", [
+    ((3, 3), [1, 1], [1, 1], [1, 1, 1, 1]),
+    ((3, 3), [2, 2], [1, 1], [1, 1, 1, 1]),
+    ((3, 3), [2, 2], [1, 1], [0, 1, 2, 0]),   # uneven padding
+    ((3, 3), [1, 1], [2, 2], [2, 2, 2, 2]),   # dilation
+    ((7, 7), [2, 2], [1, 1], [3, 3, 3, 3]),   # a ResNet stem
+    ((1, 1), [2, 2], [1, 1], None),           # a ResNet downsample
+    ((2, 3), [1, 2], [2, 1], [0, 3, 1, 2]),   # unequal everything
+    ((3, 3), [1, 1], [1, 1], [4, 4, 4, 4]),   # padding wider than the kernel
+    ((3, 3), [2, 1], [1, 1], None),           # no padding, row stride only
+])
+@pytest.mark.parametrize("shape,M,bias", [
+    ((1, 64, 9, 11), 24, True),      # whole channel blocks
+    ((2, 72, 5, 4), 13, False),      # a channel tail, batch 2, fewer positions than a vector
+    ((1, 64, 23, 37), 8, True),      # several position tiles and a partial one
+    ((1, 66, 3, 3), 3, True),        # a 3x3 image: one or a few outputs
+])
+def test_conv_direct_matches_onnxruntime(ks, strides, dil, pads, shape, M, bias, calls):
+    x = rnd(*shape)
+    w = rnd(M, shape[1], *ks) * 0.1
+    b = rnd(M) if bias else None
+    attrs = dict(strides=strides, dilations=dil, **({"pads": pads} if pads else {}))
+    model, sess = conv_session(x, w, b, **attrs)
+    ref = run_oracle(model, {"x": x})
+    assert_close(sess.run(None, {"x": x}), ref, rtol=1e-4, atol=1e-5)
+    assert_close(sess.run(None, {"x": x}), ref, rtol=1e-4, atol=1e-5)  # the plan's second run
+    assert calls == [2, 2]  # both runs went through the direct kernel, on the session's threads
+
+
+def test_conv_direct_takes_the_session_threads(calls):
+    x, w = rnd(1, 16, 12, 12), rnd(32, 16, 3, 3)
+    _, sess = conv_session(x, w, None, threads=3, pads=[1, 1, 1, 1])
+    sess.run(None, {"x": x})
+    assert calls == [3]
+
+
+def test_conv_direct_same_result_on_any_thread_count():
+    # each tile is computed the same way whichever thread takes it: bit-identical results
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_direct
+
+    x, w, b = rnd(2, 32, 30, 30), rnd(40, 32, 3, 3), rnd(40)
+    z = rnd(2, 40, 15, 15)
+    wp = _pack_direct(w)
+    outs = []
+    for threads in (1, 2, 3, 8):
+        y = np.empty((2, 40, 15, 15), np.float32)
+        _native.conv2d(x, wp, b, z, y, (2, 32, 30, 30), (40, 3, 3), (2, 2), (1, 1), (1, 1), (15, 15),
+                       -0.5, 0.5, threads)
+        outs.append(y)
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])
+    assert (outs[0] == 0.5).any() and (outs[0] == -0.5).any()  # both clip bounds reached
+
+
+def test_conv_direct_checks_buffers():
+    # a buffer that does not hold what the shapes say is a ValueError, never a read past it
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_direct
+
+    x = np.zeros((1, 8, 6, 6), np.float32)
+    wp = _pack_direct(np.ones((4, 8, 3, 3), np.float32))
+    y = np.zeros((1, 4, 6, 6), np.float32)
+    args = ((1, 8, 6, 6), (4, 3, 3), (1, 1), (1, 1), (1, 1), (6, 6), -np.inf, 1.5, 2)
+    with pytest.raises(ValueError, match="X holds"):
+        _native.conv2d(x[:, :4], wp, None, None, y, *args)
+    with pytest.raises(ValueError, match="W holds"):
+        _native.conv2d(x, wp[:, :10], None, None, y, *args)
+    with pytest.raises(ValueError, match="B holds"):
+        _native.conv2d(x, wp, np.zeros(3, np.float32), None, y, *args)
+    with pytest.raises(ValueError, match="Z holds"):
+        _native.conv2d(x, wp, None, y[:, :2], y, *args)
+    with pytest.raises(ValueError, match="Y holds"):
+        _native.conv2d(x, wp, None, None, y.astype(np.float64), *args)
+    with pytest.raises(ValueError, match="zero size"):
+        _native.conv2d(x, wp, None, None, y, (1, 8, 6, 6), (4, 3, 3), (0, 1), (1, 1), (1, 1), (6, 6),
+                       -np.inf, 1.5, 2)
+    assert not y.any()  # nothing was written by the refused calls
+    _native.conv2d(np.ones_like(x), wp, None, None, y, *args)
+    assert (y == 1.5).all()  # every sum of 32..72 ones clipped to hi
