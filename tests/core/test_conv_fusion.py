@@ -237,6 +237,7 @@ def test_fused_conv_clip_in_the_epilogue(kind, attrs, with_z, native, batch, mon
 
     if native:
         assert nn._native is not None, "runtime_provider_cpu._native did not build"
+        monkeypatch.setattr(nn, "_DIRECT", True)  # the direct convolution, AVX-512 or not
     else:
         monkeypatch.setattr(nn, "_native", None)
     planned = []

@@ -1134,6 +1134,19 @@ static void cv_fill(const float *restrict x, float *restrict planes, Py_ssize_t 
     }
 }
 
+/* whether conv2d runs its AVX-512 clone here (the portable one holds its 24 accumulators
+ * in memory: slower than im2col and a BLAS GEMM) */
+static int cv_fast(void)
+{
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
+#else
+    return 0;
+#endif
+}
+
 static PyObject *conv2d(PyObject *self, PyObject *args)
 {
     PyObject *xo, *wo, *bo, *zo, *yo;
@@ -1240,7 +1253,8 @@ PyMODINIT_FUNC PyInit__native(void)
     pthread_atfork(NULL, NULL, rc_pool_forked);
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "RECURRENCE_UNITS", RC_U) < 0 ||
-              PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0)) {
+              PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0 ||
+              PyModule_AddIntConstant(m, "CONV_FAST", cv_fast()) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

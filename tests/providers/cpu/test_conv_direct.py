@@ -24,6 +24,7 @@ def calls(monkeypatch):
     from runtime_provider_cpu.ops import nn
 
     assert nn._native is not None, nn.NATIVE_ERROR  # the wheel is built with its C extension
+    monkeypatch.setattr(nn, "_DIRECT", True)  # sessions take it even without AVX-512 (slower there)
     seen = []
     real = nn._native
 
@@ -130,3 +131,15 @@ def test_conv_direct_checks_buffers():
     assert not y.any()  # nothing was written by the refused calls
     _native.conv2d(np.ones_like(x), wp, None, None, y, *args)
     assert (y == 1.5).all()  # every sum of 32..72 ones clipped to hi
+
+
+def test_conv_direct_only_where_its_fast_build_runs(monkeypatch):
+    # without AVX-512 the portable build is slower than im2col + GEMM: the plan leaves it
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops import nn
+
+    assert nn._DIRECT == bool(_native.CONV_FAST)
+    x, w = rnd(1, 16, 8, 8), rnd(8, 16, 3, 3)
+    for fast, kind in [(True, "direct"), (False, None)]:
+        monkeypatch.setattr(nn, "_DIRECT", fast)
+        assert nn._ConvPlan(x, w, None, None, 1, [1, 1], [1, 1], [1, 1], [1, 1], 2).kind == kind

@@ -494,6 +494,9 @@ def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, s
 #: stride at most 2 (but 1x1 stride 1, a plain GEMM) with at least this many terms a sum
 #: (C * KH * KW); below it (an RGB 3x3 stem: 27) im2col and one GEMM were faster
 _DIRECT_MIN_K = 64
+#: whether the direct convolution is taken: where its AVX-512 build runs (elsewhere im2col and
+#: a BLAS GEMM are faster; the tests turn it on everywhere to check its results)
+_DIRECT = _native is not None and bool(getattr(_native, "CONV_FAST", 0))
 
 
 def _pack_direct(w):
@@ -531,7 +534,7 @@ class _ConvPlan:
         lo, hi = (-np.inf, np.inf) if clip is None else clip
         self.b2 = None if b is None else np.ascontiguousarray(b, dtype=_F32)
         out = tuple(_conv_out(x.shape[2:], ks, strides, dilations, pb, pe))
-        if (group == 1 and (ks != (1, 1) or max(strides) > 1) and C * ks[0] * ks[1] >= _DIRECT_MIN_K
+        if (_DIRECT and group == 1 and (ks != (1, 1) or max(strides) > 1) and C * ks[0] * ks[1] >= _DIRECT_MIN_K
                 and max(strides) <= 2
                 and min(pb) >= 0 and min(pe) >= 0 and min(out) > 0 and N > 0):
             self.kind = "direct"
