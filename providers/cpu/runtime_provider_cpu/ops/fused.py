@@ -16,6 +16,7 @@ import numpy as np
 from ..executable import inplace_variant
 from ..registry import kernel
 from ._common import mean_last, sum_last
+from .elementwise import _native
 from .elementwise import gelu_erf_f32 as _gelu_erf_f32
 from .elementwise import gelu_tanh_f32 as _gelu_tanh_f32
 
@@ -206,11 +207,23 @@ def skip_layer_norm_inplace(ctx, owned, x, skip, gamma, beta=None, bias=None, *,
 
 def _skip_ln(ctx, x, skip, gamma, beta, bias, epsilon, out):
     f32 = np.float32
+    n_out = max(ctx.n_outputs, 1)
+    if _native is not None and x.size and all(v is None or v.dtype == f32 for v in (x, skip, gamma, beta, bias)):
+        # compiled: one pass a row (~9 numpy passes: ViT-tiny's 197 x 192, ~220 -> ~20 us)
+        d = x.shape[-1]
+        y = out if out is not None and out.flags.c_contiguous else np.empty(x.shape, f32)
+        mean = np.empty(x.shape[:-1] + (1,), f32) if n_out > 1 else None
+        inv = np.empty(x.shape[:-1] + (1,), f32) if n_out > 2 else None
+        s = np.empty(x.shape, f32) if n_out > 3 else None
+        _native.skip_layer_norm(np.ascontiguousarray(x), np.ascontiguousarray(skip),
+                                np.ascontiguousarray(gamma), beta if beta is None else np.ascontiguousarray(beta),
+                                bias if bias is None else np.ascontiguousarray(bias), y, mean, inv, s,
+                                (x.size // d, d, max(skip.size // d, 1)), float(epsilon))
+        return (y, mean, inv, s)[:n_out]
     # a new array (or the input the executable handed over): ours
     s = np.add(x.astype(f32, copy=False), skip.astype(f32, copy=False), out=out)
     if bias is not None:
         s += bias.astype(f32, copy=False)
-    n_out = max(ctx.n_outputs, 1)
     # row means as BLAS products with ones (``mean_last``): ~30% of the kernel at (197, 192)
     mean = mean_last(s, s.ndim - 1)
     # the same arithmetic as (s - mean), (dev * dev), dev * inv * gamma + beta, on two buffers:
