@@ -57,6 +57,10 @@ static inline float clipf(float v, float lo, float hi)
 
 #define RC_INLINE static inline __attribute__((always_inline))
 
+/* the kernel thread pool (defined with conv2d below): fn(arg, part, parts) for every part */
+typedef void (*rc_part_f)(void *arg, int part, int parts);
+static void rc_parallel(rc_part_f fn, void *arg, int parts, int threads);
+
 /* GCC / clang vector extensions: 8 floats, lowered to two SSE registers in the baseline
    clone and one AVX register in the x86-64-v3 and -v4 clones */
 typedef float v8f __attribute__((vector_size(32)));
@@ -198,13 +202,72 @@ static int get_buffers(const char *fn, const rc_buf *spec, Py_buffer *v, int k)
 
 #define RC_F32 ((Py_ssize_t)sizeof(float))
 
+typedef struct {
+    const float *x, *w, *b;
+    float *y;
+    Py_ssize_t N, C, H, W, OH, OW, sh, sw, pt, pl, Hp, Ws;
+    float lo, hi;
+    float *planes; /* one scratch plane of plane_n floats a part */
+    Py_ssize_t plane_n;
+} dw_job;
+
+/* the vector (3x3, dilation 1) depthwise path over channel planes [p0, p1) of the N * C */
+static void dw_vec_range(const dw_job *j, float *plane, Py_ssize_t p0, Py_ssize_t p1)
+{
+    const Py_ssize_t H = j->H, W = j->W, OH = j->OH, OW = j->OW, sh = j->sh, sw = j->sw;
+    const Py_ssize_t pt = j->pt, pl = j->pl, Hp = j->Hp, Ws = j->Ws, C = j->C;
+    float *pe = plane, *po = plane + Hp * Ws, *tmp = plane + 2 * Hp * Ws;
+    const Py_ssize_t span = sw == 1 ? Ws : 2 * Ws + 2; /* padded columns a plane row holds */
+    /* input columns [0, ic1) land at padded columns [pl, pl + ic1); input rows
+       [0, ir1) at plane rows [pt, pt + ir1). Everything else is padding, zeroed once
+       here and never written: each channel overwrites only the same data region. */
+    const Py_ssize_t ic1 = W < span - pl ? W : (span - pl > 0 ? span - pl : 0);
+    const Py_ssize_t ir1 = H < Hp - pt ? H : (Hp - pt > 0 ? Hp - pt : 0);
+    memset(plane, 0, (size_t)(2 * Hp * Ws + 2 * Ws + 2) * sizeof(float));
+    for (Py_ssize_t p = p0; p < p1; p++) {
+        const Py_ssize_t c = p % C;
+        const float *xc = j->x + p * H * W;
+        for (Py_ssize_t xr = 0; xr < ir1; xr++) {
+            const float *src = xc + xr * W;
+            const Py_ssize_t r = xr + pt;
+            /* inline copies: a row is often 7-28 floats, where a libc call costs
+               more than the copy */
+            if (sw == 1) {
+                float *dst = pe + r * Ws + pl;
+                for (Py_ssize_t i = 0; i < ic1; i++)
+                    dst[i] = src[i];
+            } else {
+                float *dst = tmp + pl;
+                for (Py_ssize_t i = 0; i < ic1; i++)
+                    dst[i] = src[i];
+                float *er = pe + r * Ws, *orow = po + r * Ws;
+                for (Py_ssize_t i = 0; i < Ws; i++) {
+                    er[i] = tmp[2 * i];
+                    orow[i] = tmp[2 * i + 1];
+                }
+            }
+        }
+        dw3x3(pe, sw == 2 ? po : NULL, Ws, j->w + c * 9, j->b ? j->b[c] : 0.0f,
+              j->y + p * OH * OW, OH, OW, sh, j->lo, j->hi);
+    }
+}
+
+static void dw_part(void *arg, int part, int parts)
+{
+    const dw_job *j = (const dw_job *)arg;
+    const Py_ssize_t n = j->N * j->C;
+    dw_vec_range(j, j->planes + part * j->plane_n, n * part / parts, n * (part + 1) / parts);
+}
+
 static PyObject *depthwise2d(PyObject *self, PyObject *args)
 {
     PyObject *xo, *wo, *bo, *yo;
     Py_ssize_t N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl;
     float lo, hi;
-    if (!PyArg_ParseTuple(args, "OOOO(nnnn)(nn)(nn)(nn)(nn)(nn)ff:depthwise2d", &xo, &wo, &bo, &yo,
-                          &N, &C, &H, &W, &OH, &OW, &KH, &KW, &sh, &sw, &dh, &dw, &pt, &pl, &lo, &hi))
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOO(nnnn)(nn)(nn)(nn)(nn)(nn)ff|i:depthwise2d", &xo, &wo, &bo, &yo,
+                          &N, &C, &H, &W, &OH, &OW, &KH, &KW, &sh, &sw, &dh, &dw, &pt, &pl, &lo, &hi,
+                          &threads))
         return NULL;
     if (N < 0 || C < 0 || H < 0 || W < 0 || OH < 0 || OW < 0 || KH < 1 || KW < 1 || sh < 1 ||
         sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0) {
@@ -224,9 +287,22 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
     const int vec = KH == 3 && KW == 3 && dh == 1 && dw == 1 && (sw == 1 || sw == 2) && OW > 0 && OH > 0;
     const Py_ssize_t OWr = (OW + 7) / 8 * 8, Ws = OWr + 2;
     float *plane = NULL;
+    /* channel planes split between the kernel threads, each part with its own scratch plane
+       (a thread is worth its wake-up from about 64K outputs) */
+    const double outs = (double)(N * C) * (double)(OH * OW);
+    if (threads > outs / 65536.0)
+        threads = (int)(outs / 65536.0);
+    if (threads < 1)
+        threads = 1;
+    int parts = threads * 4;
+    if (parts > N * C)
+        parts = (int)(N * C);
+    if (parts < 1)
+        parts = 1;
+    /* [even or whole plane][odd plane][one padded input row of 2 * Ws + 2], one a part */
+    const Py_ssize_t plane_n = 2 * Hp * Ws + 2 * Ws + 2;
     if (vec) {
-        /* [even or whole plane][odd plane][one padded input row of 2 * Ws + 2] */
-        plane = (float *)malloc((size_t)(2 * Hp * Ws + 2 * Ws + 2) * sizeof(float));
+        plane = (float *)malloc((size_t)(parts * plane_n) * sizeof(float));
     } else if (Hp * Wp > 0) {
         plane = (float *)malloc((size_t)(Hp * Wp) * sizeof(float));
     }
@@ -240,44 +316,10 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
     /* the input rows and columns that land inside the padded plane */
     const Py_ssize_t r0 = pt, r1 = pt + H < Hp ? pt + H : Hp;   /* plane rows holding input */
     const Py_ssize_t c0 = pl, c1 = pl + W < Wp ? pl + W : Wp;
+    dw_job dj = {x, w, b, y, N, C, H, W, OH, OW, sh, sw, pt, pl, Hp, Ws, lo, hi, plane, plane_n};
     Py_BEGIN_ALLOW_THREADS
-    if (vec) {
-        float *pe = plane, *po = plane + Hp * Ws, *tmp = plane + 2 * Hp * Ws;
-        const Py_ssize_t span = sw == 1 ? Ws : 2 * Ws + 2; /* padded columns a plane row holds */
-        /* input columns [0, ic1) land at padded columns [pl, pl + ic1); input rows
-           [0, ir1) at plane rows [pt, pt + ir1). Everything else is padding, zeroed once
-           here and never written: each channel overwrites only the same data region. */
-        const Py_ssize_t ic1 = W < span - pl ? W : (span - pl > 0 ? span - pl : 0);
-        const Py_ssize_t ir1 = H < Hp - pt ? H : (Hp - pt > 0 ? Hp - pt : 0);
-        memset(plane, 0, (size_t)(2 * Hp * Ws + 2 * Ws + 2) * sizeof(float));
-        for (Py_ssize_t n = 0; n < N; n++) {
-            for (Py_ssize_t c = 0; c < C; c++) {
-                const float *xc = x + (n * C + c) * H * W;
-                for (Py_ssize_t xr = 0; xr < ir1; xr++) {
-                    const float *src = xc + xr * W;
-                    const Py_ssize_t r = xr + pt;
-                    /* inline copies: a row is often 7-28 floats, where a libc call costs
-                       more than the copy */
-                    if (sw == 1) {
-                        float *dst = pe + r * Ws + pl;
-                        for (Py_ssize_t i = 0; i < ic1; i++)
-                            dst[i] = src[i];
-                    } else {
-                        float *dst = tmp + pl;
-                        for (Py_ssize_t i = 0; i < ic1; i++)
-                            dst[i] = src[i];
-                        float *er = pe + r * Ws, *orow = po + r * Ws;
-                        for (Py_ssize_t i = 0; i < Ws; i++) {
-                            er[i] = tmp[2 * i];
-                            orow[i] = tmp[2 * i + 1];
-                        }
-                    }
-                }
-                dw3x3(pe, sw == 2 ? po : NULL, Ws, w + c * 9, b ? b[c] : 0.0f,
-                      y + (n * C + c) * OH * OW, OH, OW, sh, lo, hi);
-            }
-        }
-    }
+    if (vec)
+        rc_parallel(dw_part, &dj, parts, threads);
     for (Py_ssize_t n = 0; n < N && plane && !vec; n++) {
         for (Py_ssize_t c = 0; c < C; c++) {
             const float *xc = x + (n * C + c) * H * W;
@@ -975,7 +1017,6 @@ static void cv_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1)
 /* a pool of worker threads that run parts of one job beside the caller's thread. One job at
  * a time: a caller that finds the pool busy (another thread's convolution) runs its whole
  * job itself. Workers sleep on a condition variable between jobs. */
-typedef void (*rc_part_f)(void *arg, int part, int parts);
 static struct {
     pthread_mutex_t mu;
     pthread_cond_t go, done;
@@ -1316,6 +1357,132 @@ static PyObject *skip_layer_norm(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* maxpool2d: MaxPool values of float32 NCHW planes (no indices). Taps in the padding are
+ * skipped, as a -inf fill would skip them; NaN propagates as with numpy's maximum. Separable
+ * and unit-stride: each input row, padded with -inf and split into its sw column phases, gives
+ * the row maximum of every output column (a tap is one phase at one offset), then each output
+ * row is the maximum of its window's row maxima. Planes are split between the kernel threads. */
+typedef struct {
+    const float *x;
+    float *y;
+    Py_ssize_t planes, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl;
+    float *scratch; /* a part's: the padded row (Wr) and the row maxima (H x OW) */
+    Py_ssize_t scratch_n, Wr, Lq;
+} mp_job;
+
+RC_INLINE float mp_max(float m, float v) { return ((v > m) | (v != v)) ? v : m; }
+
+RC_CLONES
+static void mp_planes(const mp_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t p1)
+{
+    const Py_ssize_t H = j->H, W = j->W, OH = j->OH, OW = j->OW, sw = j->sw, Lq = j->Lq;
+    float *restrict ph = scratch;               /* sw phases of Lq floats */
+    float *restrict hm = scratch + sw * Lq;     /* row maxima, H x OW */
+    for (Py_ssize_t i = 0; i < sw * Lq; i++)
+        ph[i] = -INFINITY;                      /* padding: written once, never overwritten */
+    for (Py_ssize_t p = p0; p < p1; p++) {
+        const float *xp = j->x + p * H * W;
+        float *yp = j->y + p * OH * OW;
+        for (Py_ssize_t r = 0; r < H; r++) {
+            const float *restrict xr = xp + r * W;
+            /* padded column pl + k of the row is phase (pl + k) % sw, index (pl + k) / sw */
+            for (Py_ssize_t b = 0; b < sw; b++) {
+                const Py_ssize_t k0 = ((b - j->pl) % sw + sw) % sw;
+                float *restrict dst = ph + b * Lq + (k0 + j->pl) / sw;
+                const float *restrict src = xr + k0;
+                const Py_ssize_t n = k0 < W ? (W - k0 + sw - 1) / sw : 0;
+                if (sw == 1) {
+                    for (Py_ssize_t i = 0; i < n; i++)
+                        dst[i] = src[i];
+                } else if (sw == 2) {
+                    for (Py_ssize_t i = 0; i < n; i++)
+                        dst[i] = src[2 * i];
+                } else {
+                    for (Py_ssize_t i = 0; i < n; i++)
+                        dst[i] = src[i * sw];
+                }
+            }
+            float *restrict hr = hm + r * OW;
+            for (Py_ssize_t ow = 0; ow < OW; ow++)
+                hr[ow] = -INFINITY;
+            for (Py_ssize_t kw = 0; kw < j->KW; kw++) {
+                const Py_ssize_t c = kw * j->dw;
+                const float *restrict src = ph + (c % sw) * Lq + c / sw;
+                for (Py_ssize_t ow = 0; ow < OW; ow++)
+                    hr[ow] = mp_max(hr[ow], src[ow]);
+            }
+        }
+        for (Py_ssize_t oh = 0; oh < OH; oh++) {
+            float *restrict yr = yp + oh * OW;
+            for (Py_ssize_t ow = 0; ow < OW; ow++)
+                yr[ow] = -INFINITY;
+            for (Py_ssize_t kh = 0; kh < j->KH; kh++) {
+                const Py_ssize_t ir = oh * j->sh - j->pt + kh * j->dh;
+                if (ir < 0 || ir >= H)
+                    continue;
+                const float *restrict hr = hm + ir * OW;
+                for (Py_ssize_t ow = 0; ow < OW; ow++)
+                    yr[ow] = mp_max(yr[ow], hr[ow]);
+            }
+        }
+    }
+}
+
+static void mp_part(void *arg, int part, int parts)
+{
+    const mp_job *j = (const mp_job *)arg;
+    mp_planes(j, j->scratch + part * j->scratch_n, j->planes * part / parts,
+              j->planes * (part + 1) / parts);
+}
+
+static PyObject *maxpool2d(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    Py_ssize_t N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OO(nnnn)(nn)(nn)(nn)(nn)(nn)i:maxpool2d", &xo, &yo, &N, &C, &H, &W,
+                          &OH, &OW, &KH, &KW, &sh, &sw, &dh, &dw, &pt, &pl, &threads))
+        return NULL;
+    if (N < 0 || C < 0 || H < 1 || W < 1 || OH < 0 || OW < 0 || KH < 1 || KW < 1 || sh < 1 ||
+        sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0) {
+        PyErr_SetString(PyExc_ValueError, "maxpool2d: negative or zero size, stride or dilation");
+        return NULL;
+    }
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {yo, N * C * OH * OW, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("maxpool2d", spec, v, 2) < 0)
+        return NULL;
+    /* a phase holds the padded row up to the last output's last tap, or the whole input row */
+    Py_ssize_t Wr = (OW ? (OW - 1) * sw + (KW - 1) * dw + 1 : 0);
+    if (Wr < pl + W)
+        Wr = pl + W;
+    const Py_ssize_t Lq = (Wr + sw - 1) / sw + 1;
+    const double taps = (double)(N * C) * (double)(OH * OW) * (double)(KH * KW);
+    if (threads > taps / 65536.0)
+        threads = (int)(taps / 65536.0);
+    if (threads < 1)
+        threads = 1;
+    int parts = threads * 4;
+    if (parts > N * C)
+        parts = (int)(N * C);
+    if (parts < 1)
+        parts = 1;
+    const Py_ssize_t scratch_n = sw * Lq + H * OW;
+    float *scratch = (float *)malloc((size_t)(parts * scratch_n) * sizeof(float));
+    if (!scratch) {
+        release_buffers(v, 2);
+        return PyErr_NoMemory();
+    }
+    mp_job j = {(const float *)v[0].buf, (float *)v[1].buf, N * C, H, W, OH, OW, KH, KW, sh, sw,
+                dh, dw, pt, pl, scratch, scratch_n, Wr, Lq};
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(mp_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    free(scratch);
+    release_buffers(v, 2);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"depthwise2d", depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
@@ -1342,6 +1509,9 @@ static PyMethodDef methods[] = {
      "skip_layer_norm(x, skip, gamma, beta, bias, y, mean, inv_std_var, sum, (rows, d, skip_rows), eps)\n"
      "SkipLayerNormalization of C-contiguous float32 rows (beta, bias and the outputs mean,\n"
      "inv_std_var and sum may be None; skip row r % skip_rows goes with row r; y may be x or skip)."},
+    {"maxpool2d", maxpool2d, METH_VARARGS,
+     "maxpool2d(x, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), threads)\n"
+     "MaxPool values of C-contiguous float32 NCHW x into y (taps in the padding skipped)."},
     {"tree_leaves", tree_leaves, METH_VARARGS,
      "tree_leaves(X, nodes, roots, out, (n, c, L, t), itemsize, depth, mode, nan_check)\n"
      "The node every row of X reaches in every tree (out[tree, row]) over C-contiguous buffers:\n"

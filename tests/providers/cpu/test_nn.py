@@ -204,6 +204,27 @@ def test_depthwise_native(ks, strides, dil, pads):
                    dilations=dil, opset=11, **kw, **F32)
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_native_threads(stride):
+    # channel planes split between the kernel threads (from 64K outputs a thread): the same
+    # bits on any thread count, and the einsum reference's values
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops import nn
+
+    x, w, b = rnd(2, 40, 97, 95), rnd(40, 1, 3, 3), rnd(40)  # 188K-737K outputs: 2-8 threads
+    out = [(97 - 1) // stride + 1, (95 - 1) // stride + 1]
+    outs = []
+    for threads in (1, 2, 3, 8):
+        y = np.empty((2, 40, *out), np.float32)
+        _native.depthwise2d(x, w, b, y, x.shape, tuple(out), (3, 3), (stride, stride), (1, 1), (1, 1),
+                            -np.inf, np.inf, threads)
+        outs.append(y)
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])
+    ref = nn._depthwise_einsum(x, w, [stride, stride], [1, 1], [1, 1], [1, 1], out) + b.reshape(40, 1, 1)
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-5)
+
+
 def test_depthwise_native_checks_buffers():
     # a buffer that does not hold what the shape says is a ValueError, never a read past it
     from runtime_provider_cpu import _native
@@ -403,6 +424,36 @@ def test_maxpool_without_padded_copy_matches_padded_path():
             np.testing.assert_array_equal(got, want)
     assert fast > 300 and fallback > 0
     assert nn._maxpool_unpadded(rnd(1, 1, 5, 5), [3, 3], [1, 1], [1, 1], [-1, 0], [0, 0], [3, 5]) is None
+
+
+def test_maxpool_compiled_matches_padded_windows():
+    # the compiled separable pooling (float32, 2-D) against the max over every window of the
+    # -inf-padded input, NaNs included, over sizes, kernels, strides, dilations, pads and ceil
+    # mode (windows of padding only too: -inf, as the padded path gives); 1 and 3 threads alike
+    # (the 120-row images are large enough to be split)
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops import nn
+
+    rng = np.random.default_rng(5)
+    n = 0
+    for h, k, s, d, pb, pe, cm in itertools.product([1, 4, 7, 40, 120], [1, 2, 3], [1, 2, 3], [1, 2], [0, 1, 2],
+                                                     [0, 2], [0, 1]):
+        geo = nn._pool_geometry((h, h + 3), [k, k], [s, s], [pb, pb, pe, pe], [d, d], "NOTSET", cm)
+        if min(geo[2]) <= 0:
+            continue
+        x = rng.standard_normal((2, 3, h, h + 3)).astype(np.float32)
+        x.flat[::7] = np.nan
+        xp = nn._pooled_padded(x, geo[0], geo[1], geo[2], [s, s], [(k - 1) * d + 1] * 2, -np.inf)
+        win = sliding_window_view(xp, ((k - 1) * d + 1,) * 2, axis=(2, 3))[:, :, ::s, ::s, ::d, ::d]
+        want = win[:, :, :geo[2][0], :geo[2][1]].max(axis=(-2, -1))
+        for threads in (1, 3):
+            got = np.empty(want.shape, np.float32)
+            _native.maxpool2d(x, got, x.shape, tuple(geo[2]), (k, k), (s, s), (d, d), tuple(geo[0]), threads)
+            np.testing.assert_array_equal(got, want)
+        n += 1
+    assert n > 300
 
 
 @pytest.mark.parametrize("ceil_mode,pads,stride,k,dil", POOL_CASES)
