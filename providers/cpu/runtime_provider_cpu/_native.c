@@ -833,9 +833,23 @@ RC_INLINE v8f rc_gelu8(v8f s)
     return (p / q + v8_set1(0.5f)) * s;
 }
 
+/* Gelu's tanh form as s / (1 + exp(-2u)), u = sqrt(2/pi) (s + 0.044715 s^3): the numpy
+   path's formula (ops/elementwise.gelu_tanh_f32), one exp and no cancellation for s < 0 */
+RC_INLINE v8f rc_gelu_tanh8(v8f s)
+{
+    const float b = -1.5957691216057308f;            /* -2 sqrt(2/pi) */
+    const float a = -1.5957691216057308f * 0.044715f;
+    const v8f t = (s * s * a + b) * s;               /* -2u */
+    /* past exp's range the quotient is 0 (the clamped exp would leave ~s / 2.4e38), and
+       s * 0 keeps numpy's NaN for s = -inf */
+    return v8_select(t > 88.0f, s * 0.0f, s / (1.0f + v8_exp(t)));
+}
+
+RC_INLINE v8f rc_gelu_any8(v8f s, int tanh_form) { return tanh_form ? rc_gelu_tanh8(s) : rc_gelu8(s); }
+
 RC_CLONES
 static void gelu_rows(const float *restrict x, const float *restrict b, float *y, Py_ssize_t rows,
-                      Py_ssize_t d)
+                      Py_ssize_t d, int tanh_form)
 {
     float tx[8], tb[8];
     for (Py_ssize_t r = 0; r < rows; r++) {
@@ -846,7 +860,7 @@ static void gelu_rows(const float *restrict x, const float *restrict b, float *y
             v8f s = v8_load(xr + i);
             if (b)
                 s = s + v8_load(b + i);
-            v8_store(yr + i, rc_gelu8(s));
+            v8_store(yr + i, rc_gelu_any8(s, tanh_form));
         }
         if (i < d) { /* the row's tail through a scratch vector */
             const Py_ssize_t k = d - i;
@@ -854,7 +868,7 @@ static void gelu_rows(const float *restrict x, const float *restrict b, float *y
                 tx[j] = j < k ? xr[i + j] : 0.0f;
                 tb[j] = b && j < k ? b[i + j] : 0.0f;
             }
-            v8f v = rc_gelu8(v8_load(tx) + v8_load(tb));
+            v8f v = rc_gelu_any8(v8_load(tx) + v8_load(tb), tanh_form);
             v8_store(tx, v);
             for (Py_ssize_t j = 0; j < k; j++)
                 yr[i + j] = tx[j];
@@ -866,7 +880,8 @@ static PyObject *gelu_erf(PyObject *self, PyObject *args)
 {
     PyObject *xo, *bo, *yo;
     Py_ssize_t rows, d;
-    if (!PyArg_ParseTuple(args, "OOO(nn):gelu_erf", &xo, &bo, &yo, &rows, &d))
+    int tanh_form = 0;
+    if (!PyArg_ParseTuple(args, "OOO(nn)|p:gelu_erf", &xo, &bo, &yo, &rows, &d, &tanh_form))
         return NULL;
     if (rows < 0 || d < 0) {
         PyErr_SetString(PyExc_ValueError, "gelu_erf: negative size");
@@ -878,7 +893,7 @@ static PyObject *gelu_erf(PyObject *self, PyObject *args)
     if (get_buffers("gelu_erf", spec, v, 3) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    gelu_rows((const float *)v[0].buf, (const float *)v[1].buf, (float *)v[2].buf, rows, d);
+    gelu_rows((const float *)v[0].buf, (const float *)v[1].buf, (float *)v[2].buf, rows, d, tanh_form);
     Py_END_ALLOW_THREADS
     release_buffers(v, 3);
     Py_RETURN_NONE;
@@ -1497,9 +1512,9 @@ static PyMethodDef methods[] = {
      "C-contiguous float32 buffers; p1/p2 are the recurrence weights packed by unit chunks of\n"
      "RECURRENCE_UNITS. Writes every hidden state into ys (and the last cell state into c)."},
     {"gelu_erf", gelu_erf, METH_VARARGS,
-     "gelu_erf(x, b, y, (rows, d))\n"
-     "y = Gelu(x + b) (erf form; b a vector of the d columns, or None) over C-contiguous float32\n"
-     "buffers; y may be x."},
+     "gelu_erf(x, b, y, (rows, d), tanh_form=False)\n"
+     "y = Gelu(x + b) (erf form, or with tanh_form its tanh approximation; b a vector of the d\n"
+     "columns, or None) over C-contiguous float32 buffers; y may be x."},
     {"conv2d", conv2d, METH_VARARGS,
      "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads)\n"
      "Dense 2-D convolution (group 1) of C-contiguous float32 NCHW buffers into y, plus b and z,\n"

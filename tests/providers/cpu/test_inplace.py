@@ -201,11 +201,11 @@ def test_gelu_f32_accuracy_and_specials(native):
     from functools import partial
 
     from runtime_provider_cpu.ops import elementwise as ew
-    from runtime_provider_cpu.ops.elementwise import gelu_tanh_f32
 
     if native:
         assert ew._native is not None, "runtime_provider_cpu._native did not build"
     gelu_erf_f32 = partial(ew.gelu_erf_f32, native=native)
+    gelu_tanh_f32 = partial(ew.gelu_tanh_f32, native=native)
     x = np.linspace(-12, 12, 300_001).astype(np.float32)
     exact, tanh_form = _gelu_refs(x)
     with np.errstate(all="ignore"):
@@ -221,6 +221,23 @@ def test_gelu_f32_accuracy_and_specials(native):
         for f in (gelu_erf_f32, gelu_tanh_f32):
             sp = f(np.float32([np.nan, np.inf, 0.0, -30.0, 30.0]))
             assert np.isnan(sp[0]) and sp[1] == np.inf and sp[2] == 0 and sp[3] == 0 and sp[4] == 30
+
+
+@pytest.mark.parametrize("shape", [(9, 40), (3, 7), (2, 5, 19), (1,), (0, 8), (4, 0)])
+def test_compiled_gelu_tanh_with_bias_matches_the_numpy_blocks(shape):
+    # _native.gelu_erf with tanh_form: FastGelu's bias add and the tanh form in one pass
+    from runtime_provider_cpu.ops import elementwise as ew
+
+    assert ew._native is not None, "runtime_provider_cpu._native did not build"
+    x = rnd(*shape) * 4
+    b = rnd(shape[-1])
+    want = ew.gelu_tanh_f32(x, b, native=False)
+    got = ew.gelu_tanh_f32(x, b)
+    assert got.shape == x.shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=2e-6)
+    y = x.copy()
+    assert ew.gelu_tanh_f32(y, b, out=y) is y
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=2e-6)
 
 
 @pytest.mark.parametrize("shape", [(9, 40), (3, 7), (2, 5, 19), (1,), (0, 8), (4, 0)])

@@ -325,9 +325,19 @@ _F32_1 = np.float32(1.0)
 
 
 def gelu_tanh_f32(x: np.ndarray, bias: np.ndarray | None = None,
-                  out: np.ndarray | None = None) -> np.ndarray:
-    """Gelu's tanh approximation of float32 ``x`` (plus ``bias``, a vector of x's last dim),
-    computed in cache-sized blocks of whole rows; ``out`` may be x."""
+                  out: np.ndarray | None = None, native: bool = True) -> np.ndarray:
+    """Gelu's tanh approximation of float32 ``x`` (plus ``bias``, a vector of x's last dim);
+    ``out`` may be x. With the compiled extension one pass (``_native.gelu_erf`` with
+    ``tanh_form``), otherwise (or ``native=False``) numpy in cache-sized blocks of whole rows."""
+    if native and _native is not None and x.dtype == _F32:
+        # compiled: the same formula in one pass (128x3072: see benchmarks/README)
+        d = x.shape[-1] if x.ndim else 1
+        xc = np.ascontiguousarray(x)
+        res = out if (out is not None and out.dtype == _F32 and out.shape == x.shape
+                      and out.flags.c_contiguous) else np.empty(x.shape, _F32)
+        bc = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
+        _native.gelu_erf(xc, bc, res, (xc.size // max(d, 1), d), True)
+        return _into(out, res)
     xf, res, rf = _blocks(x, out)
     d = max(x.shape[-1], 1) if x.ndim else 1  # rows of d: the bias broadcasts over each block
     rows = xf.size // d
