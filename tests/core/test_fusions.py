@@ -398,6 +398,27 @@ def test_skip_layer_norm_compiled_matches_numpy(skip_batch, beta, bias, monkeypa
         np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("t", [1, 7, 8, 9, 128, 203])
+def test_attention_softmax_compiled_matches_numpy(t, monkeypatch):
+    # the compiled row softmax against the numpy passes: large and masked scores (-10000,
+    # float32's min, -inf), a row of -inf only (NaN in both), a row with a NaN (NaN in both)
+    from runtime_provider_cpu.ops import fused
+
+    assert fused._native is not None, "runtime_provider_cpu._native did not build"
+    z = f32(3, 4, 6, t) * 20
+    z[0, 0, 1, ::2] = -10000.0
+    z[0, 1, 2, 1::3] = np.finfo(np.float32).min
+    z[1, 2, 3, :-1] = -np.inf
+    z[2, 3, 4] = -np.inf
+    z[2, 0, 5, t // 2] = np.nan
+    with np.errstate(all="ignore"):
+        compiled = fused._softmax_inplace(z.copy())
+        monkeypatch.setattr(fused, "_native", None)
+        numpy_ = fused._softmax_inplace(z.copy())
+    np.testing.assert_allclose(compiled, numpy_, rtol=2e-6, atol=1e-7)  # NaNs where numpy's are
+    assert np.isnan(compiled[2, 3, 4]).all() and np.isnan(compiled[2, 0, 5]).all()
+
+
 RAW = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], np.int32)
 
 
