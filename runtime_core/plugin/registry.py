@@ -38,6 +38,8 @@ API_VERSION = "1.2"
 1.0: hooks, the provider class (probe, get_capability, compile, device memory and copies).
 1.1: optional device-tensor methods for OrtValue/IOBinding/DLPack (all with defaults) and
 ``GraphView.all_nodes``.
+1.2: ``Partition.intra_op_num_threads`` (default 0: not said), the threads one node's kernel
+may use.
 """
 
 ENTRY_POINT_GROUP = "runtime_core.providers"
