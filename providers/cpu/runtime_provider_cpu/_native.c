@@ -61,6 +61,23 @@ static inline float clipf(float v, float lo, float hi)
 typedef void (*rc_part_f)(void *arg, int part, int parts);
 static void rc_parallel(rc_part_f fn, void *arg, int parts, int threads);
 
+/* how a kernel splits its work over the pool: *threads lowered to one a min_work of work (a
+ * thread's wake-up must pay for itself), at least 1; returns the parts, 4 a thread, no more
+ * than the kernel's units (channel planes, tiles) */
+static int rc_parts(double work, double min_work, Py_ssize_t units, int *threads)
+{
+    int t = *threads;
+    if (t > work / min_work)
+        t = (int)(work / min_work);
+    if (t < 1)
+        t = 1;
+    Py_ssize_t parts = (Py_ssize_t)t * 4;
+    if (parts > units)
+        parts = units;
+    *threads = t;
+    return parts < 1 ? 1 : (int)parts;
+}
+
 /* GCC / clang vector extensions: 8 floats, lowered to two SSE registers in the baseline
    clone and one AVX register in the x86-64-v3 and -v4 clones */
 typedef float v8f __attribute__((vector_size(32)));
@@ -287,18 +304,9 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
     const int vec = KH == 3 && KW == 3 && dh == 1 && dw == 1 && (sw == 1 || sw == 2) && OW > 0 && OH > 0;
     const Py_ssize_t OWr = (OW + 7) / 8 * 8, Ws = OWr + 2;
     float *plane = NULL;
-    /* channel planes split between the kernel threads, each part with its own scratch plane
-       (a thread is worth its wake-up from about 64K outputs) */
-    const double outs = (double)(N * C) * (double)(OH * OW);
-    if (threads > outs / 65536.0)
-        threads = (int)(outs / 65536.0);
-    if (threads < 1)
-        threads = 1;
-    int parts = threads * 4;
-    if (parts > N * C)
-        parts = (int)(N * C);
-    if (parts < 1)
-        parts = 1;
+    /* channel planes split between the kernel threads (a thread from about 64K outputs),
+       each part with its own scratch plane */
+    const int parts = rc_parts((double)(N * C) * (double)(OH * OW), 65536.0, N * C, &threads);
     /* [even or whole plane][odd plane][one padded input row of 2 * Ws + 2], one a part */
     const Py_ssize_t plane_n = 2 * Hp * Ws + 2 * Ws + 2;
     if (vec) {
@@ -1244,16 +1252,8 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
             const Py_ssize_t rr = kh * dh, cc = kw * dw;
             toff[kh * KW + kw] = ((rr % sh) * sw + cc % sw) * L + (rr / sh) * Wq + cc / sw;
         }
-    if (threads < 1)
-        threads = 1;
-    /* a thread is worth its wake-up from about 1/4 MFLOP of work; the work is cut into 4
-       parts a thread, taken in turn */
-    const double flops = 2.0 * (double)Mb * CV_MR * (double)Q * (double)K;
-    if (threads > flops / 2.5e5)
-        threads = (int)(flops / 2.5e5);
-    int parts = threads * 4;
-    if (parts > Mb * nq)
-        parts = (int)(Mb * nq);
+    /* tiles split between the kernel threads, a thread from about 1/4 MFLOP */
+    const int parts = rc_parts(2.0 * (double)Mb * CV_MR * (double)Q * (double)K, 2.5e5, Mb * nq, &threads);
     const float *x = (const float *)v[0].buf;
     cv_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, NULL, NULL, toff,
                 T, C, sh * sw * L, M, Mb, Q, nq, Wq, OH, OW, lo, hi, C * sh * sw * L >= Mb * K * CV_MR};
@@ -1472,16 +1472,9 @@ static PyObject *maxpool2d(PyObject *self, PyObject *args)
     if (Wr < pl + W)
         Wr = pl + W;
     const Py_ssize_t Lq = (Wr + sw - 1) / sw + 1;
-    const double taps = (double)(N * C) * (double)(OH * OW) * (double)(KH * KW);
-    if (threads > taps / 65536.0)
-        threads = (int)(taps / 65536.0);
-    if (threads < 1)
-        threads = 1;
-    int parts = threads * 4;
-    if (parts > N * C)
-        parts = (int)(N * C);
-    if (parts < 1)
-        parts = 1;
+    /* channel planes split between the kernel threads, a thread from about 64K window taps */
+    const int parts = rc_parts((double)(N * C) * (double)(OH * OW) * (double)(KH * KW), 65536.0, N * C,
+                               &threads);
     const Py_ssize_t scratch_n = sw * Lq + H * OW;
     float *scratch = (float *)malloc((size_t)(parts * scratch_n) * sizeof(float));
     if (!scratch) {
