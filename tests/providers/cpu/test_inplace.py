@@ -231,7 +231,8 @@ def test_compiled_gelu_tanh_with_bias_matches_the_numpy_blocks(shape):
     assert ew._native is not None, "runtime_provider_cpu._native did not build"
     x = rnd(*shape) * 4
     b = rnd(shape[-1])
-    want = ew.gelu_tanh_f32(x, b, native=False)
+    with np.errstate(over="ignore"):  # the numpy blocks' exp overflows to inf in the tail (exact: x / inf)
+        want = ew.gelu_tanh_f32(x, b, native=False)
     got = ew.gelu_tanh_f32(x, b)
     assert got.shape == x.shape and got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=2e-6)
