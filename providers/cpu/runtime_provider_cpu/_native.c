@@ -1049,8 +1049,9 @@ static struct {
     rc_part_f fn;
     void *arg;
     int parts, next, pending;
+    int slots;                  /* workers that may still join the job: its threads - 1 */
 } rc_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-             PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0};
+             PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, 0};
 #define RC_POOL_MAX 64
 #define RC_SPIN_NS 100000L
 #if defined(__x86_64__) || defined(__i386__)
@@ -1081,6 +1082,11 @@ static void *rc_worker(void *unused)
         while (rc_pool.gen == seen)
             pthread_cond_wait(&rc_pool.go, &rc_pool.mu);
         seen = rc_pool.gen;
+        /* a job with fewer threads than the pool has workers (another session's
+           intra_op_num_threads) takes only as many */
+        if (rc_pool.slots <= 0)
+            continue;
+        rc_pool.slots--;
         while (rc_pool.next < rc_pool.parts) {
             const int part = rc_pool.next++;
             rc_part_f fn = rc_pool.fn;
@@ -1104,7 +1110,7 @@ static void rc_pool_forked(void)
     pthread_cond_init(&rc_pool.go, NULL);
     pthread_cond_init(&rc_pool.done, NULL);
     rc_pool.started = 0;
-    rc_pool.parts = rc_pool.next = rc_pool.pending = 0;
+    rc_pool.parts = rc_pool.next = rc_pool.pending = rc_pool.slots = 0;
 }
 
 /* fn(arg, part, parts) for every part in [0, parts), on the caller's thread and up to
@@ -1141,9 +1147,10 @@ static void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
     rc_pool.parts = parts;
     rc_pool.next = 1;           /* part 0 is the caller's */
     rc_pool.pending = parts - 1;
+    rc_pool.slots = helpers;
     __atomic_store_n(&rc_pool.gen, rc_pool.gen + 1, __ATOMIC_RELEASE);
-    if (helpers > 0)
-        pthread_cond_broadcast(&rc_pool.go);
+    for (int h = 0; h < helpers; h++)
+        pthread_cond_signal(&rc_pool.go);
     pthread_mutex_unlock(&rc_pool.mu);
     fn(arg, 0, parts);
     pthread_mutex_lock(&rc_pool.mu);
