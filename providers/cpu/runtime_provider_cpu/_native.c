@@ -1050,8 +1050,9 @@ static struct {
     void *arg;
     int parts, next, pending;
     int slots;                  /* workers that may still join the job: its threads - 1 */
+    int last_threads;           /* threads that ran parts of the last job, the caller's included */
 } rc_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-             PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, 0};
+             PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, 0, 0};
 #define RC_POOL_MAX 64
 #define RC_SPIN_NS 100000L
 #if defined(__x86_64__) || defined(__i386__)
@@ -1087,6 +1088,8 @@ static void *rc_worker(void *unused)
         if (rc_pool.slots <= 0)
             continue;
         rc_pool.slots--;
+        if (rc_pool.next < rc_pool.parts)
+            rc_pool.last_threads++;
         while (rc_pool.next < rc_pool.parts) {
             const int part = rc_pool.next++;
             rc_part_f fn = rc_pool.fn;
@@ -1148,6 +1151,7 @@ static void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
     rc_pool.next = 1;           /* part 0 is the caller's */
     rc_pool.pending = parts - 1;
     rc_pool.slots = helpers;
+    rc_pool.last_threads = 1;
     __atomic_store_n(&rc_pool.gen, rc_pool.gen + 1, __ATOMIC_RELEASE);
     for (int h = 0; h < helpers; h++)
         pthread_cond_signal(&rc_pool.go);
@@ -1167,6 +1171,16 @@ static void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
     rc_pool.parts = 0;
     pthread_mutex_unlock(&rc_pool.mu);
     pthread_mutex_unlock(&rc_pool.busy);
+}
+
+/* pool_stats() -> (workers started, threads that ran parts of the last pooled job) */
+static PyObject *pool_stats(PyObject *self, PyObject *args)
+{
+    (void)args;
+    pthread_mutex_lock(&rc_pool.mu);
+    const int started = rc_pool.started, last = rc_pool.last_threads;
+    pthread_mutex_unlock(&rc_pool.mu);
+    return Py_BuildValue("(ii)", started, last);
 }
 
 static void cv_part(void *arg, int part, int parts)
@@ -1606,6 +1620,9 @@ static PyMethodDef methods[] = {
     {"softmax", softmax, METH_VARARGS,
      "softmax(z, (rows, t))\n"
      "The softmax of every row of t floats of the C-contiguous float32 buffer z, in place."},
+    {"pool_stats", pool_stats, METH_NOARGS,
+     "pool_stats() -> (workers, last_threads)\n"
+     "The kernel thread pool's started workers and how many threads ran the last pooled job."},
     {"tree_leaves", tree_leaves, METH_VARARGS,
      "tree_leaves(X, nodes, roots, out, (n, c, L, t), itemsize, depth, mode, nan_check)\n"
      "The node every row of X reaches in every tree (out[tree, row]) over C-contiguous buffers:\n"

@@ -106,6 +106,24 @@ def test_conv_direct_same_result_on_any_thread_count():
     assert (outs[0] == 0.5).any() and (outs[0] == -0.5).any()  # both clip bounds reached
 
 
+def test_kernel_pool_bounds_each_job_by_its_threads():
+    # the pool grows to the largest thread count asked for; a later job asking for fewer
+    # threads (another session's intra_op_num_threads) must not run on more
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_direct
+
+    x, w = rnd(1, 64, 56, 56), rnd(64, 64, 3, 3)
+    wp, y = _pack_direct(w), np.empty((1, 64, 56, 56), np.float32)
+    args = ((1, 64, 56, 56), (64, 3, 3), (1, 1), (1, 1), (1, 1), (56, 56), -np.inf, np.inf)
+    _native.conv2d(x, wp, None, None, y, *args, 8)
+    assert _native.pool_stats()[0] >= 7
+    for _ in range(20):  # the workers of the 8-thread job are awake and looking for work
+        _native.conv2d(x, wp, None, None, y, *args, 2)
+        assert 1 <= _native.pool_stats()[1] <= 2
+        _native.conv2d(x, wp, None, None, y, *args, 1)  # one thread: the pool is not used
+        assert _native.pool_stats()[1] <= 2
+
+
 def test_conv_direct_checks_buffers():
     # a buffer that does not hold what the shapes say is a ValueError, never a read past it
     from runtime_provider_cpu import _native
