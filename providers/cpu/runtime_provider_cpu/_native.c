@@ -25,6 +25,12 @@
  * gelu_erf: Gelu (erf form) of x plus an optional bias row in one pass, with the rational erf
  * the numpy path evaluates (ops/elementwise.py) in ~20 passes; 128x3072: 773 -> 136 us.
  *
+ * conv2d: a dense float32 convolution without an im2col matrix (the input's stride phases
+ * read in place, 8 channels x 48 positions a register tile, bias / residual / clip in the
+ * tile epilogue), on the kernel threads (rc_parallel: a small pthread pool sized by the
+ * session's intra_op_num_threads). maxpool2d, skip_layer_norm, softmax: one pass a row where
+ * numpy needs 5-9. gelu_erf also computes Gelu's tanh form (FastGelu).
+ *
  * tree_leaves: the walk of a tree ensemble (float32 or float64 thresholds, every comparison
  * mode, missing values). numpy walks all rows x trees one level at a time, a gather per node
  * field per level; here each tree's nodes are one contiguous block of 16-byte records and 8
@@ -916,7 +922,7 @@ static PyObject *gelu_erf(PyObject *self, PyObject *args)
  * B matrix rows are contiguous runs of the planes, read in place (the Wq - OW columns past
  * each output row are computed and dropped). The micro-kernel keeps CV_MR output channels x
  * CV_NV * 16 positions in registers over the whole K = C * KH * KW sum, the weights packed
- * as [M / CV_MR][K][CV_MR] (conv2d_pack_weights), and its epilogue adds the bias and the
+ * as [M / CV_MR][K][CV_MR] (ops/nn._pack_direct), and its epilogue adds the bias and the
  * residual Z and clips while writing the tile to Y. Output channel blocks x position tiles
  * are split between the threads of a small pthread pool (rc_parallel).
  * --------------------------------------------------------------------------------------- */
@@ -1190,6 +1196,33 @@ static void cv_part(void *arg, int part, int parts)
     cv_run(j, units * part / parts, units * (part + 1) / parts);
 }
 
+/* one input row of n floats placed at padded column pl and split into its sw column phases:
+ * padded column pl + k goes to dst + ((pl + k) % sw) * L + (pl + k) / sw. Unit-stride or
+ * stride-2 loops the compiler vectorizes (conv2d's planes, maxpool2d's rows) */
+RC_INLINE void rc_phase_row(float *restrict dst, Py_ssize_t L, const float *restrict src,
+                            Py_ssize_t n, Py_ssize_t pl, Py_ssize_t sw)
+{
+    if (n <= 0)
+        return;
+    if (sw == 1) {
+        memcpy(dst + pl, src, (size_t)n * sizeof(float));
+        return;
+    }
+    for (Py_ssize_t b = 0; b < sw; b++) {
+        const Py_ssize_t k0 = ((b - pl) % sw + sw) % sw;
+        float *restrict d = dst + b * L + (k0 + pl) / sw;
+        const float *restrict s0 = src + k0;
+        const Py_ssize_t m = k0 < n ? (n - k0 + sw - 1) / sw : 0;
+        if (sw == 2) {
+            for (Py_ssize_t i = 0; i < m; i++)
+                d[i] = s0[2 * i];
+        } else {
+            for (Py_ssize_t i = 0; i < m; i++)
+                d[i] = s0[i * sw];
+        }
+    }
+}
+
 /* the planes of one image: plane (a, b) of channel c at planes + (c * sh * sw + a * sw + b) * L
  * holds padded input position (a + sh * i, b + sw * j) at i * Wq + j, zeros elsewhere */
 static void cv_fill(const float *restrict x, float *restrict planes, Py_ssize_t C, Py_ssize_t H,
@@ -1203,18 +1236,7 @@ static void cv_fill(const float *restrict x, float *restrict planes, Py_ssize_t 
         for (Py_ssize_t r = 0; r < r1; r++) {
             const float *src = x + (c * H + r) * W;
             const Py_ssize_t pr = r + pt;
-            float *prow = pc + (pr % sh) * sw * L + (pr / sh) * Wq;
-            if (sw == 1) {
-                memcpy(prow + pl, src, (size_t)c1 * sizeof(float));
-            } else {
-                /* input column k lands in phase (k + pl) % sw at (k + pl) / sw */
-                for (Py_ssize_t b = 0; b < sw; b++) {
-                    const Py_ssize_t k0 = ((b - pl) % sw + sw) % sw;
-                    float *dst = prow + b * L + (k0 + pl) / sw;
-                    for (Py_ssize_t k = k0, i = 0; k < c1; k += sw, i++)
-                        dst[i] = src[k];
-                }
-            }
+            rc_phase_row(pc + (pr % sh) * sw * L + (pr / sh) * Wq, L, src, c1, pl, sw);
         }
     }
 }
@@ -1294,7 +1316,7 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
 
 /* skip_layer_norm: onnxruntime's SkipLayerNormalization in float32, one pass a row: the sum
  * x + skip (+ bias) is written to y (or to the sum output when it is wanted), its mean and
- * variance taken in double, then y = (s - mean) / sqrt(var + eps) * gamma (+ beta). numpy
+ * variance from 16 float running sums added in double, then y = (s - mean) / sqrt(var + eps) * gamma (+ beta). numpy
  * needed ~9 passes over the activations (ViT-tiny's 197 x 192: ~220 us a call). skip may
  * hold fewer rows than x (a rank-3 skip of batch 1): row r reads skip row r % skip_rows. y
  * may be x or skip (each element is read before it is written). */
@@ -1421,23 +1443,7 @@ static void mp_planes(const mp_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t
         float *yp = j->y + p * OH * OW;
         for (Py_ssize_t r = 0; r < H; r++) {
             const float *restrict xr = xp + r * W;
-            /* padded column pl + k of the row is phase (pl + k) % sw, index (pl + k) / sw */
-            for (Py_ssize_t b = 0; b < sw; b++) {
-                const Py_ssize_t k0 = ((b - j->pl) % sw + sw) % sw;
-                float *restrict dst = ph + b * Lq + (k0 + j->pl) / sw;
-                const float *restrict src = xr + k0;
-                const Py_ssize_t n = k0 < W ? (W - k0 + sw - 1) / sw : 0;
-                if (sw == 1) {
-                    for (Py_ssize_t i = 0; i < n; i++)
-                        dst[i] = src[i];
-                } else if (sw == 2) {
-                    for (Py_ssize_t i = 0; i < n; i++)
-                        dst[i] = src[2 * i];
-                } else {
-                    for (Py_ssize_t i = 0; i < n; i++)
-                        dst[i] = src[i * sw];
-                }
-            }
+            rc_phase_row(ph, Lq, xr, W, j->pl, sw);
             float *restrict hr = hm + r * OW;
             for (Py_ssize_t ow = 0; ow < OW; ow++)
                 hr[ow] = -INFINITY;
