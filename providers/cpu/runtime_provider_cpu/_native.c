@@ -950,16 +950,17 @@ RC_INLINE v16f cv_bcast(float a)
     return __builtin_shuffle((v16f){a}, (v16i){0});
 }
 
-/* one tile: o[i][0 .. 16 * NV) = sum over c, t of wp[(c * T + t) * MR + i] * xb[c * cs + toff[t] + ...] */
+/* one tile: o[i][0 .. 16 * NV) (+)= sum over c, t of wp[(c * T + t) * MR + i] * xb[c * cs + toff[t] + ...],
+ * added to what o holds when add is set (o: 64-byte aligned) */
 #define CV_TILE(NV)                                                                              \
     CV_CLONES static void cv_tile##NV(const float *restrict xb, const Py_ssize_t *restrict toff,  \
                                       Py_ssize_t T, Py_ssize_t C, Py_ssize_t cs,                  \
-                                      const float *restrict wp, float *restrict o)                \
+                                      const float *restrict wp, float *restrict o, int add)       \
     {                                                                                            \
         v16f acc[CV_MR][NV];                                                                     \
         for (int i = 0; i < CV_MR; i++)                                                          \
             for (int v = 0; v < NV; v++)                                                         \
-                acc[i][v] = (v16f){0};                                                           \
+                acc[i][v] = add ? *(const v16f *)(o + (i * NV + v) * 16) : (v16f){0};            \
         for (Py_ssize_t c = 0; c < C; c++) {                                                     \
             const float *xc = xb + c * cs;                                                       \
             for (Py_ssize_t t = 0; t < T; t++) {                                                 \
@@ -977,7 +978,7 @@ RC_INLINE v16f cv_bcast(float a)
         }                                                                                        \
         for (int i = 0; i < CV_MR; i++)                                                          \
             for (int v = 0; v < NV; v++)                                                         \
-                *(v16f_u *)(o + (i * NV + v) * 16) = acc[i][v];                                  \
+                *(v16f *)(o + (i * NV + v) * 16) = acc[i][v];                                    \
     }
 CV_TILE(1)
 CV_TILE(2)
@@ -987,59 +988,90 @@ typedef struct {
     const float *planes, *wp, *b, *z; /* z: this image's residual (M x OH x OW) or NULL */
     float *y;                         /* this image's output (M x OH x OW) */
     const Py_ssize_t *toff;
+    float *scratch;                   /* CV_SUB tiles a part, 64-byte aligned */
     Py_ssize_t T, C, cs, M, Mb, Q, nq, Wq, OH, OW;
+    Py_ssize_t kc;                    /* input channels a pass over the tiles of a group */
     float lo, hi;
     int tiles_outer;
 } cv_job;
 
-/* tiles [u0, u1) of the (channel block, position tile) grid, row-major */
-static void cv_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1)
+/* the epilogue of one tile: bias, residual and clip, written to the OW real columns of Y */
+static void cv_store(const cv_job *j, Py_ssize_t mb, Py_ssize_t q0, int nv, const float *o)
 {
-    float o[CV_MR * CV_NR];
-    const Py_ssize_t K = j->C * j->T, P = j->OH * j->OW;
-    for (Py_ssize_t u = u0; u < u1; u++) {
-        /* position tiles outer when the input is the larger operand (its tile stays in L1
-           while every channel block passes), channel blocks outer otherwise */
-        const Py_ssize_t mb = j->tiles_outer ? u % j->Mb : u / j->nq;
-        const Py_ssize_t q0 = (j->tiles_outer ? u / j->Mb : u % j->nq) * CV_NR;
-        const Py_ssize_t left = j->Q - q0;
-        const int nv = left >= CV_NR ? CV_NV : (int)((left + 15) / 16);
-        const float *wp = j->wp + mb * K * CV_MR;
-        if (nv == 3)
-            cv_tile3(j->planes + q0, j->toff, j->T, j->C, j->cs, wp, o);
-        else if (nv == 2)
-            cv_tile2(j->planes + q0, j->toff, j->T, j->C, j->cs, wp, o);
-        else
-            cv_tile1(j->planes + q0, j->toff, j->T, j->C, j->cs, wp, o);
-        const Py_ssize_t qend = q0 + (left < 16 * nv ? left : 16 * nv);
-        for (int i = 0; i < CV_MR; i++) {
-            const Py_ssize_t m = mb * CV_MR + i;
-            if (m >= j->M)
-                break;
-            const float *r = o + i * nv * 16 - q0;  /* r[q]: position q of this tile row */
-            const float bias = j->b ? j->b[m] : 0.0f;
-            float *ym = j->y + m * P;
-            const float *zm = j->z ? j->z + m * P : NULL;
-            for (Py_ssize_t q = q0; q < qend;) {
-                const Py_ssize_t oh = q / j->Wq, ow = q - oh * j->Wq;
-                const Py_ssize_t rowend = oh * j->Wq + j->OW; /* past the row's last output */
-                const Py_ssize_t e = rowend < qend ? rowend : qend;
-                if (ow < j->OW) {
-                    float *dst = ym + oh * j->OW + ow;
-                    const float *src = r + q;
-                    const Py_ssize_t n = e - q;
-                    if (zm) {
-                        const float *zs = zm + oh * j->OW + ow;
-                        for (Py_ssize_t k = 0; k < n; k++)
-                            dst[k] = clipf(src[k] + bias + zs[k], j->lo, j->hi);
-                    } else {
-                        for (Py_ssize_t k = 0; k < n; k++)
-                            dst[k] = clipf(src[k] + bias, j->lo, j->hi);
-                    }
+    const Py_ssize_t P = j->OH * j->OW, left = j->Q - q0;
+    const Py_ssize_t qend = q0 + (left < 16 * nv ? left : 16 * nv);
+    for (int i = 0; i < CV_MR; i++) {
+        const Py_ssize_t m = mb * CV_MR + i;
+        if (m >= j->M)
+            break;
+        const float *r = o + i * nv * 16 - q0;  /* r[q]: position q of this tile row */
+        const float bias = j->b ? j->b[m] : 0.0f;
+        float *ym = j->y + m * P;
+        const float *zm = j->z ? j->z + m * P : NULL;
+        for (Py_ssize_t q = q0; q < qend;) {
+            const Py_ssize_t oh = q / j->Wq, ow = q - oh * j->Wq;
+            const Py_ssize_t rowend = oh * j->Wq + j->OW; /* past the row's last output */
+            const Py_ssize_t e = rowend < qend ? rowend : qend;
+            if (ow < j->OW) {
+                float *dst = ym + oh * j->OW + ow;
+                const float *src = r + q;
+                const Py_ssize_t n = e - q;
+                if (zm) {
+                    const float *zs = zm + oh * j->OW + ow;
+                    for (Py_ssize_t k = 0; k < n; k++)
+                        dst[k] = clipf(src[k] + bias + zs[k], j->lo, j->hi);
+                } else {
+                    for (Py_ssize_t k = 0; k < n; k++)
+                        dst[k] = clipf(src[k] + bias, j->lo, j->hi);
                 }
-                q = (oh + 1) * j->Wq;
+            }
+            q = (oh + 1) * j->Wq;
+        }
+    }
+}
+
+#define CV_SUB 64 /* tiles that share one pass over a chunk of the input channels */
+
+/* tiles [u0, u1) of the (channel block, position tile) grid, row-major, into scratch.
+ * Position tiles are outer when the input is the larger operand (a stripe of it stays in L1
+ * while every channel block passes), channel blocks otherwise. Up to CV_SUB tiles of one
+ * outer index make a group, and the group takes the input channels kc at a time, each tile's
+ * sums kept in scratch between chunks: the chunk of input (or of weights) the group shares
+ * stays in L1 instead of coming from L2 for every tile (C = 256: ~105 against ~160 GFLOP/s) */
+static void cv_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch)
+{
+    const Py_ssize_t K = j->C * j->T, inner_n = j->tiles_outer ? j->Mb : j->nq;
+    for (Py_ssize_t u = u0; u < u1;) {
+        const Py_ssize_t outer = u / inner_n, i0 = u - outer * inner_n;
+        Py_ssize_t i1 = outer * inner_n + inner_n <= u1 ? inner_n : u1 - outer * inner_n;
+        if (i1 - i0 > CV_SUB)
+            i1 = i0 + CV_SUB;
+        for (Py_ssize_t c0 = 0; c0 < j->C; c0 += j->kc) {
+            const Py_ssize_t cn = j->C - c0 < j->kc ? j->C - c0 : j->kc;
+            for (Py_ssize_t i = i0; i < i1; i++) {
+                const Py_ssize_t mb = j->tiles_outer ? i : outer;
+                const Py_ssize_t q0 = (j->tiles_outer ? outer : i) * CV_NR;
+                const Py_ssize_t left = j->Q - q0;
+                const int nv = left >= CV_NR ? CV_NV : (int)((left + 15) / 16);
+                const float *wp = j->wp + (mb * K + c0 * j->T) * CV_MR;
+                const float *xb = j->planes + q0 + c0 * j->cs;
+                float *o = scratch + (i - i0) * CV_MR * CV_NR;
+                if (nv == 3)
+                    cv_tile3(xb, j->toff, j->T, cn, j->cs, wp, o, c0 > 0);
+                else if (nv == 2)
+                    cv_tile2(xb, j->toff, j->T, cn, j->cs, wp, o, c0 > 0);
+                else
+                    cv_tile1(xb, j->toff, j->T, cn, j->cs, wp, o, c0 > 0);
             }
         }
+        for (Py_ssize_t i = i0; i < i1; i++) {
+            const Py_ssize_t mb = j->tiles_outer ? i : outer;
+            const Py_ssize_t q0 = (j->tiles_outer ? outer : i) * CV_NR;
+            const Py_ssize_t left = j->Q - q0;
+            const int nv = left >= CV_NR ? CV_NV : (int)((left + 15) / 16);
+            cv_store(j, mb, q0, nv, scratch + (i - i0) * CV_MR * CV_NR);
+        }
+        u = outer * inner_n + i1;
     }
 }
 
@@ -1193,7 +1225,8 @@ static void cv_part(void *arg, int part, int parts)
 {
     const cv_job *j = (const cv_job *)arg;
     const Py_ssize_t units = j->Mb * j->nq;
-    cv_run(j, units * part / parts, units * (part + 1) / parts);
+    cv_run(j, units * part / parts, units * (part + 1) / parts,
+           j->scratch + (Py_ssize_t)part * CV_SUB * CV_MR * CV_NR);
 }
 
 /* one input row of n floats placed at padded column pl and split into its sw column phases:
@@ -1223,21 +1256,155 @@ RC_INLINE void rc_phase_row(float *restrict dst, Py_ssize_t L, const float *rest
     }
 }
 
-/* the planes of one image: plane (a, b) of channel c at planes + (c * sh * sw + a * sw + b) * L
- * holds padded input position (a + sh * i, b + sw * j) at i * Wq + j, zeros elsewhere */
-static void cv_fill(const float *restrict x, float *restrict planes, Py_ssize_t C, Py_ssize_t H,
-                    Py_ssize_t W, Py_ssize_t pt, Py_ssize_t pl, Py_ssize_t sh, Py_ssize_t sw,
-                    Py_ssize_t Hp, Py_ssize_t Wp, Py_ssize_t Wq, Py_ssize_t L)
+/* the planes of channels [c0, c1) of one image: plane (a, b) of channel c at
+ * planes + (c * sh * sw + a * sw + b) * L holds padded input position (a + sh * i, b + sw * j)
+ * at i * Wq + j, zeros elsewhere. Only the phases some tap reads are written (a 1x1 stride-2
+ * convolution reads one of four), and each element once: the input where it lands, zeros
+ * around it (memset of the whole planes and then the copy cost about twice the traffic) */
+typedef struct {
+    const float *x;
+    float *planes;
+    Py_ssize_t C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L;
+    unsigned char used[16]; /* phase a * sw + b read by some tap (sh, sw <= 4 where used) */
+} cv_fill_job;
+
+static void cv_fill(const cv_fill_job *f, Py_ssize_t c0, Py_ssize_t c1)
 {
-    memset(planes, 0, (size_t)(C * sh * sw * L) * sizeof(float));
-    const Py_ssize_t r1 = H < Hp - pt ? H : Hp - pt, c1 = W < Wp - pl ? W : Wp - pl;
-    for (Py_ssize_t c = 0; c < C; c++) {
-        float *pc = planes + c * sh * sw * L;
-        for (Py_ssize_t r = 0; r < r1; r++) {
-            const float *src = x + (c * H + r) * W;
-            const Py_ssize_t pr = r + pt;
-            rc_phase_row(pc + (pr % sh) * sw * L + (pr / sh) * Wq, L, src, c1, pl, sw);
+    const Py_ssize_t sh = f->sh, sw = f->sw, L = f->L, W = f->W, Wq = f->Wq, pl = f->pl;
+    const Py_ssize_t Hq = (f->Hp + sh - 1) / sh;
+    const Py_ssize_t r1 = f->H < f->Hp - f->pt ? f->H : f->Hp - f->pt; /* input rows read */
+    const Py_ssize_t cols = W < f->Wp - pl ? W : f->Wp - pl;           /* input columns read */
+    for (Py_ssize_t c = c0; c < c1; c++)
+        for (Py_ssize_t a = 0; a < sh; a++)
+            for (Py_ssize_t b = 0; b < sw; b++) {
+                if (sh * sw <= 16 && !f->used[a * sw + b])
+                    continue;
+                float *pp = f->planes + (c * sh * sw + a * sw + b) * L;
+                /* this phase's columns j holding input: b + sw * j in [pl, pl + cols) */
+                Py_ssize_t j0 = pl > b ? (pl - b + sw - 1) / sw : 0;
+                Py_ssize_t j1 = cols > 0 && pl + cols > b ? (pl + cols - b + sw - 1) / sw : 0;
+                if (j1 > Wq)
+                    j1 = Wq;
+                if (j0 > j1)
+                    j0 = j1;
+                const Py_ssize_t s0 = b + sw * j0 - pl; /* input column of j0 */
+                for (Py_ssize_t i = 0; i < Hq; i++) {
+                    float *row = pp + i * Wq;
+                    const Py_ssize_t r = a + sh * i - f->pt;
+                    if (r < 0 || r >= r1 || j1 == j0) {
+                        memset(row, 0, (size_t)Wq * sizeof(float));
+                        continue;
+                    }
+                    const float *src = f->x + (c * f->H + r) * W + s0;
+                    memset(row, 0, (size_t)j0 * sizeof(float));
+                    const Py_ssize_t n = j1 - j0;
+                    float *restrict d = row + j0;
+                    if (sw == 1)
+                        memcpy(d, src, (size_t)n * sizeof(float));
+                    else if (sw == 2)
+                        for (Py_ssize_t k = 0; k < n; k++)
+                            d[k] = src[2 * k];
+                    else
+                        for (Py_ssize_t k = 0; k < n; k++)
+                            d[k] = src[k * sw];
+                    memset(row + j1, 0, (size_t)(Wq - j1) * sizeof(float));
+                }
+                /* past the last row: read only for outputs that are dropped, zeros all the
+                   same (no stale bits, no denormals in the sums) */
+                memset(pp + Hq * Wq, 0, (size_t)(L - Hq * Wq) * sizeof(float));
+            }
+}
+
+static void cv_fill_part(void *arg, int part, int parts)
+{
+    const cv_fill_job *f = (const cv_fill_job *)arg;
+    cv_fill(f, f->C * part / parts, f->C * (part + 1) / parts);
+}
+
+/* input channels a pass of conv2d's tile groups takes: the chunk of the operand the group
+ * shares (its input stripe when position tiles are outer, its weights otherwise) in about
+ * 24 KiB of L1. A stripe is the union of the taps' 48-float runs in a channel's planes. */
+static Py_ssize_t cv_chunk(const Py_ssize_t *toff, Py_ssize_t T, int tiles_outer)
+{
+    const double budget = 24576.0;
+    Py_ssize_t per = T * CV_MR; /* weights: floats a channel */
+    if (tiles_outer) {
+        Py_ssize_t *o = (Py_ssize_t *)malloc((size_t)T * sizeof(Py_ssize_t));
+        if (!o)
+            return 16;
+        memcpy(o, toff, (size_t)T * sizeof(Py_ssize_t));
+        for (Py_ssize_t a = 1; a < T; a++) /* insertion sort: T is a kernel's taps */
+            for (Py_ssize_t b = a; b > 0 && o[b - 1] > o[b]; b--) {
+                const Py_ssize_t t = o[b];
+                o[b] = o[b - 1];
+                o[b - 1] = t;
+            }
+        per = 0;
+        Py_ssize_t end = -1;
+        for (Py_ssize_t t = 0; t < T; t++) {
+            const Py_ssize_t a = o[t] > end ? o[t] : end, e = o[t] + CV_NR;
+            if (e > a)
+                per += e - a;
+            if (e > end)
+                end = e;
         }
+        free(o);
+    }
+    const Py_ssize_t kc = (Py_ssize_t)(budget / (4.0 * (double)per));
+    return kc < 1 ? 1 : kc;
+}
+
+/* a work buffer of the calling thread, 64-byte aligned and kept between calls up to
+ * RC_KEEP bytes: a fresh multi-megabyte malloc each call is a fresh mmap whose pages fault in
+ * on first touch (about a tenth of a ResNet convolution's time went to filling new pages).
+ * rc_work_done frees what was not kept. The buffer goes with its thread (a key destructor). */
+#define RC_KEEP ((size_t)32 << 20)
+typedef struct { void *p; size_t n; } rc_work_buf;
+static pthread_key_t rc_work_key;
+static pthread_once_t rc_work_once = PTHREAD_ONCE_INIT;
+static int rc_work_ok;
+
+static void rc_work_free(void *b)
+{
+    if (b) {
+        free(((rc_work_buf *)b)->p);
+        free(b);
+    }
+}
+
+static void rc_work_init(void) { rc_work_ok = pthread_key_create(&rc_work_key, rc_work_free) == 0; }
+
+static void *rc_work(size_t n)
+{
+    n = (n + 63) & ~(size_t)63;
+    pthread_once(&rc_work_once, rc_work_init);
+    if (n > RC_KEEP || !rc_work_ok)
+        return aligned_alloc(64, n ? n : 64);
+    rc_work_buf *b = (rc_work_buf *)pthread_getspecific(rc_work_key);
+    if (!b) {
+        b = (rc_work_buf *)calloc(1, sizeof(rc_work_buf));
+        if (!b || pthread_setspecific(rc_work_key, b) != 0) {
+            free(b);
+            return aligned_alloc(64, n ? n : 64);
+        }
+    }
+    if (b->n < n) {
+        free(b->p);
+        b->p = aligned_alloc(64, n);
+        b->n = b->p ? n : 0;
+    }
+    return b->p;
+}
+
+static void rc_work_done(void *p, size_t n)
+{
+    n = (n + 63) & ~(size_t)63;
+    if (n > RC_KEEP || !rc_work_ok)
+        free(p);
+    else {
+        rc_work_buf *b = (rc_work_buf *)pthread_getspecific(rc_work_key);
+        if (!b || b->p != p)
+            free(p);
     }
 }
 
@@ -1282,11 +1449,8 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
                             {yo, N * M * OH * OW, RC_F32, 1, 0, "Y"}};
     if (get_buffers("conv2d", spec, v, 5) < 0)
         return NULL;
-    float *planes = (float *)malloc((size_t)(C * sh * sw * L) * sizeof(float));
     Py_ssize_t *toff = (Py_ssize_t *)malloc((size_t)T * sizeof(Py_ssize_t));
-    if (!planes || !toff) {
-        free(planes);
-        free(toff);
+    if (!toff) {
         release_buffers(v, 5);
         return PyErr_NoMemory();
     }
@@ -1296,19 +1460,40 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
             toff[kh * KW + kw] = ((rr % sh) * sw + cc % sw) * L + (rr / sh) * Wq + cc / sw;
         }
     /* tiles split between the kernel threads, a thread from about 1/4 MFLOP */
+    int fthreads = threads;
     const int parts = rc_parts(2.0 * (double)Mb * CV_MR * (double)Q * (double)K, 2.5e5, Mb * nq, &threads);
+    /* the planes filled by channels, a thread from about 64 KiB of them */
+    const int fparts = rc_parts((double)(C * sh * sw * L), 16384.0, C, &fthreads);
+    const int tiles_outer = C * sh * sw * L >= Mb * K * CV_MR;
+    /* the planes, then the parts' tile sums */
+    const size_t plane_bytes = ((size_t)(C * sh * sw * L) * sizeof(float) + 63) & ~(size_t)63;
+    const size_t work = plane_bytes + (size_t)parts * CV_SUB * CV_MR * CV_NR * sizeof(float);
+    float *planes = (float *)rc_work(work);
+    if (!planes) {
+        free(toff);
+        release_buffers(v, 5);
+        return PyErr_NoMemory();
+    }
+    float *scratch = planes + plane_bytes / sizeof(float);
     const float *x = (const float *)v[0].buf;
-    cv_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, NULL, NULL, toff,
-                T, C, sh * sw * L, M, Mb, Q, nq, Wq, OH, OW, lo, hi, C * sh * sw * L >= Mb * K * CV_MR};
+    cv_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, NULL, NULL, toff, scratch,
+                T, C, sh * sw * L, M, Mb, Q, nq, Wq, OH, OW, cv_chunk(toff, T, tiles_outer), lo, hi,
+                tiles_outer};
+    cv_fill_job f = {NULL, planes, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L, {0}};
+    for (Py_ssize_t kh = 0; kh < KH; kh++)
+        for (Py_ssize_t kw = 0; kw < KW; kw++)
+            if (sh * sw <= 16)
+                f.used[((kh * dh) % sh) * sw + (kw * dw) % sw] = 1;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t n = 0; n < N; n++) {
-        cv_fill(x + n * C * H * W, planes, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L);
+        f.x = x + n * C * H * W;
+        rc_parallel(cv_fill_part, &f, fparts, fthreads);
         j.y = (float *)v[4].buf + n * M * OH * OW;
         j.z = v[3].buf ? (const float *)v[3].buf + n * M * OH * OW : NULL;
         rc_parallel(cv_part, &j, parts, threads);
     }
     Py_END_ALLOW_THREADS
-    free(planes);
+    rc_work_done(planes, work);
     free(toff);
     release_buffers(v, 5);
     Py_RETURN_NONE;

@@ -80,6 +80,48 @@ def test_conv_direct_matches_onnxruntime(ks, strides, dil, pads, shape, M, bias,
     assert calls == [2, 2]  # both runs went through the direct kernel, on the session's threads
 
 
+@pytest.mark.parametrize("shape,M,ks,strides", [
+    ((1, 300, 9, 10), 20, (3, 3), [1, 1]),   # input channels in several chunks, position tiles outer
+    ((1, 40, 6, 6), 600, (3, 3), [1, 1]),    # weights the larger operand: channel blocks outer, > 64 of them
+    ((1, 48, 70, 60), 16, (3, 3), [1, 1]),   # > 64 position tiles in one part's group
+    ((1, 200, 30, 30), 16, (3, 3), [2, 2]),  # stride 2: chunks of a four-phase stripe
+])
+def test_conv_direct_chunks_and_groups(shape, M, ks, strides, calls):
+    # the kernel sums a tile's input channels a chunk at a time (its partial sums kept between
+    # chunks) and takes tiles up to 64 in a group: every split must give the whole sum
+    x = rnd(*shape)
+    w = rnd(M, shape[1], *ks) * 0.05
+    b = rnd(M)
+    model, sess = conv_session(x, w, b, pads=[1, 1, 1, 1], strides=strides)
+    for threads in (1, 2):
+        so = rt.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
+        s = rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
+        assert_close(s.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    assert calls == [1, 2]
+
+
+def test_conv_direct_reads_only_the_phases_it_fills():
+    # a 1x1 stride-2 convolution fills one of the four stride phases; the work buffer the
+    # thread keeps still holds a 3x3 stride-2 convolution's four phases of NaN
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_direct
+
+    nan = np.full((1, 16, 20, 20), np.nan, np.float32)
+    w3 = _pack_direct(rnd(8, 16, 3, 3))
+    y3 = np.empty((1, 8, 10, 10), np.float32)
+    _native.conv2d(nan, w3, None, None, y3, (1, 16, 20, 20), (8, 3, 3), (2, 2), (1, 1), (1, 1),
+                   (10, 10), -np.inf, np.inf, 2)
+    assert np.isnan(y3).all()
+    x, w = rnd(1, 16, 20, 20), rnd(8, 16, 1, 1)
+    y = np.empty((1, 8, 10, 10), np.float32)
+    _native.conv2d(x, _pack_direct(w), None, None, y, (1, 16, 20, 20), (8, 1, 1), (2, 2), (1, 1),
+                   (0, 0), (10, 10), -np.inf, np.inf, 2)
+    ref = np.einsum("mc,nchw->nmhw", w[:, :, 0, 0], x[:, :, ::2, ::2])
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+
+
 def test_conv_direct_takes_the_session_threads(calls):
     x, w = rnd(1, 16, 12, 12), rnd(32, 16, 3, 3)
     _, sess = conv_session(x, w, None, threads=3, pads=[1, 1, 1, 1])
