@@ -993,6 +993,7 @@ typedef struct {
     Py_ssize_t kc;                    /* input channels a pass over the tiles of a group */
     float lo, hi;
     int tiles_outer;
+    int lanes;                        /* output channels in the lanes (ct_run): Mb blocks of 32 */
 } cv_job;
 
 /* the epilogue of one tile: bias, residual and clip, written to the OW real columns of Y */
@@ -1072,6 +1073,124 @@ static void cv_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch
             cv_store(j, mb, q0, nv, scratch + (i - i0) * CV_MR * CV_NR);
         }
         u = outer * inner_n + i1;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The same convolution with output channels in the vector lanes, for small outputs (ResNet's
+ * 14 x 14 and 7 x 7 stages): a tile is CT_MR = 32 output channels x up to CT_NP positions of
+ * one output row, each position's input broadcast from the planes (positions of a row are
+ * contiguous in its phase plane), the weights packed as [M / 32][K][32] and read as two
+ * vectors. No column past OW is computed: on the Wq grid above a 7-wide output computes
+ * 9 columns a row (22% of the work dropped), 14-wide 16. The tile's sums are written
+ * position-major to the scratch and turned to NCHW by the epilogue.
+ * --------------------------------------------------------------------------------------- */
+#define CT_NB 2
+#define CT_MR (16 * CT_NB)
+#define CT_NP 12
+_Static_assert(CT_NP * CT_MR == CV_MR * CV_NR, "a lane tile takes one conv2d tile's scratch");
+
+typedef void (*ct_tile_f)(const float *restrict, const Py_ssize_t *restrict, Py_ssize_t,
+                          Py_ssize_t, Py_ssize_t, const float *restrict, float *restrict, int);
+
+/* o[p][0 .. 32) (+)= sum over c, t of xb[c * cs + toff[t] + p] * wp[(c * T + t) * 32 + ...] */
+#define CT_TILE(NP)                                                                              \
+    CV_CLONES static void ct_tile##NP(const float *restrict xb, const Py_ssize_t *restrict toff,  \
+                                      Py_ssize_t T, Py_ssize_t C, Py_ssize_t cs,                  \
+                                      const float *restrict wp, float *restrict o, int add)       \
+    {                                                                                            \
+        v16f acc[NP][CT_NB];                                                                     \
+        for (int p = 0; p < NP; p++)                                                             \
+            for (int v = 0; v < CT_NB; v++)                                                      \
+                acc[p][v] = add ? *(const v16f *)(o + p * CT_MR + v * 16) : (v16f){0};           \
+        for (Py_ssize_t c = 0; c < C; c++) {                                                     \
+            const float *xc = xb + c * cs;                                                       \
+            for (Py_ssize_t t = 0; t < T; t++) {                                                 \
+                const float *xt = xc + toff[t];                                                  \
+                v16f wv[CT_NB];                                                                  \
+                for (int v = 0; v < CT_NB; v++)                                                  \
+                    wv[v] = *(const v16f *)(wp + 16 * v);                                        \
+                for (int p = 0; p < NP; p++) {                                                   \
+                    const v16f xv = cv_bcast(xt[p]);                                             \
+                    for (int v = 0; v < CT_NB; v++)                                              \
+                        acc[p][v] += xv * wv[v];                                                 \
+                }                                                                                \
+                wp += CT_MR;                                                                     \
+            }                                                                                    \
+        }                                                                                        \
+        for (int p = 0; p < NP; p++)                                                             \
+            for (int v = 0; v < CT_NB; v++)                                                      \
+                *(v16f *)(o + p * CT_MR + v * 16) = acc[p][v];                                   \
+    }
+CT_TILE(1)
+CT_TILE(2)
+CT_TILE(3)
+CT_TILE(4)
+CT_TILE(5)
+CT_TILE(6)
+CT_TILE(7)
+CT_TILE(8)
+CT_TILE(9)
+CT_TILE(10)
+CT_TILE(11)
+CT_TILE(12)
+static const ct_tile_f ct_tiles[CT_NP + 1] = {NULL, ct_tile1, ct_tile2, ct_tile3, ct_tile4,
+                                              ct_tile5, ct_tile6, ct_tile7, ct_tile8, ct_tile9,
+                                              ct_tile10, ct_tile11, ct_tile12};
+
+/* a row's segment s of nseg: columns [ow0, ow0 + n), the row split as evenly as it goes */
+RC_INLINE void ct_segment(Py_ssize_t OW, Py_ssize_t nseg, Py_ssize_t s, Py_ssize_t *ow0, int *n)
+{
+    *ow0 = OW * s / nseg;
+    *n = (int)(OW * (s + 1) / nseg - *ow0);
+}
+
+/* units [u0, u1) of the (channel block, row segment) grid, channel blocks outer: a group of
+ * up to CV_SUB segments takes the input channels kc at a time, the chunk of weights they
+ * share staying in L1 */
+static void ct_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch)
+{
+    const Py_ssize_t K = j->C * j->T, nseg = (j->OW + CT_NP - 1) / CT_NP, S = j->OH * nseg;
+    const Py_ssize_t P = j->OH * j->OW;
+    for (Py_ssize_t u = u0; u < u1;) {
+        const Py_ssize_t mb = u / S, i0 = u - mb * S;
+        Py_ssize_t i1 = mb * S + S <= u1 ? S : u1 - mb * S;
+        if (i1 - i0 > CV_SUB)
+            i1 = i0 + CV_SUB;
+        for (Py_ssize_t c0 = 0; c0 < j->C; c0 += j->kc) {
+            const Py_ssize_t cn = j->C - c0 < j->kc ? j->C - c0 : j->kc;
+            const float *wp = j->wp + (mb * K + c0 * j->T) * CT_MR;
+            for (Py_ssize_t i = i0; i < i1; i++) {
+                const Py_ssize_t oh = i / nseg;
+                Py_ssize_t ow0;
+                int n;
+                ct_segment(j->OW, nseg, i - oh * nseg, &ow0, &n);
+                ct_tiles[n](j->planes + oh * j->Wq + ow0 + c0 * j->cs, j->toff, j->T, cn, j->cs, wp,
+                            scratch + (i - i0) * CT_NP * CT_MR, c0 > 0);
+            }
+        }
+        for (Py_ssize_t i = i0; i < i1; i++) {
+            const Py_ssize_t oh = i / nseg;
+            Py_ssize_t ow0;
+            int n;
+            ct_segment(j->OW, nseg, i - oh * nseg, &ow0, &n);
+            const float *o = scratch + (i - i0) * CT_NP * CT_MR;
+            for (Py_ssize_t k = 0; k < CT_MR; k++) {
+                const Py_ssize_t m = mb * CT_MR + k;
+                if (m >= j->M)
+                    break;
+                const float bias = j->b ? j->b[m] : 0.0f;
+                float *dst = j->y + m * P + oh * j->OW + ow0;
+                const float *zs = j->z ? j->z + m * P + oh * j->OW + ow0 : NULL;
+                if (zs)
+                    for (int p = 0; p < n; p++)
+                        dst[p] = clipf(o[p * CT_MR + k] + bias + zs[p], j->lo, j->hi);
+                else
+                    for (int p = 0; p < n; p++)
+                        dst[p] = clipf(o[p * CT_MR + k] + bias, j->lo, j->hi);
+            }
+        }
+        u = mb * S + i1;
     }
 }
 
@@ -1224,9 +1343,14 @@ static PyObject *pool_stats(PyObject *self, PyObject *args)
 static void cv_part(void *arg, int part, int parts)
 {
     const cv_job *j = (const cv_job *)arg;
+    float *scratch = j->scratch + (Py_ssize_t)part * CV_SUB * CV_MR * CV_NR;
+    if (j->lanes) {
+        const Py_ssize_t units = j->Mb * j->OH * ((j->OW + CT_NP - 1) / CT_NP);
+        ct_run(j, units * part / parts, units * (part + 1) / parts, scratch);
+        return;
+    }
     const Py_ssize_t units = j->Mb * j->nq;
-    cv_run(j, units * part / parts, units * (part + 1) / parts,
-           j->scratch + (Py_ssize_t)part * CV_SUB * CV_MR * CV_NR);
+    cv_run(j, units * part / parts, units * (part + 1) / parts, scratch);
 }
 
 /* one input row of n floats placed at padded column pl and split into its sw column phases:
@@ -1313,6 +1437,14 @@ static void cv_fill(const cv_fill_job *f, Py_ssize_t c0, Py_ssize_t c1)
                    same (no stale bits, no denormals in the sums) */
                 memset(pp + Hq * Wq, 0, (size_t)(L - Hq * Wq) * sizeof(float));
             }
+}
+
+/* input channels a pass of the lane kernel's segment groups takes: their weights in about
+ * 24 KiB of L1 */
+static Py_ssize_t cv_lane_chunk(Py_ssize_t T)
+{
+    const Py_ssize_t kc = 24576 / (4 * T * CT_MR);
+    return kc < 1 ? 1 : kc;
 }
 
 static void cv_fill_part(void *arg, int part, int parts)
@@ -1426,17 +1558,19 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
     PyObject *xo, *wo, *bo, *zo, *yo;
     Py_ssize_t N, C, H, W, M, KH, KW, sh, sw, dh, dw, pt, pl, OH, OW;
     float lo, hi;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)ffi:conv2d", &xo, &wo, &bo, &zo, &yo,
+    int threads, lanes = 0;
+    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)ffi|p:conv2d", &xo, &wo, &bo, &zo, &yo,
                           &N, &C, &H, &W, &M, &KH, &KW, &sh, &sw, &dh, &dw, &pt, &pl, &OH, &OW,
-                          &lo, &hi, &threads))
+                          &lo, &hi, &threads, &lanes))
         return NULL;
     if (N < 0 || C < 1 || H < 0 || W < 0 || M < 1 || KH < 1 || KW < 1 || sh < 1 || sw < 1 ||
         dh < 1 || dw < 1 || pt < 0 || pl < 0 || OH < 1 || OW < 1) {
         PyErr_SetString(PyExc_ValueError, "conv2d: negative or zero size, stride or dilation");
         return NULL;
     }
-    const Py_ssize_t T = KH * KW, K = C * T, Mb = (M + CV_MR - 1) / CV_MR;
+    /* channel blocks of CV_MR, or of CT_MR with the channels in the lanes */
+    const Py_ssize_t mr = lanes ? CT_MR : CV_MR;
+    const Py_ssize_t T = KH * KW, K = C * T, Mb = (M + mr - 1) / mr;
     /* the padded extent the outputs read, split into phases of Hq x Wq */
     const Py_ssize_t Hp = (OH - 1) * sh + (KH - 1) * dh + 1, Wp = (OW - 1) * sw + (KW - 1) * dw + 1;
     const Py_ssize_t Hq = (Hp + sh - 1) / sh, Wq = (Wp + sw - 1) / sw;
@@ -1444,11 +1578,16 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
     /* a tile reads up to 15 positions past Q, plus the largest tap offset (< Wq + Hq * Wq - Q) */
     const Py_ssize_t L = Hq * Wq + Wq + 32;
     Py_buffer v[5]; /* X, packed W, B, Z, Y */
-    const rc_buf spec[5] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {wo, Mb * K * CV_MR, RC_F32, 0, 0, "W"},
+    const rc_buf spec[5] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {wo, Mb * K * mr, RC_F32, 0, 0, "W"},
                             {bo, M, RC_F32, 0, 1, "B"}, {zo, N * M * OH * OW, RC_F32, 0, 1, "Z"},
                             {yo, N * M * OH * OW, RC_F32, 1, 0, "Y"}};
     if (get_buffers("conv2d", spec, v, 5) < 0)
         return NULL;
+    if (lanes && ((uintptr_t)v[1].buf & 63)) {
+        release_buffers(v, 5);
+        PyErr_SetString(PyExc_ValueError, "conv2d: the lane-packed weights must be 64-byte aligned");
+        return NULL;
+    }
     Py_ssize_t *toff = (Py_ssize_t *)malloc((size_t)T * sizeof(Py_ssize_t));
     if (!toff) {
         release_buffers(v, 5);
@@ -1461,7 +1600,9 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
         }
     /* tiles split between the kernel threads, a thread from about 1/4 MFLOP */
     int fthreads = threads;
-    const int parts = rc_parts(2.0 * (double)Mb * CV_MR * (double)Q * (double)K, 2.5e5, Mb * nq, &threads);
+    const Py_ssize_t units = lanes ? Mb * OH * ((OW + CT_NP - 1) / CT_NP) : Mb * nq;
+    const double flops = 2.0 * (double)Mb * mr * (double)(lanes ? OH * OW : Q) * (double)K;
+    const int parts = rc_parts(flops, 2.5e5, units, &threads);
     /* the planes filled by channels, a thread from about 64 KiB of them */
     const int fparts = rc_parts((double)(C * sh * sw * L), 16384.0, C, &fthreads);
     const int tiles_outer = C * sh * sw * L >= Mb * K * CV_MR;
@@ -1477,8 +1618,8 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
     float *scratch = planes + plane_bytes / sizeof(float);
     const float *x = (const float *)v[0].buf;
     cv_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, NULL, NULL, toff, scratch,
-                T, C, sh * sw * L, M, Mb, Q, nq, Wq, OH, OW, cv_chunk(toff, T, tiles_outer), lo, hi,
-                tiles_outer};
+                T, C, sh * sw * L, M, Mb, Q, nq, Wq, OH, OW,
+                lanes ? cv_lane_chunk(T) : cv_chunk(toff, T, tiles_outer), lo, hi, tiles_outer, lanes};
     cv_fill_job f = {NULL, planes, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L, {0}};
     for (Py_ssize_t kh = 0; kh < KH; kh++)
         for (Py_ssize_t kw = 0; kw < KW; kw++)
@@ -1800,7 +1941,9 @@ static PyMethodDef methods[] = {
      "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads)\n"
      "Dense 2-D convolution (group 1) of C-contiguous float32 NCHW buffers into y, plus b and z,\n"
      "clipped to [lo, hi]; wp are the weights packed by CONV_MR output channels\n"
-     "([ceil(M / CONV_MR)][C * KH * KW][CONV_MR], zeros past M). Up to threads threads."},
+     "([ceil(M / CONV_MR)][C * KH * KW][CONV_MR], zeros past M). Up to threads threads.\n"
+     "lanes: output channels in the vector lanes, wp packed by CONV_LANES channels instead and\n"
+     "64-byte aligned (for outputs a few columns wide: no column past OW is computed)."},
     {"skip_layer_norm", skip_layer_norm, METH_VARARGS,
      "skip_layer_norm(x, skip, gamma, beta, bias, y, mean, inv_std_var, sum, (rows, d, skip_rows), eps)\n"
      "SkipLayerNormalization of C-contiguous float32 rows (beta, bias and the outputs mean,\n"
@@ -1831,6 +1974,7 @@ PyMODINIT_FUNC PyInit__native(void)
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "RECURRENCE_UNITS", RC_U) < 0 ||
               PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0 ||
+              PyModule_AddIntConstant(m, "CONV_LANES", CT_MR) < 0 ||
               PyModule_AddIntConstant(m, "CONV_FAST", cv_fast()) < 0)) {
         Py_DECREF(m);
         return NULL;

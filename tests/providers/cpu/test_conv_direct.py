@@ -18,6 +18,12 @@ def rnd(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
+class Calls(list):
+    """The thread counts of the direct kernel's calls; ``lanes``: each call's tiling."""
+
+    lanes: list
+
+
 @pytest.fixture
 def calls(monkeypatch):
     """Every call of the direct kernel: its thread count, recorded."""
@@ -25,7 +31,7 @@ def calls(monkeypatch):
 
     assert nn._native is not None, nn.NATIVE_ERROR  # the wheel is built with its C extension
     monkeypatch.setattr(nn, "_DIRECT", True)  # sessions take it even without AVX-512 (slower there)
-    seen = []
+    seen, lanes = Calls(), []
     real = nn._native
 
     class Counting:
@@ -34,11 +40,27 @@ def calls(monkeypatch):
 
         @staticmethod
         def conv2d(*args):
-            seen.append(args[-1])
+            seen.append(args[13])  # threads
+            lanes.append(bool(args[14]) if len(args) > 14 else False)
             return real.conv2d(*args)
 
     monkeypatch.setattr(nn, "_native", Counting())
+    seen.lanes = lanes
     return seen
+
+
+@pytest.fixture(params=["rows", "lanes"])
+def layout(request, monkeypatch):
+    """Both tilings of the direct kernel: position tiles (rows) and output channels in the
+    vector lanes, whichever the shape would pick."""
+    from runtime_provider_cpu.ops import nn
+
+    if request.param == "lanes":
+        monkeypatch.setattr(nn, "_LANES_MAX_OW", 1 << 30)
+        monkeypatch.setattr(nn, "_LANES_MIN_K", 0)
+    else:
+        monkeypatch.setattr(nn, "_LANES_MAX_OW", 0)
+    return request.param == "lanes"
 
 
 def conv_session(x, w, b, threads=2, **attrs):
@@ -68,7 +90,7 @@ def conv_session(x, w, b, threads=2, **attrs):
     ((1, 64, 23, 37), 8, True),      # several position tiles and a partial one
     ((1, 66, 3, 3), 3, True),        # a 3x3 image: one or a few outputs
 ])
-def test_conv_direct_matches_onnxruntime(ks, strides, dil, pads, shape, M, bias, calls):
+def test_conv_direct_matches_onnxruntime(ks, strides, dil, pads, shape, M, bias, calls, layout):
     x = rnd(*shape)
     w = rnd(M, shape[1], *ks) * 0.1
     b = rnd(M) if bias else None
@@ -78,6 +100,7 @@ def test_conv_direct_matches_onnxruntime(ks, strides, dil, pads, shape, M, bias,
     assert_close(sess.run(None, {"x": x}), ref, rtol=1e-4, atol=1e-5)
     assert_close(sess.run(None, {"x": x}), ref, rtol=1e-4, atol=1e-5)  # the plan's second run
     assert calls == [2, 2]  # both runs went through the direct kernel, on the session's threads
+    assert calls.lanes == [layout] * 2
 
 
 @pytest.mark.parametrize("shape,M,ks,strides", [
@@ -86,7 +109,7 @@ def test_conv_direct_matches_onnxruntime(ks, strides, dil, pads, shape, M, bias,
     ((1, 48, 70, 60), 16, (3, 3), [1, 1]),   # > 64 position tiles in one part's group
     ((1, 200, 30, 30), 16, (3, 3), [2, 2]),  # stride 2: chunks of a four-phase stripe
 ])
-def test_conv_direct_chunks_and_groups(shape, M, ks, strides, calls):
+def test_conv_direct_chunks_and_groups(shape, M, ks, strides, calls, layout):
     # the kernel sums a tile's input channels a chunk at a time (its partial sums kept between
     # chunks) and takes tiles up to 64 in a group: every split must give the whole sum
     x = rnd(*shape)
@@ -100,6 +123,7 @@ def test_conv_direct_chunks_and_groups(shape, M, ks, strides, calls):
         s = rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
         assert_close(s.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
     assert calls == [1, 2]
+    assert calls.lanes == [layout] * 2
 
 
 def test_conv_direct_reads_only_the_phases_it_fills():
@@ -164,6 +188,65 @@ def test_kernel_pool_bounds_each_job_by_its_threads():
         assert 1 <= _native.pool_stats()[1] <= 2
         _native.conv2d(x, wp, None, None, y, *args, 1)  # one thread: the pool is not used
         assert _native.pool_stats()[1] <= 2
+
+
+def test_conv_direct_lanes_same_result_on_any_thread_count():
+    # the lane tiling: bit-identical on 1-8 threads, with a residual, both clip bounds, a
+    # channel tail (40 = 32 + 8), batch 2, rows split into segments (19 wide: 10 + 9), and
+    # the same sums, in the same order, as the position tiles
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_direct, _pack_lanes
+
+    x, w, b = rnd(2, 32, 38, 38), rnd(40, 32, 3, 3), rnd(40)
+    z = rnd(2, 40, 19, 19)
+    args = ((2, 32, 38, 38), (40, 3, 3), (2, 2), (1, 1), (1, 1), (19, 19), -0.5, 0.5)
+    wl = _pack_lanes(w)
+    assert wl.ctypes.data % 64 == 0
+    outs = []
+    for threads in (1, 2, 3, 8):
+        y = np.empty((2, 40, 19, 19), np.float32)
+        _native.conv2d(x, wl, b, z, y, *args, threads, True)
+        outs.append(y)
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])
+    assert (outs[0] == 0.5).any() and (outs[0] == -0.5).any()
+    rows = np.empty_like(outs[0])
+    _native.conv2d(x, _pack_direct(w), b, z, rows, *args, 2)
+    assert np.array_equal(rows, outs[0])
+
+
+def test_conv_direct_lanes_refuses_unaligned_weights():
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_lanes
+
+    x = np.ones((1, 8, 6, 6), np.float32)
+    wl = _pack_lanes(np.ones((4, 8, 3, 3), np.float32))
+    raw = np.empty(wl.size + 16, np.float32)
+    skip = (-raw.ctypes.data % 64) // 4 + 1  # 4 bytes past a 64-byte boundary
+    moved = raw[skip:skip + wl.size].reshape(wl.shape)
+    moved[...] = wl
+    y = np.zeros((1, 4, 6, 6), np.float32)
+    args = ((1, 8, 6, 6), (4, 3, 3), (1, 1), (1, 1), (1, 1), (6, 6), -np.inf, np.inf, 2, True)
+    with pytest.raises(ValueError, match="64-byte aligned"):
+        _native.conv2d(x, moved, None, None, y, *args)
+    with pytest.raises(ValueError, match="W holds"):
+        _native.conv2d(x, wl[:, :10], None, None, y, *args)
+    assert not y.any()
+    _native.conv2d(x, wl, None, None, y, *args)
+    assert y[0, :, 1, 1].tolist() == [72.0] * 4  # an inner output: 8 channels x 9 taps of ones
+
+
+def test_conv_direct_picks_lanes_for_narrow_outputs(calls):
+    # ResNet's 7 x 7 stage takes the lane tiling, its 7x7-kernel stem (147 terms a sum) and
+    # its 56-wide stage the position tiles
+    cases = [((1, 64, 7, 7), (32, 64, 3, 3), [1, 1, 1, 1], True),
+             ((1, 3, 64, 64), (16, 3, 7, 7), [3, 3, 3, 3], False),
+             ((1, 32, 56, 56), (16, 32, 3, 3), [1, 1, 1, 1], False)]
+    for xs, ws, pads, lanes in cases:
+        x, w = rnd(*xs), rnd(*ws) * 0.1
+        model, sess = conv_session(x, w, None, pads=pads, strides=[2, 2] if ws[2] == 7 else [1, 1])
+        assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)
+        assert calls.lanes[-1] is lanes
 
 
 def test_conv_direct_checks_buffers():
