@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..registry import kernel
@@ -86,8 +88,8 @@ def flatten(ctx, x, *, axis):
     a = axis + x.ndim if axis < 0 else axis  # Flatten's axis lies in [-r, r]
     if not 0 <= a <= x.ndim:
         raise ValueError(f"Flatten axis {axis} is out of range for rank {x.ndim}")
-    lead = int(np.prod(x.shape[:a], dtype=np.int64))
-    return x.reshape(lead, -1) if x.size else x.reshape(lead, int(np.prod(x.shape[a:], dtype=np.int64)))
+    lead = math.prod(x.shape[:a])  # Python ints: np.prod took ~3 us a call
+    return x.reshape(lead, -1) if x.size else x.reshape(lead, math.prod(x.shape[a:]))
 
 
 @kernel("Squeeze", 1, 11, 13, 21, 23, 24, 25)
