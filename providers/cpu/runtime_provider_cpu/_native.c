@@ -927,6 +927,7 @@ static PyObject *gelu_erf(PyObject *self, PyObject *args)
  * are split between the threads of a small pthread pool (rc_parallel).
  * --------------------------------------------------------------------------------------- */
 #include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 #define CV_MR 8   /* output channels a tile */
@@ -1244,7 +1245,9 @@ static void *rc_worker(void *unused)
         struct timespec t0, t;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         while (__atomic_load_n(&rc_pool.gen, __ATOMIC_ACQUIRE) == seen) {
-            RC_PAUSE();
+            /* yield, not just pause: another runnable thread (BLAS's worker in the GEMM
+               between two of our jobs) gets this core while we wait */
+            sched_yield();
             clock_gettime(CLOCK_MONOTONIC, &t);
             if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > RC_SPIN_NS)
                 break;
