@@ -206,7 +206,7 @@ def test_depthwise_native(ks, strides, dil, pads):
 
 @pytest.mark.parametrize("stride", [1, 2])
 def test_depthwise_native_threads(stride):
-    # channel planes split between the kernel threads (from 64K outputs a thread): the same
+    # channel planes split between the kernel threads (from 8K outputs a thread): the same
     # bits on any thread count, and the einsum reference's values
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.ops import nn

@@ -503,8 +503,9 @@ def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, s
 
 #: the compiled direct convolution (``_native.conv2d``) takes dense float32 convolutions of
 #: stride at most 2 (but 1x1 stride 1, a plain GEMM) with at least this many terms a sum
-#: (C * KH * KW); below it (an RGB 3x3 stem: 27) im2col and one GEMM were faster
-_DIRECT_MIN_K = 64
+#: (C * KH * KW). An RGB 3x3 stem (27) takes it since its epilogue is vectorized: MobileNetV2
+#: 0.94-0.96x the time of im2col and one GEMM for it (/tmp/w/abl.py); it was 64 before
+_DIRECT_MIN_K = 16
 #: whether the direct convolution is taken: where its AVX-512 build runs (elsewhere im2col and
 #: a BLAS GEMM are faster; the tests turn it on everywhere to check its results)
 _DIRECT = _native is not None and bool(getattr(_native, "CONV_FAST", 0))
