@@ -2124,38 +2124,79 @@ RC_CLONES
 static void mp_planes(const mp_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t p1)
 {
     const Py_ssize_t H = j->H, W = j->W, OH = j->OH, OW = j->OW, sw = j->sw, Lq = j->Lq;
+    const Py_ssize_t KW = j->KW, pl = j->pl;
     float *restrict ph = scratch;               /* sw phases of Lq floats */
     float *restrict hm = scratch + sw * Lq;     /* row maxima, H x OW */
     for (Py_ssize_t i = 0; i < sw * Lq; i++)
         ph[i] = -INFINITY;                      /* padding: written once, never overwritten */
+    /* decided once, not a row at a time (their divisions were most of the time): for each
+       column phase b its first input column k0, where it lands, and how many; for each tap
+       where in the phases its output columns start */
+    Py_ssize_t k0s[sw], doff[sw], cnt[sw], toff[KW];
+    for (Py_ssize_t b = 0; b < sw; b++) {
+        const Py_ssize_t k0 = ((b - pl) % sw + sw) % sw;
+        k0s[b] = k0;
+        doff[b] = b * Lq + (k0 + pl) / sw;
+        cnt[b] = k0 < W ? (W - k0 + sw - 1) / sw : 0;
+    }
+    for (Py_ssize_t kw = 0; kw < KW; kw++) {
+        const Py_ssize_t c = kw * j->dw;
+        toff[kw] = (c % sw) * Lq + c / sw;
+    }
     for (Py_ssize_t p = p0; p < p1; p++) {
         const float *xp = j->x + p * H * W;
         float *yp = j->y + p * OH * OW;
         for (Py_ssize_t r = 0; r < H; r++) {
             const float *restrict xr = xp + r * W;
-            rc_phase_row(ph, Lq, xr, W, j->pl, sw);
+            if (sw == 1) {
+                float *restrict d = ph + doff[0];
+                for (Py_ssize_t i = 0; i < W; i++)
+                    d[i] = xr[i];
+            } else if (sw == 2) {
+                for (Py_ssize_t b = 0; b < 2; b++) {
+                    float *restrict d = ph + doff[b];
+                    const float *restrict s0 = xr + k0s[b];
+                    for (Py_ssize_t i = 0; i < cnt[b]; i++)
+                        d[i] = s0[2 * i];
+                }
+            } else {
+                for (Py_ssize_t b = 0; b < sw; b++) {
+                    float *restrict d = ph + doff[b];
+                    const float *restrict s0 = xr + k0s[b];
+                    for (Py_ssize_t i = 0; i < cnt[b]; i++)
+                        d[i] = s0[i * sw];
+                }
+            }
+            /* the first tap sets the row maxima (max(-inf, v) is v, NaN included) */
             float *restrict hr = hm + r * OW;
+            const float *restrict s0 = ph + toff[0];
             for (Py_ssize_t ow = 0; ow < OW; ow++)
-                hr[ow] = -INFINITY;
-            for (Py_ssize_t kw = 0; kw < j->KW; kw++) {
-                const Py_ssize_t c = kw * j->dw;
-                const float *restrict src = ph + (c % sw) * Lq + c / sw;
+                hr[ow] = s0[ow];
+            for (Py_ssize_t kw = 1; kw < KW; kw++) {
+                const float *restrict src = ph + toff[kw];
                 for (Py_ssize_t ow = 0; ow < OW; ow++)
                     hr[ow] = mp_max(hr[ow], src[ow]);
             }
         }
         for (Py_ssize_t oh = 0; oh < OH; oh++) {
             float *restrict yr = yp + oh * OW;
-            for (Py_ssize_t ow = 0; ow < OW; ow++)
-                yr[ow] = -INFINITY;
+            int first = 1;
             for (Py_ssize_t kh = 0; kh < j->KH; kh++) {
                 const Py_ssize_t ir = oh * j->sh - j->pt + kh * j->dh;
                 if (ir < 0 || ir >= H)
                     continue;
                 const float *restrict hr = hm + ir * OW;
-                for (Py_ssize_t ow = 0; ow < OW; ow++)
-                    yr[ow] = mp_max(yr[ow], hr[ow]);
+                if (first)
+                    for (Py_ssize_t ow = 0; ow < OW; ow++)
+                        yr[ow] = hr[ow];
+                else
+                    for (Py_ssize_t ow = 0; ow < OW; ow++)
+                        yr[ow] = mp_max(yr[ow], hr[ow]);
+                first = 0;
             }
+            if (first) /* a window of padding only */
+                for (Py_ssize_t ow = 0; ow < OW; ow++)
+                    yr[ow] = -INFINITY;
         }
     }
 }
