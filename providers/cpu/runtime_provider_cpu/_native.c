@@ -1095,13 +1095,16 @@ static void cv_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch
 _Static_assert(CT_NP * CT_MR == CV_MR * CV_NR, "a lane tile takes one conv2d tile's scratch");
 
 typedef void (*ct_tile_f)(const float *restrict, const Py_ssize_t *restrict, Py_ssize_t,
-                          Py_ssize_t, Py_ssize_t, const float *restrict, float *restrict, int);
+                          Py_ssize_t, Py_ssize_t, const float *restrict, float *restrict, int,
+                          const char *, Py_ssize_t);
 
-/* o[p][0 .. 32) (+)= sum over c, t of xb[c * cs + toff[t] + p] * wp[(c * T + t) * 32 + ...] */
+/* o[p][0 .. 32) (+)= sum over c, t of xb[c * cs + toff[t] + p] * wp[(c * T + t) * 32 + ...];
+ * and npf cache lines from pf asked into L2, one a step (a burst of them stalled the core) */
 #define CT_TILE(NP)                                                                              \
     CV_CLONES static void ct_tile##NP(const float *restrict xb, const Py_ssize_t *restrict toff,  \
                                       Py_ssize_t T, Py_ssize_t C, Py_ssize_t cs,                  \
-                                      const float *restrict wp, float *restrict o, int add)       \
+                                      const float *restrict wp, float *restrict o, int add,       \
+                                      const char *pf, Py_ssize_t npf)                             \
     {                                                                                            \
         v16f acc[NP][CT_NB];                                                                     \
         for (int p = 0; p < NP; p++)                                                             \
@@ -1111,6 +1114,11 @@ typedef void (*ct_tile_f)(const float *restrict, const Py_ssize_t *restrict, Py_
             const float *xc = xb + c * cs;                                                       \
             for (Py_ssize_t t = 0; t < T; t++) {                                                 \
                 const float *xt = xc + toff[t];                                                  \
+                if (npf > 0) {                                                                   \
+                    __builtin_prefetch(pf, 0, 2);                                                \
+                    pf += 64;                                                                    \
+                    npf--;                                                                       \
+                }                                                                                \
                 v16f wv[CT_NB];                                                                  \
                 for (int v = 0; v < CT_NB; v++)                                                  \
                     wv[v] = *(const v16f *)(wp + 16 * v);                                        \
@@ -1165,23 +1173,26 @@ static void ct_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch
             const Py_ssize_t cn = j->C - c0 < j->kc ? j->C - c0 : j->kc;
             const float *wp = j->wp + (mb * K + c0 * j->T) * CT_MR;
             /* the next chunk of weights (the next block's first at the last chunk), asked
-               into L2 a share before each segment after the first: the weights come from
-               memory once (ResNet's 7 x 7 stage: 9.4 MB a convolution), and the first
-               segment's pass waited on them */
+               into L2 a share by each segment after the first, one line a step of its tile:
+               the weights come from memory once (ResNet's 7 x 7 stage: 9.4 MB a
+               convolution), and the first segment's pass waited on them */
             const char *nx = (const char *)(wp + cn * j->T * CT_MR);
             const char *nend = (const char *)(j->wp + j->Mb * K * CT_MR);
             const Py_ssize_t nbytes = (Py_ssize_t)sizeof(float) * j->kc * j->T * CT_MR;
             const Py_ssize_t share = i1 - i0 > 1 ? (nbytes / (i1 - i0 - 1) + 63) & ~(Py_ssize_t)63 : 0;
             for (Py_ssize_t i = i0; i < i1; i++) {
-                if (i > i0)
-                    for (Py_ssize_t b = 0; b < share && nx < nend; b += 64, nx += 64)
-                        __builtin_prefetch(nx, 0, 2);
+                Py_ssize_t npf = 0;
+                const char *pf = nx;
+                if (i > i0 && nx < nend) {
+                    npf = (share < nend - nx ? share : nend - nx) / 64;
+                    nx += npf * 64;
+                }
                 const Py_ssize_t oh = i / nseg;
                 Py_ssize_t ow0;
                 int n;
                 ct_segment(j->OW, nseg, i - oh * nseg, &ow0, &n);
                 ct_tiles[n](j->planes + oh * j->Wq + ow0 + c0 * j->cs, j->toff, j->T, cn, j->cs, wp,
-                            scratch + (i - i0) * CT_NP * CT_MR, c0 > 0);
+                            scratch + (i - i0) * CT_NP * CT_MR, c0 > 0, pf, npf);
             }
         }
         for (Py_ssize_t i = i0; i < i1; i++) {
