@@ -2015,6 +2015,140 @@ static PyObject *gemm_rows(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * pointwise: a 1x1 stride-1 convolution of one image, y[M][P] = w[M][K] @ x[K][P], then bias,
+ * residual and clip, as column (or row) blocks of y split between the kernel threads, each
+ * block one single-threaded BLAS sgemm (SciPy's, from scipy.linalg.cython_blas: set_sgemm)
+ * and its epilogue while the block is in cache. numpy's matmul ran OpenBLAS's own threads,
+ * whose workers then spun (a quarter of MobileNetV2's CPU time) on the cores the depthwise
+ * layer between two GEMMs wanted, and the epilogue was a second pass over y.
+ * --------------------------------------------------------------------------------------- */
+#include <dlfcn.h>
+
+typedef void (*rc_sgemm_f)(char *, char *, int *, int *, int *, float *, float *, int *, float *,
+                           int *, float *, float *, int *);
+static rc_sgemm_f rc_sgemm = NULL;
+
+/* set_sgemm(capsule) -> the path of the library it lives in (or None) */
+static PyObject *set_sgemm(PyObject *self, PyObject *cap)
+{
+    if (!PyCapsule_CheckExact(cap)) {
+        PyErr_SetString(PyExc_TypeError, "set_sgemm: a capsule of scipy.linalg.cython_blas is needed");
+        return NULL;
+    }
+    void *f = PyCapsule_GetPointer(cap, PyCapsule_GetName(cap));
+    if (!f)
+        return NULL;
+    rc_sgemm = (rc_sgemm_f)f;
+    /* the capsule holds cython_blas's wrapper: the BLAS library is the one its sgemm symbol
+       resolves to among the wrapper module's dependencies (SciPy's OpenBLAS names it
+       scipy_sgemm_, a system BLAS sgemm_) */
+    Dl_info info;
+    if (!dladdr(f, &info) || !info.dli_fname)
+        Py_RETURN_NONE;
+    void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (!h)
+        Py_RETURN_NONE;
+    const char *names[] = {"scipy_sgemm_", "sgemm_", "scipy_sgemm", "sgemm"};
+    PyObject *path = NULL;
+    for (int i = 0; i < 4 && !path; i++) {
+        void *g = dlsym(h, names[i]);
+        Dl_info gi;
+        if (g && dladdr(g, &gi) && gi.dli_fname && strcmp(gi.dli_fname, info.dli_fname) != 0)
+            path = PyUnicode_DecodeFSDefault(gi.dli_fname);
+    }
+    dlclose(h);
+    if (path)
+        return path;
+    Py_RETURN_NONE;
+}
+
+typedef struct {
+    const float *w, *x, *b, *z;
+    float *y;
+    Py_ssize_t M, K, P, step;
+    float lo, hi;
+    int by_cols;    /* parts of columns of y (else of rows) */
+} pw_job;
+
+CV_CLONES static void pw_epilogue(const pw_job *j, Py_ssize_t m0, Py_ssize_t m1, Py_ssize_t p0, Py_ssize_t p1)
+{
+    for (Py_ssize_t m = m0; m < m1; m++) {
+        float *yr = j->y + m * j->P;
+        const float bias = j->b ? j->b[m] : 0.0f;
+        const float *zr = j->z ? j->z + m * j->P : NULL;
+        if (zr)
+            for (Py_ssize_t p = p0; p < p1; p++)
+                yr[p] = clipf(yr[p] + bias + zr[p], j->lo, j->hi);
+        else
+            for (Py_ssize_t p = p0; p < p1; p++)
+                yr[p] = clipf(yr[p] + bias, j->lo, j->hi);
+    }
+}
+
+static void pw_part(void *arg, int part, int parts)
+{
+    const pw_job *j = (const pw_job *)arg;
+    const Py_ssize_t n = j->by_cols ? j->P : j->M, units = (n + j->step - 1) / j->step;
+    Py_ssize_t a = units * part / parts * j->step, e = units * (part + 1) / parts * j->step;
+    if (e > n)
+        e = n;
+    if (a >= e)
+        return;
+    /* row-major y = w x is column-major y^T = x^T w^T: x^T is P x K (ld P), w^T K x M (ld K) */
+    char nn = 'N';
+    float one = 1.0f, zero = 0.0f;
+    int K = (int)j->K, ldx = (int)j->P, ldw = (int)j->K, ldy = (int)j->P;
+    if (j->by_cols) {
+        int pn = (int)(e - a), M = (int)j->M;
+        rc_sgemm(&nn, &nn, &pn, &M, &K, &one, (float *)j->x + a, &ldx, (float *)j->w, &ldw, &zero,
+                 j->y + a, &ldy);
+        pw_epilogue(j, 0, j->M, a, e);
+    } else {
+        int P = (int)j->P, mn = (int)(e - a);
+        rc_sgemm(&nn, &nn, &P, &mn, &K, &one, (float *)j->x, &ldx, (float *)j->w + a * j->K, &ldw,
+                 &zero, j->y + a * j->P, &ldy);
+        pw_epilogue(j, a, e, 0, j->P);
+    }
+}
+
+static PyObject *pointwise(PyObject *self, PyObject *args)
+{
+    PyObject *wo, *xo, *bo, *zo, *yo;
+    Py_ssize_t M, K, P;
+    float lo, hi;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOOOO(nnn)ffi:pointwise", &wo, &xo, &bo, &zo, &yo, &M, &K, &P, &lo,
+                          &hi, &threads))
+        return NULL;
+    if (!rc_sgemm) {
+        PyErr_SetString(PyExc_RuntimeError, "pointwise: no sgemm (set_sgemm was not called)");
+        return NULL;
+    }
+    if (M < 1 || K < 1 || P < 1 || M > INT32_MAX || K > INT32_MAX || P > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "pointwise: sizes must be in [1, 2^31)");
+        return NULL;
+    }
+    Py_buffer v[5];
+    const rc_buf spec[5] = {{wo, M * K, RC_F32, 0, 0, "W"}, {xo, K * P, RC_F32, 0, 0, "X"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {zo, M * P, RC_F32, 0, 1, "Z"},
+                            {yo, M * P, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("pointwise", spec, v, 5) < 0)
+        return NULL;
+    /* columns of y in blocks of 64 when there are enough of them (an image of 112 x 112),
+       else rows in blocks of 16 (a 7 x 7 image of 960 channels) */
+    const int by_cols = P >= 128 * (Py_ssize_t)threads || P >= M;
+    const Py_ssize_t step = by_cols ? 64 : 16, n = by_cols ? P : M;
+    const int parts = rc_parts(2.0 * (double)M * (double)K * (double)P, 2.5e5, (n + step - 1) / step, &threads);
+    pw_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
+                (const float *)v[3].buf, (float *)v[4].buf, M, K, P, step, lo, hi, by_cols};
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(pw_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 5);
+    Py_RETURN_NONE;
+}
+
 /* skip_layer_norm: onnxruntime's SkipLayerNormalization in float32, one pass a row: the sum
  * x + skip (+ bias) is written to y (or to the sum output when it is wanted), its mean and
  * variance from 16 float running sums added in double, then y = (s - mean) / sqrt(var + eps) * gamma (+ beta). numpy
@@ -2369,6 +2503,14 @@ static PyMethodDef methods[] = {
      "gemm_rows(a, b, y, (R, K, N), trans, threads)\n"
      "y[R][N] = a[R][K] @ B in float32 for a few rows, B = b[N][K] transposed (trans) or\n"
      "b[K][N]; C-contiguous buffers; up to threads threads."},
+    {"set_sgemm", set_sgemm, METH_O,
+     "set_sgemm(capsule) -> path\n"
+     "Take the sgemm of scipy.linalg.cython_blas.__pyx_capi__ for pointwise; returns the path of\n"
+     "the library it lives in (or None). Its callers keep that library at one thread."},
+    {"pointwise", pointwise, METH_VARARGS,
+     "pointwise(w, x, b, z, y, (M, K, P), lo, hi, threads)\n"
+     "y[M][P] = clip(w[M][K] @ x[K][P] + b (+ z), lo, hi) in float32, blocks of y split between\n"
+     "the kernel threads, each one single-threaded sgemm (set_sgemm's) and its epilogue."},
     {"skip_layer_norm", skip_layer_norm, METH_VARARGS,
      "skip_layer_norm(x, skip, gamma, beta, bias, y, mean, inv_std_var, sum, (rows, d, skip_rows), eps)\n"
      "SkipLayerNormalization of C-contiguous float32 rows (beta, bias and the outputs mean,\n"

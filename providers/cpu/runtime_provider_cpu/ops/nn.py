@@ -572,6 +572,38 @@ def _pack_winograd(w):
     return np.ascontiguousarray(up.reshape(16, mb, mr, C).transpose(0, 1, 3, 2))
 
 
+_SGEMM: list = []  # [controller of the library or None], once decided
+
+
+def _sgemm_control():
+    """The threadpoolctl controller of the BLAS library whose sgemm ``_native.pointwise``
+    calls (SciPy's, taken from ``scipy.linalg.cython_blas``), or None where that is not to
+    be had: then pointwise convolutions stay on numpy's matmul. Decided once."""
+    if not _SGEMM:
+        ctl = None
+        try:
+            import os
+
+            from scipy.linalg import cython_blas
+            from threadpoolctl import ThreadpoolController
+
+            path = _native.set_sgemm(cython_blas.__pyx_capi__["sgemm"])
+            if path:
+                real = os.path.realpath(path)
+                for lib in ThreadpoolController().lib_controllers:
+                    if os.path.realpath(lib.filepath) == real:
+                        ctl = lib
+        except Exception:  # no SciPy BLAS capsule, or a library threadpoolctl does not know
+            ctl = None
+        _SGEMM.append(ctl)
+    return _SGEMM[0]
+
+
+#: pointwise convolutions on ``_native.pointwise`` (single-threaded sgemm a block, on the
+#: kernel threads) where SciPy's BLAS is found; else numpy's matmul
+_POINTWISE_NATIVE = True
+
+
 class _ConvPlan:
     """What one Conv node does for one input shape, decided on its first run (float32,
     2-D): a dense convolution with several taps is the compiled direct kernel (weights packed
@@ -582,7 +614,7 @@ class _ConvPlan:
     straight to it. The prepared weights are kept with the arrays they came from:
     initializers are the same array every run, and a weight fed at run time makes a new plan."""
 
-    __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "b2", "shape", "args")
+    __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "b2", "shape", "args", "sgemm", "threads")
 
     def __init__(self, x, w, b, clip, group, strides, dilations, pb, pe, threads=1):
         self.xshape, self.w, self.b, self.clip, self.kind = x.shape, w, b, clip, None
@@ -617,6 +649,8 @@ class _ConvPlan:
             self.w2 = np.ascontiguousarray(w.reshape(M, C))
             self.shape = (N, M, H, W)
             self.args = ((M, H * W), float(lo), float(hi))
+            self.sgemm = _sgemm_control() if _POINTWISE_NATIVE else None
+            self.threads = max(1, int(threads))
         elif w.shape[1] == 1 and M == C == group and group > 1 and min(pb) >= 0 and min(pe) >= 0:
             if min(out) > 0:
                 self.kind = "depthwise"
@@ -633,6 +667,16 @@ class _ConvPlan:
             y = np.empty(self.shape, _F32)
             fn = _native.conv2d if self.kind == "direct" else _native.winograd3x3
             fn(x, self.w2, self.b2, None if z is None else np.ascontiguousarray(z), y, *self.args)
+            return y
+        if self.kind == "pointwise" and self.sgemm is not None:
+            # our threads each run one single-threaded sgemm: keep that library at one thread
+            # (a session of other intra_op_num_threads sets every BLAS library it finds)
+            if self.sgemm.get_num_threads() != 1:
+                self.sgemm.set_num_threads(1)
+            M, P = self.args[0]
+            y = np.empty(self.shape, _F32)
+            _native.pointwise(self.w2, x, self.b2, None if z is None else np.ascontiguousarray(z), y,
+                              (M, self.xshape[1], P), self.args[1], self.args[2], self.threads)
             return y
         if self.kind == "pointwise":
             y = np.matmul(self.w2, x.reshape(self.xshape[1], self.args[0][1]))

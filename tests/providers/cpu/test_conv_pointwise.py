@@ -1,0 +1,132 @@
+"""1x1 stride-1 convolutions of one image (``_native.pointwise``): blocks of the output split
+between the kernel threads, each one single-threaded sgemm of SciPy's BLAS and its bias,
+residual and clip; that library kept at one thread; numpy's matmul where it is not found."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import runtime_core as rt
+from oracle import assert_close, make_model, run_oracle
+
+RNG = np.random.default_rng(20261208)
+
+
+def rnd(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    from runtime_provider_cpu.ops import nn
+
+    assert nn._native is not None, nn.NATIVE_ERROR
+    assert nn._sgemm_control() is not None  # SciPy's OpenBLAS, which threadpoolctl knows
+    seen = []
+    real = nn._native
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def pointwise(*args):
+            seen.append((args[5], args[-1]))  # (M, K, P), threads
+            return real.pointwise(*args)
+
+    monkeypatch.setattr(nn, "_native", Counting())
+    return seen
+
+
+@pytest.mark.parametrize("C,M,H,W", [
+    (32, 16, 112, 112),   # column blocks of the output (P = 12544)
+    (960, 320, 7, 7),     # row blocks (49 columns, 320 rows)
+    (3, 5, 4, 3),         # tiny: one part
+    (24, 144, 17, 9),     # column tails
+])
+def test_pointwise_matches_onnxruntime(C, M, H, W, calls):
+    x, w, b = rnd(1, C, H, W), rnd(M, C, 1, 1) * 0.1, rnd(M)
+    r = rnd(1, M, H, W)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+             helper.make_node("Add", ["c", "r"], ["s"]),
+             helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
+    inits = {"w": w, "b": b, "lo": np.array(0, np.float32), "hi": np.array(1.5, np.float32)}
+    model = make_model(nodes, {"x": x, "r": r}, ["y"], opset=13, initializers=inits)
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
+    out = sess.run(None, {"x": x, "r": r})
+    assert_close(out, run_oracle(model, {"x": x, "r": r}), rtol=1e-4, atol=1e-5)
+    assert calls == [((M, C, H * W), 2)]  # one fused call: Conv + Add + Clip
+    assert (out[0] == 0).any() and (out[0] == 1.5).any()
+
+
+def test_pointwise_keeps_its_blas_at_one_thread(calls):
+    # a session of another intra_op_num_threads sets every BLAS library to its count: the next
+    # run sets this one back to one thread (our threads each call it)
+    from runtime_provider_cpu.ops import nn
+
+    ctl = nn._sgemm_control()
+    x, w = rnd(1, 16, 20, 20), rnd(8, 16, 1, 1)
+    node = helper.make_node("Conv", ["x", "w"], ["y"])
+    model = make_model([node], {"x": x}, ["y"], opset=13, initializers={"w": w})
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    ctl.set_num_threads(2)
+    assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)
+    assert ctl.get_num_threads() == 1
+    assert len(calls) == 1
+
+
+def test_pointwise_on_any_thread_count():
+    # the blocks follow the thread count, and BLAS sums a block of another size in another
+    # order: the same bits for the same count, within rounding across counts (as with BLAS's
+    # own threads)
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops import nn
+
+    assert nn._sgemm_control() is not None
+    for M, K, P in [(40, 64, 3000), (600, 96, 49)]:  # column blocks, row blocks
+        w, x, b, z = rnd(M, K), rnd(K, P), rnd(M), rnd(M, P)
+        ref = np.clip(w.astype(np.float64) @ x + b[:, None] + z, -1, 1)
+        for threads in (1, 2, 3, 8):
+            ys = []
+            for _ in range(2):
+                y = np.full((M, P), np.nan, np.float32)
+                _native.pointwise(w, x, b, z, y, (M, K, P), -1.0, 1.0, threads)
+                ys.append(y)
+            assert np.array_equal(ys[0], ys[1])
+            np.testing.assert_allclose(ys[0], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_pointwise_checks_buffers():
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops import nn
+
+    assert nn._sgemm_control() is not None
+    w, x = np.ones((4, 8), np.float32), np.ones((8, 10), np.float32)
+    y = np.zeros((4, 10), np.float32)
+    args = ((4, 8, 10), -np.inf, np.inf, 2)
+    with pytest.raises(ValueError, match="X holds"):
+        _native.pointwise(w, x[:4], None, None, y, *args)
+    with pytest.raises(ValueError, match="Z holds"):
+        _native.pointwise(w, x, None, y[:2], y, *args)
+    with pytest.raises(ValueError, match="sizes"):
+        _native.pointwise(w, x, None, None, y, (4, 0, 10), -np.inf, np.inf, 2)
+    assert not y.any()
+    _native.pointwise(w, x, None, None, y, *args)
+    assert (y == 8).all()
+
+
+def test_pointwise_without_scipy_blas_uses_matmul(monkeypatch, calls):
+    # where SciPy's BLAS is not to be had (or not known to threadpoolctl) numpy's matmul does it
+    from runtime_provider_cpu.ops import nn
+
+    monkeypatch.setattr(nn, "_SGEMM", [None])
+    x, w, b = rnd(1, 16, 9, 9), rnd(8, 16, 1, 1), rnd(8)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"])
+    model = make_model([node], {"x": x}, ["y"], opset=13, initializers={"w": w, "b": b})
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)
+    assert calls == []
