@@ -36,6 +36,9 @@ def main(argv=None) -> int:
     p.add_argument("--cache", default=str(models.DEFAULT_CACHE))
     p.add_argument("--out", default=str(Path(__file__).resolve().parent / "RESULTS.md"))
     p.add_argument("--no-memory", action="store_true")
+    p.add_argument("--settle", type=float, default=0.2,
+                   help="seconds idle before each block of one runtime's runs (0: run by run; see "
+                        "runtime-core bench --settle)")
     a = p.parse_args(argv)
     rows = []
     for name in a.names or list(models.MODELS):
@@ -45,17 +48,21 @@ def main(argv=None) -> int:
         # models of a few ms: at least 3 s of interleaved runs, so that a load swing of the
         # machine does not decide the medians (30 runs of a 2 ms model last 0.1 s)
         r = bench(str(path), threads=a.threads, compare=True, warmup=3, repeat=repeat, inputs=str(inputs),
-                  memory=not a.no_memory, min_time=a.min_time if name not in BIG else 0.0, **kw)
+                  memory=not a.no_memory, min_time=a.min_time if name not in BIG else 0.0,
+                  settle=a.settle, **kw)
         print(f"== {name}\n{format_result(r)}\n", flush=True)
         rows.append((name, desc, r))
+    latency = ("Latency: median of runs in one process, the runtimes alternating in blocks of ~0.3 s, "
+               f"each after {a.settle:g} s idle and one untimed run (ratio = ours / onnxruntime)."
+               if a.settle > 0 else
+               "Latency: median of interleaved runs in one process (ratio = ours / onnxruntime).")
     lines = [f"# Benchmark results", "",
              f"`python benchmarks/run_all.py {' '.join(argv if argv is not None else sys.argv[1:])}`; "
              f"{time.strftime('%Y-%m-%d %H:%M')}, "
              f"{platform.machine()} {platform.system()}, Python {platform.python_version()}; "
              f"numpy BLAS: {blas_description()}.",
-             "Latency: median of interleaved runs in one process (ratio = ours / onnxruntime). Session "
-             "creation from the model path. Peak memory: peak RSS growth of creating the session and "
-             "running it 3 times, in a fresh process per runtime.", "",
+             latency + " Session creation from the model path. Peak memory: peak RSS growth of creating "
+             "the session and running it 3 times, in a fresh process per runtime.", "",
              "| model | ours ms | onnxruntime ms | ratio | target | creation ours / ort s | peak MiB ours / ort "
              "| per node us | nodes |",
              "|---|---|---|---|---|---|---|---|---|"]

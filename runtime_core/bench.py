@@ -7,6 +7,13 @@
   from other processes falls on both alike; with ``min_time`` they go on until the timed runs
   add up to that many seconds (at most 50x ``repeat``). Median, min and max of ``time.perf_counter``
   around ``sess.run``; the ratio is ours / onnxruntime of the medians.
+  With ``settle`` > 0 (what ``runtime-core bench --compare`` and ``benchmarks/run_all.py``
+  use) the runtimes alternate in blocks of about ``block_time`` seconds instead, each block
+  after ``settle`` seconds of idling and with its first run untimed: a thread pool that
+  spin-waits after its runtime's run (numpy's OpenBLAS after our GEMMs, onnxruntime's
+  with spinning on) otherwise takes the cores of the other runtime's next run. onnxruntime's
+  BERT-base ran 19% slower right after a burst of numpy GEMMs: run by run, our BLAS-heavy
+  models were flattered.
 * **session creation**: wall time of the ``InferenceSession(...)`` call from the model path,
   for each runtime, in this process, after both runtimes are imported and runtime-core's plugins
   discovered (once per process, like onnxruntime's import); with
@@ -308,7 +315,8 @@ def measure_memory(runtime: str, model: str, *, inputs=None, threads=0, level=99
 def bench(model: str, *, providers=None, threads: int = 2, compare: bool = False, warmup: int = 3,
           repeat: int = 20, level: int = 99, inputs: str | None = None, dim: int = 1,
           memory: bool = True, memory_runs: int = 3, create_repeat: int = 1, check: bool = True,
-          log=None, ort_spinning: bool = False, min_time: float = 0.0) -> BenchResult:
+          log=None, ort_spinning: bool = False, min_time: float = 0.0, settle: float = 0.0,
+          block_time: float = 0.3) -> BenchResult:
     """Benchmark ``model`` (a path). See the module docstring for what is measured and how.
 
     ``ort_spinning``: leave onnxruntime's intra-op spin-waiting on (its default); off by default
@@ -319,6 +327,9 @@ def bench(model: str, *, providers=None, threads: int = 2, compare: bool = False
     model = str(model)
     if min_time < 0 or min_time != min_time:
         raise BenchError(f"min_time must be >= 0 seconds, got {min_time!r}")
+    if not (0 <= settle < 60) or not (0 < block_time < 600):
+        raise BenchError(f"settle must be in [0, 60) and block_time in (0, 600) seconds, got "
+                         f"{settle!r} and {block_time!r}")
     if providers is None:
         providers = ["CPUExecutionProvider"]  # what onnxruntime is compared on
     if not Path(model).is_file():
@@ -343,22 +354,45 @@ def bench(model: str, *, providers=None, threads: int = 2, compare: bool = False
             ort_sess.run(None, feeds)
     a, o = [], []
     pc = time.perf_counter
-    start = pc()
-    i = 0
-    while i < max(1, repeat) or (pc() - start < min_time and i < 50 * max(1, repeat)):
-        order = (0, 1) if i % 2 == 0 else (1, 0)
-        i += 1
-        for which in order:
-            if which == 0:
-                t = pc()
-                ours.run(None, feeds)
-                a.append(pc() - t)
-            elif ort_sess is not None:
-                t = pc()
-                ort_sess.run(None, feeds)
-                o.append(pc() - t)
+    sessions = (ours, ort_sess)
+    if settle > 0 and ort_sess is not None:
+        # blocks: settle, one untimed run, then timed runs for about block_time seconds (no
+        # more than repeat of them without min_time, nor than the 50x repeat cap with it)
+        block = max(1, round(block_time / max(_time_one(ours, feeds), _time_one(ort_sess, feeds), 1e-6)))
+        cap = max(1, repeat) * (50 if min_time > 0 else 1)
+        block = min(block, cap)
+        i = 0
+        while len(a) < max(1, repeat) or (sum(a) + sum(o) < min_time and len(a) < cap):
+            n = min(block, cap - len(a))
+            for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+                time.sleep(settle)
+                sessions[which].run(None, feeds)
+                out = a if which == 0 else o
+                for _ in range(n):
+                    t = pc()
+                    sessions[which].run(None, feeds)
+                    out.append(pc() - t)
+            i += 1
+    else:
+        start = pc()
+        i = 0
+        while i < max(1, repeat) or (pc() - start < min_time and i < 50 * max(1, repeat)):
+            order = (0, 1) if i % 2 == 0 else (1, 0)
+            i += 1
+            for which in order:
+                if which == 0:
+                    t = pc()
+                    ours.run(None, feeds)
+                    a.append(pc() - t)
+                elif ort_sess is not None:
+                    t = pc()
+                    ort_sess.run(None, feeds)
+                    o.append(pc() - t)
     diff = None
     notes = []
+    if settle > 0 and ort_sess is not None:
+        notes.append(f"the runtimes alternated in blocks of {block} timed run(s), each block after "
+                     f"{settle:g} s idle and one untimed run")
     if check and ort_sess is not None:
         ra, rb = ours.run(None, feeds), ort_sess.run(None, feeds)
         diffs = []
@@ -387,6 +421,12 @@ def bench(model: str, *, providers=None, threads: int = 2, compare: bool = False
                        repeat=len(a), inputs=inputs or f"random (symbolic dims = {dim})", nodes=nodes,
                        ours=res_ours, ort=res_ort, max_abs_diff=diff, notes=notes,
                        blas=blas_description())
+
+
+def _time_one(sess, feeds) -> float:
+    t = time.perf_counter()
+    sess.run(None, feeds)
+    return time.perf_counter() - t
 
 
 def format_result(r: BenchResult) -> str:

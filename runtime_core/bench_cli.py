@@ -21,7 +21,7 @@ def cmd_bench(args, out) -> int:
         r = bench(args.model, providers=_providers(args.providers), threads=args.threads, compare=compare,
                   warmup=args.warmup, repeat=args.repeat, level=args.level, inputs=args.inputs, dim=args.dim,
                   memory=not args.no_memory, memory_runs=args.memory_runs, create_repeat=args.create_repeat,
-                  ort_spinning=args.ort_spinning, min_time=args.min_time)
+                  ort_spinning=args.ort_spinning, min_time=args.min_time, settle=args.settle)
     except BenchError as exc:
         import sys
 
@@ -76,6 +76,11 @@ def register(subparsers) -> None:
     sp.add_argument("--create-repeat", type=int, default=1, help="session creations timed (minimum kept)")
     sp.add_argument("--memory-runs", type=int, default=3, help="runs in each memory subprocess")
     sp.add_argument("--no-memory", action="store_true", help="skip the peak-memory subprocesses")
+    sp.add_argument("--settle", type=float, default=0.2, metavar="SECONDS",
+                    help="with --compare, alternate the runtimes in blocks of ~0.3 s, each after this "
+                         "long idle and one untimed run, so that one runtime's spin-waiting thread "
+                         "pool (numpy's OpenBLAS after our GEMMs) does not slow the other's runs; "
+                         "0: alternate run by run")
     sp.add_argument("--ort-spinning", action="store_true",
                     help="leave onnxruntime's intra-op spin-waiting on (off by default: in interleaved runs "
                          "its spinning thread takes a core from ours)")

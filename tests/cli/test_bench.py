@@ -111,6 +111,23 @@ def test_min_time_keeps_interleaving_past_repeat(tmp_path):
     assert proc.returncode == 2 and "min_time must be >= 0" in proc.stderr
 
 
+def test_settle_alternates_blocks_and_says_so(tmp_path):
+    # blocks of each runtime's runs after an idle pause (the default with --compare), or run by
+    # run with --settle 0; both runtimes timed alike either way
+    pytest.importorskip("onnxruntime")
+    model = _tiny(tmp_path / "tiny.onnx")
+    out = cli("bench", str(model), "--compare", "onnxruntime", "--repeat", "4", "--warmup", "0",
+              "--no-memory", "--settle", "0.05").stdout
+    assert "the runtimes alternated in blocks of 4 timed run(s), each block after 0.05 s idle" in out, out
+    d = json.loads(cli("bench", str(model), "--compare", "onnxruntime", "--repeat", "3", "--warmup", "0",
+                       "--no-memory", "--settle", "0", "--json").stdout)
+    assert d["ours"]["latency"]["runs"] == d["ort"]["latency"]["runs"] == 3
+    assert not any("blocks" in n for n in d["notes"])
+    proc = cli("bench", str(model), "--compare", "onnxruntime", "--repeat", "2", "--no-memory", "--settle", "-1",
+               check=False)
+    assert proc.returncode == 2 and "settle must be in [0, 60)" in proc.stderr
+
+
 def test_compare_without_onnxruntime_is_a_clear_error(tmp_path):
     model = _tiny(tmp_path / "tiny.onnx")
     blocker = tmp_path / "block"
