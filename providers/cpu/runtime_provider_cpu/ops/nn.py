@@ -525,33 +525,32 @@ _WINO_MIN_OW = 24
 _WINO_MIN_C = 32
 
 
-def _pack_direct(w):
-    """Dense conv weights [M, C, KH, KW] as ``_native.conv2d`` reads them:
-    [ceil(M / CONV_MR), C * KH * KW, CONV_MR], zeros past M."""
-    mr = _native.CONV_MR
+def _blocked(w, mr):
+    """Weights [M, ...] as float32 [ceil(M / mr), mr, K] (K the rest), zeros past M."""
     M = w.shape[0]
     K = w.size // M if M else 0
     mb = -(-M // mr)
     wp = np.zeros((mb * mr, K), _F32)
     wp[:M] = w.reshape(M, K)
-    return np.ascontiguousarray(wp.reshape(mb, mr, K).transpose(0, 2, 1))
+    return wp.reshape(mb, mr, K)
+
+
+def _pack_direct(w):
+    """Dense conv weights [M, C, KH, KW] as ``_native.conv2d`` reads them:
+    [ceil(M / CONV_MR), C * KH * KW, CONV_MR], zeros past M."""
+    return np.ascontiguousarray(_blocked(w, _native.CONV_MR).transpose(0, 2, 1))
 
 
 def _pack_lanes(w):
     """Dense conv weights [M, C, KH, KW] as ``_native.conv2d(..., lanes=True)`` reads them:
     [ceil(M / CONV_LANES), C * KH * KW, CONV_LANES], zeros past M, 64-byte aligned (the
     kernel loads them as whole vectors)."""
-    mr = _native.CONV_LANES
-    M = w.shape[0]
-    K = w.size // M if M else 0
-    mb = -(-M // mr)
-    wp = np.zeros((mb * mr, K), _F32)
-    wp[:M] = w.reshape(M, K)
-    n = mb * K * mr
-    raw = np.empty(n + 16, _F32)
+    blocks = _blocked(w, _native.CONV_LANES)
+    mb, mr, K = blocks.shape
+    raw = np.empty(blocks.size + 16, _F32)
     skip = (-raw.ctypes.data % 64) // 4
-    out = raw[skip:skip + n].reshape(mb, K, mr)
-    out[...] = wp.reshape(mb, mr, K).transpose(0, 2, 1)
+    out = raw[skip:skip + blocks.size].reshape(mb, K, mr)
+    out[...] = blocks.transpose(0, 2, 1)
     return out
 
 
