@@ -26,10 +26,14 @@
  * the numpy path evaluates (ops/elementwise.py) in ~20 passes; 128x3072: 773 -> 136 us.
  *
  * conv2d: a dense float32 convolution without an im2col matrix (the input's stride phases
- * read in place, 8 channels x 48 positions a register tile, bias / residual / clip in the
- * tile epilogue), on the kernel threads (rc_parallel: a small pthread pool sized by the
- * session's intra_op_num_threads). maxpool2d, skip_layer_norm, softmax: one pass a row where
- * numpy needs 5-9. gelu_erf also computes Gelu's tanh form (FastGelu).
+ * read in place; register tiles of 8 channels x 48 positions, or of 32 channels in the lanes
+ * x 12 positions of a row for narrow outputs; bias / residual / clip in the tile epilogue),
+ * on the kernel threads (rc_parallel: a small pthread pool sized by the session's
+ * intra_op_num_threads). winograd3x3: 3x3 stride-1 convolutions as Winograd F(2x2, 3x3) on
+ * the same register tile. pointwise: 1x1 convolutions as blocks of single-threaded sgemm
+ * calls (SciPy's BLAS, set_sgemm) on the kernel threads. gemm_rows: a Gemm of a few rows.
+ * maxpool2d, skip_layer_norm, softmax: one pass a row where numpy needs 5-9. gelu_erf also
+ * computes Gelu's tanh form (FastGelu).
  *
  * tree_leaves: the walk of a tree ensemble (float32 or float64 thresholds, every comparison
  * mode, missing values). numpy walks all rows x trees one level at a time, a gather per node
@@ -1381,33 +1385,6 @@ static void cv_part(void *arg, int part, int parts)
     cv_run(j, units * part / parts, units * (part + 1) / parts, scratch);
 }
 
-/* one input row of n floats placed at padded column pl and split into its sw column phases:
- * padded column pl + k goes to dst + ((pl + k) % sw) * L + (pl + k) / sw. Unit-stride or
- * stride-2 loops the compiler vectorizes (conv2d's planes, maxpool2d's rows) */
-RC_INLINE void rc_phase_row(float *restrict dst, Py_ssize_t L, const float *restrict src,
-                            Py_ssize_t n, Py_ssize_t pl, Py_ssize_t sw)
-{
-    if (n <= 0)
-        return;
-    if (sw == 1) {
-        memcpy(dst + pl, src, (size_t)n * sizeof(float));
-        return;
-    }
-    for (Py_ssize_t b = 0; b < sw; b++) {
-        const Py_ssize_t k0 = ((b - pl) % sw + sw) % sw;
-        float *restrict d = dst + b * L + (k0 + pl) / sw;
-        const float *restrict s0 = src + k0;
-        const Py_ssize_t m = k0 < n ? (n - k0 + sw - 1) / sw : 0;
-        if (sw == 2) {
-            for (Py_ssize_t i = 0; i < m; i++)
-                d[i] = s0[2 * i];
-        } else {
-            for (Py_ssize_t i = 0; i < m; i++)
-                d[i] = s0[i * sw];
-        }
-    }
-}
-
 /* the planes of channels [c0, c1) of one image: plane (a, b) of channel c at
  * planes + (c * sh * sw + a * sw + b) * L holds padded input position (a + sh * i, b + sw * j)
  * at i * Wq + j, zeros elsewhere. Only the phases some tap reads are written (a 1x1 stride-2
@@ -2259,8 +2236,8 @@ typedef struct {
     const float *x;
     float *y;
     Py_ssize_t planes, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl;
-    float *scratch; /* a part's: the padded row (Wr) and the row maxima (H x OW) */
-    Py_ssize_t scratch_n, Wr, Lq;
+    float *scratch; /* a part's: a row's sw column phases (sw x Lq) and the row maxima (H x OW) */
+    Py_ssize_t scratch_n, Lq;
 } mp_job;
 
 RC_INLINE float mp_max(float m, float v) { return ((v > m) | (v != v)) ? v : m; }
@@ -2385,7 +2362,7 @@ static PyObject *maxpool2d(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     }
     mp_job j = {(const float *)v[0].buf, (float *)v[1].buf, N * C, H, W, OH, OW, KH, KW, sh, sw,
-                dh, dw, pt, pl, scratch, scratch_n, Wr, Lq};
+                dh, dw, pt, pl, scratch, scratch_n, Lq};
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(mp_part, &j, parts, threads);
     Py_END_ALLOW_THREADS

@@ -25,27 +25,19 @@ class Calls(list):
 
 
 @pytest.fixture
-def calls(monkeypatch):
+def calls(monkeypatch, spy_native):
     """Every call of the direct kernel: its thread count, recorded."""
     from runtime_provider_cpu.ops import nn
 
-    assert nn._native is not None, nn.NATIVE_ERROR  # the wheel is built with its C extension
     monkeypatch.setattr(nn, "_DIRECT", True)  # sessions take it even without AVX-512 (slower there)
-    seen, lanes = Calls(), []
-    real = nn._native
+    seen = Calls()
+    seen.lanes = []
 
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(real, name)
+    def record(args):
+        seen.append(args[13])  # threads
+        seen.lanes.append(bool(args[14]) if len(args) > 14 else False)
 
-        @staticmethod
-        def conv2d(*args):
-            seen.append(args[13])  # threads
-            lanes.append(bool(args[14]) if len(args) > 14 else False)
-            return real.conv2d(*args)
-
-    monkeypatch.setattr(nn, "_native", Counting())
-    seen.lanes = lanes
+    spy_native("conv2d", record)
     return seen
 
 

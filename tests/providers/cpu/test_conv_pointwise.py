@@ -19,24 +19,12 @@ def rnd(*shape):
 
 
 @pytest.fixture
-def calls(monkeypatch):
+def calls(spy_native):
     from runtime_provider_cpu.ops import nn
 
-    assert nn._native is not None, nn.NATIVE_ERROR
     assert nn._sgemm_control() is not None  # SciPy's OpenBLAS, which threadpoolctl knows
     seen = []
-    real = nn._native
-
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        @staticmethod
-        def pointwise(*args):
-            seen.append((args[5], args[-1]))  # (M, K, P), threads
-            return real.pointwise(*args)
-
-    monkeypatch.setattr(nn, "_native", Counting())
+    spy_native("pointwise", lambda args: seen.append((args[5], args[-1])))  # (M, K, P), threads
     return seen
 
 

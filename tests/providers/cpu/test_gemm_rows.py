@@ -18,23 +18,9 @@ def rnd(*shape):
 
 
 @pytest.fixture
-def calls(monkeypatch):
-    from runtime_provider_cpu.ops import nn
-
-    assert nn._native is not None, nn.NATIVE_ERROR
+def calls(spy_native):
     seen = []
-    real = nn._native
-
-    class Counting:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        @staticmethod
-        def gemm_rows(*args):
-            seen.append((args[3], args[4], args[5]))  # (R, K, N), trans, threads
-            return real.gemm_rows(*args)
-
-    monkeypatch.setattr(nn, "_native", Counting())
+    spy_native("gemm_rows", lambda args: seen.append((args[3], args[4], args[5])))  # (R, K, N), trans, threads
     return seen
 
 

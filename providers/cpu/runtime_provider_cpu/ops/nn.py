@@ -127,11 +127,11 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
             _native.gemm_rows(np.ascontiguousarray(A), src, y, (A.shape[0], A.shape[1], B.shape[1]),
                               bool(transB), getattr(ctx, "threads", 1))
         elif A.shape[0] * A.shape[1] * B.shape[1] < _BLAS_MIN_MACS:
-            # a classifier head (1 x 512 x 1000): a BLAS call would wake its worker threads,
-            # which then spin on the cores for milliseconds, taking them from the compiled
-            # kernels of the next run (ResNet-18: 48 -> 34 ms a run); numpy's own loop is
-            # single-threaded, ~2.5x BLAS's time per call (1 x 1280 x 1000: 285 vs 104 us),
-            # hence the small bound
+            # a small product of more rows: a BLAS call would wake its worker threads, which
+            # then spin on the cores for milliseconds, taking them from the compiled kernels
+            # of the next run (a 1 x 512 x 1000 head through BLAS: ResNet-18 48 -> 34 ms a
+            # run); numpy's own loop is single-threaded, ~2.5x BLAS's time per call, hence
+            # the small bound
             y = np.einsum("ij,jk->ik", A, B)
         else:
             y = np.matmul(A, B)
@@ -605,11 +605,12 @@ _POINTWISE_NATIVE = True
 
 class _ConvPlan:
     """What one Conv node does for one input shape, decided on its first run (float32,
-    2-D): a dense convolution with several taps is the compiled direct kernel (weights packed
-    once, any batch, bias, residual and clip in its epilogue, on ``threads`` threads); for one
-    image, a 1x1 stride-1 unpadded convolution is one GEMM over the image plus the compiled
-    epilogue and a depthwise one is the compiled depthwise kernel; anything else (``kind``
-    None) takes the general path. Later runs with the same shape, weights and bias go
+    2-D): a dense 3x3 stride-1 convolution wide enough is Winograd, another dense one with
+    several taps the compiled direct kernel (weights packed once, any batch, bias, residual
+    and clip in the epilogue, on ``threads`` threads); for one image, a 1x1 stride-1 unpadded
+    convolution is the compiled pointwise kernel (or one GEMM plus the compiled epilogue
+    without SciPy's BLAS) and a depthwise one the compiled depthwise kernel; anything else
+    (``kind`` None) takes the general path. Later runs with the same shape, weights and bias go
     straight to it. The prepared weights are kept with the arrays they came from:
     initializers are the same array every run, and a weight fed at run time makes a new plan."""
 
