@@ -7,9 +7,10 @@ import pytest
 
 @pytest.fixture
 def spy_native(monkeypatch):
-    """``spy_native(name, record)``: every call of ``_native.<name>`` made by ``ops/nn`` passes
-    its arguments to ``record`` first (which path a session took, on how many threads)."""
-    from runtime_provider_cpu.ops import nn
+    """``spy_native(name, record)``: every call of ``_native.<name>`` made by ``ops/nn`` or
+    ``ops/fused`` passes its arguments to ``record`` first (which path a session took, on how
+    many threads)."""
+    from runtime_provider_cpu.ops import fused, nn
 
     assert nn._native is not None, nn.NATIVE_ERROR  # the wheel is built with its C extension
     real = nn._native
@@ -27,5 +28,6 @@ def spy_native(monkeypatch):
 
         setattr(Spy, name, staticmethod(call))
         monkeypatch.setattr(nn, "_native", Spy())
+        monkeypatch.setattr(fused, "_native", Spy())
 
     return spy

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..executable import inplace_variant
 from ..registry import kernel
+from . import nn as _nn
 from ._common import mean_last, sum_last
 from .elementwise import _native
 from .elementwise import gelu_erf_f32 as _gelu_erf_f32
@@ -326,6 +327,45 @@ def _add_into(z, other):
     return z + other
 
 
+#: Attention after its projection on ``_native.mha`` (a unit a head on the kernel threads,
+#: single-threaded sgemm calls) where SciPy's BLAS is found; else numpy below
+_MHA_NATIVE = True
+
+
+def _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, filt, unidirectional, attention_bias):
+    """``_native.mha`` on the projected (b, s, W) float32 ``proj`` (ours, contiguous): the same
+    sums as the numpy path below, in another order. None where a bias does not fit the
+    kernel's (1|b, 1|h, 1|s, s) forms (the caller then takes the numpy path)."""
+    def dims(a):
+        if a.ndim != 4 or any(d not in (1, f) for d, f in zip(a.shape, (b, h, s, s))):
+            return None
+        a = np.ascontiguousarray(np.broadcast_to(a, a.shape[:3] + (s,)), dtype=np.float32)
+        return a, a.shape[:3]
+
+    m1 = m2 = d1 = d2 = None
+    if mask_index is not None:
+        got = dims(_mask_bias(mask_index, b, s, s, filt)[:, None])
+        if got is None:
+            return None
+        m1, d1 = got
+    if attention_bias is not None:
+        try:
+            fits = attention_bias.ndim == 4 and np.broadcast_shapes(attention_bias.shape, (b, h, s, s)) == (b, h, s, s)
+        except ValueError:
+            fits = False
+        if not fits:
+            raise ValueError(f"Attention attention_bias of shape {attention_bias.shape} does not broadcast to "
+                             f"the scores' shape {(b, h, s, s)}")
+        got = dims(attention_bias)
+        if got is None:
+            return None
+        m2, d2 = got
+    y = np.empty((b, s, h * dv), np.float32)
+    _native.mha(proj, (b, s, proj.shape[-1], 0, sizes[0], sizes[0] + sizes[1]), (h, dq, dv), float(sc),
+                bool(unidirectional), m1, d1, m2, d2, y, getattr(ctx, "threads", 1))
+    return y
+
+
 @kernel("Attention", 1, domain=MS, dtypes=_F32, check=_attention_check)
 def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_bias=None, *,
               num_heads, scale=0.0, mask_filter_value=-10000.0, unidirectional=0, qkv_hidden_sizes=None,
@@ -338,16 +378,26 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     if sum(sizes) != weights.shape[1] or sizes[0] != sizes[1]:
         raise ValueError(f"Attention qkv_hidden_sizes {sizes} do not fit weights {weights.shape}")
     # one BLAS call over the folded batch (3-D @ 2-D would loop over the batch)
-    proj = (x.reshape(b * s, x.shape[-1]) @ weights).reshape(b, s, weights.shape[1])
-    if bias is not None:
-        proj = _add_into(proj, bias)
-    q, k, v = np.split(proj, [sizes[0], sizes[0] + sizes[1]], axis=-1)
+    proj = None
+    if bias is None or (bias.shape == (weights.shape[1],) and bias.dtype == np.float32):
+        proj = _nn._linear(ctx, x, weights, bias=None if bias is None else np.ascontiguousarray(bias))
+    if proj is None:
+        proj = (x.reshape(b * s, x.shape[-1]) @ weights).reshape(b, s, weights.shape[1])
+        if bias is not None:
+            proj = _add_into(proj, bias)
     h = int(num_heads)
     dq, dv = sizes[0] // h, sizes[2] // h
+    sc = np.float32(scale if scale else 1.0 / math.sqrt(dq))
+    if _MHA_NATIVE and _native is not None and proj.dtype == np.float32 and b * s and sizes[0] % h == 0 \
+            and sizes[2] % h == 0 and _nn._sgemm_ready():
+        y = _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, mask_filter_value,
+                        unidirectional, attention_bias)
+        if y is not None:
+            return y.astype(x.dtype, copy=False)
+    q, k, v = np.split(proj, [sizes[0], sizes[0] + sizes[1]], axis=-1)
     q = q.reshape(b, s, h, dq).transpose(0, 2, 1, 3)
     k = k.reshape(b, s, h, dq).transpose(0, 2, 3, 1)
     v = v.reshape(b, s, h, dv).transpose(0, 2, 1, 3)
-    sc = np.float32(scale if scale else 1.0 / math.sqrt(dq))
     if math.frexp(float(sc))[0] == 0.5:
         # a power of two (1/8 for heads of 64): scaling q first is exact (short of subnormals)
         # and touches s * dq elements per head instead of the scores' s * t (q views our proj)
@@ -365,7 +415,11 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     if attention_bias is not None:
         # onnxruntime: ([1|B], [1|H], S, T); here any 4-D bias that broadcasts onto the
         # [B, H, S, T] scores without enlarging them (a superset of onnxruntime's shapes)
-        if attention_bias.ndim != 4 or np.broadcast_shapes(attention_bias.shape, z.shape) != z.shape:
+        try:
+            fits = attention_bias.ndim == 4 and np.broadcast_shapes(attention_bias.shape, z.shape) == z.shape
+        except ValueError:
+            fits = False
+        if not fits:
             raise ValueError(f"Attention attention_bias of shape {attention_bias.shape} does not broadcast to "
                              f"the scores' shape {z.shape}")
         z = _add_into(z, attention_bias)

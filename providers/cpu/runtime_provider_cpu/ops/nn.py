@@ -65,6 +65,79 @@ def _in_dtype(node, i=0):
 # MatMul / Gemm
 # ---------------------------------------------------------------------------------------
 
+#: float32 MatMul / Gemm by a weight that is the same array every run (an initializer) on
+#: ``_native.linear`` (the weight packed once, on the kernel threads) from this many
+#: multiply-adds; needs the AVX-512 build (``CONV_FAST``). Measured against numpy's threaded
+#: OpenBLAS on this host, 2 threads: 128 x 768 x 3072 at 180-190 GFLOP/s against 150-170
+_LINEAR = _native is not None and bool(getattr(_native, "CONV_FAST", 0))
+_LINEAR_MIN_MACS = 1 << 18
+
+
+def _linear_weight(ctx, w, trans):
+    """``w`` ([K, N], or [N, K] with ``trans``; the node's input 1) packed for
+    ``_native.linear`` and kept in the node's cache, where w is the partition's constant
+    (an initializer: the same array every run, never written); else None (a weight computed
+    or fed at run time, or an initializer the caller overrides)."""
+    cache = getattr(ctx, "cache", None)
+    node = getattr(ctx, "node", None)
+    info = node.input_info[1] if node is not None and len(node.input_info) > 1 else None
+    if cache is None or info is None or getattr(info, "const", None) is not w:
+        return None
+    st = cache.get("linear")
+    if st is None:
+        packed = _pack_linear(w, trans)
+        cache["linear"] = (w, trans, packed)
+        return packed
+    if st is False or st[0] is not w or st[1] != trans:
+        cache["linear"] = False
+        return None
+    return st[2]
+
+
+def _pack_linear(w, trans):
+    """w ([K, N], or [N, K] with ``trans``) as ``_native.linear`` reads it: [ceil(N / 32), K,
+    32], zeros past N, 64-byte aligned; written straight from w (a transposed or padded
+    temporary of a 50257-column weight was 154 MB more at the peak)."""
+    N, K = w.shape if trans else w.shape[::-1]
+    lanes = _native.CONV_LANES
+    nb = -(-N // lanes)
+    raw = np.empty(nb * K * lanes + 16, _F32)
+    skip = (-raw.ctypes.data % 64) // 4
+    out = raw[skip:skip + nb * K * lanes].reshape(nb, K, lanes)
+    full = N // lanes
+    if full:
+        src = w[:full * lanes] if trans else w[:, :full * lanes]
+        if trans:  # [N, K] -> [nb, K, lanes]: out[j, k, l] = w[j * lanes + l, k]
+            out[:full] = src.reshape(full, lanes, K).transpose(0, 2, 1)
+        else:      # [K, N] -> out[j, k, l] = w[k, j * lanes + l]
+            out[:full] = src.reshape(K, full, lanes).transpose(1, 0, 2)
+    if full < nb:
+        out[full] = 0
+        rest = N - full * lanes
+        out[full, :, :rest] = w[full * lanes:].T if trans else w[:, full * lanes:]
+    return out
+
+
+def _linear(ctx, a, w, trans=False, bias=None):
+    """a [..., K] times the weight w ([K, N], or [N, K] with ``trans``) on ``_native.linear``
+    (plus ``bias`` [N]), or None where that does not apply (the caller uses numpy)."""
+    if not _LINEAR or _native is None or a.dtype != _F32 or w.dtype != _F32 or w.ndim != 2 or a.ndim < 1:
+        return None
+    N, K = w.shape if trans else w.shape[::-1]
+    if a.shape[-1] != K or a.size == 0 or N == 0 or a.size * N < _LINEAR_MIN_MACS:
+        return None
+    wp = _linear_weight(ctx, w, trans)
+    packed = wp is not None
+    if not packed:
+        if trans:
+            return None
+        wp = np.ascontiguousarray(w)  # a weight computed at run time: packed a chunk at a time
+    R = a.size // K
+    y = np.empty(a.shape[:-1] + (N,), _F32)
+    _native.linear(np.ascontiguousarray(a), wp, bias, y, (R, K, N), getattr(ctx, "threads", 1), packed)
+    return y
+
+
 def _matmul(a, b):
     if a.ndim > 2 and b.ndim == 2:
         # one BLAS call over the folded batch instead of one per matrix
@@ -78,6 +151,10 @@ def _matmul(a, b):
 def matmul(ctx, a, b):
     if a.dtype.name in ("float16", "bfloat16") or b.dtype.name in ("float16", "bfloat16"):
         return _matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
+    if a.ndim >= 2 and b.ndim == 2 and a.dtype == _F32:
+        y = _linear(ctx, a, b)
+        if y is not None:
+            return y
     return _matmul(a, b)
 
 
@@ -126,6 +203,8 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
             y = np.empty((A.shape[0], B.shape[1]), _F32)
             _native.gemm_rows(np.ascontiguousarray(A), src, y, (A.shape[0], A.shape[1], B.shape[1]),
                               bool(transB), getattr(ctx, "threads", 1))
+        elif not transA and (y := _linear(ctx, A, b, bool(transB))) is not None:
+            pass  # a weight packed once, on the kernel threads
         elif A.shape[0] * A.shape[1] * B.shape[1] < _BLAS_MIN_MACS:
             # a small product of more rows: a BLAS call would wake its worker threads, which
             # then spin on the cores for milliseconds, taking them from the compiled kernels
@@ -397,7 +476,7 @@ def _conv_out(in_sp, ks, strides, dilations, pb, pe) -> list:
             for i in range(len(in_sp))]
 
 
-def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None):
+def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, threads=1):
     """The convolution of padded ``x`` by ``w`` plus ``b`` (plus ``z``, of the result's shape:
     a fused residual sum); ``clip`` = (lo, hi) then clips it (a fused Relu or Clip). Where the
     extension is built these are one pass over the result."""
@@ -467,6 +546,19 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None):
             perm = (1,) + tuple(range(2 + nd, 2 + 2 * nd)) + (0,) + tuple(range(2, 2 + nd))
             cols = np.ascontiguousarray(win.transpose(perm)).reshape(group, Cg * K, N * P)
         wm = w.reshape(group, Mg, Cg * K)
+        if group == 1 and N == 1 and x.dtype == _F32 and w.dtype == _F32 and _sgemm_ready():
+            # one image: the compiled pointwise kernel on the GEMM (single-threaded sgemm a
+            # block on the kernel threads, bias, sum and clip in its epilogue; numpy's threaded
+            # BLAS would wake worker threads that spin through the next nodes)
+            if z is not None and z.shape != (1, M, *out):
+                raise ValueError(f"FusedConv: Z of shape {z.shape} must have the output's shape {(1, M, *out)}")
+            lo, hi = (-np.inf, np.inf) if clip is None else clip
+            y = np.empty((1, M, *out), _F32)
+            _native.pointwise(np.ascontiguousarray(wm[0]), np.ascontiguousarray(cols[0]),
+                              None if b is None else np.ascontiguousarray(b, dtype=_F32),
+                              None if z is None else np.ascontiguousarray(z, dtype=_F32).reshape(M, P), y,
+                              (M, Cg * K, P), float(lo), float(hi), max(1, int(threads)))
+            return y
         y = np.matmul(wm, cols)  # [group, Mg, N*P]
         if N == 1:
             y = y.reshape(1, M, *out)
@@ -598,6 +690,20 @@ def _sgemm_control():
     return _SGEMM[0]
 
 
+def _sgemm_ready():
+    """Whether SciPy's sgemm is there for the compiled kernels that call it on the kernel
+    threads (``_native.pointwise``, ``_native.mha``), that library then set to one thread
+    (a session of other intra_op_num_threads sets every BLAS library it finds)."""
+    if not _POINTWISE_NATIVE or _native is None:
+        return False
+    ctl = _sgemm_control()
+    if ctl is None:
+        return False
+    if ctl.get_num_threads() != 1:
+        ctl.set_num_threads(1)
+    return True
+
+
 #: pointwise convolutions on ``_native.pointwise`` (single-threaded sgemm a block, on the
 #: kernel threads) where SciPy's BLAS is found; else numpy's matmul
 _POINTWISE_NATIVE = True
@@ -649,7 +755,7 @@ class _ConvPlan:
             self.w2 = np.ascontiguousarray(w.reshape(M, C))
             self.shape = (N, M, H, W)
             self.args = ((M, H * W), float(lo), float(hi))
-            self.sgemm = _sgemm_control() if _POINTWISE_NATIVE else None
+            self.sgemm = _POINTWISE_NATIVE and _sgemm_control() is not None
             self.threads = max(1, int(threads))
         elif w.shape[1] == 1 and M == C == group and group > 1 and min(pb) >= 0 and min(pe) >= 0:
             if min(out) > 0:
@@ -668,11 +774,7 @@ class _ConvPlan:
             fn = _native.conv2d if self.kind == "direct" else _native.winograd3x3
             fn(x, self.w2, self.b2, None if z is None else np.ascontiguousarray(z), y, *self.args)
             return y
-        if self.kind == "pointwise" and self.sgemm is not None:
-            # our threads each run one single-threaded sgemm: keep that library at one thread
-            # (a session of other intra_op_num_threads sets every BLAS library it finds)
-            if self.sgemm.get_num_threads() != 1:
-                self.sgemm.set_num_threads(1)
+        if self.kind == "pointwise" and self.sgemm and _sgemm_ready():
             M, P = self.args[0]
             y = np.empty(self.shape, _F32)
             _native.pointwise(self.w2, x, self.b2, None if z is None else np.ascontiguousarray(z), y,
@@ -722,7 +824,7 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
     dt = x.dtype
     cd = _cdtype(dt)
     y = _conv_core(_as(x, cd), _as(w, cd), None if b is None else _as(b, cd), group, strides,
-                   dilations, pb, pe, clip, z if z is None else _as(z, cd))
+                   dilations, pb, pe, clip, z if z is None else _as(z, cd), threads)
     return _as(y, dt)
 
 
@@ -1272,6 +1374,20 @@ def _layer_norm(ctx, x, scale, b, axis, epsilon, stash_type, owned):
     dt = x.dtype
     cd = _STASH[stash_type]
     ax = normalize_axis(axis, x.ndim)
+    if (_native is not None and dt == _F32 and cd == _F32 and x.size and scale.dtype == _F32
+            and scale.shape == x.shape[ax:] and (b is None or (b.dtype == _F32 and b.shape == scale.shape))
+            and all(t is None or np.dtype(t) == _F32 for t in ctx.output_dtypes[1:ctx.n_outputs])):
+        # one compiled pass a row (``_native.skip_layer_norm`` without a skip): numpy's took
+        # BLAS products with ones for the means, which woke BLAS's worker threads
+        d = scale.size
+        y = x if owned and x.flags.c_contiguous else np.empty(x.shape, _F32)
+        st = x.shape[:ax] + (1,) * (x.ndim - ax)
+        mean = np.empty(st, _F32) if ctx.n_outputs > 1 else None
+        inv = np.empty(st, _F32) if ctx.n_outputs > 2 else None
+        _native.skip_layer_norm(np.ascontiguousarray(x), None, np.ascontiguousarray(scale).reshape(d),
+                                None if b is None else np.ascontiguousarray(b).reshape(d), None, y, mean, inv,
+                                None, (x.size // d, d, 1), float(epsilon))
+        return (y, mean, inv)[:ctx.n_outputs] if ctx.n_outputs > 1 else y
     xc = _as(x, cd)
     mean = mean_last(xc, ax)  # BLAS products with ones: faster than numpy's short-row means
     # x - mean, into x itself when the executable handed x over (same dtype: xc is x)

@@ -1,0 +1,159 @@
+"""The compiled float32 product by a weight (``_native.linear``): MatMul and Gemm by an
+initializer (packed once), by a weight fed at run time (packed a chunk at a time), and the
+projection of the fused Attention; plus the compiled LayerNormalization."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import runtime_core as rt
+from oracle import assert_close, make_model, run_oracle
+
+RNG = np.random.default_rng(20261205)
+
+
+def rnd(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture
+def calls(spy_native):
+    seen = []
+    # ((R, K, N), threads, packed)
+    spy_native("linear", lambda args: seen.append((args[4], args[5], args[6] if len(args) > 6 else True)))
+    return seen
+
+
+def _session(model, threads=2):
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = threads
+    return rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
+
+
+@pytest.mark.parametrize("lead,K,N", [((128,), 768, 96), ((2, 13), 300, 45), ((1, 5), 64, 1024), ((37,), 257, 33)])
+def test_matmul_by_an_initializer_matches_onnxruntime(lead, K, N, calls):
+    a, b = rnd(*lead, K), rnd(K, N)
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a}, ["y"], initializers={"b": b})
+    sess = _session(model, threads=3)
+    want = run_oracle(model, {"a": a})
+    for _ in range(2):  # packed on the first run, the packed copy reused on the second
+        assert_close(sess.run(None, {"a": a}), want, rtol=1e-4, atol=1e-4)
+    R = int(np.prod(lead))
+    assert calls == [((R, K, N), 3, True)] * 2
+
+
+def test_small_products_stay_on_numpy(calls):
+    a, b = rnd(4, 16), rnd(16, 8)
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a}, ["y"], initializers={"b": b})
+    assert_close(_session(model).run(None, {"a": a}), run_oracle(model, {"a": a}), rtol=1e-5, atol=1e-5)
+    assert calls == []
+
+
+def test_matmul_by_a_weight_fed_at_run_time(calls):
+    """A B that is not an initializer is never kept packed: each run reads the array it gets,
+    even the same object written in place between runs."""
+    a, b = rnd(40, 200), rnd(200, 70)
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a, "b": b}, ["y"])
+    sess = _session(model)
+    for _ in range(3):
+        assert_close(sess.run(None, {"a": a, "b": b}), run_oracle(model, {"a": a, "b": b}), rtol=1e-4, atol=1e-4)
+        b *= -2.0
+    assert calls == [((40, 200, 70), 2, False)] * 3
+
+
+@pytest.mark.parametrize("transB", [0, 1])
+@pytest.mark.parametrize("bias_shape", [None, (70,), (1, 70), (19, 70)])
+def test_gemm_by_an_initializer(transB, bias_shape, calls):
+    a = rnd(19, 300)
+    b = rnd(70, 300) if transB else rnd(300, 70)
+    inits = {"b": b}
+    ins = ["a", "b"]
+    if bias_shape is not None:
+        inits["c"] = rnd(*bias_shape)
+        ins.append("c")
+    node = helper.make_node("Gemm", ins, ["y"], transB=transB, alpha=1.5, beta=0.5)
+    model = make_model([node], {"a": a}, ["y"], opset=13, initializers=inits)
+    assert_close(_session(model).run(None, {"a": a}), run_oracle(model, {"a": a}), rtol=1e-4, atol=1e-4)
+    assert calls == [((19, 300, 70), 2, True)]
+
+
+@pytest.mark.parametrize("packed", [True, False])
+@pytest.mark.parametrize("R,K,N", [(1, 7, 5), (12, 256, 32), (13, 257, 33), (25, 600, 70), (130, 1000, 96)])
+def test_linear_against_float64_on_any_thread_count(R, K, N, packed):
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_linear
+
+    a, w, bias = rnd(R, K), rnd(K, N), rnd(N)
+    wp = _pack_linear(w, False) if packed else w
+    ref = a.astype(np.float64) @ w.astype(np.float64) + bias
+    outs = []
+    for threads in (1, 2, 3, 16):
+        y = np.full((R, N), np.nan, np.float32)
+        _native.linear(a, wp, bias, y, (R, K, N), threads, packed)
+        outs.append(y)
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])  # each element summed the same way by any thread
+    # the packed weights and the chunks packed on the fly give the same sums
+    y = np.empty((R, N), np.float32)
+    _native.linear(a, w if packed else _pack_linear(w, False), bias, y, (R, K, N), 2, not packed)
+    assert np.array_equal(y, outs[0])
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
+
+
+def test_pack_linear_layout():
+    from runtime_provider_cpu.ops.nn import _pack_linear
+
+    w = rnd(9, 70)  # K = 9, N = 70: two whole panels of 32 and a tail of 6
+    for packed in (_pack_linear(w, False), _pack_linear(np.ascontiguousarray(w.T), True)):
+        assert packed.shape == (3, 9, 32) and packed.ctypes.data % 64 == 0
+        for n in range(70):
+            assert np.array_equal(packed[n // 32, :, n % 32], w[:, n])
+        assert not packed[2, :, 6:].any()  # zeros past N
+
+
+def test_linear_checks_buffers():
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_linear
+
+    a, w = rnd(4, 8), rnd(8, 40)
+    wp = _pack_linear(w, False)
+    y = np.empty((4, 40), np.float32)
+    with pytest.raises(ValueError, match="W"):
+        _native.linear(a, wp[:1], None, y, (4, 8, 40), 1)
+    with pytest.raises(ValueError, match="Y"):
+        _native.linear(a, wp, None, y[:2], (4, 8, 40), 1)
+    raw = np.zeros(wp.size + 1, np.float32)
+    off = raw[1:] if raw[1:].ctypes.data % 64 else raw[:-1]  # surely not 64-byte aligned
+    off[:] = wp.ravel()
+    with pytest.raises(ValueError, match="aligned"):
+        _native.linear(a, off, None, y, (4, 8, 40), 1)
+    with pytest.raises(ValueError, match="positive"):
+        _native.linear(a, wp, None, y, (0, 8, 40), 1)
+    y[:] = 7.0
+    _native.linear(a, w, None, y, (4, 8, 40), 1, False)  # unpacked: any alignment
+    np.testing.assert_allclose(y, a @ w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 7, 192), -1), ((3, 5, 4, 6), 2), ((130, 33), 1)])
+@pytest.mark.parametrize("with_bias", [True, False])
+@pytest.mark.parametrize("n_out", [1, 3])
+def test_layer_norm_compiled_matches_onnxruntime(shape, axis, with_bias, n_out, spy_native):
+    seen = []
+    spy_native("skip_layer_norm", lambda args: seen.append(args[1]))
+    x = rnd(*shape) * 3 + 1
+    norm = shape[axis:]
+    inits = {"s": rnd(*norm)}
+    ins = ["x", "s"]
+    if with_bias:
+        inits["b"] = rnd(*norm)
+        ins.append("b")
+    outs = ["y", "mean", "inv"][:n_out]
+    node = helper.make_node("LayerNormalization", ins, outs, axis=axis, epsilon=1e-3)
+    model = make_model([node], {"x": x}, outs, initializers=inits)
+    got = _session(model).run(None, {"x": x})
+    assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    assert seen == [None]  # the compiled pass, without a skip
+    if n_out == 3:
+        assert got[1].shape == shape[:len(shape) + axis if axis < 0 else axis] + (1,) * len(norm)

@@ -1,0 +1,105 @@
+"""The compiled core of ``com.microsoft.Attention`` (``_native.mha``): a unit a head (or a
+block of a head's rows) on the kernel threads, single-threaded sgemm calls, against the numpy
+path it replaces and against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import runtime_core as rt
+from oracle import assert_close, make_model, run_oracle
+
+MS = "com.microsoft"
+RNG = np.random.default_rng(20261205)
+
+
+def rnd(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _model(B, S, D, H, names=(), extra=None, sizes=None, **attrs):
+    W = 3 * D if sizes is None else sum(sizes)
+    inits = {"W": rnd(D, W) * 0.3, "B": rnd(W)}
+    if sizes is not None:
+        attrs["qkv_hidden_sizes"] = list(sizes)
+    node = helper.make_node("Attention", ["x", "W", "B", *names], ["y"], domain=MS, num_heads=H, **attrs)
+    inputs = {"x": rnd(B, S, D), **(extra or {})}
+    m = make_model([node], inputs, [], initializers=inits, extra_opsets={MS: 1})
+    dv = D if sizes is None else sizes[2]
+    m.graph.output.append(helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, S, dv]))
+    return m, inputs
+
+
+def _run(m, inputs, threads):
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = threads
+    return rt.InferenceSession(m.SerializeToString(), so, providers=["cpu"]).run(None, inputs)[0]
+
+
+CASES = [
+    # (B, S, D, H, names, extra-maker, attrs)
+    (1, 37, 48, 4, (), None, {}),
+    (2, 9, 16, 2, (), None, {"unidirectional": 1}),
+    (2, 20, 32, 1, ("m",), lambda B, S: {"m": (RNG.random((B, S)) > 0.3).astype(np.int32)}, {}),
+    (3, 11, 24, 3, ("m",), lambda B, S: {"m": np.array([4, 11, 1], np.int32)}, {"unidirectional": 1}),
+    (2, 8, 16, 2, ("m",), lambda B, S: {"m": (RNG.random((B, S, S)) > 0.4).astype(np.int32)}, {"scale": 0.3}),
+    (2, 6, 16, 4, ("", "", "ab"), lambda B, S: {"ab": rnd(1, 4, S, S)}, {}),
+    (2, 6, 16, 4, ("m", "", "ab"), lambda B, S: {"m": np.array([[1] * 6, [1, 1, 1, 0, 0, 0]], np.int32),
+                                                 "ab": rnd(2, 1, 1, S)}, {"mask_filter_value": -50.0}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_mha_matches_the_numpy_path_and_onnxruntime(case, threads, spy_native, monkeypatch):
+    from runtime_provider_cpu.ops import fused
+
+    B, S, D, H, names, extra, attrs = CASES[case]
+    seen = []
+    spy_native("mha", lambda args: seen.append(args[-1]))
+    m, inputs = _model(B, S, D, H, names, extra(B, S) if extra else None, **attrs)
+    ours = _run(m, inputs, threads)
+    assert seen == [threads]
+    monkeypatch.setattr(fused, "_MHA_NATIVE", False)
+    numpy_ = _run(m, inputs, threads)
+    assert len(seen) == 1
+    np.testing.assert_allclose(ours, numpy_, rtol=1e-5, atol=1e-5)
+    if "ab" not in inputs or inputs["ab"].shape[1] == H and inputs["ab"].shape[0] in (1, B):
+        assert_close([ours], run_oracle(m, inputs), 1e-4, 1e-5)
+
+
+def test_mha_same_bits_on_any_thread_count():
+    m, inputs = _model(2, 50, 64, 2, unidirectional=1)  # 4 heads: rows split at 3+ threads
+    outs = [_run(m, inputs, t) for t in (1, 2, 3, 8)]
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])
+
+
+def test_mha_value_heads_of_another_width(spy_native):
+    seen = []
+    spy_native("mha", lambda args: seen.append(args[2]))
+    m, inputs = _model(1, 10, 16, 2, sizes=(16, 16, 8))
+    assert_close([_run(m, inputs, 2)], run_oracle(m, inputs), 1e-4, 1e-5)
+    assert seen == [(2, 8, 4)]  # (heads, query/key width, value width)
+
+
+def test_mha_refuses_a_bias_that_does_not_broadcast():
+    m, inputs = _model(2, 6, 16, 2, ("", "", "ab"), {"ab": rnd(2, 3, 6, 6)})
+    with pytest.raises(Exception, match="does not broadcast"):
+        _run(m, inputs, 2)
+
+
+def test_mha_checks_its_buffers():
+    from runtime_provider_cpu import _native
+
+    qkv, y = rnd(1, 4, 24), np.empty((1, 4, 8), np.float32)
+    with pytest.raises(ValueError, match="past W"):
+        _native.mha(qkv, (1, 4, 24, 0, 8, 20), (2, 4, 4), 0.5, False, None, None, None, None, y, 1)
+    with pytest.raises(ValueError, match="Y"):
+        _native.mha(qkv, (1, 4, 24, 0, 8, 16), (2, 4, 4), 0.5, False, None, None, None, None, y[:, :2], 1)
+    with pytest.raises(ValueError, match="broadcast"):
+        _native.mha(qkv, (1, 4, 24, 0, 8, 16), (2, 4, 4), 0.5, False, rnd(1, 3, 1, 4), (1, 3, 1), None, None, y, 1)
+    with pytest.raises(ValueError, match="mask"):
+        _native.mha(qkv, (1, 4, 24, 0, 8, 16), (2, 4, 4), 0.5, False, rnd(1, 1, 1, 3), (1, 1, 1), None, None, y, 1)
