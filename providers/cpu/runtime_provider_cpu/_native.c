@@ -32,8 +32,11 @@
  * intra_op_num_threads). winograd3x3: 3x3 stride-1 convolutions as Winograd F(2x2, 3x3) on
  * the same register tile. pointwise: 1x1 convolutions as blocks of single-threaded sgemm
  * calls (SciPy's BLAS, set_sgemm) on the kernel threads. gemm_rows: a Gemm of a few rows.
- * maxpool2d, skip_layer_norm, softmax: one pass a row where numpy needs 5-9. gelu_erf also
- * computes Gelu's tanh form (FastGelu).
+ * linear: y = a w with w packed once (an initializer) or a chunk at a time, 12 x 32 register
+ * tiles on the kernel threads; pointwise_lanes: 1x1 convolutions on the same tiles with the
+ * epilogue in registers. mha: multi-head attention after the projection, a head a unit,
+ * single-threaded sgemm calls. maxpool2d, skip_layer_norm (also LayerNormalization), softmax:
+ * one pass a row where numpy needs 5-9. gelu_erf also computes Gelu's tanh form (FastGelu).
  *
  * tree_leaves: the walk of a tree ensemble (float32 or float64 thresholds, every comparison
  * mode, missing values). numpy walks all rows x trees one level at a time, a gather per node
@@ -41,8 +44,8 @@
  * rows walk it at once, a record read per step (LightGBM 300 trees x 100 rows: 970 -> 430 us).
  *
  * Every buffer is checked against the shape it is said to have before anything is read, and
- * the GIL is released while the kernels run. Called from runtime_provider_cpu.ops.nn, .ops.rnn
- * and .ops.ml, which make the arrays C-contiguous and of the kernel's type first.
+ * the GIL is released while the kernels run. Called from runtime_provider_cpu.ops.nn, .ops.rnn,
+ * .ops.fused and .ops.ml, which make the arrays C-contiguous and of the kernel's type first.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -2477,8 +2480,17 @@ static PyObject *softmax(PyObject *self, PyObject *args)
 #define LN_RP 12  /* rows a panel */
 #define LN_KC 256 /* most terms a chunk */
 
+/* pointwise_lanes's epilogue in a tile's last chunk: row p of the tile gets rb[p] (or 0),
+ * plus z[p * ldz + ...] when z is set, clipped to [lo, hi] */
+typedef struct {
+    const float *rb, *z;
+    Py_ssize_t ldz;
+    float lo, hi;
+} ln_epi;
+
 typedef void (*ln_tile_f)(const float *restrict, const float *restrict, Py_ssize_t, float *restrict,
-                          Py_ssize_t, const float *restrict, int, const char *, Py_ssize_t, Py_ssize_t);
+                          Py_ssize_t, const float *restrict, int, const char *, Py_ssize_t, Py_ssize_t,
+                          const ln_epi *);
 
 /* c[p][0 .. 32) = (init ? bias (or 0) : c[p]) + sum over k of ap[k * 12 + p] * wp[k * 32 + ...];
  * and npf rows of 128 bytes from pf (pfs bytes apart) asked into L2, one a step */
@@ -2486,21 +2498,15 @@ typedef void (*ln_tile_f)(const float *restrict, const float *restrict, Py_ssize
     CV_CLONES static void ln_tile##NP(const float *restrict ap, const float *restrict wp,          \
                                       Py_ssize_t kn, float *restrict c, Py_ssize_t ldc,            \
                                       const float *restrict bias, int init, const char *pf,        \
-                                      Py_ssize_t pfs, Py_ssize_t npf)                              \
+                                      Py_ssize_t pfs, Py_ssize_t npf, const ln_epi *e)             \
     {                                                                                            \
+        /* from zeros, what c holds (or the bias) added at the end: the accumulators stay in \
+           registers (loaded before the loop, GCC moved them through the stack) */              \
         v16f acc[NP][2];                                                                         \
-        if (init) {                                                                              \
-            const v16f b0 = bias ? *(const v16f_u *)bias : (v16f){0};                            \
-            const v16f b1 = bias ? *(const v16f_u *)(bias + 16) : (v16f){0};                     \
-            for (int p = 0; p < NP; p++) {                                                       \
-                acc[p][0] = b0;                                                                  \
-                acc[p][1] = b1;                                                                  \
-            }                                                                                    \
-        } else                                                                                   \
-            for (int p = 0; p < NP; p++) {                                                       \
-                acc[p][0] = *(const v16f_u *)(c + p * ldc);                                      \
-                acc[p][1] = *(const v16f_u *)(c + p * ldc + 16);                                 \
-            }                                                                                    \
+        for (int p = 0; p < NP; p++) {                                                           \
+            acc[p][0] = (v16f){0};                                                               \
+            acc[p][1] = (v16f){0};                                                               \
+        }                                                                                        \
         for (Py_ssize_t k = 0; k < kn; k++) {                                                    \
             if (npf > 0) {                                                                       \
                 __builtin_prefetch(pf, 0, 2);                                                    \
@@ -2515,10 +2521,33 @@ typedef void (*ln_tile_f)(const float *restrict, const float *restrict, Py_ssize
                 acc[p][1] += x * w1;                                                             \
             }                                                                                    \
         }                                                                                        \
-        for (int p = 0; p < NP; p++) {                                                           \
-            *(v16f_u *)(c + p * ldc) = acc[p][0];                                                \
-            *(v16f_u *)(c + p * ldc + 16) = acc[p][1];                                           \
-        }                                                                                        \
+        if (!init)                                                                               \
+            for (int p = 0; p < NP; p++) {                                                       \
+                acc[p][0] += *(const v16f_u *)(c + p * ldc);                                     \
+                acc[p][1] += *(const v16f_u *)(c + p * ldc + 16);                                \
+            }                                                                                    \
+        if (e) {                                                                                 \
+            const v16f lo = cv_bcast(e->lo), hi = cv_bcast(e->hi);                               \
+            for (int p = 0; p < NP; p++)                                                         \
+                for (int v = 0; v < 2; v++) {                                                    \
+                    v16f t = acc[p][v] + cv_bcast(e->rb ? e->rb[p] : 0.0f);                      \
+                    if (e->z)                                                                    \
+                        t += *(const v16f_u *)(e->z + p * e->ldz + 16 * v);                      \
+                    v16i m = t < lo;                                                             \
+                    t = (v16f)((m & (v16i)lo) | (~m & (v16i)t));                                 \
+                    m = t > hi;                                                                  \
+                    *(v16f_u *)(c + p * ldc + 16 * v) = (v16f)((m & (v16i)hi) | (~m & (v16i)t)); \
+                }                                                                                \
+        } else if (!init || !bias)                                                               \
+            for (int p = 0; p < NP; p++) {                                                       \
+                *(v16f_u *)(c + p * ldc) = acc[p][0];                                            \
+                *(v16f_u *)(c + p * ldc + 16) = acc[p][1];                                       \
+            }                                                                                    \
+        else                                                                                     \
+            for (int p = 0; p < NP; p++) {                                                       \
+                *(v16f_u *)(c + p * ldc) = acc[p][0] + *(const v16f_u *)bias;                    \
+                *(v16f_u *)(c + p * ldc + 16) = acc[p][1] + *(const v16f_u *)(bias + 16);        \
+            }                                                                                    \
     }
 LN_TILE(1)
 LN_TILE(2)
@@ -2541,7 +2570,27 @@ typedef struct {
     float *ap, *y;
     Py_ssize_t R, K, N, kc, bp; /* bp: row panels a unit */
     int packed;                 /* wp packed [ceil(N / 32)][K][32], else w itself, K x N */
+    /* pointwise_lanes's epilogue: y = clip(y + rbias[row] + z, lo, hi) (when epi is set) */
+    const float *rbias, *z;
+    float lo, hi;
+    int epi;
 } ln_job;
+
+/* rows [r0, r1), columns [n0, n0 + nn) of y: the epilogue of pointwise_lanes */
+CV_CLONES static void ln_epilogue(const ln_job *j, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n0, Py_ssize_t nn)
+{
+    for (Py_ssize_t r = r0; r < r1; r++) {
+        float *yr = j->y + r * j->N + n0;
+        const float b = j->rbias ? j->rbias[r] : 0.0f;
+        const float *zr = j->z ? j->z + r * j->N + n0 : NULL;
+        if (zr)
+            for (Py_ssize_t i = 0; i < nn; i++)
+                yr[i] = clipf(yr[i] + b + zr[i], j->lo, j->hi);
+        else
+            for (Py_ssize_t i = 0; i < nn; i++)
+                yr[i] = clipf(yr[i] + b, j->lo, j->hi);
+    }
+}
 
 /* the weights of column panel cb, terms [k0, k0 + kn), from an unpacked K x N w into buf
  * [kn][32] (zeros past N) */
@@ -2626,19 +2675,44 @@ static void ln_part(void *arg, int part, int parts)
                 float *c = j->y + r0 * j->N + n0;
                 const Py_ssize_t pfs = (Py_ssize_t)sizeof(float) * j->N;
                 if (nn == 32) {
-                    ln_tiles[nr](ap, wp, kn, c, j->N, bias, k0 == 0, pf, pfs, q == q0 ? npf : 0);
+                    ln_epi e = {j->rbias ? j->rbias + r0 : NULL, j->z ? j->z + r0 * j->N + n0 : NULL, j->N,
+                                j->lo, j->hi};
+                    ln_tiles[nr](ap, wp, kn, c, j->N, bias, k0 == 0, pf, pfs, q == q0 ? npf : 0,
+                                 j->epi && k0 + kn == j->K ? &e : NULL);
                     continue;
                 }
                 /* the last panel of an N not a multiple of 32: through a whole-width tile */
                 if (k0 > 0)
                     for (Py_ssize_t p = 0; p < nr; p++)
                         memcpy(tail + p * 32, c + p * j->N, sizeof(float) * nn);
-                ln_tiles[nr](ap, wp, kn, tail, 32, bias, k0 == 0, pf, pfs, q == q0 ? npf : 0);
+                ln_tiles[nr](ap, wp, kn, tail, 32, bias, k0 == 0, pf, pfs, q == q0 ? npf : 0, NULL);
                 for (Py_ssize_t p = 0; p < nr; p++)
                     memcpy(c + p * j->N, tail + p * 32, sizeof(float) * nn);
             }
         }
+        if (j->epi && nn < 32) /* whole panels had it in their tiles */
+            ln_epilogue(j, q0 * LN_RP, q1 * LN_RP < j->R ? q1 * LN_RP : j->R, n0, nn);
     }
+}
+
+/* the products of j on up to threads threads (j->ap packed; j->kc and j->bp set here) */
+static void ln_run(ln_job *j, int threads)
+{
+    const Py_ssize_t cols = (j->N + 31) / 32, np_ = (j->R + LN_RP - 1) / LN_RP;
+    /* K in chunks of at most LN_KC terms, as even as they go */
+    const Py_ssize_t nk = (j->K + LN_KC - 1) / LN_KC;
+    j->kc = (j->K + nk - 1) / nk;
+    /* row panels split into blocks only when the column panels are too few for the threads */
+    j->bp = np_;
+    if (cols < 4 * (Py_ssize_t)threads) {
+        Py_ssize_t nb = (4 * (Py_ssize_t)threads + cols - 1) / cols;
+        if (nb > np_)
+            nb = np_;
+        j->bp = (np_ + nb - 1) / nb;
+    }
+    const Py_ssize_t units = cols * ((np_ + j->bp - 1) / j->bp);
+    const int parts = rc_parts(2.0 * (double)j->R * (double)j->K * (double)j->N, 2.5e5, units, &threads);
+    rc_parallel(ln_part, j, parts, threads);
 }
 
 static PyObject *linear(PyObject *self, PyObject *args)
@@ -2672,29 +2746,48 @@ static PyObject *linear(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     }
     ln_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, ap,
-                (float *)v[3].buf, R, K, N, 0, np_, packed};
-    /* K in chunks of at most LN_KC terms, as even as they go */
-    const Py_ssize_t nk = (K + LN_KC - 1) / LN_KC;
-    j.kc = (K + nk - 1) / nk;
-    /* row panels split into blocks only when the column panels are too few for the threads */
-    int th = threads;
-    const double work = 2.0 * (double)R * (double)K * (double)N;
-    if (cols < 4 * (Py_ssize_t)th) {
-        Py_ssize_t nb = (4 * (Py_ssize_t)th + cols - 1) / cols;
-        if (nb > np_)
-            nb = np_;
-        j.bp = (np_ + nb - 1) / nb;
-    }
-    const Py_ssize_t units = cols * ((np_ + j.bp - 1) / j.bp);
-    const int parts = rc_parts(work, 2.5e5, units, &th);
+                (float *)v[3].buf, R, K, N, 0, np_, packed, NULL, NULL, 0.0f, 0.0f, 0};
     int pth = threads;
     const int pparts = rc_parts((double)R * (double)K * 8.0, 2.5e5, np_, &pth);
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(ln_pack_part, &j, pparts, pth);
-    rc_parallel(ln_part, &j, parts, th);
+    ln_run(&j, threads);
     Py_END_ALLOW_THREADS
     rc_work_done(ap, apn);
     release_buffers(v, 4);
+    Py_RETURN_NONE;
+}
+
+/* pointwise_lanes: a 1x1 convolution of one image, y (M x P) = w (M x C) x (C x P), with
+ * linear's tiles: w (constant) packed once in 12-row panels (_pack_rows), x packed 32
+ * positions x a chunk of channels at a time, bias, residual and clip in the epilogue while
+ * the tile is in cache. */
+static PyObject *pointwise_lanes(PyObject *self, PyObject *args)
+{
+    PyObject *wo, *xo, *bo, *zo, *yo;
+    Py_ssize_t M, C, P;
+    float lo, hi;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOOOO(nnn)ffi:pointwise_lanes", &wo, &xo, &bo, &zo, &yo, &M, &C, &P, &lo,
+                          &hi, &threads))
+        return NULL;
+    if (M < 1 || C < 1 || P < 1 || M > PY_SSIZE_T_MAX / 64 / C || P > PY_SSIZE_T_MAX / 64 / C) {
+        PyErr_SetString(PyExc_ValueError, "pointwise_lanes: sizes must be positive (and not overflow)");
+        return NULL;
+    }
+    const Py_ssize_t np_ = (M + LN_RP - 1) / LN_RP;
+    Py_buffer v[5];
+    const rc_buf spec[5] = {{wo, np_ * C * LN_RP, RC_F32, 0, 0, "W"}, {xo, C * P, RC_F32, 0, 0, "X"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {zo, M * P, RC_F32, 0, 1, "Z"},
+                            {yo, M * P, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("pointwise_lanes", spec, v, 5) < 0)
+        return NULL;
+    ln_job j = {NULL, (const float *)v[1].buf, NULL, (float *)v[0].buf, (float *)v[4].buf, M, C, P, 0, np_, 0,
+                (const float *)v[2].buf, (const float *)v[3].buf, lo, hi, 1};
+    Py_BEGIN_ALLOW_THREADS
+    ln_run(&j, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 5);
     Py_RETURN_NONE;
 }
 
@@ -2908,6 +3001,10 @@ static PyMethodDef methods[] = {
      "linear(a, wp, bias, y, (R, K, N), threads)\n"
      "y (R x N) = a (R x K) w (+ bias) in float32 on the kernel threads, w packed as\n"
      "[ceil(N / 32)][K][32] (64-byte aligned, zeros past N)."},
+    {"pointwise_lanes", pointwise_lanes, METH_VARARGS,
+     "pointwise_lanes(wp, x, b, z, y, (M, C, P), lo, hi, threads)\n"
+     "y (M x P) = clip(w x + b (+ z), lo, hi) in float32 on the kernel threads, w packed in\n"
+     "12-row panels [ceil(M / 12)][C][12] (zeros past M)."},
     {"mha", mha, METH_VARARGS,
      "mha(qkv, (B, S, W, oq, ok, ov), (H, dq, dv), scale, causal, mask, mask_dims, bias, bias_dims, y, threads)\n"
      "Multi-head attention from the projected (B, S, W) float32 qkv (heads' columns from oq, ok,\n"

@@ -1,6 +1,8 @@
-"""1x1 stride-1 convolutions of one image (``_native.pointwise``): blocks of the output split
-between the kernel threads, each one single-threaded sgemm of SciPy's BLAS and its bias,
-residual and clip; that library kept at one thread; numpy's matmul where it is not found."""
+"""1x1 stride-1 convolutions of one image: ``_native.pointwise_lanes`` (the compiled Linear's
+tiles, the weights packed once) where the AVX-512 build runs; else ``_native.pointwise``,
+blocks of the output split between the kernel threads, each one single-threaded sgemm of
+SciPy's BLAS and its bias, residual and clip, that library kept at one thread; numpy's
+matmul where neither is to be had."""
 
 from __future__ import annotations
 
@@ -19,12 +21,25 @@ def rnd(*shape):
 
 
 @pytest.fixture
-def calls(spy_native):
+def calls(spy_native, monkeypatch):
+    """The calls of the sgemm kernel (``pointwise``), with the lanes kernel off."""
     from runtime_provider_cpu.ops import nn
 
     assert nn._sgemm_control() is not None  # SciPy's OpenBLAS, which threadpoolctl knows
+    monkeypatch.setattr(nn, "_PW_LANES", False)
     seen = []
     spy_native("pointwise", lambda args: seen.append((args[5], args[-1])))  # (M, K, P), threads
+    return seen
+
+
+@pytest.fixture
+def lane_calls(spy_native):
+    from runtime_provider_cpu.ops import nn
+
+    if not nn._LINEAR:
+        pytest.skip("the lanes kernel needs the AVX-512 build (CONV_FAST)")
+    seen = []
+    spy_native("pointwise_lanes", lambda args: seen.append((args[5], args[-1])))  # (M, C, P), threads
     return seen
 
 
@@ -34,7 +49,9 @@ def calls(spy_native):
     (3, 5, 4, 3),         # tiny: one part
     (24, 144, 17, 9),     # column tails
 ])
-def test_pointwise_matches_onnxruntime(C, M, H, W, calls):
+@pytest.mark.parametrize("kernel", ["pointwise", "pointwise_lanes"])
+def test_pointwise_matches_onnxruntime(C, M, H, W, kernel, request):
+    calls = request.getfixturevalue("calls" if kernel == "pointwise" else "lane_calls")
     x, w, b = rnd(1, C, H, W), rnd(M, C, 1, 1) * 0.1, rnd(M)
     r = rnd(1, M, H, W)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]),
@@ -86,6 +103,49 @@ def test_pointwise_on_any_thread_count():
                 ys.append(y)
             assert np.array_equal(ys[0], ys[1])
             np.testing.assert_allclose(ys[0], ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("M,K,P", [(40, 64, 3000), (600, 96, 49), (13, 300, 33), (5, 3, 7)])
+def test_pointwise_lanes_same_bits_on_any_thread_count(M, K, P):
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops import nn
+
+    w, x, b, z = rnd(M, K), rnd(K, P), rnd(M), rnd(M, P)
+    wp = nn._pack_rows(w)
+    assert wp.shape == (-(-M // 12), K, 12)
+    for m in range(M):
+        assert np.array_equal(wp[m // 12, :, m % 12], w[m])
+    assert not wp[-1, :, M - 12 * (wp.shape[0] - 1):].any()  # zeros past M
+    ref = np.clip(w.astype(np.float64) @ x + b[:, None] + z, -1, 1)
+    outs = []
+    for threads in (1, 2, 3, 8):
+        y = np.full((M, P), np.nan, np.float32)
+        _native.pointwise_lanes(wp, x, b, z, y, (M, K, P), -1.0, 1.0, threads)
+        outs.append(y)
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])  # each element summed the same way by any thread
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
+    y = np.empty((M, P), np.float32)
+    _native.pointwise_lanes(wp, x, None, None, y, (M, K, P), -np.inf, np.inf, 2)
+    np.testing.assert_allclose(y, w.astype(np.float64) @ x, rtol=1e-5, atol=1e-4)
+
+
+def test_pointwise_lanes_checks_buffers():
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops import nn
+
+    w, x = np.ones((4, 8), np.float32), np.ones((8, 10), np.float32)
+    wp, y = nn._pack_rows(w), np.zeros((4, 10), np.float32)
+    args = ((4, 8, 10), -np.inf, np.inf, 2)
+    with pytest.raises(ValueError, match="W holds"):
+        _native.pointwise_lanes(w, x, None, None, y, *args)  # not packed: 32 floats, not 96
+    with pytest.raises(ValueError, match="Z holds"):
+        _native.pointwise_lanes(wp, x, None, y[:2], y, *args)
+    with pytest.raises(ValueError, match="sizes"):
+        _native.pointwise_lanes(wp, x, None, None, y, (4, 0, 10), -np.inf, np.inf, 2)
+    assert not y.any()
+    _native.pointwise_lanes(wp, x, None, None, y, *args)
+    assert (y == 8).all()
 
 
 def test_pointwise_checks_buffers():

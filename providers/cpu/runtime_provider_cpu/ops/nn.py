@@ -94,6 +94,15 @@ def _linear_weight(ctx, w, trans):
     return st[2]
 
 
+def _pack_rows(w):
+    """w [M, C] as ``_native.pointwise_lanes`` reads it: [ceil(M / 12), C, 12], zeros past M."""
+    M, C = w.shape
+    mb = -(-M // 12)
+    out = np.zeros((mb * 12, C), _F32)
+    out[:M] = w
+    return np.ascontiguousarray(out.reshape(mb, 12, C).transpose(0, 2, 1))
+
+
 def _pack_linear(w, trans):
     """w ([K, N], or [N, K] with ``trans``) as ``_native.linear`` reads it: [ceil(N / 32), K,
     32], zeros past N, 64-byte aligned; written straight from w (a transposed or padded
@@ -707,6 +716,7 @@ def _sgemm_ready():
 #: pointwise convolutions on ``_native.pointwise`` (single-threaded sgemm a block, on the
 #: kernel threads) where SciPy's BLAS is found; else numpy's matmul
 _POINTWISE_NATIVE = True
+_PW_LANES = True
 
 
 class _ConvPlan:
@@ -720,7 +730,7 @@ class _ConvPlan:
     straight to it. The prepared weights are kept with the arrays they came from:
     initializers are the same array every run, and a weight fed at run time makes a new plan."""
 
-    __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "b2", "shape", "args", "sgemm", "threads")
+    __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "w12", "b2", "shape", "args", "sgemm", "threads")
 
     def __init__(self, x, w, b, clip, group, strides, dilations, pb, pe, threads=1):
         self.xshape, self.w, self.b, self.clip, self.kind = x.shape, w, b, clip, None
@@ -753,6 +763,7 @@ class _ConvPlan:
         elif ks == (1, 1) and group == 1 and list(strides) == [1, 1] and not any(pb) and not any(pe):
             self.kind = "pointwise"
             self.w2 = np.ascontiguousarray(w.reshape(M, C))
+            self.w12 = _pack_rows(self.w2) if _PW_LANES and _LINEAR else None
             self.shape = (N, M, H, W)
             self.args = ((M, H * W), float(lo), float(hi))
             self.sgemm = _POINTWISE_NATIVE and _sgemm_control() is not None
@@ -773,6 +784,12 @@ class _ConvPlan:
             y = np.empty(self.shape, _F32)
             fn = _native.conv2d if self.kind == "direct" else _native.winograd3x3
             fn(x, self.w2, self.b2, None if z is None else np.ascontiguousarray(z), y, *self.args)
+            return y
+        if self.kind == "pointwise" and self.w12 is not None:
+            M, P = self.args[0]
+            y = np.empty(self.shape, _F32)
+            _native.pointwise_lanes(self.w12, x, self.b2, None if z is None else np.ascontiguousarray(z), y,
+                                    (M, self.xshape[1], P), self.args[1], self.args[2], self.threads)
             return y
         if self.kind == "pointwise" and self.sgemm and _sgemm_ready():
             M, P = self.args[0]
