@@ -388,8 +388,8 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     h = int(num_heads)
     dq, dv = sizes[0] // h, sizes[2] // h
     sc = np.float32(scale if scale else 1.0 / math.sqrt(dq))
-    if _MHA_NATIVE and _native is not None and proj.dtype == np.float32 and b * s and sizes[0] % h == 0 \
-            and sizes[2] % h == 0 and _nn._sgemm_ready():
+    if (_MHA_NATIVE and _native is not None and type(proj) is np.ndarray and proj.dtype == np.float32
+            and b * s and sizes[0] % h == 0 and sizes[2] % h == 0 and _nn._sgemm_ready()):
         y = _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, mask_filter_value,
                         unidirectional, attention_bias)
         if y is not None:

@@ -130,7 +130,8 @@ def _pack_linear(w, trans):
 def _linear(ctx, a, w, trans=False, bias=None):
     """a [..., K] times the weight w ([K, N], or [N, K] with ``trans``) on ``_native.linear``
     (plus ``bias`` [N]), or None where that does not apply (the caller uses numpy)."""
-    if not _LINEAR or _native is None or a.dtype != _F32 or w.dtype != _F32 or w.ndim != 2 or a.ndim < 1:
+    if (not _LINEAR or _native is None or type(a) is not np.ndarray or type(w) is not np.ndarray
+            or a.dtype != _F32 or w.dtype != _F32 or w.ndim != 2 or a.ndim < 1):
         return None
     N, K = w.shape if trans else w.shape[::-1]
     if a.shape[-1] != K or a.size == 0 or N == 0 or a.size * N < _LINEAR_MIN_MACS:
@@ -555,7 +556,8 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
             perm = (1,) + tuple(range(2 + nd, 2 + 2 * nd)) + (0,) + tuple(range(2, 2 + nd))
             cols = np.ascontiguousarray(win.transpose(perm)).reshape(group, Cg * K, N * P)
         wm = w.reshape(group, Mg, Cg * K)
-        if group == 1 and N == 1 and x.dtype == _F32 and w.dtype == _F32 and _sgemm_ready():
+        if (group == 1 and N == 1 and type(x) is np.ndarray and type(w) is np.ndarray  # host arrays only
+                and x.dtype == _F32 and w.dtype == _F32 and _sgemm_ready()):
             # one image: the compiled pointwise kernel on the GEMM (single-threaded sgemm a
             # block on the kernel threads, bias, sum and clip in its epilogue; numpy's threaded
             # BLAS would wake worker threads that spin through the next nodes)
@@ -1391,7 +1393,8 @@ def _layer_norm(ctx, x, scale, b, axis, epsilon, stash_type, owned):
     dt = x.dtype
     cd = _STASH[stash_type]
     ax = normalize_axis(axis, x.ndim)
-    if (_native is not None and dt == _F32 and cd == _F32 and x.size and scale.dtype == _F32
+    if (_native is not None and type(x) is np.ndarray and dt == _F32 and cd == _F32 and x.size
+            and scale.dtype == _F32
             and scale.shape == x.shape[ax:] and (b is None or (b.dtype == _F32 and b.shape == scale.shape))
             and all(t is None or np.dtype(t) == _F32 for t in ctx.output_dtypes[1:ctx.n_outputs])):
         # one compiled pass a row (``_native.skip_layer_norm`` without a skip): numpy's took
