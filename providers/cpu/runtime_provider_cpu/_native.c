@@ -372,16 +372,18 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
 }
 
 /* bias_clip: y[m, p] = clip(y[m, p] + b[m] (+ z[m, p]), lo, hi) in place, one pass (the
-   epilogue of a convolution computed as a GEMM, which numpy would do in two or three) */
+   epilogue of a convolution computed as a GEMM, which numpy would do in two or three); M rows
+   of P columns, ld floats apart in y and z (the pointwise and Linear kernels' epilogues on a
+   block of the output too) */
 RC_CLONES
-static void bias_clip_rows(float *restrict y, const float *restrict b, const float *restrict z,
-                           Py_ssize_t M, Py_ssize_t P, float lo, float hi)
+static void bias_clip_block(float *restrict y, Py_ssize_t ld, const float *restrict b,
+                            const float *restrict z, Py_ssize_t M, Py_ssize_t P, float lo, float hi)
 {
     for (Py_ssize_t m = 0; m < M; m++) {
-        float *row = y + m * P;
+        float *row = y + m * ld;
         const float bv = b ? b[m] : 0.0f;
         if (z) {
-            const float *zr = z + m * P;
+            const float *zr = z + m * ld;
             for (Py_ssize_t p = 0; p < P; p++)
                 row[p] = clipf(row[p] + bv + zr[p], lo, hi);
         } else {
@@ -408,7 +410,7 @@ static PyObject *bias_clip(PyObject *self, PyObject *args)
     if (get_buffers("bias_clip", spec, v, 3) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    bias_clip_rows((float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, M, P, lo, hi);
+    bias_clip_block((float *)v[0].buf, P, (const float *)v[1].buf, (const float *)v[2].buf, M, P, lo, hi);
     Py_END_ALLOW_THREADS
     release_buffers(v, 3);
     Py_RETURN_NONE;
@@ -2055,19 +2057,10 @@ typedef struct {
     int by_cols;    /* parts of columns of y (else of rows) */
 } pw_job;
 
-CV_CLONES static void pw_epilogue(const pw_job *j, Py_ssize_t m0, Py_ssize_t m1, Py_ssize_t p0, Py_ssize_t p1)
+static void pw_epilogue(const pw_job *j, Py_ssize_t m0, Py_ssize_t m1, Py_ssize_t p0, Py_ssize_t p1)
 {
-    for (Py_ssize_t m = m0; m < m1; m++) {
-        float *yr = j->y + m * j->P;
-        const float bias = j->b ? j->b[m] : 0.0f;
-        const float *zr = j->z ? j->z + m * j->P : NULL;
-        if (zr)
-            for (Py_ssize_t p = p0; p < p1; p++)
-                yr[p] = clipf(yr[p] + bias + zr[p], j->lo, j->hi);
-        else
-            for (Py_ssize_t p = p0; p < p1; p++)
-                yr[p] = clipf(yr[p] + bias, j->lo, j->hi);
-    }
+    bias_clip_block(j->y + m0 * j->P + p0, j->P, j->b ? j->b + m0 : NULL, j->z ? j->z + m0 * j->P + p0 : NULL,
+                    m1 - m0, p1 - p0, j->lo, j->hi);
 }
 
 static void pw_part(void *arg, int part, int parts)
@@ -2580,19 +2573,10 @@ typedef struct {
 } ln_job;
 
 /* rows [r0, r1), columns [n0, n0 + nn) of y: the epilogue of pointwise_lanes */
-CV_CLONES static void ln_epilogue(const ln_job *j, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n0, Py_ssize_t nn)
+static void ln_epilogue(const ln_job *j, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n0, Py_ssize_t nn)
 {
-    for (Py_ssize_t r = r0; r < r1; r++) {
-        float *yr = j->y + r * j->N + n0;
-        const float b = j->rbias ? j->rbias[r] : 0.0f;
-        const float *zr = j->z ? j->z + r * j->N + n0 : NULL;
-        if (zr)
-            for (Py_ssize_t i = 0; i < nn; i++)
-                yr[i] = clipf(yr[i] + b + zr[i], j->lo, j->hi);
-        else
-            for (Py_ssize_t i = 0; i < nn; i++)
-                yr[i] = clipf(yr[i] + b, j->lo, j->hi);
-    }
+    bias_clip_block(j->y + r0 * j->N + n0, j->N, j->rbias ? j->rbias + r0 : NULL,
+                    j->z ? j->z + r0 * j->N + n0 : NULL, r1 - r0, nn, j->lo, j->hi);
 }
 
 /* the weights of column panel cb, terms [k0, k0 + kn), from an unpacked K x N w into buf
