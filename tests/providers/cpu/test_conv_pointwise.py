@@ -105,6 +105,22 @@ def test_pointwise_on_any_thread_count():
             np.testing.assert_allclose(ys[0], ref, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape,strides", [((1, 64, 56, 56), [2, 2]), ((1, 24, 15, 9), [2, 3]),
+                                            ((1, 8, 5, 5), [4, 4])])
+def test_strided_pointwise_on_the_subsampled_image(shape, strides, lane_calls):
+    """ResNet's downsampling shortcut (1x1, stride 2, one image, Z and Relu fused)."""
+    x, w, b = rnd(*shape), rnd(40, shape[1], 1, 1) * 0.2, rnd(40)
+    out = [len(range(0, shape[2], strides[0])), len(range(0, shape[3], strides[1]))]
+    r = rnd(1, 40, *out)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=strides),
+             helper.make_node("Add", ["c", "r"], ["s"]), helper.make_node("Relu", ["s"], ["y"])]
+    model = make_model(nodes, {"x": x, "r": r}, ["y"], opset=13, initializers={"w": w, "b": b})
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    for _ in range(2):
+        assert_close(sess.run(None, {"x": x, "r": r}), run_oracle(model, {"x": x, "r": r}), rtol=1e-4, atol=1e-5)
+    assert [c[0] for c in lane_calls] == [(40, shape[1], out[0] * out[1])] * 2
+
+
 @pytest.mark.parametrize("M,K,P", [(40, 64, 3000), (600, 96, 49), (13, 300, 33), (5, 3, 7)])
 def test_pointwise_lanes_same_bits_on_any_thread_count(M, K, P):
     from runtime_provider_cpu import _native
