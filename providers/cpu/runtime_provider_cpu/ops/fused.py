@@ -156,8 +156,6 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
     """onnxruntime's ``FusedConv``: ``activation(Conv(x, w, b) + z)``, z (optional) of the
     output's shape, no activation when the attribute is absent. The sum and Relu / Clip run
     in the convolution's epilogue, any other activation in place on its result."""
-    from .nn import conv_clipped
-
     act = activation.decode() if isinstance(activation, bytes) else activation
     params = list(activation_params or [])
     # the sum and a Relu / Clip are applied in the convolution's own epilogue
@@ -166,7 +164,7 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
         clip, act = (0.0, np.inf), None
     elif act == "Clip":  # _fused_conv_check declined it without its two params
         clip, act = (float(params[0]), float(params[1])), None
-    y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
+    y = _nn.conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
                      kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
                      cache=getattr(ctx, "cache", None), threads=getattr(ctx, "threads", 1))
     return y if act is None else _activate(y, act, params)
