@@ -1710,7 +1710,8 @@ CV_CLONES static void wg_input(const wg_job *j, Py_ssize_t q0, float *restrict V
     }
 }
 
-RC_INLINE v16f wg_clip(v16f v, v16f lo, v16f hi)
+/* v clipped to [lo, hi] lane by lane, as clipf does (NaN stays NaN) */
+RC_INLINE v16f v16_clip(v16f v, v16f lo, v16f hi)
 {
     v16i m = v < lo;
     v = (v16f)((m & (v16i)lo) | (~m & (v16i)v));
@@ -1744,8 +1745,8 @@ RC_INLINE void wg_row(float *restrict yr, const float *restrict zr, const float 
             e0 += *(const v16f_u *)(zr + 2 * t);
             e1 += *(const v16f_u *)(zr + 2 * t + 16);
         }
-        *(v16f_u *)(yr + 2 * t) = wg_clip(e0, vlo, vhi);
-        *(v16f_u *)(yr + 2 * t + 16) = wg_clip(e1, vlo, vhi);
+        *(v16f_u *)(yr + 2 * t) = v16_clip(e0, vlo, vhi);
+        *(v16f_u *)(yr + 2 * t + 16) = v16_clip(e1, vlo, vhi);
         if (t + 16 >= n)
             break;
     }
@@ -2464,8 +2465,9 @@ static PyObject *softmax(PyObject *self, PyObject *args)
 
 /* ---------------------------------------------------------------------------------------
  * linear: y (R x N) = a (R x K) w (K x N) (+ bias), w packed once as [ceil(N / 32)][K][32]
- * (_pack_lanes of w^T, 64-byte aligned). The rows of a are first packed in 12-row panels
- * [ceil(R / 12)][K][12] (zeros past R), shared by the threads; then each unit (a 32-column
+ * (ops/nn._pack_linear, 64-byte aligned), or given as it is (K x N) and packed a chunk at a
+ * time. The rows of a are first packed in 12-row panels [ceil(R / 12)][K][12] (zeros past
+ * R), shared by the threads; then each unit (a 32-column
  * panel of y and a block of row panels) sums K in chunks of at most LN_KC terms whose 32 KB
  * of weights stay in L1 while every row panel of the block passes over them, 12 rows x 32
  * columns in 24 AVX-512 accumulators, each step two weight vectors and 12 broadcasts.
@@ -2488,8 +2490,9 @@ typedef void (*ln_tile_f)(const float *restrict, const float *restrict, Py_ssize
                           Py_ssize_t, const float *restrict, int, const char *, Py_ssize_t, Py_ssize_t,
                           const ln_epi *);
 
-/* c[p][0 .. 32) = (init ? bias (or 0) : c[p]) + sum over k of ap[k * 12 + p] * wp[k * 32 + ...];
- * and npf rows of 128 bytes from pf (pfs bytes apart) asked into L2, one a step */
+/* c[p][0 .. 32) = sum over k of ap[k * 12 + p] * wp[k * 32 + ...], plus (init ? bias (or 0) :
+ * what c[p] holds), then e's epilogue when given; and npf rows of 128 bytes from pf (pfs
+ * bytes apart) asked into L2, one a step */
 #define LN_TILE(NP)                                                                              \
     CV_CLONES static void ln_tile##NP(const float *restrict ap, const float *restrict wp,          \
                                       Py_ssize_t kn, float *restrict c, Py_ssize_t ldc,            \
@@ -2529,10 +2532,7 @@ typedef void (*ln_tile_f)(const float *restrict, const float *restrict, Py_ssize
                     v16f t = acc[p][v] + cv_bcast(e->rb ? e->rb[p] : 0.0f);                      \
                     if (e->z)                                                                    \
                         t += *(const v16f_u *)(e->z + p * e->ldz + 16 * v);                      \
-                    v16i m = t < lo;                                                             \
-                    t = (v16f)((m & (v16i)lo) | (~m & (v16i)t));                                 \
-                    m = t > hi;                                                                  \
-                    *(v16f_u *)(c + p * ldc + 16 * v) = (v16f)((m & (v16i)hi) | (~m & (v16i)t)); \
+                    *(v16f_u *)(c + p * ldc + 16 * v) = v16_clip(t, lo, hi);                     \
                 }                                                                                \
         } else if (!init || !bias)                                                               \
             for (int p = 0; p < NP; p++) {                                                       \
@@ -2656,11 +2656,11 @@ static void ln_part(void *arg, int part, int parts)
                     npf = j->kc < j->K ? j->kc : j->K;
                 }
             }
+            const Py_ssize_t pfs = (Py_ssize_t)sizeof(float) * j->N;
             for (Py_ssize_t q = q0; q < q1; q++) {
                 const Py_ssize_t r0 = q * LN_RP, nr = j->R - r0 < LN_RP ? j->R - r0 : LN_RP;
                 const float *ap = j->ap + (q * j->K + k0) * LN_RP;
                 float *c = j->y + r0 * j->N + n0;
-                const Py_ssize_t pfs = (Py_ssize_t)sizeof(float) * j->N;
                 if (nn == 32) {
                     ln_epi e = {j->rbias ? j->rbias + r0 : NULL, j->z ? j->z + r0 * j->N + n0 : NULL, j->N,
                                 j->lo, j->hi};
@@ -2985,9 +2985,9 @@ static PyMethodDef methods[] = {
      "maxpool2d(x, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), threads)\n"
      "MaxPool values of C-contiguous float32 NCHW x into y (taps in the padding skipped)."},
     {"linear", linear, METH_VARARGS,
-     "linear(a, wp, bias, y, (R, K, N), threads)\n"
+     "linear(a, w, bias, y, (R, K, N), threads, packed=True)\n"
      "y (R x N) = a (R x K) w (+ bias) in float32 on the kernel threads, w packed as\n"
-     "[ceil(N / 32)][K][32] (64-byte aligned, zeros past N)."},
+     "[ceil(N / 32)][K][32] (64-byte aligned, zeros past N), or (packed false) w itself, K x N."},
     {"pointwise_lanes", pointwise_lanes, METH_VARARGS,
      "pointwise_lanes(wp, x, b, z, y, (M, C, P), lo, hi, threads)\n"
      "y (M x P) = clip(w x + b (+ z), lo, hi) in float32 on the kernel threads, w packed in\n"

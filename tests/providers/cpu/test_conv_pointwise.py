@@ -146,40 +146,32 @@ def test_pointwise_lanes_same_bits_on_any_thread_count(M, K, P):
     np.testing.assert_allclose(y, w.astype(np.float64) @ x, rtol=1e-5, atol=1e-4)
 
 
-def test_pointwise_lanes_checks_buffers():
+@pytest.mark.parametrize("kernel", ["pointwise", "pointwise_lanes"])
+def test_pointwise_checks_buffers(kernel):
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.ops import nn
 
+    lanes = kernel == "pointwise_lanes"
+    if lanes and not nn._LINEAR:
+        pytest.skip("the lanes kernel needs the AVX-512 build (CONV_FAST)")
+    if not lanes:
+        assert nn._sgemm_control() is not None
+    fn = getattr(_native, kernel)
     w, x = np.ones((4, 8), np.float32), np.ones((8, 10), np.float32)
-    wp, y = nn._pack_rows(w), np.zeros((4, 10), np.float32)
-    args = ((4, 8, 10), -np.inf, np.inf, 2)
-    with pytest.raises(ValueError, match="W holds"):
-        _native.pointwise_lanes(w, x, None, None, y, *args)  # not packed: 32 floats, not 96
-    with pytest.raises(ValueError, match="Z holds"):
-        _native.pointwise_lanes(wp, x, None, y[:2], y, *args)
-    with pytest.raises(ValueError, match="sizes"):
-        _native.pointwise_lanes(wp, x, None, None, y, (4, 0, 10), -np.inf, np.inf, 2)
-    assert not y.any()
-    _native.pointwise_lanes(wp, x, None, None, y, *args)
-    assert (y == 8).all()
-
-
-def test_pointwise_checks_buffers():
-    from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops import nn
-
-    assert nn._sgemm_control() is not None
-    w, x = np.ones((4, 8), np.float32), np.ones((8, 10), np.float32)
+    wp = nn._pack_rows(w)  # 12-row panels: 96 floats where the sgemm kernel reads 32
+    mine, other = (wp, w) if lanes else (w, wp)
     y = np.zeros((4, 10), np.float32)
     args = ((4, 8, 10), -np.inf, np.inf, 2)
+    with pytest.raises(ValueError, match="W holds"):
+        fn(other, x, None, None, y, *args)  # the other kernel's weight layout
     with pytest.raises(ValueError, match="X holds"):
-        _native.pointwise(w, x[:4], None, None, y, *args)
+        fn(mine, x[:4], None, None, y, *args)
     with pytest.raises(ValueError, match="Z holds"):
-        _native.pointwise(w, x, None, y[:2], y, *args)
+        fn(mine, x, None, y[:2], y, *args)
     with pytest.raises(ValueError, match="sizes"):
-        _native.pointwise(w, x, None, None, y, (4, 0, 10), -np.inf, np.inf, 2)
+        fn(mine, x, None, None, y, (4, 0, 10), -np.inf, np.inf, 2)
     assert not y.any()
-    _native.pointwise(w, x, None, None, y, *args)
+    fn(mine, x, None, None, y, *args)
     assert (y == 8).all()
 
 

@@ -330,34 +330,32 @@ def _add_into(z, other):
 _MHA_NATIVE = True
 
 
+def _check_attention_bias(attention_bias, scores):
+    """onnxruntime takes ([1|B], [1|H], S, T); here any 4-D bias that broadcasts onto the
+    scores' shape without enlarging it (a superset of onnxruntime's shapes)."""
+    try:
+        fits = attention_bias.ndim == 4 and np.broadcast_shapes(attention_bias.shape, scores) == scores
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"Attention attention_bias of shape {attention_bias.shape} does not broadcast to "
+                         f"the scores' shape {scores}")
+
+
 def _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, filt, unidirectional, attention_bias):
     """``_native.mha`` on the projected (b, s, W) float32 ``proj`` (ours, contiguous): the same
-    sums as the numpy path below, in another order. None where a bias does not fit the
-    kernel's (1|b, 1|h, 1|s, s) forms (the caller then takes the numpy path)."""
-    def dims(a):
-        if a.ndim != 4 or any(d not in (1, f) for d, f in zip(a.shape, (b, h, s, s))):
-            return None
+    sums as the numpy path below, in another order. The mask (from ``_mask_bias``) and a
+    checked attention bias have dims of 1 or full: the kernel takes them as they are, their
+    last axis broadcast to s."""
+    def full_t(a):
         a = np.ascontiguousarray(np.broadcast_to(a, a.shape[:3] + (s,)), dtype=np.float32)
         return a, a.shape[:3]
 
     m1 = m2 = d1 = d2 = None
     if mask_index is not None:
-        got = dims(_mask_bias(mask_index, b, s, s, filt)[:, None])
-        if got is None:
-            return None
-        m1, d1 = got
+        m1, d1 = full_t(_mask_bias(mask_index, b, s, s, filt)[:, None])
     if attention_bias is not None:
-        try:
-            fits = attention_bias.ndim == 4 and np.broadcast_shapes(attention_bias.shape, (b, h, s, s)) == (b, h, s, s)
-        except ValueError:
-            fits = False
-        if not fits:
-            raise ValueError(f"Attention attention_bias of shape {attention_bias.shape} does not broadcast to "
-                             f"the scores' shape {(b, h, s, s)}")
-        got = dims(attention_bias)
-        if got is None:
-            return None
-        m2, d2 = got
+        m2, d2 = full_t(attention_bias)
     y = np.empty((b, s, h * dv), np.float32)
     _native.mha(proj, (b, s, proj.shape[-1], 0, sizes[0], sizes[0] + sizes[1]), (h, dq, dv), float(sc),
                 bool(unidirectional), m1, d1, m2, d2, y, getattr(ctx, "threads", 1))
@@ -386,12 +384,13 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     h = int(num_heads)
     dq, dv = sizes[0] // h, sizes[2] // h
     sc = np.float32(scale if scale else 1.0 / math.sqrt(dq))
+    if attention_bias is not None:
+        _check_attention_bias(attention_bias, (b, h, s, s))
     if (_MHA_NATIVE and _native is not None and type(proj) is np.ndarray and proj.dtype == np.float32
             and b * s and sizes[0] % h == 0 and sizes[2] % h == 0 and _nn._sgemm_ready()):
         y = _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, mask_filter_value,
                         unidirectional, attention_bias)
-        if y is not None:
-            return y.astype(x.dtype, copy=False)
+        return y.astype(x.dtype, copy=False)
     q, k, v = np.split(proj, [sizes[0], sizes[0] + sizes[1]], axis=-1)
     q = q.reshape(b, s, h, dq).transpose(0, 2, 1, 3)
     k = k.reshape(b, s, h, dq).transpose(0, 2, 3, 1)
@@ -410,16 +409,7 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     if unidirectional:
         future = np.triu(np.ones((s, t), dtype=bool), 1)
         z = np.where(future, np.float32(np.finfo(np.float32).min), z)
-    if attention_bias is not None:
-        # onnxruntime: ([1|B], [1|H], S, T); here any 4-D bias that broadcasts onto the
-        # [B, H, S, T] scores without enlarging them (a superset of onnxruntime's shapes)
-        try:
-            fits = attention_bias.ndim == 4 and np.broadcast_shapes(attention_bias.shape, z.shape) == z.shape
-        except ValueError:
-            fits = False
-        if not fits:
-            raise ValueError(f"Attention attention_bias of shape {attention_bias.shape} does not broadcast to "
-                             f"the scores' shape {z.shape}")
+    if attention_bias is not None:  # checked above
         z = _add_into(z, attention_bias)
     with np.errstate(all="ignore"):
         # z is ours (a fresh matmul result, or np.where's): normalised in place

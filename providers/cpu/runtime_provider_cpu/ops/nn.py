@@ -83,24 +83,16 @@ def _linear_weight(ctx, w, trans):
     info = node.input_info[1] if node is not None and len(node.input_info) > 1 else None
     if cache is None or info is None or getattr(info, "const", None) is not w:
         return None
-    st = cache.get("linear")
-    if st is None:
-        packed = _pack_linear(w, trans)
-        cache["linear"] = (w, trans, packed)
-        return packed
-    if st is False or st[0] is not w or st[1] != trans:
-        cache["linear"] = False
-        return None
-    return st[2]
+    # the node's constant and its trans attribute are the same every run: packed once
+    packed = cache.get("linear")
+    if packed is None:
+        packed = cache["linear"] = _pack_linear(w, trans)
+    return packed
 
 
 def _pack_rows(w):
     """w [M, C] as ``_native.pointwise_lanes`` reads it: [ceil(M / 12), C, 12], zeros past M."""
-    M, C = w.shape
-    mb = -(-M // 12)
-    out = np.zeros((mb * 12, C), _F32)
-    out[:M] = w
-    return np.ascontiguousarray(out.reshape(mb, 12, C).transpose(0, 2, 1))
+    return np.ascontiguousarray(_blocked(w, 12).transpose(0, 2, 1))
 
 
 def _pack_linear(w, trans):
@@ -110,7 +102,7 @@ def _pack_linear(w, trans):
     N, K = w.shape if trans else w.shape[::-1]
     lanes = _native.CONV_LANES
     nb = -(-N // lanes)
-    raw = np.empty(nb * K * lanes + 16, _F32)
+    raw = np.empty(nb * K * lanes + 16, _F32)  # 64-byte aligned: the kernels load whole vectors
     skip = (-raw.ctypes.data % 64) // 4
     out = raw[skip:skip + nb * K * lanes].reshape(nb, K, lanes)
     full = N // lanes
@@ -496,6 +488,8 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
     ks = w.shape[2:]
     k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
     out = _conv_out(x.shape[2:], ks, strides, dilations, pb, pe)
+    if z is not None and z.shape != (N, M, *out):
+        raise ValueError(f"FusedConv: Z of shape {z.shape} must have the output's shape {(N, M, *out)}")
     Cg, Mg = C // group, M // group
     P = math.prod(out)
     K = math.prod(ks)
@@ -561,8 +555,6 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
             # one image: the compiled pointwise kernel on the GEMM (single-threaded sgemm a
             # block on the kernel threads, bias, sum and clip in its epilogue; numpy's threaded
             # BLAS would wake worker threads that spin through the next nodes)
-            if z is not None and z.shape != (1, M, *out):
-                raise ValueError(f"FusedConv: Z of shape {z.shape} must have the output's shape {(1, M, *out)}")
             lo, hi = (-np.inf, np.inf) if clip is None else clip
             y = np.empty((1, M, *out), _F32)
             _native.pointwise(np.ascontiguousarray(wm[0]), np.ascontiguousarray(cols[0]),
@@ -576,8 +568,6 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
         else:
             y = np.ascontiguousarray(y.reshape(M, N, P).transpose(1, 0, 2)).reshape(N, M, *out)
     y = y.reshape(N, M, *out)
-    if z is not None and z.shape != y.shape:
-        raise ValueError(f"FusedConv: Z of shape {z.shape} must have the output's shape {y.shape}")
     if b is None and clip is None and z is None:
         return y
     if _native is not None and y.dtype == _F32 and y.flags.c_contiguous:  # z has y's dtype
@@ -647,14 +637,8 @@ def _pack_direct(w):
 def _pack_lanes(w):
     """Dense conv weights [M, C, KH, KW] as ``_native.conv2d(..., lanes=True)`` reads them:
     [ceil(M / CONV_LANES), C * KH * KW, CONV_LANES], zeros past M, 64-byte aligned (the
-    kernel loads them as whole vectors)."""
-    blocks = _blocked(w, _native.CONV_LANES)
-    mb, mr, K = blocks.shape
-    raw = np.empty(blocks.size + 16, _F32)
-    skip = (-raw.ctypes.data % 64) // 4
-    out = raw[skip:skip + blocks.size].reshape(mb, K, mr)
-    out[...] = blocks.transpose(0, 2, 1)
-    return out
+    kernel loads them as whole vectors): the Linear's layout of w as [M, C * KH * KW]."""
+    return _pack_linear(w.reshape(w.shape[0], -1), True)
 
 
 #: Winograd F(2x2, 3x3) transforms: U = G g G^T (weights), V = B^T d B (input patches),
@@ -732,8 +716,7 @@ class _ConvPlan:
     straight to it. The prepared weights are kept with the arrays they came from:
     initializers are the same array every run, and a weight fed at run time makes a new plan."""
 
-    __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "w12", "b2", "shape", "args", "sgemm", "threads",
-                 "sub")
+    __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "w12", "b2", "shape", "args", "threads", "sub")
 
     def __init__(self, x, w, b, clip, group, strides, dilations, pb, pe, threads=1):
         self.xshape, self.w, self.b, self.clip, self.kind = x.shape, w, b, clip, None
@@ -763,7 +746,6 @@ class _ConvPlan:
             self.w12 = _pack_rows(self.w2)
             self.shape = (N, M) + out
             self.args = ((M, out[0] * out[1]), float(lo), float(hi))
-            self.sgemm = False
             self.threads = max(1, int(threads))
         elif (_DIRECT and group == 1 and (ks != (1, 1) or max(strides) > 1) and C * ks[0] * ks[1] >= _DIRECT_MIN_K
                 and max(strides) <= 2
@@ -783,7 +765,6 @@ class _ConvPlan:
             self.w12 = _pack_rows(self.w2) if _PW_LANES and _LINEAR else None
             self.shape = (N, M, H, W)
             self.args = ((M, H * W), float(lo), float(hi))
-            self.sgemm = _POINTWISE_NATIVE and _sgemm_control() is not None
             self.threads = max(1, int(threads))
         elif w.shape[1] == 1 and M == C == group and group > 1 and min(pb) >= 0 and min(pe) >= 0:
             if min(out) > 0:
@@ -810,7 +791,7 @@ class _ConvPlan:
             _native.pointwise_lanes(self.w12, x, self.b2, None if z is None else np.ascontiguousarray(z), y,
                                     (M, x.shape[1], P), self.args[1], self.args[2], self.threads)
             return y
-        if self.kind == "pointwise" and self.sgemm and _sgemm_ready():
+        if self.kind == "pointwise" and _sgemm_ready():
             M, P = self.args[0]
             y = np.empty(self.shape, _F32)
             _native.pointwise(self.w2, x, self.b2, None if z is None else np.ascontiguousarray(z), y,
