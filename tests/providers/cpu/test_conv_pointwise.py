@@ -121,7 +121,8 @@ def test_strided_pointwise_on_the_subsampled_image(shape, strides, lane_calls):
     assert [c[0] for c in lane_calls] == [(40, shape[1], out[0] * out[1])] * 2
 
 
-@pytest.mark.parametrize("M,K,P", [(40, 64, 3000), (600, 96, 49), (13, 300, 33), (5, 3, 7)])
+@pytest.mark.parametrize("M,K,P", [(40, 64, 3000), (600, 96, 49), (13, 300, 33), (5, 3, 7),
+                                   (20, 16, 5000), (26, 100, 4001)])  # groups of panels, tails
 def test_pointwise_lanes_same_bits_on_any_thread_count(M, K, P):
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.ops import nn

@@ -204,10 +204,11 @@ def test_depthwise_native(ks, strides, dil, pads):
                    dilations=dil, opset=11, **kw, **F32)
 
 
+@pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("stride", [1, 2])
-def test_depthwise_native_threads(stride):
+def test_depthwise_native_threads(stride, fast):
     # channel planes split between the kernel threads (from 8K outputs a thread): the same
-    # bits on any thread count, and the einsum reference's values
+    # bits on any thread count, and the einsum reference's values, on both 3x3 paths
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.ops import nn
 
@@ -217,12 +218,72 @@ def test_depthwise_native_threads(stride):
     for threads in (1, 2, 3, 8):
         y = np.empty((2, 40, *out), np.float32)
         _native.depthwise2d(x, w, b, y, x.shape, tuple(out), (3, 3), (stride, stride), (1, 1), (1, 1),
-                            -np.inf, np.inf, threads)
+                            -np.inf, np.inf, threads, fast)
         outs.append(y)
     for y in outs[1:]:
         assert np.array_equal(y, outs[0])
     ref = nn._depthwise_einsum(x, w, [stride, stride], [1, 1], [1, 1], [1, 1], out) + b.reshape(40, 1, 1)
     np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-5)
+
+
+def _dw_reference(x, w, b, s, pads, lo, hi):
+    """float64 3x3 depthwise convolution by shifted slices, then the clip"""
+    pt, pl, pb, pr = pads
+    N, C, H, W = x.shape
+    OH, OW = (H + pt + pb - 3) // s + 1, (W + pl + pr - 3) // s + 1
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    ref = np.zeros((N, C, OH, OW))
+    for ky in range(3):
+        for kx in range(3):
+            ref += w[None, :, 0, ky, kx, None, None] * xp[:, :, ky:ky + s * (OH - 1) + 1:s,
+                                                          kx:kx + s * (OW - 1) + 1:s]
+    if b is not None:
+        ref += b[None, :, None, None]
+    return np.clip(ref, lo, hi)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_native_phase_planes(stride):
+    # the AVX-512 3x3 path (phase planes, flat-index vectors below 16 outputs a row, row
+    # vectors from 16) against float64 and the 8-float path (fast=False), over plane sizes
+    # around 16 and 32 columns, odd sizes and every padding the kernel is given
+    from runtime_provider_cpu import _native
+
+    rng = np.random.default_rng(6)
+    for H, W in [(1, 1), (2, 3), (7, 7), (14, 14), (13, 17), (16, 15), (31, 33), (4, 40), (40, 4),
+                 (9, 64), (3, 65)]:
+        for pads in [(1, 1, 1, 1), (0, 0, 0, 0), (1, 0, 0, 1), (0, 1, 1, 0), (2, 2, 2, 2),
+                     (2, 1, 0, 2)]:
+            pt, pl, pb, pr = pads
+            OH, OW = (H + pt + pb - 3) // stride + 1, (W + pl + pr - 3) // stride + 1
+            if OH < 1 or OW < 1:
+                continue
+            x = rng.standard_normal((2, 3, H, W)).astype(np.float32)
+            w = rng.standard_normal((3, 1, 3, 3)).astype(np.float32)
+            b = rng.standard_normal(3).astype(np.float32)
+            for bias, lo, hi in ((None, -np.inf, np.inf), (b, 0.0, 0.5)):
+                ys = []
+                for fast in (True, False):
+                    y = np.full((2, 3, OH, OW), np.nan, np.float32)
+                    _native.depthwise2d(x, w, bias, y, x.shape, (OH, OW), (3, 3), (stride, stride),
+                                        (1, 1), (pt, pl), lo, hi, 2, fast)
+                    ys.append(y)
+                ref = _dw_reference(x, w, bias, stride, pads, lo, hi)
+                for y in ys:
+                    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5, err_msg=f"{H}x{W} {pads}")
+    # a NaN input stays NaN through the clip on both paths; every other output is clipped
+    x = np.ones((1, 2, 7, 7), np.float32)
+    x[0, 1, 3, 3] = np.nan
+    w = np.ones((2, 1, 3, 3), np.float32)
+    OH = (7 + 2 - 3) // stride + 1
+    for fast in (True, False):
+        y = np.zeros((1, 2, OH, OH), np.float32)
+        _native.depthwise2d(x, w, None, y, x.shape, (OH, OH), (3, 3), (stride, stride), (1, 1), (1, 1),
+                            0.0, 5.0, 1, fast)
+        ref = _dw_reference(np.nan_to_num(x, nan=0.0), w, None, stride, (1, 1, 1, 1), 0.0, 5.0)
+        nan = np.isnan(_dw_reference(x, w, None, stride, (1, 1, 1, 1), -np.inf, np.inf))
+        assert nan.any() and np.array_equal(np.isnan(y), nan)
+        np.testing.assert_allclose(y[~nan], ref[~nan])
 
 
 def test_depthwise_native_checks_buffers():
