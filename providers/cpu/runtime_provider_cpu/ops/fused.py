@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..executable import inplace_variant
+from ..executable import binds, inplace_variant
 from ..registry import kernel
 from . import nn as _nn
 from ._common import mean_last, sum_last
@@ -151,6 +151,7 @@ def _activate(y, act, params):
 
 
 @kernel("FusedConv", 1, domain=MS, dtypes=_F32, check=_fused_conv_check)
+@binds
 def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=None, auto_pad="NOTSET",
                dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     """onnxruntime's ``FusedConv``: ``activation(Conv(x, w, b) + z)``, z (optional) of the
@@ -164,10 +165,19 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
         clip, act = (0.0, np.inf), None
     elif act == "Clip":  # _fused_conv_check declined it without its two params
         clip, act = (float(params[0]), float(params[1])), None
+    cache = _nn.plan_cache(ctx, w, b)
     y = _nn.conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
-                     kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
-                     cache=getattr(ctx, "cache", None), threads=getattr(ctx, "threads", 1))
-    return y if act is None else _activate(y, act, params)
+                         kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
+                         cache=cache, threads=getattr(ctx, "threads", 1))
+    if act is not None:
+        return _activate(y, act, params)
+    if cache is not None and "bound" not in cache:
+        attrs = dict(activation=activation, activation_params=activation_params, auto_pad=auto_pad,
+                     dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
+                     strides=strides)
+        _nn.bind_plan(cache, lambda ctx, x, w, b=None, z=None: fused_conv(ctx, x, w, b, z, **attrs),
+                      with_z=True)
+    return y
 
 
 # -- SkipLayerNormalization -------------------------------------------------------------
