@@ -488,7 +488,8 @@ def test_maxpool_without_padded_copy_matches_padded_path():
 
 
 def test_maxpool_compiled_matches_padded_windows():
-    # the compiled separable pooling (float32, 2-D) against the max over every window of the
+    # the compiled pooling (float32, 2-D: separable row maxima, or for 3x3 at stride 1 or 2
+    # the AVX-512 phase planes where they run) against the max over every window of the
     # -inf-padded input, NaNs included, over sizes, kernels, strides, dilations, pads and ceil
     # mode (windows of padding only too: -inf, as the padded path gives); 1 and 3 threads alike
     # (the 120-row images are large enough to be split)
@@ -509,9 +510,11 @@ def test_maxpool_compiled_matches_padded_windows():
         xp = nn._pooled_padded(x, geo[0], geo[1], geo[2], [s, s], [(k - 1) * d + 1] * 2, -np.inf)
         win = sliding_window_view(xp, ((k - 1) * d + 1,) * 2, axis=(2, 3))[:, :, ::s, ::s, ::d, ::d]
         want = win[:, :, :geo[2][0], :geo[2][1]].max(axis=(-2, -1))
-        for threads in (1, 3):
+        # fast=False: the row maxima path also where the AVX-512 3x3 one (stride 1 or 2) runs
+        for threads, fast in itertools.product((1, 3), (True, False)):
             got = np.empty(want.shape, np.float32)
-            _native.maxpool2d(x, got, x.shape, tuple(geo[2]), (k, k), (s, s), (d, d), tuple(geo[0]), threads)
+            _native.maxpool2d(x, got, x.shape, tuple(geo[2]), (k, k), (s, s), (d, d), tuple(geo[0]), threads,
+                              fast)
             np.testing.assert_array_equal(got, want)
         n += 1
     assert n > 300
