@@ -1541,7 +1541,7 @@ static void *rc_worker(void *unused)
             pthread_mutex_unlock(&rc_pool.mu);
             fn(arg, part, parts);
             pthread_mutex_lock(&rc_pool.mu);
-            if (--rc_pool.pending == 0)
+            if (__atomic_sub_fetch(&rc_pool.pending, 1, __ATOMIC_RELEASE) == 0)
                 pthread_cond_signal(&rc_pool.done);
         }
     }
@@ -1608,6 +1608,22 @@ static void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         fn(arg, part, parts);
         pthread_mutex_lock(&rc_pool.mu);
         rc_pool.pending--;
+    }
+    if (rc_pool.pending > 0) {
+        /* the workers' last parts: watched for up to RC_SPIN_NS before sleeping on the
+           condition (a futex sleep and wake-up cost more than most of those parts take) */
+        pthread_mutex_unlock(&rc_pool.mu);
+        struct timespec t0, t;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int n = 0; __atomic_load_n(&rc_pool.pending, __ATOMIC_ACQUIRE) > 0; n++) {
+            RC_PAUSE();
+            if ((n & 63) == 63) {
+                clock_gettime(CLOCK_MONOTONIC, &t);
+                if ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) > RC_SPIN_NS)
+                    break;
+            }
+        }
+        pthread_mutex_lock(&rc_pool.mu);
     }
     while (rc_pool.pending > 0)
         pthread_cond_wait(&rc_pool.done, &rc_pool.mu);
