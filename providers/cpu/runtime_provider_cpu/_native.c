@@ -326,6 +326,7 @@ typedef struct {
     float *scratch; /* per part: two sets of s * s phase planes of pn floats, two of nv * 16 outputs */
     Py_ssize_t scratch_n;
     int max; /* maxpool2d's 3x3: the window's maximum (w, b, lo and hi unused), padding -inf */
+    Py_ssize_t toff[9]; /* each tap's offset from a set of phase planes (dwf_run) */
 } dwf_job;
 
 DWF_TARGET static inline __mmask16 dwf_mask(Py_ssize_t n)
@@ -341,7 +342,7 @@ DWF_TARGET static void dwf_fill(const dwf_job *j, Py_ssize_t p, float *ph)
     const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     const float *xc = j->x + p * H * W;
     for (Py_ssize_t r = 0; r < H; r++) {
-        const Py_ssize_t R = r + pt, i = R / s;
+        const Py_ssize_t R = r + pt, i = s == 1 ? R : R >> 1; /* no division a row */
         if (i >= Hq)
             break;
         const float *src = xc + r * W;
@@ -377,6 +378,19 @@ DWF_TARGET static void dwf_fill(const dwf_job *j, Py_ssize_t p, float *ph)
     }
 }
 
+/* vb + the 9 taps' products at f, as two chains of multiply-adds (one chain of 9 waited on
+ * each multiply-add's latency: a 7 x 7 plane is only 4 vectors, too few to overlap) */
+DWF_TARGET static inline __m512 dwf_sum9(const __m512 *w, const float *const *tp, Py_ssize_t f, __m512 vb)
+{
+    __m512 a = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(tp[0] + f), vb);
+    __m512 b = _mm512_mul_ps(w[5], _mm512_loadu_ps(tp[5] + f));
+    for (int t = 1; t < 5; t++)
+        a = _mm512_fmadd_ps(w[t], _mm512_loadu_ps(tp[t] + f), a);
+    for (int t = 6; t < 9; t++)
+        b = _mm512_fmadd_ps(w[t], _mm512_loadu_ps(tp[t] + f), b);
+    return _mm512_add_ps(a, b);
+}
+
 /* the maximum of each 16 outputs' 9 taps tp[t] + f; NaN where any tap is NaN (as mp_max: the
  * instruction's own max drops a NaN in its first operand) */
 DWF_TARGET static inline __m512 dwf_max16(const float *const *tp, Py_ssize_t f)
@@ -409,17 +423,19 @@ DWF_TARGET static void dwf_max(const dwf_job *j, Py_ssize_t p, const float *cons
 /* channel p's outputs from its phase planes ph: rows of 16-float vectors straight into y when
  * a row holds at least 16 (row), else over the flat index into out (the caller copies the rows
  * out) */
-DWF_TARGET static void dwf_compute(const dwf_job *j, Py_ssize_t p, const float *ph, float *out, int row)
+DWF_TARGET static void dwf_compute(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *ph, float *out,
+                                   int row)
 {
-    const Py_ssize_t s = j->s, Wq = j->Wq, pn = j->pn, OH = j->OH, OW = j->OW, c = p % j->C;
+    /* the tap offsets come from the job: nine divisions by s a channel were a third of a
+       7 x 7 plane's time */
+    const Py_ssize_t Wq = j->Wq, OH = j->OH, OW = j->OW;
     const float *tp[9];
     __m512 w[9];
     const float *wk = j->w ? j->w + c * 9 : NULL;
-    for (int ky = 0; ky < 3; ky++)
-        for (int kx = 0; kx < 3; kx++) {
-            tp[ky * 3 + kx] = ph + ((ky % s) * s + kx % s) * pn + (ky / s) * Wq + kx / s;
-            w[ky * 3 + kx] = _mm512_set1_ps(wk ? wk[ky * 3 + kx] : 0.0f);
-        }
+    for (int t = 0; t < 9; t++) {
+        tp[t] = ph + j->toff[t];
+        w[t] = _mm512_set1_ps(wk ? wk[t] : 0.0f);
+    }
     if (j->max) {
         dwf_max(j, p, tp, out, row);
         return;
@@ -431,9 +447,7 @@ DWF_TARGET static void dwf_compute(const dwf_job *j, Py_ssize_t p, const float *
         for (Py_ssize_t oy = 0; oy < OH; oy++)
             for (Py_ssize_t ox = 0; ox < OW; ox += 16) {
                 const Py_ssize_t f = oy * Wq + ox;
-                __m512 acc = vb;
-                for (int t = 0; t < 9; t++)
-                    acc = _mm512_fmadd_ps(w[t], _mm512_loadu_ps(tp[t] + f), acc);
+                const __m512 acc = dwf_sum9(w, tp, f, vb);
                 /* max, then min, with the bound first: a NaN stays NaN as clipf keeps it */
                 _mm512_mask_storeu_ps(yc + oy * OW + ox, dwf_mask(OW - ox), _mm512_min_ps(hi, _mm512_max_ps(lo, acc)));
             }
@@ -441,9 +455,7 @@ DWF_TARGET static void dwf_compute(const dwf_job *j, Py_ssize_t p, const float *
     }
     for (Py_ssize_t v = 0; v < j->nv; v++) {
         const Py_ssize_t f = v * 16;
-        __m512 acc = vb;
-        for (int t = 0; t < 9; t++)
-            acc = _mm512_fmadd_ps(w[t], _mm512_loadu_ps(tp[t] + f), acc);
+        const __m512 acc = dwf_sum9(w, tp, f, vb);
         _mm512_store_ps(out + f, _mm512_min_ps(hi, _mm512_max_ps(lo, acc)));
     }
 }
@@ -476,17 +488,19 @@ static void dwf_range(const dwf_job *j, float *scratch, Py_ssize_t p0, Py_ssize_
     else
         memset(ph, 0, sizeof(float) * (size_t)(2 * ps));
     if (row) {
-        for (Py_ssize_t p = p0; p < p1; p++) {
+        for (Py_ssize_t p = p0, c = p0 % j->C; p < p1; p++, c = c + 1 == j->C ? 0 : c + 1) {
             dwf_fill(j, p, ph);
-            dwf_compute(j, p, ph, NULL, 1);
+            dwf_compute(j, p, c, ph, NULL, 1);
         }
         return;
     }
-    for (Py_ssize_t q = p0; q < p1 + 2; q++) {
+    for (Py_ssize_t q = p0, c = (p0 + j->C - 1) % j->C; q < p1 + 2; q++) {
+        /* c: the channel of plane q - 1 */
         if (q < p1)
             dwf_fill(j, q, ph + (q & 1) * ps);
         if (q - 1 >= p0 && q - 1 < p1)
-            dwf_compute(j, q - 1, ph + ((q - 1) & 1) * ps, out + ((q - 1) & 1) * os, 0);
+            dwf_compute(j, q - 1, c, ph + ((q - 1) & 1) * ps, out + ((q - 1) & 1) * os, 0);
+        c = c + 1 == j->C ? 0 : c + 1;
         if (q - 2 >= p0)
             dwf_copy_out(j, q - 2, out + (q & 1) * os);
     }
@@ -511,6 +525,9 @@ static int dwf_run(dwf_job *j, int threads)
     const Py_ssize_t need = j->nv * 16 + 2 * j->Wq + 2, hw = j->Hq * j->Wq;
     j->pn = ((hw > need ? hw : need) + 16 + 15) / 16 * 16;
     j->scratch_n = 2 * (s * s * j->pn + j->nv * 16);
+    for (int ky = 0; ky < 3; ky++)
+        for (int kx = 0; kx < 3; kx++)
+            j->toff[ky * 3 + kx] = ((ky % s) * s + kx % s) * j->pn + (ky / s) * j->Wq + kx / s;
     const int parts = rc_parts((double)j->planes * (double)(OH * OW) * (j->max ? 9.0 / 8.0 : 1.0), 8192.0,
                                j->planes, &threads);
     j->scratch = (float *)aligned_alloc(64, sizeof(float) * (size_t)(parts * j->scratch_n));
