@@ -8,7 +8,9 @@
  * stays in cache and every output pixel is finished in registers. 3x3 kernels of stride 1
  * or 2 (every MobileNet one) run 8 outputs a vector, the stride-2 plane split into its even
  * and odd columns so that all loads are unit-stride; the padding is zeroed once a call and
- * rows are copied inline (a 7-28 float row costs less than a libc call).
+ * rows are copied inline (a 7-28 float row costs less than a libc call). On AVX-512, 3x3 of
+ * stride 1 or 2 both ways goes through phase planes instead (dwf_*, 16 outputs a vector over
+ * the flat index), which maxpool2d's 3x3 windows share.
  *
  * recurrence: the time loop of LSTM and GRU (default activations, no clip, peepholes or
  * sequence lengths) in float32. numpy needs ~12 ufunc calls and one BLAS gemv a step, each

@@ -759,8 +759,9 @@ class _ConvPlan:
     convolution is the compiled pointwise kernel (or one GEMM plus the compiled epilogue
     without SciPy's BLAS) and a depthwise one the compiled depthwise kernel; anything else
     (``kind`` None) takes the general path. Later runs with the same shape, weights and bias go
-    straight to it. The prepared weights are kept with the arrays they came from:
-    initializers are the same array every run, and a weight fed at run time makes a new plan."""
+    straight to it. The prepared weights are kept with the arrays they came from, so only
+    weights and bias that are the partition's constants get a plan (``plan_cache``): a
+    weight fed at run time may be the same array with new values."""
 
     __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "w12", "b2", "shape", "args", "threads", "sub")
 
