@@ -317,6 +317,7 @@ static int cv_fast_cached(void)
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #include <immintrin.h>
 #define DWF_OK 1
+#define DWF_SETS 4 /* sets of phase planes and outputs a part (a power of 2) */
 #define DWF_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
 
 typedef struct {
@@ -325,7 +326,8 @@ typedef struct {
     Py_ssize_t planes, C, H, W, OH, OW, s, pt, pl;
     Py_ssize_t Wq, Hq, pn, nv; /* phase plane width, rows, floats (with slack); output vectors */
     float lo, hi;
-    float *scratch; /* per part: two sets of s * s phase planes of pn floats, two of nv * 16 outputs */
+    float *scratch; /* per part: DWF_SETS sets of s * s phase planes of pn floats, then as many of nv * 16
+                       outputs (one set of planes alone when rows hold 16 or more) */
     Py_ssize_t scratch_n;
     int max; /* maxpool2d's 3x3: the window's maximum (w, b, lo and hi unused), padding -inf */
     Py_ssize_t toff[9]; /* each tap's offset from a set of phase planes (dwf_run) */
@@ -473,22 +475,20 @@ DWF_TARGET static void dwf_copy_out(const dwf_job *j, Py_ssize_t p, const float 
         }
 }
 
-/* channels [p0, p1): small planes in a pipeline of two channels' phase planes and outputs
- * each, so that no load reads what a masked store wrote just before (a store-forwarding
- * stall on every tap: 960 7 x 7 planes took 74 us in the plain order, against 48 for the
- * 8-float path) */
+/* channels [p0, p1): rows of 16 or more a channel at a time, smaller planes pipelined */
 static void dwf_range(const dwf_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t p1)
 {
     const Py_ssize_t ps = j->s * j->s * j->pn, os = j->nv * 16;
-    float *ph = scratch, *out = scratch + 2 * ps;
     const int row = j->OW >= 16;
+    float *ph = scratch, *out = row ? NULL : scratch + DWF_SETS * ps;
     /* padding (0, or -inf for a maximum): written once; each channel writes only the same
-       data region */
+       data region. Rows of 16 or more use one set of planes, smaller planes DWF_SETS. */
+    const Py_ssize_t pad_n = (row ? 1 : DWF_SETS) * ps;
     if (j->max)
-        for (Py_ssize_t i = 0; i < 2 * ps; i++)
+        for (Py_ssize_t i = 0; i < pad_n; i++)
             ph[i] = -INFINITY;
     else
-        memset(ph, 0, sizeof(float) * (size_t)(2 * ps));
+        memset(ph, 0, sizeof(float) * (size_t)pad_n);
     if (row) {
         for (Py_ssize_t p = p0, c = p0 % j->C; p < p1; p++, c = c + 1 == j->C ? 0 : c + 1) {
             dwf_fill(j, p, ph);
@@ -496,15 +496,20 @@ static void dwf_range(const dwf_job *j, float *scratch, Py_ssize_t p0, Py_ssize_
         }
         return;
     }
-    for (Py_ssize_t q = p0, c = (p0 + j->C - 1) % j->C; q < p1 + 2; q++) {
-        /* c: the channel of plane q - 1 */
+    /* a pipeline over DWF_SETS sets of planes and outputs: the fill of plane q, the sums of
+       plane q - L, the copy-out of plane q - L - 1, so that no load reads what a masked store
+       wrote just before (a store-forwarding stall on every tap: 960 7 x 7 planes took 74 us
+       in the plain order against 48 for the 8-float path; two sets 65, four 55, one thread) */
+    const Py_ssize_t L = DWF_SETS / 2, m = DWF_SETS - 1;
+    for (Py_ssize_t q = p0, c = ((p0 - L) % j->C + j->C) % j->C; q < p1 + L + 1; q++) {
+        /* c: the channel of plane q - L */
         if (q < p1)
-            dwf_fill(j, q, ph + (q & 1) * ps);
-        if (q - 1 >= p0 && q - 1 < p1)
-            dwf_compute(j, q - 1, c, ph + ((q - 1) & 1) * ps, out + ((q - 1) & 1) * os, 0);
+            dwf_fill(j, q, ph + (q & m) * ps);
+        if (q - L >= p0 && q - L < p1)
+            dwf_compute(j, q - L, c, ph + ((q - L) & m) * ps, out + ((q - L) & m) * os, 0);
         c = c + 1 == j->C ? 0 : c + 1;
-        if (q - 2 >= p0)
-            dwf_copy_out(j, q - 2, out + (q & 1) * os);
+        if (q - L - 1 >= p0 && q - L - 1 < p1)
+            dwf_copy_out(j, q - L - 1, out + ((q - L - 1) & m) * os);
     }
 }
 
@@ -534,7 +539,7 @@ static int dwf_run(dwf_job *j, int threads)
        domain: slack after each plane, never written */
     const Py_ssize_t need = j->nv * 16 + 2 * j->Wq + 2, hw = j->Hq * j->Wq;
     j->pn = ((hw > need ? hw : need) + 16 + 15) / 16 * 16;
-    j->scratch_n = 2 * (s * s * j->pn + j->nv * 16);
+    j->scratch_n = OW >= 16 ? s * s * j->pn : DWF_SETS * (s * s * j->pn + j->nv * 16);
     for (int ky = 0; ky < 3; ky++)
         for (int kx = 0; kx < 3; kx++)
             j->toff[ky * 3 + kx] = ((ky % s) * s + kx % s) * j->pn + (ky / s) * j->Wq + kx / s;
