@@ -3091,7 +3091,13 @@ static void pl_part(void *arg, int part, int parts)
                        apart, which the hardware's prefetcher does not follow */
                     const char *pf = NULL;
                     Py_ssize_t npf = 0;
-                    if (q == q0 && !last) {
+                    if (q > q0 && q + 1 < q1 && cb == cb0) {
+                        /* the other row panels' first tiles ask the next panel's weights of
+                           this chunk into L2: panels C * 12 floats apart, each a fresh
+                           stream from memory for large weights (1280 x 320: 1.6 MB) */
+                        pf = (const char *)(j->wp + ((q + 1) * C + k0) * LN_RP);
+                        npf = (kn * LN_RP * (Py_ssize_t)sizeof(float) + 127) / 128;
+                    } else if (q == q0 && !last) {
                         pf = (const char *)(j->x + (k0 + kn) * P + n0);
                         npf = C - k0 - kn < j->kc ? C - k0 - kn : j->kc;
                     } else if (q == q0 && cb + j->G < cols) {
@@ -3101,8 +3107,8 @@ static void pl_part(void *arg, int part, int parts)
                     if (n0 + 32 <= P) {
                         ln_epi e = {j->b ? j->b + r0 : NULL, j->z ? j->z + r0 * P + n0 : NULL, P, j->lo,
                                     j->hi};
-                        ln_tiles[nr](ap, xs, kn, 32, c, P, NULL, k0 == 0, pf, sizeof(float) * P, npf,
-                                     last ? &e : NULL);
+                        ln_tiles[nr](ap, xs, kn, 32, c, P, NULL, k0 == 0, pf, q > q0 ? 128 : sizeof(float) * P,
+                                     npf, last ? &e : NULL);
                         continue;
                     }
                     if (k0 > 0)
