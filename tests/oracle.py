@@ -91,6 +91,17 @@ def run_ours(model, feeds, providers=None, **kw):
     return sess.run(None, feeds), sess
 
 
+def compiled_partitions(sess) -> list:
+    """The executables of a session's partitions (the profiler's wrapper unwrapped): for
+    tests that look at how a provider compiled its part."""
+    out = []
+    for st in sess._plan.steps:
+        exe = getattr(st, "executable", None)
+        if exe is not None:
+            out.append(getattr(exe, "_exe", exe))  # unwrap the profiler's wrapper
+    return out
+
+
 def run_oracle(model, feeds):
     """onnxruntime when it can run the model, else onnx's reference evaluator."""
     try:

@@ -9,7 +9,7 @@ import numpy as np
 from onnx import TensorProto, helper
 
 import runtime_core as rt
-from oracle import assert_close, make_model, run_oracle
+from oracle import assert_close, compiled_partitions, make_model, run_oracle
 
 RNG = np.random.default_rng(20261206)
 
@@ -25,13 +25,8 @@ def _session(model, threads=2):
 
 
 def _conv_steps(sess):
-    out = []
-    for st in sess._plan.steps:
-        exe = getattr(st, "executable", None)
-        if exe is not None:
-            exe = getattr(exe, "_exe", exe)
-            out += [s for s in exe.steps if s[1].node.op_type in ("Conv", "FusedConv")]
-    return out
+    return [s for exe in compiled_partitions(sess) for s in exe.steps
+            if s[1].node.op_type in ("Conv", "FusedConv")]
 
 
 def _block(x_shape):

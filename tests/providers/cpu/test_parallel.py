@@ -23,6 +23,7 @@ import runtime_core as rt
 import runtime_provider_cpu.executable as ex
 from runtime_core.errors import ExecutionError, InvalidArgumentError
 from runtime_core.session.options import default_thread_count
+from oracle import compiled_partitions
 
 F = T.FLOAT
 BARRIER_TIMEOUT_S = 30  # only reached when the nodes do NOT overlap (the test then fails)
@@ -73,19 +74,10 @@ def _session(model, mode=rt.ExecutionMode.ORT_PARALLEL, threads=2, profile_prefi
     return rt.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def _executables(sess):
-    out = []
-    for st in sess._plan.steps:
-        exe = getattr(st, "executable", None)
-        if exe is not None:
-            out.append(getattr(exe, "_exe", exe))  # unwrap the profiler's wrapper
-    return out
-
-
 def _hook(sess, wrap):
     """Replace each step's kernel by ``wrap(node_name, kernel)`` (``None``: keep it); a hooked
     step loses its in-place variant (the step's last field), which would bypass the hook."""
-    for exe in _executables(sess):
+    for exe in compiled_partitions(sess):
         for i, st in enumerate(exe.steps):
             new = wrap(st[1].node.name, st[0])
             if new is not None:
@@ -109,8 +101,8 @@ def test_branches_equal_sequential_and_numpy(threads):
     x = _x()
     seq = _session(m, rt.ExecutionMode.ORT_SEQUENTIAL)
     par = _session(m, threads=threads)
-    assert _executables(par)[0].parallel == (threads != 0 or default_thread_count() > 1)
-    assert not _executables(seq)[0].parallel
+    assert compiled_partitions(par)[0].parallel == (threads != 0 or default_thread_count() > 1)
+    assert not compiled_partitions(seq)[0].parallel
     want = seq.run(None, {"x": x})
     y_np, cat_np = _numpy_branches(x, ws)
     for _ in range(20):
@@ -131,7 +123,7 @@ def test_elementwise_branches_are_bit_identical_to_sequential():
     x = _x(7, 9)
     want = _session(m, rt.ExecutionMode.ORT_SEQUENTIAL).run(None, {"x": x})
     par = _session(m, threads=3, level=rt.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    assert _executables(par)[0].parallel
+    assert compiled_partitions(par)[0].parallel
     for _ in range(20):
         for g, w in zip(par.run(None, {"x": x}), want):
             np.testing.assert_array_equal(g, w)
@@ -211,7 +203,7 @@ def test_one_inter_op_thread_runs_on_the_callers_thread(tmp_path):
     m, ws = _branches()
     x = _x()
     sess = _session(m, threads=1, profile_prefix=str(tmp_path / "one"))
-    assert not _executables(sess)[0].parallel
+    assert not compiled_partitions(sess)[0].parallel
     y, cat = sess.run(None, {"x": x})
     y_np, cat_np = _numpy_branches(x, ws)
     np.testing.assert_allclose(y, y_np, rtol=1e-5, atol=1e-5)
@@ -225,7 +217,7 @@ def test_a_chain_stays_on_the_sequential_loop():
     nodes = [helper.make_node("Neg" if i % 2 else "Relu", [f"v{i}"], [f"v{i + 1}"]) for i in range(6)]
     m = _model(nodes, [_vi("v0", F, [3])], [_vi("v6", F, [3])])
     sess = _session(m, threads=4, level=rt.GraphOptimizationLevel.ORT_DISABLE_ALL)
-    assert not _executables(sess)[0].parallel  # nothing could overlap: no scheduling cost
+    assert not compiled_partitions(sess)[0].parallel  # nothing could overlap: no scheduling cost
     x = np.array([-1, 0, 2], np.float32)
     np.testing.assert_array_equal(sess.run(None, {"v0": x})[0], np.maximum(np.maximum(x, 0) * -1, 0) * -1)
 
@@ -252,7 +244,7 @@ def test_error_in_a_branch_is_the_sequential_error():
     with pytest.raises(ExecutionError) as seq:
         _session(m, rt.ExecutionMode.ORT_SEQUENTIAL, level=level).run(None, feeds)
     par = _session(m, threads=2, level=level)
-    assert _executables(par)[0].parallel
+    assert compiled_partitions(par)[0].parallel
     for _ in range(5):
         with pytest.raises(ExecutionError) as err:
             par.run(None, feeds)
@@ -408,7 +400,7 @@ def test_intermediates_are_freed_after_their_last_reader():
         assert at_sum == {"sum": [], "concat": []}
 
 
-def test_in_place_kernels_are_off_in_parallel_executables(monkeypatch):
+def test_in_place_kernels_are_off_in_parallelcompiled_partitions(monkeypatch):
     if not ex._INPLACE:
         pytest.skip("in-place execution is off on this interpreter")
     calls = []
@@ -425,8 +417,8 @@ def test_in_place_kernels_are_off_in_parallel_executables(monkeypatch):
     level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
     seq = _session(m, rt.ExecutionMode.ORT_SEQUENTIAL, level=level)
     par = _session(m, threads=2, level=level)
-    assert _executables(seq)[0].n_inplace_steps > 0
-    assert _executables(par)[0].n_inplace_steps == 0
+    assert compiled_partitions(seq)[0].n_inplace_steps > 0
+    assert compiled_partitions(par)[0].n_inplace_steps == 0
     want = seq.run(None, {"x": x})[0]
     assert calls  # the sequential executable writes in place
     calls.clear()
@@ -470,7 +462,7 @@ def test_execution_mode_given_as_int_and_numpy_thread_count():
     so.execution_mode = 1
     so.inter_op_num_threads = np.int64(2)
     sess = rt.InferenceSession(m.SerializeToString(), so, providers=["cpu"])
-    assert _executables(sess)[0].parallel
+    assert compiled_partitions(sess)[0].parallel
     x = _x()
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], _numpy_branches(x, ws)[0], rtol=1e-5, atol=1e-5)
 
@@ -520,7 +512,7 @@ def test_if_and_loop_in_parallel_branches(cond):
     np.testing.assert_allclose(want[0], z + acc + np.tanh(x), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(want[1], -(2 * x + 3 * x + 4 * x), rtol=1e-5, atol=1e-6)
     par = _session(m, threads=3)
-    assert _executables(par)[0].parallel
+    assert compiled_partitions(par)[0].parallel
     # the If and the Loop are inside their kernels at the same time
     wrap, seen, _ = _meet_at_barrier({"if", "loop"})
     _hook(par, wrap)
