@@ -304,15 +304,8 @@ static void dw_part(void *arg, int part, int parts)
  * A 7 x 7 plane is 4 vectors a tap instead of 7 row vectors, and no row is copied with scalar
  * code (the 8-float path copied and split each row element by element: 576 7 x 7 channels
  * stride 2 took 160 us against onnxruntime's 34). */
-static int cv_fast(void);
-/* cv_fast, asked once (a benign race: every caller computes the same value) */
-static int cv_fast_cached(void)
-{
-    static int known = -1;
-    if (known < 0)
-        known = cv_fast();
-    return known;
-}
+/* cv_fast(), asked once when the module loads (CONV_FAST) */
+static int rc_conv_fast;
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #include <immintrin.h>
@@ -524,12 +517,13 @@ static int dwf_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw,
                      Py_ssize_t dw, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t planes)
 {
     return KH == 3 && KW == 3 && dh == 1 && dw == 1 && sh == sw && sh <= 2 && OH > 0 && OW > 0 &&
-           planes > 0 && cv_fast_cached();
+           planes > 0 && rc_conv_fast;
 }
 
 /* j (geometry, buffers and max set) on up to threads threads, its planes' sizes and scratch
- * set here; 0 when out of memory. Called with the GIL, which it releases while it runs. */
-static int dwf_run(dwf_job *j, int threads)
+ * set here; then the caller's nbuf buffers v are released. None, or NULL with MemoryError.
+ * Called with the GIL, which it releases while it runs. */
+static PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf)
 {
     const Py_ssize_t s = j->s, OH = j->OH, OW = j->OW;
     j->Wq = OW + 2 / s;
@@ -546,13 +540,16 @@ static int dwf_run(dwf_job *j, int threads)
     const int parts = rc_parts((double)j->planes * (double)(OH * OW) * (j->max ? 9.0 / 8.0 : 1.0), 8192.0,
                                j->planes, &threads);
     j->scratch = (float *)aligned_alloc(64, sizeof(float) * (size_t)(parts * j->scratch_n));
+    if (j->scratch) {
+        Py_BEGIN_ALLOW_THREADS
+        rc_parallel(dwf_part, j, parts, threads);
+        Py_END_ALLOW_THREADS
+        free(j->scratch);
+    }
+    release_buffers(v, nbuf);
     if (!j->scratch)
-        return 0;
-    Py_BEGIN_ALLOW_THREADS
-    rc_parallel(dwf_part, j, parts, threads);
-    Py_END_ALLOW_THREADS
-    free(j->scratch);
-    return 1;
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
 }
 #else
 #define DWF_OK 0
@@ -585,11 +582,7 @@ static PyObject *depthwise2d(PyObject *self, PyObject *args)
     if (fast && dwf_takes(KH, KW, sh, sw, dh, dw, OH, OW, N * C)) {
         dwf_job fj = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
                       (float *)v[3].buf, N * C, C, H, W, OH, OW, sh, pt, pl, 0, 0, 0, 0, lo, hi, NULL, 0, 0};
-        const int ok = dwf_run(&fj, threads);
-        release_buffers(v, 4);
-        if (!ok)
-            return PyErr_NoMemory();
-        Py_RETURN_NONE;
+        return dwf_run(&fj, threads, v, 4);
     }
 #endif
     /* 3x3, dilation 1, column stride 1 or 2: the vector kernel (dw3x3) over planes of row
@@ -2662,11 +2655,7 @@ static PyObject *maxpool2d(PyObject *self, PyObject *args)
     if (fast && dwf_takes(KH, KW, sh, sw, dh, dw, OH, OW, N * C)) {
         dwf_job fj = {(const float *)v[0].buf, NULL, NULL, (float *)v[1].buf, N * C, 1, H, W, OH, OW, sh,
                       pt, pl, 0, 0, 0, 0, 0.0f, 0.0f, NULL, 0, 1};
-        const int ok = dwf_run(&fj, threads);
-        release_buffers(v, 2);
-        if (!ok)
-            return PyErr_NoMemory();
-        Py_RETURN_NONE;
+        return dwf_run(&fj, threads, v, 2);
     }
 #endif
     /* a phase holds the padded row up to the last output's last tap, or the whole input row */
@@ -3420,11 +3409,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
 PyMODINIT_FUNC PyInit__native(void)
 {
     pthread_atfork(NULL, NULL, rc_pool_forked);
+    rc_conv_fast = cv_fast();
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "RECURRENCE_UNITS", RC_U) < 0 ||
               PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0 ||
               PyModule_AddIntConstant(m, "CONV_LANES", CT_MR) < 0 ||
-              PyModule_AddIntConstant(m, "CONV_FAST", cv_fast()) < 0)) {
+              PyModule_AddIntConstant(m, "CONV_FAST", rc_conv_fast) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

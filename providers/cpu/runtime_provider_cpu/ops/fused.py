@@ -171,12 +171,9 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
                          cache=cache, threads=getattr(ctx, "threads", 1))
     if act is not None:
         return _activate(y, act, params)
-    if cache is not None and "bound" not in cache:
-        attrs = dict(activation=activation, activation_params=activation_params, auto_pad=auto_pad,
-                     dilations=dilations, group=group, kernel_shape=kernel_shape, pads=pads,
-                     strides=strides)
-        _nn.bind_plan(cache, lambda ctx, x, w, b=None, z=None: fused_conv(ctx, x, w, b, z, **attrs),
-                      with_z=True)
+    _nn.bind_plan(cache, fused_conv, dict(activation=activation, activation_params=activation_params,
+                                          auto_pad=auto_pad, dilations=dilations, group=group,
+                                          kernel_shape=kernel_shape, pads=pads, strides=strides))
     return y
 
 

@@ -79,15 +79,20 @@ def _linear_weight(ctx, w, trans):
     (an initializer: the same array every run, never written); else None (a weight computed
     or fed at run time, or an initializer the caller overrides)."""
     cache = getattr(ctx, "cache", None)
-    node = getattr(ctx, "node", None)
-    info = node.input_info[1] if node is not None and len(node.input_info) > 1 else None
-    if cache is None or info is None or getattr(info, "const", None) is not w:
+    if cache is None or not _is_const(ctx, 1, w):
         return None
     # the node's constant and its trans attribute are the same every run: packed once
     packed = cache.get("linear")
     if packed is None:
         packed = cache["linear"] = _pack_linear(w, trans)
     return packed
+
+
+def _is_const(ctx, i, a):
+    """Whether ``a``, the node's input ``i``, is the partition's constant for it (the same
+    array every run, never written), so that what a kernel derives from it may be kept."""
+    info = getattr(getattr(ctx, "node", None), "input_info", None)
+    return info is not None and len(info) > i and info[i] is not None and getattr(info[i], "const", None) is a
 
 
 def _pack_rows(w):
@@ -593,10 +598,8 @@ def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, s
     y = conv_clipped(x, w, b, None, auto_pad=auto_pad, dilations=dilations, group=group,
                      kernel_shape=kernel_shape, pads=pads, strides=strides, cache=cache,
                      threads=getattr(ctx, "threads", 1))
-    if cache is not None and "bound" not in cache:
-        attrs = dict(auto_pad=auto_pad, dilations=dilations, group=group, kernel_shape=kernel_shape,
-                     pads=pads, strides=strides)
-        bind_plan(cache, lambda ctx, x, w, b=None: conv(ctx, x, w, b, **attrs), with_z=False)
+    bind_plan(cache, conv, dict(auto_pad=auto_pad, dilations=dilations, group=group,
+                                kernel_shape=kernel_shape, pads=pads, strides=strides))
     return y
 
 
@@ -607,36 +610,29 @@ def plan_cache(ctx, w, b):
     same array written in place between runs; a plan keyed on its identity read the old
     values (Linear tests the same way, ``_linear``). A caller without a context: no plan."""
     cache = getattr(ctx, "cache", None)
-    info = getattr(getattr(ctx, "node", None), "input_info", None)
-    if cache is None or info is None or len(info) < 2 or info[1] is None or info[1].const is not w:
-        return None
-    if b is not None and (len(info) < 3 or info[2] is None or info[2].const is not b):
+    if cache is None or not _is_const(ctx, 1, w) or (b is not None and not _is_const(ctx, 2, b)):
         return None
     return cache
 
 
-def bind_plan(cache, kernel_fn, with_z):
-    """``cache["bound"]`` (see :func:`~runtime_provider_cpu.executable.binds`): the node's
-    plan run straight on the inputs it was made for (conv_clipped's own test), else
-    ``kernel_fn`` (the kernel with its attributes). None when the first run made no plan."""
+def bind_plan(cache, kernel_fn, attrs):
+    """Once per node (``cache`` from :func:`plan_cache`, None: nothing): ``cache["bound"]``
+    (see :func:`~runtime_provider_cpu.executable.binds`), the node's plan run straight on
+    the inputs it takes (:meth:`_ConvPlan.takes`, conv_clipped's own test), else
+    ``kernel_fn(ctx, *inputs, **attrs)``. None when the first run made no plan."""
+    if cache is None or "bound" in cache:
+        return
     plan = cache.get("conv_plan")
     if plan is None or plan.kind is None:
         cache["bound"] = None
         return
-    xshape, w0, b0, shape = plan.xshape, plan.w, plan.b, plan.shape
-    z_ok = plan.kind in ("pointwise", "direct", "winograd")
-    run = plan.run
-    if with_z:
-        def bound(ctx, x, w, b=None, z=None):
-            if x.shape == xshape and w is w0 and b is b0 and (
-                    z is None or (z_ok and z.shape == shape and z.dtype == _F32)):
-                return run(x, z)
-            return kernel_fn(ctx, x, w, b, z)
-    else:
-        def bound(ctx, x, w, b=None):
-            if x.shape == xshape and w is w0 and b is b0:
-                return run(x)
-            return kernel_fn(ctx, x, w, b)
+    takes, run = plan.takes, plan.run
+
+    def bound(ctx, x, w, b=None, *z):  # z: FusedConv's residual, when given
+        if takes(x, w, b, z[0] if z else None):
+            return run(x, *z)
+        return kernel_fn(ctx, x, w, b, *z, **attrs)
+
     cache["bound"] = bound
 
 
@@ -821,6 +817,13 @@ class _ConvPlan:
                 self.args = (x.shape, out, ks, tuple(strides), tuple(dilations), (pb[0], pb[1]),
                              float(lo), float(hi), max(1, int(threads)))
 
+    def takes(self, x, w, b, z):
+        """Whether ``run`` computes this node's convolution of these inputs: a plan, made for
+        x's shape and these weight arrays; a residual only on the kernels with an epilogue."""
+        return (self.kind is not None and x.shape == self.xshape and w is self.w and b is self.b
+                and (z is None or (self.kind in ("pointwise", "direct", "winograd") and z.shape == self.shape
+                                   and z.dtype == _F32)))
+
     def run(self, x, z=None):
         """The convolution of ``x`` (plus ``z``: pointwise, direct and winograd plans only)."""
         if self.kind == "pointwise" and self.sub is not None:
@@ -871,9 +874,7 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
                 pb, pe = _conv_pads(x.shape[2:], k_eff, st, pads, auto_pad)
                 plan = _ConvPlan(x, w, b, clip, group, st, dl, pb, pe, threads)
                 cache["conv_plan"] = plan
-        if plan is not None and plan.kind is not None and (
-                z is None or (plan.kind in ("pointwise", "direct", "winograd") and z.shape == plan.shape
-                              and z.dtype == _F32)):
+        if plan is not None and plan.takes(x, w, b, z):
             return plan.run(x, z)
     nd = x.ndim - 2
     if nd < 1:
