@@ -32,7 +32,8 @@
  * x 12 positions of a row for narrow outputs; bias / residual / clip in the tile epilogue),
  * on the kernel threads (rc_parallel: a small pthread pool sized by the session's
  * intra_op_num_threads). winograd3x3: 3x3 stride-1 convolutions as Winograd F(2x2, 3x3) on
- * the same register tile. pointwise: 1x1 convolutions as blocks of single-threaded sgemm
+ * the same register tiles (48 tiles x 8 channels; or, for 10-16 wide outputs, the lanes' 32
+ * channels x 12 compact tiles). pointwise: 1x1 convolutions as blocks of single-threaded sgemm
  * calls (SciPy's BLAS, set_sgemm) on the kernel threads. gemm_rows: a Gemm of a few rows.
  * linear: y = a w with w packed once (an initializer) or a chunk at a time, 12 x 32 register
  * tiles on the kernel threads; pointwise_lanes: 1x1 convolutions on the same tiles with the
@@ -2112,31 +2113,212 @@ static void wg_part(void *arg, int part, int parts)
     }
 }
 
+/* ---------------------------------------------------------------------------------------
+ * The same F(2x2, 3x3) with the output channels in the vector lanes (lanes=1), for the small
+ * planes where a block of 48 tiles is mostly waste (ResNet's 14 x 14 stage: 49 tiles, 96
+ * computed): the input transform of the whole image first, V[16][C][NT] with the NT = OH2 *
+ * OW2 tiles compact (no dropped tile a row), on the kernel threads by channels; then units of
+ * (32 output channels, a group of row segments of up to CT_NP tiles), the 16 GEMMs on the lane
+ * tiles (ct_tile*, weights U packed [16][ceil(M / 32)][C][32]), the output transform 16
+ * channels a vector and its 2 x 2 outputs scattered into NCHW by channel.
+ * --------------------------------------------------------------------------------------- */
+#define WL_GROUP 8 /* row segments a unit: each of the 16 weight blocks (C x 32) is read once for them */
+
+typedef struct {
+    const float *planes, *u, *b, *z;
+    float *y, *V, *scratch; /* scratch per part: WL_GROUP x 16 x CT_NP x 32, then 4 x CT_NP x 32 */
+    Py_ssize_t C, M, Mb, OH, OW, OH2, OW2, Wq, L, NT, NTs, nseg, ngrp, scratch_n;
+    float lo, hi;
+} wl_job;
+
+/* V rows of channels [c0, c1): tile t = ti * OW2 + tj at V[(xi * C + c) * NTs + t]; each tile
+ * row is written 16 tiles a vector in increasing order, a vector's lanes past the row's end
+ * overwritten by the next row (NTs leaves room for the last one's) */
+CV_CLONES static void wl_input(const wl_job *j, Py_ssize_t c0, Py_ssize_t c1)
+{
+    const Py_ssize_t L = j->L, Wq = j->Wq, C = j->C, NTs = j->NTs;
+    for (Py_ssize_t c = c0; c < c1; c++)
+        for (Py_ssize_t ti = 0; ti < j->OH2; ti++)
+            for (Py_ssize_t tj = 0; tj < j->OW2; tj += 16) {
+                const float *pc = j->planes + c * 4 * L + ti * Wq + tj;
+                v16f d[4][4], t[4][4];
+                for (int r = 0; r < 4; r++)
+                    for (int k = 0; k < 4; k++)
+                        d[r][k] = *(const v16f_u *)(pc + ((r & 1) * 2 + (k & 1)) * L + (r >> 1) * Wq + (k >> 1));
+                for (int k = 0; k < 4; k++) { /* B^T d */
+                    t[0][k] = d[0][k] - d[2][k];
+                    t[1][k] = d[1][k] + d[2][k];
+                    t[2][k] = d[2][k] - d[1][k];
+                    t[3][k] = d[1][k] - d[3][k];
+                }
+                float *vc = j->V + c * NTs + ti * j->OW2 + tj;
+                for (int i = 0; i < 4; i++) { /* (B^T d) B */
+                    *(v16f_u *)(vc + (4 * i + 0) * C * NTs) = t[i][0] - t[i][2];
+                    *(v16f_u *)(vc + (4 * i + 1) * C * NTs) = t[i][1] + t[i][2];
+                    *(v16f_u *)(vc + (4 * i + 2) * C * NTs) = t[i][2] - t[i][1];
+                    *(v16f_u *)(vc + (4 * i + 3) * C * NTs) = t[i][1] - t[i][3];
+                }
+            }
+}
+
+static void wl_input_part(void *arg, int part, int parts)
+{
+    const wl_job *j = (const wl_job *)arg;
+    wl_input(j, j->C * part / parts, j->C * (part + 1) / parts);
+}
+
+/* the outputs of channel block mb for tiles [t0, t0 + n) from Mx[16][n][32]: A^T M A of 16
+ * channels a vector plus bias into O[4][n][32], then by channel, residual and clip, into Y */
+CV_CLONES static void wl_output(const wl_job *j, Py_ssize_t mb, Py_ssize_t t0, int n, const float *restrict Mx,
+                                float *restrict O)
+{
+    float bias[CT_MR] __attribute__((aligned(64)));
+    for (int k = 0; k < CT_MR; k++) {
+        const Py_ssize_t m = mb * CT_MR + k;
+        bias[k] = j->b && m < j->M ? j->b[m] : 0.0f;
+    }
+    for (int p = 0; p < n; p++)
+        for (int v = 0; v < CT_NB; v++) {
+            v16f x[4][4], r0[4], r1[4];
+            for (int a = 0; a < 16; a++)
+                x[a >> 2][a & 3] = *(const v16f *)(Mx + (a * CT_NP + p) * CT_MR + 16 * v);
+            for (int k = 0; k < 4; k++) { /* A^T M */
+                r0[k] = x[0][k] + x[1][k] + x[2][k];
+                r1[k] = x[1][k] - x[2][k] - x[3][k];
+            }
+            const v16f vb = *(const v16f *)(bias + 16 * v);
+            *(v16f *)(O + (0 * CT_NP + p) * CT_MR + 16 * v) = r0[0] + r0[1] + r0[2] + vb; /* (A^T M) A */
+            *(v16f *)(O + (1 * CT_NP + p) * CT_MR + 16 * v) = r0[1] - r0[2] - r0[3] + vb;
+            *(v16f *)(O + (2 * CT_NP + p) * CT_MR + 16 * v) = r1[0] + r1[1] + r1[2] + vb;
+            *(v16f *)(O + (3 * CT_NP + p) * CT_MR + 16 * v) = r1[1] - r1[2] - r1[3] + vb;
+        }
+    const Py_ssize_t P = j->OH * j->OW, OW = j->OW;
+    for (int k = 0; k < CT_MR; k++) {
+        const Py_ssize_t m = mb * CT_MR + k;
+        if (m >= j->M)
+            break;
+        float *ym = j->y + m * P;
+        const float *zm = j->z ? j->z + m * P : NULL;
+        Py_ssize_t ti = t0 / j->OW2, tj = t0 - ti * j->OW2;
+        for (int p = 0; p < n; p++) {
+            for (int a = 0; a < 4; a++) {
+                const Py_ssize_t oh = 2 * ti + (a >> 1), ow = 2 * tj + (a & 1);
+                if (oh < j->OH && ow < OW) {
+                    const float r = O[(a * CT_NP + p) * CT_MR + k] + (zm ? zm[oh * OW + ow] : 0.0f);
+                    ym[oh * OW + ow] = clipf(r, j->lo, j->hi);
+                }
+            }
+            if (++tj == j->OW2) {
+                tj = 0;
+                ti++;
+            }
+        }
+    }
+}
+
+static void wl_part(void *arg, int part, int parts)
+{
+    const wl_job *j = (const wl_job *)arg;
+    float *Mx = j->scratch + (Py_ssize_t)part * j->scratch_n;
+    float *O = Mx + (Py_ssize_t)WL_GROUP * 16 * CT_NP * CT_MR;
+    const Py_ssize_t units = j->Mb * j->ngrp, C = j->C, NTs = j->NTs;
+    const Py_ssize_t zero = 0;
+    for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
+        const Py_ssize_t mb = u / j->ngrp, g = u - mb * j->ngrp;
+        const Py_ssize_t s0 = j->nseg * g / j->ngrp, s1 = j->nseg * (g + 1) / j->ngrp;
+        for (int xi = 0; xi < 16; xi++) {
+            const float *wp = j->u + ((Py_ssize_t)xi * j->Mb + mb) * C * CT_MR;
+            for (Py_ssize_t s = s0; s < s1; s++) {
+                Py_ssize_t t0;
+                int n;
+                ct_segment(j->NT, j->nseg, s, &t0, &n);
+                ct_tiles[n](j->V + (Py_ssize_t)xi * C * NTs + t0, &zero, 1, C, NTs, wp,
+                            Mx + ((s - s0) * 16 + xi) * CT_NP * CT_MR, 0, NULL, 0);
+            }
+        }
+        for (Py_ssize_t s = s0; s < s1; s++) {
+            Py_ssize_t t0;
+            int n;
+            ct_segment(j->NT, j->nseg, s, &t0, &n);
+            wl_output(j, mb, t0, n, Mx + (s - s0) * 16 * CT_NP * CT_MR, O);
+        }
+    }
+}
+
+/* winograd3x3 with lanes: the buffers checked, the planes filled; see wl_job */
+static void wl_run(wl_job *j, cv_fill_job *f, const float *x, float *y, const float *z, Py_ssize_t N,
+                   int fparts, int fthreads, int vparts, int vthreads, int parts, int threads)
+{
+    for (Py_ssize_t n = 0; n < N; n++) {
+        f->x = x + n * j->C * f->H * f->W;
+        rc_parallel(cv_fill_part, f, fparts, fthreads);
+        rc_parallel(wl_input_part, j, vparts, vthreads);
+        j->y = y + n * j->M * j->OH * j->OW;
+        j->z = z ? z + n * j->M * j->OH * j->OW : NULL;
+        rc_parallel(wl_part, j, parts, threads);
+    }
+}
+
 static PyObject *winograd3x3(PyObject *self, PyObject *args)
 {
     PyObject *xo, *uo, *bo, *zo, *yo;
     Py_ssize_t N, C, H, W, M, pt, pl, OH, OW;
     float lo, hi;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)n(nn)(nn)ffi:winograd3x3", &xo, &uo, &bo, &zo, &yo,
-                          &N, &C, &H, &W, &M, &pt, &pl, &OH, &OW, &lo, &hi, &threads))
+    int threads, lanes = 0;
+    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)n(nn)(nn)ffi|p:winograd3x3", &xo, &uo, &bo, &zo, &yo,
+                          &N, &C, &H, &W, &M, &pt, &pl, &OH, &OW, &lo, &hi, &threads, &lanes))
         return NULL;
     if (N < 0 || C < 1 || H < 0 || W < 0 || M < 1 || pt < 0 || pl < 0 || OH < 1 || OW < 1) {
         PyErr_SetString(PyExc_ValueError, "winograd3x3: negative or zero size");
         return NULL;
     }
-    const Py_ssize_t Mb = (M + CV_MR - 1) / CV_MR, OH2 = (OH + 1) / 2, OW2 = (OW + 1) / 2;
+    const Py_ssize_t mr = lanes ? CT_MR : CV_MR;
+    const Py_ssize_t Mb = (M + mr - 1) / mr, OH2 = (OH + 1) / 2, OW2 = (OW + 1) / 2;
     /* the padded input of the tiles: 2 * OH2 + 2 rows, 2 * OW2 + 2 columns, in stride-2 phases
        of Hq x Wq; a block reads up to 47 tiles past the last and Wq + 1 past a tile */
     const Py_ssize_t Hp = 2 * OH2 + 2, Wp = 2 * OW2 + 2, Hq = OH2 + 1, Wq = OW2 + 1;
     const Py_ssize_t L = Hq * Wq + Wq + 2 * CV_NR, Q = OH2 * Wq, nblk = (Q + CV_NR - 1) / CV_NR;
     Py_buffer v[5];
-    const rc_buf spec[5] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {uo, 16 * Mb * C * CV_MR, RC_F32, 0, 0, "U"},
+    const rc_buf spec[5] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {uo, 16 * Mb * C * mr, RC_F32, 0, 0, "U"},
                             {bo, M, RC_F32, 0, 1, "B"}, {zo, N * M * OH * OW, RC_F32, 0, 1, "Z"},
                             {yo, N * M * OH * OW, RC_F32, 1, 0, "Y"}};
     if (get_buffers("winograd3x3", spec, v, 5) < 0)
         return NULL;
     int fthreads = threads;
+    if (lanes) {
+        if ((uintptr_t)v[1].buf & 63) {
+            release_buffers(v, 5);
+            PyErr_SetString(PyExc_ValueError, "winograd3x3: the lane-packed weights must be 64-byte aligned");
+            return NULL;
+        }
+        const Py_ssize_t NT = OH2 * OW2, NTs = NT + 16, nseg = (NT + CT_NP - 1) / CT_NP;
+        const Py_ssize_t ngrp = (nseg + WL_GROUP - 1) / WL_GROUP;
+        const double flops = 2.0 * 16.0 * (double)Mb * CT_MR * (double)C * (double)NT;
+        const int parts = rc_parts(flops, 2.5e5, Mb * ngrp, &threads);
+        const int fparts = rc_parts((double)(C * 4 * L), 16384.0, C, &fthreads);
+        int vthreads = fthreads;
+        const int vparts = rc_parts((double)(C * 16 * NTs), 16384.0, C, &vthreads);
+        const Py_ssize_t scratch_n = (Py_ssize_t)(WL_GROUP * 16 + 4) * CT_NP * CT_MR;
+        const size_t plane_bytes = ((size_t)(C * 4 * L) * sizeof(float) + 63) & ~(size_t)63;
+        const size_t v_bytes = ((size_t)(16 * C * NTs) * sizeof(float) + 63) & ~(size_t)63;
+        const size_t work = plane_bytes + v_bytes + (size_t)parts * scratch_n * sizeof(float);
+        float *planes = (float *)rc_work(work);
+        if (!planes) {
+            release_buffers(v, 5);
+            return PyErr_NoMemory();
+        }
+        wl_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, NULL, NULL,
+                    planes + plane_bytes / sizeof(float), planes + (plane_bytes + v_bytes) / sizeof(float),
+                    C, M, Mb, OH, OW, OH2, OW2, Wq, L, NT, NTs, nseg, ngrp, scratch_n, lo, hi};
+        cv_fill_job f = {NULL, planes, C, H, W, pt, pl, 2, 2, Hp, Wp, Wq, L, {1, 1, 1, 1}};
+        Py_BEGIN_ALLOW_THREADS
+        wl_run(&j, &f, (const float *)v[0].buf, (float *)v[4].buf, (const float *)v[3].buf, N, fparts,
+               fthreads, vparts, vthreads, parts, threads);
+        Py_END_ALLOW_THREADS
+        rc_work_done(planes, work);
+        release_buffers(v, 5);
+        Py_RETURN_NONE;
+    }
     const double flops = 2.0 * 16.0 * (double)Mb * CV_MR * (double)C * (double)(nblk * CV_NR);
     const int by_block = nblk >= 2 * threads;
     const int parts = rc_parts(flops, 2.5e5, by_block ? nblk : nblk * Mb, &threads);
@@ -3351,10 +3533,12 @@ static PyMethodDef methods[] = {
      "lanes: output channels in the vector lanes, wp packed by CONV_LANES channels instead and\n"
      "64-byte aligned (for outputs a few columns wide: no column past OW is computed)."},
     {"winograd3x3", winograd3x3, METH_VARARGS,
-     "winograd3x3(x, u, b, z, y, (N, C, H, W), M, (pt, pl), (OH, OW), lo, hi, threads)\n"
+     "winograd3x3(x, u, b, z, y, (N, C, H, W), M, (pt, pl), (OH, OW), lo, hi, threads, lanes=False)\n"
      "Dense 3x3 stride-1 convolution (group 1, dilation 1) of C-contiguous float32 NCHW buffers\n"
      "into y as Winograd F(2x2, 3x3), plus b and z, clipped to [lo, hi]; u are the transformed\n"
-     "weights G g G^T packed [16][ceil(M / CONV_MR)][C][CONV_MR], zeros past M."},
+     "weights G g G^T packed [16][ceil(M / CONV_MR)][C][CONV_MR], zeros past M. lanes: output\n"
+     "channels in the vector lanes, u packed [16][ceil(M / CONV_LANES)][C][CONV_LANES] instead\n"
+     "and 64-byte aligned."},
     {"gemm_rows", gemm_rows, METH_VARARGS,
      "gemm_rows(a, b, y, (R, K, N), trans, threads)\n"
      "y[R][N] = a[R][K] @ B in float32 for a few rows, B = b[N][K] transposed (trans) or\n"

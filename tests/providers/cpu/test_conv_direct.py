@@ -48,6 +48,7 @@ def layout(request, monkeypatch):
     from runtime_provider_cpu.ops import nn
 
     monkeypatch.setattr(nn, "_WINO_MIN_OW", 1 << 30)  # Winograd has tests of its own
+    monkeypatch.setattr(nn, "_WINO_LANES_MIN_C", 1 << 30)
     if request.param == "lanes":
         monkeypatch.setattr(nn, "_LANES_MAX_OW", 1 << 30)
         monkeypatch.setattr(nn, "_LANES_MIN_K", 0)

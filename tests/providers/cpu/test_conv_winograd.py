@@ -1,4 +1,5 @@
-"""Winograd F(2x2, 3x3) for dense 3x3 stride-1 float32 convolutions (``_native.winograd3x3``):
+"""Winograd F(2x2, 3x3) for dense 3x3 stride-1 float32 convolutions (``_native.winograd3x3``),
+both its layouts (blocks of 48 tiles by 8 channels; compact tiles by 32 channels in the lanes):
 checked against onnxruntime, against a float64 reference next to the direct kernel's error,
 on any thread count, with bias, residual and clip, and the plan's choice of it."""
 
@@ -18,21 +19,36 @@ def rnd(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    """The plan kinds the Conv nodes ran with, recorded; Winograd taken everywhere it can be
-    (the shapes below are small) and the direct kernel even without AVX-512."""
+def use_layout(monkeypatch, layout):
+    """Winograd taken everywhere it can be (the shapes below are small), in one layout, and the
+    direct kernel even without AVX-512."""
     from runtime_provider_cpu.ops import nn
 
     assert nn._native is not None, nn.NATIVE_ERROR
     monkeypatch.setattr(nn, "_DIRECT", True)
-    monkeypatch.setattr(nn, "_WINO_MIN_OW", 1)
-    monkeypatch.setattr(nn, "_WINO_MIN_C", 1)
+    if layout == "blocks":
+        monkeypatch.setattr(nn, "_WINO_MIN_OW", 1)
+        monkeypatch.setattr(nn, "_WINO_MIN_C", 1)
+        monkeypatch.setattr(nn, "_WINO_LANES_MIN_C", 1 << 30)
+    else:
+        monkeypatch.setattr(nn, "_WINO_MIN_OW", 1 << 30)
+        monkeypatch.setattr(nn, "_WINO_LANES_OW", (1, 1 << 30))
+        monkeypatch.setattr(nn, "_WINO_LANES_MIN_C", 1)
+
+
+@pytest.fixture(params=["blocks", "lanes"])
+def calls(request, monkeypatch):
+    """The plan kinds the Conv nodes ran with, recorded, in each layout (``use_layout``)."""
+    from runtime_provider_cpu.ops import nn
+
+    use_layout(monkeypatch, request.param)
     seen = []
     real = nn._ConvPlan.run
 
     def run(self, x, z=None):
         seen.append(self.kind)
+        if self.kind == "winograd":
+            assert bool(self.args[-1]) == (request.param == "lanes")
         return real(self, x, z)
 
     monkeypatch.setattr(nn._ConvPlan, "run", run)
@@ -66,6 +82,8 @@ def reference(x, w, b, pads):
     ((1, 8, 3, 3), 5, [0, 0, 0, 0], True),        # one 1 x 1 output
     ((1, 8, 2, 5), 8, [2, 2, 2, 2], True),        # pads wider than the image
     ((1, 40, 30, 4), 16, [1, 0, 1, 0], True),     # tall and narrow
+    ((1, 48, 14, 14), 40, [1, 1, 1, 1], True),    # ResNet's 14 x 14: two lane blocks, the second short
+    ((1, 16, 3, 40), 33, [1, 1, 1, 1], False),    # 20 tiles a row: two vectors a row in the lanes' input
 ])
 def test_winograd_matches_onnxruntime(shape, M, pads, bias, calls, monkeypatch):
     x = rnd(*shape)
@@ -86,6 +104,7 @@ def test_winograd_matches_onnxruntime(shape, M, pads, bias, calls, monkeypatch):
 
     assert nn._ConvPlan(x, w, b, None, 1, [1, 1], [1, 1], pads[:2], pads[2:], 2).kind == "winograd"
     monkeypatch.setattr(nn, "_WINO_MIN_OW", 1 << 30)
+    monkeypatch.setattr(nn, "_WINO_LANES_MIN_C", 1 << 30)
     direct = nn._ConvPlan(x, w, b, None, 1, [1, 1], [1, 1], pads[:2], pads[2:], 2)
     assert direct.kind == "direct"
     err_direct = np.abs(direct.run(x) - exact).max()
@@ -107,19 +126,21 @@ def test_winograd_fused_residual_and_clip(calls):
     assert (out[0] == 0).any() and (out[0] > 0).any()
 
 
-def test_winograd_same_result_on_any_thread_count():
+@pytest.mark.parametrize("lanes", [False, True])
+def test_winograd_same_result_on_any_thread_count(lanes):
     # each tile is computed the same way whichever thread takes it: bit-identical results,
-    # with parts of whole tile blocks (1-3 threads) or of (tile block, channel block) pairs
+    # with parts of whole tile blocks (1-3 threads) or of (tile block, channel block) pairs;
+    # in the lanes' layout, of (channel block, segment group) units
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_winograd
+    from runtime_provider_cpu.ops.nn import _pack_winograd, _pack_winograd_lanes
 
     x, w, b = rnd(2, 24, 31, 30), rnd(20, 24, 3, 3), rnd(20)
     z = rnd(2, 20, 31, 30)
-    u = _pack_winograd(w)
+    u = _pack_winograd_lanes(w) if lanes else _pack_winograd(w)
     outs = []
     for threads in (1, 2, 3, 8, 40):
         y = np.empty((2, 20, 31, 30), np.float32)
-        _native.winograd3x3(x, u, b, z, y, (2, 24, 31, 30), 20, (1, 1), (31, 30), -2.0, 2.0, threads)
+        _native.winograd3x3(x, u, b, z, y, (2, 24, 31, 30), 20, (1, 1), (31, 30), -2.0, 2.0, threads, lanes)
         outs.append(y)
     for y in outs[1:]:
         assert np.array_equal(y, outs[0])
@@ -148,6 +169,21 @@ def test_winograd_checks_buffers():
     _native.winograd3x3(x, u, None, None, y, *args)
     assert y[0, :, 1:5, 1:5].tolist() == np.full((4, 4, 4), 72.0).tolist()  # 8 channels x 9 taps
     assert y[0, :, 0, 0].tolist() == [32.0] * 4  # a corner: 4 taps in the image
+    # the lanes' layout: its own size, and whole aligned vectors
+    from runtime_provider_cpu.ops.nn import _pack_winograd_lanes
+
+    ul = _pack_winograd_lanes(np.ones((4, 8, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="U holds"):
+        _native.winograd3x3(x, u, None, None, y, *args, True)
+    raw = np.empty(ul.size + 1, np.float32)
+    odd = raw[1:] if raw.ctypes.data % 64 == 0 else raw[:-1]
+    odd[:] = ul.ravel()
+    with pytest.raises(ValueError, match="64-byte aligned"):
+        _native.winograd3x3(x, odd, None, None, y, *args, True)
+    y[:] = 0
+    _native.winograd3x3(x, ul, None, None, y, *args, True)
+    assert y[0, :, 1:5, 1:5].tolist() == np.full((4, 4, 4), 72.0).tolist()
+    assert y[0, :, 0, 0].tolist() == [32.0] * 4
 
 
 def test_winograd_only_where_it_pays(monkeypatch):
@@ -163,7 +199,11 @@ def test_winograd_only_where_it_pays(monkeypatch):
 
     assert kind((1, 64, 56, 56), (64, 64, 3, 3)) == "winograd"
     assert kind((1, 128, 28, 28), (128, 128, 3, 3)) == "winograd"
-    assert kind((1, 256, 14, 14), (256, 256, 3, 3)) == "direct"       # too narrow
+    plan = nn._ConvPlan(rnd(1, 256, 14, 14), rnd(256, 256, 3, 3), None, None, 1, p1, p1, p1, p1, 2)
+    assert plan.kind == "winograd" and plan.args[-1]                   # 14 x 14: in the lanes
+    assert not nn._ConvPlan(rnd(1, 64, 28, 28), rnd(64, 64, 3, 3), None, None, 1, p1, p1, p1, p1, 2).args[-1]
+    assert kind((1, 64, 14, 14), (64, 64, 3, 3)) == "direct"          # too few channels for it
+    assert kind((1, 512, 7, 7), (512, 512, 3, 3)) == "direct"         # too narrow
     assert kind((1, 16, 56, 56), (16, 16, 3, 3)) == "direct"          # too few channels
     assert kind((1, 64, 56, 56), (64, 64, 3, 3), strides=(2, 2)) == "direct"
     assert kind((1, 64, 56, 56), (64, 64, 3, 3), dil=(2, 2)) == "direct"
