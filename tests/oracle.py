@@ -91,6 +91,13 @@ def run_ours(model, feeds, providers=None, **kw):
     return sess.run(None, feeds), sess
 
 
+def cpu_session(model, threads=2):
+    """A session of ``model`` on the CPU provider alone, ``threads`` intra-op threads."""
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = threads
+    return rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
+
+
 def compiled_partitions(sess) -> list:
     """The executables of a session's partitions (the profiler's wrapper unwrapped): for
     tests that look at how a provider compiled its part."""

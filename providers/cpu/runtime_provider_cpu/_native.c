@@ -333,12 +333,11 @@ DWF_TARGET static inline __mmask16 dwf_mask(Py_ssize_t n)
 }
 
 /* channel p's input into its phase planes ph (zero-padded: only the data region is written) */
-DWF_TARGET static void dwf_fill(const dwf_job *j, Py_ssize_t p, float *ph)
+DWF_TARGET static void dwf_fill(const dwf_job *j, const float *xc, float *ph)
 {
     const Py_ssize_t H = j->H, W = j->W, s = j->s, Wq = j->Wq, Hq = j->Hq, pn = j->pn, pt = j->pt, pl = j->pl;
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const float *xc = j->x + p * H * W;
     for (Py_ssize_t r = 0; r < H; r++) {
         const Py_ssize_t R = r + pt, i = s == 1 ? R : R >> 1; /* no division a row */
         if (i >= Hq)
@@ -469,9 +468,12 @@ DWF_TARGET static void dwf_copy_out(const dwf_job *j, Py_ssize_t p, const float 
         }
 }
 
-/* channels [p0, p1): rows of 16 or more a channel at a time, smaller planes pipelined */
-static void dwf_range(const dwf_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t p1)
+/* channels [p0, p1), channel p's input at xs + (p - pbase) * H * W: rows of 16 or more a
+ * channel at a time, smaller planes pipelined */
+static void dwf_range(const dwf_job *j, const float *xs, Py_ssize_t pbase, float *scratch, Py_ssize_t p0,
+                      Py_ssize_t p1)
 {
+    const Py_ssize_t hw = j->H * j->W;
     const Py_ssize_t ps = j->s * j->s * j->pn, os = j->nv * 16;
     const int row = j->OW >= 16;
     float *ph = scratch, *out = row ? NULL : scratch + DWF_SETS * ps;
@@ -485,7 +487,7 @@ static void dwf_range(const dwf_job *j, float *scratch, Py_ssize_t p0, Py_ssize_
         memset(ph, 0, sizeof(float) * (size_t)pad_n);
     if (row) {
         for (Py_ssize_t p = p0, c = p0 % j->C; p < p1; p++, c = c + 1 == j->C ? 0 : c + 1) {
-            dwf_fill(j, p, ph);
+            dwf_fill(j, xs + (p - pbase) * hw, ph);
             dwf_compute(j, p, c, ph, NULL, 1);
         }
         return;
@@ -498,7 +500,7 @@ static void dwf_range(const dwf_job *j, float *scratch, Py_ssize_t p0, Py_ssize_
     for (Py_ssize_t q = p0, c = ((p0 - L) % j->C + j->C) % j->C; q < p1 + L + 1; q++) {
         /* c: the channel of plane q - L */
         if (q < p1)
-            dwf_fill(j, q, ph + (q & m) * ps);
+            dwf_fill(j, xs + (q - pbase) * hw, ph + (q & m) * ps);
         if (q - L >= p0 && q - L < p1)
             dwf_compute(j, q - L, c, ph + ((q - L) & m) * ps, out + ((q - L) & m) * os, 0);
         c = c + 1 == j->C ? 0 : c + 1;
@@ -510,7 +512,8 @@ static void dwf_range(const dwf_job *j, float *scratch, Py_ssize_t p0, Py_ssize_
 static void dwf_part(void *arg, int part, int parts)
 {
     const dwf_job *j = (const dwf_job *)arg;
-    dwf_range(j, j->scratch + part * j->scratch_n, j->planes * part / parts, j->planes * (part + 1) / parts);
+    dwf_range(j, j->x, 0, j->scratch + part * j->scratch_n, j->planes * part / parts,
+              j->planes * (part + 1) / parts);
 }
 
 /* whether a 3x3 window of these strides and dilations, on this machine, goes to dwf_run */
@@ -524,7 +527,29 @@ static int dwf_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw,
 /* j (geometry, buffers and max set) on up to threads threads, its planes' sizes and scratch
  * set here; then the caller's nbuf buffers v are released. None, or NULL with MemoryError.
  * Called with the GIL, which it releases while it runs. */
+static void dwf_setup(dwf_job *j);
+
 static PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf)
+{
+    dwf_setup(j);
+    const int parts = rc_parts((double)j->planes * (double)(j->OH * j->OW) * (j->max ? 9.0 / 8.0 : 1.0), 8192.0,
+                               j->planes, &threads);
+    j->scratch = (float *)aligned_alloc(64, sizeof(float) * (size_t)(parts * j->scratch_n));
+    if (j->scratch) {
+        Py_BEGIN_ALLOW_THREADS
+        rc_parallel(dwf_part, j, parts, threads);
+        Py_END_ALLOW_THREADS
+        free(j->scratch);
+    }
+    release_buffers(v, nbuf);
+    if (!j->scratch)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* j's phase-plane geometry from its sizes: plane width and rows, floats a plane (with slack),
+ * output vectors, scratch floats a part and the taps' offsets */
+static void dwf_setup(dwf_job *j)
 {
     const Py_ssize_t s = j->s, OH = j->OH, OW = j->OW;
     j->Wq = OW + 2 / s;
@@ -538,19 +563,6 @@ static PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf)
     for (int ky = 0; ky < 3; ky++)
         for (int kx = 0; kx < 3; kx++)
             j->toff[ky * 3 + kx] = ((ky % s) * s + kx % s) * j->pn + (ky / s) * j->Wq + kx / s;
-    const int parts = rc_parts((double)j->planes * (double)(OH * OW) * (j->max ? 9.0 / 8.0 : 1.0), 8192.0,
-                               j->planes, &threads);
-    j->scratch = (float *)aligned_alloc(64, sizeof(float) * (size_t)(parts * j->scratch_n));
-    if (j->scratch) {
-        Py_BEGIN_ALLOW_THREADS
-        rc_parallel(dwf_part, j, parts, threads);
-        Py_END_ALLOW_THREADS
-        free(j->scratch);
-    }
-    release_buffers(v, nbuf);
-    if (!j->scratch)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
 }
 #else
 #define DWF_OK 0
@@ -3351,6 +3363,98 @@ static PyObject *pointwise_lanes(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+#if DWF_OK
+/* expand_dw: an inverted-residual block's expansion (a 1x1 convolution, bias and clip) and
+ * the 3x3 depthwise convolution after it (stride 1 or 2 both ways, bias and clip) of one
+ * image, without the expanded tensor going through memory. A unit is a panel of 12 expanded
+ * channels: their 1x1 sums (pointwise_lanes's tiles, x read in place) into a per-part plane
+ * buffer E (12 x H x W: 600 KB at MobileNetV2's 112 x 112, in L2), then each channel's depthwise
+ * convolution from E through the phase planes (dwf_range). Apart, the expansion wrote 4.8 MB
+ * that the depthwise layer read back from memory for its planes. */
+typedef struct {
+    const float *wp, *x, *b1;
+    Py_ssize_t M, C, P;
+    float lo1, hi1;
+    dwf_job dw;          /* the depthwise step (its x unused: E is its input) */
+    Py_ssize_t scratch_n; /* a part's work buffer: E, 12 x 32 tail tiles, C x 32 tail of x, dw.scratch_n */
+    int oom;
+} ed_job;
+
+static void ed_part(void *arg, int part, int parts)
+{
+    const ed_job *j = (const ed_job *)arg;
+    const Py_ssize_t P = j->P, C = j->C, np_ = (j->M + LN_RP - 1) / LN_RP, full = P / 32, tn = P - full * 32;
+    /* the thread's own buffer, kept between calls: its E stays in that core's L2 */
+    float *E = (float *)rc_work(sizeof(float) * (size_t)j->scratch_n);
+    if (!E) {
+        ((ed_job *)arg)->oom = 1;
+        return;
+    }
+    float *tail = E + (LN_RP * P + 15) / 16 * 16, *xt = tail + LN_RP * 32, *dws = xt + C * 32;
+    if (tn) /* the last 32 positions' x, zeros past P: read in place, its rows would run past x */
+        for (Py_ssize_t k = 0; k < C; k++) {
+            memcpy(xt + k * 32, j->x + k * P + full * 32, (size_t)tn * sizeof(float));
+            memset(xt + k * 32 + tn, 0, (size_t)(32 - tn) * sizeof(float));
+        }
+    for (Py_ssize_t q = np_ * part / parts; q < np_ * (part + 1) / parts; q++) {
+        const Py_ssize_t r0 = q * LN_RP, nr = j->M - r0 < LN_RP ? j->M - r0 : LN_RP;
+        const float *ap = j->wp + q * C * LN_RP;
+        const ln_epi e = {j->b1 ? j->b1 + r0 : NULL, NULL, 0, j->lo1, j->hi1};
+        for (Py_ssize_t cb = 0; cb < full; cb++)
+            ln_tiles[nr](ap, j->x + cb * 32, C, P, E + cb * 32, P, NULL, 1, NULL, 0, 0, &e);
+        if (tn) {
+            ln_tiles[nr](ap, xt, C, 32, tail, 32, NULL, 1, NULL, 0, 0, &e);
+            for (Py_ssize_t r = 0; r < nr; r++)
+                memcpy(E + r * P + full * 32, tail + r * 32, (size_t)tn * sizeof(float));
+        }
+        dwf_range(&j->dw, E, r0, dws, r0, r0 + nr);
+    }
+    rc_work_done(E, sizeof(float) * (size_t)j->scratch_n);
+}
+
+static PyObject *expand_dw(PyObject *self, PyObject *args)
+{
+    PyObject *wo, *xo, *bo, *wdo, *bdo, *yo;
+    Py_ssize_t M, C, H, W, OH, OW, s, pt, pl;
+    float lo1, hi1, lo, hi;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOOffOOO(nnnn)(nnnnn)ffi:expand_dw", &wo, &xo, &bo, &lo1, &hi1, &wdo, &bdo,
+                          &yo, &M, &C, &H, &W, &OH, &OW, &s, &pt, &pl, &lo, &hi, &threads))
+        return NULL;
+    if (M < 1 || C < 1 || H < 1 || W < 1 || OH < 1 || OW < 1 || pt < 0 || pl < 0 || (s != 1 && s != 2) ||
+        M > PY_SSIZE_T_MAX / 64 / C || H > PY_SSIZE_T_MAX / 64 / W) {
+        PyErr_SetString(PyExc_ValueError, "expand_dw: bad sizes, stride (1 or 2) or padding");
+        return NULL;
+    }
+    if (!rc_conv_fast) {
+        PyErr_SetString(PyExc_ValueError, "expand_dw: needs AVX-512 (CONV_FAST)");
+        return NULL;
+    }
+    const Py_ssize_t P = H * W, np_ = (M + LN_RP - 1) / LN_RP;
+    Py_buffer v[6];
+    const rc_buf spec[6] = {{wo, np_ * C * LN_RP, RC_F32, 0, 0, "W"}, {xo, C * P, RC_F32, 0, 0, "X"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {wdo, M * 9, RC_F32, 0, 0, "WD"},
+                            {bdo, M, RC_F32, 0, 1, "BD"}, {yo, M * OH * OW, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("expand_dw", spec, v, 6) < 0)
+        return NULL;
+    ed_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, M, C, P, lo1, hi1,
+                {NULL, (const float *)v[3].buf, (const float *)v[4].buf, (float *)v[5].buf, M, M, H, W, OH, OW,
+                 s, pt, pl, 0, 0, 0, 0, lo, hi, NULL, 0, 0},
+                0, 0};
+    dwf_setup(&j.dw);
+    /* E, the tails and the phase planes, each from a 64-byte boundary */
+    j.scratch_n = (LN_RP * P + 15) / 16 * 16 + LN_RP * 32 + C * 32 + j.dw.scratch_n;
+    const int parts = rc_parts(2.0 * (double)M * (double)C * (double)P, 2.5e5, np_, &threads);
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(ed_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 6);
+    if (j.oom)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+#endif
+
 /* mha: the core of onnxruntime's com.microsoft.Attention after its projection, one unit of
  * (batch, head, block of query rows) at a time on the kernel threads: the scores
  * q k^T * scale as one single-threaded sgemm (set_sgemm's) into a per-thread buffer, the
@@ -3532,6 +3636,13 @@ static PyMethodDef methods[] = {
      "([ceil(M / CONV_MR)][C * KH * KW][CONV_MR], zeros past M). Up to threads threads.\n"
      "lanes: output channels in the vector lanes, wp packed by CONV_LANES channels instead and\n"
      "64-byte aligned (for outputs a few columns wide: no column past OW is computed)."},
+#if DWF_OK
+    {"expand_dw", expand_dw, METH_VARARGS,
+     "expand_dw(w, x, b, lo1, hi1, wd, bd, y, (M, C, H, W), (OH, OW, s, pt, pl), lo, hi, threads)\n"
+     "One image's 1x1 convolution e = clip(w x + b, lo1, hi1) (w packed as pointwise_lanes reads\n"
+     "it, x C x H x W) and then y = clip(depthwise3x3(e, wd, stride s, pads pt, pl) + bd, lo, hi)\n"
+     "(wd M x 1 x 3 x 3, y M x OH x OW), e never written whole. AVX-512 only (CONV_FAST)."},
+#endif
     {"winograd3x3", winograd3x3, METH_VARARGS,
      "winograd3x3(x, u, b, z, y, (N, C, H, W), M, (pt, pl), (OH, OW), lo, hi, threads, lanes=False)\n"
      "Dense 3x3 stride-1 convolution (group 1, dilation 1) of C-contiguous float32 NCHW buffers\n"

@@ -63,6 +63,38 @@ def binds(kernel_fn):
     return kernel_fn
 
 
+#: ``fuser(ctx_a, ctx_b)`` -> ``run(args_a, args_b)`` or None (see :func:`pairs`)
+_PAIR_FUSERS: list = []
+
+
+def pairs(fuser):
+    """Register ``fuser(ctx_a, ctx_b)`` (a decorator), asked once after a partition's first run
+    about each two consecutive bound steps (see :func:`binds`) where the first one's only
+    output is an intermediate that only the second reads, as its first input. It returns None
+    or ``run(args_a, args_b)``, which computes the second node's result from both nodes'
+    inputs at once (the first one's output never made whole), or returns None for inputs it
+    does not take (then the two steps run). Plain sequential runs call it from then on;
+    profiled and parallel runs keep the two steps, so a profile still times each node."""
+    _PAIR_FUSERS.append(fuser)
+    return fuser
+
+
+def _pair_call(run, fa, ca, fb, n):
+    """One step for two (:func:`pairs`): ``run``, or the two bound calls where it declines."""
+    def call(ctx, *args):
+        y = run(args[:n], args[n:])
+        if y is None:
+            try:
+                e = fa(ca, *args[:n])
+            except CPUKernelError:
+                raise
+            except Exception as exc:
+                raise _kernel_error(ca, exc) from exc
+            y = fb(ctx, e, *args[n:])
+        return y
+    return call
+
+
 class CPUKernelError(RuntimeError):
     """A kernel raised; carries the node's name and op so the core can say where."""
 
@@ -191,6 +223,8 @@ class CPUExecutable:
         # (``ctx.cache["bound"]``, see :func:`binds`); looked at once, after the first run
         self._bindable = [i for i, st in enumerate(self.steps)
                           if getattr(st[0], "binds", False) and st[6] is None]
+        # what plain sequential runs iterate: the steps, with pairs fused after binding
+        self.run_steps = self.steps
 
     @property
     def parallel(self) -> bool:
@@ -213,7 +247,7 @@ class CPUExecutable:
         v = r = res = None
         check = self.check_kernels
         ndarray = np.ndarray
-        for fn, ctx, in_slots, out_slots, attrs, frees, alt in self.steps:
+        for fn, ctx, in_slots, out_slots, attrs, frees, alt in self.run_steps:
             args = [slots[s] for s in in_slots]
             try:
                 if alt is not None and (own := _owned(args, slots, alt[1])) >= 0:
@@ -258,6 +292,37 @@ class CPUExecutable:
             bound = ctx.cache.get("bound")
             if bound is not None:
                 self.steps[i] = (bound, ctx, in_slots, out_slots, {}, frees, alt)
+        if bindable and _PAIR_FUSERS:
+            self.run_steps = self._fuse_pairs(set(bindable))
+
+    def _fuse_pairs(self, bound: set) -> list:
+        """The steps with each pair that a :func:`pairs` fuser takes made one step."""
+        steps = self.steps
+        reads = collections.Counter(s for st in steps for s in st[2])
+        keep = set(self.output_slots) | set(self.input_slots)
+        out, i = [], 0
+        while i < len(steps):
+            a = steps[i]
+            if i + 1 < len(steps) and i in bound and i + 1 in bound:
+                fa, ca, ia, oa, _, fr_a, _ = a
+                fb, cb, ib, ob, _, fr_b, _ = steps[i + 1]
+                e = oa[0] if len(oa) == 1 else -1
+                run = None
+                if (e >= 0 and fa is ca.cache.get("bound") and fb is cb.cache.get("bound") and ib and ib[0] == e
+                        and reads[e] == 1
+                        and e not in keep and e in fr_b and self.template[e] is None):
+                    for fuser in _PAIR_FUSERS:
+                        run = fuser(ca, cb)
+                        if run is not None:
+                            break
+                if run is not None:
+                    out.append((_pair_call(run, fa, ca, fb, len(ia)), cb, ia + ib[1:], ob, {},
+                                fr_a + tuple(s for s in fr_b if s != e), None))
+                    i += 2
+                    continue
+            out.append(a)
+            i += 1
+        return out
 
     def run_profiled(self, inputs, record):
         """``run`` that times each kernel call: ``record(node, t0_ns, t1_ns, inputs, outputs)``

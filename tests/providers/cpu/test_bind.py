@@ -8,20 +8,13 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
-import runtime_core as rt
-from oracle import assert_close, compiled_partitions, make_model, run_oracle
+from oracle import cpu_session, assert_close, compiled_partitions, make_model, run_oracle
 
 RNG = np.random.default_rng(20261206)
 
 
 def rnd(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def _session(model, threads=2):
-    so = rt.SessionOptions()
-    so.intra_op_num_threads = threads
-    return rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
 
 
 def _conv_steps(sess):
@@ -49,7 +42,7 @@ def test_conv_steps_are_bound_after_the_first_run():
     x = rnd(1, 16, 20, 18)
     nodes, inits = _block(x.shape)
     model = make_model(nodes, {"x": x}, ["y"], opset=13, initializers=inits)
-    sess = _session(model)
+    sess = cpu_session(model)
     kernels = [st[0] for st in _conv_steps(sess)]
     assert len(kernels) == 3 and all(getattr(k, "binds", False) for k in kernels)
     for run in range(3):
@@ -70,7 +63,7 @@ def test_bound_steps_follow_a_new_input_shape():
                                        for k, v in inits.items()])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
-    sess = _session(model)
+    sess = cpu_session(model)
     for shape in [(1, 8, 15, 17), (1, 8, 9, 30), (1, 8, 15, 17), (1, 8, 4, 4)]:
         x = rnd(*shape)
         assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
@@ -82,7 +75,7 @@ def test_bound_steps_read_weights_fed_at_run_time():
     x, w = rnd(1, 6, 11, 13), rnd(10, 6, 3, 3)
     model = make_model([helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
                         helper.make_node("Relu", ["c"], ["y"])], {"x": x, "w": w}, ["y"], opset=13)
-    sess = _session(model)
+    sess = cpu_session(model)
     for run in range(3):
         w = rnd(10, 6, 3, 3)
         out = sess.run(None, {"x": x, "w": w})

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-import runtime_core as rt
-from oracle import assert_close, make_model, run_oracle
+from oracle import cpu_session, assert_close, make_model, run_oracle
 
 RNG = np.random.default_rng(20261205)
 
@@ -26,17 +25,11 @@ def calls(spy_native):
     return seen
 
 
-def _session(model, threads=2):
-    so = rt.SessionOptions()
-    so.intra_op_num_threads = threads
-    return rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
-
-
 @pytest.mark.parametrize("lead,K,N", [((128,), 768, 96), ((2, 13), 300, 45), ((1, 5), 64, 1024), ((37,), 257, 33)])
 def test_matmul_by_an_initializer_matches_onnxruntime(lead, K, N, calls):
     a, b = rnd(*lead, K), rnd(K, N)
     model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a}, ["y"], initializers={"b": b})
-    sess = _session(model, threads=3)
+    sess = cpu_session(model, threads=3)
     want = run_oracle(model, {"a": a})
     for _ in range(2):  # packed on the first run, the packed copy reused on the second
         assert_close(sess.run(None, {"a": a}), want, rtol=1e-4, atol=1e-4)
@@ -47,7 +40,7 @@ def test_matmul_by_an_initializer_matches_onnxruntime(lead, K, N, calls):
 def test_small_products_stay_on_numpy(calls):
     a, b = rnd(4, 16), rnd(16, 8)
     model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a}, ["y"], initializers={"b": b})
-    assert_close(_session(model).run(None, {"a": a}), run_oracle(model, {"a": a}), rtol=1e-5, atol=1e-5)
+    assert_close(cpu_session(model).run(None, {"a": a}), run_oracle(model, {"a": a}), rtol=1e-5, atol=1e-5)
     assert calls == []
 
 
@@ -56,7 +49,7 @@ def test_matmul_by_a_weight_fed_at_run_time(calls):
     even the same object written in place between runs."""
     a, b = rnd(40, 200), rnd(200, 70)
     model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a, "b": b}, ["y"])
-    sess = _session(model)
+    sess = cpu_session(model)
     for _ in range(3):
         assert_close(sess.run(None, {"a": a, "b": b}), run_oracle(model, {"a": a, "b": b}), rtol=1e-4, atol=1e-4)
         b *= -2.0
@@ -75,7 +68,7 @@ def test_gemm_by_an_initializer(transB, bias_shape, calls):
         ins.append("c")
     node = helper.make_node("Gemm", ins, ["y"], transB=transB, alpha=1.5, beta=0.5)
     model = make_model([node], {"a": a}, ["y"], opset=13, initializers=inits)
-    assert_close(_session(model).run(None, {"a": a}), run_oracle(model, {"a": a}), rtol=1e-4, atol=1e-4)
+    assert_close(cpu_session(model).run(None, {"a": a}), run_oracle(model, {"a": a}), rtol=1e-4, atol=1e-4)
     assert calls == [((19, 300, 70), 2, True)]
 
 
@@ -152,7 +145,7 @@ def test_layer_norm_compiled_matches_onnxruntime(shape, axis, with_bias, n_out, 
     outs = ["y", "mean", "inv"][:n_out]
     node = helper.make_node("LayerNormalization", ins, outs, axis=axis, epsilon=1e-3)
     model = make_model([node], {"x": x}, outs, initializers=inits)
-    got = _session(model).run(None, {"x": x})
+    got = cpu_session(model).run(None, {"x": x})
     assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
     assert seen == [None]  # the compiled pass, without a skip
     if n_out == 3:

@@ -23,7 +23,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..executable import binds, inplace_variant
+from ..executable import binds, inplace_variant, pairs
 from ..registry import kernel
 from ._common import Scratch, mean_last, normalize_axis
 
@@ -634,6 +634,46 @@ def bind_plan(cache, kernel_fn, attrs):
         return kernel_fn(ctx, x, w, b, *z, **attrs)
 
     cache["bound"] = bound
+
+
+#: an expansion (1x1) and the 3x3 depthwise convolution that alone reads it, one image:
+#: ``_native.expand_dw``, the expanded tensor never whole (see _fuse_expand_depthwise)
+_EXPAND_DW = True
+
+
+@pairs
+def _fuse_expand_depthwise(ca, cb):
+    """An inverted-residual block's expansion and depthwise convolution as one call of
+    ``_native.expand_dw`` (AVX-512): both nodes planned (``_ConvPlan``) on the compiled pointwise
+    kernel and the phase-plane depthwise one (3x3, stride 1 or 2 both ways, no dilation) for
+    one image, the second reading the first's output shape. In the model: MobileNetV2's 96-
+    channel 112 x 112 stride-2 block no longer writes and reads back 4.8 MB."""
+    pa, pb = ca.cache.get("conv_plan"), cb.cache.get("conv_plan")
+    if (not _EXPAND_DW or pa is None or pb is None or not getattr(_native, "CONV_FAST", 0)
+            or not hasattr(_native, "expand_dw") or pa.kind != "pointwise" or pa.sub is not None
+            or pa.w12 is None or pb.kind != "depthwise" or pa.xshape[0] != 1 or pb.xshape != pa.shape):
+        return None
+    _, out, ks, strides, dilations, pads, lo, hi, threads = pb.args
+    if ks != (3, 3) or strides[0] != strides[1] or strides[0] not in (1, 2) or tuple(dilations) != (1, 1):
+        return None
+    M, C, H, W = pa.shape[1], pa.xshape[1], pa.xshape[2], pa.xshape[3]
+    geometry = ((M, C, H, W), (out[0], out[1], strides[0], pads[0], pads[1]), lo, hi, pa.threads)
+    lo1, hi1 = pa.args[1], pa.args[2]
+    takes_a, w12, b1, wd, bd, shape = pa.takes, pa.w12, pa.b2, pb.w2, pb.b2, pb.shape
+
+    def run(args_a, args_b):
+        if (len(args_a) > 3 or len(args_b) > 2 or args_b[0] is not pb.w
+                or (args_b[1] if len(args_b) > 1 else None) is not pb.b
+                or not takes_a(args_a[0], args_a[1], args_a[2] if len(args_a) > 2 else None, None)):
+            return None
+        x = args_a[0]
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        y = np.empty(shape, _F32)
+        _native.expand_dw(w12, x, b1, lo1, hi1, wd, bd, y, *geometry)
+        return y
+
+    return run
 
 
 #: the compiled direct convolution (``_native.conv2d``) takes dense float32 convolutions of

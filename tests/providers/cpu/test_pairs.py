@@ -1,0 +1,165 @@
+"""Fused step pairs (``executable.pairs``): after a partition's first run, an inverted-residual
+block's expansion (a 1x1 Conv) and the 3x3 depthwise Conv that alone reads it run as one call
+of ``_native.expand_dw`` (the AVX-512 build), the expanded tensor never whole. The pair must
+give exactly what the two steps give, for any later input, and stay two steps wherever the
+expansion is read by anything else; profiled runs keep both nodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import runtime_core as rt
+from oracle import cpu_session, assert_close, compiled_partitions, make_model, run_oracle
+
+RNG = np.random.default_rng(20261206)
+
+
+def rnd(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _fast():
+    from runtime_provider_cpu import _native
+
+    return bool(getattr(_native, "CONV_FAST", 0))
+
+
+def _block(C, M, stride, bias=True, act="Clip", extra_out=False, extra_reader=False):
+    """x -> 1x1 Conv (C -> M) + act -> 3x3 depthwise Conv (stride) + act -> y; optionally the
+    expansion also a graph output, or also read by another node"""
+    ins1 = ["x", "w1", "b1"] if bias else ["x", "w1"]
+    ins2 = ["e", "wd", "bd"] if bias else ["e", "wd"]
+    clip = ["lo", "hi"] if act == "Clip" else []
+    nodes = [helper.make_node("Conv", ins1, ["c1"]),
+             helper.make_node(act, ["c1"] + clip, ["e"]),
+             helper.make_node("Conv", ins2, ["c2"], group=M, pads=[1, 1, 1, 1], strides=[stride, stride]),
+             helper.make_node(act, ["c2"] + clip, ["y"])]
+    outs = ["y"]
+    if extra_out:
+        outs.append("e")
+    if extra_reader:
+        nodes.append(helper.make_node("ReduceMax", ["e"], ["m"], keepdims=0))
+        outs.append("m")
+    inits = {"w1": rnd(M, C, 1, 1) * 0.4, "wd": rnd(M, 1, 3, 3)}
+    if bias:
+        inits.update(b1=rnd(M), bd=rnd(M))
+    if act == "Clip":
+        inits.update(lo=np.array(0, np.float32), hi=np.array(6, np.float32))
+    return nodes, inits, outs
+
+
+def _lengths(sess):
+    (exe,) = compiled_partitions(sess)
+    return len(exe.steps), len(exe.run_steps)
+
+
+@pytest.mark.parametrize("C,M,H,W,stride,bias,act", [
+    (16, 96, 28, 28, 2, True, "Clip"),    # MobileNetV2's second block, smaller
+    (24, 144, 14, 14, 1, True, "Clip"),   # a stride-1 block: 196 positions, a 4-wide tail panel
+    (8, 30, 9, 13, 2, False, "Relu"),     # no bias; 30 channels: a 6-row last panel; odd sizes
+    (5, 12, 7, 40, 1, True, "Relu"),      # rows of 16 or more: the row mode of the phase planes
+    (40, 17, 3, 5, 2, True, "Clip"),      # a 2 x 3 output, one short panel
+])
+def test_expansion_and_depthwise_are_one_step(C, M, H, W, stride, bias, act, monkeypatch):
+    from runtime_provider_cpu.ops import nn
+
+    nodes, inits, outs = _block(C, M, stride, bias, act)
+    x = rnd(1, C, H, W)
+    model = make_model(nodes, {"x": x}, outs, opset=13, initializers=inits)
+    sess = cpu_session(model)
+    apart = cpu_session(model)  # the pair is decided at its first run: with _EXPAND_DW off
+    results = []
+    for run in range(3):
+        x = rnd(1, C, H, W)
+        got = sess.run(None, {"x": x})
+        assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+        monkeypatch.setattr(nn, "_EXPAND_DW", False)
+        two = apart.run(None, {"x": x})
+        monkeypatch.setattr(nn, "_EXPAND_DW", True)
+        # the same tiles and the same depthwise code: bit for bit the two steps' result
+        assert np.array_equal(got[0], two[0]), run
+        results.append(got[0])
+    steps, run_steps = _lengths(sess)
+    assert steps == 2  # Conv + Clip / Relu, twice: two FusedConv nodes
+    assert run_steps == (1 if _fast() else 2)
+    assert _lengths(apart) == (2, 2)
+    assert (results[-1] == 0).any() and (results[-1] > 0).any()
+
+
+@pytest.mark.parametrize("extra_out,extra_reader", [(True, False), (False, True)])
+def test_no_pair_where_the_expansion_is_read_elsewhere(extra_out, extra_reader):
+    nodes, inits, outs = _block(8, 24, 2, extra_out=extra_out, extra_reader=extra_reader)
+    model = make_model(nodes, {"x": rnd(1, 8, 12, 12)}, outs, opset=13, initializers=inits)
+    sess = cpu_session(model)
+    for _ in range(3):
+        x = rnd(1, 8, 12, 12)
+        assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    steps, run_steps = _lengths(sess)
+    assert run_steps == steps
+
+
+def test_pair_follows_a_new_input_shape():
+    # symbolic dims: a shape the plans were not made for (another size, a batch of 2) runs
+    # the two steps (their kernels, new plans); the first shape still gives its own result
+    nodes, inits, _ = _block(8, 36, 2)
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, "H", "W"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 36, "OH", "OW"])],
+                          initializer=[helper.make_tensor(k, TensorProto.FLOAT, v.shape, v.ravel())
+                                       for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    sess = cpu_session(model)
+    for shape in [(1, 8, 15, 17), (1, 8, 15, 17), (1, 8, 9, 30), (1, 8, 15, 17), (2, 8, 6, 6)]:
+        x = rnd(*shape)
+        assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    assert _lengths(sess)[1] == (1 if _fast() else 2)
+
+
+def test_profiled_runs_keep_both_nodes():
+    nodes, inits, outs = _block(8, 24, 1)
+    x = rnd(1, 8, 10, 10)
+    model = make_model(nodes, {"x": x}, outs, opset=13, initializers=inits)
+    sess = cpu_session(model)
+    sess.run(None, {"x": x})
+    (exe,) = compiled_partitions(sess)
+    seen = []
+    out = exe.run_profiled([x], lambda node, *rest: seen.append(node.op_type))
+    assert seen == ["FusedConv", "FusedConv"]
+    assert np.array_equal(out[0], exe.run([x])[0])
+
+
+@pytest.mark.skipif(not _fast(), reason="expand_dw is the AVX-512 build's (CONV_FAST); elsewhere the "
+                                        "pair stays two steps, which the tests above check")
+def test_expand_dw_same_result_on_any_thread_count_and_checks_buffers():
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_rows
+
+    M, C, H, W = 40, 12, 17, 19
+    x, w, b, wd, bd = rnd(1, C, H, W), rnd(M, C) * 0.3, rnd(M), rnd(M, 1, 3, 3), rnd(M)
+    w12 = _pack_rows(w)
+    geo = ((M, C, H, W), (9, 10, 2, 1, 1), -1.0, 1.0)
+    outs = []
+    for threads in (1, 2, 3, 8):
+        y = np.empty((1, M, 9, 10), np.float32)
+        _native.expand_dw(w12, x, b, 0.0, 6.0, wd, bd, y, *geo, threads)
+        outs.append(y)
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])
+    e = np.clip(np.einsum("mc,chw->mhw", w.astype(np.float64), x[0].astype(np.float64)) + b[:, None, None], 0, 6)
+    ep = np.pad(e, ((0, 0), (1, 1), (1, 1)))
+    ref = sum(wd[:, 0, ky, kx, None, None] * ep[:, ky:ky + 17:2, kx:kx + 19:2] for ky in range(3) for kx in range(3))
+    np.testing.assert_allclose(outs[0][0], np.clip(ref + bd[:, None, None], -1, 1), rtol=1e-4, atol=1e-4)
+    y = np.zeros((1, M, 9, 10), np.float32)
+    with pytest.raises(ValueError, match="W holds"):
+        _native.expand_dw(w12[:-1], x, b, 0.0, 6.0, wd, bd, y, *geo, 2)
+    with pytest.raises(ValueError, match="X holds"):
+        _native.expand_dw(w12, x[:, :-1], b, 0.0, 6.0, wd, bd, y, *geo, 2)
+    with pytest.raises(ValueError, match="WD holds"):
+        _native.expand_dw(w12, x, b, 0.0, 6.0, wd[:-1], bd, y, *geo, 2)
+    with pytest.raises(ValueError, match="Y holds"):
+        _native.expand_dw(w12, x, b, 0.0, 6.0, wd, bd, y[:, :-1], *geo, 2)
+    with pytest.raises(ValueError, match="stride"):
+        _native.expand_dw(w12, x, b, 0.0, 6.0, wd, bd, y, (M, C, H, W), (9, 10, 3, 1, 1), -1.0, 1.0, 2)
+    assert not y.any()
