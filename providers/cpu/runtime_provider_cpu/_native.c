@@ -2362,6 +2362,170 @@ static PyObject *winograd3x3(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+#if DWF_OK
+/* ---------------------------------------------------------------------------------------
+ * conv_maxpool: conv2d's position tiles (8 channels x 48 positions, dilation 1, stride <= 2)
+ * with bias and clip, then a 3x3 stride-2 MaxPool padded by 1 (ResNet's stem and its pool) of
+ * one image, the convolution's output never whole: a unit is a channel block and a band of
+ * CP_BAND pooled rows, whose 2 * CP_BAND + 1 convolution rows (one shared with the band
+ * before, computed again) go to a per-part buffer in L2 and are pooled from there, the rows'
+ * maxima first (unit stride) and then the columns' (even / odd split by two-register
+ * permutes). NaN wherever a tap is NaN, as maxpool2d.
+ * --------------------------------------------------------------------------------------- */
+#define CP_BAND 8
+
+typedef struct {
+    const float *planes, *wp, *b;
+    float *y;
+    const Py_ssize_t *toff;
+    float *scratch;             /* per part: band rows, then the row maxima, then a tile */
+    Py_ssize_t T, C, cs, M, Mb, Wq, OH, OW, POH, POW, nband, bs, scratch_n;
+    float lo, hi;
+} cp_job;
+
+/* the larger of a and b lane by lane, NaN where either is NaN */
+DWF_TARGET static inline __m512 cp_max(__m512 a, __m512 b)
+{
+    return _mm512_mask_mov_ps(_mm512_max_ps(a, b), _mm512_cmp_ps_mask(a, b, _CMP_UNORD_Q), _mm512_set1_ps(NAN));
+}
+
+DWF_TARGET static void cp_pool(const cp_job *j, const float *band, Py_ssize_t a, Py_ssize_t pr0, Py_ssize_t pr1,
+                               float *vm, float *ym)
+{
+    const Py_ssize_t Wq = j->Wq, OW = j->OW, POW = j->POW;
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (Py_ssize_t pr = pr0; pr < pr1; pr++) {
+        /* convolution rows 2 pr - 1 .. 2 pr + 1 inside the output; at least 2pr is */
+        const Py_ssize_t r0 = 2 * pr - 1 < 0 ? 0 : 2 * pr - 1, r1 = 2 * pr + 2 < j->OH ? 2 * pr + 2 : j->OH;
+        for (Py_ssize_t c = 0; c < OW; c += 16) {
+            __m512 m = _mm512_loadu_ps(band + (r0 - a) * Wq + c);
+            for (Py_ssize_t r = r0 + 1; r < r1; r++)
+                m = cp_max(m, _mm512_loadu_ps(band + (r - a) * Wq + c));
+            _mm512_storeu_ps(vm + c, m);
+        }
+        /* padding: column -1 and columns from OW (the last vector's lanes past OW too) */
+        vm[-1] = -INFINITY;
+        _mm512_storeu_ps(vm + OW, ninf);
+        _mm512_storeu_ps(vm + OW + 16, ninf);
+        float *yr = ym + pr * POW;
+        for (Py_ssize_t c = 0; c < POW; c += 16) {
+            const __m512 lo = _mm512_loadu_ps(vm + 2 * c), hi = _mm512_loadu_ps(vm + 2 * c + 16);
+            const __m512 plo = _mm512_loadu_ps(vm + 2 * c - 1), phi = _mm512_loadu_ps(vm + 2 * c + 15);
+            const __m512 e = _mm512_permutex2var_ps(lo, ev, hi), o = _mm512_permutex2var_ps(lo, od, hi);
+            const __m512 p = _mm512_permutex2var_ps(plo, ev, phi); /* column 2 c - 1 */
+            _mm512_mask_storeu_ps(yr + c, dwf_mask(POW - c), cp_max(cp_max(e, o), p));
+        }
+    }
+}
+
+DWF_TARGET static void cp_part(void *arg, int part, int parts)
+{
+    const cp_job *j = (const cp_job *)arg;
+    float *band = j->scratch + (Py_ssize_t)part * j->scratch_n;
+    float *vm = band + CV_MR * j->bs + 16, *o = vm + (j->OW + 48 + 15) / 16 * 16;
+    const Py_ssize_t units = j->Mb * j->nband, K = j->C * j->T, Wq = j->Wq;
+    for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
+        const Py_ssize_t mb = u / j->nband, bd = u - mb * j->nband;
+        const Py_ssize_t pr0 = bd * CP_BAND, pr1 = pr0 + CP_BAND < j->POH ? pr0 + CP_BAND : j->POH;
+        /* the convolution rows its pooled rows read: 2 pr0 - 1 .. 2 pr1 - 1, inside the output */
+        const Py_ssize_t a = 2 * pr0 - 1 < 0 ? 0 : 2 * pr0 - 1, b = 2 * pr1 < j->OH ? 2 * pr1 : j->OH;
+        const float *wp = j->wp + mb * K * CV_MR;
+        for (Py_ssize_t q = a * Wq; q < b * Wq; q += CV_NR) {
+            const Py_ssize_t left = b * Wq - q;
+            const int nv = left >= CV_NR ? CV_NV : (int)((left + 15) / 16);
+            if (nv == 3)
+                cv_tile3(j->planes + q, j->toff, j->T, j->C, j->cs, wp, o, 0);
+            else if (nv == 2)
+                cv_tile2(j->planes + q, j->toff, j->T, j->C, j->cs, wp, o, 0);
+            else
+                cv_tile1(j->planes + q, j->toff, j->T, j->C, j->cs, wp, o, 0);
+            for (int i = 0; i < CV_MR; i++) {
+                const Py_ssize_t m = mb * CV_MR + i;
+                const v16f bias = cv_bcast(j->b && m < j->M ? j->b[m] : 0.0f);
+                const v16f lo = cv_bcast(j->lo), hi = cv_bcast(j->hi);
+                float *dst = band + i * j->bs + (q - a * Wq);
+                for (int v = 0; v < nv; v++)
+                    *(v16f_u *)(dst + 16 * v) = v16_clip(*(const v16f *)(o + (i * nv + v) * 16) + bias, lo, hi);
+            }
+        }
+        for (int i = 0; i < CV_MR && mb * CV_MR + i < j->M; i++)
+            cp_pool(j, band + i * j->bs, a, pr0, pr1, vm, j->y + (mb * CV_MR + i) * j->POH * j->POW);
+    }
+}
+
+static PyObject *conv_maxpool(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *wo, *bo, *yo;
+    Py_ssize_t C, H, W, M, KH, KW, sh, sw, pt, pl, OH, OW, POH, POW;
+    float lo, hi;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOOO(nnn)(nnn)(nn)(nn)(nn)ff(nn)i:conv_maxpool", &xo, &wo, &bo, &yo, &C, &H, &W,
+                          &M, &KH, &KW, &sh, &sw, &pt, &pl, &OH, &OW, &lo, &hi, &POH, &POW, &threads))
+        return NULL;
+    if (C < 1 || H < 1 || W < 1 || M < 1 || KH < 1 || KW < 1 || sh < 1 || sw < 1 || sh > 2 || sw > 2 ||
+        pt < 0 || pl < 0 || OH < 1 || OW < 1 || POH != (OH - 1) / 2 + 1 || POW != (OW - 1) / 2 + 1) {
+        PyErr_SetString(PyExc_ValueError, "conv_maxpool: bad sizes, strides (1 or 2) or pooled sizes "
+                                          "(a 3x3 stride-2 pool padded by 1)");
+        return NULL;
+    }
+    if (!rc_conv_fast) {
+        PyErr_SetString(PyExc_ValueError, "conv_maxpool: needs AVX-512 (CONV_FAST)");
+        return NULL;
+    }
+    const Py_ssize_t T = KH * KW, K = C * T, Mb = (M + CV_MR - 1) / CV_MR;
+    const Py_ssize_t Hp = (OH - 1) * sh + KH, Wp = (OW - 1) * sw + KW;
+    const Py_ssize_t Hq = (Hp + sh - 1) / sh, Wq = (Wp + sw - 1) / sw, L = Hq * Wq + Wq + 32;
+    Py_buffer v[4];
+    const rc_buf spec[4] = {{xo, C * H * W, RC_F32, 0, 0, "X"}, {wo, Mb * K * CV_MR, RC_F32, 0, 0, "W"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {yo, M * POH * POW, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("conv_maxpool", spec, v, 4) < 0)
+        return NULL;
+    Py_ssize_t toff[64];
+    Py_ssize_t *tp = T <= 64 ? toff : (Py_ssize_t *)malloc((size_t)T * sizeof(Py_ssize_t));
+    if (!tp) {
+        release_buffers(v, 4);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t kh = 0; kh < KH; kh++)
+        for (Py_ssize_t kw = 0; kw < KW; kw++)
+            tp[kh * KW + kw] = ((kh % sh) * sw + kw % sw) * L + (kh / sh) * Wq + kw / sw;
+    const Py_ssize_t nband = (POH + CP_BAND - 1) / CP_BAND;
+    /* a band's rows (2 CP_BAND + 1) and a tile's overrun, a channel each */
+    const Py_ssize_t bs = ((2 * CP_BAND + 1) * Wq + CV_NR + 15) / 16 * 16;
+    const Py_ssize_t scratch_n = CV_MR * bs + 16 + (OW + 48 + 15) / 16 * 16 + CV_MR * CV_NR;
+    int fthreads = threads;
+    const int parts = rc_parts(2.0 * (double)Mb * CV_MR * (double)(OH * Wq) * (double)K, 2.5e5, Mb * nband, &threads);
+    const int fparts = rc_parts((double)(C * sh * sw * L), 16384.0, C, &fthreads);
+    const size_t plane_bytes = ((size_t)(C * sh * sw * L) * sizeof(float) + 63) & ~(size_t)63;
+    const size_t work = plane_bytes + (size_t)parts * scratch_n * sizeof(float);
+    float *planes = (float *)rc_work(work);
+    if (!planes) {
+        if (tp != toff)
+            free(tp);
+        release_buffers(v, 4);
+        return PyErr_NoMemory();
+    }
+    cp_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, (float *)v[3].buf, tp,
+                planes + plane_bytes / sizeof(float), T, C, sh * sw * L, M, Mb, Wq, OH, OW, POH, POW, nband, bs,
+                scratch_n, lo, hi};
+    cv_fill_job f = {(const float *)v[0].buf, planes, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L, {0}};
+    for (Py_ssize_t kh = 0; kh < KH; kh++)
+        for (Py_ssize_t kw = 0; kw < KW; kw++)
+            f.used[(kh % sh) * sw + kw % sw] = 1;
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(cv_fill_part, &f, fparts, fthreads);
+    rc_parallel(cp_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    rc_work_done(planes, work);
+    if (tp != toff)
+        free(tp);
+    release_buffers(v, 4);
+    Py_RETURN_NONE;
+}
+#endif
+
 /* ---------------------------------------------------------------------------------------
  * gemm_rows: y[R][N] = a[R][K] @ B for a few rows (a classifier head at batch 1-8), B given
  * as b[N][K] (trans: ONNX Gemm's transB, a PyTorch Linear) or b[K][N], on the kernel
@@ -3637,6 +3801,11 @@ static PyMethodDef methods[] = {
      "lanes: output channels in the vector lanes, wp packed by CONV_LANES channels instead and\n"
      "64-byte aligned (for outputs a few columns wide: no column past OW is computed)."},
 #if DWF_OK
+    {"conv_maxpool", conv_maxpool, METH_VARARGS,
+     "conv_maxpool(x, wp, b, y, (C, H, W), (M, KH, KW), (sh, sw), (pt, pl), (OH, OW), lo, hi, (POH, POW), threads)\n"
+     "One image's dense convolution (conv2d's packing and position tiles, dilation 1, strides 1\n"
+     "or 2), plus b, clipped to [lo, hi], then its 3x3 stride-2 MaxPool padded by 1 into y\n"
+     "(M x POH x POW), the convolution's output never written whole. AVX-512 only (CONV_FAST)."},
     {"expand_dw", expand_dw, METH_VARARGS,
      "expand_dw(w, x, b, lo1, hi1, wd, bd, y, (M, C, H, W), (OH, OW, s, pt, pl), lo, hi, threads)\n"
      "One image's 1x1 convolution e = clip(w x + b, lo1, hi1) (w packed as pointwise_lanes reads\n"

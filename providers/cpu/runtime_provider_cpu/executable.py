@@ -69,18 +69,19 @@ _PAIR_FUSERS: list = []
 
 def pairs(fuser):
     """Register ``fuser(ctx_a, ctx_b)`` (a decorator), asked once after a partition's first run
-    about each two consecutive bound steps (see :func:`binds`) where the first one's only
-    output is an intermediate that only the second reads, as its first input. It returns None
-    or ``run(args_a, args_b)``, which computes the second node's result from both nodes'
-    inputs at once (the first one's output never made whole), or returns None for inputs it
-    does not take (then the two steps run). Plain sequential runs call it from then on;
-    profiled and parallel runs keep the two steps, so a profile still times each node."""
+    about each two consecutive steps, the first one bound (see :func:`binds`), where the first
+    one's only output is an intermediate that only the second reads, as its first input, and
+    the second has one output and no in-place variant. It returns None or
+    ``run(args_a, args_b)``, which computes the second node's result from both nodes' inputs
+    at once (the first one's output never made whole), or returns None for inputs it does
+    not take (then the two steps run). Plain sequential runs call it from then on; profiled
+    and parallel runs keep the two steps, so a profile still times each node."""
     _PAIR_FUSERS.append(fuser)
     return fuser
 
 
-def _pair_call(run, fa, ca, fb, n):
-    """One step for two (:func:`pairs`): ``run``, or the two bound calls where it declines."""
+def _pair_call(run, fa, ca, fb, attrs_b, n):
+    """One step for two (:func:`pairs`): ``run``, or the two steps' calls where it declines."""
     def call(ctx, *args):
         y = run(args[:n], args[n:])
         if y is None:
@@ -90,7 +91,7 @@ def _pair_call(run, fa, ca, fb, n):
                 raise
             except Exception as exc:
                 raise _kernel_error(ca, exc) from exc
-            y = fb(ctx, e, *args[n:])
+            y = fb(ctx, e, *args[n:], **attrs_b)
         return y
     return call
 
@@ -303,12 +304,12 @@ class CPUExecutable:
         out, i = [], 0
         while i < len(steps):
             a = steps[i]
-            if i + 1 < len(steps) and i in bound and i + 1 in bound:
+            if i + 1 < len(steps) and i in bound:
                 fa, ca, ia, oa, _, fr_a, _ = a
-                fb, cb, ib, ob, _, fr_b, _ = steps[i + 1]
+                fb, cb, ib, ob, attrs_b, fr_b, alt_b = steps[i + 1]
                 e = oa[0] if len(oa) == 1 else -1
                 run = None
-                if (e >= 0 and fa is ca.cache.get("bound") and fb is cb.cache.get("bound") and ib and ib[0] == e
+                if (e >= 0 and fa is ca.cache.get("bound") and alt_b is None and len(ob) == 1 and ib and ib[0] == e
                         and reads[e] == 1
                         and e not in keep and e in fr_b and self.template[e] is None):
                     for fuser in _PAIR_FUSERS:
@@ -316,7 +317,7 @@ class CPUExecutable:
                         if run is not None:
                             break
                 if run is not None:
-                    out.append((_pair_call(run, fa, ca, fb, len(ia)), cb, ia + ib[1:], ob, {},
+                    out.append((_pair_call(run, fa, ca, fb, attrs_b, len(ia)), cb, ia + ib[1:], ob, {},
                                 fr_a + tuple(s for s in fr_b if s != e), None))
                     i += 2
                     continue

@@ -163,3 +163,108 @@ def test_expand_dw_same_result_on_any_thread_count_and_checks_buffers():
     with pytest.raises(ValueError, match="stride"):
         _native.expand_dw(w12, x, b, 0.0, 6.0, wd, bd, y, (M, C, H, W), (9, 10, 3, 1, 1), -1.0, 1.0, 2)
     assert not y.any()
+
+
+def _stem(C, M, k, stride, pool=None, bias=True, outs=("y",)):
+    """x -> k x k Conv (stride, pads k // 2) + Relu -> MaxPool (3x3 stride 2 pads 1 unless
+    ``pool`` gives other attributes) -> y"""
+    pool = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]) if pool is None else pool
+    ins = ["x", "w", "b"] if bias else ["x", "w"]
+    p = k // 2
+    nodes = [helper.make_node("Conv", ins, ["c"], pads=[p] * 4, strides=[stride, stride]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("MaxPool", ["r"], list(outs), **pool)]
+    inits = {"w": rnd(M, C, k, k) * 0.2}
+    if bias:
+        inits["b"] = rnd(M)
+    return nodes, inits
+
+
+@pytest.mark.parametrize("C,M,H,W,k,stride,bias", [
+    (3, 20, 40, 36, 7, 2, True),   # ResNet's stem, smaller: 20 x 18, two bands of pooled rows
+    (3, 64, 64, 64, 7, 2, True),   # 32 x 32: four bands, eight channel blocks
+    (8, 9, 17, 13, 3, 1, False),   # odd sizes (a lone last pooled column), a channel tail, no bias
+    (2, 16, 9, 70, 5, 2, True),    # rows wider than 48 positions a tile, an even width
+])
+def test_conv_and_maxpool_are_one_step(C, M, H, W, k, stride, bias, monkeypatch):
+    from runtime_provider_cpu.ops import nn
+
+    monkeypatch.setattr(nn, "_DIRECT", True)  # the direct kernel on any build (the pair needs AVX-512)
+    nodes, inits = _stem(C, M, k, stride, bias=bias)
+    x = rnd(1, C, H, W)
+    model = make_model(nodes, {"x": x}, ["y"], opset=13, initializers=inits)
+    sess, apart = cpu_session(model), cpu_session(model)
+    for run in range(3):
+        x = rnd(1, C, H, W)
+        if run == 2:
+            # NaN through the convolution and the pool (where any tap is NaN, as maxpool2d;
+            # onnxruntime's pool drops some of them, so against the two steps only)
+            x[0, 0, H // 2, W // 3] = np.nan
+        got = sess.run(None, {"x": x})
+        if run < 2:
+            assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+        monkeypatch.setattr(nn, "_CONV_MAXPOOL", False)
+        two = apart.run(None, {"x": x})
+        monkeypatch.setattr(nn, "_CONV_MAXPOOL", True)
+        assert np.array_equal(got[0], two[0], equal_nan=True), run
+    assert np.isnan(got[0]).any() and not np.isnan(got[0]).all()
+    steps, run_steps = _lengths(sess)
+    assert steps == 2 and run_steps == (1 if _fast() else 2)
+
+
+@pytest.mark.parametrize("pool,outs", [
+    (dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1), ("y",)),
+    (dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1]), ("y",)),
+    (dict(kernel_shape=[2, 2], strides=[2, 2]), ("y",)),
+    (dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), ("y", "idx")),
+])
+def test_no_conv_maxpool_pair_for_other_pools(pool, outs, monkeypatch):
+    from runtime_provider_cpu.ops import nn
+
+    monkeypatch.setattr(nn, "_DIRECT", True)
+    nodes, inits = _stem(3, 8, 7, 2, pool=pool, outs=outs)
+    x = rnd(1, 3, 30, 30)
+    model = make_model(nodes, {"x": x}, list(outs), opset=13, initializers=inits)
+    sess = cpu_session(model)
+    for _ in range(3):
+        x = rnd(1, 3, 30, 30)
+        got = sess.run(None, {"x": x})
+        assert_close(got[:1], run_oracle(model, {"x": x})[:1], rtol=1e-4, atol=1e-4)
+    steps, run_steps = _lengths(sess)
+    assert run_steps == steps
+
+
+@pytest.mark.skipif(not _fast(), reason="conv_maxpool is the AVX-512 build's (CONV_FAST); elsewhere the "
+                                        "pair stays two steps, which the tests above check")
+def test_conv_maxpool_same_result_on_any_thread_count_and_checks_buffers():
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_direct
+
+    x, w, b = rnd(1, 3, 50, 46), rnd(12, 3, 7, 7) * 0.2, rnd(12)
+    wp = _pack_direct(w)
+    geo = ((3, 50, 46), (12, 7, 7), (2, 2), (3, 3), (25, 23), 0.0, 6.0, (13, 12))
+    outs = []
+    for threads in (1, 2, 3, 8):
+        y = np.empty((1, 12, 13, 12), np.float32)
+        _native.conv_maxpool(x, wp, b, y, *geo, threads)
+        outs.append(y)
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])
+    xp = np.pad(x[0].astype(np.float64), ((0, 0), (3, 3), (3, 3)))
+    c = np.zeros((12, 25, 23))
+    for ky in range(7):
+        for kx in range(7):
+            c += np.einsum("mc,chw->mhw", w[:, :, ky, kx].astype(np.float64), xp[:, ky:ky + 49:2, kx:kx + 45:2])
+    c = np.pad(np.clip(c + b[:, None, None], 0, 6), ((0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    ref = np.max([c[:, dy:dy + 25:2, dx:dx + 23:2] for dy in range(3) for dx in range(3)], axis=0)
+    np.testing.assert_allclose(outs[0][0], ref, rtol=1e-4, atol=1e-4)
+    y = np.zeros((1, 12, 13, 12), np.float32)
+    with pytest.raises(ValueError, match="W holds"):
+        _native.conv_maxpool(x, wp[:-1], b, y, *geo, 2)
+    with pytest.raises(ValueError, match="X holds"):
+        _native.conv_maxpool(x[:, :2], wp, b, y, *geo, 2)
+    with pytest.raises(ValueError, match="Y holds"):
+        _native.conv_maxpool(x, wp, b, y[:, :-1], *geo, 2)
+    with pytest.raises(ValueError, match="pooled sizes"):
+        _native.conv_maxpool(x, wp, b, y, *geo[:-1], (12, 12), 2)
+    assert not y.any()

@@ -676,6 +676,49 @@ def _fuse_expand_depthwise(ca, cb):
     return run
 
 
+#: a dense convolution and the 3x3 stride-2 MaxPool (padded by 1) that alone reads it, one
+#: image: ``_native.conv_maxpool`` (see _fuse_conv_maxpool)
+_CONV_MAXPOOL = True
+
+
+@pairs
+def _fuse_conv_maxpool(ca, cb):
+    """A stem and its pool (ResNet's 7x7 stride-2 convolution and 3x3 stride-2 MaxPool) as
+    one call of ``_native.conv_maxpool`` (AVX-512): the convolution planned on the direct
+    kernel's position tiles for one image, the pool 3x3, stride 2, padded by 1 on every side,
+    no dilation, no ceil mode and no Indices output. Its 3.2 MB output at 112 x 112 is no
+    longer written and read back."""
+    pa = ca.cache.get("conv_plan")
+    node = cb.node
+    if (not _CONV_MAXPOOL or pa is None or pa.kind != "direct" or pa.args[-1] or pa.xshape[0] != 1
+            or tuple(pa.args[3]) != (1, 1) or node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx")
+            or not getattr(_native, "CONV_FAST", 0) or not hasattr(_native, "conv_maxpool")):
+        return None
+    at = node.attrs
+    if (list(at.get("kernel_shape") or ()) != [3, 3] or list(at.get("strides") or ()) != [2, 2]
+            or list(at.get("pads") or ()) != [1, 1, 1, 1] or list(at.get("dilations") or [1, 1]) != [1, 1]
+            or at.get("ceil_mode") or (at.get("auto_pad") or "NOTSET") != "NOTSET"
+            or len([o for o in node.outputs if o]) != 1):
+        return None
+    xshape, mk, strides, _, pads, out, lo, hi, threads, _ = pa.args
+    pooled = ((out[0] - 1) // 2 + 1, (out[1] - 1) // 2 + 1)
+    geometry = (xshape[1:], mk, tuple(strides), pads, out, lo, hi, pooled, threads)
+    takes_a, w2, b2, shape = pa.takes, pa.w2, pa.b2, (1, mk[0]) + pooled
+
+    def run(args_a, args_b):
+        if (len(args_a) > 3 or args_b
+                or not takes_a(args_a[0], args_a[1], args_a[2] if len(args_a) > 2 else None, None)):
+            return None
+        x = args_a[0]
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        y = np.empty(shape, _F32)
+        _native.conv_maxpool(x, w2, b2, y, *geometry)
+        return y
+
+    return run
+
+
 #: the compiled direct convolution (``_native.conv2d``) takes dense float32 convolutions of
 #: stride at most 2 (but 1x1 stride 1, a plain GEMM) with at least this many terms a sum
 #: (C * KH * KW). An RGB 3x3 stem (27) takes it since its epilogue is vectorized: MobileNetV2
