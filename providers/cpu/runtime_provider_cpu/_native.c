@@ -2135,6 +2135,7 @@ static void wg_part(void *arg, int part, int parts)
  * channels a vector and its 2 x 2 outputs scattered into NCHW by channel.
  * --------------------------------------------------------------------------------------- */
 #define WL_GROUP 8 /* row segments a unit: each of the 16 weight blocks (C x 32) is read once for them */
+#define WL_KC 128  /* input channels a pass of the group's segments */
 
 typedef struct {
     const float *planes, *u, *b, *z;
@@ -2238,16 +2239,19 @@ static void wl_part(void *arg, int part, int parts)
     for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
         const Py_ssize_t mb = u / j->ngrp, g = u - mb * j->ngrp;
         const Py_ssize_t s0 = j->nseg * g / j->ngrp, s1 = j->nseg * (g + 1) / j->ngrp;
-        for (int xi = 0; xi < 16; xi++) {
-            const float *wp = j->u + ((Py_ssize_t)xi * j->Mb + mb) * C * CT_MR;
-            for (Py_ssize_t s = s0; s < s1; s++) {
-                Py_ssize_t t0;
-                int n;
-                ct_segment(j->NT, j->nseg, s, &t0, &n);
-                ct_tiles[n](j->V + (Py_ssize_t)xi * C * NTs + t0, &zero, 1, C, NTs, wp,
-                            Mx + ((s - s0) * 16 + xi) * CT_NP * CT_MR, 0, NULL, 0);
+        for (int xi = 0; xi < 16; xi++)
+            for (Py_ssize_t c0 = 0; c0 < C; c0 += WL_KC) {
+                /* a chunk of the weights (16 KB) stays in L1 while the group's segments pass */
+                const Py_ssize_t cn = C - c0 < WL_KC ? C - c0 : WL_KC;
+                const float *wp = j->u + (((Py_ssize_t)xi * j->Mb + mb) * C + c0) * CT_MR;
+                for (Py_ssize_t s = s0; s < s1; s++) {
+                    Py_ssize_t t0;
+                    int n;
+                    ct_segment(j->NT, j->nseg, s, &t0, &n);
+                    ct_tiles[n](j->V + ((Py_ssize_t)xi * C + c0) * NTs + t0, &zero, 1, cn, NTs, wp,
+                                Mx + ((s - s0) * 16 + xi) * CT_NP * CT_MR, c0 > 0, NULL, 0);
+                }
             }
-        }
         for (Py_ssize_t s = s0; s < s1; s++) {
             Py_ssize_t t0;
             int n;

@@ -84,6 +84,7 @@ def reference(x, w, b, pads):
     ((1, 40, 30, 4), 16, [1, 0, 1, 0], True),     # tall and narrow
     ((1, 48, 14, 14), 40, [1, 1, 1, 1], True),    # ResNet's 14 x 14: two lane blocks, the second short
     ((1, 16, 3, 40), 33, [1, 1, 1, 1], False),    # 20 tiles a row: two vectors a row in the lanes' input
+    ((1, 136, 10, 12), 40, [1, 1, 1, 1], True),   # 136 input channels: the lanes' chunks of 128 and a tail
 ])
 def test_winograd_matches_onnxruntime(shape, M, pads, bias, calls, monkeypatch):
     x = rnd(*shape)
