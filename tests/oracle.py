@@ -98,6 +98,36 @@ def cpu_session(model, threads=2):
     return rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
 
 
+def record_plan_kinds(monkeypatch, check=None) -> list:
+    """The kinds of the CPU provider's conv plans as they run (``_ConvPlan.run`` on a first
+    run, the bound step's ``fast_call`` after it), in a list; ``check(plan)`` on each."""
+    from runtime_provider_cpu.ops import nn
+
+    seen = []
+    real, real_fast = nn._ConvPlan.run, nn._ConvPlan.fast_call
+
+    def record(plan):
+        seen.append(plan.kind)
+        if check is not None:
+            check(plan)
+
+    def run(self, x, z=None):
+        record(self)
+        return real(self, x, z)
+
+    def fast_call(self):
+        call = real_fast(self)
+
+        def recorded(x, z):
+            record(self)
+            return call(x, z)
+        return recorded
+
+    monkeypatch.setattr(nn._ConvPlan, "run", run)
+    monkeypatch.setattr(nn._ConvPlan, "fast_call", fast_call)
+    return seen
+
+
 def compiled_partitions(sess) -> list:
     """The executables of a session's partitions (the profiler's wrapper unwrapped): for
     tests that look at how a provider compiled its part."""

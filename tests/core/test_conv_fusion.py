@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import runtime_core as rt
-from oracle import assert_close, make_model, run_oracle
+from oracle import assert_close, make_model, record_plan_kinds, run_oracle
 
 L = rt.GraphOptimizationLevel
 MS = "com.microsoft"
@@ -240,9 +240,7 @@ def test_fused_conv_clip_in_the_epilogue(kind, attrs, with_z, native, batch, mon
         monkeypatch.setattr(nn, "_DIRECT", True)  # the direct convolution, AVX-512 or not
     else:
         monkeypatch.setattr(nn, "_native", None)
-    planned = []
-    real_run = nn._ConvPlan.run
-    monkeypatch.setattr(nn._ConvPlan, "run", lambda self, *a: planned.append(self.kind) or real_run(self, *a))
+    planned = record_plan_kinds(monkeypatch)
     x = f32(batch, 8, 9, 9) * 3
     if kind == "pointwise":
         m, feeds = fused_conv_model(attrs, with_z, w=f32(5, 8, 1, 1), x=x, pads=(0, 0, 0, 0))

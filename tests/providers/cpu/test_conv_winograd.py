@@ -10,7 +10,7 @@ import pytest
 from onnx import helper
 
 import runtime_core as rt
-from oracle import assert_close, make_model, run_oracle
+from oracle import assert_close, make_model, record_plan_kinds, run_oracle
 
 RNG = np.random.default_rng(20261206)
 
@@ -39,20 +39,13 @@ def use_layout(monkeypatch, layout):
 @pytest.fixture(params=["blocks", "lanes"])
 def calls(request, monkeypatch):
     """The plan kinds the Conv nodes ran with, recorded, in each layout (``use_layout``)."""
-    from runtime_provider_cpu.ops import nn
-
     use_layout(monkeypatch, request.param)
-    seen = []
-    real = nn._ConvPlan.run
 
-    def run(self, x, z=None):
-        seen.append(self.kind)
-        if self.kind == "winograd":
-            assert bool(self.args[-1]) == (request.param == "lanes")
-        return real(self, x, z)
+    def check(plan):
+        if plan.kind == "winograd":
+            assert bool(plan.args[-1]) == (request.param == "lanes")
 
-    monkeypatch.setattr(nn._ConvPlan, "run", run)
-    return seen
+    return record_plan_kinds(monkeypatch, check)
 
 
 def session(model, threads=2):

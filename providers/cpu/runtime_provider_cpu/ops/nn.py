@@ -626,11 +626,16 @@ def bind_plan(cache, kernel_fn, attrs):
     if plan is None or plan.kind is None:
         cache["bound"] = None
         return
-    takes, run = plan.takes, plan.run
+    fast, xshape, W, B, shape = plan.fast_call(), plan.xshape, plan.w, plan.b, plan.shape
+    takes_z = plan.kind in ("pointwise", "direct", "winograd")
 
     def bound(ctx, x, w, b=None, *z):  # z: FusedConv's residual, when given
-        if takes(x, w, b, z[0] if z else None):
-            return run(x, *z)
+        # what plan.takes asks, inline (a bound Conv is ~2 us of Python; each call counts)
+        if x.shape == xshape and w is W and b is B:
+            if not z:
+                return fast(x, None)
+            if takes_z and len(z) == 1 and z[0].shape == shape and z[0].dtype == _F32:
+                return fast(x, z[0])
         return kernel_fn(ctx, x, w, b, *z, **attrs)
 
     cache["bound"] = bound
@@ -933,6 +938,45 @@ class _ConvPlan:
         return (self.kind is not None and x.shape == self.xshape and w is self.w and b is self.b
                 and (z is None or (self.kind in ("pointwise", "direct", "winograd") and z.shape == self.shape
                                    and z.dtype == _F32)))
+
+    def fast_call(self):
+        """``run`` as one closure for the bound step (``bind_plan``): ``call(x, z)``, z None or
+        a residual ``takes`` accepts, the kernel and its arguments fixed once."""
+        empty, f32, contig, shape = np.empty, _F32, np.ascontiguousarray, self.shape
+        w2, b2, args = getattr(self, "w2", None), self.b2, self.args
+        if self.kind in ("direct", "winograd"):
+            fn = _native.conv2d if self.kind == "direct" else _native.winograd3x3
+
+            def call(x, z):
+                if not x.flags.c_contiguous:
+                    x = contig(x)
+                y = empty(shape, f32)
+                fn(x, w2, b2, None if z is None else contig(z), y, *args)
+                return y
+            return call
+        if self.kind == "pointwise" and self.sub is None and self.w12 is not None:
+            fn, w12, th = _native.pointwise_lanes, self.w12, self.threads
+            dims, lo, hi = (args[0][0], self.xshape[1], args[0][1]), args[1], args[2]
+
+            def call(x, z):
+                if not x.flags.c_contiguous:
+                    x = contig(x)
+                y = empty(shape, f32)
+                fn(w12, x, b2, None if z is None else contig(z), y, dims, lo, hi, th)
+                return y
+            return call
+        if self.kind == "depthwise":
+            fn = _native.depthwise2d
+
+            def call(x, z):
+                if not x.flags.c_contiguous:
+                    x = contig(x)
+                y = empty(shape, f32)
+                fn(x, w2, b2, y, *args)
+                return y
+            return call
+        run = self.run
+        return lambda x, z: run(x) if z is None else run(x, z)
 
     def run(self, x, z=None):
         """The convolution of ``x`` (plus ``z``: pointwise, direct and winograd plans only)."""
