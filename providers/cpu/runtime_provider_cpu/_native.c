@@ -41,6 +41,12 @@
  * single-threaded sgemm calls. maxpool2d, skip_layer_norm (also LayerNormalization), softmax:
  * one pass a row where numpy needs 5-9. gelu_erf also computes Gelu's tanh form (FastGelu).
  *
+ * Fused steps (the executable's pairs and siblings, after a partition's first run):
+ * expand_dw, an inverted-residual block's 1x1 expansion and 3x3 depthwise convolution, 12
+ * expanded channels at a time through a per-thread buffer; conv_maxpool, a stem convolution
+ * and its 3x3 stride-2 MaxPool by bands of pooled rows; conv2d's extra, a strided 1x1
+ * shortcut from the phase planes its 3x3 neighbour filled.
+ *
  * tree_leaves: the walk of a tree ensemble (float32 or float64 thresholds, every comparison
  * mode, missing values). numpy walks all rows x trees one level at a time, a gather per node
  * field per level; here each tree's nodes are one contiguous block of 16-byte records and 8
@@ -1867,42 +1873,62 @@ static int cv_fast(void)
 
 static PyObject *conv2d(PyObject *self, PyObject *args)
 {
-    PyObject *xo, *wo, *bo, *zo, *yo;
+    PyObject *xo, *wo, *bo, *zo, *yo, *extra = Py_None;
     Py_ssize_t N, C, H, W, M, KH, KW, sh, sw, dh, dw, pt, pl, OH, OW;
     float lo, hi;
     int threads, lanes = 0;
-    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)ffi|p:conv2d", &xo, &wo, &bo, &zo, &yo,
+    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)ffi|pO:conv2d", &xo, &wo, &bo, &zo, &yo,
                           &N, &C, &H, &W, &M, &KH, &KW, &sh, &sw, &dh, &dw, &pt, &pl, &OH, &OW,
-                          &lo, &hi, &threads, &lanes))
+                          &lo, &hi, &threads, &lanes, &extra))
         return NULL;
     if (N < 0 || C < 1 || H < 0 || W < 0 || M < 1 || KH < 1 || KW < 1 || sh < 1 || sw < 1 ||
         dh < 1 || dw < 1 || pt < 0 || pl < 0 || OH < 1 || OW < 1) {
         PyErr_SetString(PyExc_ValueError, "conv2d: negative or zero size, stride or dilation");
         return NULL;
     }
+    /* extra: a second convolution, 1x1 of the same strides, read from the same planes at
+       padded position (ty, tx) (ResNet's downsampling shortcut beside the block's first 3x3:
+       ty = pt, tx = pl), its own weights, bias, residual, output, clip and tiling */
+    PyObject *wo2 = NULL, *bo2 = NULL, *zo2 = NULL, *yo2 = NULL;
+    Py_ssize_t M2 = 0, ty = 0, tx = 0;
+    float lo2 = 0.0f, hi2 = 0.0f;
+    int lanes2 = 0;
+    if (extra != Py_None) {
+        if (!PyArg_ParseTuple(extra, "OOOOnnnffp:conv2d extra", &wo2, &bo2, &zo2, &yo2, &M2, &ty, &tx, &lo2, &hi2,
+                              &lanes2))
+            return NULL;
+        if (M2 < 1 || ty < 0 || tx < 0 || ty > (KH - 1) * dh || tx > (KW - 1) * dw) {
+            PyErr_SetString(PyExc_ValueError, "conv2d: the extra convolution needs M2 >= 1 and its tap inside "
+                                              "the first one's window");
+            return NULL;
+        }
+    }
     /* channel blocks of CV_MR, or of CT_MR with the channels in the lanes */
-    const Py_ssize_t mr = lanes ? CT_MR : CV_MR;
-    const Py_ssize_t T = KH * KW, K = C * T, Mb = (M + mr - 1) / mr;
+    const Py_ssize_t mr = lanes ? CT_MR : CV_MR, mr2 = lanes2 ? CT_MR : CV_MR;
+    const Py_ssize_t T = KH * KW, K = C * T, Mb = (M + mr - 1) / mr, Mb2 = (M2 + mr2 - 1) / mr2;
     /* the padded extent the outputs read, split into phases of Hq x Wq */
     const Py_ssize_t Hp = (OH - 1) * sh + (KH - 1) * dh + 1, Wp = (OW - 1) * sw + (KW - 1) * dw + 1;
     const Py_ssize_t Hq = (Hp + sh - 1) / sh, Wq = (Wp + sw - 1) / sw;
     const Py_ssize_t Q = OH * Wq, nq = (Q + CV_NR - 1) / CV_NR;
     /* a tile reads up to 15 positions past Q, plus the largest tap offset (< Wq + Hq * Wq - Q) */
     const Py_ssize_t L = Hq * Wq + Wq + 32;
-    Py_buffer v[5]; /* X, packed W, B, Z, Y */
-    const rc_buf spec[5] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {wo, Mb * K * mr, RC_F32, 0, 0, "W"},
+    const int nb = extra != Py_None ? 9 : 5;
+    Py_buffer v[9]; /* X, packed W, B, Z, Y; then W2, B2, Z2, Y2 */
+    const rc_buf spec[9] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {wo, Mb * K * mr, RC_F32, 0, 0, "W"},
                             {bo, M, RC_F32, 0, 1, "B"}, {zo, N * M * OH * OW, RC_F32, 0, 1, "Z"},
-                            {yo, N * M * OH * OW, RC_F32, 1, 0, "Y"}};
-    if (get_buffers("conv2d", spec, v, 5) < 0)
+                            {yo, N * M * OH * OW, RC_F32, 1, 0, "Y"},
+                            {wo2, Mb2 * C * mr2, RC_F32, 0, 0, "W2"}, {bo2, M2, RC_F32, 0, 1, "B2"},
+                            {zo2, N * M2 * OH * OW, RC_F32, 0, 1, "Z2"}, {yo2, N * M2 * OH * OW, RC_F32, 1, 0, "Y2"}};
+    if (get_buffers("conv2d", spec, v, nb) < 0)
         return NULL;
-    if (lanes && ((uintptr_t)v[1].buf & 63)) {
-        release_buffers(v, 5);
+    if ((lanes && ((uintptr_t)v[1].buf & 63)) || (nb > 5 && lanes2 && ((uintptr_t)v[5].buf & 63))) {
+        release_buffers(v, nb);
         PyErr_SetString(PyExc_ValueError, "conv2d: the lane-packed weights must be 64-byte aligned");
         return NULL;
     }
-    Py_ssize_t *toff = (Py_ssize_t *)malloc((size_t)T * sizeof(Py_ssize_t));
+    Py_ssize_t *toff = (Py_ssize_t *)malloc((size_t)(T + 1) * sizeof(Py_ssize_t));
     if (!toff) {
-        release_buffers(v, 5);
+        release_buffers(v, nb);
         return PyErr_NoMemory();
     }
     for (Py_ssize_t kh = 0; kh < KH; kh++)
@@ -1910,21 +1936,27 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
             const Py_ssize_t rr = kh * dh, cc = kw * dw;
             toff[kh * KW + kw] = ((rr % sh) * sw + cc % sw) * L + (rr / sh) * Wq + cc / sw;
         }
+    toff[T] = ((ty % sh) * sw + tx % sw) * L + (ty / sh) * Wq + tx / sw; /* the extra's one tap */
     /* tiles split between the kernel threads, a thread from about 1/4 MFLOP */
-    int fthreads = threads;
+    int fthreads = threads, threads2 = threads;
     const Py_ssize_t units = lanes ? Mb * OH * ((OW + CT_NP - 1) / CT_NP) : Mb * nq;
     const double flops = 2.0 * (double)Mb * mr * (double)(lanes ? OH * OW : Q) * (double)K;
     const int parts = rc_parts(flops, 2.5e5, units, &threads);
+    const Py_ssize_t units2 = lanes2 ? Mb2 * OH * ((OW + CT_NP - 1) / CT_NP) : Mb2 * nq;
+    const int parts2 = nb > 5 ? rc_parts(2.0 * (double)Mb2 * mr2 * (double)(lanes2 ? OH * OW : Q) * (double)C,
+                                         2.5e5, units2, &threads2) : 0;
     /* the planes filled by channels, a thread from about 64 KiB of them */
     const int fparts = rc_parts((double)(C * sh * sw * L), 16384.0, C, &fthreads);
     const int tiles_outer = C * sh * sw * L >= Mb * K * CV_MR;
+    const int tiles_outer2 = C * sh * sw * L >= Mb2 * C * CV_MR;
     /* the planes, then the parts' tile sums */
+    const int sparts = parts > parts2 ? parts : parts2;
     const size_t plane_bytes = ((size_t)(C * sh * sw * L) * sizeof(float) + 63) & ~(size_t)63;
-    const size_t work = plane_bytes + (size_t)parts * CV_SUB * CV_MR * CV_NR * sizeof(float);
+    const size_t work = plane_bytes + (size_t)sparts * CV_SUB * CV_MR * CV_NR * sizeof(float);
     float *planes = (float *)rc_work(work);
     if (!planes) {
         free(toff);
-        release_buffers(v, 5);
+        release_buffers(v, nb);
         return PyErr_NoMemory();
     }
     float *scratch = planes + plane_bytes / sizeof(float);
@@ -1932,11 +1964,16 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
     cv_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, NULL, NULL, toff, scratch,
                 T, C, sh * sw * L, M, Mb, Q, nq, Wq, OH, OW,
                 lanes ? cv_lane_chunk(T) : cv_chunk(toff, T, tiles_outer), lo, hi, tiles_outer, lanes};
+    cv_job j2 = {planes, nb > 5 ? (const float *)v[5].buf : NULL, nb > 5 ? (const float *)v[6].buf : NULL, NULL,
+                 NULL, toff + T, scratch, 1, C, sh * sw * L, M2, Mb2, Q, nq, Wq, OH, OW,
+                 lanes2 ? cv_lane_chunk(1) : cv_chunk(toff + T, 1, tiles_outer2), lo2, hi2, tiles_outer2, lanes2};
     cv_fill_job f = {NULL, planes, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L, {0}};
     for (Py_ssize_t kh = 0; kh < KH; kh++)
         for (Py_ssize_t kw = 0; kw < KW; kw++)
             if (sh * sw <= 16)
                 f.used[((kh * dh) % sh) * sw + (kw * dw) % sw] = 1;
+    if (sh * sw <= 16)
+        f.used[(ty % sh) * sw + tx % sw] = 1;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t n = 0; n < N; n++) {
         f.x = x + n * C * H * W;
@@ -1944,11 +1981,16 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
         j.y = (float *)v[4].buf + n * M * OH * OW;
         j.z = v[3].buf ? (const float *)v[3].buf + n * M * OH * OW : NULL;
         rc_parallel(cv_part, &j, parts, threads);
+        if (nb > 5) {
+            j2.y = (float *)v[8].buf + n * M2 * OH * OW;
+            j2.z = v[7].buf ? (const float *)v[7].buf + n * M2 * OH * OW : NULL;
+            rc_parallel(cv_part, &j2, parts2, threads2);
+        }
     }
     Py_END_ALLOW_THREADS
     rc_work_done(planes, work);
     free(toff);
-    release_buffers(v, 5);
+    release_buffers(v, nb);
     Py_RETURN_NONE;
 }
 
@@ -3798,12 +3840,16 @@ static PyMethodDef methods[] = {
      "y = Gelu(x + b) (erf form, or with tanh_form its tanh approximation; b a vector of the d\n"
      "columns, or None) over C-contiguous float32 buffers; y may be x."},
     {"conv2d", conv2d, METH_VARARGS,
-     "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads)\n"
+     "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads,\n"
+     "       lanes=False, extra=None)\n"
      "Dense 2-D convolution (group 1) of C-contiguous float32 NCHW buffers into y, plus b and z,\n"
      "clipped to [lo, hi]; wp are the weights packed by CONV_MR output channels\n"
      "([ceil(M / CONV_MR)][C * KH * KW][CONV_MR], zeros past M). Up to threads threads.\n"
      "lanes: output channels in the vector lanes, wp packed by CONV_LANES channels instead and\n"
-     "64-byte aligned (for outputs a few columns wide: no column past OW is computed)."},
+     "64-byte aligned (for outputs a few columns wide: no column past OW is computed).\n"
+     "extra = (wp2, b2, z2, y2, M2, ty, tx, lo2, hi2, lanes2): also a 1x1 convolution of the same\n"
+     "strides and output size from the same padded input at window position (ty, tx), packed\n"
+     "as its own tiling reads it ([..][C][..]), into y2 (a 1x1 strided shortcut beside a 3x3)."},
 #if DWF_OK
     {"conv_maxpool", conv_maxpool, METH_VARARGS,
      "conv_maxpool(x, wp, b, y, (C, H, W), (M, KH, KW), (sh, sw), (pt, pl), (OH, OW), lo, hi, (POH, POW), threads)\n"

@@ -80,6 +80,38 @@ def pairs(fuser):
     return fuser
 
 
+#: ``fuser(ctx_a, ctx_b)`` -> ``run(args_a, args_b)`` or None (see :func:`siblings`)
+_SIBLING_FUSERS: list = []
+
+
+def siblings(fuser):
+    """Register ``fuser(ctx_a, ctx_b)`` (a decorator), asked once after a partition's first run
+    about each two consecutive bound steps that read the same first input, the second not
+    reading the first's output, each with one output. It returns None or
+    ``run(args_a, args_b)``, which computes both nodes' results at once (say, from one copy
+    of their shared input), a tuple, or None for inputs it does not take (then the two steps
+    run). As with :func:`pairs`, plain sequential runs only."""
+    _SIBLING_FUSERS.append(fuser)
+    return fuser
+
+
+def _sibling_call(run, fa, ca, fb, n):
+    """One step for two (:func:`siblings`): ``run``, or the two steps' calls where it declines."""
+    def call(ctx, *args):
+        args_b = (args[0],) + args[n:]
+        r = run(args[:n], args_b)
+        if r is None:
+            try:
+                ya = fa(ca, *args[:n])
+            except CPUKernelError:
+                raise
+            except Exception as exc:
+                raise _kernel_error(ca, exc) from exc
+            r = (ya, fb(ctx, *args_b))
+        return r
+    return call
+
+
 def _pair_call(run, fa, ca, fb, attrs_b, n):
     """One step for two (:func:`pairs`): ``run``, or the two steps' calls where it declines."""
     def call(ctx, *args):
@@ -293,7 +325,7 @@ class CPUExecutable:
             bound = ctx.cache.get("bound")
             if bound is not None:
                 self.steps[i] = (bound, ctx, in_slots, out_slots, {}, frees, alt)
-        if bindable and _PAIR_FUSERS:
+        if bindable and (_PAIR_FUSERS or _SIBLING_FUSERS):
             self.run_steps = self._fuse_pairs(set(bindable))
 
     def _fuse_pairs(self, bound: set) -> list:
@@ -319,6 +351,18 @@ class CPUExecutable:
                 if run is not None:
                     out.append((_pair_call(run, fa, ca, fb, attrs_b, len(ia)), cb, ia + ib[1:], ob, {},
                                 fr_a + tuple(s for s in fr_b if s != e), None))
+                    i += 2
+                    continue
+                # siblings: the same first input, independent, both bound
+                if (len(oa) == 1 and len(ob) == 1 and ia and ib and ia[0] == ib[0] and oa[0] not in ib
+                        and fa is ca.cache.get("bound") and fb is cb.cache.get("bound") and alt_b is None):
+                    for fuser in _SIBLING_FUSERS:
+                        run = fuser(ca, cb)
+                        if run is not None:
+                            break
+                if run is not None:
+                    out.append((_sibling_call(run, fa, ca, fb, len(ia)), cb, ia + ib[1:], oa + ob, {},
+                                fr_a + fr_b, None))
                     i += 2
                     continue
             out.append(a)

@@ -268,3 +268,80 @@ def test_conv_maxpool_same_result_on_any_thread_count_and_checks_buffers():
     with pytest.raises(ValueError, match="pooled sizes"):
         _native.conv_maxpool(x, wp, b, y, *geo[:-1], (12, 12), 2)
     assert not y.any()
+
+
+def _down_block(C, M, pads=(1, 1, 1, 1)):
+    """ResNet's downsampling block: x -> 3x3 Conv stride 2 + Relu -> 3x3 Conv, plus the 1x1
+    stride-2 shortcut of x, then Relu (the second Conv, Add and Relu one FusedConv with Z)"""
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=list(pads), strides=[2, 2]),
+             helper.make_node("Relu", ["c1"], ["a1"]),
+             helper.make_node("Conv", ["x", "wd", "bd"], ["d"], strides=[2, 2]),
+             helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "d"], ["s"]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    inits = {"w1": rnd(M, C, 3, 3) * 0.2, "b1": rnd(M), "wd": rnd(M, C, 1, 1) * 0.3, "bd": rnd(M),
+             "w2": rnd(M, M, 3, 3) * 0.1, "b2": rnd(M)}
+    return nodes, inits
+
+
+@pytest.mark.parametrize("C,M,H,W", [
+    (8, 16, 12, 12),    # the position tiles (8 x 9 terms a sum)
+    (32, 40, 11, 13),   # the lanes (32 x 9 terms, 7 wide): odd sizes, a second channel block
+    (16, 24, 30, 18),   # tall: several position tiles a channel block
+])
+def test_strided_conv_and_its_shortcut_are_one_step(C, M, H, W, monkeypatch):
+    from runtime_provider_cpu.ops import nn
+
+    monkeypatch.setattr(nn, "_DIRECT", True)
+    nodes, inits = _down_block(C, M)
+    x = rnd(1, C, H, W)
+    model = make_model(nodes, {"x": x}, ["y"], opset=13, initializers=inits)
+    sess, apart = cpu_session(model), cpu_session(model)
+    for run in range(3):
+        x = rnd(1, C, H, W)
+        got = sess.run(None, {"x": x})
+        assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+        monkeypatch.setattr(nn, "_CONV_SHORTCUT", False)
+        two = apart.run(None, {"x": x})
+        monkeypatch.setattr(nn, "_CONV_SHORTCUT", True)
+        assert np.array_equal(got[0], two[0]), run
+    steps, run_steps = _lengths(sess)
+    assert steps == 3  # FusedConv (c1 + Relu), Conv (the shortcut), FusedConv (c2 + Z + Relu)
+    assert run_steps == (2 if _fast() else 3)
+    assert _lengths(apart) == (3, 3)
+
+
+def test_no_shortcut_pair_when_the_outputs_differ():
+    # an unpadded first convolution: 5 x 5 from 12 x 12 where the shortcut gives 6 x 6
+    # (and the second convolution pads back to it): each reads the input its own way
+    nodes, inits = _down_block(8, 16, pads=(0, 0, 0, 0))
+    nodes[3] = helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], pads=[1, 1, 2, 2])
+    x = rnd(1, 8, 12, 12)
+    model = make_model(nodes, {"x": x}, ["y"], opset=13, initializers=inits)
+    sess = cpu_session(model)
+    for _ in range(3):
+        x = rnd(1, 8, 12, 12)
+        assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    steps, run_steps = _lengths(sess)
+    assert run_steps == steps
+
+
+@pytest.mark.skipif(not _fast(), reason="the direct kernel is the AVX-512 build's (CONV_FAST)")
+def test_conv2d_extra_checks_buffers():
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops.nn import _pack_direct
+
+    x, w, wd = rnd(1, 8, 10, 10), rnd(16, 8, 3, 3), rnd(16, 8, 1, 1)
+    wp, wdp = _pack_direct(w), _pack_direct(wd)
+    y, y2 = np.zeros((1, 16, 5, 5), np.float32), np.zeros((1, 16, 5, 5), np.float32)
+    args = ((1, 8, 10, 10), (16, 3, 3), (2, 2), (1, 1), (1, 1), (5, 5), -np.inf, np.inf, 2, False)
+    with pytest.raises(ValueError, match="W2 holds"):
+        _native.conv2d(x, wp, None, None, y, *args, (wdp.ravel()[:-8], None, None, y2, 16, 1, 1, -np.inf, np.inf, False))
+    with pytest.raises(ValueError, match="Y2 holds"):
+        _native.conv2d(x, wp, None, None, y, *args, (wdp, None, None, y2[:, :8], 16, 1, 1, -np.inf, np.inf, False))
+    with pytest.raises(ValueError, match="window"):
+        _native.conv2d(x, wp, None, None, y, *args, (wdp, None, None, y2, 16, 3, 1, -np.inf, np.inf, False))
+    assert not y.any() and not y2.any()
+    _native.conv2d(x, wp, None, None, y, *args, (wdp, None, None, y2, 16, 1, 1, -np.inf, np.inf, False))
+    ref = np.einsum("mc,chw->mhw", wd[:, :, 0, 0].astype(np.float64), x[0, :, ::2, ::2].astype(np.float64))
+    np.testing.assert_allclose(y2[0], ref, rtol=1e-5, atol=1e-5)

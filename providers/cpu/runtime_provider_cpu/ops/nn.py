@@ -23,7 +23,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ..executable import binds, inplace_variant, pairs
+from ..executable import binds, inplace_variant, pairs, siblings
 from ..registry import kernel
 from ._common import Scratch, mean_last, normalize_axis
 
@@ -720,6 +720,50 @@ def _fuse_conv_maxpool(ca, cb):
         y = np.empty(shape, _F32)
         _native.conv_maxpool(x, w2, b2, y, *geometry)
         return y
+
+    return run
+
+
+#: a strided 3x3 convolution and the strided 1x1 one beside it on the same input (ResNet's
+#: downsampling block): one ``_native.conv2d`` call (see _fuse_conv_shortcut)
+_CONV_SHORTCUT = True
+
+
+@siblings
+def _fuse_conv_shortcut(ca, cb):
+    """A downsampling block's first convolution (the direct kernel, one image) and its
+    shortcut, a 1x1 convolution of the same strides and output size on the same input
+    (pointwise plan on the subsampled image), as one ``_native.conv2d`` call with ``extra``:
+    the shortcut reads the phase planes the first one filled, at the window position of
+    input (0, 0) (its top and left pads), instead of numpy's strided copy of the input and a
+    kernel of its own. Bit-identical to the two steps."""
+    pa, pb = ca.cache.get("conv_plan"), cb.cache.get("conv_plan")
+    if (not _CONV_SHORTCUT or pa is None or pb is None or pa.kind != "direct" or pb.kind != "pointwise"
+            or pb.sub is None or pa.xshape != pb.xshape or pa.xshape[0] != 1 or pa.shape[2:] != pb.shape[2:]
+            or tuple(pa.args[2]) != tuple(pb.sub)):
+        return None
+    xshape, mk, strides, dilations, pads, out, lo, hi, threads, lanes = pa.args
+    if pads[0] > (mk[1] - 1) * dilations[0] or pads[1] > (mk[2] - 1) * dilations[1]:
+        return None
+    M2, C = pb.w2.shape
+    w4 = pb.w2.reshape(M2, C, 1, 1)
+    wp2 = _pack_lanes(w4) if lanes else _pack_direct(w4)
+    fn, w2, b2, shape_a, shape_b = _native.conv2d, pa.w2, pa.b2, pa.shape, pb.shape
+    takes_a, takes_b, args = pa.takes, pb.takes, pa.args
+    extra_tail = (M2, pads[0], pads[1], pb.args[1], pb.args[2], lanes)
+
+    def run(args_a, args_b):
+        x = args_a[0]
+        za = args_a[3] if len(args_a) > 3 else None
+        if (len(args_b) > 3 or not takes_a(x, args_a[1], args_a[2] if len(args_a) > 2 else None, za)
+                or not takes_b(x, args_b[1], args_b[2] if len(args_b) > 2 else None, None)):
+            return None
+        if not x.flags.c_contiguous:
+            x = np.ascontiguousarray(x)
+        ya, yb = np.empty(shape_a, _F32), np.empty(shape_b, _F32)
+        fn(x, w2, b2, None if za is None else np.ascontiguousarray(za), ya, *args,
+           (wp2, pb.b2, None, yb) + extra_tail)
+        return ya, yb
 
     return run
 
