@@ -2286,12 +2286,32 @@ static void wl_part(void *arg, int part, int parts)
                 /* a chunk of the weights (16 KB) stays in L1 while the group's segments pass */
                 const Py_ssize_t cn = C - c0 < WL_KC ? C - c0 : WL_KC;
                 const float *wp = j->u + (((Py_ssize_t)xi * j->Mb + mb) * C + c0) * CT_MR;
+                /* the next chunk (the next xi's first after the last), asked into L2 a share by
+                   each segment after the first: U comes from memory (4.2 MB at 256 x 14 x 14)
+                   and the first segment's pass waited on it */
+                const char *nx = NULL;
+                Py_ssize_t nbytes = 0;
+                if (c0 + cn < C) {
+                    nx = (const char *)(wp + cn * CT_MR);
+                    nbytes = (Py_ssize_t)sizeof(float) * CT_MR * (C - c0 - cn < WL_KC ? C - c0 - cn : WL_KC);
+                } else if (xi + 1 < 16) {
+                    nx = (const char *)(j->u + ((Py_ssize_t)(xi + 1) * j->Mb + mb) * C * CT_MR);
+                    nbytes = (Py_ssize_t)sizeof(float) * CT_MR * (C < WL_KC ? C : WL_KC);
+                }
+                const Py_ssize_t share = s1 - s0 > 1 ? (nbytes / 64 + (s1 - s0 - 1) - 1) / (s1 - s0 - 1) : 0;
                 for (Py_ssize_t s = s0; s < s1; s++) {
                     Py_ssize_t t0;
                     int n;
                     ct_segment(j->NT, j->nseg, s, &t0, &n);
+                    const char *pf = NULL;
+                    Py_ssize_t npf = 0;
+                    if (nx && s > s0) {
+                        const Py_ssize_t done = (s - s0 - 1) * share * 64;
+                        pf = nx + done;
+                        npf = done < nbytes ? ((nbytes - done) / 64 < share ? (nbytes - done + 63) / 64 : share) : 0;
+                    }
                     ct_tiles[n](j->V + ((Py_ssize_t)xi * C + c0) * NTs + t0, &zero, 1, cn, NTs, wp,
-                                Mx + ((s - s0) * 16 + xi) * CT_NP * CT_MR, c0 > 0, NULL, 0);
+                                Mx + ((s - s0) * 16 + xi) * CT_NP * CT_MR, c0 > 0, pf, npf);
                 }
             }
         for (Py_ssize_t s = s0; s < s1; s++) {
@@ -3346,20 +3366,42 @@ static void ln_part(void *arg, int part, int parts)
                     npf = j->kc < j->K ? j->kc : j->K;
                 }
             }
-            const Py_ssize_t pfs = (Py_ssize_t)sizeof(float) * j->N;
+            Py_ssize_t pfs = (Py_ssize_t)sizeof(float) * j->N;
+            /* packed weights: the next chunk (or the next unit's first), contiguous, asked
+               into L2 a share by each row panel after the first, so that the first panel's
+               pass over it does not wait on memory (BERT-base's weights: 28 MB a layer) */
+            const char *nx = NULL;
+            Py_ssize_t nbytes = 0, share = 0;
+            if (j->packed && q1 - q0 > 1) {
+                if (k0 + kn < j->K) {
+                    nx = (const char *)(wp + kn * 32);
+                    nbytes = (Py_ssize_t)sizeof(float) * 32 * (j->K - k0 - kn < j->kc ? j->K - k0 - kn : j->kc);
+                } else if (u + 1 < units * (part + 1) / parts) {
+                    nx = (const char *)(j->wp + ((u + 1) / nb) * j->K * 32);
+                    nbytes = (Py_ssize_t)sizeof(float) * 32 * (j->kc < j->K ? j->kc : j->K);
+                }
+                share = (nbytes / 128 + (q1 - q0 - 1) - 1) / (q1 - q0 - 1);
+            }
             for (Py_ssize_t q = q0; q < q1; q++) {
                 const Py_ssize_t r0 = q * LN_RP, nr = j->R - r0 < LN_RP ? j->R - r0 : LN_RP;
                 const float *ap = j->ap + (q * j->K + k0) * LN_RP;
                 float *c = j->y + r0 * j->N + n0;
+                if (nx && q > q0) {
+                    const Py_ssize_t done = (q - q0 - 1) * share * 128;
+                    pf = nx + done;
+                    npf = done < nbytes ? ((nbytes - done) / 128 < share ? (nbytes - done + 127) / 128 : share) : 0;
+                    pfs = 128;
+                }
                 if (nn == 32) {
-                    ln_tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, pf, pfs, q == q0 ? npf : 0, NULL);
+                    ln_tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, pf, pfs,
+                                 q == q0 || nx ? npf : 0, NULL);
                     continue;
                 }
                 /* the last panel of an N not a multiple of 32: through a whole-width tile */
                 if (k0 > 0)
                     for (Py_ssize_t p = 0; p < nr; p++)
                         memcpy(tail + p * 32, c + p * j->N, sizeof(float) * nn);
-                ln_tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, pf, pfs, q == q0 ? npf : 0, NULL);
+                ln_tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, pf, pfs, q == q0 || nx ? npf : 0, NULL);
                 for (Py_ssize_t p = 0; p < nr; p++)
                     memcpy(c + p * j->N, tail + p * 32, sizeof(float) * nn);
             }
