@@ -3615,6 +3615,20 @@ static PyObject *pointwise_lanes(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* fn's parts of job on up to threads threads without the GIL, then the caller's nbuf buffers
+ * released: None, or NULL with MemoryError where a part set *oom */
+static PyObject *rc_run_job(rc_part_f fn, void *job, int parts, int threads, Py_buffer *v, int nbuf,
+                            const int *oom)
+{
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(fn, job, parts, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, nbuf);
+    if (*oom)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 #if DWF_OK
 /* expand_dw: an inverted-residual block's expansion (a 1x1 convolution, bias and clip) and
  * the 3x3 depthwise convolution after it (stride 1 or 2 both ways, bias and clip) of one
@@ -3639,7 +3653,7 @@ static void ed_part(void *arg, int part, int parts)
     /* the thread's own buffer, kept between calls: its E stays in that core's L2 */
     float *E = (float *)rc_work(sizeof(float) * (size_t)j->scratch_n);
     if (!E) {
-        ((ed_job *)arg)->oom = 1;
+        __atomic_store_n(&((ed_job *)arg)->oom, 1, __ATOMIC_RELAXED);
         return;
     }
     float *tail = E + (LN_RP * P + 15) / 16 * 16, *xt = tail + LN_RP * 32, *dws = xt + C * 32;
@@ -3697,13 +3711,7 @@ static PyObject *expand_dw(PyObject *self, PyObject *args)
     /* E, the tails and the phase planes, each from a 64-byte boundary */
     j.scratch_n = (LN_RP * P + 15) / 16 * 16 + LN_RP * 32 + C * 32 + j.dw.scratch_n;
     const int parts = rc_parts(2.0 * (double)M * (double)C * (double)P, 2.5e5, np_, &threads);
-    Py_BEGIN_ALLOW_THREADS
-    rc_parallel(ed_part, &j, parts, threads);
-    Py_END_ALLOW_THREADS
-    release_buffers(v, 6);
-    if (j.oom)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return rc_run_job(ed_part, &j, parts, threads, v, 6, &j.oom);
 }
 #endif
 
@@ -3855,13 +3863,7 @@ static PyObject *mha(PyObject *self, PyObject *args)
     j.rb = (S + nrb - 1) / nrb;
     const double work = 2.0 * (double)heads * (double)S * (double)S * (double)(dq + dv);
     const int parts = rc_parts(work, 2.5e5, heads * ((S + j.rb - 1) / j.rb), &threads);
-    Py_BEGIN_ALLOW_THREADS
-    rc_parallel(mh_part, &j, parts, threads);
-    Py_END_ALLOW_THREADS
-    release_buffers(v, 4);
-    if (j.oom)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    return rc_run_job(mh_part, &j, parts, threads, v, 4, &j.oom);
 }
 
 static PyMethodDef methods[] = {

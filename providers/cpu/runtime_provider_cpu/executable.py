@@ -95,20 +95,31 @@ def siblings(fuser):
     return fuser
 
 
+def _first_taker(fusers, ca, cb):
+    """The first of ``fusers`` that takes steps ``ca`` and ``cb``: its ``run``, or None."""
+    for fuser in fusers:
+        run = fuser(ca, cb)
+        if run is not None:
+            return run
+    return None
+
+
+def _first_alone(fa, ca, args):
+    """The first of two fused steps run alone (its fuser declined): its errors its own node's."""
+    try:
+        return fa(ca, *args)
+    except CPUKernelError:
+        raise
+    except Exception as exc:
+        raise _kernel_error(ca, exc) from exc
+
+
 def _sibling_call(run, fa, ca, fb, n):
     """One step for two (:func:`siblings`): ``run``, or the two steps' calls where it declines."""
     def call(ctx, *args):
         args_b = (args[0],) + args[n:]
         r = run(args[:n], args_b)
-        if r is None:
-            try:
-                ya = fa(ca, *args[:n])
-            except CPUKernelError:
-                raise
-            except Exception as exc:
-                raise _kernel_error(ca, exc) from exc
-            r = (ya, fb(ctx, *args_b))
-        return r
+        return r if r is not None else (_first_alone(fa, ca, args[:n]), fb(ctx, *args_b))
     return call
 
 
@@ -116,15 +127,7 @@ def _pair_call(run, fa, ca, fb, attrs_b, n):
     """One step for two (:func:`pairs`): ``run``, or the two steps' calls where it declines."""
     def call(ctx, *args):
         y = run(args[:n], args[n:])
-        if y is None:
-            try:
-                e = fa(ca, *args[:n])
-            except CPUKernelError:
-                raise
-            except Exception as exc:
-                raise _kernel_error(ca, exc) from exc
-            y = fb(ctx, e, *args[n:], **attrs_b)
-        return y
+        return y if y is not None else fb(ctx, _first_alone(fa, ca, args[:n]), *args[n:], **attrs_b)
     return call
 
 
@@ -329,7 +332,7 @@ class CPUExecutable:
             self.run_steps = self._fuse_pairs(set(bindable))
 
     def _fuse_pairs(self, bound: set) -> list:
-        """The steps with each pair that a :func:`pairs` fuser takes made one step."""
+        """The steps, each two that a :func:`pairs` or :func:`siblings` fuser takes made one."""
         steps = self.steps
         reads = collections.Counter(s for st in steps for s in st[2])
         keep = set(self.output_slots) | set(self.input_slots)
@@ -341,13 +344,10 @@ class CPUExecutable:
                 fb, cb, ib, ob, attrs_b, fr_b, alt_b = steps[i + 1]
                 e = oa[0] if len(oa) == 1 else -1
                 run = None
+                # a chain: a's only output read only by b, as its first input
                 if (e >= 0 and fa is ca.cache.get("bound") and alt_b is None and len(ob) == 1 and ib and ib[0] == e
-                        and reads[e] == 1
-                        and e not in keep and e in fr_b and self.template[e] is None):
-                    for fuser in _PAIR_FUSERS:
-                        run = fuser(ca, cb)
-                        if run is not None:
-                            break
+                        and reads[e] == 1 and e not in keep and e in fr_b and self.template[e] is None):
+                    run = _first_taker(_PAIR_FUSERS, ca, cb)
                 if run is not None:
                     out.append((_pair_call(run, fa, ca, fb, attrs_b, len(ia)), cb, ia + ib[1:], ob, {},
                                 fr_a + tuple(s for s in fr_b if s != e), None))
@@ -356,10 +356,7 @@ class CPUExecutable:
                 # siblings: the same first input, independent, both bound
                 if (len(oa) == 1 and len(ob) == 1 and ia and ib and ia[0] == ib[0] and oa[0] not in ib
                         and fa is ca.cache.get("bound") and fb is cb.cache.get("bound") and alt_b is None):
-                    for fuser in _SIBLING_FUSERS:
-                        run = fuser(ca, cb)
-                        if run is not None:
-                            break
+                    run = _first_taker(_SIBLING_FUSERS, ca, cb)
                 if run is not None:
                     out.append((_sibling_call(run, fa, ca, fb, len(ia)), cb, ia + ib[1:], oa + ob, {},
                                 fr_a + fr_b, None))

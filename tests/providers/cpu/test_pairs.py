@@ -50,6 +50,36 @@ def _block(C, M, stride, bias=True, act="Clip", extra_out=False, extra_reader=Fa
     return nodes, inits, outs
 
 
+def _against_two_steps(model, flag, make_x, monkeypatch, oracle=lambda run: True):
+    """Three runs of ``model`` in a session whose pair is fused and in one whose pair ``flag``
+    kept apart (a pair is decided at the session's first run): onnxruntime's result (on the
+    runs ``oracle`` names) and the same bits from both. The fused session and its last result."""
+    from runtime_provider_cpu.ops import nn
+
+    sess, apart = cpu_session(model), cpu_session(model)
+    for run in range(3):
+        x = make_x(run)
+        got = sess.run(None, {"x": x})
+        if oracle(run):
+            assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+        monkeypatch.setattr(nn, flag, False)
+        two = apart.run(None, {"x": x})
+        monkeypatch.setattr(nn, flag, True)
+        assert np.array_equal(got[0], two[0], equal_nan=True), run
+    assert _lengths(apart)[1] == _lengths(apart)[0]
+    return sess, got[0]
+
+
+def _stays_two_steps(model, shape):
+    """Three runs of ``model``, onnxruntime's results, and no pair fused."""
+    sess = cpu_session(model)
+    for _ in range(3):
+        x = rnd(*shape)
+        assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    steps, run_steps = _lengths(sess)
+    assert run_steps == steps
+
+
 def _lengths(sess):
     (exe,) = compiled_partitions(sess)
     return len(exe.steps), len(exe.run_steps)
@@ -63,41 +93,21 @@ def _lengths(sess):
     (40, 17, 3, 5, 2, True, "Clip"),      # a 2 x 3 output, one short panel
 ])
 def test_expansion_and_depthwise_are_one_step(C, M, H, W, stride, bias, act, monkeypatch):
-    from runtime_provider_cpu.ops import nn
-
+    # the same tiles and the same depthwise code: bit for bit the two steps' result
     nodes, inits, outs = _block(C, M, stride, bias, act)
-    x = rnd(1, C, H, W)
-    model = make_model(nodes, {"x": x}, outs, opset=13, initializers=inits)
-    sess = cpu_session(model)
-    apart = cpu_session(model)  # the pair is decided at its first run: with _EXPAND_DW off
-    results = []
-    for run in range(3):
-        x = rnd(1, C, H, W)
-        got = sess.run(None, {"x": x})
-        assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
-        monkeypatch.setattr(nn, "_EXPAND_DW", False)
-        two = apart.run(None, {"x": x})
-        monkeypatch.setattr(nn, "_EXPAND_DW", True)
-        # the same tiles and the same depthwise code: bit for bit the two steps' result
-        assert np.array_equal(got[0], two[0]), run
-        results.append(got[0])
+    model = make_model(nodes, {"x": rnd(1, C, H, W)}, outs, opset=13, initializers=inits)
+    sess, y = _against_two_steps(model, "_EXPAND_DW", lambda run: rnd(1, C, H, W), monkeypatch)
     steps, run_steps = _lengths(sess)
     assert steps == 2  # Conv + Clip / Relu, twice: two FusedConv nodes
     assert run_steps == (1 if _fast() else 2)
-    assert _lengths(apart) == (2, 2)
-    assert (results[-1] == 0).any() and (results[-1] > 0).any()
+    assert (y == 0).any() and (y > 0).any()
 
 
 @pytest.mark.parametrize("extra_out,extra_reader", [(True, False), (False, True)])
 def test_no_pair_where_the_expansion_is_read_elsewhere(extra_out, extra_reader):
     nodes, inits, outs = _block(8, 24, 2, extra_out=extra_out, extra_reader=extra_reader)
     model = make_model(nodes, {"x": rnd(1, 8, 12, 12)}, outs, opset=13, initializers=inits)
-    sess = cpu_session(model)
-    for _ in range(3):
-        x = rnd(1, 8, 12, 12)
-        assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
-    steps, run_steps = _lengths(sess)
-    assert run_steps == steps
+    _stays_two_steps(model, (1, 8, 12, 12))
 
 
 def test_pair_follows_a_new_input_shape():
@@ -191,23 +201,18 @@ def test_conv_and_maxpool_are_one_step(C, M, H, W, k, stride, bias, monkeypatch)
 
     monkeypatch.setattr(nn, "_DIRECT", True)  # the direct kernel on any build (the pair needs AVX-512)
     nodes, inits = _stem(C, M, k, stride, bias=bias)
-    x = rnd(1, C, H, W)
-    model = make_model(nodes, {"x": x}, ["y"], opset=13, initializers=inits)
-    sess, apart = cpu_session(model), cpu_session(model)
-    for run in range(3):
+    model = make_model(nodes, {"x": rnd(1, C, H, W)}, ["y"], opset=13, initializers=inits)
+
+    def make_x(run):
         x = rnd(1, C, H, W)
         if run == 2:
             # NaN through the convolution and the pool (where any tap is NaN, as maxpool2d;
             # onnxruntime's pool drops some of them, so against the two steps only)
             x[0, 0, H // 2, W // 3] = np.nan
-        got = sess.run(None, {"x": x})
-        if run < 2:
-            assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
-        monkeypatch.setattr(nn, "_CONV_MAXPOOL", False)
-        two = apart.run(None, {"x": x})
-        monkeypatch.setattr(nn, "_CONV_MAXPOOL", True)
-        assert np.array_equal(got[0], two[0], equal_nan=True), run
-    assert np.isnan(got[0]).any() and not np.isnan(got[0]).all()
+        return x
+
+    sess, y = _against_two_steps(model, "_CONV_MAXPOOL", make_x, monkeypatch, oracle=lambda run: run < 2)
+    assert np.isnan(y).any() and not np.isnan(y).all()
     steps, run_steps = _lengths(sess)
     assert steps == 2 and run_steps == (1 if _fast() else 2)
 
@@ -223,15 +228,8 @@ def test_no_conv_maxpool_pair_for_other_pools(pool, outs, monkeypatch):
 
     monkeypatch.setattr(nn, "_DIRECT", True)
     nodes, inits = _stem(3, 8, 7, 2, pool=pool, outs=outs)
-    x = rnd(1, 3, 30, 30)
-    model = make_model(nodes, {"x": x}, list(outs), opset=13, initializers=inits)
-    sess = cpu_session(model)
-    for _ in range(3):
-        x = rnd(1, 3, 30, 30)
-        got = sess.run(None, {"x": x})
-        assert_close(got[:1], run_oracle(model, {"x": x})[:1], rtol=1e-4, atol=1e-4)
-    steps, run_steps = _lengths(sess)
-    assert run_steps == steps
+    model = make_model(nodes, {"x": rnd(1, 3, 30, 30)}, list(outs), opset=13, initializers=inits)
+    _stays_two_steps(model, (1, 3, 30, 30))
 
 
 @pytest.mark.skipif(not _fast(), reason="conv_maxpool is the AVX-512 build's (CONV_FAST); elsewhere the "
@@ -294,21 +292,11 @@ def test_strided_conv_and_its_shortcut_are_one_step(C, M, H, W, monkeypatch):
 
     monkeypatch.setattr(nn, "_DIRECT", True)
     nodes, inits = _down_block(C, M)
-    x = rnd(1, C, H, W)
-    model = make_model(nodes, {"x": x}, ["y"], opset=13, initializers=inits)
-    sess, apart = cpu_session(model), cpu_session(model)
-    for run in range(3):
-        x = rnd(1, C, H, W)
-        got = sess.run(None, {"x": x})
-        assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
-        monkeypatch.setattr(nn, "_CONV_SHORTCUT", False)
-        two = apart.run(None, {"x": x})
-        monkeypatch.setattr(nn, "_CONV_SHORTCUT", True)
-        assert np.array_equal(got[0], two[0]), run
+    model = make_model(nodes, {"x": rnd(1, C, H, W)}, ["y"], opset=13, initializers=inits)
+    sess, _ = _against_two_steps(model, "_CONV_SHORTCUT", lambda run: rnd(1, C, H, W), monkeypatch)
     steps, run_steps = _lengths(sess)
     assert steps == 3  # FusedConv (c1 + Relu), Conv (the shortcut), FusedConv (c2 + Z + Relu)
     assert run_steps == (2 if _fast() else 3)
-    assert _lengths(apart) == (3, 3)
 
 
 def test_no_shortcut_pair_when_the_outputs_differ():
@@ -316,14 +304,8 @@ def test_no_shortcut_pair_when_the_outputs_differ():
     # (and the second convolution pads back to it): each reads the input its own way
     nodes, inits = _down_block(8, 16, pads=(0, 0, 0, 0))
     nodes[3] = helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"], pads=[1, 1, 2, 2])
-    x = rnd(1, 8, 12, 12)
-    model = make_model(nodes, {"x": x}, ["y"], opset=13, initializers=inits)
-    sess = cpu_session(model)
-    for _ in range(3):
-        x = rnd(1, 8, 12, 12)
-        assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
-    steps, run_steps = _lengths(sess)
-    assert run_steps == steps
+    model = make_model(nodes, {"x": rnd(1, 8, 12, 12)}, ["y"], opset=13, initializers=inits)
+    _stays_two_steps(model, (1, 8, 12, 12))
 
 
 @pytest.mark.skipif(not _fast(), reason="the direct kernel is the AVX-512 build's (CONV_FAST)")

@@ -641,6 +641,15 @@ def bind_plan(cache, kernel_fn, attrs):
     cache["bound"] = bound
 
 
+def _plan_takes(plan, args):
+    """Whether a fused step's ``plan`` takes this node's inputs ``(x, w[, b])`` (no residual)."""
+    return len(args) <= 3 and plan.takes(args[0], args[1], args[2] if len(args) > 2 else None, None)
+
+
+def _contig(x):
+    return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+
 #: an expansion (1x1) and the 3x3 depthwise convolution that alone reads it, one image:
 #: ``_native.expand_dw``, the expanded tensor never whole (see _fuse_expand_depthwise)
 _EXPAND_DW = True
@@ -664,18 +673,14 @@ def _fuse_expand_depthwise(ca, cb):
     M, C, H, W = pa.shape[1], pa.xshape[1], pa.xshape[2], pa.xshape[3]
     geometry = ((M, C, H, W), (out[0], out[1], strides[0], pads[0], pads[1]), lo, hi, pa.threads)
     lo1, hi1 = pa.args[1], pa.args[2]
-    takes_a, w12, b1, wd, bd, shape = pa.takes, pa.w12, pa.b2, pb.w2, pb.b2, pb.shape
+    w12, b1, wd, bd, shape = pa.w12, pa.b2, pb.w2, pb.b2, pb.shape
 
     def run(args_a, args_b):
-        if (len(args_a) > 3 or len(args_b) > 2 or args_b[0] is not pb.w
-                or (args_b[1] if len(args_b) > 1 else None) is not pb.b
-                or not takes_a(args_a[0], args_a[1], args_a[2] if len(args_a) > 2 else None, None)):
+        if (len(args_b) > 2 or args_b[0] is not pb.w or (args_b[1] if len(args_b) > 1 else None) is not pb.b
+                or not _plan_takes(pa, args_a)):
             return None
-        x = args_a[0]
-        if not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
         y = np.empty(shape, _F32)
-        _native.expand_dw(w12, x, b1, lo1, hi1, wd, bd, y, *geometry)
+        _native.expand_dw(w12, _contig(args_a[0]), b1, lo1, hi1, wd, bd, y, *geometry)
         return y
 
     return run
@@ -708,17 +713,13 @@ def _fuse_conv_maxpool(ca, cb):
     xshape, mk, strides, _, pads, out, lo, hi, threads, _ = pa.args
     pooled = ((out[0] - 1) // 2 + 1, (out[1] - 1) // 2 + 1)
     geometry = (xshape[1:], mk, tuple(strides), pads, out, lo, hi, pooled, threads)
-    takes_a, w2, b2, shape = pa.takes, pa.w2, pa.b2, (1, mk[0]) + pooled
+    w2, b2, shape = pa.w2, pa.b2, (1, mk[0]) + pooled
 
     def run(args_a, args_b):
-        if (len(args_a) > 3 or args_b
-                or not takes_a(args_a[0], args_a[1], args_a[2] if len(args_a) > 2 else None, None)):
+        if args_b or not _plan_takes(pa, args_a):
             return None
-        x = args_a[0]
-        if not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
         y = np.empty(shape, _F32)
-        _native.conv_maxpool(x, w2, b2, y, *geometry)
+        _native.conv_maxpool(_contig(args_a[0]), w2, b2, y, *geometry)
         return y
 
     return run
@@ -748,21 +749,14 @@ def _fuse_conv_shortcut(ca, cb):
     M2, C = pb.w2.shape
     w4 = pb.w2.reshape(M2, C, 1, 1)
     wp2 = _pack_lanes(w4) if lanes else _pack_direct(w4)
-    fn, w2, b2, shape_a, shape_b = _native.conv2d, pa.w2, pa.b2, pa.shape, pb.shape
-    takes_a, takes_b, args = pa.takes, pb.takes, pa.args
+    fn, w2, b2, shape_a, shape_b, args = _native.conv2d, pa.w2, pa.b2, pa.shape, pb.shape, pa.args
     extra_tail = (M2, pads[0], pads[1], pb.args[1], pb.args[2], lanes)
 
     def run(args_a, args_b):
-        x = args_a[0]
-        za = args_a[3] if len(args_a) > 3 else None
-        if (len(args_b) > 3 or not takes_a(x, args_a[1], args_a[2] if len(args_a) > 2 else None, za)
-                or not takes_b(x, args_b[1], args_b[2] if len(args_b) > 2 else None, None)):
+        if not _plan_takes(pa, args_a) or not _plan_takes(pb, args_b):
             return None
-        if not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
         ya, yb = np.empty(shape_a, _F32), np.empty(shape_b, _F32)
-        fn(x, w2, b2, None if za is None else np.ascontiguousarray(za), ya, *args,
-           (wp2, pb.b2, None, yb) + extra_tail)
+        fn(_contig(args_a[0]), w2, b2, None, ya, *args, (wp2, pb.b2, None, yb) + extra_tail)
         return ya, yb
 
     return run
