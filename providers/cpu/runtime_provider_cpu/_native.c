@@ -101,6 +101,24 @@ static int rc_parts(double work, double min_work, Py_ssize_t units, int *threads
     return parts < 1 ? 1 : (int)parts;
 }
 
+/* a prefetch of nbytes from nx (NULL: none) spread over `helpers` callers in steps of `line`
+ * bytes: the k-th caller's (0-based) first line in *pf, its count of steps returned (0: none).
+ * The tiles that pass over a chunk after the first one ask the next chunk into L2 this way,
+ * so that the first pass over it does not wait on memory. */
+static inline Py_ssize_t rc_pf_share(const char *nx, Py_ssize_t nbytes, Py_ssize_t helpers, Py_ssize_t k,
+                                     Py_ssize_t line, const char **pf)
+{
+    *pf = NULL;
+    if (!nx || nbytes <= 0 || helpers < 1 || k < 0 || k >= helpers)
+        return 0;
+    const Py_ssize_t lines = (nbytes + line - 1) / line, share = (lines + helpers - 1) / helpers;
+    const Py_ssize_t first = k * share;
+    if (first >= lines)
+        return 0;
+    *pf = nx + first * line;
+    return lines - first < share ? lines - first : share;
+}
+
 /* GCC / clang vector extensions: 8 floats, lowered to two SSE registers in the baseline
    clone and one AVX register in the x86-64-v3 and -v4 clones */
 typedef float v8f __attribute__((vector_size(32)));
@@ -300,6 +318,23 @@ static void dw_part(void *arg, int part, int parts)
     const dw_job *j = (const dw_job *)arg;
     const Py_ssize_t n = j->N * j->C;
     dw_vec_range(j, j->planes + part * j->plane_n, n * part / parts, n * (part + 1) / parts);
+}
+
+/* fn's parts of job on up to threads threads without the GIL (none where *oom is already set:
+ * the caller's own allocation failed), then the caller's nbuf buffers released: None, or NULL
+ * with MemoryError where *oom is set */
+static PyObject *rc_run_job(rc_part_f fn, void *job, int parts, int threads, Py_buffer *v, int nbuf,
+                            const int *oom)
+{
+    if (!*oom) {
+        Py_BEGIN_ALLOW_THREADS
+        rc_parallel(fn, job, parts, threads);
+        Py_END_ALLOW_THREADS
+    }
+    release_buffers(v, nbuf);
+    if (*oom)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
 }
 
 /* The AVX-512 depthwise path: 3x3, dilation 1, stride 1 or 2 both ways. Each channel's input
@@ -530,29 +565,6 @@ static int dwf_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw,
            planes > 0 && rc_conv_fast;
 }
 
-/* j (geometry, buffers and max set) on up to threads threads, its planes' sizes and scratch
- * set here; then the caller's nbuf buffers v are released. None, or NULL with MemoryError.
- * Called with the GIL, which it releases while it runs. */
-static void dwf_setup(dwf_job *j);
-
-static PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf)
-{
-    dwf_setup(j);
-    const int parts = rc_parts((double)j->planes * (double)(j->OH * j->OW) * (j->max ? 9.0 / 8.0 : 1.0), 8192.0,
-                               j->planes, &threads);
-    j->scratch = (float *)aligned_alloc(64, sizeof(float) * (size_t)(parts * j->scratch_n));
-    if (j->scratch) {
-        Py_BEGIN_ALLOW_THREADS
-        rc_parallel(dwf_part, j, parts, threads);
-        Py_END_ALLOW_THREADS
-        free(j->scratch);
-    }
-    release_buffers(v, nbuf);
-    if (!j->scratch)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
-}
-
 /* j's phase-plane geometry from its sizes: plane width and rows, floats a plane (with slack),
  * output vectors, scratch floats a part and the taps' offsets */
 static void dwf_setup(dwf_job *j)
@@ -569,6 +581,21 @@ static void dwf_setup(dwf_job *j)
     for (int ky = 0; ky < 3; ky++)
         for (int kx = 0; kx < 3; kx++)
             j->toff[ky * 3 + kx] = ((ky % s) * s + kx % s) * j->pn + (ky / s) * j->Wq + kx / s;
+}
+
+/* j (geometry, buffers and max set) on up to threads threads, its planes' sizes and scratch
+ * set here; then the caller's nbuf buffers v are released. None, or NULL with MemoryError.
+ * Called with the GIL, which it releases while it runs. */
+static PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf)
+{
+    dwf_setup(j);
+    const int parts = rc_parts((double)j->planes * (double)(j->OH * j->OW) * (j->max ? 9.0 / 8.0 : 1.0), 8192.0,
+                               j->planes, &threads);
+    j->scratch = (float *)aligned_alloc(64, sizeof(float) * (size_t)(parts * j->scratch_n));
+    const int oom = !j->scratch;
+    PyObject *r = rc_run_job(dwf_part, j, parts, threads, v, nbuf, &oom);
+    free(j->scratch);
+    return r;
 }
 #else
 #define DWF_OK 0
@@ -1286,6 +1313,9 @@ RC_INLINE v16f cv_bcast(float a)
 CV_TILE(1)
 CV_TILE(2)
 CV_TILE(3)
+typedef void (*cv_tile_f)(const float *restrict, const Py_ssize_t *restrict, Py_ssize_t, Py_ssize_t, Py_ssize_t,
+                          const float *restrict, float *restrict, int);
+static const cv_tile_f cv_tiles[CV_NV + 1] = {NULL, cv_tile1, cv_tile2, cv_tile3}; /* by 16-float vectors */
 
 typedef struct {
     const float *planes, *wp, *b, *z; /* z: this image's residual (M x OH x OW) or NULL */
@@ -1362,12 +1392,7 @@ static void cv_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch
                 const float *wp = j->wp + (mb * K + c0 * j->T) * CV_MR;
                 const float *xb = j->planes + q0 + c0 * j->cs;
                 float *o = scratch + (i - i0) * CV_MR * CV_NR;
-                if (nv == 3)
-                    cv_tile3(xb, j->toff, j->T, cn, j->cs, wp, o, c0 > 0);
-                else if (nv == 2)
-                    cv_tile2(xb, j->toff, j->T, cn, j->cs, wp, o, c0 > 0);
-                else
-                    cv_tile1(xb, j->toff, j->T, cn, j->cs, wp, o, c0 > 0);
+                cv_tiles[nv](xb, j->toff, j->T, cn, j->cs, wp, o, c0 > 0);
             }
         }
         for (Py_ssize_t i = i0; i < i1; i++) {
@@ -1478,16 +1503,12 @@ static void ct_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch
                the weights come from memory once (ResNet's 7 x 7 stage: 9.4 MB a
                convolution), and the first segment's pass waited on them */
             const char *nx = (const char *)(wp + cn * j->T * CT_MR);
-            const char *nend = (const char *)(j->wp + j->Mb * K * CT_MR);
-            const Py_ssize_t nbytes = (Py_ssize_t)sizeof(float) * j->kc * j->T * CT_MR;
-            const Py_ssize_t share = i1 - i0 > 1 ? (nbytes / (i1 - i0 - 1) + 63) & ~(Py_ssize_t)63 : 0;
+            const Py_ssize_t left = (const char *)(j->wp + j->Mb * K * CT_MR) - nx;
+            const Py_ssize_t chunk = (Py_ssize_t)sizeof(float) * j->kc * j->T * CT_MR;
+            const Py_ssize_t nbytes = chunk < left ? chunk : left;
             for (Py_ssize_t i = i0; i < i1; i++) {
-                Py_ssize_t npf = 0;
-                const char *pf = nx;
-                if (i > i0 && nx < nend) {
-                    npf = (share < nend - nx ? share : nend - nx) / 64;
-                    nx += npf * 64;
-                }
+                const char *pf;
+                const Py_ssize_t npf = rc_pf_share(nx, nbytes, i1 - i0 - 1, i - i0 - 1, 64, &pf);
                 const Py_ssize_t oh = i / nseg;
                 Py_ssize_t ow0;
                 int n;
@@ -1765,6 +1786,22 @@ static Py_ssize_t cv_lane_chunk(Py_ssize_t T)
     return kc < 1 ? 1 : kc;
 }
 
+/* the offset into a channel's planes (f's phases: strides sh, sw, Wq wide, L floats apart) of
+ * each tap of a KH x KW window (dilations dh, dw) from window position (ty, tx) into toff, and
+ * the phases they read into f->used */
+static void cv_taps(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t dh, Py_ssize_t dw, Py_ssize_t ty, Py_ssize_t tx,
+                    Py_ssize_t *toff, cv_fill_job *f)
+{
+    const Py_ssize_t sh = f->sh, sw = f->sw, Wq = f->Wq, L = f->L;
+    for (Py_ssize_t kh = 0; kh < KH; kh++)
+        for (Py_ssize_t kw = 0; kw < KW; kw++) {
+            const Py_ssize_t rr = ty + kh * dh, cc = tx + kw * dw;
+            toff[kh * KW + kw] = ((rr % sh) * sw + cc % sw) * L + (rr / sh) * Wq + cc / sw;
+            if (sh * sw <= 16)
+                f->used[(rr % sh) * sw + cc % sw] = 1;
+        }
+}
+
 static void cv_fill_part(void *arg, int part, int parts)
 {
     const cv_fill_job *f = (const cv_fill_job *)arg;
@@ -1931,12 +1968,9 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
         release_buffers(v, nb);
         return PyErr_NoMemory();
     }
-    for (Py_ssize_t kh = 0; kh < KH; kh++)
-        for (Py_ssize_t kw = 0; kw < KW; kw++) {
-            const Py_ssize_t rr = kh * dh, cc = kw * dw;
-            toff[kh * KW + kw] = ((rr % sh) * sw + cc % sw) * L + (rr / sh) * Wq + cc / sw;
-        }
-    toff[T] = ((ty % sh) * sw + tx % sw) * L + (ty / sh) * Wq + tx / sw; /* the extra's one tap */
+    cv_fill_job f = {NULL, NULL, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L, {0}};
+    cv_taps(KH, KW, dh, dw, 0, 0, toff, &f);
+    cv_taps(1, 1, 1, 1, ty, tx, toff + T, &f); /* the extra's one tap */
     /* tiles split between the kernel threads, a thread from about 1/4 MFLOP */
     int fthreads = threads, threads2 = threads;
     const Py_ssize_t units = lanes ? Mb * OH * ((OW + CT_NP - 1) / CT_NP) : Mb * nq;
@@ -1967,13 +2001,7 @@ static PyObject *conv2d(PyObject *self, PyObject *args)
     cv_job j2 = {planes, nb > 5 ? (const float *)v[5].buf : NULL, nb > 5 ? (const float *)v[6].buf : NULL, NULL,
                  NULL, toff + T, scratch, 1, C, sh * sw * L, M2, Mb2, Q, nq, Wq, OH, OW,
                  lanes2 ? cv_lane_chunk(1) : cv_chunk(toff + T, 1, tiles_outer2), lo2, hi2, tiles_outer2, lanes2};
-    cv_fill_job f = {NULL, planes, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L, {0}};
-    for (Py_ssize_t kh = 0; kh < KH; kh++)
-        for (Py_ssize_t kw = 0; kw < KW; kw++)
-            if (sh * sw <= 16)
-                f.used[((kh * dh) % sh) * sw + (kw * dw) % sw] = 1;
-    if (sh * sw <= 16)
-        f.used[(ty % sh) * sw + tx % sw] = 1;
+    f.planes = planes;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t n = 0; n < N; n++) {
         f.x = x + n * C * H * W;
@@ -2021,32 +2049,53 @@ typedef struct {
     int by_block;               /* parts take whole tile blocks */
 } wg_job;
 
+/* V = B^T d B of the 16 tiles from pc (a tile's 4 x 4 patch element (r, k) in stride-2 phase
+ * (r % 2, k % 2), L floats a phase, at (r / 2) * Wq + k / 2): element xi of the 16 tiles at
+ * v + xi * vs (unaligned stores) */
+RC_INLINE void wg_in16(const float *pc, Py_ssize_t L, Py_ssize_t Wq, float *v, Py_ssize_t vs)
+{
+    v16f d[4][4], t[4][4];
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < 4; k++)
+            d[r][k] = *(const v16f_u *)(pc + ((r & 1) * 2 + (k & 1)) * L + (r >> 1) * Wq + (k >> 1));
+    for (int k = 0; k < 4; k++) { /* B^T d */
+        t[0][k] = d[0][k] - d[2][k];
+        t[1][k] = d[1][k] + d[2][k];
+        t[2][k] = d[2][k] - d[1][k];
+        t[3][k] = d[1][k] - d[3][k];
+    }
+    for (int i = 0; i < 4; i++) { /* (B^T d) B */
+        *(v16f_u *)(v + (4 * i + 0) * vs) = t[i][0] - t[i][2];
+        *(v16f_u *)(v + (4 * i + 1) * vs) = t[i][1] + t[i][2];
+        *(v16f_u *)(v + (4 * i + 2) * vs) = t[i][2] - t[i][1];
+        *(v16f_u *)(v + (4 * i + 3) * vs) = t[i][1] - t[i][3];
+    }
+}
+
+/* Y = A^T M A of 16 lanes: element a of M at m + a * ms; the 2 x 2 outputs (row-major) into y[4] */
+RC_INLINE void wg_out16(const float *m, Py_ssize_t ms, v16f y[4])
+{
+    v16f x[4][4], r0[4], r1[4];
+    for (int a = 0; a < 16; a++)
+        x[a >> 2][a & 3] = *(const v16f *)(m + a * ms);
+    for (int k = 0; k < 4; k++) { /* A^T M */
+        r0[k] = x[0][k] + x[1][k] + x[2][k];
+        r1[k] = x[1][k] - x[2][k] - x[3][k];
+    }
+    y[0] = r0[0] + r0[1] + r0[2]; /* (A^T M) A */
+    y[1] = r0[1] - r0[2] - r0[3];
+    y[2] = r1[0] + r1[1] + r1[2];
+    y[3] = r1[1] - r1[2] - r1[3];
+}
+
 /* V[16][C][48] of the 48 tiles from q0 */
 CV_CLONES static void wg_input(const wg_job *j, Py_ssize_t q0, float *restrict V)
 {
     const Py_ssize_t L = j->L, Wq = j->Wq, C = j->C;
     for (Py_ssize_t c = 0; c < C; c++) {
         const float *pc = j->planes + c * 4 * L + q0;
-        for (int g = 0; g < CV_NV; g++) {
-            v16f d[4][4], t[4][4];
-            for (int r = 0; r < 4; r++)
-                for (int k = 0; k < 4; k++)
-                    d[r][k] = *(const v16f_u *)(pc + ((r & 1) * 2 + (k & 1)) * L + (r >> 1) * Wq +
-                                                (k >> 1) + 16 * g);
-            for (int k = 0; k < 4; k++) { /* B^T d */
-                t[0][k] = d[0][k] - d[2][k];
-                t[1][k] = d[1][k] + d[2][k];
-                t[2][k] = d[2][k] - d[1][k];
-                t[3][k] = d[1][k] - d[3][k];
-            }
-            float *vc = V + c * CV_NR + 16 * g;
-            for (int i = 0; i < 4; i++) { /* (B^T d) B */
-                *(v16f *)(vc + (4 * i + 0) * C * CV_NR) = t[i][0] - t[i][2];
-                *(v16f *)(vc + (4 * i + 1) * C * CV_NR) = t[i][1] + t[i][2];
-                *(v16f *)(vc + (4 * i + 2) * C * CV_NR) = t[i][2] - t[i][1];
-                *(v16f *)(vc + (4 * i + 3) * C * CV_NR) = t[i][1] - t[i][3];
-            }
-        }
+        for (int g = 0; g < CV_NV; g++)
+            wg_in16(pc + 16 * g, L, Wq, V + c * CV_NR + 16 * g, C * CV_NR);
     }
 }
 
@@ -2103,17 +2152,10 @@ CV_CLONES static void wg_output(const wg_job *j, Py_ssize_t mb, Py_ssize_t q0, c
         if (m >= j->M)
             break;
         for (int g = 0; g < CV_NV; g++) {
-            v16f x[4][4], r0[4], r1[4];
-            for (int a = 0; a < 16; a++)
-                x[a >> 2][a & 3] = *(const v16f *)(Mx + a * CV_MR * CV_NR + (i * CV_NV + g) * 16);
-            for (int k = 0; k < 4; k++) { /* A^T M */
-                r0[k] = x[0][k] + x[1][k] + x[2][k];
-                r1[k] = x[1][k] - x[2][k] - x[3][k];
-            }
-            *(v16f *)(out[0] + 16 * g) = r0[0] + r0[1] + r0[2]; /* (A^T M) A */
-            *(v16f *)(out[1] + 16 * g) = r0[1] - r0[2] - r0[3];
-            *(v16f *)(out[2] + 16 * g) = r1[0] + r1[1] + r1[2];
-            *(v16f *)(out[3] + 16 * g) = r1[1] - r1[2] - r1[3];
+            v16f o[4];
+            wg_out16(Mx + (i * CV_NV + g) * 16, CV_MR * CV_NR, o);
+            for (int a = 0; a < 4; a++)
+                *(v16f *)(out[a] + 16 * g) = o[a];
         }
         const float bias = j->b ? j->b[m] : 0.0f;
         float *ym = j->y + m * P;
@@ -2194,26 +2236,8 @@ CV_CLONES static void wl_input(const wl_job *j, Py_ssize_t c0, Py_ssize_t c1)
     const Py_ssize_t L = j->L, Wq = j->Wq, C = j->C, NTs = j->NTs;
     for (Py_ssize_t c = c0; c < c1; c++)
         for (Py_ssize_t ti = 0; ti < j->OH2; ti++)
-            for (Py_ssize_t tj = 0; tj < j->OW2; tj += 16) {
-                const float *pc = j->planes + c * 4 * L + ti * Wq + tj;
-                v16f d[4][4], t[4][4];
-                for (int r = 0; r < 4; r++)
-                    for (int k = 0; k < 4; k++)
-                        d[r][k] = *(const v16f_u *)(pc + ((r & 1) * 2 + (k & 1)) * L + (r >> 1) * Wq + (k >> 1));
-                for (int k = 0; k < 4; k++) { /* B^T d */
-                    t[0][k] = d[0][k] - d[2][k];
-                    t[1][k] = d[1][k] + d[2][k];
-                    t[2][k] = d[2][k] - d[1][k];
-                    t[3][k] = d[1][k] - d[3][k];
-                }
-                float *vc = j->V + c * NTs + ti * j->OW2 + tj;
-                for (int i = 0; i < 4; i++) { /* (B^T d) B */
-                    *(v16f_u *)(vc + (4 * i + 0) * C * NTs) = t[i][0] - t[i][2];
-                    *(v16f_u *)(vc + (4 * i + 1) * C * NTs) = t[i][1] + t[i][2];
-                    *(v16f_u *)(vc + (4 * i + 2) * C * NTs) = t[i][2] - t[i][1];
-                    *(v16f_u *)(vc + (4 * i + 3) * C * NTs) = t[i][1] - t[i][3];
-                }
-            }
+            for (Py_ssize_t tj = 0; tj < j->OW2; tj += 16)
+                wg_in16(j->planes + c * 4 * L + ti * Wq + tj, L, Wq, j->V + c * NTs + ti * j->OW2 + tj, C * NTs);
 }
 
 static void wl_input_part(void *arg, int part, int parts)
@@ -2234,18 +2258,11 @@ CV_CLONES static void wl_output(const wl_job *j, Py_ssize_t mb, Py_ssize_t t0, i
     }
     for (int p = 0; p < n; p++)
         for (int v = 0; v < CT_NB; v++) {
-            v16f x[4][4], r0[4], r1[4];
-            for (int a = 0; a < 16; a++)
-                x[a >> 2][a & 3] = *(const v16f *)(Mx + (a * CT_NP + p) * CT_MR + 16 * v);
-            for (int k = 0; k < 4; k++) { /* A^T M */
-                r0[k] = x[0][k] + x[1][k] + x[2][k];
-                r1[k] = x[1][k] - x[2][k] - x[3][k];
-            }
+            v16f o[4];
+            wg_out16(Mx + p * CT_MR + 16 * v, CT_NP * CT_MR, o);
             const v16f vb = *(const v16f *)(bias + 16 * v);
-            *(v16f *)(O + (0 * CT_NP + p) * CT_MR + 16 * v) = r0[0] + r0[1] + r0[2] + vb; /* (A^T M) A */
-            *(v16f *)(O + (1 * CT_NP + p) * CT_MR + 16 * v) = r0[1] - r0[2] - r0[3] + vb;
-            *(v16f *)(O + (2 * CT_NP + p) * CT_MR + 16 * v) = r1[0] + r1[1] + r1[2] + vb;
-            *(v16f *)(O + (3 * CT_NP + p) * CT_MR + 16 * v) = r1[1] - r1[2] - r1[3] + vb;
+            for (int a = 0; a < 4; a++)
+                *(v16f *)(O + (a * CT_NP + p) * CT_MR + 16 * v) = o[a] + vb;
         }
     const Py_ssize_t P = j->OH * j->OW, OW = j->OW;
     for (int k = 0; k < CT_MR; k++) {
@@ -2298,18 +2315,12 @@ static void wl_part(void *arg, int part, int parts)
                     nx = (const char *)(j->u + ((Py_ssize_t)(xi + 1) * j->Mb + mb) * C * CT_MR);
                     nbytes = (Py_ssize_t)sizeof(float) * CT_MR * (C < WL_KC ? C : WL_KC);
                 }
-                const Py_ssize_t share = s1 - s0 > 1 ? (nbytes / 64 + (s1 - s0 - 1) - 1) / (s1 - s0 - 1) : 0;
                 for (Py_ssize_t s = s0; s < s1; s++) {
                     Py_ssize_t t0;
                     int n;
                     ct_segment(j->NT, j->nseg, s, &t0, &n);
-                    const char *pf = NULL;
-                    Py_ssize_t npf = 0;
-                    if (nx && s > s0) {
-                        const Py_ssize_t done = (s - s0 - 1) * share * 64;
-                        pf = nx + done;
-                        npf = done < nbytes ? ((nbytes - done) / 64 < share ? (nbytes - done + 63) / 64 : share) : 0;
-                    }
+                    const char *pf;
+                    const Py_ssize_t npf = rc_pf_share(nx, nbytes, s1 - s0 - 1, s - s0 - 1, 64, &pf);
                     ct_tiles[n](j->V + ((Py_ssize_t)xi * C + c0) * NTs + t0, &zero, 1, cn, NTs, wp,
                                 Mx + ((s - s0) * 16 + xi) * CT_NP * CT_MR, c0 > 0, pf, npf);
                 }
@@ -2501,12 +2512,7 @@ DWF_TARGET static void cp_part(void *arg, int part, int parts)
         for (Py_ssize_t q = a * Wq; q < b * Wq; q += CV_NR) {
             const Py_ssize_t left = b * Wq - q;
             const int nv = left >= CV_NR ? CV_NV : (int)((left + 15) / 16);
-            if (nv == 3)
-                cv_tile3(j->planes + q, j->toff, j->T, j->C, j->cs, wp, o, 0);
-            else if (nv == 2)
-                cv_tile2(j->planes + q, j->toff, j->T, j->C, j->cs, wp, o, 0);
-            else
-                cv_tile1(j->planes + q, j->toff, j->T, j->C, j->cs, wp, o, 0);
+            cv_tiles[nv](j->planes + q, j->toff, j->T, j->C, j->cs, wp, o, 0);
             for (int i = 0; i < CV_MR; i++) {
                 const Py_ssize_t m = mb * CV_MR + i;
                 const v16f bias = cv_bcast(j->b && m < j->M ? j->b[m] : 0.0f);
@@ -2554,9 +2560,8 @@ static PyObject *conv_maxpool(PyObject *self, PyObject *args)
         release_buffers(v, 4);
         return PyErr_NoMemory();
     }
-    for (Py_ssize_t kh = 0; kh < KH; kh++)
-        for (Py_ssize_t kw = 0; kw < KW; kw++)
-            tp[kh * KW + kw] = ((kh % sh) * sw + kw % sw) * L + (kh / sh) * Wq + kw / sw;
+    cv_fill_job f = {(const float *)v[0].buf, NULL, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L, {0}};
+    cv_taps(KH, KW, 1, 1, 0, 0, tp, &f);
     const Py_ssize_t nband = (POH + CP_BAND - 1) / CP_BAND;
     /* a band's rows (2 CP_BAND + 1) and a tile's overrun, a channel each */
     const Py_ssize_t bs = ((2 * CP_BAND + 1) * Wq + CV_NR + 15) / 16 * 16;
@@ -2576,10 +2581,7 @@ static PyObject *conv_maxpool(PyObject *self, PyObject *args)
     cp_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, (float *)v[3].buf, tp,
                 planes + plane_bytes / sizeof(float), T, C, sh * sw * L, M, Mb, Wq, OH, OW, POH, POW, nband, bs,
                 scratch_n, lo, hi};
-    cv_fill_job f = {(const float *)v[0].buf, planes, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L, {0}};
-    for (Py_ssize_t kh = 0; kh < KH; kh++)
-        for (Py_ssize_t kw = 0; kw < KW; kw++)
-            f.used[(kh % sh) * sw + kw % sw] = 1;
+    f.planes = planes;
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(cv_fill_part, &f, fparts, fthreads);
     rc_parallel(cp_part, &j, parts, threads);
@@ -3366,13 +3368,12 @@ static void ln_part(void *arg, int part, int parts)
                     npf = j->kc < j->K ? j->kc : j->K;
                 }
             }
-            Py_ssize_t pfs = (Py_ssize_t)sizeof(float) * j->N;
             /* packed weights: the next chunk (or the next unit's first), contiguous, asked
-               into L2 a share by each row panel after the first, so that the first panel's
-               pass over it does not wait on memory (BERT-base's weights: 28 MB a layer) */
+               into L2 a share by each row panel after the first (rc_pf_share, rows of 128
+               bytes): BERT-base's weights, 28 MB a layer, come from memory every run */
             const char *nx = NULL;
-            Py_ssize_t nbytes = 0, share = 0;
-            if (j->packed && q1 - q0 > 1) {
+            Py_ssize_t nbytes = 0;
+            if (j->packed) {
                 if (k0 + kn < j->K) {
                     nx = (const char *)(wp + kn * 32);
                     nbytes = (Py_ssize_t)sizeof(float) * 32 * (j->K - k0 - kn < j->kc ? j->K - k0 - kn : j->kc);
@@ -3380,28 +3381,26 @@ static void ln_part(void *arg, int part, int parts)
                     nx = (const char *)(j->wp + ((u + 1) / nb) * j->K * 32);
                     nbytes = (Py_ssize_t)sizeof(float) * 32 * (j->kc < j->K ? j->kc : j->K);
                 }
-                share = (nbytes / 128 + (q1 - q0 - 1) - 1) / (q1 - q0 - 1);
             }
             for (Py_ssize_t q = q0; q < q1; q++) {
                 const Py_ssize_t r0 = q * LN_RP, nr = j->R - r0 < LN_RP ? j->R - r0 : LN_RP;
                 const float *ap = j->ap + (q * j->K + k0) * LN_RP;
                 float *c = j->y + r0 * j->N + n0;
-                if (nx && q > q0) {
-                    const Py_ssize_t done = (q - q0 - 1) * share * 128;
-                    pf = nx + done;
-                    npf = done < nbytes ? ((nbytes - done) / 128 < share ? (nbytes - done + 127) / 128 : share) : 0;
+                const char *qpf = pf;
+                Py_ssize_t qnpf = q == q0 ? npf : 0, pfs = (Py_ssize_t)sizeof(float) * j->N;
+                if (nx) {
+                    qnpf = rc_pf_share(nx, nbytes, q1 - q0 - 1, q - q0 - 1, 128, &qpf);
                     pfs = 128;
                 }
                 if (nn == 32) {
-                    ln_tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, pf, pfs,
-                                 q == q0 || nx ? npf : 0, NULL);
+                    ln_tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, qpf, pfs, qnpf, NULL);
                     continue;
                 }
                 /* the last panel of an N not a multiple of 32: through a whole-width tile */
                 if (k0 > 0)
                     for (Py_ssize_t p = 0; p < nr; p++)
                         memcpy(tail + p * 32, c + p * j->N, sizeof(float) * nn);
-                ln_tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, pf, pfs, q == q0 || nx ? npf : 0, NULL);
+                ln_tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, qpf, pfs, qnpf, NULL);
                 for (Py_ssize_t p = 0; p < nr; p++)
                     memcpy(c + p * j->N, tail + p * 32, sizeof(float) * nn);
             }
@@ -3484,6 +3483,20 @@ typedef struct {
     float lo, hi;
 } pl_job;
 
+/* rows of nn floats (at most 32) from src, ld apart, into dst [rows][32], zeros past nn */
+static void pl_pack32(float *restrict dst, const float *restrict src, Py_ssize_t rows, Py_ssize_t ld, Py_ssize_t nn)
+{
+    /* a whole row is a constant-size copy (two vector moves), not a libc call */
+    if (nn == 32)
+        for (Py_ssize_t k = 0; k < rows; k++)
+            memcpy(dst + k * 32, src + k * ld, 32 * sizeof(float));
+    else
+        for (Py_ssize_t k = 0; k < rows; k++) {
+            memcpy(dst + k * 32, src + k * ld, (size_t)nn * sizeof(float));
+            memset(dst + k * 32 + nn, 0, (size_t)(32 - nn) * sizeof(float));
+        }
+}
+
 static void pl_part(void *arg, int part, int parts)
 {
     const pl_job *j = (const pl_job *)arg;
@@ -3502,17 +3515,7 @@ static void pl_part(void *arg, int part, int parts)
             const int last = k0 + kn == C;
             for (Py_ssize_t cb = cb0; cb < cb1; cb++) {
                 const Py_ssize_t n0 = cb * 32, nn = P - n0 < 32 ? P - n0 : 32;
-                const float *src = j->x + k0 * P + n0;
-                float *dst = xb + (cb - cb0) * kn * 32;
-                /* a whole row is a constant-size copy (two vector moves), not a libc call */
-                if (nn == 32)
-                    for (Py_ssize_t k = 0; k < kn; k++)
-                        memcpy(dst + k * 32, src + k * P, 32 * sizeof(float));
-                else
-                    for (Py_ssize_t k = 0; k < kn; k++) {
-                        memcpy(dst + k * 32, src + k * P, (size_t)nn * sizeof(float));
-                        memset(dst + k * 32 + nn, 0, (size_t)(32 - nn) * sizeof(float));
-                    }
+                pl_pack32(xb + (cb - cb0) * kn * 32, j->x + k0 * P + n0, kn, P, nn);
             }
             for (Py_ssize_t q = q0; q < q1; q++) {
                 const Py_ssize_t r0 = q * LN_RP, nr = j->M - r0 < LN_RP ? j->M - r0 : LN_RP;
@@ -3615,20 +3618,6 @@ static PyObject *pointwise_lanes(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* fn's parts of job on up to threads threads without the GIL, then the caller's nbuf buffers
- * released: None, or NULL with MemoryError where a part set *oom */
-static PyObject *rc_run_job(rc_part_f fn, void *job, int parts, int threads, Py_buffer *v, int nbuf,
-                            const int *oom)
-{
-    Py_BEGIN_ALLOW_THREADS
-    rc_parallel(fn, job, parts, threads);
-    Py_END_ALLOW_THREADS
-    release_buffers(v, nbuf);
-    if (*oom)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
-}
-
 #if DWF_OK
 /* expand_dw: an inverted-residual block's expansion (a 1x1 convolution, bias and clip) and
  * the 3x3 depthwise convolution after it (stride 1 or 2 both ways, bias and clip) of one
@@ -3658,10 +3647,7 @@ static void ed_part(void *arg, int part, int parts)
     }
     float *tail = E + (LN_RP * P + 15) / 16 * 16, *xt = tail + LN_RP * 32, *dws = xt + C * 32;
     if (tn) /* the last 32 positions' x, zeros past P: read in place, its rows would run past x */
-        for (Py_ssize_t k = 0; k < C; k++) {
-            memcpy(xt + k * 32, j->x + k * P + full * 32, (size_t)tn * sizeof(float));
-            memset(xt + k * 32 + tn, 0, (size_t)(32 - tn) * sizeof(float));
-        }
+        pl_pack32(xt, j->x + full * 32, C, P, tn);
     for (Py_ssize_t q = np_ * part / parts; q < np_ * (part + 1) / parts; q++) {
         const Py_ssize_t r0 = q * LN_RP, nr = j->M - r0 < LN_RP ? j->M - r0 : LN_RP;
         const float *ap = j->wp + q * C * LN_RP;

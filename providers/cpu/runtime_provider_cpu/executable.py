@@ -329,9 +329,9 @@ class CPUExecutable:
             if bound is not None:
                 self.steps[i] = (bound, ctx, in_slots, out_slots, {}, frees, alt)
         if bindable and (_PAIR_FUSERS or _SIBLING_FUSERS):
-            self.run_steps = self._fuse_pairs(set(bindable))
+            self.run_steps = self._fuse_pairs()
 
-    def _fuse_pairs(self, bound: set) -> list:
+    def _fuse_pairs(self) -> list:
         """The steps, each two that a :func:`pairs` or :func:`siblings` fuser takes made one."""
         steps = self.steps
         reads = collections.Counter(s for st in steps for s in st[2])
@@ -339,13 +339,13 @@ class CPUExecutable:
         out, i = [], 0
         while i < len(steps):
             a = steps[i]
-            if i + 1 < len(steps) and i in bound:
-                fa, ca, ia, oa, _, fr_a, _ = a
+            fa, ca, ia, oa, _, fr_a, _ = a
+            # the first of two bound (its kernel's call replaced by its own bound one)
+            if i + 1 < len(steps) and fa is ca.cache.get("bound") and len(oa) == 1 and ia:
                 fb, cb, ib, ob, attrs_b, fr_b, alt_b = steps[i + 1]
-                e = oa[0] if len(oa) == 1 else -1
-                run = None
+                e, run = oa[0], None
                 # a chain: a's only output read only by b, as its first input
-                if (e >= 0 and fa is ca.cache.get("bound") and alt_b is None and len(ob) == 1 and ib and ib[0] == e
+                if (e >= 0 and alt_b is None and len(ob) == 1 and ib and ib[0] == e
                         and reads[e] == 1 and e not in keep and e in fr_b and self.template[e] is None):
                     run = _first_taker(_PAIR_FUSERS, ca, cb)
                 if run is not None:
@@ -354,8 +354,8 @@ class CPUExecutable:
                     i += 2
                     continue
                 # siblings: the same first input, independent, both bound
-                if (len(oa) == 1 and len(ob) == 1 and ia and ib and ia[0] == ib[0] and oa[0] not in ib
-                        and fa is ca.cache.get("bound") and fb is cb.cache.get("bound") and alt_b is None):
+                if (len(ob) == 1 and ib and ia[0] == ib[0] and e not in ib
+                        and fb is cb.cache.get("bound") and alt_b is None):
                     run = _first_taker(_SIBLING_FUSERS, ca, cb)
                 if run is not None:
                     out.append((_sibling_call(run, fa, ca, fb, len(ia)), cb, ia + ib[1:], oa + ob, {},

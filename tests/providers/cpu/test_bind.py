@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper
 
-from oracle import cpu_session, assert_close, compiled_partitions, make_model, run_oracle
+from oracle import assert_close, compiled_partitions, cpu_session, make_model, run_oracle
 
 RNG = np.random.default_rng(20261206)
 

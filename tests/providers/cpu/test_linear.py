@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from oracle import cpu_session, assert_close, make_model, run_oracle
+from oracle import assert_close, cpu_session, make_model, run_oracle
 
 RNG = np.random.default_rng(20261205)
 

@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import runtime_core as rt
-from oracle import cpu_session, assert_close, compiled_partitions, make_model, run_oracle
+from oracle import assert_close, compiled_partitions, cpu_session, make_model, run_oracle
 
 RNG = np.random.default_rng(20261206)
 
@@ -318,7 +318,8 @@ def test_conv2d_extra_checks_buffers():
     y, y2 = np.zeros((1, 16, 5, 5), np.float32), np.zeros((1, 16, 5, 5), np.float32)
     args = ((1, 8, 10, 10), (16, 3, 3), (2, 2), (1, 1), (1, 1), (5, 5), -np.inf, np.inf, 2, False)
     with pytest.raises(ValueError, match="W2 holds"):
-        _native.conv2d(x, wp, None, None, y, *args, (wdp.ravel()[:-8], None, None, y2, 16, 1, 1, -np.inf, np.inf, False))
+        _native.conv2d(x, wp, None, None, y, *args,
+                       (wdp.ravel()[:-8], None, None, y2, 16, 1, 1, -np.inf, np.inf, False))
     with pytest.raises(ValueError, match="Y2 holds"):
         _native.conv2d(x, wp, None, None, y, *args, (wdp, None, None, y2[:, :8], 16, 1, 1, -np.inf, np.inf, False))
     with pytest.raises(ValueError, match="window"):

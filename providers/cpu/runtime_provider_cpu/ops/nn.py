@@ -100,6 +100,14 @@ def _pack_rows(w):
     return np.ascontiguousarray(_blocked(w, 12).transpose(0, 2, 1))
 
 
+def _empty64(shape):
+    """An uninitialised float32 array of ``shape``, 64-byte aligned: the kernels load whole vectors."""
+    n = math.prod(shape)
+    raw = np.empty(n + 16, _F32)
+    skip = (-raw.ctypes.data % 64) // 4
+    return raw[skip:skip + n].reshape(shape)
+
+
 def _pack_linear(w, trans):
     """w ([K, N], or [N, K] with ``trans``) as ``_native.linear`` reads it: [ceil(N / 32), K,
     32], zeros past N, 64-byte aligned; written straight from w (a transposed or padded
@@ -107,9 +115,7 @@ def _pack_linear(w, trans):
     N, K = w.shape if trans else w.shape[::-1]
     lanes = _native.CONV_LANES
     nb = -(-N // lanes)
-    raw = np.empty(nb * K * lanes + 16, _F32)  # 64-byte aligned: the kernels load whole vectors
-    skip = (-raw.ctypes.data % 64) // 4
-    out = raw[skip:skip + nb * K * lanes].reshape(nb, K, lanes)
+    out = _empty64((nb, K, lanes))
     full = N // lanes
     if full:
         src = w[:full * lanes] if trans else w[:, :full * lanes]
@@ -627,7 +633,7 @@ def bind_plan(cache, kernel_fn, attrs):
         cache["bound"] = None
         return
     fast, xshape, W, B, shape = plan.fast_call(), plan.xshape, plan.w, plan.b, plan.shape
-    takes_z = plan.kind in ("pointwise", "direct", "winograd")
+    takes_z = plan.kind in _ConvPlan.Z_KINDS
 
     def bound(ctx, x, w, b=None, *z):  # z: FusedConv's residual, when given
         # what plan.takes asks, inline (a bound Conv is ~2 us of Python; each call counts)
@@ -822,13 +828,19 @@ def _pack_lanes(w):
 _WINO_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 
 
+def _winograd_u(w):
+    """G g G^T of dense 3x3 conv weights [M, C, 3, 3], computed in float64: [16, M, C]."""
+    M, C = w.shape[:2]
+    return np.einsum("ik,mckl,jl->ijmc", _WINO_G, w.astype(np.float64), _WINO_G).reshape(16, M, C)
+
+
 def _pack_winograd(w):
     """Dense 3x3 conv weights [M, C, 3, 3] as ``_native.winograd3x3`` reads them: G g G^T
-    (computed in float64), packed [16][ceil(M / CONV_MR)][C][CONV_MR], zeros past M."""
+    (``_winograd_u``), packed [16][ceil(M / CONV_MR)][C][CONV_MR], zeros past M."""
     mr = _native.CONV_MR
     M, C = w.shape[:2]
     mb = -(-M // mr)
-    u = np.einsum("ik,mckl,jl->ijmc", _WINO_G, w.astype(np.float64), _WINO_G).reshape(16, M, C)
+    u = _winograd_u(w)
     up = np.zeros((16, mb * mr, C), _F32)
     up[:, :M] = u
     return np.ascontiguousarray(up.reshape(16, mb, mr, C).transpose(0, 1, 3, 2))
@@ -840,13 +852,10 @@ def _pack_winograd_lanes(w):
     aligned (each of the 16 the Linear's layout of that [M, C] matrix)."""
     M, C = w.shape[:2]
     lanes = _native.CONV_LANES
-    nb = -(-M // lanes)
-    u = np.einsum("ik,mckl,jl->ijmc", _WINO_G, w.astype(np.float64), _WINO_G).reshape(16, M, C)
-    raw = np.empty(16 * nb * C * lanes + 16, _F32)
-    skip = (-raw.ctypes.data % 64) // 4
-    out = raw[skip:skip + 16 * nb * C * lanes].reshape(16, nb, C, lanes)
+    u = _winograd_u(w).astype(_F32)
+    out = _empty64((16, -(-M // lanes), C, lanes))
     for xi in range(16):
-        out[xi] = _pack_linear(u[xi].astype(_F32), True)
+        out[xi] = _pack_linear(u[xi], True)
     return out
 
 
@@ -909,10 +918,13 @@ class _ConvPlan:
     weights and bias that are the partition's constants get a plan (``plan_cache``): a
     weight fed at run time may be the same array with new values."""
 
-    __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "w12", "b2", "shape", "args", "threads", "sub")
+    __slots__ = ("xshape", "w", "b", "clip", "kind", "w2", "w12", "b2", "shape", "args", "threads", "sub",
+                 "_call")
+    #: the kinds whose kernels add a residual in their epilogue
+    Z_KINDS = ("pointwise", "direct", "winograd")
 
     def __init__(self, x, w, b, clip, group, strides, dilations, pb, pe, threads=1):
-        self.xshape, self.w, self.b, self.clip, self.kind = x.shape, w, b, clip, None
+        self.xshape, self.w, self.b, self.clip, self.kind, self._call = x.shape, w, b, clip, None, None
         if (_native is None or x.dtype != _F32 or w.dtype != _F32 or x.ndim != 4
                 or (b is not None and b.shape != (w.shape[0],))):
             return
@@ -974,14 +986,23 @@ class _ConvPlan:
         """Whether ``run`` computes this node's convolution of these inputs: a plan, made for
         x's shape and these weight arrays; a residual only on the kernels with an epilogue."""
         return (self.kind is not None and x.shape == self.xshape and w is self.w and b is self.b
-                and (z is None or (self.kind in ("pointwise", "direct", "winograd") and z.shape == self.shape
-                                   and z.dtype == _F32)))
+                and (z is None or (self.kind in self.Z_KINDS and z.shape == self.shape and z.dtype == _F32)))
 
     def fast_call(self):
-        """``run`` as one closure for the bound step (``bind_plan``): ``call(x, z)``, z None or
-        a residual ``takes`` accepts, the kernel and its arguments fixed once."""
+        """The plan's convolution as one closure ``call(x, z)`` (z None or a residual ``takes``
+        accepts), the kernel and its arguments fixed once, on first use: what ``run`` and the
+        bound step (``bind_plan``) call."""
+        if self._call is None:
+            self._call = self._make_call()
+        return self._call
+
+    def run(self, x, z=None):
+        """The convolution of ``x`` (plus ``z``: pointwise, direct and winograd plans only)."""
+        return self.fast_call()(x, z)
+
+    def _make_call(self):
         empty, f32, contig, shape = np.empty, _F32, np.ascontiguousarray, self.shape
-        w2, b2, args = getattr(self, "w2", None), self.b2, self.args
+        w2, b2, args = self.w2, self.b2, self.args
         if self.kind in ("direct", "winograd"):
             fn = _native.conv2d if self.kind == "direct" else _native.winograd3x3
 
@@ -990,17 +1011,6 @@ class _ConvPlan:
                     x = contig(x)
                 y = empty(shape, f32)
                 fn(x, w2, b2, None if z is None else contig(z), y, *args)
-                return y
-            return call
-        if self.kind == "pointwise" and self.sub is None and self.w12 is not None:
-            fn, w12, th = _native.pointwise_lanes, self.w12, self.threads
-            dims, lo, hi = (args[0][0], self.xshape[1], args[0][1]), args[1], args[2]
-
-            def call(x, z):
-                if not x.flags.c_contiguous:
-                    x = contig(x)
-                y = empty(shape, f32)
-                fn(w12, x, b2, None if z is None else contig(z), y, dims, lo, hi, th)
                 return y
             return call
         if self.kind == "depthwise":
@@ -1013,42 +1023,42 @@ class _ConvPlan:
                 fn(x, w2, b2, y, *args)
                 return y
             return call
-        run = self.run
-        return lambda x, z: run(x) if z is None else run(x, z)
+        # pointwise: the lanes kernel, else SciPy's sgemm a block, else one GEMM and the epilogue
+        w12, th, sub = self.w12, self.threads, self.sub
+        (M, P), lo, hi = args[0], args[1], args[2]
+        dims = (M, self.xshape[1], P)
+        if w12 is not None and sub is None:
+            fn = _native.pointwise_lanes
 
-    def run(self, x, z=None):
-        """The convolution of ``x`` (plus ``z``: pointwise, direct and winograd plans only)."""
-        if self.kind == "pointwise" and self.sub is not None:
-            x = x[:, :, ::self.sub[0], ::self.sub[1]]
-        if not x.flags.c_contiguous:
-            x = np.ascontiguousarray(x)
-        if self.kind == "direct" or self.kind == "winograd":
-            y = np.empty(self.shape, _F32)
-            fn = _native.conv2d if self.kind == "direct" else _native.winograd3x3
-            fn(x, self.w2, self.b2, None if z is None else np.ascontiguousarray(z), y, *self.args)
-            return y
-        if self.kind == "pointwise" and self.w12 is not None:
-            M, P = self.args[0]
-            y = np.empty(self.shape, _F32)
-            _native.pointwise_lanes(self.w12, x, self.b2, None if z is None else np.ascontiguousarray(z), y,
-                                    (M, x.shape[1], P), self.args[1], self.args[2], self.threads)
-            return y
-        if self.kind == "pointwise" and _sgemm_ready():
-            M, P = self.args[0]
-            y = np.empty(self.shape, _F32)
-            _native.pointwise(self.w2, x, self.b2, None if z is None else np.ascontiguousarray(z), y,
-                              (M, self.xshape[1], P), self.args[1], self.args[2], self.threads)
-            return y
-        if self.kind == "pointwise":
-            y = np.matmul(self.w2, x.reshape(self.xshape[1], self.args[0][1]))
-            if z is None:
-                _native.bias_clip(y, self.b2, *self.args)
+            def call(x, z):
+                if not x.flags.c_contiguous:
+                    x = contig(x)
+                y = empty(shape, f32)
+                fn(w12, x, b2, None if z is None else contig(z), y, dims, lo, hi, th)
+                return y
+            return call
+
+        def call(x, z):
+            if sub is not None:  # a strided 1x1: the subsampled image
+                x = x[:, :, ::sub[0], ::sub[1]]
+            if not x.flags.c_contiguous:
+                x = contig(x)
+            zz = None if z is None else contig(z)
+            if w12 is not None:
+                y = empty(shape, f32)
+                _native.pointwise_lanes(w12, x, b2, zz, y, dims, lo, hi, th)
+                return y
+            if _sgemm_ready():
+                y = empty(shape, f32)
+                _native.pointwise(w2, x, b2, zz, y, dims, lo, hi, th)
+                return y
+            y = np.matmul(w2, x.reshape(dims[1], P))
+            if zz is None:
+                _native.bias_clip(y, b2, *args)
             else:
-                _native.bias_clip(y, self.b2, *self.args, np.ascontiguousarray(z))
-            return y.reshape(self.shape)
-        y = np.empty(self.shape, _F32)
-        _native.depthwise2d(x, self.w2, self.b2, y, *self.args)
-        return y
+                _native.bias_clip(y, b2, *args, zz)
+            return y.reshape(shape)
+        return call
 
 
 def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pads, strides, z=None,
