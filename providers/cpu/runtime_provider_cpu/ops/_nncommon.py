@@ -113,9 +113,12 @@ def _in_rank(node, i=0):
 
 
 
-#: a window geometry with a stride, dilation, pad or padded extent past this never reaches
-#: the compiled kernels (their size arithmetic is not meant for it; no real model has one)
+#: a window geometry past these never reaches the compiled kernels, whose per-stride and
+#: per-tap tables live on the stack (no real model comes near them): padded extents, pads and
+#: dilations; strides; kernel sizes
 _NATIVE_MAX_EXTENT = 1 << 24
+_NATIVE_MAX_STRIDE = 1 << 10
+_NATIVE_MAX_TAPS = 1 << 14
 
 
 def _padding_extreme(in_sp, ks, strides, dilations, pb, pe, out) -> bool:
@@ -141,7 +144,8 @@ def _native_geometry_ok(in_sp, ks, strides, dilations, pb, pe, out) -> bool:
     """Whether a window geometry is in the range the compiled kernels are for (see
     ``_NATIVE_MAX_EXTENT``) and padding it costs no more than the output needs."""
     lim = _NATIVE_MAX_EXTENT
-    if any(v >= lim or v <= -lim for v in (*strides, *dilations, *pb, *pe, *out)):
+    if (any(v >= lim or v <= -lim for v in (*dilations, *pb, *pe, *out))
+            or max(strides, default=1) > _NATIVE_MAX_STRIDE or max(ks, default=1) > _NATIVE_MAX_TAPS):
         return False
     return not _padding_extreme(in_sp, ks, strides, dilations, pb, pe, out)
 

@@ -25,8 +25,8 @@ from ..fast.policy import current
 from ..fast.sgemm import sgemm_ready
 from ..registry import kernel
 from ._nncommon import (
-    _F32, _FLOAT, _as, _attr, _cdtype, _conv_out, _conv_pads, _ints, _pad_const, _padding_extreme, _tap_range,
-    _tap_slice, _window_gather,
+    _F32, _FLOAT, _as, _attr, _cdtype, _conv_out, _conv_pads, _ints, _native_geometry_ok, _pad_const,
+    _padding_extreme, _tap_range, _tap_slice, _window_gather,
 )
 
 
@@ -65,7 +65,8 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
     taps = nonneg and K > 1 and Cg * group == C and not (Cg == 1 and group > 1)
     dw_einsum = nonneg and Cg == 1 and Mg == 1 and group > 1 and P <= pol.dw_einsum_max_pixels
     native_dw = (nat is not None and nonneg and Cg == 1 and Mg == 1 and group > 1
-                 and x.dtype == _F32 and z is None)
+                 and x.dtype == _F32 and z is None
+                 and _native_geometry_ok(x.shape[2:], ks, strides, dilations, pb, pe, out))
     # the im2col copies, the einsum and the compiled depthwise kernel pad themselves; every
     # other path reads a padded copy
     xp = None if (taps or dw_einsum or native_dw or N == 0 or P == 0 or M == 0) else _pad_const(x, pb, pe, 0)

@@ -14,7 +14,8 @@ import numpy as np
 from ..fast.policy import current
 from ..registry import kernel
 from ._nncommon import (
-    _F32, _FLOAT, _as, _attr, _cdtype, _ints, _pad_const, _spatial_axes, _split_same, _tap_range, _tap_slice,
+    _F32, _FLOAT, _as, _attr, _cdtype, _ints, _native_geometry_ok, _pad_const, _padding_extreme, _spatial_axes,
+    _split_same, _tap_range, _tap_slice, _window_gather,
 )
 
 
@@ -64,6 +65,16 @@ def _pooled_padded(x, pb, pe, out, strides, k_eff, fill):
     ends = [max(pe[i], (out[i] - 1) * strides[i] + k_eff[i] - x.shape[2 + i] - pb[i])
             if out[i] > 0 else pe[i] for i in range(nd)]
     return _pad_const(x, pb, ends, fill)
+
+
+def _pool_windows(x, ks, strides, dilations, pb, pe, out, k_eff, fill):
+    """``(xp, strides, dilations)``: x padded with ``fill`` so that every window of the
+    output fits, read with these strides and dilations; where that padding would be far
+    larger than what the output reads (extreme pads, strides or dilations) the windows'
+    positions gathered instead (``_window_gather``: strides ``ks``, no dilation)."""
+    if _padding_extreme(x.shape[2:], ks, strides, dilations, pb, pe, out):
+        return _window_gather(x, ks, strides, dilations, pb, out, fill), list(ks), [1] * len(ks)
+    return _pooled_padded(x, pb, pe, out, strides, k_eff, fill), strides, dilations
 
 
 def _reduce_axis(x, axis, k, stride, dil, n_out, op, pad=0):
@@ -131,25 +142,26 @@ def _maxpool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, st
         y = np.zeros((N, C, *out), dtype=x.dtype)
         return (y, np.zeros(y.shape, np.int64)) if ctx.n_outputs > 1 else y
     nat = current().native
-    if not want_idx and nat is not None and nd == 2 and x.dtype == _F32 and min(pb) >= 0:
+    if (not want_idx and nat is not None and nd == 2 and x.dtype == _F32 and min(pb) >= 0
+            and _native_geometry_ok(x.shape[2:], ks, strides, dilations, pb, pe, out)):
         # compiled: separable, unit-stride (column phases), over the kernel threads; ResNet's
         # 3x3/2 pooling of 64x112x112: ~1.0 ms for the numpy reductions -> ~0.5
         y = np.empty((N, C, *out), _F32)
         nat.maxpool2d(np.ascontiguousarray(x), y, x.shape, tuple(out), tuple(ks), tuple(strides),
-                          tuple(dilations), (pb[0], pb[1]), getattr(ctx, "threads", 1))
+                      tuple(dilations), (pb[0], pb[1]), getattr(ctx, "threads", 1))
         return (y, None) if ctx.n_outputs > 1 else y
     if not want_idx:
         y = _maxpool_unpadded(x, ks, strides, dilations, pb, pe, out)
         if y is None:
-            xp = _pooled_padded(x, pb, pe, out, strides, k_eff, _neg_fill(x.dtype))
-            y = _separable_pool(xp, ks, strides, dilations, out, np.maximum)
+            xp, st, dl = _pool_windows(x, ks, strides, dilations, pb, pe, out, k_eff, _neg_fill(x.dtype))
+            y = _separable_pool(xp, ks, st, dl, out, np.maximum)
         return (y, None) if ctx.n_outputs > 1 else y
-    xp = _pooled_padded(x, pb, pe, out, strides, k_eff, _neg_fill(x.dtype))
+    xp, st, dl = _pool_windows(x, ks, strides, dilations, pb, pe, out, k_eff, _neg_fill(x.dtype))
     best = None
     arg = np.zeros((N, C, *out), dtype=np.int64)
     for kidx, offs in enumerate(np.ndindex(*ks)):
         sl = xp[(slice(None), slice(None)) + tuple(
-            _tap_slice(offs[i] * dilations[i], strides[i], out[i]) for i in range(nd))]
+            _tap_slice(offs[i] * dl[i], st[i], out[i]) for i in range(nd))]
         if best is None:
             best = sl.copy()
             continue
@@ -199,8 +211,8 @@ def _avgpool_impl(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_s
     N, C = x.shape[:2]
     if N * C * math.prod(out) == 0:
         return np.zeros((N, C, *out), dtype=dt)
-    xp = _pooled_padded(_as(x, cd), pb, pe, out, strides, k_eff, 0)
-    s = _separable_pool(xp, ks, strides, dilations, out, np.add)
+    xp, st, dl = _pool_windows(_as(x, cd), ks, strides, dilations, pb, pe, out, k_eff, 0)
+    s = _separable_pool(xp, ks, st, dl, out, np.add)
     # divisor: taps that fall on the input (plus the explicit pads when counted); separable
     cnt = np.ones((1, 1) + (1,) * nd, dtype=cd)
     for i in range(nd):
@@ -262,8 +274,8 @@ def _lppool_impl(x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strid
         return np.zeros((N, C, *out), dtype=dt)
     xa = np.abs(_as(x, cd))
     xa = xa * xa if p == 2 else xa ** cd.type(p)
-    xp = _pooled_padded(xa, pb, pe, out, strides, k_eff, 0)
-    s = _separable_pool(xp, ks, strides, dilations, out, np.add)
+    xp, st, dl = _pool_windows(xa, ks, strides, dilations, pb, pe, out, k_eff, 0)
+    s = _separable_pool(xp, ks, st, dl, out, np.add)
     y = np.sqrt(s) if p == 2 else s ** cd.type(1.0 / p)
     return _as(y, dt)
 
