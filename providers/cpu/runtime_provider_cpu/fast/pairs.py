@@ -24,8 +24,8 @@ def _fuse_expand_depthwise(ca, cb):
     """An inverted-residual block's expansion and depthwise convolution as one call of
     ``_native.expand_dw`` (AVX-512): both nodes planned (``fast/conv.py``) on the compiled
     pointwise kernel and the phase-plane depthwise one (3x3, stride 1 or 2 both ways, no dilation) for
-    one image, the second reading the first's output shape. In the model: MobileNetV2's 96-
-    channel 112 x 112 stride-2 block no longer writes and reads back 4.8 MB."""
+    one image, the second reading the first's output shape: the expanded tensor is never
+    written and read back whole."""
     pol = current()
     _native = pol.native
     pa, pb = ca.cache.get("conv_plan"), cb.cache.get("conv_plan")
@@ -57,8 +57,8 @@ def _fuse_conv_maxpool(ca, cb):
     """A stem and its pool (ResNet's 7x7 stride-2 convolution and 3x3 stride-2 MaxPool) as
     one call of ``_native.conv_maxpool`` (AVX-512): the convolution planned on the direct
     kernel's position tiles for one image, the pool 3x3, stride 2, padded by 1 on every side,
-    no dilation, no ceil mode and no Indices output. Its 3.2 MB output at 112 x 112 is no
-    longer written and read back."""
+    no dilation, no ceil mode and no Indices output: the convolution's output is never written
+    and read back whole."""
     pol = current()
     _native = pol.native
     pa = ca.cache.get("conv_plan")
@@ -98,8 +98,8 @@ def _fuse_conv_shortcut(ca, cb):
     kernel of its own. Bit-identical to the two steps."""
     pol = current()
     pa, pb = ca.cache.get("conv_plan"), cb.cache.get("conv_plan")
-    if (not pol.conv_shortcut or pol.native is None or pa is None or pb is None or pa.kind != "direct" or pb.kind != "pointwise"
-            or pb.sub is None or pa.xshape != pb.xshape or pa.xshape[0] != 1 or pa.shape[2:] != pb.shape[2:]
+    if (not pol.conv_shortcut or pol.native is None or pa is None or pb is None or pa.kind != "direct"
+            or pb.kind != "pointwise" or pb.sub is None or pa.xshape != pb.xshape or pa.xshape[0] != 1 or pa.shape[2:] != pb.shape[2:]
             or tuple(pa.args[2]) != tuple(pb.sub)):
         return None
     xshape, mk, strides, dilations, pads, out, lo, hi, threads, lanes = pa.args

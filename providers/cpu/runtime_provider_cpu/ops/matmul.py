@@ -75,18 +75,15 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
         if (nat is not None and cd == _F32 and 0 < A.shape[0] <= pol.rows_max and A.size and B.size
                 and src.dtype == _F32 and src.flags.c_contiguous):
             # a classifier head at batch 1-8: the compiled kernel on the session's threads
-            # (1 x 512 x 1000: 46 us against 111 for BLAS, 80 for einsum)
             y = np.empty((A.shape[0], B.shape[1]), _F32)
             nat.gemm_rows(np.ascontiguousarray(A), src, y, (A.shape[0], A.shape[1], B.shape[1]),
-                              bool(transB), getattr(ctx, "threads", 1))
+                          bool(transB), getattr(ctx, "threads", 1))
         elif not transA and (y := _linear(ctx, A, b, bool(transB))) is not None:
             pass  # a weight packed once, on the kernel threads
         elif A.shape[0] * A.shape[1] * B.shape[1] < pol.blas_min_macs:
             # a small product of more rows: a BLAS call would wake its worker threads, which
-            # then spin on the cores for milliseconds, taking them from the compiled kernels
-            # of the next run (a 1 x 512 x 1000 head through BLAS: ResNet-18 48 -> 34 ms a
-            # run); numpy's own loop is single-threaded, ~2.5x BLAS's time per call, hence
-            # the small bound
+            # then spin on the cores, taking them from the compiled kernels of the next run;
+            # numpy's own loop is single-threaded and slower, hence the small bound
             y = np.einsum("ij,jk->ik", A, B)
         else:
             y = np.matmul(A, B)

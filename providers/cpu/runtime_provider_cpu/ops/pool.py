@@ -144,8 +144,8 @@ def _maxpool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, st
     nat = current().native
     if (not want_idx and nat is not None and nd == 2 and x.dtype == _F32 and min(pb) >= 0
             and _native_geometry_ok(x.shape[2:], ks, strides, dilations, pb, pe, out)):
-        # compiled: separable, unit-stride (column phases), over the kernel threads; ResNet's
-        # 3x3/2 pooling of 64x112x112: ~1.0 ms for the numpy reductions -> ~0.5
+        # compiled: separable, unit-stride (column phases), over the kernel threads
+        # (measurements: providers/cpu/docs/performance.md)
         y = np.empty((N, C, *out), _F32)
         nat.maxpool2d(np.ascontiguousarray(x), y, x.shape, tuple(out), tuple(ks), tuple(strides),
                       tuple(dilations), (pb[0], pb[1]), getattr(ctx, "threads", 1))
@@ -308,12 +308,11 @@ def global_average_pool(ctx, x):
     cd = _cdtype(x.dtype)
     xc = _as(x, cd)
     if x.ndim >= 3 and xc.flags.c_contiguous and x.size:
-        # one contiguous axis: np.mean over two axes took ~85 us for ResNet's 512 x 7 x 7
-        # inside a run (the reduction is the same pairwise sum)
+        # one contiguous axis: np.mean over two axes is slower (the same pairwise sum)
         n = xc.shape[0] * xc.shape[1]
         if x.size // n <= 4096:
-            # einsum's SIMD row sums: 9 against 21 us for 512 x 7 x 7 (a sequential sum in
-            # 8-16 lanes; numpy's pairwise one is kept for larger planes)
+            # einsum's SIMD row sums for small planes (a sequential sum in 8-16 lanes;
+            # numpy's pairwise one is kept for larger planes)
             s = np.einsum("ij->i", xc.reshape(n, -1))
         else:
             s = np.add.reduce(xc.reshape(n, -1), axis=1)
