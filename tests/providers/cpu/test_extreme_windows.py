@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from oracle import assert_close, cpu_policy, make_model, run_oracle, run_ours  # noqa: F401 - a fixture
+from oracle import assert_close, make_model, run_oracle, run_ours
 
 RNG = np.random.default_rng(28)
 BIG = 10 ** 6

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from oracle import assert_close, cpu_policy, make_model, record_plan_kinds, run_oracle, run_ours  # noqa: F401
+from oracle import assert_close, make_model, record_plan_kinds, run_oracle, run_ours
 
 RNG = np.random.default_rng(34)
 

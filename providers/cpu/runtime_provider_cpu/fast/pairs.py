@@ -99,8 +99,8 @@ def _fuse_conv_shortcut(ca, cb):
     pol = current()
     pa, pb = ca.cache.get("conv_plan"), cb.cache.get("conv_plan")
     if (not pol.conv_shortcut or pol.native is None or pa is None or pb is None or pa.kind != "direct"
-            or pb.kind != "pointwise" or pb.sub is None or pa.xshape != pb.xshape or pa.xshape[0] != 1 or pa.shape[2:] != pb.shape[2:]
-            or tuple(pa.args[2]) != tuple(pb.sub)):
+            or pb.kind != "pointwise" or pb.sub is None or pa.xshape != pb.xshape or pa.xshape[0] != 1
+            or pa.shape[2:] != pb.shape[2:] or tuple(pa.args[2]) != tuple(pb.sub)):
         return None
     xshape, mk, strides, dilations, pads, out, lo, hi, threads, lanes = pa.args
     if pads[0] > (mk[1] - 1) * dilations[0] or pads[1] > (mk[2] - 1) * dilations[1]:

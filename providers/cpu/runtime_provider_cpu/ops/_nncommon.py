@@ -38,7 +38,6 @@ def _is_const(ctx, i, a):
     return info is not None and len(info) > i and info[i] is not None and getattr(info[i], "const", None) is a
 
 
-
 def _ints(v, n, fill):
     return [fill] * n if not v else [int(i) for i in v]
 

@@ -127,7 +127,6 @@ def _aa_filter(mode, xs, a):
 
 def _axis_taps(mode, xo, in_len, scale, cubic_a, exclude_outside, antialias):
     """(indices [T, out], weights [T, out] float32) of one axis' interpolation."""
-    out_len = xo.shape[0]
     if antialias:
         rscale = _F32(scale)
         sc = _F32(1) / rscale
