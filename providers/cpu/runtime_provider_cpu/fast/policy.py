@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 try:  # the compiled kernels, built with the wheel; without them the numpy paths run
-    from .. import _native as NATIVE
+    from .. import _native as NATIVE  # type: ignore[attr-defined]  # the C extension
 except ImportError as exc:  # pragma: no cover - only a build without a C compiler
     NATIVE = None
     NATIVE_ERROR: str | None = f"{type(exc).__name__}: {exc}"
