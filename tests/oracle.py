@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper
 
 import runtime_core as rt
@@ -99,13 +100,13 @@ def cpu_session(model, threads=2):
 
 
 def record_plan_kinds(monkeypatch, check=None) -> list:
-    """The kinds of the CPU provider's conv plans as they run (``_ConvPlan.fast_call``, which
+    """The kinds of the CPU provider's conv plans as they run (``ConvPlan.fast_call``, which
     ``run`` on a first run and the bound step after it both call), in a list; ``check(plan)``
     on each."""
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast.plan import ConvPlan
 
     seen = []
-    real_fast = nn._ConvPlan.fast_call
+    real_fast = ConvPlan.fast_call
 
     def fast_call(self):
         call = real_fast(self)
@@ -117,7 +118,7 @@ def record_plan_kinds(monkeypatch, check=None) -> list:
             return call(x, z)
         return recorded
 
-    monkeypatch.setattr(nn._ConvPlan, "fast_call", fast_call)
+    monkeypatch.setattr(ConvPlan, "fast_call", fast_call)
     return seen
 
 
@@ -183,3 +184,23 @@ def check_node(op_type, inputs: dict, outputs=("y",), *, opset=17, domain="", in
     ref = run_oracle(model, dict(inputs))
     assert_close(ours, ref, rtol, atol)
     return ours
+
+
+@pytest.fixture
+def cpu_policy():
+    """``cpu_policy(**changes)``: installs the CPU provider's current tuning policy with these
+    changes (``runtime_provider_cpu.fast.policy.Policy`` fields) for the rest of the test, and
+    returns it; the policy before the test is put back after it. Plans are made on a node's
+    first run, so change the policy before the session's first run. (A test module imports
+    it from here to use it.)"""
+    from runtime_provider_cpu.fast import policy
+
+    saved = policy.current()
+
+    def install(**changes):
+        p = policy.current().replace(**changes)
+        policy.install(p)
+        return p
+
+    yield install
+    policy.install(saved)

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import runtime_core as rt
-from oracle import assert_close, make_model, record_plan_kinds, run_oracle
+from oracle import assert_close, cpu_policy, make_model, record_plan_kinds, run_oracle  # noqa: F401 - a fixture
 
 L = rt.GraphOptimizationLevel
 MS = "com.microsoft"
@@ -228,18 +228,18 @@ def test_fused_conv_with_a_z_of_another_shape_raises_at_run():
                                    {"activation": "Clip", "activation_params": [0.0, 6.0]},
                                    {"activation": "Clip", "activation_params": [-0.25, 0.3]}])
 @pytest.mark.parametrize("batch", [1, 2])
-def test_fused_conv_clip_in_the_epilogue(kind, attrs, with_z, native, batch, monkeypatch):
+def test_fused_conv_clip_in_the_epilogue(kind, attrs, with_z, native, batch, monkeypatch, cpu_policy):
     # the bias, Z and Relu / Clip are applied in the convolution's epilogue (compiled: in one
     # pass; without the extension: numpy's in-place adds and clip); batch 2 checks the
     # per-image epilogue, batch 1 the node's plan (1x1 and depthwise straight to the kernels;
     # the dense 3x3 one, 8 x 9 terms a sum, to the direct kernel at any batch)
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast import policy
 
     if native:
-        assert nn._native is not None, "runtime_provider_cpu._native did not build"
-        monkeypatch.setattr(nn, "_DIRECT", True)  # the direct convolution, AVX-512 or not
+        assert policy.NATIVE is not None, "runtime_provider_cpu._native did not build"
+        cpu_policy(direct=True)  # the direct convolution, AVX-512 or not
     else:
-        monkeypatch.setattr(nn, "_native", None)
+        cpu_policy(native=None)
     planned = record_plan_kinds(monkeypatch)
     x = f32(batch, 8, 9, 9) * 3
     if kind == "pointwise":
@@ -264,9 +264,9 @@ def test_fused_conv_clip_in_the_epilogue(kind, attrs, with_z, native, batch, mon
 
 
 def test_bias_clip_checks_buffers():
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast import policy
 
-    nat = nn._native
+    nat = policy.NATIVE
     assert nat is not None, "runtime_provider_cpu._native did not build"
     y = np.arange(-6, 6, dtype=np.float32).reshape(3, 4)
     b = np.array([1, 0, -1], np.float32)

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import pytest
+from oracle import cpu_policy  # noqa: F401 - the fixture, for every test here
 
 
 @pytest.fixture
-def spy_native(monkeypatch):
-    """``spy_native(name, record)``: every call of ``_native.<name>`` made by ``ops/nn`` or
-    ``ops/fused`` passes its arguments to ``record`` first (which path a session took, on how
-    many threads)."""
-    from runtime_provider_cpu.ops import fused, nn
+def spy_native(monkeypatch, cpu_policy):
+    """``spy_native(name, record)``: every call of ``_native.<name>`` made through the CPU
+    provider's policy (the nn kernels and their fast paths) or by ``ops/fused`` passes its
+    arguments to ``record`` first (which path a session took, on how many threads)."""
+    from runtime_provider_cpu.fast import policy
+    from runtime_provider_cpu.ops import fused
 
-    assert nn._native is not None, nn.NATIVE_ERROR  # the wheel is built with its C extension
-    real = nn._native
+    assert policy.NATIVE is not None, policy.NATIVE_ERROR  # the wheel is built with its C extension
+    real = policy.NATIVE
 
     def spy(name, record):
         fn = getattr(real, name)
@@ -27,7 +29,7 @@ def spy_native(monkeypatch):
             return fn(*args)
 
         setattr(Spy, name, staticmethod(call))
-        monkeypatch.setattr(nn, "_native", Spy())
+        cpu_policy(native=Spy())
         monkeypatch.setattr(fused, "_native", Spy())
 
     return spy

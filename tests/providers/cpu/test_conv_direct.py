@@ -25,11 +25,9 @@ class Calls(list):
 
 
 @pytest.fixture
-def calls(monkeypatch, spy_native):
+def calls(cpu_policy, spy_native):
     """Every call of the direct kernel: its thread count, recorded."""
-    from runtime_provider_cpu.ops import nn
-
-    monkeypatch.setattr(nn, "_DIRECT", True)  # sessions take it even without AVX-512 (slower there)
+    cpu_policy(direct=True)  # sessions take it even without AVX-512 (slower there)
     seen = Calls()
     seen.lanes = []
 
@@ -42,18 +40,14 @@ def calls(monkeypatch, spy_native):
 
 
 @pytest.fixture(params=["rows", "lanes"])
-def layout(request, monkeypatch):
+def layout(request, cpu_policy):
     """Both tilings of the direct kernel: position tiles (rows) and output channels in the
     vector lanes, whichever the shape would pick."""
-    from runtime_provider_cpu.ops import nn
-
-    monkeypatch.setattr(nn, "_WINO_MIN_OW", 1 << 30)  # Winograd has tests of its own
-    monkeypatch.setattr(nn, "_WINO_LANES_MIN_C", 1 << 30)
+    cpu_policy(wino_min_ow=1 << 30, wino_lanes_min_c=1 << 30)  # Winograd has tests of its own
     if request.param == "lanes":
-        monkeypatch.setattr(nn, "_LANES_MAX_OW", 1 << 30)
-        monkeypatch.setattr(nn, "_LANES_MIN_K", 0)
+        cpu_policy(lanes_max_ow=1 << 30, lanes_min_k=0)
     else:
-        monkeypatch.setattr(nn, "_LANES_MAX_OW", 0)
+        cpu_policy(lanes_max_ow=0)
     return request.param == "lanes"
 
 
@@ -84,12 +78,10 @@ def conv_session(x, w, b, threads=2, **attrs):
     ((1, 64, 23, 37), 8, True),      # several position tiles and a partial one
     ((1, 66, 3, 3), 3, True),        # a 3x3 image: one or a few outputs
 ])
-def test_conv_direct_matches_onnxruntime(ks, strides, dil, pads, shape, M, bias, calls, layout, monkeypatch):
-    from runtime_provider_cpu.ops import nn
-
+def test_conv_direct_matches_onnxruntime(ks, strides, dil, pads, shape, M, bias, calls, layout, cpu_policy):
     # a strided 1x1 of one image goes to the pointwise kernel on the subsampled image
     # (test_conv_pointwise.py); the direct kernel still takes it with that kernel off
-    monkeypatch.setattr(nn, "_PW_LANES", False)
+    cpu_policy(pw_lanes=False)
     x = rnd(*shape)
     w = rnd(M, shape[1], *ks) * 0.1
     b = rnd(M) if bias else None
@@ -129,7 +121,7 @@ def test_conv_direct_reads_only_the_phases_it_fills():
     # a 1x1 stride-2 convolution fills one of the four stride phases; the work buffer the
     # thread keeps still holds a 3x3 stride-2 convolution's four phases of NaN
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_direct
+    from runtime_provider_cpu.fast.packing import pack_direct as _pack_direct
 
     nan = np.full((1, 16, 20, 20), np.nan, np.float32)
     w3 = _pack_direct(rnd(8, 16, 3, 3))
@@ -155,7 +147,7 @@ def test_conv_direct_takes_the_session_threads(calls):
 def test_conv_direct_same_result_on_any_thread_count():
     # each tile is computed the same way whichever thread takes it: bit-identical results
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_direct
+    from runtime_provider_cpu.fast.packing import pack_direct as _pack_direct
 
     x, w, b = rnd(2, 32, 30, 30), rnd(40, 32, 3, 3), rnd(40)
     z = rnd(2, 40, 15, 15)
@@ -175,7 +167,7 @@ def test_kernel_pool_bounds_each_job_by_its_threads():
     # the pool grows to the largest thread count asked for; a later job asking for fewer
     # threads (another session's intra_op_num_threads) must not run on more
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_direct
+    from runtime_provider_cpu.fast.packing import pack_direct as _pack_direct
 
     x, w = rnd(1, 64, 56, 56), rnd(64, 64, 3, 3)
     wp, y = _pack_direct(w), np.empty((1, 64, 56, 56), np.float32)
@@ -194,7 +186,8 @@ def test_conv_direct_lanes_same_result_on_any_thread_count():
     # channel tail (40 = 32 + 8), batch 2, rows split into segments (19 wide: 10 + 9), and
     # the same sums, in the same order, as the position tiles
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_direct, _pack_lanes
+    from runtime_provider_cpu.fast.packing import pack_direct as _pack_direct
+    from runtime_provider_cpu.fast.packing import pack_lanes as _pack_lanes
 
     x, w, b = rnd(2, 32, 38, 38), rnd(40, 32, 3, 3), rnd(40)
     z = rnd(2, 40, 19, 19)
@@ -216,7 +209,7 @@ def test_conv_direct_lanes_same_result_on_any_thread_count():
 
 def test_conv_direct_lanes_refuses_unaligned_weights():
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_lanes
+    from runtime_provider_cpu.fast.packing import pack_lanes as _pack_lanes
 
     x = np.ones((1, 8, 6, 6), np.float32)
     wl = _pack_lanes(np.ones((4, 8, 3, 3), np.float32))
@@ -251,7 +244,7 @@ def test_conv_direct_picks_lanes_for_narrow_outputs(calls):
 def test_conv_direct_checks_buffers():
     # a buffer that does not hold what the shapes say is a ValueError, never a read past it
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_direct
+    from runtime_provider_cpu.fast.packing import pack_direct as _pack_direct
 
     x = np.zeros((1, 8, 6, 6), np.float32)
     wp = _pack_direct(np.ones((4, 8, 3, 3), np.float32))
@@ -275,13 +268,14 @@ def test_conv_direct_checks_buffers():
     assert (y == 1.5).all()  # every sum of 32..72 ones clipped to hi
 
 
-def test_conv_direct_only_where_its_fast_build_runs(monkeypatch):
+def test_conv_direct_only_where_its_fast_build_runs(cpu_policy):
     # without AVX-512 the portable build is slower than im2col + GEMM: the plan leaves it
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast import policy
+    from runtime_provider_cpu.fast.conv import select_plan
 
-    assert nn._DIRECT == bool(_native.CONV_FAST)
+    assert policy.DEFAULT.direct == bool(_native.CONV_FAST)
     x, w = rnd(1, 16, 8, 8), rnd(8, 16, 3, 3)
     for fast, kind in [(True, "direct"), (False, None)]:
-        monkeypatch.setattr(nn, "_DIRECT", fast)
-        assert nn._ConvPlan(x, w, None, None, 1, [1, 1], [1, 1], [1, 1], [1, 1], 2).kind == kind
+        cpu_policy(direct=fast)
+        assert select_plan(x, w, None, None, 1, [1, 1], [1, 1], [1, 1], [1, 1], 2).kind == kind

@@ -21,12 +21,12 @@ def rnd(*shape):
 
 
 @pytest.fixture
-def calls(spy_native, monkeypatch):
+def calls(spy_native, cpu_policy):
     """The calls of the sgemm kernel (``pointwise``), with the lanes kernel off."""
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast.sgemm import sgemm_control
 
-    assert nn._sgemm_control() is not None  # SciPy's OpenBLAS, which threadpoolctl knows
-    monkeypatch.setattr(nn, "_PW_LANES", False)
+    assert sgemm_control() is not None  # SciPy's OpenBLAS, which threadpoolctl knows
+    cpu_policy(pw_lanes=False)
     seen = []
     spy_native("pointwise", lambda args: seen.append((args[5], args[-1])))  # (M, K, P), threads
     return seen
@@ -34,9 +34,9 @@ def calls(spy_native, monkeypatch):
 
 @pytest.fixture
 def lane_calls(spy_native):
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast import policy
 
-    if not nn._LINEAR:
+    if not policy.current().linear:
         pytest.skip("the lanes kernel needs the AVX-512 build (CONV_FAST)")
     seen = []
     spy_native("pointwise_lanes", lambda args: seen.append((args[5], args[-1])))  # (M, C, P), threads
@@ -71,9 +71,9 @@ def test_pointwise_matches_onnxruntime(C, M, H, W, kernel, request):
 def test_pointwise_keeps_its_blas_at_one_thread(calls):
     # a session of another intra_op_num_threads sets every BLAS library to its count: the next
     # run sets this one back to one thread (our threads each call it)
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast.sgemm import sgemm_control
 
-    ctl = nn._sgemm_control()
+    ctl = sgemm_control()
     x, w = rnd(1, 16, 20, 20), rnd(8, 16, 1, 1)
     node = helper.make_node("Conv", ["x", "w"], ["y"])
     model = make_model([node], {"x": x}, ["y"], opset=13, initializers={"w": w})
@@ -89,9 +89,9 @@ def test_pointwise_on_any_thread_count():
     # order: the same bits for the same count, within rounding across counts (as with BLAS's
     # own threads)
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast.sgemm import sgemm_control
 
-    assert nn._sgemm_control() is not None
+    assert sgemm_control() is not None
     for M, K, P in [(40, 64, 3000), (600, 96, 49)]:  # column blocks, row blocks
         w, x, b, z = rnd(M, K), rnd(K, P), rnd(M), rnd(M, P)
         ref = np.clip(w.astype(np.float64) @ x + b[:, None] + z, -1, 1)
@@ -125,10 +125,10 @@ def test_strided_pointwise_on_the_subsampled_image(shape, strides, lane_calls):
                                    (20, 16, 5000), (26, 100, 4001)])  # groups of panels, tails
 def test_pointwise_lanes_same_bits_on_any_thread_count(M, K, P):
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast.packing import pack_rows
 
     w, x, b, z = rnd(M, K), rnd(K, P), rnd(M), rnd(M, P)
-    wp = nn._pack_rows(w)
+    wp = pack_rows(w)
     assert wp.shape == (-(-M // 12), K, 12)
     for m in range(M):
         assert np.array_equal(wp[m // 12, :, m % 12], w[m])
@@ -150,16 +150,18 @@ def test_pointwise_lanes_same_bits_on_any_thread_count(M, K, P):
 @pytest.mark.parametrize("kernel", ["pointwise", "pointwise_lanes"])
 def test_pointwise_checks_buffers(kernel):
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast import policy
+    from runtime_provider_cpu.fast.packing import pack_rows
+    from runtime_provider_cpu.fast.sgemm import sgemm_control
 
     lanes = kernel == "pointwise_lanes"
-    if lanes and not nn._LINEAR:
+    if lanes and not policy.current().linear:
         pytest.skip("the lanes kernel needs the AVX-512 build (CONV_FAST)")
     if not lanes:
-        assert nn._sgemm_control() is not None
+        assert sgemm_control() is not None
     fn = getattr(_native, kernel)
     w, x = np.ones((4, 8), np.float32), np.ones((8, 10), np.float32)
-    wp = nn._pack_rows(w)  # 12-row panels: 96 floats where the sgemm kernel reads 32
+    wp = pack_rows(w)  # 12-row panels: 96 floats where the sgemm kernel reads 32
     mine, other = (wp, w) if lanes else (w, wp)
     y = np.zeros((4, 10), np.float32)
     args = ((4, 8, 10), -np.inf, np.inf, 2)
@@ -176,11 +178,9 @@ def test_pointwise_checks_buffers(kernel):
     assert (y == 8).all()
 
 
-def test_pointwise_without_scipy_blas_uses_matmul(monkeypatch, calls):
+def test_pointwise_without_scipy_blas_uses_matmul(cpu_policy, calls):
     # where SciPy's BLAS is not to be had (or not known to threadpoolctl) numpy's matmul does it
-    from runtime_provider_cpu.ops import nn
-
-    monkeypatch.setattr(nn, "_SGEMM", [None])
+    cpu_policy(sgemm=False)
     x, w, b = rnd(1, 16, 9, 9), rnd(8, 16, 1, 1), rnd(8)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"])
     model = make_model([node], {"x": x}, ["y"], opset=13, initializers={"w": w, "b": b})

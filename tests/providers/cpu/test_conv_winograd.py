@@ -19,27 +19,22 @@ def rnd(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
-def use_layout(monkeypatch, layout):
+def use_layout(cpu_policy, layout):
     """Winograd taken everywhere it can be (the shapes below are small), in one layout, and the
     direct kernel even without AVX-512."""
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast import policy
 
-    assert nn._native is not None, nn.NATIVE_ERROR
-    monkeypatch.setattr(nn, "_DIRECT", True)
+    assert policy.NATIVE is not None, policy.NATIVE_ERROR
     if layout == "blocks":
-        monkeypatch.setattr(nn, "_WINO_MIN_OW", 1)
-        monkeypatch.setattr(nn, "_WINO_MIN_C", 1)
-        monkeypatch.setattr(nn, "_WINO_LANES_MIN_C", 1 << 30)
+        cpu_policy(direct=True, wino_min_ow=1, wino_min_c=1, wino_lanes_min_c=1 << 30)
     else:
-        monkeypatch.setattr(nn, "_WINO_MIN_OW", 1 << 30)
-        monkeypatch.setattr(nn, "_WINO_LANES_OW", (1, 1 << 30))
-        monkeypatch.setattr(nn, "_WINO_LANES_MIN_C", 1)
+        cpu_policy(direct=True, wino_min_ow=1 << 30, wino_lanes_ow=(1, 1 << 30), wino_lanes_min_c=1)
 
 
 @pytest.fixture(params=["blocks", "lanes"])
-def calls(request, monkeypatch):
+def calls(request, monkeypatch, cpu_policy):
     """The plan kinds the Conv nodes ran with, recorded, in each layout (``use_layout``)."""
-    use_layout(monkeypatch, request.param)
+    use_layout(cpu_policy, request.param)
 
     def check(plan):
         if plan.kind == "winograd":
@@ -79,7 +74,7 @@ def reference(x, w, b, pads):
     ((1, 16, 3, 40), 33, [1, 1, 1, 1], False),    # 20 tiles a row: two vectors a row in the lanes' input
     ((1, 136, 10, 12), 40, [1, 1, 1, 1], True),   # 136 input channels: the lanes' chunks of 128 and a tail
 ])
-def test_winograd_matches_onnxruntime(shape, M, pads, bias, calls, monkeypatch):
+def test_winograd_matches_onnxruntime(shape, M, pads, bias, calls, cpu_policy):
     x = rnd(*shape)
     w = rnd(M, shape[1], 3, 3) * 0.1
     b = rnd(M) if bias else None
@@ -94,12 +89,11 @@ def test_winograd_matches_onnxruntime(shape, M, pads, bias, calls, monkeypatch):
     # no worse than the direct kernel against the float64 sums
     exact = reference(x, w, b, pads)
     err = np.abs(sess.run(None, {"x": x})[0] - exact).max()
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast.conv import select_plan
 
-    assert nn._ConvPlan(x, w, b, None, 1, [1, 1], [1, 1], pads[:2], pads[2:], 2).kind == "winograd"
-    monkeypatch.setattr(nn, "_WINO_MIN_OW", 1 << 30)
-    monkeypatch.setattr(nn, "_WINO_LANES_MIN_C", 1 << 30)
-    direct = nn._ConvPlan(x, w, b, None, 1, [1, 1], [1, 1], pads[:2], pads[2:], 2)
+    assert select_plan(x, w, b, None, 1, [1, 1], [1, 1], pads[:2], pads[2:], 2).kind == "winograd"
+    cpu_policy(wino_min_ow=1 << 30, wino_lanes_min_c=1 << 30)
+    direct = select_plan(x, w, b, None, 1, [1, 1], [1, 1], pads[:2], pads[2:], 2)
     assert direct.kind == "direct"
     err_direct = np.abs(direct.run(x) - exact).max()
     assert err <= 2 * err_direct + 1e-6
@@ -126,7 +120,8 @@ def test_winograd_same_result_on_any_thread_count(lanes):
     # with parts of whole tile blocks (1-3 threads) or of (tile block, channel block) pairs;
     # in the lanes' layout, of (channel block, segment group) units
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_winograd, _pack_winograd_lanes
+    from runtime_provider_cpu.fast.packing import pack_winograd as _pack_winograd
+    from runtime_provider_cpu.fast.packing import pack_winograd_lanes as _pack_winograd_lanes
 
     x, w, b = rnd(2, 24, 31, 30), rnd(20, 24, 3, 3), rnd(20)
     z = rnd(2, 20, 31, 30)
@@ -145,7 +140,7 @@ def test_winograd_same_result_on_any_thread_count(lanes):
 
 def test_winograd_checks_buffers():
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_winograd
+    from runtime_provider_cpu.fast.packing import pack_winograd as _pack_winograd
 
     x = np.ones((1, 8, 6, 6), np.float32)
     u = _pack_winograd(np.ones((4, 8, 3, 3), np.float32))
@@ -164,7 +159,7 @@ def test_winograd_checks_buffers():
     assert y[0, :, 1:5, 1:5].tolist() == np.full((4, 4, 4), 72.0).tolist()  # 8 channels x 9 taps
     assert y[0, :, 0, 0].tolist() == [32.0] * 4  # a corner: 4 taps in the image
     # the lanes' layout: its own size, and whole aligned vectors
-    from runtime_provider_cpu.ops.nn import _pack_winograd_lanes
+    from runtime_provider_cpu.fast.packing import pack_winograd_lanes as _pack_winograd_lanes
 
     ul = _pack_winograd_lanes(np.ones((4, 8, 3, 3), np.float32))
     with pytest.raises(ValueError, match="U holds"):
@@ -180,22 +175,22 @@ def test_winograd_checks_buffers():
     assert y[0, :, 0, 0].tolist() == [32.0] * 4
 
 
-def test_winograd_only_where_it_pays(monkeypatch):
+def test_winograd_only_where_it_pays(cpu_policy):
     # stride 2, dilation, groups, a kernel other than 3x3, few channels or a narrow output
     # stay on the direct kernel; ResNet's 56- and 28-wide stages take Winograd
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast.conv import select_plan
 
-    monkeypatch.setattr(nn, "_DIRECT", True)
+    cpu_policy(direct=True)
     p1 = [1, 1]
 
     def kind(xs, ws, strides=(1, 1), dil=(1, 1), group=1):
-        return nn._ConvPlan(rnd(*xs), rnd(*ws), None, None, group, list(strides), list(dil), p1, p1, 2).kind
+        return select_plan(rnd(*xs), rnd(*ws), None, None, group, list(strides), list(dil), p1, p1, 2).kind
 
     assert kind((1, 64, 56, 56), (64, 64, 3, 3)) == "winograd"
     assert kind((1, 128, 28, 28), (128, 128, 3, 3)) == "winograd"
-    plan = nn._ConvPlan(rnd(1, 256, 14, 14), rnd(256, 256, 3, 3), None, None, 1, p1, p1, p1, p1, 2)
+    plan = select_plan(rnd(1, 256, 14, 14), rnd(256, 256, 3, 3), None, None, 1, p1, p1, p1, p1, 2)
     assert plan.kind == "winograd" and plan.args[-1]                   # 14 x 14: in the lanes
-    assert not nn._ConvPlan(rnd(1, 64, 28, 28), rnd(64, 64, 3, 3), None, None, 1, p1, p1, p1, p1, 2).args[-1]
+    assert not select_plan(rnd(1, 64, 28, 28), rnd(64, 64, 3, 3), None, None, 1, p1, p1, p1, p1, 2).args[-1]
     assert kind((1, 64, 14, 14), (64, 64, 3, 3)) == "direct"          # too few channels for it
     assert kind((1, 512, 7, 7), (512, 512, 3, 3)) == "direct"         # too narrow
     assert kind((1, 16, 56, 56), (16, 16, 3, 3)) == "direct"          # too few channels
@@ -203,5 +198,5 @@ def test_winograd_only_where_it_pays(monkeypatch):
     assert kind((1, 64, 56, 56), (64, 64, 3, 3), dil=(2, 2)) == "direct"
     assert kind((1, 64, 56, 56), (64, 32, 3, 3), group=2) is None     # grouped: the general path
     assert kind((1, 64, 56, 56), (64, 64, 5, 5)) == "direct"
-    monkeypatch.setattr(nn, "_DIRECT", False)                         # no AVX-512: neither
+    cpu_policy(direct=False)                                          # no AVX-512: neither
     assert kind((1, 64, 56, 56), (64, 64, 3, 3)) is None

@@ -76,7 +76,7 @@ def test_gemm_by_an_initializer(transB, bias_shape, calls):
 @pytest.mark.parametrize("R,K,N", [(1, 7, 5), (12, 256, 32), (13, 257, 33), (25, 600, 70), (130, 1000, 96)])
 def test_linear_against_float64_on_any_thread_count(R, K, N, packed):
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_linear
+    from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear
 
     a, w, bias = rnd(R, K), rnd(K, N), rnd(N)
     wp = _pack_linear(w, False) if packed else w
@@ -96,7 +96,7 @@ def test_linear_against_float64_on_any_thread_count(R, K, N, packed):
 
 
 def test_pack_linear_layout():
-    from runtime_provider_cpu.ops.nn import _pack_linear
+    from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear
 
     w = rnd(9, 70)  # K = 9, N = 70: two whole panels of 32 and a tail of 6
     for packed in (_pack_linear(w, False), _pack_linear(np.ascontiguousarray(w.T), True)):
@@ -108,7 +108,7 @@ def test_pack_linear_layout():
 
 def test_linear_checks_buffers():
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_linear
+    from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear
 
     a, w = rnd(4, 8), rnd(8, 40)
     wp = _pack_linear(w, False)

@@ -1,4 +1,5 @@
-"""CPU provider loss and extra nn kernels (ops/loss.py, ops/nnx.py) against onnxruntime.
+"""CPU provider loss and extra nn kernels (ops/loss.py, sampling.py, roi.py, unfold.py, crop.py,
+norm.py, detection.py) against onnxruntime.
 
 The ONNX backend suite covers the documented examples; these add dtypes, shapes and
 attribute combinations it does not (onnx's reference evaluator answers where onnxruntime

@@ -163,14 +163,11 @@ def test_conv2d(cmg, ks, stride, pads, dil):
 @pytest.mark.parametrize("stride,dil,pads,bias", [
     (1, 1, [1, 1, 1, 1], True), (2, 1, [1, 1, 1, 1], True), (2, 1, [0, 1, 2, 0], False),
     (1, 2, [2, 2, 2, 2], True), (3, 1, None, True)])
-def test_depthwise_flat_path(stride, dil, pads, bias, monkeypatch):
+def test_depthwise_flat_path(stride, dil, pads, bias, cpu_policy):
     # without the compiled kernel (float64, or a build without a C compiler), large images take
     # the flat multiply-add path (with the bias added by its final crop); forced here on a small
     # image by lowering the einsum path's size bound to nothing
-    from runtime_provider_cpu.ops import nn
-
-    monkeypatch.setattr(nn, "_native", None)
-    monkeypatch.setattr(nn, "_DW_EINSUM_MAX_PIXELS", 0)
+    cpu_policy(native=None, dw_einsum_max_pixels=0)
     inits = {"w": rnd(6, 1, 3, 3)}
     if bias:
         inits["b"] = rnd(6)
@@ -188,9 +185,9 @@ def test_depthwise_flat_path(stride, dil, pads, bias, monkeypatch):
 ])
 def test_depthwise_native(ks, strides, dil, pads):
     # the compiled depthwise kernel (float32; every shape here goes through it)
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast import policy
 
-    assert nn._native is not None, nn.NATIVE_ERROR  # the wheel is built with its C extension
+    assert policy.NATIVE is not None, policy.NATIVE_ERROR  # the wheel is built with its C extension
     kw = {"pads": pads} if pads else {}
     # widths below, at and past the 8-wide vectors of the 3x3 kernel, whole and partial, and
     # planes smaller than one vector (a short row's vector must not spill past the plane)
@@ -210,7 +207,7 @@ def test_depthwise_native_threads(stride, fast):
     # channel planes split between the kernel threads (from 8K outputs a thread): the same
     # bits on any thread count, and the einsum reference's values, on both 3x3 paths
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast.depthwise import depthwise_einsum
 
     x, w, b = rnd(2, 40, 97, 95), rnd(40, 1, 3, 3), rnd(40)  # 188K-737K outputs: 2-8 threads
     out = [(97 - 1) // stride + 1, (95 - 1) // stride + 1]
@@ -222,7 +219,7 @@ def test_depthwise_native_threads(stride, fast):
         outs.append(y)
     for y in outs[1:]:
         assert np.array_equal(y, outs[0])
-    ref = nn._depthwise_einsum(x, w, [stride, stride], [1, 1], [1, 1], [1, 1], out) + b.reshape(40, 1, 1)
+    ref = depthwise_einsum(x, w, [stride, stride], [1, 1], [1, 1], [1, 1], out) + b.reshape(40, 1, 1)
     np.testing.assert_allclose(outs[0], ref, rtol=1e-4, atol=1e-5)
 
 
@@ -458,7 +455,7 @@ def test_maxpool_without_padded_copy_matches_padded_path():
     # only keep the padded path
     from numpy.lib.stride_tricks import sliding_window_view
 
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.ops import pool
 
     rng = np.random.default_rng(3)
     fast = fallback = 0
@@ -466,17 +463,17 @@ def test_maxpool_without_padded_copy_matches_padded_path():
                                                      [0, 1]):
         if pb >= (k - 1) * d + 1 or pe >= (k - 1) * d + 1:
             continue
-        geo = nn._pool_geometry((h, h + 1), [k, k], [s, s], [pb, pb, pe, pe], [d, d], "NOTSET", cm)
+        geo = pool._pool_geometry((h, h + 1), [k, k], [s, s], [pb, pb, pe, pe], [d, d], "NOTSET", cm)
         if min(geo[2]) <= 0:
             continue
         for x in (rng.standard_normal((1, 2, h, h + 1)).astype(np.float32),
                   rng.integers(-50, 50, (1, 2, h, h + 1)).astype(np.int8)):
             if x.dtype.kind == "f":
                 x.flat[::5] = np.nan
-            xp = nn._pooled_padded(x, geo[0], geo[1], geo[2], [s, s], [(k - 1) * d + 1] * 2, nn._neg_fill(x.dtype))
+            xp = pool._pooled_padded(x, geo[0], geo[1], geo[2], [s, s], [(k - 1) * d + 1] * 2, pool._neg_fill(x.dtype))
             win = sliding_window_view(xp, ((k - 1) * d + 1,) * 2, axis=(2, 3))[:, :, ::s, ::s, ::d, ::d]
             want = win[:, :, :geo[2][0], :geo[2][1]].max(axis=(-2, -1))
-            got = nn._maxpool_unpadded(x, [k, k], [s, s], [d, d], geo[0], geo[1], geo[2])
+            got = pool._maxpool_unpadded(x, [k, k], [s, s], [d, d], geo[0], geo[1], geo[2])
             if got is None:
                 fallback += 1
                 continue
@@ -484,7 +481,7 @@ def test_maxpool_without_padded_copy_matches_padded_path():
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(got, want)
     assert fast > 300 and fallback > 0
-    assert nn._maxpool_unpadded(rnd(1, 1, 5, 5), [3, 3], [1, 1], [1, 1], [-1, 0], [0, 0], [3, 5]) is None
+    assert pool._maxpool_unpadded(rnd(1, 1, 5, 5), [3, 3], [1, 1], [1, 1], [-1, 0], [0, 0], [3, 5]) is None
 
 
 def test_maxpool_compiled_matches_padded_windows():
@@ -496,18 +493,18 @@ def test_maxpool_compiled_matches_padded_windows():
     from numpy.lib.stride_tricks import sliding_window_view
 
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.ops import pool
 
     rng = np.random.default_rng(5)
     n = 0
     for h, k, s, d, pb, pe, cm in itertools.product([1, 4, 7, 40, 120], [1, 2, 3], [1, 2, 3], [1, 2], [0, 1, 2],
                                                      [0, 2], [0, 1]):
-        geo = nn._pool_geometry((h, h + 3), [k, k], [s, s], [pb, pb, pe, pe], [d, d], "NOTSET", cm)
+        geo = pool._pool_geometry((h, h + 3), [k, k], [s, s], [pb, pb, pe, pe], [d, d], "NOTSET", cm)
         if min(geo[2]) <= 0:
             continue
         x = rng.standard_normal((2, 3, h, h + 3)).astype(np.float32)
         x.flat[::7] = np.nan
-        xp = nn._pooled_padded(x, geo[0], geo[1], geo[2], [s, s], [(k - 1) * d + 1] * 2, -np.inf)
+        xp = pool._pooled_padded(x, geo[0], geo[1], geo[2], [s, s], [(k - 1) * d + 1] * 2, -np.inf)
         win = sliding_window_view(xp, ((k - 1) * d + 1,) * 2, axis=(2, 3))[:, :, ::s, ::s, ::d, ::d]
         want = win[:, :, :geo[2][0], :geo[2][1]].max(axis=(-2, -1))
         # fast=False: the row maxima path also where the AVX-512 3x3 one (stride 1 or 2) runs

@@ -50,11 +50,11 @@ def _block(C, M, stride, bias=True, act="Clip", extra_out=False, extra_reader=Fa
     return nodes, inits, outs
 
 
-def _against_two_steps(model, flag, make_x, monkeypatch, oracle=lambda run: True):
+def _against_two_steps(model, flag, make_x, oracle=lambda run: True):
     """Three runs of ``model`` in a session whose pair is fused and in one whose pair ``flag``
-    kept apart (a pair is decided at the session's first run): onnxruntime's result (on the
+    kept apart by the policy field ``flag`` (a pair is decided at the session's first run): onnxruntime's result (on the
     runs ``oracle`` names) and the same bits from both. The fused session and its last result."""
-    from runtime_provider_cpu.ops import nn
+    from runtime_provider_cpu.fast import policy
 
     sess, apart = cpu_session(model), cpu_session(model)
     for run in range(3):
@@ -62,9 +62,8 @@ def _against_two_steps(model, flag, make_x, monkeypatch, oracle=lambda run: True
         got = sess.run(None, {"x": x})
         if oracle(run):
             assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
-        monkeypatch.setattr(nn, flag, False)
-        two = apart.run(None, {"x": x})
-        monkeypatch.setattr(nn, flag, True)
+        with policy.installed(**{flag: False}):
+            two = apart.run(None, {"x": x})
         assert np.array_equal(got[0], two[0], equal_nan=True), run
     assert _lengths(apart)[1] == _lengths(apart)[0]
     return sess, got[0]
@@ -92,11 +91,11 @@ def _lengths(sess):
     (5, 12, 7, 40, 1, True, "Relu"),      # rows of 16 or more: the row mode of the phase planes
     (40, 17, 3, 5, 2, True, "Clip"),      # a 2 x 3 output, one short panel
 ])
-def test_expansion_and_depthwise_are_one_step(C, M, H, W, stride, bias, act, monkeypatch):
+def test_expansion_and_depthwise_are_one_step(C, M, H, W, stride, bias, act):
     # the same tiles and the same depthwise code: bit for bit the two steps' result
     nodes, inits, outs = _block(C, M, stride, bias, act)
     model = make_model(nodes, {"x": rnd(1, C, H, W)}, outs, opset=13, initializers=inits)
-    sess, y = _against_two_steps(model, "_EXPAND_DW", lambda run: rnd(1, C, H, W), monkeypatch)
+    sess, y = _against_two_steps(model, "expand_dw", lambda run: rnd(1, C, H, W))
     steps, run_steps = _lengths(sess)
     assert steps == 2  # Conv + Clip / Relu, twice: two FusedConv nodes
     assert run_steps == (1 if _fast() else 2)
@@ -144,7 +143,7 @@ def test_profiled_runs_keep_both_nodes():
                                         "pair stays two steps, which the tests above check")
 def test_expand_dw_same_result_on_any_thread_count_and_checks_buffers():
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_rows
+    from runtime_provider_cpu.fast.packing import pack_rows as _pack_rows
 
     M, C, H, W = 40, 12, 17, 19
     x, w, b, wd, bd = rnd(1, C, H, W), rnd(M, C) * 0.3, rnd(M), rnd(M, 1, 3, 3), rnd(M)
@@ -196,10 +195,8 @@ def _stem(C, M, k, stride, pool=None, bias=True, outs=("y",)):
     (8, 9, 17, 13, 3, 1, False),   # odd sizes (a lone last pooled column), a channel tail, no bias
     (2, 16, 9, 70, 5, 2, True),    # rows wider than 48 positions a tile, an even width
 ])
-def test_conv_and_maxpool_are_one_step(C, M, H, W, k, stride, bias, monkeypatch):
-    from runtime_provider_cpu.ops import nn
-
-    monkeypatch.setattr(nn, "_DIRECT", True)  # the direct kernel on any build (the pair needs AVX-512)
+def test_conv_and_maxpool_are_one_step(C, M, H, W, k, stride, bias, cpu_policy):
+    cpu_policy(direct=True)  # the direct kernel on any build (the pair needs AVX-512)
     nodes, inits = _stem(C, M, k, stride, bias=bias)
     model = make_model(nodes, {"x": rnd(1, C, H, W)}, ["y"], opset=13, initializers=inits)
 
@@ -211,7 +208,7 @@ def test_conv_and_maxpool_are_one_step(C, M, H, W, k, stride, bias, monkeypatch)
             x[0, 0, H // 2, W // 3] = np.nan
         return x
 
-    sess, y = _against_two_steps(model, "_CONV_MAXPOOL", make_x, monkeypatch, oracle=lambda run: run < 2)
+    sess, y = _against_two_steps(model, "conv_maxpool", make_x, oracle=lambda run: run < 2)
     assert np.isnan(y).any() and not np.isnan(y).all()
     steps, run_steps = _lengths(sess)
     assert steps == 2 and run_steps == (1 if _fast() else 2)
@@ -223,10 +220,8 @@ def test_conv_and_maxpool_are_one_step(C, M, H, W, k, stride, bias, monkeypatch)
     (dict(kernel_shape=[2, 2], strides=[2, 2]), ("y",)),
     (dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), ("y", "idx")),
 ])
-def test_no_conv_maxpool_pair_for_other_pools(pool, outs, monkeypatch):
-    from runtime_provider_cpu.ops import nn
-
-    monkeypatch.setattr(nn, "_DIRECT", True)
+def test_no_conv_maxpool_pair_for_other_pools(pool, outs, cpu_policy):
+    cpu_policy(direct=True)
     nodes, inits = _stem(3, 8, 7, 2, pool=pool, outs=outs)
     model = make_model(nodes, {"x": rnd(1, 3, 30, 30)}, list(outs), opset=13, initializers=inits)
     _stays_two_steps(model, (1, 3, 30, 30))
@@ -236,7 +231,7 @@ def test_no_conv_maxpool_pair_for_other_pools(pool, outs, monkeypatch):
                                         "pair stays two steps, which the tests above check")
 def test_conv_maxpool_same_result_on_any_thread_count_and_checks_buffers():
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_direct
+    from runtime_provider_cpu.fast.packing import pack_direct as _pack_direct
 
     x, w, b = rnd(1, 3, 50, 46), rnd(12, 3, 7, 7) * 0.2, rnd(12)
     wp = _pack_direct(w)
@@ -287,13 +282,11 @@ def _down_block(C, M, pads=(1, 1, 1, 1)):
     (32, 40, 11, 13),   # the lanes (32 x 9 terms, 7 wide): odd sizes, a second channel block
     (16, 24, 30, 18),   # tall: several position tiles a channel block
 ])
-def test_strided_conv_and_its_shortcut_are_one_step(C, M, H, W, monkeypatch):
-    from runtime_provider_cpu.ops import nn
-
-    monkeypatch.setattr(nn, "_DIRECT", True)
+def test_strided_conv_and_its_shortcut_are_one_step(C, M, H, W, cpu_policy):
+    cpu_policy(direct=True)
     nodes, inits = _down_block(C, M)
     model = make_model(nodes, {"x": rnd(1, C, H, W)}, ["y"], opset=13, initializers=inits)
-    sess, _ = _against_two_steps(model, "_CONV_SHORTCUT", lambda run: rnd(1, C, H, W), monkeypatch)
+    sess, _ = _against_two_steps(model, "conv_shortcut", lambda run: rnd(1, C, H, W))
     steps, run_steps = _lengths(sess)
     assert steps == 3  # FusedConv (c1 + Relu), Conv (the shortcut), FusedConv (c2 + Z + Relu)
     assert run_steps == (2 if _fast() else 3)
@@ -311,7 +304,7 @@ def test_no_shortcut_pair_when_the_outputs_differ():
 @pytest.mark.skipif(not _fast(), reason="the direct kernel is the AVX-512 build's (CONV_FAST)")
 def test_conv2d_extra_checks_buffers():
     from runtime_provider_cpu import _native
-    from runtime_provider_cpu.ops.nn import _pack_direct
+    from runtime_provider_cpu.fast.packing import pack_direct as _pack_direct
 
     x, w, wd = rnd(1, 8, 10, 10), rnd(16, 8, 3, 3), rnd(16, 8, 1, 1)
     wp, wdp = _pack_direct(w), _pack_direct(wd)

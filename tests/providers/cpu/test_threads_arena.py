@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from runtime_provider_cpu.ops._common import Scratch
-from runtime_provider_cpu.ops.nn import _conv_core
+from runtime_provider_cpu.ops.conv import _conv_core
 
 RNG = np.random.default_rng(5)
 

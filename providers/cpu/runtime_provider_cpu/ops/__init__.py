@@ -1,6 +1,8 @@
 """Kernel modules of the CPU provider, imported explicitly by name."""
 
 from . import (  # noqa: F401
-    attention, control, elementwise, fused, image, layout, loss, mathx, ml, nn, nnx, quant, random_ops, reduce,
-    rnn, sequence, signal, strings, tensor,
+    attention, control, conv, crop, detection, dropout, elementwise, fused, image, layout, linalg, loss, matmul,
+    ml, nn, norm, pool, quant, random_ops, reduce, resize, rnn, roi, sampling, sequence, signal, softmax,
+    strings, tensor, training, unfold,
 )
+from ..fast import pairs  # noqa: F401 - registers the pair fusers (fast/pairs.py)

@@ -15,7 +15,10 @@ import numpy as np
 
 from ..executable import binds, inplace_variant
 from ..registry import kernel
-from . import nn as _nn
+from ..fast.conv import bind_plan, plan_cache
+from ..fast.linear import linear as _linear
+from ..fast.sgemm import sgemm_ready as _sgemm_ready
+from .conv import conv_clipped
 from ._common import mean_last, sum_last
 from .elementwise import _native
 from .elementwise import gelu_erf_f32 as _gelu_erf_f32
@@ -117,7 +120,7 @@ def _fused_conv_check(node):
     act = node.attrs.get("activation")
     act = act.decode() if isinstance(act, bytes) else act
     if act is None:  # no activation: Conv(x) + z
-        from .nn import _conv_check
+        from .conv import _conv_check
 
         return _conv_check(node)
     if act not in FUSED_CONV_ACTIVATIONS:
@@ -126,7 +129,7 @@ def _fused_conv_check(node):
     params = list(node.attrs.get("activation_params") or [])
     if len(params) < FUSED_CONV_ACTIVATIONS[act]:
         return f"FusedConv: activation {act} needs {FUSED_CONV_ACTIVATIONS[act]} activation_params, got {len(params)}"
-    from .nn import _conv_check
+    from .conv import _conv_check
 
     return _conv_check(node)
 
@@ -165,13 +168,13 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
         clip, act = (0.0, np.inf), None
     elif act == "Clip":  # _fused_conv_check declined it without its two params
         clip, act = (float(params[0]), float(params[1])), None
-    cache = _nn.plan_cache(ctx, w, b)
-    y = _nn.conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
+    cache = plan_cache(ctx, w, b)
+    y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
                          kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
                          cache=cache, threads=getattr(ctx, "threads", 1))
     if act is not None:
         return _activate(y, act, params)
-    _nn.bind_plan(cache, fused_conv, dict(activation=activation, activation_params=activation_params,
+    bind_plan(cache, fused_conv, dict(activation=activation, activation_params=activation_params,
                                           auto_pad=auto_pad, dilations=dilations, group=group,
                                           kernel_shape=kernel_shape, pads=pads, strides=strides))
     return y
@@ -383,7 +386,7 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     # one BLAS call over the folded batch (3-D @ 2-D would loop over the batch)
     proj = None
     if bias is None or (bias.shape == (weights.shape[1],) and bias.dtype == np.float32):
-        proj = _nn._linear(ctx, x, weights, bias=None if bias is None else np.ascontiguousarray(bias))
+        proj = _linear(ctx, x, weights, bias=None if bias is None else np.ascontiguousarray(bias))
     if proj is None:
         proj = (x.reshape(b * s, x.shape[-1]) @ weights).reshape(b, s, weights.shape[1])
         if bias is not None:
@@ -394,7 +397,7 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     if attention_bias is not None:
         _check_attention_bias(attention_bias, (b, h, s, s))
     if (_MHA_NATIVE and _native is not None and type(proj) is np.ndarray and proj.dtype == np.float32
-            and b * s and sizes[0] % h == 0 and sizes[2] % h == 0 and _nn._sgemm_ready()):
+            and b * s and sizes[0] % h == 0 and sizes[2] % h == 0 and _sgemm_ready()):
         y = _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, mask_filter_value,
                         unidirectional, attention_bias)
         return y.astype(x.dtype, copy=False)

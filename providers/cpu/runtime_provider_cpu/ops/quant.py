@@ -456,7 +456,7 @@ def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_sc
 # -- integer convolutions ----------------------------------------------------------------------
 
 def _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op):
-    from .nn import _conv_pads, _ints
+    from ._nncommon import _conv_pads, _ints
 
     nd = x.ndim - 2
     if nd < 1:
@@ -477,7 +477,7 @@ def _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op):
 
 def _int_conv(xc, wc, group, strides, dilations, pb, pe):
     """Exact integer convolution of centered int32 inputs; returns float array."""
-    from .nn import _conv_core
+    from .conv import _conv_core
 
     k = (wc.shape[1] * math.prod(wc.shape[2:])) or 1
     cd = _exact_dtype(xc, wc, k)

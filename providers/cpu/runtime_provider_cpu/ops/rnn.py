@@ -22,7 +22,7 @@ import numpy as np
 
 from ..registry import kernel
 
-from .nn import _native  # the compiled time loop (None without the extension: the numpy loops)
+from ..fast.policy import NATIVE as _native  # the compiled time loop (None without the extension: the numpy loops)
 
 #: the compiled loop reads each hidden unit's weights once per batch row; past this batch the
 #: numpy loop's one GEMM a step (which reads them once) is as fast

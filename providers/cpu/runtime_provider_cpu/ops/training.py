@@ -1,5 +1,4 @@
-"""CPU kernels: linear algebra (Det) and the optimizers of ai.onnx.preview.training
-(Adagrad, Adam, Momentum).
+"""CPU kernels: ai.onnx.preview.training (the optimizers Adagrad, Adam, Momentum, and Gradient).
 
 The optimizers take ``R`` (learning rate, float or double scalar), ``T`` (update
 count, int64 scalar) and then the variadic tensors grouped by kind: Adagrad
@@ -29,21 +28,6 @@ import numpy as np
 from ..registry import REGISTRY, SCOPE, KernelContext, kernel
 
 _TRAINING = "ai.onnx.preview.training"
-
-
-# -- Det -----------------------------------------------------------------------------
-
-@kernel("Det", 11, 22)  # 22 adds bfloat16
-def det(ctx, x):
-    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
-        raise ValueError(f"Det needs an input of shape [*, M, M], got {x.shape}")
-    dt = x.dtype
-    xf = x if dt in (np.float32, np.float64) else x.astype(np.float32)  # float16 / bfloat16
-    if x.shape[-1] == 0:
-        r = np.ones(x.shape[:-2], xf.dtype)  # the determinant of a 0x0 matrix is 1
-    else:
-        r = np.linalg.det(xf)
-    return np.asarray(r).astype(dt, copy=False)
 
 
 # -- optimizers (ai.onnx.preview.training) ---------------------------------------------

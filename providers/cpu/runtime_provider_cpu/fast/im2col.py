@@ -1,0 +1,82 @@
+"""im2col for the GEMM convolution: the ``[C, KH, KW, N, OH, OW]`` matrix of a 2-D
+convolution in reused scratch memory, read straight from the unpadded input (sized from the
+output, never from the padded extent)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops._common import Scratch
+from ..ops._nncommon import _pad_const, _tap_range
+from .policy import current
+
+
+def im2col_2d(x, ks, strides, dilations, pb, out):
+    """The im2col matrix of a 2-D convolution as ``[C, KH, KW, N, OH, OW]`` in reused scratch
+    memory (see ``Scratch``), read straight from the unpadded input: each kernel tap is one
+    strided copy of the input rectangle it sees, and only the border strips that fall in the
+    padding are zeroed (a transposed ``sliding_window_view`` of a padded copy runs inner
+    loops over the kernel taps)."""
+    N, C, H, W = x.shape
+    KH, KW = ks
+    OH, OW = out
+    sh, sw = strides
+    dh, dw = dilations
+    cols = Scratch.get((C, KH, KW, N, OH, OW), x.dtype)
+    if ((sh, sw) == (KH, KW) and dh == 1 and dw == 1 and pb[0] == 0 and pb[1] == 0
+            and OH * KH <= H and OW * KW <= W):
+        # non-overlapping patches (a ViT patch embedding, 16x16/16): the im2col matrix is a
+        # transpose of the input, one copy instead of one a tap
+        patches = x[:, :, :OH * KH, :OW * KW].reshape(N, C, OH, KH, OW, KW)
+        np.copyto(cols, patches.transpose(1, 3, 5, 0, 2, 4))
+        return cols
+    if (sh > 1 or sw > 1) and dh == 1 and dw == 1 and KH * KW >= current().phase_taps * sh * sw:
+        return im2col_phases(x, ks, strides, pb, out, cols)
+    xt = x.transpose(1, 0, 2, 3)  # [C, N, H, W] view
+    for i in range(KH):
+        r0, r1 = _tap_range(H, pb[0], i * dh, sh, OH)
+        for j in range(KW):
+            c0, c1 = _tap_range(W, pb[1], j * dw, sw, OW)
+            dst = cols[:, i, j]
+            if r0 > 0:
+                dst[:, :, :r0] = 0
+            if r1 < OH:
+                dst[:, :, r1:] = 0
+            if c0 > 0:
+                dst[:, :, r0:r1, :c0] = 0
+            if c1 < OW:
+                dst[:, :, r0:r1, c1:] = 0
+            if r1 > r0 and c1 > c0:
+                ir = r0 * sh + i * dh - pb[0]
+                ic = c0 * sw + j * dw - pb[1]
+                dst[:, :, r0:r1, c0:c1] = xt[:, :, ir:ir + (r1 - r0 - 1) * sh + 1:sh,
+                                             ic:ic + (c1 - c0 - 1) * sw + 1:sw]
+    return cols
+
+
+
+
+def im2col_phases(x, ks, strides, pb, out, cols):
+    """``im2col_2d`` of a strided convolution with many taps per phase (a 7x7 stride-2 stem):
+    the zero-padded input is first split into its ``sh * sw`` phases (rows and columns
+    congruent mod the stride, each a contiguous copy), so that every tap copies unit-stride
+    rows of one phase instead of gathering every ``sw``-th element (with few taps per phase,
+    3x3/2, the phase copies cost more than they save)."""
+    N, C, H, W = x.shape
+    KH, KW = ks
+    OH, OW = out
+    sh, sw = strides
+    # pad the end just enough for the last output's taps (the convolution's own end padding
+    # may be larger: those rows are never read)
+    pe = [max(0, (OH - 1) * sh + KH - (H + pb[0])), max(0, (OW - 1) * sw + KW - (W + pb[1]))]
+    xt = _pad_const(x, pb, pe, 0).transpose(1, 0, 2, 3)  # [C, N, Hp, Wp]
+    phases = {}
+    for i in range(KH):
+        for j in range(KW):
+            key = (i % sh, j % sw)
+            ph = phases.get(key)
+            if ph is None:
+                ph = phases[key] = np.ascontiguousarray(xt[:, :, key[0]::sh, key[1]::sw])
+            r, c = i // sh, j // sw
+            cols[:, i, j] = ph[:, :, r:r + OH, c:c + OW]
+    return cols

@@ -1,0 +1,122 @@
+"""Pair fusers: two conv-family steps that run as one compiled call (AVX-512 builds).
+
+Each is registered with the executable's ``pairs`` (a producer and its only consumer) or
+``siblings`` (two steps reading the same input) and asked once, after the session's first
+run has made both nodes' plans; it returns ``run(args_a, args_b)`` or None (kept apart).
+The policy's ``expand_dw``, ``conv_maxpool`` and ``conv_shortcut`` switch each off.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..executable import pairs, siblings
+from .conv import contig as _contig
+from .conv import plan_takes as _plan_takes
+from .packing import pack_direct, pack_lanes
+from .policy import current
+
+_F32 = np.float32
+
+
+@pairs
+def _fuse_expand_depthwise(ca, cb):
+    """An inverted-residual block's expansion and depthwise convolution as one call of
+    ``_native.expand_dw`` (AVX-512): both nodes planned (``fast/conv.py``) on the compiled
+    pointwise kernel and the phase-plane depthwise one (3x3, stride 1 or 2 both ways, no dilation) for
+    one image, the second reading the first's output shape: the expanded tensor is never
+    written and read back whole."""
+    pol = current()
+    _native = pol.native
+    pa, pb = ca.cache.get("conv_plan"), cb.cache.get("conv_plan")
+    if (not pol.expand_dw or pa is None or pb is None or not getattr(_native, "CONV_FAST", 0)
+            or not hasattr(_native, "expand_dw") or pa.kind != "pointwise" or pa.sub is not None
+            or pa.w12 is None or pb.kind != "depthwise" or pa.xshape[0] != 1 or pb.xshape != pa.shape):
+        return None
+    _, out, ks, strides, dilations, pads, lo, hi, threads = pb.args
+    if ks != (3, 3) or strides[0] != strides[1] or strides[0] not in (1, 2) or tuple(dilations) != (1, 1):
+        return None
+    M, C, H, W = pa.shape[1], pa.xshape[1], pa.xshape[2], pa.xshape[3]
+    geometry = ((M, C, H, W), (out[0], out[1], strides[0], pads[0], pads[1]), lo, hi, pa.threads)
+    lo1, hi1 = pa.args[1], pa.args[2]
+    w12, b1, wd, bd, shape = pa.w12, pa.b2, pb.w2, pb.b2, pb.shape
+
+    def run(args_a, args_b):
+        if (len(args_b) > 2 or args_b[0] is not pb.w or (args_b[1] if len(args_b) > 1 else None) is not pb.b
+                or not _plan_takes(pa, args_a)):
+            return None
+        y = np.empty(shape, _F32)
+        _native.expand_dw(w12, _contig(args_a[0]), b1, lo1, hi1, wd, bd, y, *geometry)
+        return y
+
+    return run
+
+
+@pairs
+def _fuse_conv_maxpool(ca, cb):
+    """A stem and its pool (ResNet's 7x7 stride-2 convolution and 3x3 stride-2 MaxPool) as
+    one call of ``_native.conv_maxpool`` (AVX-512): the convolution planned on the direct
+    kernel's position tiles for one image, the pool 3x3, stride 2, padded by 1 on every side,
+    no dilation, no ceil mode and no Indices output: the convolution's output is never written
+    and read back whole."""
+    pol = current()
+    _native = pol.native
+    pa = ca.cache.get("conv_plan")
+    node = cb.node
+    if (not pol.conv_maxpool or pa is None or pa.kind != "direct" or pa.args[-1] or pa.xshape[0] != 1
+            or tuple(pa.args[3]) != (1, 1) or node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx")
+            or not getattr(_native, "CONV_FAST", 0) or not hasattr(_native, "conv_maxpool")):
+        return None
+    at = node.attrs
+    if (list(at.get("kernel_shape") or ()) != [3, 3] or list(at.get("strides") or ()) != [2, 2]
+            or list(at.get("pads") or ()) != [1, 1, 1, 1] or list(at.get("dilations") or [1, 1]) != [1, 1]
+            or at.get("ceil_mode") or (at.get("auto_pad") or "NOTSET") != "NOTSET"
+            or len([o for o in node.outputs if o]) != 1):
+        return None
+    xshape, mk, strides, _, pads, out, lo, hi, threads, _ = pa.args
+    pooled = ((out[0] - 1) // 2 + 1, (out[1] - 1) // 2 + 1)
+    geometry = (xshape[1:], mk, tuple(strides), pads, out, lo, hi, pooled, threads)
+    w2, b2, shape = pa.w2, pa.b2, (1, mk[0]) + pooled
+
+    def run(args_a, args_b):
+        if args_b or not _plan_takes(pa, args_a):
+            return None
+        y = np.empty(shape, _F32)
+        _native.conv_maxpool(_contig(args_a[0]), w2, b2, y, *geometry)
+        return y
+
+    return run
+
+
+@siblings
+def _fuse_conv_shortcut(ca, cb):
+    """A downsampling block's first convolution (the direct kernel, one image) and its
+    shortcut, a 1x1 convolution of the same strides and output size on the same input
+    (pointwise plan on the subsampled image), as one ``_native.conv2d`` call with ``extra``:
+    the shortcut reads the phase planes the first one filled, at the window position of
+    input (0, 0) (its top and left pads), instead of numpy's strided copy of the input and a
+    kernel of its own. Bit-identical to the two steps."""
+    pol = current()
+    pa, pb = ca.cache.get("conv_plan"), cb.cache.get("conv_plan")
+    if (not pol.conv_shortcut or pol.native is None or pa is None or pb is None or pa.kind != "direct"
+            or pb.kind != "pointwise" or pb.sub is None or pa.xshape != pb.xshape or pa.xshape[0] != 1
+            or pa.shape[2:] != pb.shape[2:] or tuple(pa.args[2]) != tuple(pb.sub)):
+        return None
+    xshape, mk, strides, dilations, pads, out, lo, hi, threads, lanes = pa.args
+    if pads[0] > (mk[1] - 1) * dilations[0] or pads[1] > (mk[2] - 1) * dilations[1]:
+        return None
+    M2, C = pb.w2.shape
+    w4 = pb.w2.reshape(M2, C, 1, 1)
+    wp2 = pack_lanes(w4) if lanes else pack_direct(w4)
+    fn, w2, b2, shape_a, shape_b, args = pol.native.conv2d, pa.w2, pa.b2, pa.shape, pb.shape, pa.args
+    extra_tail = (M2, pads[0], pads[1], pb.args[1], pb.args[2], lanes)
+
+    def run(args_a, args_b):
+        if not _plan_takes(pa, args_a) or not _plan_takes(pb, args_b):
+            return None
+        ya, yb = np.empty(shape_a, _F32), np.empty(shape_b, _F32)
+        fn(_contig(args_a[0]), w2, b2, None, ya, *args, (wp2, pb.b2, None, yb) + extra_tail)
+        return ya, yb
+
+    return run
+

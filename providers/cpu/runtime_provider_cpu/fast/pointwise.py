@@ -1,0 +1,69 @@
+"""Pointwise (1x1) convolutions of one image: ``_native.pointwise_lanes`` (the output
+channels in the vector lanes), else SciPy's sgemm a block on the kernel threads
+(``_native.pointwise``), else one numpy GEMM and the compiled epilogue."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .packing import pack_rows
+from .plan import ConvPlan
+from .sgemm import sgemm_ready
+
+_F32 = np.float32
+
+
+class PointwisePlan(ConvPlan):
+    """``sub`` (strides, or None): a strided 1x1 (a downsampling shortcut) runs on the
+    subsampled image, cheaper than the direct kernel's phase planes for its few
+    multiply-adds. ``lanes``: ``w12`` holds the weights for the lanes kernel."""
+
+    __slots__ = ("w12", "sub")
+    KIND = "pointwise"
+
+    def __init__(self, x, w, b, clip, native, out, sub, lanes, threads):
+        super().__init__(x, w, b, clip, native, threads)
+        M, C = w.shape[:2]
+        self.sub = sub
+        self.w2 = np.ascontiguousarray(w.reshape(M, C))
+        self.w12 = pack_rows(self.w2) if lanes else None
+        self.shape = (x.shape[0], M) + out
+        self.args = ((M, out[0] * out[1]), self.lo, self.hi)
+
+    def _make_call(self):
+        empty, contig, shape, nat = np.empty, np.ascontiguousarray, self.shape, self.native
+        w2, b2, args, w12, th, sub = self.w2, self.b2, self.args, self.w12, self.threads, self.sub
+        (M, P), lo, hi = args
+        dims = (M, self.xshape[1], P)
+        if w12 is not None and sub is None:
+            fn = nat.pointwise_lanes
+
+            def call(x, z):
+                if not x.flags.c_contiguous:
+                    x = contig(x)
+                y = empty(shape, _F32)
+                fn(w12, x, b2, None if z is None else contig(z), y, dims, lo, hi, th)
+                return y
+            return call
+
+        def call(x, z):
+            if sub is not None:  # a strided 1x1: the subsampled image
+                x = x[:, :, ::sub[0], ::sub[1]]
+            if not x.flags.c_contiguous:
+                x = contig(x)
+            zz = None if z is None else contig(z)
+            if w12 is not None:
+                y = empty(shape, _F32)
+                nat.pointwise_lanes(w12, x, b2, zz, y, dims, lo, hi, th)
+                return y
+            if sgemm_ready():
+                y = empty(shape, _F32)
+                nat.pointwise(w2, x, b2, zz, y, dims, lo, hi, th)
+                return y
+            y = np.matmul(w2, x.reshape(dims[1], P))
+            if zz is None:
+                nat.bias_clip(y, b2, *args)
+            else:
+                nat.bias_clip(y, b2, *args, zz)
+            return y.reshape(shape)
+        return call

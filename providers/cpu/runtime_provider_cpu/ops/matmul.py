@@ -1,0 +1,110 @@
+"""CPU kernels: MatMul and Gemm.
+
+Float16 / bfloat16 are computed in float32 and cast back; float32 products by a constant
+weight take the Linear kernel (``fast/linear.py``) where the policy has it, batch 1-8
+Gemms the compiled row kernel (``_native.gemm_rows``), small products numpy's own loop
+(BLAS's woken threads would spin past the call), the rest BLAS.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..fast.linear import linear as _linear
+from ..fast.policy import current
+from ..registry import kernel
+from ._nncommon import _BF16, _F32, _FLOAT, _MATMUL_TYPES, _as, _cdtype
+
+
+def _matmul(a, b):
+    if a.ndim > 2 and b.ndim == 2:
+        # one BLAS call over the folded batch instead of one per matrix
+        lead = a.shape[:-1]
+        y = np.matmul(a.reshape(-1, a.shape[-1]), b)
+        return y.reshape(*lead, b.shape[1])
+    return np.matmul(a, b)
+
+
+@kernel("MatMul", 1, 9, 13, dtypes=_MATMUL_TYPES | _BF16)
+def matmul(ctx, a, b):
+    if a.dtype.name in ("float16", "bfloat16") or b.dtype.name in ("float16", "bfloat16"):
+        return _matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
+    if a.ndim >= 2 and b.ndim == 2 and a.dtype == _F32:
+        y = _linear(ctx, a, b)
+        if y is not None:
+            return y
+    return _matmul(a, b)
+
+
+def _gemm6_check(node):
+    if len(node.inputs) < 3 or not node.inputs[2]:
+        return f"Gemm-{node.since_version}: input C is required"
+    return None
+
+
+@kernel("Gemm", 1, 6, dtypes=_FLOAT, check=_gemm6_check)
+def gemm_6(ctx, a, b, c, *, alpha, beta, broadcast, transA, transB):
+    # opsets 1 and 6 (same attributes and text; 1 only notes C "can be inplace", which is no
+    # semantic difference): C is broadcast to (M, N) only when ``broadcast`` is set, else it
+    # must be (M, N)
+    v = ctx.node.since_version
+    M = a.shape[1] if transA else a.shape[0]
+    N = b.shape[0] if transB else b.shape[1]
+    if broadcast:
+        if np.broadcast_shapes(c.shape, (M, N)) != (M, N):
+            raise ValueError(f"Gemm-{v}: C of shape {c.shape} does not broadcast to {(M, N)}")
+    elif c.shape != (M, N):
+        raise ValueError(f"Gemm-{v}: C must have shape {(M, N)} when broadcast=0, got {c.shape}")
+    return gemm(ctx, a, b, c, alpha=alpha, beta=beta, transA=transA, transB=transB)
+
+
+
+
+@kernel("Gemm", 7, 9, 11, 13, dtypes=_MATMUL_TYPES)
+def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
+    A = a.T if transA else a
+    B = b.T if transB else b
+    dt = a.dtype
+    use_c = c is not None and beta != 0.0
+    if dt.kind == "f":
+        pol = current()
+        nat = pol.native
+        cd = _cdtype(dt)
+        A, B = _as(A, cd), _as(B, cd)
+        src = b if transB else B  # B as stored: [N, K] with transB, else [K, N]
+        if (nat is not None and cd == _F32 and 0 < A.shape[0] <= pol.rows_max and A.size and B.size
+                and src.dtype == _F32 and src.flags.c_contiguous):
+            # a classifier head at batch 1-8: the compiled kernel on the session's threads
+            y = np.empty((A.shape[0], B.shape[1]), _F32)
+            nat.gemm_rows(np.ascontiguousarray(A), src, y, (A.shape[0], A.shape[1], B.shape[1]),
+                          bool(transB), getattr(ctx, "threads", 1))
+        elif not transA and (y := _linear(ctx, A, b, bool(transB))) is not None:
+            pass  # a weight packed once, on the kernel threads
+        elif A.shape[0] * A.shape[1] * B.shape[1] < pol.blas_min_macs:
+            # a small product of more rows: a BLAS call would wake its worker threads, which
+            # then spin on the cores, taking them from the compiled kernels of the next run;
+            # numpy's own loop is single-threaded and slower, hence the small bound
+            y = np.einsum("ij,jk->ik", A, B)
+        else:
+            y = np.matmul(A, B)
+        if alpha != 1.0:
+            y *= cd.type(alpha)
+        if use_c:
+            cc = _as(c, cd)
+            if beta != 1.0:
+                cc = cc * cd.type(beta)
+            if y.shape == np.broadcast_shapes(y.shape, cc.shape):
+                y += cc  # y is a fresh matmul result: add the bias in place
+            else:
+                y = y + cc
+        return _as(y, dt)
+    y = np.matmul(A, B)
+    if alpha == 1.0 and (not use_c or beta == 1.0):
+        if use_c:
+            y = y + c.astype(dt, copy=False)
+        return _as(y, dt)
+    yf = y.astype(np.float64) * alpha
+    if use_c:
+        yf = yf + c.astype(np.float64) * beta
+    return yf.astype(dt)
+
