@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import helper
+from oracle import make_model
+from runtime_provider_cpu.execution import inplace
 
 import runtime_core as rt
-import runtime_provider_cpu.execution.inplace as inplace
-from oracle import make_model
 
 RNG = np.random.default_rng(7)
 
@@ -285,9 +285,8 @@ def test_gelu_f32_blocks_bias_and_aliasing(block, monkeypatch):
 
 
 def test_erf_f32_accuracy():
-    from scipy.special import erf
-
     from runtime_provider_cpu.ops.elementwise import erf_f32
+    from scipy.special import erf
 
     x = np.linspace(-6, 6, 200_001).astype(np.float32)
     x = np.concatenate([x, np.float32([0.0, -0.0, 1e-30, -1e-30, np.inf, -np.inf])])

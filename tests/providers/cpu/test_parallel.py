@@ -16,15 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import onnx
 import pytest
+import runtime_provider_cpu.executable as ex
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
+from oracle import compiled_partitions
+from runtime_provider_cpu.execution import inplace
 
 import runtime_core as rt
-import runtime_provider_cpu.executable as ex
-import runtime_provider_cpu.execution.inplace as inplace
 from runtime_core.errors import ExecutionError, InvalidArgumentError
 from runtime_core.session.options import default_thread_count
-from oracle import compiled_partitions
 
 F = T.FLOAT
 BARRIER_TIMEOUT_S = 30  # only reached when the nodes do NOT overlap (the test then fails)

@@ -178,10 +178,10 @@ class CPUExecutable:
                 run_step(st, slots, check)
             else:
                 t0 = perf_counter_ns()
-                args, res = run_step(st, slots, check)
+                args = run_step(st, slots, check)[0]
                 t1 = perf_counter_ns()
                 record(st[1].node, t0, t1, args, [slots[s] for s in st[3] if s >= 0])
-                args = res = None  # no stray reference may survive into the next ownership test
+                args = None  # no stray reference may survive into the next ownership test
             for s in st[5]:
                 slots[s] = None
         return [slots[s] for s in self.output_slots]

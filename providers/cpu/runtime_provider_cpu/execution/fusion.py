@@ -61,10 +61,10 @@ def bind(steps, bindable) -> bool:
     in another thread sees the old step or the new one. Returns whether any was bound."""
     any_bound = False
     for i in bindable:
-        fn, ctx, in_slots, out_slots, attrs, frees, alt = steps[i]
-        bound = ctx.cache.get("bound")
+        st = steps[i]
+        bound = st[1].cache.get("bound")
         if bound is not None:
-            steps[i] = (bound, ctx, in_slots, out_slots, {}, frees, alt)
+            steps[i] = (bound, *st[1:4], {}, *st[5:])
             any_bound = True
     return any_bound
 

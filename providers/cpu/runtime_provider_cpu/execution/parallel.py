@@ -127,12 +127,12 @@ class ParallelRun:
                 self.stop()
             if record is not None:
                 t0 = perf_counter_ns()
-                args, res = run_step(st, slots, exe.check_kernels)
+                args = run_step(st, slots, exe.check_kernels)[0]
                 t1 = perf_counter_ns()
                 record(st[1].node, t0, t1, args, [slots[s] for s in st[3] if s >= 0])
             else:
                 run_step(st, slots, exe.check_kernels)
-        except BaseException as exc:  # recorded for the caller: a helper must never die silently
+        except BaseException as exc:  # noqa: BLE001 - recorded for the caller: a helper must never die silently
             with self.lock:
                 self.running -= 1
                 if self.failed is None:
@@ -140,7 +140,7 @@ class ParallelRun:
                 self.ready.clear()
                 self.cond.notify()
             return None
-        args = res = None
+        args = None
         sched = self.sched
         for s in sched.dead[i]:
             slots[s] = None

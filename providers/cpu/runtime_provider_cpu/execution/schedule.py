@@ -13,7 +13,7 @@ class Schedule:
     step ``i`` that nothing reads nor keeps (freed at once).
     """
 
-    __slots__ = ("threads", "deps", "succ", "readers", "reads", "dead", "roots")
+    __slots__ = ("dead", "deps", "readers", "reads", "roots", "succ", "threads")
 
     @classmethod
     def build(cls, steps, keep, threads: int):

@@ -79,7 +79,7 @@ def subgraph_outer_names(g) -> list[str]:
 class BodyValue:
     """What is known about one value of a subgraph (the core's ValueInfo, duck-typed)."""
 
-    __slots__ = ("name", "dtype", "shape", "kind", "const", "type_proto")
+    __slots__ = ("const", "dtype", "kind", "name", "shape", "type_proto")
 
     def __init__(self, name, dtype=None, shape=None, kind="tensor", const=None, type_proto=None):
         self.name, self.dtype, self.shape, self.kind, self.const = name, dtype, shape, kind, const
@@ -109,8 +109,20 @@ class BodyValue:
 class BodyNode:
     """One node of a subgraph (the core's NodeView, duck-typed)."""
 
-    __slots__ = ("name", "op_type", "domain", "since_version", "opset", "attrs", "inputs",
-                 "outputs", "input_info", "output_info", "implicit_inputs", "index")
+    __slots__ = (
+        "attrs",
+        "domain",
+        "implicit_inputs",
+        "index",
+        "input_info",
+        "inputs",
+        "name",
+        "op_type",
+        "opset",
+        "output_info",
+        "outputs",
+        "since_version",
+    )
 
     def __init__(self, **kw):
         for k, v in kw.items():
