@@ -47,7 +47,7 @@ class CPUExecutable:
     each node as soon as its inputs are ready, on up to that many threads. Thread-safe:
     state is per call."""
 
-    def __init__(self, partition, check_kernels: bool | None = None, opsets: dict | None = None):
+    def __init__(self, partition, check_kernels: bool | None = None):
         self.partition = partition
         if check_kernels is None:
             check_kernels = os.environ.get("RUNTIME_CORE_CHECK_KERNELS", "") not in ("", "0")
@@ -85,7 +85,7 @@ class CPUExecutable:
             if spec.control:
                 # compile the bodies once; the kernel gets the outer-scope values it reads
                 # as ``outer=``: their slots follow the explicit inputs
-                compile_subgraphs(ctx, node, partition, opsets, check_kernels)
+                compile_subgraphs(ctx, node, check_kernels)
                 implicit = tuple(node.implicit_inputs)
                 in_slots = in_slots + tuple(slot(n) for n in implicit)
                 fn = with_outer(spec.fn, len(ins), implicit)
