@@ -10,7 +10,7 @@ first time a provider looks, and once per body (cached on the :class:`~.ir.Graph
 from __future__ import annotations
 
 import logging
-from typing import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import onnx
@@ -72,7 +72,9 @@ def _value(name: str, tp: onnx.TypeProto) -> ValueInfo:
 
 
 def _dense(st) -> np.ndarray:
-    from onnx.reference.op_run import to_sparse_tensor  # lazily: sparse initializers are rare
+    from onnx.reference.op_run import (
+        to_sparse_tensor,  # lazily: sparse initializers are rare
+    )
 
     sp = to_sparse_tensor(st)
     dense = np.zeros(tuple(sp.dense_shape), dtype=sp.values.dtype)
