@@ -127,7 +127,7 @@ class ParallelRun:
                 self.stop()
             if record is not None:
                 t0 = perf_counter_ns()
-                args = run_step(st, slots, exe.check_kernels)[0]
+                args = run_step(st, slots, exe.check_kernels)
                 t1 = perf_counter_ns()
                 record(st[1].node, t0, t1, args, [slots[s] for s in st[3] if s >= 0])
             else:

@@ -50,7 +50,7 @@ def kernel_error(ctx, exc: Exception) -> CPUKernelError:
 def run_step(step, slots: list, check: bool):
     """Run ``step`` on ``slots``: its in-place variant when an input is exclusively this
     call's, else its kernel; store its results; check them when ``check``. Returns the
-    arguments the kernel saw and its results as a tuple (for profiling). A kernel's error
+    arguments the kernel saw (for profiling). A kernel's error
     is raised as :class:`CPUKernelError` naming the node, chained to the original."""
     fn, ctx, in_slots, out_slots, attrs, _, alt = step
     args = [slots[s] for s in in_slots]
@@ -67,18 +67,19 @@ def run_step(step, slots: list, check: bool):
         # the common case, one array for one output (~0.25 us a node less than the loop)
         if out_slots[0] >= 0:
             slots[out_slots[0]] = res
+        if check:
+            check_outputs(ctx, (res,))
+        return args
+    if type(res) is not tuple:
         res = (res,)
-    else:
-        if type(res) is not tuple:
-            res = (res,)
-        for s, r in zip(out_slots, res):
-            if s >= 0:
-                if type(r) is not np.ndarray and r is not None and not isinstance(r, (list, dict)):
-                    r = np.asarray(r)
-                slots[s] = r
+    for s, r in zip(out_slots, res):
+        if s >= 0:
+            if type(r) is not np.ndarray and r is not None and not isinstance(r, (list, dict)):
+                r = np.asarray(r)
+            slots[s] = r
     if check:
         check_outputs(ctx, res)
-    return args, res
+    return args
 
 
 def check_outputs(ctx, res) -> None:
