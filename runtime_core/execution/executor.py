@@ -282,7 +282,7 @@ class ExecutionPlan:
     def fusions(self) -> list[FusionEntry]:
         """What each executable runs as one step now (its optional ``fusions()``, plugin API
         1.3); an executable whose ``fusions()`` fails is left out (and logged)."""
-        out = []
+        out: list[FusionEntry] = []
         for st in self.steps:
             if type(st) is not _RunStep:
                 continue

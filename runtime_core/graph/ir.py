@@ -19,7 +19,7 @@ from onnx import numpy_helper
 from ..errors import InvalidModelError
 from ..plugin.contract import NodeView, ValueInfo
 from .attrs import get_schema, resolve_attrs
-from .subgraph import SubgraphViews, subgraph_outer_names, type_of_array
+from .subgraph import SubgraphViews, dense_of_sparse, subgraph_outer_names, type_of_array
 from .types import dtype_of, shape_of, type_kind
 
 __all__ = ["Graph", "Node", "subgraph_outer_names"]
@@ -92,16 +92,7 @@ class Graph:
                         f"(element type {t.data_type}, dims {list(t.dims)})") from exc
             self.initializers[t.name] = arr
         for st in g.sparse_initializer:
-            from onnx.reference.op_run import to_sparse_tensor  # dense view of sparse initializers
-
-            sp = to_sparse_tensor(st)
-            dense = np.zeros(tuple(sp.dense_shape), dtype=sp.values.dtype)
-            idx = sp.indices
-            if idx.ndim == 1:
-                dense.reshape(-1)[idx] = sp.values
-            else:
-                dense[tuple(idx.T)] = sp.values
-            self.initializers[st.values.name] = dense
+            self.initializers[st.values.name] = dense_of_sparse(st)
         self.inputs: list[onnx.ValueInfoProto] = [i for i in g.input]
         self.outputs: list[onnx.ValueInfoProto] = [o for o in g.output]
         self.nodes: list[Node] = []

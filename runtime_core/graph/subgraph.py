@@ -71,10 +71,9 @@ def _value(name: str, tp: onnx.TypeProto) -> ValueInfo:
     return ValueInfo(name, dtype_of(tp), shape_of(tp), type_kind(tp))
 
 
-def _dense(st) -> np.ndarray:
-    from onnx.reference.op_run import (
-        to_sparse_tensor,  # lazily: sparse initializers are rare
-    )
+def dense_of_sparse(st: onnx.SparseTensorProto) -> np.ndarray:
+    """A sparse initializer as the dense array kernels read (imported lazily: rare)."""
+    from onnx.reference.op_run import to_sparse_tensor
 
     sp = to_sparse_tensor(st)
     dense = np.zeros(tuple(sp.dense_shape), dtype=sp.values.dtype)
@@ -124,7 +123,7 @@ def body_view(g: onnx.GraphProto, opsets: Mapping[str, int], outer_value: ValueL
     types = _infer_types(g, opsets, outer_names, outer_type)
     consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
     for st in g.sparse_initializer:
-        consts[st.values.name] = _dense(st)
+        consts[st.values.name] = dense_of_sparse(st)
     values: dict[str, ValueInfo] = {}
 
     def value(n: str) -> ValueInfo | None:
@@ -137,9 +136,8 @@ def body_view(g: onnx.GraphProto, opsets: Mapping[str, int], outer_value: ValueL
             elif n in types:
                 values[n] = _value(n, types[n])
             else:
-                values[n] = outer_value(n) if n in outer_names else None
-                if values[n] is None:
-                    values[n] = ValueInfo(n)
+                known = outer_value(n) if n in outer_names else None
+                values[n] = known if known is not None else ValueInfo(n)
         return values[n]
 
     def inner_type(n: str) -> onnx.TypeProto | None:
