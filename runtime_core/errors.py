@@ -31,6 +31,7 @@ __all__ = [
     "PluginError",
     "PartitionError",
     "ExecutionError",
+    "RunTerminatedError",
 ]
 
 
@@ -123,3 +124,8 @@ class PartitionError(RuntimeCoreError):
 
 class ExecutionError(RuntimeCoreError, RuntimeError):
     """A kernel failed while running; the message names the node and its provider."""
+
+
+class RunTerminatedError(ExecutionError):
+    """A run ended early because its ``RunOptions.terminate`` was set (before or during it);
+    the session is unchanged and later runs work as before."""

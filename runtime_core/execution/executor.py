@@ -20,8 +20,9 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from ..errors import ExecutionError
-from ..partition.report import CopyEntry
+from ..errors import ExecutionError, RunTerminatedError
+from ..partition.report import CopyEntry, FusionEntry
+from .cancel import accepts_stop, find_terminated
 
 logger = logging.getLogger("runtime_core.execution")
 
@@ -177,6 +178,7 @@ class _RunStep:
     in_keys: tuple
     out_keys: tuple
     frees: tuple = ()
+    takes_stop: bool = False  # ``executable.run`` accepts ``stop=`` (plugin API 1.3)
 
 
 @dataclass
@@ -227,7 +229,8 @@ class ExecutionPlan:
                 k = _key(o, dev(prov))
                 materialized.add(k)
                 out_keys.append(k)
-            self.steps.append(_RunStep(part.id, prov, exe, in_keys, tuple(out_keys)))
+            self.steps.append(_RunStep(part.id, prov, exe, in_keys, tuple(out_keys),
+                                       takes_stop=accepts_stop(exe.run)))
         self.const_outputs = {o: graph.initializers[o] for o in graph.output_names
                               if o in graph.initializers and o not in location}
         self.output_keys = {}
@@ -276,19 +279,39 @@ class ExecutionPlan:
                 self._host_readers.setdefault(k, set()).add(-1)  # the output itself
         self.host_provider = host_provider
 
+    def fusions(self) -> list[FusionEntry]:
+        """What each executable runs as one step now (its optional ``fusions()``, plugin API
+        1.3); an executable whose ``fusions()`` fails is left out (and logged)."""
+        out: list[FusionEntry] = []
+        for st in self.steps:
+            if type(st) is not _RunStep:
+                continue
+            get = getattr(st.executable, "fusions", None)
+            if not callable(get):
+                continue
+            try:
+                found = [(str(kind), [str(n) for n in names]) for kind, names in get()]
+            except Exception as exc:  # noqa: BLE001 - a report must not fail on a provider's extra
+                logger.warning("%s.fusions() failed for partition %d: %s", st.provider.name, st.part_id, exc)
+                continue
+            out.extend(FusionEntry(st.part_id, st.provider.name, kind, names) for kind, names in found)
+        return out
+
     def output_device(self, name: str):
         """The provider instance whose partition produces output ``name`` (``None``: host)."""
         src = self.output_source.get(name)
         return None if src is None else src[0]
 
     def run(self, feeds: dict, output_names: list[str], *, device_feeds: dict | None = None,
-            placements: dict | None = None, stats: TransferStats | None = None) -> list:
+            placements: dict | None = None, stats: TransferStats | None = None, stop=None) -> list:
         """Run the plan once and return the outputs in ``output_names`` order.
 
         ``feeds`` are host arrays. ``device_feeds`` maps input names to
         ``(provider, tensor)`` pairs already on a device. ``placements`` maps output
         names to the provider instance whose device should hold them (``None`` or
-        absent: host). Copies made are counted in ``stats``.
+        absent: host). Copies made are counted in ``stats``. ``stop`` (see
+        :mod:`.cancel`) is called before each step and handed to the executables that
+        take it; a :class:`RunTerminatedError` it raises ends the run.
         """
         env = dict(feeds)
         skip: set[int] = set()
@@ -315,10 +338,20 @@ class ExecutionPlan:
         for idx, st in enumerate(steps):
             if idx in skip:
                 continue
+            if stop is not None:
+                stop()
             if type(st) is _RunStep:
                 try:
-                    outs = st.executable.run([env[k] for k in st.in_keys])
+                    if stop is not None and st.takes_stop:
+                        outs = st.executable.run([env[k] for k in st.in_keys], stop=stop)
+                    else:
+                        outs = st.executable.run([env[k] for k in st.in_keys])
+                except RunTerminatedError:
+                    raise
                 except Exception as exc:
+                    term = find_terminated(exc) if stop is not None else None
+                    if term is not None:  # a provider wrapped the error its ``stop`` raised
+                        raise RunTerminatedError(str(term)) from exc
                     node = getattr(exc, "node_name", None)
                     where = f" at node {node!r} ({getattr(exc, 'op_type', '?')})" if node else ""
                     raise ExecutionError(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import onnx
@@ -19,7 +19,10 @@ from onnx import numpy_helper
 from ..errors import InvalidModelError
 from ..plugin.contract import NodeView, ValueInfo
 from .attrs import get_schema, resolve_attrs
+from .subgraph import SubgraphViews, dense_of_sparse, subgraph_outer_names, type_of_array
 from .types import dtype_of, shape_of, type_kind
+
+__all__ = ["Graph", "Node", "subgraph_outer_names"]
 
 logger = logging.getLogger("runtime_core.graph")
 
@@ -48,28 +51,6 @@ class Node:
         return [i for i in self.inputs if i] + self.implicit_inputs
 
 
-def subgraph_outer_names(g: onnx.GraphProto) -> list[str]:
-    """Names a (nested) subgraph reads that it does not define itself."""
-    defined = {i.name for i in g.input} | {t.name for t in g.initializer} | {
-        t.values.name for t in g.sparse_initializer}
-    used: list[str] = []
-    for n in g.node:
-        for i in n.input:
-            if i and i not in defined and i not in used:
-                used.append(i)
-        for a in n.attribute:
-            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-            for sg in subs:
-                for i in subgraph_outer_names(sg):
-                    if i not in defined and i not in used:
-                        used.append(i)
-        defined.update(o for o in n.output if o)
-    for o in g.output:
-        if o.name not in defined and o.name not in used:
-            used.append(o.name)
-    return used
-
-
 def _copy_type(t: onnx.TypeProto) -> onnx.TypeProto:
     c = onnx.TypeProto()
     c.CopyFrom(t)
@@ -88,6 +69,7 @@ class Graph:
         for imp in model.opset_import:
             self.opsets["" if imp.domain == "ai.onnx" else imp.domain] = imp.version
         self.opsets.setdefault("", 1)
+        self._bodies: dict = {}  # (node, attribute) -> (GraphProto, GraphBody): see node_view
         g = model.graph
         typed = g
         if infer_shapes:
@@ -110,16 +92,7 @@ class Graph:
                         f"(element type {t.data_type}, dims {list(t.dims)})") from exc
             self.initializers[t.name] = arr
         for st in g.sparse_initializer:
-            from onnx.reference.op_run import to_sparse_tensor  # dense view of sparse initializers
-
-            sp = to_sparse_tensor(st)
-            dense = np.zeros(tuple(sp.dense_shape), dtype=sp.values.dtype)
-            idx = sp.indices
-            if idx.ndim == 1:
-                dense.reshape(-1)[idx] = sp.values
-            else:
-                dense[tuple(idx.T)] = sp.values
-            self.initializers[st.values.name] = dense
+            self.initializers[st.values.name] = dense_of_sparse(st)
         self.inputs: list[onnx.ValueInfoProto] = [i for i in g.input]
         self.outputs: list[onnx.ValueInfoProto] = [o for o in g.output]
         self.nodes: list[Node] = []
@@ -244,13 +217,23 @@ class Graph:
                 return cache[n]
             return self.value_info(n)
 
+        subgraphs: Mapping = {}
+        if node.implicit_inputs or any(isinstance(v, (onnx.GraphProto, list)) for v in node.attrs.values()):
+            subgraphs = SubgraphViews(node.name, node.attrs, self.opsets, self.value_info, self.type_of,
+                                      cache=self._bodies)
         return NodeView(
             name=node.name, op_type=node.op_type, domain=node.domain,
             since_version=node.since_version, opset=node.opset, attrs=dict(node.attrs),
             inputs=tuple(node.inputs), outputs=tuple(node.outputs),
             input_info=tuple(vi(i) for i in node.inputs),
             output_info=tuple(vi(o) for o in node.outputs),
-            implicit_inputs=tuple(node.implicit_inputs), index=index)
+            implicit_inputs=tuple(node.implicit_inputs), index=index, subgraphs=subgraphs)
+
+    def type_of(self, name: str) -> onnx.TypeProto | None:
+        """The ONNX type of value ``name`` (an initializer's from its array), or ``None``."""
+        if name in self.initializers:
+            return type_of_array(self.initializers[name])
+        return self.types.get(name)
 
     def consumers(self) -> dict[str, list[int]]:
         """Value name -> indices of nodes that read it (implicit reads included)."""

@@ -1,6 +1,6 @@
 """Assigning nodes to providers and cutting the graph into convex partitions."""
 
 from .partitioner import partition_graph
-from .report import CopyEntry, NodeEntry, PartitionReport
+from .report import CopyEntry, FusionEntry, NodeEntry, PartitionReport
 
-__all__ = ["CopyEntry", "NodeEntry", "PartitionReport", "partition_graph"]
+__all__ = ["CopyEntry", "FusionEntry", "NodeEntry", "PartitionReport", "partition_graph"]

@@ -1,4 +1,5 @@
-"""The partition report: where each node runs, who declined it and why, and every copy."""
+"""The partition report: where each node runs, who declined it and why, every copy, and the
+nodes a provider has come to run as one since the session was made (run-time fusions)."""
 
 from __future__ import annotations
 
@@ -29,13 +30,27 @@ class CopyEntry:
 
 
 @dataclass
+class FusionEntry:
+    """Nodes of one partition that its executable runs as one step, decided after the session
+    was made (the CPU provider fuses pairs after the first run): ``kind`` is the provider's
+    word for it (``"pair"``: a chain, ``"siblings"``: two readers of one input)."""
+
+    partition: int
+    provider: str
+    kind: str
+    nodes: list = field(default_factory=list)
+
+
+@dataclass
 class PartitionReport:
-    """``nodes`` in execution order, ``copies`` in the order they happen."""
+    """``nodes`` in execution order, ``copies`` in the order they happen, ``fusions`` as the
+    executables report them when the report is asked for (they appear after the first run)."""
 
     nodes: list = field(default_factory=list)
     copies: list = field(default_factory=list)
     providers: list = field(default_factory=list)
     unavailable: dict = field(default_factory=dict)
+    fusions: list = field(default_factory=list)
 
     @property
     def partitions(self) -> list[dict]:
@@ -57,6 +72,7 @@ class PartitionReport:
             "unavailable": dict(self.unavailable),
             "nodes": [asdict(n) for n in self.nodes],
             "copies": [asdict(c) for c in self.copies],
+            "fusions": [asdict(f) for f in self.fusions],
             "partitions": self.partitions,
             "counts": self.counts(),
         }
@@ -69,6 +85,9 @@ class PartitionReport:
         unknown = sum(1 for c in self.copies if c.bytes is None)
         lines.append(f"{len(parts)} partition(s), {len(self.copies)} copy(ies), {total} bytes"
                      + (f" (+{unknown} of dynamic size)" if unknown else ""))
+        if self.fusions:
+            lines.append(f"{len(self.fusions)} run-time fusion(s) of "
+                         f"{sum(len(f.nodes) for f in self.fusions)} node(s)")
         for name, why in self.unavailable.items():
             lines.append(f"requested but unavailable: {name}: {why}")
         return "\n".join(lines)
@@ -89,6 +108,11 @@ class PartitionReport:
             for c in self.copies:
                 size = "dynamic size" if c.bytes is None else f"{c.bytes} bytes"
                 out.append(f"  {c.value}: {c.src} -> {c.dst} ({size})")
+        if self.fusions:
+            out.append("")
+            out.append("fused at run time (one step each):")
+            for f in self.fusions:
+                out.append(f"  {' + '.join(f.nodes)}: {f.kind}, {f.provider} partition {f.partition}")
         out.append("")
         out.append(self.summary())
         return "\n".join(out)

@@ -4,7 +4,7 @@ Everything a provider needs is importable from here; nothing else in
 ``runtime_core`` is plugin API. See ``docs/architecture.md`` for the contract.
 """
 
-from .contract import Capability, GraphView, NodeView, Partition, ProbeResult, ValueInfo
+from .contract import Capability, GraphBody, GraphView, NodeView, Partition, ProbeResult, ValueInfo
 from .hookspecs import hookspec
 from .provider import ExecutionProvider
 from .registry import (
@@ -22,6 +22,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "Capability",
     "ExecutionProvider",
+    "GraphBody",
     "GraphView",
     "NodeView",
     "Partition",

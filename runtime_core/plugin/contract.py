@@ -19,6 +19,7 @@ import numpy as np
 __all__ = [
     "ValueInfo",
     "NodeView",
+    "GraphBody",
     "GraphView",
     "Partition",
     "ProbeResult",
@@ -75,6 +76,10 @@ class NodeView:
     ``outputs`` are value names; an empty string marks an omitted optional
     input or output. ``implicit_inputs`` lists outer-scope values read by the
     node's subgraphs.
+
+    ``subgraphs`` (plugin API 1.3) maps each GRAPH attribute (``name[i]`` for the graphs of
+    a GRAPHS attribute) to its body as a :class:`GraphBody`, built by the core on first
+    access: providers never read a subgraph's protobuf or resolve its attributes themselves.
     """
 
     name: str
@@ -89,6 +94,7 @@ class NodeView:
     output_info: tuple[ValueInfo | None, ...]
     implicit_inputs: tuple[str, ...] = ()
     index: int = -1
+    subgraphs: Mapping[str, "GraphBody"] = field(default_factory=dict, repr=False)
 
     @property
     def qualified_op(self) -> str:
@@ -96,6 +102,32 @@ class NodeView:
         dom = self.domain or "ai.onnx"
         ver = "?" if self.since_version is None else str(self.since_version)
         return f"{dom}::{self.op_type}-{ver}"
+
+
+@dataclass(frozen=True, eq=False)
+class GraphBody:
+    """A subgraph (an If branch, a Loop or Scan body, ...) as providers see it (plugin API 1.3).
+
+    ``nodes`` are :class:`NodeView` objects in the body's order, named
+    ``{node}/{attribute}/{body node}``, attributes resolved and types inferred as for the
+    main graph (nested bodies in their own ``subgraphs``). ``inputs`` are the body's formal
+    inputs, ``outer_inputs`` the enclosing scopes' values it reads (nested bodies' reads
+    included), ``outputs`` its outputs, ``constants`` its initializers as host arrays and
+    ``value(name)`` the :class:`ValueInfo` of any value it sees (outer ones included).
+    """
+
+    name: str
+    nodes: tuple[NodeView, ...]
+    inputs: tuple[str, ...]
+    outer_inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    constants: Mapping[str, np.ndarray]
+    values: Mapping[str, ValueInfo] = field(default_factory=dict, repr=False)
+    opsets: Mapping[str, int] = field(default_factory=dict)
+
+    def value(self, name: str) -> ValueInfo:
+        """The :class:`ValueInfo` of ``name`` (an empty one when nothing is known)."""
+        return self.values.get(name) or ValueInfo(name)
 
 
 class GraphView:

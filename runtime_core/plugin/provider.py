@@ -115,6 +115,18 @@ class ExecutionProvider:
         ``run`` must not write into its inputs, and an output that the caller
         binds to this device is handed over as is (so it may share memory with
         an input, never with the executable's own constants).
+
+        Cancellation (plugin API 1.3, optional): when ``run`` accepts a keyword ``stop``
+        (looked at once, when the partition compiles), a run made with ``RunOptions``
+        passes ``stop``, a zero-argument callable that raises
+        ``runtime_core.errors.RunTerminatedError`` once ``RunOptions.terminate`` is set.
+        ``run`` calls it between its steps and between the parts of anything long (loop
+        iterations, subgraph nodes), and lets the error propagate (or chains it: the core
+        finds it among the causes). Without ``stop`` the core checks only between partitions.
+
+        Run-time fusions (plugin API 1.3, optional): an executable's ``fusions()`` returns
+        ``(kind, node names)`` for each group of nodes it has come to run as one since it
+        was compiled; ``get_partition_report()`` shows them.
         """
         raise NotImplementedError
 

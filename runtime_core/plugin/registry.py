@@ -32,7 +32,7 @@ from .contract import ProbeResult
 
 logger = logging.getLogger("runtime_core.plugin")
 
-API_VERSION = "1.2"
+API_VERSION = "1.3"
 """The plugin API version of this runtime-core; minor bumps only add.
 
 1.0: hooks, the provider class (probe, get_capability, compile, device memory and copies).
@@ -40,6 +40,10 @@ API_VERSION = "1.2"
 ``GraphView.all_nodes``.
 1.2: ``Partition.intra_op_num_threads`` (default 0: not said), the threads one node's kernel
 may use.
+1.3: cancellation: an executable whose ``run`` takes a ``stop`` keyword gets a callable that
+raises ``RunTerminatedError`` once ``RunOptions.terminate`` is set (see
+``ExecutionProvider.compile``); an executable's optional ``fusions()``, shown by the
+partition report; ``NodeView.subgraphs``, the bodies of a node's GRAPH attributes as views.
 """
 
 ENTRY_POINT_GROUP = "runtime_core.providers"

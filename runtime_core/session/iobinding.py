@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputNameError, InputShapeError, InputTypeError, InvalidArgumentError, OutputNameError
+from ..execution.cancel import make_stop
 from ..execution.executor import TransferStats, device_of, transfer
 from .ortvalue import ONLY_TENSORS, OrtValue, host_array_from_pointer, provider_call, to_dtype
 
@@ -210,6 +211,7 @@ class IOBinding:
     # -- running (called by InferenceSession.run_with_iobinding) --------------------
     def _run(self, run_options=None) -> None:
         sess = self._session
+        stop = make_stop(run_options)  # a flag set already: refused before anything runs
         if not self._outputs:
             raise InvalidArgumentError("At least one output should be requested: bind outputs with "
                                        "bind_output or bind_ortvalue_output before run_with_iobinding")
@@ -237,7 +239,7 @@ class IOBinding:
         self._transfers = stats
         try:
             outs = sess._execute(host_feeds, names, device_feeds=device_feeds, placements=placements,
-                                 stats=stats)
+                                 stats=stats, stop=stop)
             results = []
             for name, v in zip(names, outs):
                 ob = self._outputs[name]

@@ -31,6 +31,8 @@ import time
 
 import numpy as np
 
+from ..execution.cancel import accepts_stop
+
 # onnxruntime's names for element types in input_type_shape / output_type_shape
 _ORT_TYPE_NAMES = {
     "float32": "float", "float64": "double", "float16": "float16", "bfloat16": "bfloat16",
@@ -174,23 +176,29 @@ class _ProfiledExecutable:
         self._provider = provider_name
         self._partition = partition
         self._per_node = callable(getattr(exe, "run_profiled", None))
+        # what takes the run's ``stop`` (plugin API 1.3): decided once, as the plan does
+        self._stop_run = accepts_stop(exe.run)
+        self._stop_profiled = self._per_node and accepts_stop(exe.run_profiled)
 
     def __getattr__(self, name):  # everything else is the wrapped executable's
         return getattr(self._exe, name)
 
-    def run(self, inputs):
+    def run(self, inputs, stop=None):
         prof = self._profiler
+        kw = {"stop": stop} if stop is not None and self._stop_run else {}
         if not prof.enabled:
-            return self._exe.run(inputs)
+            return self._exe.run(inputs, **kw)
         if self._per_node:
             provider = self._provider
 
             def record(node, t0, t1, ins, outs):
                 prof.node(node, provider, t0, t1, ins, outs)
 
+            if stop is not None and self._stop_profiled:
+                return self._exe.run_profiled(inputs, record, stop=stop)
             return self._exe.run_profiled(inputs, record)
         t0 = time.perf_counter_ns()
-        outs = self._exe.run(inputs)
+        outs = self._exe.run(inputs, **kw)
         t1 = time.perf_counter_ns()
         part = self._partition
         node = _PartitionNode(f"partition_{getattr(part, 'id', 0)}", "Partition",

@@ -23,6 +23,7 @@ from ..errors import (
     UnknownProviderError,
 )
 from ..execution import ExecutionPlan
+from ..execution.cancel import make_stop
 from ..execution.executor import TransferStats
 from ..graph import Graph
 from ..graph.loader import load
@@ -275,20 +276,25 @@ class InferenceSession:
         return self._sess_options
 
     def get_partition_report(self):
-        """Where each node runs, who declined it and why, and every device copy."""
+        """Where each node runs, who declined it and why, every device copy, and the nodes
+        fused since the session was made (``report.fusions``: after the first run)."""
+        self._report.fusions = self._plan.fusions()
         return self._report
 
     def run(self, output_names, input_feed, run_options: RunOptions | None = None) -> list:
         """Run the model; returns numpy arrays in ``output_names`` order (all outputs if None).
 
         Feeds are numpy arrays or ``OrtValue``s; a device ``OrtValue`` reaches the
-        partitions on its device without a copy.
+        partitions on its device without a copy. Setting ``run_options.terminate`` (from
+        another thread) ends the run between nodes with ``RunTerminatedError``; a run
+        whose flag is already set is refused at once.
         """
+        stop = make_stop(run_options)  # a flag set already: refused before anything runs
         names = check_output_names(output_names, self._output_names)
         stats = TransferStats()
         stats.runs = 1
         try:
-            outs = self._execute(input_feed, names, stats=stats)
+            outs = self._execute(input_feed, names, stats=stats, stop=stop)
         finally:
             self._transfers.merge(stats)
         for name, value in zip(names, outs):
@@ -342,8 +348,10 @@ class InferenceSession:
         """The provider instance for a device name (this session's first), ``None`` for host."""
         return resolve_device(device_type, device_id, self._providers)
 
-    def _execute(self, input_feed, names, *, device_feeds=None, placements=None, stats=None) -> list:
-        """Validate feeds and run the plan (``input_feed`` may hold ``OrtValue``s)."""
+    def _execute(self, input_feed, names, *, device_feeds=None, placements=None, stats=None,
+                 stop=None) -> list:
+        """Validate feeds and run the plan (``input_feed`` may hold ``OrtValue``s); ``stop``:
+        the run's cancellation check (``execution.cancel.make_stop``)."""
         if not hasattr(input_feed, "items"):
             raise InputTypeError(f"input_feed must be a dict of input name to array, "
                                  f"got {type(input_feed).__name__}")
@@ -364,9 +372,9 @@ class InferenceSession:
         _apply_blas_threads(int(self._sess_options.intra_op_num_threads or 0))
         if self._profiler is not None:
             return self._profiler.run_model(self._plan.run, feeds, names, device_feeds=device_feeds or None,
-                                            placements=placements, stats=stats)
+                                            placements=placements, stats=stats, stop=stop)
         return self._plan.run(feeds, names, device_feeds=device_feeds or None, placements=placements,
-                              stats=stats)
+                              stats=stats, stop=stop)
 
     def _check_output_type(self, name: str, got) -> None:
         want = self._output_dtypes.get(name)

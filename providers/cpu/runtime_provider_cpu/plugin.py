@@ -62,7 +62,7 @@ class CPUExecutionProvider:
     alias = "cpu"
     version = __version__
     distribution = "runtime-provider-cpu"
-    plugin_api = ">=1.0,<2"
+    plugin_api = ">=1.3,<2"  # 1.3: subgraph bodies as views (NodeView.subgraphs)
     device_type = "cpu"
 
     def __init__(self, options=None):
@@ -77,9 +77,8 @@ class CPUExecutionProvider:
 
     def get_capability(self, graph):
         cap = _Capability()
-        # subgraph checks (If/Loop/Scan bodies) need the model's opsets and outer value types
-        self._opsets = dict(getattr(graph, "opsets", None) or {})
-        token = SCOPE.set((self._opsets, getattr(graph, "value", None),
+        # what kernel checks may look up: Gradient reads the nodes it differentiates
+        token = SCOPE.set((dict(getattr(graph, "opsets", None) or {}), getattr(graph, "value", None),
                            tuple(getattr(graph, "all_nodes", None) or getattr(graph, "nodes", ()))))
         try:
             for node in graph:
@@ -95,7 +94,7 @@ class CPUExecutionProvider:
     def compile(self, partition):
         if getattr(partition, "cpu_mem_arena", True):
             arena.enable()  # process-wide, once: see arena.py
-        return CPUExecutable(partition, opsets=getattr(self, "_opsets", None))
+        return CPUExecutable(partition)  # everything it needs is in the partition
 
     # host memory: copies are identities
     def allocate(self, shape, dtype):

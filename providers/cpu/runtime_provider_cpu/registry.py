@@ -49,7 +49,7 @@ class KernelContext:
     cache: dict = field(default_factory=dict, compare=False)
     threads: int = 1
     #: control-flow kernels only: the node's GRAPH attributes compiled to
-    #: :class:`~runtime_provider_cpu.executable.Subgraph` objects, by attribute name
+    #: :class:`~runtime_provider_cpu.execution.subgraph.Subgraph` objects, by attribute name
     subgraphs: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -109,12 +109,11 @@ class KernelRegistry:
 
 REGISTRY = KernelRegistry()
 
-#: What subgraph compilation needs from the enclosing scope while the provider answers
-#: ``get_capability`` or compiles a partition: ``(opsets, value_info)`` with ``opsets``
-#: the model's opset imports (domain -> version, ``""`` for ai.onnx) and
-#: ``value_info(name)`` the ValueInfo of an outer value (or ``None``); during
-#: ``get_capability`` a third item holds every NodeView of the graph (``Gradient`` reads
-#: the nodes it differentiates there).
+#: What a kernel's ``check`` may look up while the provider answers ``get_capability``:
+#: ``(opsets, value_info)`` with ``opsets`` the (sub)graph's opset imports (domain -> version,
+#: ``""`` for ai.onnx) and ``value_info(name)`` the ValueInfo of a value in scope; for the
+#: main graph a third item holds every NodeView of the graph (``Gradient`` reads the nodes
+#: it differentiates there). Compilation needs none of it: the partition carries everything.
 SCOPE: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_scope", default=None)
 
 
@@ -129,7 +128,7 @@ def kernel(op_type: str, *versions: int, domain: str = "", check: Callable | Non
 
     ``control=True`` marks a kernel with subgraphs (If, Loop, Scan, SequenceMap): its
     GRAPH attributes are compiled once into ``ctx.subgraphs`` (attribute name ->
-    :class:`~runtime_provider_cpu.executable.Subgraph`), and it is called with one more
+    :class:`~runtime_provider_cpu.execution.subgraph.Subgraph`), and it is called with one more
     keyword, ``outer``: a dict of the outer-scope values its subgraphs read (the node's
     implicit inputs). Each subgraph's ops are checked at capability time (a body with an
     op the provider cannot run declines the node, naming that op).

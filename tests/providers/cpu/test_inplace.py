@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import helper
+from oracle import make_model
+from runtime_provider_cpu.execution import inplace
 
 import runtime_core as rt
-import runtime_provider_cpu.executable as ex
-from oracle import make_model
 
 RNG = np.random.default_rng(7)
 
@@ -23,17 +23,17 @@ def rnd(*shape):
 @pytest.fixture
 def donations(monkeypatch):
     """Counts the in-place calls the executable makes (the positions it hands over)."""
-    if not ex._INPLACE:
+    if not inplace.ENABLED:
         pytest.skip("in-place execution is off on this interpreter (reference counts calibrated otherwise)")
     seen = []
-    orig = ex._owned
+    orig = inplace.owned
 
     def spy(args, slots, cands):
         r = orig(args, slots, cands)
         seen.append(r)
         return r
 
-    monkeypatch.setattr(ex, "_owned", spy)
+    monkeypatch.setattr(inplace, "owned", spy)
     return seen
 
 
@@ -285,9 +285,8 @@ def test_gelu_f32_blocks_bias_and_aliasing(block, monkeypatch):
 
 
 def test_erf_f32_accuracy():
-    from scipy.special import erf
-
     from runtime_provider_cpu.ops.elementwise import erf_f32
+    from scipy.special import erf
 
     x = np.linspace(-6, 6, 200_001).astype(np.float32)
     x = np.concatenate([x, np.float32([0.0, -0.0, 1e-30, -1e-30, np.inf, -np.inf])])
@@ -305,12 +304,12 @@ def _inplace_steps(sess):
 
 
 def test_small_static_outputs_skip_the_inplace_test(monkeypatch):
-    if not ex._INPLACE:
+    if not inplace.ENABLED:
         pytest.skip("in-place execution is off on this interpreter")
     monkeypatch.delenv("RUNTIME_CORE_CPU_INPLACE_MIN", raising=False)
-    default = ex._inplace_min_elements()
+    default = inplace.min_elements()
     assert default == 4096
-    monkeypatch.setattr(ex, "_INPLACE_MIN_ELEMENTS", default)
+    monkeypatch.setattr(inplace, "MIN_ELEMENTS", default)
     chain = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])]
     for shape, want in (((3, 4), 0), ((63, 65), 0), ((64, 64), 1), ((2, 3000), 1)):
         x = rnd(*shape)
@@ -328,15 +327,15 @@ def test_small_static_outputs_skip_the_inplace_test(monkeypatch):
     assert _inplace_steps(s) == 1
     for raw, want in (("0", 0), ("100", 100), ("-5", 0), ("x", 4096)):
         monkeypatch.setenv("RUNTIME_CORE_CPU_INPLACE_MIN", raw)
-        assert ex._inplace_min_elements() == want
+        assert inplace.min_elements() == want
 
 
 def test_calibration_and_switch(monkeypatch):
     # the import-time check accepts exclusive arrays and refuses held ones on this interpreter
-    assert ex._INPLACE == ex._calibrate()
+    assert inplace.ENABLED == inplace.calibrate()
     monkeypatch.setenv("RUNTIME_CORE_CPU_INPLACE", "0")
-    assert ex._calibrate() is False
-    monkeypatch.setattr(ex, "_INPLACE", False)
+    assert inplace.calibrate() is False
+    monkeypatch.setattr(inplace, "ENABLED", False)
     x = rnd(3, 4)
     s = session([helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["y"])], {"x": x}, ["y"])
     (y,) = s.run(None, {"x": x})

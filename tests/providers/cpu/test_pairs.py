@@ -321,3 +321,34 @@ def test_conv2d_extra_checks_buffers():
     _native.conv2d(x, wp, None, None, y, *args, (wdp, None, None, y2, 16, 1, 1, -np.inf, np.inf, False))
     ref = np.einsum("mc,chw->mhw", wd[:, :, 0, 0].astype(np.float64), x[0, :, ::2, ::2].astype(np.float64))
     np.testing.assert_allclose(y2[0], ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("block", ["pair", "siblings"])
+def test_fusions_made_after_the_first_run_show_in_the_partition_report(block, monkeypatch):
+    from runtime_provider_cpu.ops import nn
+
+    if block == "pair":
+        nodes, inits, outs = _block(8, 24, 2)
+        shape = (1, 8, 12, 12)
+    else:
+        monkeypatch.setattr(nn, "_DIRECT", True)
+        nodes, inits = _down_block(8, 16)
+        outs, shape = ["y"], (1, 8, 12, 12)
+    model = make_model(nodes, {"x": rnd(*shape)}, outs, opset=13, initializers=inits)
+    sess = cpu_session(model)
+    assert sess.get_partition_report().fusions == []  # nothing fused before the first run
+    x = rnd(*shape)
+    sess.run(None, {"x": x})
+    report = sess.get_partition_report()
+    steps, run_steps = _lengths(sess)
+    assert len(report.fusions) == steps - run_steps == (1 if _fast() else 0)
+    names = {n.name: n for n in report.nodes}
+    for f in report.fusions:
+        assert f.kind == block and f.provider == "CPUExecutionProvider" and len(f.nodes) == 2
+        assert all(names[n].partition == f.partition for n in f.nodes)
+        assert " + ".join(f.nodes) in str(report)
+    assert report.to_dict()["fusions"] == [
+        {"partition": f.partition, "provider": f.provider, "kind": f.kind, "nodes": f.nodes}
+        for f in report.fusions]
+    if report.fusions:
+        assert "fused at run time" in str(report) and "run-time fusion" in report.summary()

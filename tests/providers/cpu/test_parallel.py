@@ -16,14 +16,15 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import onnx
 import pytest
+import runtime_provider_cpu.executable as ex
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
+from oracle import compiled_partitions
+from runtime_provider_cpu.execution import inplace
 
 import runtime_core as rt
-import runtime_provider_cpu.executable as ex
 from runtime_core.errors import ExecutionError, InvalidArgumentError
 from runtime_core.session.options import default_thread_count
-from oracle import compiled_partitions
 
 F = T.FLOAT
 BARRIER_TIMEOUT_S = 30  # only reached when the nodes do NOT overlap (the test then fails)
@@ -401,11 +402,11 @@ def test_intermediates_are_freed_after_their_last_reader():
 
 
 def test_in_place_kernels_are_off_in_parallelcompiled_partitions(monkeypatch):
-    if not ex._INPLACE:
+    if not inplace.ENABLED:
         pytest.skip("in-place execution is off on this interpreter")
     calls = []
-    orig = ex._owned
-    monkeypatch.setattr(ex, "_owned", lambda *a: calls.append(1) or orig(*a))
+    orig = inplace.owned
+    monkeypatch.setattr(inplace, "owned", lambda *a: calls.append(1) or orig(*a))
     # two branches of elementwise chains whose intermediates die at their readers
     nodes = []
     for b in range(2):

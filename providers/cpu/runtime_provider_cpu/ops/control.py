@@ -1,8 +1,9 @@
 """CPU kernels: control flow (If, Loop, Scan).
 
-Bodies are compiled once per node into ``ctx.subgraphs`` (see ``executable.Subgraph``);
+Bodies are compiled once per node into ``ctx.subgraphs`` (see ``execution.subgraph``);
 the kernels run them with the outer-scope values they read (``outer``). A node whose
 bodies hold an op the provider cannot run is declined at capability time, naming it.
+A cancelled run (``check_stop``) ends between iterations, and between a body's steps.
 
 Values: tensors are numpy arrays, sequences are lists, an empty optional is ``None``.
 """
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..executable import subgraph_decline_reason
+from ..execution.step import check_stop
+from ..execution.subgraph import subgraph_decline_reason
 from ..registry import kernel
 
 _ALL_IF_LOOP = (1, 11, 13, 16, 19, 21, 23, 24, 25)  # one semantics, wider type lists
@@ -88,6 +90,7 @@ def loop(ctx, M=None, cond=None, *v_initial, body, outer):
     scans = [[] for _ in range(n_scan)]
     i = 0
     while keep and (trip is None or i < trip):
+        check_stop()
         outs = sub.run([np.array(i, dtype=np.int64), cond_v, *carried], outer)
         cond_v = outs[0]
         if cond_v is None:
@@ -156,6 +159,7 @@ def scan(ctx, *args, body, num_scan_inputs, scan_input_axes=None, scan_input_dir
         seqs.append(x)
     acc = [[] for _ in range(n_out)]
     for t in range(length):
+        check_stop()
         outs = sub.run(states + [s[t] for s in seqs], outer)
         states = list(outs[:n_state])
         for k in range(n_out):
@@ -207,6 +211,7 @@ def scan8(ctx, sequence_lens, *args, body, num_scan_inputs, directions=None, out
         n = lens[b]
         acc = [[] for _ in range(n_out)]
         for t in range(n):
+            check_stop()
             outs = sub.run(states + [x[b, (n - 1 - t) if d else t] for x, d in zip(xs, dirs)], outer)
             states = list(outs[:n_state])
             for k in range(n_out):

@@ -1,0 +1,226 @@
+"""Compiled CPU partitions: a flat list of bound kernel calls over value slots.
+
+Everything that can be decided when the partition compiles is decided then (kernel
+lookup, attributes, slot indices, when each value dies, in-place candidates), so a run
+only calls kernels and moves references, each through the one step body
+(:func:`~.step.run_step`).
+
+A partition compiled with ``inter_op_num_threads`` N > 1 (the session's
+``ExecutionMode.ORT_PARALLEL``) whose nodes are not one chain also gets a dependency
+schedule (:class:`~.schedule.Schedule`): a run then starts every node whose inputs are
+ready, on the caller's thread and up to N - 1 helper threads of the executable's own pool.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from time import perf_counter_ns
+
+import numpy as np
+
+from ..registry import REGISTRY, KernelContext
+from . import fusion, inplace
+from .parallel import ParallelRun
+from .schedule import Schedule
+from .step import NONE_SLOT, STOP, run_step
+from .subgraph import compile_subgraphs, with_outer
+
+
+def intra_op_threads(partition) -> int:
+    """The threads a compiled kernel of this partition may use: the session's
+    ``intra_op_num_threads`` (plugin API 1.2), else (an older core, a subgraph body) the
+    cores this process may run on."""
+    n = int(getattr(partition, "intra_op_num_threads", 0) or 0)
+    if n > 0:
+        return n
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+class CPUExecutable:
+    """Runs the nodes of one partition: in order, or (``partition.inter_op_num_threads`` > 1)
+    each node as soon as its inputs are ready, on up to that many threads. Thread-safe:
+    state is per call."""
+
+    def __init__(self, partition, check_kernels: bool | None = None):
+        self.partition = partition
+        if check_kernels is None:
+            check_kernels = os.environ.get("RUNTIME_CORE_CHECK_KERNELS", "") not in ("", "0")
+        slot_of: dict[str, int] = {"": NONE_SLOT}
+        template: list = [None]
+
+        def slot(name: str) -> int:
+            if name not in slot_of:
+                slot_of[name] = len(template)
+                template.append(None)
+            return slot_of[name]
+
+        for name, value in partition.constants.items():
+            template[slot(name)] = value
+        self.input_slots = [slot(n) for n in partition.inputs]
+        steps = []
+        kernel_threads = intra_op_threads(partition)
+        for node in partition.nodes:
+            spec = REGISTRY.lookup(node.domain, node.op_type, node.since_version)
+            if spec is None:  # the provider never claims such a node
+                raise RuntimeError(f"no CPU kernel for {node.qualified_op} (node {node.name!r})")
+            ins = list(node.inputs)
+            while ins and not ins[-1]:
+                ins.pop()
+            ctx = KernelContext(
+                node=node,
+                n_outputs=len(node.outputs),
+                input_dtypes=tuple(i.dtype if i is not None else None for i in node.input_info),
+                output_dtypes=tuple(o.dtype if o is not None else None for o in node.output_info),
+                threads=kernel_threads,
+            )
+            in_slots = tuple(slot(n) for n in ins)
+            out_slots = tuple(slot(n) if n else -1 for n in node.outputs)
+            fn = spec.fn
+            if spec.control:
+                # compile the bodies once; the kernel gets the outer-scope values it reads
+                # as ``outer=``: their slots follow the explicit inputs
+                compile_subgraphs(ctx, node, check_kernels)
+                implicit = tuple(node.implicit_inputs)
+                in_slots = in_slots + tuple(slot(n) for n in implicit)
+                fn = with_outer(spec.fn, len(ins), implicit)
+            steps.append([fn, ctx, in_slots, out_slots, dict(node.attrs), (), getattr(spec.fn, "inplace", None)])
+        self.n_slots = len(template)
+        self.template = template
+        self.output_slots = [slot_of[n] for n in partition.outputs]
+        # free each intermediate after its last reader (partition outputs and constants stay)
+        keep = set(self.output_slots) | {slot_of[n] for n in partition.constants} | {NONE_SLOT}
+        last_use: dict[int, int] = {}
+        for i, st in enumerate(steps):
+            for s in st[2]:
+                last_use[s] = i
+            for s in st[3]:
+                if s >= 0:
+                    last_use.setdefault(s, i)
+        frees: dict[int, list[int]] = {}
+        for s, i in last_use.items():
+            if s not in keep:
+                frees.setdefault(i, []).append(s)
+        for i, st in enumerate(steps):
+            st[5] = tuple(frees.get(i, ()))
+        threads = getattr(partition, "inter_op_num_threads", 1)  # absent on subgraph bodies
+        self._schedule = Schedule.build(steps, keep, int(threads or 1))
+        self._pool = None
+        self._pool_lock = threading.Lock()
+        self.n_inplace_steps = inplace.assign(steps, self.input_slots, self._schedule is not None)
+        self.steps = [tuple(st) for st in steps]
+        self.check_kernels = check_kernels
+        # steps whose kernel may leave a faster call of itself after its first run
+        # (``ctx.cache["bound"]``, see :func:`~.fusion.binds`); looked at once, after the first run
+        self._bindable = [i for i, st in enumerate(self.steps)
+                          if getattr(st[0], "binds", False) and st[6] is None]
+        # what plain sequential runs iterate: the steps, with pairs fused after binding
+        self.run_steps = self.steps
+        self._fused: list = []
+
+    @property
+    def parallel(self) -> bool:
+        """Whether runs schedule independent nodes on several threads."""
+        return self._schedule is not None
+
+    def fusions(self) -> list[tuple[str, tuple[str, ...]]]:
+        """The steps that plain sequential runs execute as one since the first run:
+        ``(kind, node names)``, ``kind`` ``"pair"`` (a chain) or ``"siblings"`` (two readers
+        of one input) (plugin API 1.3: shown by the session's partition report)."""
+        return list(self._fused)
+
+    def run(self, inputs, stop=None):
+        """The partition's outputs for ``inputs``. ``stop`` (plugin API 1.3), when given, is
+        called before each step and passed to the subgraphs that kernels run (Loop, Scan and
+        If bodies); it raises when the caller wants the run to end, and that error leaves the
+        run as it is."""
+        # floating-point warnings are the IEEE results ONNX asks for (inf, nan): ignored once
+        # per run here rather than per kernel call (np.errstate costs more than a tiny add)
+        token = STOP.set(stop)
+        try:
+            with np.errstate(all="ignore"):
+                if self._schedule is not None:
+                    return self._run_parallel(inputs, None, stop)
+                outs = self._run(self.run_steps, inputs, stop)
+        finally:
+            STOP.reset(token)
+        if self._bindable:
+            self._bind()
+        return outs
+
+    def run_profiled(self, inputs, record, stop=None):
+        """``run`` that times each kernel call: ``record(node, t0_ns, t1_ns, inputs, outputs)``
+        after each node (profiling; never the fused steps, so that each node is timed)."""
+        token = STOP.set(stop)
+        try:
+            with np.errstate(all="ignore"):
+                if self._schedule is not None:
+                    return self._run_parallel(inputs, record, stop)
+                return self._run(self.steps, inputs, stop, record)
+        finally:
+            STOP.reset(token)
+
+    def _run(self, steps, inputs, stop, record=None):
+        slots = list(self.template)
+        inputs = list(inputs)  # holds every feed for the whole run (never donated)
+        for s, v in zip(self.input_slots, inputs):
+            slots[s] = v
+        check = self.check_kernels
+        step = run_step
+        if record is None:
+            for st in steps:
+                if stop is not None:
+                    stop()
+                step(st, slots, check)
+                for s in st[5]:
+                    slots[s] = None
+        else:  # profiling: the same steps, each timed
+            for st in steps:
+                if stop is not None:
+                    stop()
+                t0 = perf_counter_ns()
+                args = step(st, slots, check)
+                t1 = perf_counter_ns()
+                record(st[1].node, t0, t1, args, [slots[s] for s in st[3] if s >= 0])
+                args = None  # no stray reference may survive into the next ownership test
+                for s in st[5]:
+                    slots[s] = None
+        return [slots[s] for s in self.output_slots]
+
+    def _bind(self):
+        """Each bindable step whose kernel left ``ctx.cache["bound"]`` calls that from now on,
+        without the attributes (a Conv's plan run straight); then neighbouring bound steps
+        that a fuser takes become one. Once, after the first sequential run."""
+        bindable, self._bindable = self._bindable, []
+        fusion.bind(self.steps, bindable)
+        if bindable:
+            run_steps, fused = fusion.fuse(self.steps, self.template, self.input_slots, self.output_slots)
+            self._fused = fused
+            self.run_steps = run_steps if fused else self.steps
+
+    def _run_parallel(self, inputs, record, stop):
+        slots = list(self.template)
+        inputs = list(inputs)
+        for s, v in zip(self.input_slots, inputs):
+            slots[s] = v
+        return ParallelRun(self, slots, record, stop).main()
+
+    def _helper_pool(self) -> ThreadPoolExecutor:
+        """The executable's helper threads (made on first use; shut down with it)."""
+        pool = self._pool
+        if pool is None:
+            with self._pool_lock:
+                pool = self._pool
+                if pool is None:
+                    pool = ThreadPoolExecutor(max_workers=self._schedule.threads - 1,
+                                              thread_name_prefix="runtime_core-inter-op")
+                    # idle workers hold only a weak reference to their pool; this wakes and
+                    # ends them as soon as the executable (its session) is collected
+                    weakref.finalize(self, pool.shutdown, wait=False)
+                    self._pool = pool
+        return pool
