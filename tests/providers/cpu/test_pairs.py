@@ -324,14 +324,12 @@ def test_conv2d_extra_checks_buffers():
 
 
 @pytest.mark.parametrize("block", ["pair", "siblings"])
-def test_fusions_made_after_the_first_run_show_in_the_partition_report(block, monkeypatch):
-    from runtime_provider_cpu.ops import nn
-
+def test_fusions_made_after_the_first_run_show_in_the_partition_report(block, cpu_policy):
     if block == "pair":
         nodes, inits, outs = _block(8, 24, 2)
         shape = (1, 8, 12, 12)
     else:
-        monkeypatch.setattr(nn, "_DIRECT", True)
+        cpu_policy(direct=True)
         nodes, inits = _down_block(8, 16)
         outs, shape = ["y"], (1, 8, 12, 12)
     model = make_model(nodes, {"x": rnd(*shape)}, outs, opset=13, initializers=inits)
