@@ -159,7 +159,7 @@ class InferenceSession:
         disabled = {s.strip() for s in (opts.get_config(DISABLE_OPTIMIZERS, "") or "").split(",") if s.strip()}
         self._providers, unavailable = self._make_providers(providers, provider_options, strict)
         self.optimizations = optimize(graph, int(opts.graph_optimization_level), disabled,
-                                      providers=self._providers)
+                                      providers=self._providers, config=opts.config_entries)
         if opts.optimized_model_filepath:
             onnx.save(graph.to_model(), opts.optimized_model_filepath)
 
