@@ -32,7 +32,7 @@ from ..partition import partition_graph
 from ..plugin.registry import FALLBACK_ALIAS, get_registry
 from .inputs import InputSpec, check_output_names, validate_feeds
 from .iobinding import IOBinding, check_bound_input
-from .options import (GraphOptimizationLevel, RunOptions, SessionOptions, default_thread_count,
+from .options import (RunOptions, SessionOptions, default_thread_count,
                       inter_op_threads)
 from .ortvalue import OrtValue, resolve_device
 from .profiling import Profiler
