@@ -26,12 +26,13 @@ DEFAULT_MAX_BYTES = 64 << 20
 #: the cap of the ``optimize`` call in progress (set from the session config there)
 MAX_BYTES: ContextVar[int] = ContextVar("runtime_core_constant_folding_max_bytes", default=DEFAULT_MAX_BYTES)
 
-#: ops whose output size is set by the values of their inputs, not their sizes: folded
-#: only when the output shape is known beforehand (a shape bomb costs nothing then)
-VALUE_SIZED = frozenset({
-    "ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "OneHot", "Reshape",
-    "Compress", "NonZero", "Unique", "TopK", "Col2Im", "CenterCropPad", "StringSplit", "EyeLike",
+#: ops whose output can be much larger than their inputs, its size set by input values:
+#: folded only when the output size is known beforehand (a shape bomb then costs nothing)
+GROWING = frozenset({
+    "ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "OneHot", "Col2Im",
+    "CenterCropPad", "StringSplit",
 })
+
 
 #: ops that repeat a body a number of times given by a value: never folded
 LOOPING = frozenset({"Loop", "Scan", "SequenceMap"})
@@ -131,7 +132,9 @@ class ConstantFolding(RewriteRule):
     def rewrite(self, ed: Editor, n: Node) -> bool:
         view = ed.g.node_view(n)
         size = _output_bytes(view)
-        if size is None and n.op_type in VALUE_SIZED:
+        if size is None and n.op_type in GROWING and n.domain == "":
+            size = _growing_bytes(ed, n)
+        if size is None and n.op_type in GROWING:
             ed.log("not folding %s (%s): its output size is unknown before it runs", n.name, n.op_type)
             return False
         if size is not None and size > self._cap:
@@ -180,3 +183,48 @@ def _output_bytes(view) -> int | None:
             return None
         total += math.prod(shape) * info.dtype.itemsize  # Python ints: a bomb's size cannot wrap
     return total
+
+
+def _ints(ed: Editor, name: str) -> list[int] | None:
+    v = ed.const(name) if name else None
+    if v is None or v.dtype.kind not in "iu":
+        return None
+    return [int(d) for d in v.reshape(-1)]
+
+
+def _growing_bytes(ed: Editor, n: Node) -> int | None:
+    """The output bytes of a ``GROWING`` op from its constant inputs (Python ints: no
+    overflow), for the ones whose shape inference may not say; ``None`` when unknown."""
+    ins = n.inputs
+    if n.op_type == "ConstantOfShape":
+        dims = _ints(ed, ins[0])
+        value = n.attrs.get("value")
+        itemsize = 4 if value is None else np.asarray(value).dtype.itemsize
+        return None if dims is None or min(dims, default=0) < 0 else math.prod(dims) * itemsize
+    x = ed.const(ins[0])
+    if x is None:
+        return None
+    if n.op_type == "Expand" and len(ins) > 1:
+        dims = _ints(ed, ins[1])
+        if dims is None:
+            return None
+        a, b = list(x.shape), dims
+        r = max(len(a), len(b))
+        a, b = [1] * (r - len(a)) + a, [1] * (r - len(b)) + b
+        if any(p != q and 1 not in (p, q) for p, q in zip(a, b)) or min(b, default=0) < 0:
+            return None
+        return math.prod(max(p, q) if 1 in (p, q) else p for p, q in zip(a, b)) * x.dtype.itemsize
+    if n.op_type == "Tile" and len(ins) > 1:
+        reps = _ints(ed, ins[1])
+        if reps is None or len(reps) != x.ndim or min(reps, default=0) < 0:
+            return None
+        return math.prod(d * k for d, k in zip(x.shape, reps)) * x.dtype.itemsize
+    if n.op_type == "Range" and len(ins) == 3:
+        vals = [ed.const(i) for i in ins]
+        if any(v is None or v.size != 1 for v in vals):
+            return None
+        start, limit, delta = (float(v.reshape(-1)[0]) for v in vals)
+        if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
+            return None
+        return max(math.ceil((limit - start) / delta), 0) * x.dtype.itemsize
+    return None

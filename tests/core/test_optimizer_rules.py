@@ -195,3 +195,36 @@ def test_walk_offers_each_target_node_once_and_skips_nodes_an_earlier_rule_remov
     assert done == {"DropReluAfterNeg": 1, "CountRelu": 0}
     assert count.seen == ["r2"]  # r1 was removed by the first rule before the second saw it
     assert [x.name for x in g.nodes] == ["neg", "abs", "r2"] and g.nodes[1].inputs == ["a"]
+
+
+def _single_op_graph(op, inits, **attrs):
+    """``y = x + ReduceSum(op(constants))`` with the op's output type forgotten (as when shape
+    inference could not say): the cap must come from the constant inputs themselves."""
+    nodes = [n(op, list(inits), ["z"], **attrs), n("ReduceSum", ["z"], ["zs"], keepdims=0),
+             n("Add", ["x", "zs"], ["y"])]
+    g = Graph(make_model(nodes, {"x": np.zeros(3, np.float32)}, ["y"], initializers=inits))
+    g.types.pop("z", None)
+    return g
+
+
+@pytest.mark.parametrize("op,small,bomb", [
+    ("Expand", {"v": np.ones((1, 4), np.float32), "s": np.array([3, 4], np.int64)},
+     {"v": np.ones((1, 4), np.float32), "s": np.array([1 << 20, 1 << 20, 4], np.int64)}),
+    ("Tile", {"v": np.ones((2, 2), np.float32), "r": np.array([3, 1], np.int64)},
+     {"v": np.ones((2, 2), np.float32), "r": np.array([1 << 30, 1 << 30], np.int64)}),
+    ("Range", {"a": np.array(0, np.int64), "b": np.array(10, np.int64), "d": np.array(1, np.int64)},
+     {"a": np.array(0, np.int64), "b": np.array(1 << 40, np.int64), "d": np.array(1, np.int64)}),
+    ("ConstantOfShape", {"s": np.array([2, 3], np.int64)}, {"s": np.array([1 << 20, 1 << 20], np.int64)}),
+])
+def test_growing_ops_of_unknown_shape_fold_by_their_inputs_size(op, small, bomb):
+    g = _single_op_graph(op, small)
+    assert optimize(g, 1)["ConstantFolding"] >= 1 and [x.op_type for x in g.nodes] == ["Add"]
+    g = _single_op_graph(op, bomb)
+    tracemalloc.start()
+    try:
+        done = optimize(g, 1)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [x.op_type for x in g.nodes][:2] == [op, "ReduceSum"] and done["ConstantFolding"] == 0
+    assert peak < 64 << 20, peak
