@@ -90,8 +90,8 @@ def optimize(graph: Graph, level: int, disabled: set[str] | None = None, *, prov
     """
     disabled = disabled or set()
     done: dict[str, int] = {}
-    tokens = [(PROVIDERS, PROVIDERS.set(tuple(providers or ()))),
-              (MAX_BYTES, MAX_BYTES.set(max_bytes_from_config(config))),
+    cap = max_bytes_from_config(config)  # a bad entry raises before anything is set
+    tokens = [(PROVIDERS, PROVIDERS.set(tuple(providers or ()))), (MAX_BYTES, MAX_BYTES.set(cap)),
               (FALLBACK, FALLBACK.set(FallbackProvider.from_registry()))]
     try:
         return _optimize(graph, level, disabled, providers, done)
