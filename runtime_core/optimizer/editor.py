@@ -118,6 +118,7 @@ class Editor:
         if self._dead:
             self.g.nodes = [n for n in self.g.nodes if id(n) not in self._dead]
             self._dead.clear()
+            self._dirty = True  # positions are list indices
 
     def producer(self, name: str) -> Node | None:
         self._index()
