@@ -6,6 +6,7 @@
     nox -s quickstart   # the README's first Quick start line, in a fresh venv
     nox -s example      # the example provider (examples/runtime-provider-numexpr): its tests + the kit
     nox -s scaffold     # runtime-core new-provider acme, pip install it, run its tests
+    nox -s lint         # ruff (rules in pyproject.toml) + mypy on the public modules
 """
 
 from __future__ import annotations
@@ -151,6 +152,15 @@ def scaffold(session: nox.Session) -> None:
     session.install(str(out))  # a real (wheel) install, as a user of the generated package would
     session.run("runtime-core", "providers")
     session.run("pytest", "-p", "no:cacheprovider", str(out / "tests"), *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff over every Python file (the rule set is in pyproject.toml: errors, not style) and
+    mypy over the public modules listed in pyproject.toml's [tool.mypy]."""
+    session.install("ruff>=0.5,<1", "mypy>=1.10", "numpy>=1.24", "onnx>=1.16", "pluggy>=1.3", "packaging>=23")
+    session.run("ruff", "check", "runtime_core", "providers", "tests", "examples", "benchmarks", "noxfile.py")
+    session.run("mypy")
 
 
 @nox.session

@@ -3,7 +3,7 @@
 Both at 2 intra-op threads, interleaved runs, median of 15. Run: python benchmarks/bert_base.py
 (onnxruntime and torch are benchmark-only dependencies).
 """
-import io, time, warnings, numpy as np, torch, onnx, onnxruntime as ort
+import io, time, warnings, numpy as np, torch, onnxruntime as ort
 import runtime_core as rt
 torch.manual_seed(0)
 layer = torch.nn.TransformerEncoderLayer(768, 12, 3072, dropout=0.0, batch_first=True, activation="gelu")

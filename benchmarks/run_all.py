@@ -56,7 +56,7 @@ def main(argv=None) -> int:
                f"each after {a.settle:g} s idle and one untimed run (ratio = ours / onnxruntime)."
                if a.settle > 0 else
                "Latency: median of interleaved runs in one process (ratio = ours / onnxruntime).")
-    lines = [f"# Benchmark results", "",
+    lines = ["# Benchmark results", "",
              f"`python benchmarks/run_all.py {' '.join(argv if argv is not None else sys.argv[1:])}`; "
              f"{time.strftime('%Y-%m-%d %H:%M')}, "
              f"{platform.machine()} {platform.system()}, Python {platform.python_version()}; "

@@ -161,13 +161,11 @@ def op_table() -> str:
     """The CPU provider's registry as a markdown table (op, domain, since-versions, input types)."""
     import onnx.defs
 
-    import runtime_provider_cpu.ops  # noqa: F401 - registers the kernels
-    from runtime_provider_cpu.registry import REGISTRY
+    from runtime_provider_cpu.api import supported_ops  # the CPU provider's documented API
 
     lines = ["| domain | op | schema versions | first-input types |", "|---|---|---|---|"]
-    for domain, op, versions in REGISTRY.ops():
-        spec = REGISTRY.lookup(domain, op, versions[-1])
-        types = ", ".join(sorted(spec.dtypes)) if spec is not None and spec.dtypes else "per schema"
+    for domain, op, versions, dtypes in supported_ops():
+        types = ", ".join(sorted(dtypes)) if dtypes else "per schema"
         try:
             latest = onnx.defs.get_schema(op, domain=domain).since_version
         except Exception:  # noqa: BLE001 - contrib ops have no onnx schema

@@ -1,5 +1,5 @@
 """Graph optimization levels and passes (ORT's meaning of each level)."""
 
-from .passes import OPTIMIZERS, optimize
+from .pipeline import OPTIMIZERS, optimize
 
 __all__ = ["OPTIMIZERS", "optimize"]

@@ -20,10 +20,6 @@ def main(argv=None) -> int:
     ap.add_argument("models", nargs="+")
     ap.add_argument("--ops", action="store_true", help="list the op types left at the highest level")
     args = ap.parse_args(argv)
-    try:  # the com.microsoft kernels, in case ops/__init__.py does not import them yet
-        import runtime_provider_cpu.ops.fused  # noqa: F401
-    except ImportError:
-        pass
     for path in args.models:
         model, _ = load_model(path)
         before = len(model.graph.node)

@@ -20,7 +20,7 @@ from contextvars import ContextVar
 import onnx
 
 from ..graph.ir import Graph
-from .base import ALL, FROZEN, Editor, Pass
+from .editor import ALL, FROZEN, Editor, Pass
 
 NHWC_DOMAIN = "runtime_core.nhwc"
 LAYOUT_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool"})
@@ -56,7 +56,7 @@ class LayoutTransformation(Pass):
         finally:
             FROZEN.reset(token)
         if count:
-            from .basic import TransposeElimination
+            from .elimination import TransposeElimination
 
             TransposeElimination().apply(graph)  # NCHW->NHWC right after NHWC->NCHW cancels
             Editor(graph, self.name).dead_code()  # the NHWC->NCHW transposes nothing reads now

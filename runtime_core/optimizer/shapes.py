@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 
 from ..graph.ir import Graph
-from .base import Editor
+from .editor import Editor
 
 def dim_of(ed: Editor, value: str, axis: int):
     """Canonical dim ``axis`` of ``value``: int, symbol, or ``("dim", value, axis)``."""

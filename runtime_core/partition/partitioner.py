@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from ..errors import PartitionError, PluginError
 from ..graph.ir import Graph
 from ..plugin.contract import GraphView, NodeView, Partition
-from .report import CopyEntry, NodeEntry, PartitionReport
+from .report import NodeEntry, PartitionReport
 
 logger = logging.getLogger("runtime_core.partition")
 

@@ -33,7 +33,7 @@ from ..partition import partition_graph
 from ..plugin.registry import FALLBACK_ALIAS, get_registry
 from .inputs import InputSpec, check_output_names, validate_feeds
 from .iobinding import IOBinding, check_bound_input
-from .options import (GraphOptimizationLevel, RunOptions, SessionOptions, default_thread_count,
+from .options import (RunOptions, SessionOptions, default_thread_count,
                       inter_op_threads)
 from .ortvalue import OrtValue, resolve_device
 from .profiling import Profiler
@@ -160,7 +160,7 @@ class InferenceSession:
         disabled = {s.strip() for s in (opts.get_config(DISABLE_OPTIMIZERS, "") or "").split(",") if s.strip()}
         self._providers, unavailable = self._make_providers(providers, provider_options, strict)
         self.optimizations = optimize(graph, int(opts.graph_optimization_level), disabled,
-                                      providers=self._providers)
+                                      providers=self._providers, config=opts.config_entries)
         if opts.optimized_model_filepath:
             onnx.save(graph.to_model(), opts.optimized_model_filepath)
 

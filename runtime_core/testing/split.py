@@ -5,7 +5,7 @@ of the provider under test, so that provider sees what it sees in a real session
 with a higher-priority provider: a view with some nodes already taken, and values
 that arrive from, and leave to, another provider through host copies. The nodes
 it takes are named by the provider option ``claim`` (comma-separated node names);
-it runs them with the CPU provider's kernels.
+it runs them with the registered CPU provider (its ``get_capability`` and ``compile``).
 """
 
 from __future__ import annotations
@@ -31,10 +31,13 @@ class KitSplitExecutionProvider(ExecutionProvider):
 
     def __init__(self, options=None):
         super().__init__(options)
-        from runtime_provider_cpu.plugin import CPUExecutionProvider
+        from ..plugin.registry import FALLBACK_ALIAS, get_registry
 
         self.claim = {n for n in str(self.options.get("claim", "")).split(",") if n}
-        self._cpu = CPUExecutionProvider({})
+        rec = get_registry().lookup(FALLBACK_ALIAS)  # the registered CPU provider, by its contract
+        if rec is None or rec.cls is None:
+            raise RuntimeError("the kit's split provider needs the CPU provider, which is not registered")
+        self._cpu = rec.cls({})
 
     @classmethod
     def probe(cls) -> ProbeResult:
@@ -52,7 +55,7 @@ class KitSplitExecutionProvider(ExecutionProvider):
         return cap
 
     def compile(self, partition):
-        """Compile with the CPU provider's kernels."""
+        """Compile with the CPU provider."""
         return self._cpu.compile(partition)
 
 

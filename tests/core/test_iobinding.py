@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-import torch
 from onnx import TensorProto, helper
 
 import runtime_core as rt
@@ -158,7 +157,16 @@ def test_unavailable_device_gives_the_probe_reason(fakegpu):
 
 # -- DLPack on the host --------------------------------------------------------------
 
-def test_torch_tensor_round_trips_through_dlpack_without_a_copy():
+@pytest.fixture
+def torch():
+    """torch (a test dependency), imported by the DLPack tests that exchange tensors with it
+    only: importing it costs seconds and the rest of this module does not need it."""
+    import torch
+
+    return torch
+
+
+def test_torch_tensor_round_trips_through_dlpack_without_a_copy(torch):
     t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
     v = rt.OrtValue.from_dlpack(t)
     assert (v.shape(), v.data_type(), v.device_name()) == ([3, 4], "tensor(float)", "cpu")
@@ -170,7 +178,7 @@ def test_torch_tensor_round_trips_through_dlpack_without_a_copy():
     assert v.__dlpack_device__() == (1, 0)
 
 
-def test_capsules_are_accepted_both_ways():
+def test_capsules_are_accepted_both_ways(torch):
     a = np.arange(6, dtype=np.int64)
     v = rt.OrtValue.ortvalue_from_numpy(a)
     t = torch.utils.dlpack.from_dlpack(v.to_dlpack())
@@ -194,12 +202,12 @@ def test_numpy_imports_an_ortvalue_through_dlpack():
     assert np.shares_memory(np.from_dlpack(rt.OrtValue.ortvalue_from_numpy(a)), a)
 
 
-def test_non_contiguous_dlpack_tensor_is_declined_like_onnxruntime():
+def test_non_contiguous_dlpack_tensor_is_declined_like_onnxruntime(torch):
     with pytest.raises(InvalidArgumentError, match="only contiguous tensors"):
         rt.OrtValue.from_dlpack(torch.arange(6.0).reshape(2, 3).T)
 
 
-def test_session_runs_on_a_dlpack_import():
+def test_session_runs_on_a_dlpack_import(torch):
     m = mlp_model()
     t = torch.from_numpy(X.copy())
     out = session(m).run(None, {"x": rt.OrtValue.from_dlpack(t)})

@@ -51,7 +51,7 @@ class CUDAExecutable:
     """Runs one partition on the provider's device; ``run`` keeps all state in locals."""
 
     def __init__(self, partition, backend, fuse: bool = True):
-        from runtime_provider_cpu.registry import KernelContext
+        from runtime_provider_cpu.api import KernelContext  # the CPU provider's documented API
 
         self.partition = partition
         self.backend = backend

@@ -122,9 +122,9 @@ def implementation(node):
     if fn is not None:
         return "fast", fn
     if node.op_type in GENERIC or node.op_type in HOST_RESULT:
-        from runtime_provider_cpu.registry import REGISTRY
+        from runtime_provider_cpu.api import kernel_for  # the CPU provider's documented API
 
-        spec = REGISTRY.lookup(node.domain, node.op_type, node.since_version)
+        spec = kernel_for(node.domain, node.op_type, node.since_version)
         if spec is None or spec.control:
             return None
         return ("generic" if node.op_type in GENERIC else "host-result"), spec.fn
@@ -138,7 +138,7 @@ def decline_reason(node) -> str | None:
         return f"{dom}::{node.op_type}: {NO_KERNEL}"
     if node.op_type not in FAST and node.op_type not in GENERIC and node.op_type not in HOST_RESULT:
         return f"{node.op_type}: {NO_KERNEL}"
-    from runtime_provider_cpu.plugin import decline_reason as cpu_decline
+    from runtime_provider_cpu.api import decline_reason as cpu_decline  # the CPU provider's documented API
 
     why = cpu_decline(node)  # the semantics (versions, attributes) are the CPU provider's
     if why:

@@ -165,7 +165,7 @@ class OpenCLExecutable:
 
     def _host_step(self, view, ctx, why) -> HostStep:
         """The node through the CPU provider's kernel (its run-time shapes fail our check)."""
-        from runtime_provider_cpu.executable import CPUExecutable
+        from runtime_provider_cpu.api import CPUExecutable  # the CPU provider's documented API
 
         logger.info("OpenCL node %r (%s) runs on the host for these shapes: %s",
                        view.name, view.op_type, why)

@@ -161,8 +161,6 @@ def test_activation(op, attrs, since, dtype, opset):
         pytest.skip(f"{op} does not exist at opset {opset}")
     if op == "Celu" and dtype != F32 and opset < 28:
         pytest.skip("Celu before opset 28 is float32 only")
-    if op in ("Relu", "Sigmoid", "Tanh", "Softplus", "Softsign", "Elu") and opset < 6 and dtype == F16:
-        pytest.skip()
     x = rand((2, 3, 8), dtype, -5, 5)
     x.reshape(-1)[:3] = np.array([0.0, attrs.get("alpha", 1.0), -attrs.get("lambd", 0.5)], dtype)
     check_node(op, {"x": x}, opset=opset, **tol(F32 if dtype == F64 else dtype), **attrs)

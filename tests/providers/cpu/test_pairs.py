@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-import runtime_core as rt
 from oracle import assert_close, compiled_partitions, cpu_session, make_model, run_oracle
 
 RNG = np.random.default_rng(20261206)

@@ -1,4 +1,4 @@
-"""The pass interface and the graph-editing helpers every pass shares.
+"""The pass interface and :class:`Editor`, the graph-editing helpers every pass shares.
 
 A pass is a small class with a ``name``, the ``level`` it belongs to and an
 ``apply(graph) -> int`` returning how many rewrites it made. Passes edit the
@@ -69,6 +69,8 @@ class Editor:
         self._outputs = set(graph.output_names)
         self._inputs = set(graph.input_names)
         self._names: set[str] | None = None
+        self._fallback = None
+        self._dead: set[int] = set()
 
     # -- index ------------------------------------------------------------------
     def touch(self) -> None:
@@ -77,6 +79,7 @@ class Editor:
     def _index(self) -> None:
         if not self._dirty:
             return
+        self.flush()
         self._prod, self._cons, self._pos, self._implicit = {}, {}, {}, set()
         for idx, n in enumerate(self.g.nodes):
             self._pos[id(n)] = idx
@@ -94,6 +97,28 @@ class Editor:
                     seen.add(i)
                     self._cons.setdefault(i, []).append(n)
         self._dirty = False
+
+    def drop(self, node: Node) -> None:
+        """Remove ``node`` whose outputs are now defined otherwise (initializers), without
+        re-indexing the graph: folding many nodes costs one pass over the node list."""
+        self._index()
+        if self._pos.pop(id(node), None) is None:
+            return
+        for o in node.outputs:
+            if o and self._prod.get(o) is node:
+                del self._prod[o]
+        for i in {*node.inputs, *node.implicit_inputs}:
+            readers = self._cons.get(i)
+            if readers:
+                readers[:] = [c for c in readers if c is not node]
+        self._dead.add(id(node))
+
+    def flush(self) -> None:
+        """Take the nodes ``drop`` removed out of the graph's node list."""
+        if self._dead:
+            self.g.nodes = [n for n in self.g.nodes if id(n) not in self._dead]
+            self._dead.clear()
+            self._dirty = True  # positions are list indices
 
     def producer(self, name: str) -> Node | None:
         self._index()
@@ -171,6 +196,7 @@ class Editor:
     # -- names ------------------------------------------------------------------
     def _all_names(self) -> set[str]:
         if self._names is None:
+            self.flush()
             names = set(self.g.initializers) | self._inputs | self._outputs | set(self.g.types)
             for n in self.g.nodes:
                 names.update(n.inputs)
@@ -217,19 +243,19 @@ class Editor:
         self.g.opsets[domain] = version
         self.g.model.opset_import.append(onnx.helper.make_opsetid(domain, version))
 
-    def can_emit(self, op_type: str, domain: str = "") -> bool:
-        """Whether the CPU provider (the fallback every session has) implements ``op_type``
-        as it would resolve here: fusions introduce only ops that can always run."""
-        try:
-            from runtime_provider_cpu.registry import REGISTRY
-        except ImportError:  # pragma: no cover - the CPU provider is a dependency
-            return False
-        if domain:
-            return bool(REGISTRY.versions(domain, op_type))
-        from ..graph.attrs import get_schema
+    def can_emit(self, node: Node) -> bool:
+        """Whether the CPU provider (the fallback every session has) claims ``node``, a node
+        a rewrite proposes (built with ``new_node``/``make_node``, not yet in the graph):
+        fusions introduce only nodes that can always run. Asked of the registered provider
+        object (``fallback.py``), with the node's real attributes and value types."""
+        if self._fallback is None:
+            from .fallback import current
 
-        schema = get_schema(op_type, "", self.opset(""))
-        return schema is not None and REGISTRY.lookup("", op_type, schema.since_version) is not None
+            self._fallback = current()
+        why = self._fallback.decline_reason(self.g, node)
+        if why is not None:
+            self.log("%s (%s) cannot be emitted: %s", node.name, node.op_type, why)
+        return why is None
 
     def opset(self, domain: str = "") -> int:
         return self.g.opsets.get(domain, 0)
@@ -252,6 +278,11 @@ class Editor:
             logger.debug("%s: rewrite of %s refused (runs on another provider)", self.pass_name,
                          ", ".join(n.name for n in remove if n.name in frozen))
             return False
+        self.flush()
+        known = {(n.domain, n.op_type) for n in remove}
+        for n in add:  # a node of an op the rewrite did not start from must be runnable
+            if (n.domain, n.op_type) not in known and not self.can_emit(n):
+                return False
         self._index()
         if at is None and remove:
             at = max(remove, key=lambda n: self._pos[id(n)])
@@ -276,6 +307,7 @@ class Editor:
 
     def toposort(self) -> bool:
         """Stable topological sort of the node list (False when impossible)."""
+        self.flush()
         nodes = self.g.nodes
         defined = set(self.g.input_names) | set(self.g.initializers) | {""}
         prod: dict[str, int] = {}
@@ -324,10 +356,14 @@ class Editor:
 
     def rename_uses(self, old: str, new: str) -> None:
         """Every reader of ``old`` reads ``new`` instead (``old`` must not be read by a
-        subgraph; callers check ``is_implicit``)."""
-        for n in self.consumers(old):
+        subgraph; callers check ``is_implicit``). The index is updated in place."""
+        readers = self.consumers(old)
+        into = self._cons.setdefault(new, [])
+        for n in readers:
             n.inputs = [new if i == old else i for i in n.inputs]
-        self.touch()
+            if all(c is not n for c in into):
+                into.append(n)
+        self._cons.pop(old, None)
 
     def bypass(self, node: Node, out: str, src: str) -> bool:
         """Drop ``node`` whose output ``out`` equals value ``src``: its readers read ``src``.
@@ -337,11 +373,12 @@ class Editor:
         self.rename_uses(out, src)
         if not any(o and o != out and self.consumers(o) for o in node.outputs) and not any(
                 self.is_output(o) for o in node.outputs if o):
-            self.replace([node], [])
+            self.drop(node)
         return True
 
     def dead_code(self) -> None:
         """Remove nodes whose outputs nobody reads (cheap cleanup inside a pass)."""
+        self.flush()
         while True:
             needed = set(self._outputs)
             for n in self.g.nodes:

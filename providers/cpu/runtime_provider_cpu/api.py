@@ -1,0 +1,79 @@
+"""The documented, versioned API of runtime-provider-cpu for other distributions.
+
+Everything else in ``runtime_provider_cpu`` is internal and may change in any release.
+Other providers (runtime-provider-cuda, runtime-provider-opencl) and runtime-core's
+``ops`` table import only from here; runtime-core itself reaches the CPU provider
+through the plugin registry (its provider object: ``get_capability`` / ``compile``), not
+through this module, except for that table.
+
+Guarantees, for a given :data:`API_VERSION` major version:
+
+* the names in ``__all__`` keep their meaning and signatures; a minor bump only adds;
+* kernel functions keep the calling convention of :func:`kernel_for` (below): they take
+  ``(ctx, *inputs, **attrs)`` with the attributes resolved by runtime-core against the
+  ONNX schema, and return one array, a tuple of arrays (several outputs) or a list
+  (a sequence value); kernels of the ``generic`` kind only call numpy functions that
+  dispatch on the array type (NEP 13/18), so they also run on other array modules;
+* :func:`decline_reason` is the CPU provider's own capability answer, so a provider that
+  reuses its kernels declines the same nodes for the same reasons;
+* ``CPUExecutable(partition)`` compiles a runtime-core ``Partition`` of nodes the CPU
+  provider claims into an object whose ``run(inputs: list) -> list`` computes them on the
+  host (inputs and outputs in the partition's order; safe to call from several threads),
+  exactly what ``CPUExecutionProvider.compile`` returns.
+
+A dependent distribution declares ``runtime-provider-cpu`` with a version range in its
+``pyproject.toml`` and may check ``API_VERSION`` at import time.
+
+Versions:
+
+1.0: :data:`API_VERSION`, :class:`KernelContext`, :func:`decline_reason`,
+:func:`kernel_for`, :func:`supported_ops`, :class:`CPUExecutable`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+from .executable import CPUExecutable
+from .plugin import decline_reason
+from .registry import REGISTRY, KernelContext
+
+API_VERSION = "1.0"
+"""This module's API version: major for incompatible changes, minor for additions."""
+
+__all__ = ["API_VERSION", "CPUExecutable", "KernelContext", "Kernel", "decline_reason", "kernel_for",
+           "supported_ops"]
+
+
+class Kernel(NamedTuple):
+    """One registered CPU kernel.
+
+    ``fn(ctx, *inputs, **attrs)`` computes the node (``ctx`` a :class:`KernelContext`);
+    ``control`` is True for kernels with subgraphs (If, Loop, Scan, ...), which also need
+    ``ctx.subgraphs`` and an ``outer=`` keyword and are not meant to be called from outside
+    a :class:`CPUExecutable`; ``dtypes`` is the set of first-input dtype names it accepts
+    (``None``: per schema).
+    """
+
+    fn: Callable[..., Any]
+    control: bool
+    dtypes: frozenset | None
+
+
+def kernel_for(domain: str, op_type: str, since_version: int | None) -> Kernel | None:
+    """The CPU kernel of ``domain::op_type`` at exactly that ONNX schema ``since_version``
+    (``None``: the newest, for ops without a schema), or ``None`` when there is none.
+    Whether a particular node (attributes, dtypes) is supported is :func:`decline_reason`'s
+    answer, not this one's."""
+    spec = REGISTRY.lookup(domain, op_type, since_version)
+    return None if spec is None else Kernel(spec.fn, spec.control, spec.dtypes)
+
+
+def supported_ops() -> list[tuple[str, str, list[int], frozenset | None]]:
+    """Every registered op as ``(domain, op_type, schema since-versions, dtypes of the newest
+    version's first input or None)``, sorted."""
+    out = []
+    for domain, op, versions in REGISTRY.ops():
+        spec = REGISTRY.lookup(domain, op, versions[-1])
+        out.append((domain, op, versions, None if spec is None else spec.dtypes))
+    return out

@@ -1,0 +1,329 @@
+"""Extended passes around the linear ops: Conv with a following BatchNormalization, Add or
+Mul folded into its weights; Conv with an activation (and a residual Add) fused into
+``com.microsoft.FusedConv``; MatMul + Add into ``Gemm``.
+
+Every fusion checks all of its preconditions and leaves the graph untouched otherwise:
+intermediates read only inside the pattern (and no graph outputs), constant weights,
+constant coefficients and shapes that fit. The emitted nodes are checked with the CPU
+provider (``Editor.replace``): a fusion never introduces a node it would not run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from ..graph.ir import Node
+from .editor import EXTENDED, MS_DOMAIN, Editor, same_dim
+from .match import F32, FLOATS, op_of
+from .rewrite import RewriteRule
+
+
+# -- Conv folds ---------------------------------------------------------------------
+
+class _ConvFold(RewriteRule):
+    level = EXTENDED
+
+    @staticmethod
+    def _conv(ed: Editor, name: str):
+        conv = op_of(ed, name, "Conv")
+        if conv is None or not ed.single_use(name):
+            return None
+        w = ed.const(conv.inputs[1])
+        b = ed.const(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
+        if w is None or w.dtype not in FLOATS or (len(conv.inputs) > 2 and conv.inputs[2] and b is None):
+            return None
+        if b is not None and b.shape != (w.shape[0],):
+            return None
+        return conv, w, b
+
+    @staticmethod
+    def _emit(ed: Editor, conv: Node, w, b, out: str, remove: list[Node], why: str) -> bool:
+        wn = ed.add_const(w, conv.inputs[1] + "_fused")
+        bn = ed.add_const(b, (conv.inputs[2] if len(conv.inputs) > 2 and conv.inputs[2] else conv.name) + "_bias_fused")
+        new = ed.g.make_node("Conv", [conv.inputs[0], wn, bn], [out], name=ed.fresh(conv.name + "_fused"),
+                             proto_attrs=conv.proto_attrs)
+        if ed.replace(remove, [new]):
+            ed.log("%s: %s", why, new.name)
+            return True
+        return False
+
+
+class ConvBatchNormFusion(_ConvFold):
+    """``BatchNormalization`` (inference) after a ``Conv`` with constant weights is folded
+    into the Conv's weights and bias. Not when the Conv output has other readers."""
+
+    name = "ConvBatchNormFusion"
+    targets = frozenset({"BatchNormalization"})
+
+    def condition(self, ed: Editor, bn: Node) -> bool:
+        if bn.attrs.get("training_mode") or bn.attrs.get("spatial", 1) != 1 or bn.attrs.get("is_test", 1) == 0:
+            return False
+        return not any(o and (ed.consumers(o) or ed.is_output(o)) for o in bn.outputs[1:])
+
+    def rewrite(self, ed: Editor, bn: Node) -> bool:
+        got = self._conv(ed, bn.inputs[0])
+        if got is None:
+            return self._through_add(ed, bn)
+        conv, w, b = got
+        params = [ed.const(i) for i in bn.inputs[1:5]]
+        cout = w.shape[0]
+        if any(p is None or p.shape != (cout,) for p in params):
+            return False
+        scale, bias, mean, var = (p.astype(np.float64) for p in params)
+        f = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+        w2 = (w.astype(np.float64) * f.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        b0 = np.zeros(cout) if b is None else b.astype(np.float64)
+        b2 = ((b0 - mean) * f + bias).astype(w.dtype)
+        return self._emit(ed, conv, w2, b2, bn.outputs[0], [conv, bn], f"{conv.name} + {bn.name}")
+
+    def _through_add(self, ed: Editor, bn: Node) -> bool:
+        """``BN(Conv1(x1) + Conv2(x2))`` (a residual join, each Conv read only by the Add): BN is
+        affine per channel, so its scale goes into both Convs and its shift into the first one."""
+        add = op_of(ed, bn.inputs[0], "Add")
+        if add is None or not ed.single_use(bn.inputs[0]) or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
+            return False
+        convs = [self._conv(ed, i) for i in add.inputs]
+        if any(c is None for c in convs):
+            return False
+        (c1, w1, b1), (c2, w2, b2) = convs
+        cout = w1.shape[0]
+        params = [ed.const(i) for i in bn.inputs[1:5]]
+        if w2.shape[0] != cout or w1.dtype != w2.dtype or w1.ndim != w2.ndim or any(
+                p is None or p.shape != (cout,) for p in params):
+            return False
+        scale, bias, mean, var = (p.astype(np.float64) for p in params)
+        f = scale / np.sqrt(var + float(bn.attrs.get("epsilon", 1e-5)))
+        fw = f.reshape((-1,) + (1,) * (w1.ndim - 1))
+        new_convs = []
+        for k, (conv, w, b) in enumerate(((c1, w1, b1), (c2, w2, b2))):
+            b0 = np.zeros(cout) if b is None else b.astype(np.float64)
+            b_new = b0 * f + ((bias - mean * f) if k == 0 else 0.0)
+            wn = ed.add_const((w.astype(np.float64) * fw).astype(w.dtype), conv.inputs[1] + "_fused")
+            bname = ed.add_const(b_new.astype(w.dtype), conv.name + "_bias_fused")
+            new_convs.append(ed.g.make_node("Conv", [conv.inputs[0], wn, bname], [ed.fresh(conv.name + "_bn")],
+                                            name=ed.fresh(conv.name + "_fused"), proto_attrs=conv.proto_attrs))
+        new_add = ed.g.make_node("Add", [new_convs[0].outputs[0], new_convs[1].outputs[0]], [bn.outputs[0]],
+                                 name=ed.fresh(add.name + "_fused"), proto_attrs=add.proto_attrs)
+        for c in new_convs:
+            ed.copy_type(c.outputs[0], bn.outputs[0])
+        if ed.replace([c1, c2, add, bn], [*new_convs, new_add]):
+            ed.log("%s + %s + %s + %s: BN folded through the Add", c1.name, c2.name, add.name, bn.name)
+            return True
+        return False
+
+
+class ConvAddFusion(_ConvFold):
+    """``Conv`` followed by ``Add`` of a per-channel (or scalar) constant: the constant goes
+    into the Conv bias. ``Mul`` by such a constant scales weights and bias (ConvMulFusion)."""
+
+    name = "ConvAddFusion"
+    OP = "Add"
+    targets = frozenset({"Add"})
+
+    def condition(self, ed: Editor, n: Node) -> bool:
+        return len(n.inputs) == 2
+
+    def rewrite(self, ed: Editor, n: Node) -> bool:
+        for y, c in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
+            got = self._conv(ed, y)
+            cv = ed.const(c)
+            if got is None or cv is None:
+                continue
+            conv, w, b = got
+            per = self._per_channel(cv, w.shape[0], w.ndim)
+            if per is None:
+                continue
+            b0 = np.zeros(w.shape[0]) if b is None else b.astype(np.float64)
+            if self.OP == "Add":
+                w2, b2 = w, (b0 + per).astype(w.dtype)
+            else:
+                w2 = (w.astype(np.float64) * per.reshape((-1,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+                b2 = (b0 * per).astype(w.dtype)
+            return self._emit(ed, conv, w2, b2, n.outputs[0], [conv, n], f"{conv.name} + {n.name}")
+        return False
+
+    @staticmethod
+    def _per_channel(c: np.ndarray, cout: int, out_rank: int):
+        """The per-output-channel values of ``c`` (float64, shape [cout]) when adding it to a
+        Conv output of rank ``out_rank`` broadcasts along channels only, else None."""
+        if c.dtype.kind != "f" or c.ndim > out_rank:
+            return None
+        if c.size == 1:
+            return np.full(cout, float(c.reshape(-1)[0]))
+        full = (1,) * (out_rank - c.ndim) + c.shape
+        if full[1] != cout or any(d != 1 for i, d in enumerate(full) if i != 1):
+            return None
+        return c.reshape(-1).astype(np.float64)
+
+
+class ConvMulFusion(ConvAddFusion):
+    name = "ConvMulFusion"
+    OP = "Mul"
+    targets = frozenset({"Mul"})
+
+
+# -- Conv + activation -> FusedConv ---------------------------------------------------------
+
+_LOWEST, _HIGHEST = float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)
+
+
+def _activation(ed: Editor, n: Node):
+    """``(name, params)`` of an activation node ``FusedConv`` can take, else None (Clip
+    bounds must be constants)."""
+    if n.domain != "":
+        return None
+    op = n.op_type
+    if op in ("Relu", "Tanh", "Sigmoid"):
+        return op, []
+    if op == "LeakyRelu":
+        a = n.attrs.get("alpha")
+        return op, [0.01 if a is None else float(a)]
+    if op == "HardSigmoid":
+        a, b = n.attrs.get("alpha"), n.attrs.get("beta")
+        return op, [0.2 if a is None else float(a), 0.5 if b is None else float(b)]
+    if op == "Clip":
+        if (n.since_version or 1) < 11:
+            lo, hi = n.attrs.get("min"), n.attrs.get("max")
+            return op, [_LOWEST if lo is None else float(lo), _HIGHEST if hi is None else float(hi)]
+        bounds = []
+        for i, default in ((1, _LOWEST), (2, _HIGHEST)):
+            if len(n.inputs) > i and n.inputs[i]:
+                v = ed.const(n.inputs[i])
+                if v is None or v.size != 1:
+                    return None
+                bounds.append(float(v.reshape(-1)[0]))
+            else:
+                bounds.append(default)
+        return op, bounds
+    return None
+
+
+def _residual_conv(ed: Editor, add: Node):
+    """``(conv, z)`` when ``add`` is ``Conv(...) + z`` with the Conv output read only there and
+    ``z`` a float32 tensor of exactly its shape (FusedConv's ``Z``), else ``(None, None)``."""
+    if len(add.inputs) != 2:
+        return None, None
+    for y, other in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+        conv = op_of(ed, y, "Conv")
+        sy, so = ed.shape(y), ed.shape(other)
+        if (conv is not None and ed.single_use(y, add) and y != other and sy is not None and so is not None
+                and len(sy) == len(so) and all(same_dim(a, b) for a, b in zip(sy, so))
+                and ed.dtype(other) == F32):
+            return conv, other
+    return None, None
+
+
+_ACTIVATIONS = frozenset({"Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Clip"})
+
+
+class ConvActivationFusion(RewriteRule):
+    """``Conv`` (float32) whose only reader is an activation (Relu, Clip with constant bounds,
+    LeakyRelu, HardSigmoid, Sigmoid, Tanh), optionally through an ``Add`` of a tensor of the
+    output's exact shape (a residual: ``act(Conv(x) + z)``) -> onnxruntime's
+    ``com.microsoft.FusedConv`` (its ``Z`` input is the residual). The activation then runs
+    in place on the convolution's result instead of as a node of its own. A residual
+    ``Add`` with no activation after it becomes a ``FusedConv`` without ``activation``."""
+
+    name = "ConvActivationFusion"
+    level = EXTENDED
+    targets = _ACTIVATIONS | {"Add"}
+    stage = 1  # after the Conv folds: a BatchNormalization after a residual Add folds first
+
+    def rewrite(self, ed: Editor, n: Node) -> bool:
+        return self._residual(ed, n) if n.op_type == "Add" else self._activation(ed, n)
+
+    @staticmethod
+    def _activation(ed: Editor, act: Node) -> bool:
+        if not act.inputs:
+            return False
+        got = _activation(ed, act)
+        if got is None:
+            return False
+        name, params = got
+        src = act.inputs[0]
+        z = None
+        remove = [act]
+        conv = op_of(ed, src, "Conv")
+        if conv is None:
+            add = op_of(ed, src, "Add")
+            if add is None or not ed.single_use(src, act):
+                return False
+            conv, z = _residual_conv(ed, add)
+            if conv is None:
+                return False
+            remove.append(add)
+        elif not ed.single_use(src, act):
+            return False
+        if ed.dtype(conv.outputs[0]) != F32 or ed.rank(conv.outputs[0]) is None:
+            return False
+        ins = list(conv.inputs) + [""] * (3 - len(conv.inputs))
+        ins = ins[:3] + ([z] if z else [])
+        while ins and not ins[-1]:
+            ins.pop()
+        attrs = list(conv.proto_attrs) + [onnx.helper.make_attribute("activation", name)]
+        if params:
+            attrs.append(onnx.helper.make_attribute("activation_params", [float(p) for p in params]))
+        ed.ensure_opset(MS_DOMAIN)
+        new = ed.g.make_node("FusedConv", ins, [act.outputs[0]], name=ed.fresh(conv.name + "_fused"),
+                             domain=MS_DOMAIN, proto_attrs=attrs)
+        if ed.replace([conv, *remove], [new]):
+            ed.log("%s + %s -> FusedConv%s", conv.name, act.name, " (+Z)" if z else "")
+            return True
+        return False
+
+    @staticmethod
+    def _residual(ed: Editor, add: Node) -> bool:
+        if len(add.inputs) != 2:
+            return False
+        readers = ed.consumers(add.outputs[0])
+        if len(readers) == 1 and _activation(ed, readers[0]) is not None:
+            return False  # the activation takes the Add along when the walk reaches it
+        conv, other = _residual_conv(ed, add)
+        if conv is None or ed.dtype(conv.outputs[0]) != F32 or ed.const(other) is not None:
+            return False
+        ins = (list(conv.inputs) + ["", ""])[:3] + [other]
+        ed.ensure_opset(MS_DOMAIN)
+        new = ed.g.make_node("FusedConv", ins, [add.outputs[0]], name=ed.fresh(conv.name + "_fused"),
+                             domain=MS_DOMAIN, proto_attrs=list(conv.proto_attrs))
+        if ed.replace([conv, add], [new]):
+            ed.log("%s + %s -> FusedConv (+Z)", conv.name, add.name)
+            return True
+        return False
+
+
+# -- MatMul + Add -> Gemm -------------------------------------------------------------
+
+class MatMulAddFusion(RewriteRule):
+    """``MatMul(A, B) + C`` -> ``Gemm(A, B, C)`` for 2-D A and B, when C broadcasts to the
+    [M, N] result the way Gemm allows (rank <= 2, each dim 1 or the result's)."""
+
+    name = "MatMulAddFusion"
+    level = EXTENDED
+    targets = frozenset({"Add"})
+    stage = 1  # after SkipLayerNormFusion, which takes a bias Add along as its bias input
+
+    def condition(self, ed: Editor, add: Node) -> bool:
+        return len(add.inputs) == 2
+
+    def rewrite(self, ed: Editor, add: Node) -> bool:
+        for y, c in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+            mm = op_of(ed, y, "MatMul")
+            if mm is None or not ed.single_use(y) or y == c:
+                continue
+            a, b = mm.inputs
+            sa, sb, sc = ed.shape(a), ed.shape(b), ed.shape(c)
+            if sa is None or sb is None or sc is None or len(sa) != 2 or len(sb) != 2:
+                continue
+            if ed.dtype(a) not in FLOATS or ed.dtype(c) != ed.dtype(a):
+                continue
+            m, nn = sa[0], sb[1]
+            if len(sc) > 2 or not all(d == 1 or same_dim(d, want) for d, want in zip(sc[::-1], (nn, m))):
+                continue
+            gemm = ed.new_node("Gemm", [a, b, c], [add.outputs[0]], base=mm.name + "_gemm",
+                               attrs={"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0})
+            if ed.replace([mm, add], [gemm]):
+                ed.log("%s + %s -> Gemm %s", mm.name, add.name, gemm.name)
+                return True
+            return False
+        return False
