@@ -170,6 +170,7 @@ class InferenceSession:
         self._source = path_or_bytes  # set_providers and overridden initializers rebuild from it
         self._fallback = self.__dict__.get("_fallback", True)  # set_providers passes it on
         self._override_sess = None
+        self._override_lock = threading.Lock()
         model, weights, self._model_dir = _load_source(path_or_bytes)  # large weights stay out of protobuf
         check_types(model, weights)  # onnxruntime refuses a node whose type contradicts the graph's
         apply_free_dimension_overrides(model, opts)
@@ -452,23 +453,27 @@ class InferenceSession:
         """A session of the same model whose overridable initializers are plain inputs with
         their values as defaults (built on the first run that feeds one): the main plan
         may have folded those initializers as constants."""
-        if self._override_sess is None:
-            from ..graph.loader import load_model
-            from .typecheck import initializers_as_inputs
-
-            model, _ = load_model(self._source)
-            defaults = initializers_as_inputs(model, self._overridable_names)
-            so = copy.copy(self._sess_options)
-            so._config = dict(self._sess_options._config)
-            so.optimized_model_filepath = ""
-            so.enable_profiling = False
-            providers, provider_options = self._requested_providers
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ProviderFallbackWarning)  # already said once
-                sess = InferenceSession(model, so, providers=providers, provider_options=provider_options)
-            sess._defaults = defaults
-            self._override_sess = sess
+        with self._override_lock:
+            if self._override_sess is None:
+                self._override_sess = self._make_overriding_session()
         return self._override_sess
+
+    def _make_overriding_session(self) -> InferenceSession:
+        from ..graph.loader import load_model
+        from .typecheck import initializers_as_inputs
+
+        model, _ = load_model(self._source)
+        defaults = initializers_as_inputs(model, self._overridable_names)
+        so = copy.copy(self._sess_options)
+        so._config = dict(self._sess_options._config)
+        so.optimized_model_filepath = ""
+        so.enable_profiling = False
+        providers, provider_options = self._requested_providers
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ProviderFallbackWarning)  # already said once
+            sess = InferenceSession(model, so, providers=providers, provider_options=provider_options)
+        sess._defaults = defaults
+        return sess
 
     def _check_output_type(self, name: str, got) -> None:
         want = self._output_dtypes.get(name)
