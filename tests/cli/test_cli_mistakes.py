@@ -160,6 +160,7 @@ def test_profile_warms_up_before_it_counts(work):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     assert summary["runs"] == 3  # the summary counts the timed runs only
+    assert [(op, n) for op, _, n, _ in summary["by_op"]] == [("Relu", 3)]  # warm-up's node left out
     with open(summary["file"]) as f:
         runs = [e for e in json.load(f) if e.get("name") == "model_run"]
     assert len(runs) == 4  # the trace keeps the warm-up run, as onnxruntime's would
