@@ -473,10 +473,17 @@ def format_result(r: BenchResult) -> str:
 
 # -- profile summaries ------------------------------------------------------------------------
 
-def summarize_profile(path: str, top: int = 10) -> dict:
-    """Time by op type, by provider and the slowest nodes of a trace (ours or onnxruntime's)."""
+def summarize_profile(path: str, top: int = 10, skip_runs: int = 0) -> dict:
+    """Time by op type, by provider and the slowest nodes of a trace (ours or onnxruntime's);
+    the node events of the first ``skip_runs`` runs (warm-ups) are left out."""
     with open(path, encoding="utf-8") as f:
         events = json.load(f)
+    if skip_runs:
+        runs_at = sorted((int(e.get("ts", 0)), int(e.get("ts", 0)) + int(e.get("dur", 0))) for e in events
+                         if e.get("cat") == "Session" and e.get("name") == "model_run")[:skip_runs]
+        end = runs_at[-1][1] if runs_at else -1
+        events = [e for e in events if int(e.get("ts", 0)) > end
+                  or (e.get("cat") == "Session" and e.get("name") != "model_run")]
     by_op: dict[str, list] = {}
     by_prov: dict[str, list] = {}
     by_node: dict[str, list] = {}
@@ -531,9 +538,11 @@ def format_profile(s: dict) -> str:
 
 
 def profile(model: str, *, providers=None, threads: int = 0, level: int = 99, repeat: int = 10,
-            inputs: str | None = None, dim: int = 1, prefix: str | None = None, runtime: str = "ours") -> str:
-    """Run ``model`` ``repeat`` times with profiling on (every run is in the trace, as in ORT);
-    returns the trace file's path (``runtime="onnxruntime"`` profiles with onnxruntime)."""
+            inputs: str | None = None, dim: int = 1, prefix: str | None = None, runtime: str = "ours",
+            warmup: int = 0) -> str:
+    """Run ``model`` ``warmup + repeat`` times with profiling on (every run is in the trace, as
+    in ORT); returns the trace file's path (``runtime="onnxruntime"`` profiles with onnxruntime).
+    ``summarize_profile(path, skip_runs=warmup)`` leaves the warm-up runs out."""
     if inputs is None:
         inputs = default_inputs_path(model)
     if providers is None:
@@ -545,7 +554,7 @@ def profile(model: str, *, providers=None, threads: int = 0, level: int = 99, re
     sess = make_session(runtime, model, threads=threads, level=level,
                         providers=providers if runtime == "ours" else None, profile_prefix=prefix)
     feeds = load_inputs(sess, inputs, dim)
-    for _ in range(max(1, repeat)):
+    for _ in range(warmup + max(1, repeat)):
         sess.run(None, feeds)
     return sess.end_profiling()
 

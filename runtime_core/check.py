@@ -53,8 +53,11 @@ class CheckReport:
     def text(self) -> str:
         out = [f"model: {self.model}", "opsets: " + ", ".join(f"{d or 'ai.onnx'} {v}" for d, v in
                                                              sorted(self.opsets.items()))]
+        fallback = self.providers[-1] if self.providers else None
         for name, why in self.unavailable.items():
-            out.append(f"provider {name}: unavailable: {why}")
+            # the same words as the session's warning: run skips it and falls back
+            out.append(f"provider {name}: unavailable, skipped: {why}"
+                       + (f"; its nodes fall back to {fallback}" if fallback else ""))
         for r in self.rows:
             out.append(f"{r.qualified} ({r.nodes} node{'s' if r.nodes != 1 else ''}): "
                        + (f"runs on {r.runs_on}" if r.runs_on else "NO PROVIDER CAN RUN IT"))
@@ -85,9 +88,14 @@ class CheckReport:
 def _instances(providers):
     from .plugin.registry import get_registry
 
+    from .plugin.registry import FALLBACK_ALIAS
+
     reg = get_registry()
     if not providers:
         providers = [r.name for r in reg.loaded()]
+    providers = list(providers)
+    if not any(getattr(reg.lookup(p), "alias", None) == FALLBACK_ALIAS for p in providers):
+        providers.append(FALLBACK_ALIAS)  # as in a session: CPU is always the last resort
     chosen, unavailable = [], {}
     for name in providers:
         rec = reg.lookup(name)

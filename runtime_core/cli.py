@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .cli_args import Parser, UsageError, check_output_dir, int_at_least, load_npy
+
 SAMPLE = "sample_cnn.onnx"
 
 
@@ -41,6 +43,13 @@ def cmd_providers(args, out) -> int:
         rows.append((i["name"], i["alias"], i["distribution"], i["version"], i["plugin_api"],
                      "yes" if i["available"] else "no", i["reason"] or "-"))
     _table(rows, out)
+    from runtime_core.plugin.registry import get_registry
+
+    unknown = get_registry().unknown_allowed
+    if unknown:
+        sys.stderr.write(f"warning: RUNTIME_CORE_PLUGINS names {', '.join(map(repr, unknown))}, which no "
+                         "installed plugin provides; check the spelling (entry-point names: "
+                         + ", ".join(i["alias"] for i in info) + ")\n")
     broken = [i for i in info if i["status"] != "loaded"]
     if broken:
         out.write("\nplugins not loaded:\n")
@@ -63,7 +72,7 @@ def _providers_arg(s: str | None):
 def _model_arg(args) -> str:
     if args.sample or args.model in (None, "sample"):
         if args.model not in (None, "sample"):
-            raise SystemExit("give either MODEL or --sample, not both")
+            raise UsageError("give either MODEL or --sample, not both")
         return str(sample_model_path())
     return args.model
 
@@ -100,7 +109,7 @@ def random_feeds(sess, dim: int = 1, seed: int = 0) -> dict:
     for i in sess.get_inputs():
         dt = _DTYPES.get(i.type)
         if dt is None:
-            raise SystemExit(f"cannot make a random value for input {i.name!r} of type {i.type}; "
+            raise UsageError(f"cannot make a random value for input {i.name!r} of type {i.type}; "
                              f"pass it with --input {i.name}=FILE.npy")
         shape = [d if isinstance(d, int) else dim for d in (i.shape or [])]
         if dt is object:
@@ -114,17 +123,35 @@ def random_feeds(sess, dim: int = 1, seed: int = 0) -> dict:
     return feeds
 
 
+def _input_files(specs) -> dict:
+    """``--input NAME=FILE.npy`` values, loaded (every mistake is a :class:`UsageError`)."""
+    given = {}
+    for spec in specs or []:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise UsageError(f"--input takes NAME=FILE.npy (the model input's name, then its .npy file), "
+                             f"got {spec!r}")
+        if name in given:
+            raise UsageError(f"--input {name}= is given twice")
+        given[name] = load_npy(path, f"--input {name}: file")
+    return given
+
+
 def cmd_run(args, out) -> int:
+    given = _input_files(args.input)  # every file is checked before the model loads
+    if args.save:
+        check_output_dir(args.save, "--save")
     sess = _session(args)
-    feeds = random_feeds(sess, dim=args.dim)
-    for spec in args.input or []:
-        if "=" not in spec:
-            raise SystemExit(f"--input takes NAME=FILE.npy, got {spec!r}")
-        name, path = spec.split("=", 1)
-        feeds[name] = np.load(path, allow_pickle=False)
+    names = [i.name for i in sess.get_inputs()]
+    unknown = [n for n in given if n not in names]
+    if unknown:
+        raise UsageError(f"--input {unknown[0]}=: the model has no input {unknown[0]!r} "
+                         f"(its inputs: {', '.join(names) or 'none'})")
+    feeds = random_feeds(sess, dim=args.dim) if len(given) < len(names) else {}
+    feeds.update(given)
     sess.run(None, feeds)  # warm-up
     times = []
-    for _ in range(max(1, args.repeat)):
+    for _ in range(args.repeat):
         t0 = time.perf_counter()
         outs = sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
@@ -140,14 +167,36 @@ def cmd_run(args, out) -> int:
         else:
             stats = f"{type(v).__name__}"
         out.write(f"  {o.name}: {getattr(v, 'dtype', '')} {list(np.shape(v)) if isinstance(v, np.ndarray) else ''} {stats}\n")
-        if args.save:
-            np.save(Path(args.save) / f"{o.name}.npy", v, allow_pickle=False)
+    if args.save:
+        _save_outputs(args.save, sess.get_outputs(), outs, out)
     out.write("partition:\n")
     for line in sess.get_partition_report().summary().splitlines():
         out.write(f"  {line}\n")
     med = sorted(times)[len(times) // 2] * 1e3
     out.write(f"latency: median {med:.3f} ms over {len(times)} run(s)\n")
     return 0
+
+
+def _save_outputs(folder: str, specs, values, out) -> None:
+    """Write each output as ``<name>.npy``; all or nothing (a file left half-written is removed)."""
+    import os
+
+    written = []
+    try:
+        for o, v in zip(specs, values):
+            if not isinstance(v, np.ndarray) or v.dtype == object:
+                out.write(f"  (output {o.name} is not a numeric array: not saved)\n")
+                continue
+            path = Path(folder) / (o.name.replace(os.sep, "_").replace("/", "_") + ".npy")
+            written.append(path)
+            np.save(path, v, allow_pickle=False)
+    except OSError as exc:
+        for p in written:
+            p.unlink(missing_ok=True)
+        raise UsageError(f"--save {folder!r}: writing {written[-1].name} failed: {exc.strerror or exc}; "
+                         "nothing was saved") from None
+    if written:
+        out.write(f"saved: {', '.join(str(p) for p in written)}\n")
 
 
 def cmd_partition(args, out) -> int:
@@ -161,7 +210,7 @@ def cmd_partition(args, out) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="runtime-core", description="Run ONNX models on pluggable execution providers.")
+    p = Parser(prog="runtime-core", description="Run ONNX models on pluggable execution providers.")
     sub = p.add_subparsers(dest="command", required=True)
     sp = sub.add_parser("providers", help="list installed providers and broken plugins")
     sp.add_argument("--json", action="store_true")
@@ -173,11 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--sample", action="store_true", help="use the bundled sample CNN")
         sp.add_argument("--providers", help="comma-separated provider names in priority order")
         sp.add_argument("--strict", action="store_true", help="refuse to fall back to CPU")
-        sp.add_argument("--threads", type=int, default=0, help="intra-op (BLAS) threads")
+        sp.add_argument("--threads", type=int_at_least(0), default=0, help="intra-op (BLAS) threads")
         if name == "run":
             sp.add_argument("--input", action="append", metavar="NAME=FILE.npy")
-            sp.add_argument("--dim", type=int, default=1, help="value for symbolic dims of random inputs")
-            sp.add_argument("--repeat", type=int, default=10)
+            sp.add_argument("--dim", type=int_at_least(0), default=1,
+                            help="value for symbolic dims of random inputs")
+            sp.add_argument("--repeat", type=int_at_least(1), default=10, help="timed runs (>= 1)")
             sp.add_argument("--save", metavar="DIR", help="save outputs as .npy files")
         else:
             sp.add_argument("--json", action="store_true")
@@ -204,8 +254,12 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args, sys.stdout)
+    except UsageError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2
     except RuntimeCoreError as exc:
-        sys.stderr.write(f"error: {type(exc).__name__}: {exc}\n")
+        msg = " ".join(str(exc).split())  # one line, whatever the message holds
+        sys.stderr.write(f"error: {type(exc).__name__}: {msg}\n")
         return 2
 
 

@@ -5,9 +5,15 @@ Errors that describe bad arguments also derive from the matching builtin
 (``ValueError``, ``TypeError``, ``KeyError``) so that generic handlers keep working.
 Each message names the thing, what was expected, what was received, and, where
 there are alternatives, lists them.
+
+Each also derives from the exception class onnxruntime raises in the same situation
+(:mod:`runtime_core.capi.onnxruntime_pybind11_state`), so that an onnxruntime script's
+``except InvalidArgument`` or ``except Fail`` keeps catching it.
 """
 
 from __future__ import annotations
+
+from .capi import onnxruntime_pybind11_state as _ort
 
 __all__ = [
     "RuntimeCoreError",
@@ -15,6 +21,9 @@ __all__ = [
     "InvalidModelError",
     "UnsupportedModelError",
     "ExternalDataError",
+    "ModelFileNotFoundError",
+    "InvalidProtobufError",
+    "ModelTypeError",
     "InvalidArgumentError",
     "InputError",
     "InputNameError",
@@ -39,23 +48,39 @@ class RuntimeCoreError(Exception):
     """Base class of every error that runtime-core raises on purpose."""
 
 
-class ModelLoadError(RuntimeCoreError):
+class ModelLoadError(RuntimeCoreError, _ort.Fail):
     """The model could not be read (file missing, not a protobuf, ...)."""
 
 
-class InvalidModelError(ModelLoadError, ValueError):
-    """The model was read but is not a valid ONNX model (checker failure, cycles, ...)."""
+class InvalidModelError(ModelLoadError, ValueError, _ort.InvalidGraph, _ort.InvalidArgument):
+    """The model was read but is not a valid ONNX model (checker failure, cycles, ...).
+
+    onnxruntime raises Fail, InvalidGraph or InvalidArgument for invalid models, depending on
+    the defect; this class is all three so that any of those handlers catches it."""
 
 
 class UnsupportedModelError(ModelLoadError):
     """The model is valid ONNX but uses an IR version or opset outside the supported range."""
 
 
+class ModelFileNotFoundError(ModelLoadError, _ort.NoSuchFile):
+    """The model path does not exist (onnxruntime: NoSuchFile)."""
+
+
+class InvalidProtobufError(InvalidModelError, _ort.InvalidProtobuf):
+    """The model's bytes are not an ONNX protobuf (onnxruntime: InvalidProtobuf)."""
+
+
+class ModelTypeError(InvalidModelError):
+    """A node's output type contradicts the type the graph declares for that value
+    (onnxruntime refuses such a model at session creation with Fail)."""
+
+
 class ExternalDataError(ModelLoadError):
     """External tensor data refers to a location outside the model's folder, or is unsafe."""
 
 
-class InvalidArgumentError(RuntimeCoreError, ValueError):
+class InvalidArgumentError(RuntimeCoreError, ValueError, _ort.InvalidArgument):
     """An argument of a public call is malformed."""
 
 
@@ -89,11 +114,11 @@ class OutputNameError(InvalidArgumentError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
-class ProviderError(RuntimeCoreError):
+class ProviderError(RuntimeCoreError, _ort.EPFail):
     """Base class of errors about execution providers."""
 
 
-class UnknownProviderError(ProviderError, ValueError):
+class UnknownProviderError(ProviderError, ValueError, RuntimeError):
     """A provider name that no installed plugin registers."""
 
 
@@ -118,11 +143,11 @@ class PluginError(ProviderError):
     """A plugin broke a rule of the plugin contract."""
 
 
-class PartitionError(RuntimeCoreError):
+class PartitionError(RuntimeCoreError, _ort.NotImplemented, _ort.Fail):
     """The graph could not be partitioned (for example, a node nobody can run)."""
 
 
-class ExecutionError(RuntimeCoreError, RuntimeError):
+class ExecutionError(RuntimeCoreError, RuntimeError, _ort.Fail, _ort.RuntimeException):
     """A kernel failed while running; the message names the node and its provider."""
 
 

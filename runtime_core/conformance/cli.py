@@ -8,6 +8,9 @@ import sys
 __all__ = ["register"]
 
 
+from ..cli_args import UsageError, check_output_file, float_at_least, int_at_least
+
+
 def register(sub) -> None:
     """Add the ``conformance`` subcommand to the CLI's subparsers."""
     sp = sub.add_parser("conformance", help="run the ONNX backend test suite (2033 cases)")
@@ -15,8 +18,8 @@ def register(sub) -> None:
     sp.add_argument("-k", dest="pattern", help="only cases whose folder/name matches this regular expression")
     sp.add_argument("--folders", help="comma-separated folders (node, simple, pytorch-converted, "
                                       "pytorch-operator, real); default all")
-    sp.add_argument("--jobs", type=int, default=0, help="worker processes (default: CPU count)")
-    sp.add_argument("--timeout", type=float, default=300.0, help="seconds a case may run")
+    sp.add_argument("--jobs", type=int_at_least(0), default=0, help="worker processes (default: CPU count)")
+    sp.add_argument("--timeout", type=float_at_least(0.001), default=300.0, help="seconds a case may run")
     sp.add_argument("--json", metavar="FILE", help="write every result to FILE")
     sp.add_argument("--per-provider", action="store_true",
                     help="also count the cases whose nodes the first provider claims entirely")
@@ -31,8 +34,23 @@ def cmd_conformance(args, out) -> int:
     from .exclusions import load_exclusions, may_pass
     from .runner import Summary, run_cases
 
+    import re
+
+    from .cases import FOLDERS
+
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     folders = [f.strip() for f in args.folders.split(",")] if args.folders else None
+    unknown = [f for f in folders or () if f not in FOLDERS]
+    if unknown:
+        raise UsageError(f"--folders: unknown folder(s) {', '.join(map(repr, unknown))}; "
+                         f"the folders are {', '.join(FOLDERS)}")
+    if args.pattern:
+        try:
+            re.compile(args.pattern)
+        except re.error as exc:
+            raise UsageError(f"-k {args.pattern!r} is not a regular expression: {exc}") from None
+    if args.json:
+        check_output_file(args.json, "--json")  # before hours of cases, not after
     cases = load_cases(folders, args.pattern)
     if not cases:
         out.write("no case matches\n")

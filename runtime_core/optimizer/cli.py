@@ -26,22 +26,32 @@ def register(sub) -> None:
 
 
 def cmd_optimize(args, out) -> int:
+    import os
     import warnings
 
     import onnx
 
+    from ..cli_args import check_output_file, check_readable
     from ..session import GraphOptimizationLevel, InferenceSession, SessionOptions
 
-    before = onnx.load(args.input, load_external_data=False)
+    check_readable(args.input, "input model")
+    check_output_file(args.output, "output", not_same_as=args.input)
+    existed = os.path.exists(args.output)
     so = SessionOptions()
     so.graph_optimization_level = getattr(GraphOptimizationLevel, LEVELS[args.level])
     so.optimized_model_filepath = args.output
     if args.disable:
         so.add_session_config_entry("optimization.disable_specified_optimizers", args.disable)
     providers = [p.strip() for p in (args.providers or "cpu").split(",") if p.strip()]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sess = InferenceSession(args.input, so, providers=providers)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sess = InferenceSession(args.input, so, providers=providers)
+    except BaseException:
+        if not existed and os.path.exists(args.output):  # nothing partial is left behind
+            os.unlink(args.output)
+        raise
+    before = onnx.load(args.input, load_external_data=False)  # the session loaded it: it is valid
     after = onnx.load(args.output, load_external_data=False)
     n0, n1 = len(before.graph.node), len(after.graph.node)
     out.write(f"{args.input}: {n0} nodes -> {args.output}: {n1} nodes "

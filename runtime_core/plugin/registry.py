@@ -10,7 +10,9 @@ Environment:
 * ``RUNTIME_CORE_DISABLE_PLUGINS``: comma-separated entry-point names not to load,
   or ``1``/``all``/``*`` for every plugin except ``cpu`` (the fallback);
 * ``RUNTIME_CORE_PLUGINS``: an allow list (comma-separated names); ``cpu`` is
-  always allowed.
+  always allowed; a name that matches no installed plugin is warned about;
+* ``RUNTIME_CORE_DEFAULT_PROVIDERS``: the providers of sessions that name none (see
+  :func:`default_providers`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ ENTRY_POINT_GROUP = "runtime_core.providers"
 """The entry-point group providers are found in; an entry point's name is the provider's alias."""
 
 FALLBACK_ALIAS = "cpu"
+DEFAULT_PROVIDERS_ENV = "RUNTIME_CORE_DEFAULT_PROVIDERS"
+DEFAULT_PROVIDERS_CONFIG = "session.default_providers"
+"""Session config entry that names the default providers of one session (same form as the env)."""
 REQUIRED_ATTRS = ("name", "alias", "version", "distribution", "plugin_api")
 
 hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT_NAME)
@@ -165,6 +170,7 @@ class Registry:
         self.pm = _PluginManager(hookspecs.PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
         self.records: list[ProviderRecord] = []
+        self.unknown_allowed: list[str] = []  # RUNTIME_CORE_PLUGINS names no plugin has
         self._load(entry_points)
 
     # -- loading ------------------------------------------------------------
@@ -195,6 +201,15 @@ class Registry:
                 logger.info("plugin %s disabled (%s)", ep.name, why)
                 continue
             self._load_one(ep)
+        if allow is not None:
+            names = {ep.name for ep in entry_points}
+            unknown = [a for a in allow if a not in names]
+            if unknown:
+                # an allow list that names nothing installed silently disables every plugin
+                logger.warning("RUNTIME_CORE_PLUGINS names %s, which no installed plugin provides "
+                               "(installed: %s)", ", ".join(repr(u) for u in unknown),
+                               ", ".join(sorted(names)) or "none")
+                self.unknown_allowed = unknown
 
     def _fail(self, ep, status: str, reason: str, **extra) -> None:
         dist, ver = _dist_of(ep)
@@ -284,6 +299,21 @@ class Registry:
             if rec.name.lower() == low or rec.alias.lower() == low:
                 return rec
         return None
+
+
+def default_providers(config_value: str | None = None) -> list[str]:
+    """The providers of a session that names none: the session config entry
+    ``session.default_providers`` if set, else ``RUNTIME_CORE_DEFAULT_PROVIDERS``, else
+    ``["CPUExecutionProvider"]`` (as onnxruntime's CPU package: installing a provider never
+    changes such sessions). Either is a comma-separated list of names or aliases, or ``all``:
+    every available provider in registry order."""
+    raw = config_value if config_value is not None else os.environ.get(DEFAULT_PROVIDERS_ENV)
+    names = [p.strip() for p in (raw or "").split(",") if p.strip()]
+    if not names:
+        return ["CPUExecutionProvider"]
+    if [n.lower() for n in names] in (["all"], ["*"]):
+        return [r.name for r in get_registry().loaded() if r.available]
+    return names
 
 
 _REGISTRY: Registry | None = None

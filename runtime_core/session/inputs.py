@@ -36,11 +36,14 @@ class InputSpec:
 
 
 def check_output_names(names, known: list[str]) -> list[str]:
+    """The outputs to compute: ``None`` or an empty list means all (as in onnxruntime)."""
     if names is None:
         return list(known)
     if isinstance(names, str):
         names = [names]
     out = list(names)
+    if not out:
+        return list(known)
     for n in out:
         if n not in known:
             raise OutputNameError(f"output {n!r} is not an output of this model{_nearest(n, known)} "
@@ -87,9 +90,19 @@ def _convert(spec: InputSpec, value):
             return _convert(InputSpec(name, spec.dtype, None, "sequence", inner), value)
     if hasattr(value, "_rt_device_value"):  # an OrtValue
         value = value.numpy()
+    if isinstance(value, (list, tuple)) and spec.dtype is not None and spec.dtype != np.dtype(object):
+        try:  # onnxruntime makes a tensor of the input's type from a (nested) list
+            value = np.array(value, dtype=spec.dtype)
+        except (ValueError, TypeError) as exc:
+            raise InputTypeError(f"input {name!r} expects {spec.type_str}; the list given cannot become "
+                                 f"one (ragged or not numbers): {exc}") from None
     if not isinstance(value, np.ndarray):
         if isinstance(value, (np.generic, int, float, bool, str, list, tuple)):
-            value = np.asarray(value)
+            try:
+                value = np.asarray(value)
+            except ValueError as exc:  # a ragged list
+                raise InputTypeError(f"input {name!r} expects {spec.type_str}; the list given cannot "
+                                     f"become a tensor (ragged?): {exc}") from None
         else:
             raise InputTypeError(f"input {name!r} expects a numpy array of {spec.type_str}, "
                                  f"got {type(value).__name__}")

@@ -44,6 +44,24 @@ class SessionOptions:
         self.enable_cpu_mem_arena = True
         self.use_deterministic_compute = False
         self._config: dict[str, str] = {}
+        self._free_dims_by_name: dict[str, int] = {}
+        self._free_dims_by_denotation: dict[str, int] = {}
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        """Fix the symbolic dim ``dim_name`` to ``dim_value`` before optimization (ORT's name);
+        ``get_inputs()`` then reports the value and feeds must match it."""
+        from .typecheck import check_free_dimension
+
+        k, v = check_free_dimension("name", dim_name, dim_value)
+        self._free_dims_by_name[k] = v
+
+    def add_free_dimension_override_by_denotation(self, dim_denotation: str, dim_value: int) -> None:
+        """Fix every dim whose denotation is ``dim_denotation`` (``DATA_BATCH``, ...) to
+        ``dim_value`` before optimization (ORT's name)."""
+        from .typecheck import check_free_dimension
+
+        k, v = check_free_dimension("denotation", dim_denotation, dim_value)
+        self._free_dims_by_denotation[k] = v
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         """Set a session config entry (``session.disable_cpu_ep_fallback``, ...)."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
+import os
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -16,6 +19,9 @@ from ..errors import (
     FallbackRefusedError,
     InputTypeError,
     InvalidArgumentError,
+    InvalidModelError,
+    InvalidProtobufError,
+    ModelFileNotFoundError,
     PluginError,
     ProviderOptionsError,
     ProviderUnavailableError,
@@ -30,13 +36,14 @@ from ..graph.loader import load
 from ..graph.types import dtype_of, shape_of, type_kind, type_string
 from ..optimizer import optimize
 from ..partition import partition_graph
-from ..plugin.registry import FALLBACK_ALIAS, get_registry
+from ..plugin.registry import DEFAULT_PROVIDERS_CONFIG, FALLBACK_ALIAS, default_providers, get_registry
 from .inputs import InputSpec, check_output_names, validate_feeds
 from .iobinding import IOBinding, check_bound_input
 from .options import (RunOptions, SessionOptions, default_thread_count,
                       inter_op_threads)
 from .ortvalue import OrtValue, resolve_device
 from .profiling import Profiler
+from .typecheck import apply_free_dimension_overrides, check_types
 
 logger = logging.getLogger("runtime_core.session")
 
@@ -46,6 +53,33 @@ DISABLE_OPTIMIZERS = "optimization.disable_specified_optimizers"
 
 class ProviderFallbackWarning(UserWarning):
     """A requested provider is unknown or unavailable; the session runs without it."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the first frame outside runtime_core
+    (the user's line that created the session), however deep the call came from."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _load_source(path_or_bytes):
+    """:func:`load`, with onnxruntime's error classes: a missing file is NoSuchFile, bytes
+    that are not protobuf InvalidProtobuf (both still :class:`ModelLoadError`)."""
+    if isinstance(path_or_bytes, (str, os.PathLike)) and not os.path.lexists(path_or_bytes):
+        raise ModelFileNotFoundError(f"model file {os.fspath(path_or_bytes)!r} does not exist")
+    try:
+        return load(path_or_bytes)
+    except InvalidModelError as exc:
+        from google.protobuf.message import DecodeError
+
+        if isinstance(exc.__cause__, DecodeError):
+            raise InvalidProtobufError(str(exc)) from exc.__cause__
+        raise
 
 
 @dataclass
@@ -134,7 +168,13 @@ class InferenceSession:
         intra = int(opts.intra_op_num_threads or 0) or default_thread_count()
         self._profiler = Profiler(opts.profile_file_prefix) if opts.enable_profiling else None
         strict = opts.get_config(DISABLE_FALLBACK, "0") == "1"
-        model, weights, self._model_dir = load(path_or_bytes)  # large weights stay out of protobuf
+        self._source = path_or_bytes  # set_providers and overridden initializers rebuild from it
+        self._fallback = self.__dict__.get("_fallback", True)  # set_providers passes it on
+        self._override_sess = None
+        self._override_lock = threading.Lock()
+        model, weights, self._model_dir = _load_source(path_or_bytes)  # large weights stay out of protobuf
+        check_types(model, weights)  # onnxruntime refuses a node whose type contradicts the graph's
+        apply_free_dimension_overrides(model, opts)
         if self._profiler is not None:
             self._profiler.mark("model_loading_array" if isinstance(path_or_bytes, (bytes, bytearray))
                                 else "model_loading_uri")
@@ -150,6 +190,8 @@ class InferenceSession:
         self._inputs = [_node_arg(v) for v in feed_vis]
         self._outputs = [_node_arg(v) for v in graph.outputs]
         self._overridable = [_node_arg(v) for v in graph.inputs if v.name in graph.initializers]
+        self._overridable_names = {v.name for v in self._overridable}
+        self._requested_providers = (providers, provider_options)
         self._specs = {v.name: InputSpec(v.name, dtype_of(v.type), shape_of(v.type), type_kind(v.type),
                                          type_string(v.type), type_kind(v.type) == "optional")
                        for v in feed_vis}
@@ -206,8 +248,9 @@ class InferenceSession:
     def _make_providers(self, providers, provider_options, strict):
         registry = get_registry()
         requested = _requested(providers, provider_options)
-        if not requested:
-            requested = [(r.name, {}) for r in registry.loaded() if r.available]
+        if not requested:  # onnxruntime's CPU package: CPU only, unless the user opts in
+            requested = [(n, {}) for n in default_providers(
+                self._sess_options.get_config(DEFAULT_PROVIDERS_CONFIG))]
         unavailable: dict[str, str] = {}
         chosen = []
         for name, options in requested:
@@ -224,8 +267,12 @@ class InferenceSession:
                     cls = UnknownProviderError if rec is None else ProviderUnavailableError
                     raise FallbackRefusedError(
                         f"{DISABLE_FALLBACK}=1 and requested provider {name!r} is unavailable: {why}") from cls(why)
+                if not self._fallback:
+                    cls = UnknownProviderError if rec is None else ProviderUnavailableError
+                    raise cls(f"requested provider {name!r} is unavailable and fallback is disabled "
+                              f"(disable_fallback()): {why}")
                 warnings.warn(f"provider {name!r} is unavailable and is skipped: {why}",
-                              ProviderFallbackWarning, stacklevel=4)
+                              ProviderFallbackWarning, stacklevel=_user_stacklevel())
                 unavailable[name] = why
                 continue
             if any(c[0] is rec for c in chosen):
@@ -252,6 +299,34 @@ class InferenceSession:
         return instances, unavailable
 
     # -- ORT API ----------------------------------------------------------------
+    def set_providers(self, providers=None, provider_options=None) -> None:
+        """Rebuild the session on ``providers`` (ORT's ``set_providers``); ``None``: the default
+        providers (see :func:`runtime_core.plugin.registry.default_providers`).
+
+        As in onnxruntime, a name no installed plugin provides raises
+        :class:`UnknownProviderError`; an installed but unavailable one is skipped with a
+        :class:`ProviderFallbackWarning`, or raises after :meth:`disable_fallback`. On error the
+        session is unchanged."""
+        registry = get_registry()
+        for name, _ in _requested(providers, provider_options):
+            if registry.lookup(name) is None:
+                known = ", ".join(f"{r.name} ({r.alias})" for r in registry.loaded()) or "none"
+                raise UnknownProviderError(f"unknown provider {name!r}: no installed plugin provides it "
+                                           f"(installed: {known})")
+        new = type(self).__new__(type(self))
+        new._fallback = self._fallback  # __init__ keeps it
+        new.__init__(self._source, self._sess_options, providers, provider_options)
+        self.__dict__.update(new.__dict__)
+
+    def disable_fallback(self) -> None:
+        """After this, :meth:`set_providers` refuses an unavailable provider instead of
+        skipping it with a warning (onnxruntime's ``disable_fallback``)."""
+        self._fallback = False
+
+    def enable_fallback(self) -> None:
+        """Undo :meth:`disable_fallback` (the default: unavailable providers are skipped)."""
+        self._fallback = True
+
     def get_inputs(self) -> list[NodeArg]:
         """Inputs a caller feeds (initializers excluded)."""
         return list(self._inputs)
@@ -260,6 +335,7 @@ class InferenceSession:
         return list(self._outputs)
 
     def get_overridable_initializers(self) -> list[NodeArg]:
+        """Initializers that are also graph inputs: ``run`` may feed them by name."""
         return list(self._overridable)
 
     def get_modelmeta(self) -> ModelMetadata:
@@ -355,6 +431,11 @@ class InferenceSession:
         if not hasattr(input_feed, "items"):
             raise InputTypeError(f"input_feed must be a dict of input name to array, "
                                  f"got {type(input_feed).__name__}")
+        if self._overridable_names and not self._overridable_names.isdisjoint(input_feed.keys()):
+            sess = self._overriding_session()
+            input_feed = {**{k: v for k, v in sess._defaults.items() if k not in input_feed}, **input_feed}
+            return sess._execute(input_feed, names, device_feeds=device_feeds, placements=placements,
+                                 stats=stats)
         device_feeds = dict(device_feeds or {})
         host = {}
         for name, value in input_feed.items():
@@ -375,6 +456,32 @@ class InferenceSession:
                                             placements=placements, stats=stats, stop=stop)
         return self._plan.run(feeds, names, device_feeds=device_feeds or None, placements=placements,
                               stats=stats, stop=stop)
+
+    def _overriding_session(self) -> InferenceSession:
+        """A session of the same model whose overridable initializers are plain inputs with
+        their values as defaults (built on the first run that feeds one): the main plan
+        may have folded those initializers as constants."""
+        with self._override_lock:
+            if self._override_sess is None:
+                self._override_sess = self._make_overriding_session()
+        return self._override_sess
+
+    def _make_overriding_session(self) -> InferenceSession:
+        from ..graph.loader import load_model
+        from .typecheck import initializers_as_inputs
+
+        model, _ = load_model(self._source)
+        defaults = initializers_as_inputs(model, self._overridable_names)
+        so = copy.copy(self._sess_options)
+        so._config = dict(self._sess_options._config)
+        so.optimized_model_filepath = ""
+        so.enable_profiling = False
+        providers, provider_options = self._requested_providers
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ProviderFallbackWarning)  # already said once
+            sess = InferenceSession(model, so, providers=providers, provider_options=provider_options)
+        sess._defaults = defaults
+        return sess
 
     def _check_output_type(self, name: str, got) -> None:
         want = self._output_dtypes.get(name)

@@ -85,7 +85,9 @@ def test_partition_with_fixture_device_shows_declines():
 def test_errors_are_reported_not_tracebacks(tmp_path):
     proc = cli("run", str(tmp_path / "missing.onnx"), check=False)
     assert proc.returncode == 2
-    assert "ModelLoadError" in proc.stderr and "Traceback" not in proc.stderr
+    # ModelFileNotFoundError is a ModelLoadError (and onnxruntime's NoSuchFile)
+    assert "ModelFileNotFoundError" in proc.stderr and "missing.onnx" in proc.stderr
+    assert "Traceback" not in proc.stderr
     proc = cli("run", "--sample", "--strict", "--providers", "nosuch,cpu", check=False)
     assert proc.returncode == 2 and "FallbackRefusedError" in proc.stderr
 

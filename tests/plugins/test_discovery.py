@@ -82,3 +82,28 @@ def test_session_works_with_broken_plugins_installed(fixture_plugins):
     m = make_model([helper.make_node("Identity", ["x"], ["y"])], {"x": np.zeros((2,), np.float32)}, ["y"])
     sess = rt.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(sess.run(None, {"x": np.arange(2, dtype=np.float32)})[0], [0, 1])
+
+
+def test_allow_list_naming_nothing_installed_is_warned_about(fixture_plugins, monkeypatch, caplog):
+    monkeypatch.setenv("RUNTIME_CORE_PLUGINS", "fakegpu,fakgpu")
+    with caplog.at_level("WARNING", logger="runtime_core.plugin"):
+        reg = reload_plugins()
+    assert reg.unknown_allowed == ["fakgpu"]
+    assert any("fakgpu" in r.getMessage() and "no installed plugin" in r.getMessage() for r in caplog.records)
+    assert _info("nodevice")["reason"] == "disabled by not in RUNTIME_CORE_PLUGINS"
+
+
+def test_installing_a_provider_does_not_change_default_sessions(fakegpu, monkeypatch):
+    """A session that names no providers runs on the CPU only, whatever is installed."""
+    from oracle import make_model
+    from onnx import helper
+
+    monkeypatch.delenv("RUNTIME_CORE_DEFAULT_PROVIDERS", raising=False)
+    assert "FakeGpuExecutionProvider" in rt.get_available_providers()
+    m = make_model([helper.make_node("Relu", ["x"], ["y"])], {"x": np.zeros((2,), np.float32)}, ["y"])
+    sess = rt.InferenceSession(m.SerializeToString())
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+    assert {n.provider for n in sess.get_partition_report().nodes} == {"CPUExecutionProvider"}
+    monkeypatch.setenv("RUNTIME_CORE_DEFAULT_PROVIDERS", "fakegpu,cpu")  # opting in
+    sess = rt.InferenceSession(m.SerializeToString())
+    assert sess.get_providers() == ["FakeGpuExecutionProvider", "CPUExecutionProvider"]
