@@ -383,6 +383,53 @@ static Py_ssize_t cv_chunk(const Py_ssize_t *toff, Py_ssize_t T, int tiles_outer
     return kc < 1 ? 1 : kc;
 }
 
+/* conv2d without phase planes, for windows whose padded extent is far larger than the data
+ * (extreme strides, dilations or pads): every output the sum over c, then the taps, as the
+ * tiles sum, a tap in the padding reading 0, then the tiles' epilogue. A unit is an output
+ * plane (image, channel). */
+typedef struct {
+    const float *x, *wp, *b, *z; /* wp packed as the tiles read it: [ceil(M / mr)][C * KH * KW][mr] */
+    float *y;
+    Py_ssize_t N, C, H, W, M, KH, KW, sh, sw, dh, dw, pt, pl, ty, tx, OH, OW, mr;
+    float lo, hi;
+} cv_direct_job;
+
+CV_CLONES static void cv_direct(const cv_direct_job *d, Py_ssize_t u0, Py_ssize_t u1)
+{
+    const Py_ssize_t T = d->KH * d->KW, K = d->C * T, P = d->OH * d->OW;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        const Py_ssize_t n = u / d->M, m = u - n * d->M;
+        const float *xn = d->x + n * d->C * d->H * d->W;
+        const float *wm = d->wp + (m / d->mr) * K * d->mr + m % d->mr;
+        const float bias = d->b ? d->b[m] : 0.0f;
+        for (Py_ssize_t oh = 0; oh < d->OH; oh++)
+            for (Py_ssize_t ow = 0; ow < d->OW; ow++) {
+                float acc = 0.0f;
+                for (Py_ssize_t c = 0; c < d->C; c++) {
+                    const float *xc = xn + c * d->H * d->W;
+                    for (Py_ssize_t kh = 0; kh < d->KH; kh++) {
+                        const rc_wide r = (rc_wide)oh * d->sh + d->ty + (rc_wide)kh * d->dh - d->pt;
+                        for (Py_ssize_t kw = 0; kw < d->KW; kw++) {
+                            const rc_wide q = (rc_wide)ow * d->sw + d->tx + (rc_wide)kw * d->dw - d->pl;
+                            const float xv = r >= 0 && r < d->H && q >= 0 && q < d->W
+                                                 ? xc[(Py_ssize_t)r * d->W + (Py_ssize_t)q] : 0.0f;
+                            acc += wm[(c * T + kh * d->KW + kw) * d->mr] * xv;
+                        }
+                    }
+                }
+                const Py_ssize_t o = (n * d->M + m) * P + oh * d->OW + ow;
+                d->y[o] = clipf(acc + bias + (d->z ? d->z[o] : 0.0f), d->lo, d->hi);
+            }
+    }
+}
+
+static void cv_direct_part(void *arg, int part, int parts)
+{
+    const cv_direct_job *d = (const cv_direct_job *)arg;
+    const Py_ssize_t units = d->N * d->M;
+    cv_direct(d, units * part / parts, units * (part + 1) / parts);
+}
+
 PyObject *rc_py_conv2d(PyObject *self, PyObject *args)
 {
     PyObject *xo, *wo, *bo, *zo, *yo, *extra = Py_None;
@@ -409,7 +456,7 @@ PyObject *rc_py_conv2d(PyObject *self, PyObject *args)
         if (!PyArg_ParseTuple(extra, "OOOOnnnffp:conv2d extra", &wo2, &bo2, &zo2, &yo2, &M2, &ty, &tx, &lo2, &hi2,
                               &lanes2))
             return NULL;
-        if (M2 < 1 || ty < 0 || tx < 0 || ty > (KH - 1) * dh || tx > (KW - 1) * dw) {
+        if (M2 < 1 || ty < 0 || tx < 0 || ty > (rc_wide)(KH - 1) * dh || tx > (rc_wide)(KW - 1) * dw) {
             PyErr_SetString(PyExc_ValueError, "conv2d: the extra convolution needs M2 >= 1 and its tap inside "
                                               "the first one's window");
             return NULL;
@@ -417,28 +464,62 @@ PyObject *rc_py_conv2d(PyObject *self, PyObject *args)
     }
     /* channel blocks of CV_MR, or of CT_MR with the channels in the lanes */
     const Py_ssize_t mr = lanes ? CT_MR : CV_MR, mr2 = lanes2 ? CT_MR : CV_MR;
-    const Py_ssize_t T = KH * KW, K = C * T, Mb = (M + mr - 1) / mr, Mb2 = (M2 + mr2 - 1) / mr2;
+    rc_sz sz = {NULL};
+    const Py_ssize_t T = sz_mul(&sz, "the kernel's taps", KH, KW), K = sz_mul(&sz, "W's size", C, T);
+    const Py_ssize_t Mb = M / mr + (M % mr != 0), Mb2 = M2 / mr2 + (M2 % mr2 != 0);
+    const Py_ssize_t xn = sz_mul4(&sz, "X's size", N, C, H, W), wn = sz_mul3(&sz, "W's size", Mb, K, mr);
+    const Py_ssize_t yn = sz_mul4(&sz, "Y's size", N, M, OH, OW), wn2 = sz_mul3(&sz, "W2's size", Mb2, C, mr2);
+    const Py_ssize_t yn2 = sz_mul4(&sz, "Y2's size", N, M2, OH, OW);
+    if (sz_check(&sz, "conv2d", PyExc_ValueError) < 0)
+        return NULL;
     /* the padded extent the outputs read, split into phases of Hq x Wq */
-    const Py_ssize_t Hp = (OH - 1) * sh + (KH - 1) * dh + 1, Wp = (OW - 1) * sw + (KW - 1) * dw + 1;
-    const Py_ssize_t Hq = (Hp + sh - 1) / sh, Wq = (Wp + sw - 1) / sw;
-    const Py_ssize_t Q = OH * Wq, nq = (Q + CV_NR - 1) / CV_NR;
+    rc_sz ps = {NULL};
+    const Py_ssize_t Hp = sz_extent(&ps, "the padded input", OH, sh, KH, dh);
+    const Py_ssize_t Wp = sz_extent(&ps, "the padded input", OW, sw, KW, dw);
+    const Py_ssize_t Hq = Hp / sh + (Hp % sh != 0), Wq = Wp / sw + (Wp % sw != 0);
+    const Py_ssize_t Q = sz_mul(&ps, "the phase planes", OH, Wq), nq = Q / CV_NR + (Q % CV_NR != 0);
     /* a tile reads up to 15 positions past Q, plus the largest tap offset (< Wq + Hq * Wq - Q) */
-    const Py_ssize_t L = Hq * Wq + Wq + 32;
+    const Py_ssize_t L = sz_add(&ps, "the phase planes", sz_mul(&ps, "the phase planes", Hq, Wq),
+                                sz_add(&ps, "the phase planes", Wq, 32));
+    const Py_ssize_t plane_n = sz_mul4(&ps, "the phase planes", C, sh, sw, L);
     const int nb = extra != Py_None ? 9 : 5;
     Py_buffer v[9]; /* X, packed W, B, Z, Y; then W2, B2, Z2, Y2 */
-    const rc_buf spec[9] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {wo, Mb * K * mr, RC_F32, 0, 0, "W"},
-                            {bo, M, RC_F32, 0, 1, "B"}, {zo, N * M * OH * OW, RC_F32, 0, 1, "Z"},
-                            {yo, N * M * OH * OW, RC_F32, 1, 0, "Y"},
-                            {wo2, Mb2 * C * mr2, RC_F32, 0, 0, "W2"}, {bo2, M2, RC_F32, 0, 1, "B2"},
-                            {zo2, N * M2 * OH * OW, RC_F32, 0, 1, "Z2"}, {yo2, N * M2 * OH * OW, RC_F32, 1, 0, "Y2"}};
+    const rc_buf spec[9] = {{xo, xn, RC_F32, 0, 0, "X"}, {wo, wn, RC_F32, 0, 0, "W"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {zo, yn, RC_F32, 0, 1, "Z"},
+                            {yo, yn, RC_F32, 1, 0, "Y"},
+                            {wo2, wn2, RC_F32, 0, 0, "W2"}, {bo2, M2, RC_F32, 0, 1, "B2"},
+                            {zo2, yn2, RC_F32, 0, 1, "Z2"}, {yo2, yn2, RC_F32, 1, 0, "Y2"}};
     if (get_buffers("conv2d", spec, v, nb) < 0)
         return NULL;
+    /* phase planes far larger than the data: the planeless path, sized by nothing */
+    if (ps.what || !sz_scratch_ok(plane_n, C * H * W + (M + M2) * OH * OW)) {
+        const double work = (double)N * (double)(M + M2) * (double)OH * (double)OW * (double)C * (double)T;
+        int t2 = threads;
+        cv_direct_job d = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
+                           (const float *)v[3].buf, (float *)v[4].buf, N, C, H, W, M, KH, KW, sh, sw, dh, dw, pt, pl,
+                           0, 0, OH, OW, mr, lo, hi};
+        cv_direct_job d2 = {(const float *)v[0].buf, nb > 5 ? (const float *)v[5].buf : NULL,
+                            nb > 5 ? (const float *)v[6].buf : NULL, nb > 5 ? (const float *)v[7].buf : NULL,
+                            nb > 5 ? (float *)v[8].buf : NULL, N, C, H, W, M2, 1, 1, sh, sw, 1, 1, pt, pl, ty, tx,
+                            OH, OW, mr2, lo2, hi2};
+        const int parts = rc_parts(work, 2.5e5, N * M, &threads), parts2 = rc_parts(work, 2.5e5, N * M2, &t2);
+        Py_BEGIN_ALLOW_THREADS
+        rc_parallel(cv_direct_part, &d, parts, threads);
+        if (nb > 5)
+            rc_parallel(cv_direct_part, &d2, parts2, t2);
+        Py_END_ALLOW_THREADS
+        release_buffers(v, nb);
+        Py_RETURN_NONE;
+    }
+    /* a pad past the windows reads the same as one at their end (and keeps the fill in range) */
+    pt = pt < Hp ? pt : Hp;
+    pl = pl < Wp ? pl : Wp;
     if ((lanes && ((uintptr_t)v[1].buf & 63)) || (nb > 5 && lanes2 && ((uintptr_t)v[5].buf & 63))) {
         release_buffers(v, nb);
         PyErr_SetString(PyExc_ValueError, "conv2d: the lane-packed weights must be 64-byte aligned");
         return NULL;
     }
-    Py_ssize_t *toff = (Py_ssize_t *)malloc((size_t)(T + 1) * sizeof(Py_ssize_t));
+    Py_ssize_t *toff = (Py_ssize_t *)malloc(((size_t)T + 1) * sizeof(Py_ssize_t));
     if (!toff) {
         release_buffers(v, nb);
         return PyErr_NoMemory();
@@ -449,24 +530,28 @@ PyObject *rc_py_conv2d(PyObject *self, PyObject *args)
     /* tiles split between the kernel threads, a thread from about 1/4 MFLOP */
     int fthreads = threads, threads2 = threads;
     const Py_ssize_t units = lanes ? Mb * OH * ((OW + CT_NP - 1) / CT_NP) : Mb * nq;
-    const double flops = 2.0 * (double)Mb * mr * (double)(lanes ? OH * OW : Q) * (double)K;
+    const double flops = 2.0 * (double)Mb * mr * (lanes ? (double)OH * (double)OW : (double)Q) * (double)K;
     const int parts = rc_parts(flops, 2.5e5, units, &threads);
     const Py_ssize_t units2 = lanes2 ? Mb2 * OH * ((OW + CT_NP - 1) / CT_NP) : Mb2 * nq;
-    const int parts2 = nb > 5 ? rc_parts(2.0 * (double)Mb2 * mr2 * (double)(lanes2 ? OH * OW : Q) * (double)C,
-                                         2.5e5, units2, &threads2) : 0;
+    const int parts2 = nb > 5 ? rc_parts(2.0 * (double)Mb2 * mr2 * (lanes2 ? (double)OH * (double)OW : (double)Q)
+                                         * (double)C, 2.5e5, units2, &threads2) : 0;
     /* the planes filled by channels, a thread from about 64 KiB of them */
-    const int fparts = rc_parts((double)(C * sh * sw * L), 16384.0, C, &fthreads);
-    const int tiles_outer = C * sh * sw * L >= Mb * K * CV_MR;
-    const int tiles_outer2 = C * sh * sw * L >= Mb2 * C * CV_MR;
+    const int fparts = rc_parts((double)plane_n, 16384.0, C, &fthreads);
+    const int tiles_outer = plane_n >= Mb * K * CV_MR;
+    const int tiles_outer2 = plane_n >= Mb2 * C * CV_MR;
     /* the planes, then the parts' tile sums */
     const int sparts = parts > parts2 ? parts : parts2;
-    const size_t plane_bytes = ((size_t)(C * sh * sw * L) * sizeof(float) + 63) & ~(size_t)63;
-    const size_t work = plane_bytes + (size_t)sparts * CV_SUB * CV_MR * CV_NR * sizeof(float);
-    float *planes = (float *)rc_work(work);
+    const Py_ssize_t plane_bytes = sz_add(&ps, "the phase planes", sz_mul(&ps, "the phase planes", plane_n, RC_F32), 63)
+                                   & ~(Py_ssize_t)63;
+    const Py_ssize_t work = sz_add(&ps, "the work buffer", plane_bytes,
+                                   sz_mul(&ps, "the work buffer", sparts, (Py_ssize_t)CV_SUB * CV_MR * CV_NR * RC_F32));
+    float *planes = ps.what ? NULL : (float *)rc_work((size_t)work);
     if (!planes) {
         free(toff);
         release_buffers(v, nb);
-        return PyErr_NoMemory();
+        if (sz_check(&ps, "conv2d", PyExc_MemoryError) == 0)
+            PyErr_NoMemory();
+        return NULL;
     }
     float *scratch = planes + plane_bytes / sizeof(float);
     const float *x = (const float *)v[0].buf;
@@ -491,7 +576,7 @@ PyObject *rc_py_conv2d(PyObject *self, PyObject *args)
         }
     }
     Py_END_ALLOW_THREADS
-    rc_work_done(planes, work);
+    rc_work_done(planes, (size_t)work);
     free(toff);
     release_buffers(v, nb);
     Py_RETURN_NONE;

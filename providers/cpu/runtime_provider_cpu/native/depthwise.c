@@ -86,6 +86,7 @@ typedef struct {
     float lo, hi;
     float *planes; /* one scratch plane of plane_n floats a part */
     Py_ssize_t plane_n;
+    Py_ssize_t KH, KW, dh, dw; /* dw_direct's window */
 } dw_job;
 
 /* the vector (3x3, dilation 1) depthwise path over channel planes [p0, p1) of the N * C
@@ -131,6 +132,40 @@ static void dw_vec_range(const dw_job *j, float *plane, Py_ssize_t p0, Py_ssize_
     }
 }
 
+/* channel planes [p0, p1) without a padded plane: every output the sum of its window's taps
+ * in dw_plane's order, a tap in the padding reading 0 (windows of extreme strides, dilations
+ * or pads, whose padded plane would be sized by the padding) */
+RC_CLONES
+static void dw_direct(const dw_job *j, Py_ssize_t p0, Py_ssize_t p1)
+{
+    const Py_ssize_t H = j->H, W = j->W, OH = j->OH, OW = j->OW, KH = j->KH, KW = j->KW;
+    for (Py_ssize_t p = p0; p < p1; p++) {
+        const Py_ssize_t c = p % j->C;
+        const float *xc = j->x + p * H * W, *wk = j->w + c * KH * KW;
+        float *yc = j->y + p * OH * OW;
+        for (Py_ssize_t oy = 0; oy < OH; oy++)
+            for (Py_ssize_t ox = 0; ox < OW; ox++) {
+                float acc = j->b ? j->b[c] : 0.0f;
+                for (Py_ssize_t ky = 0; ky < KH; ky++) {
+                    const rc_wide r = (rc_wide)oy * j->sh + (rc_wide)ky * j->dh - j->pt;
+                    for (Py_ssize_t kx = 0; kx < KW; kx++) {
+                        const rc_wide q = (rc_wide)ox * j->sw + (rc_wide)kx * j->dw - j->pl;
+                        const float xv = r >= 0 && r < H && q >= 0 && q < W ? xc[(Py_ssize_t)r * W + (Py_ssize_t)q] : 0.0f;
+                        acc += wk[ky * KW + kx] * xv;
+                    }
+                }
+                yc[oy * OW + ox] = clipf(acc, j->lo, j->hi);
+            }
+    }
+}
+
+static void dw_direct_part(void *arg, int part, int parts)
+{
+    const dw_job *j = (const dw_job *)arg;
+    const Py_ssize_t n = j->N * j->C;
+    dw_direct(j, n * part / parts, n * (part + 1) / parts);
+}
+
 static void dw_part(void *arg, int part, int parts)
 {
     const dw_job *j = (const dw_job *)arg;
@@ -153,12 +188,21 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "depthwise2d: negative or zero size, stride or dilation");
         return NULL;
     }
-    /* the padded extent every output reads: rows [-pt, Hp - pt), columns [-pl, Wp - pl) */
-    const Py_ssize_t Hp = OH ? (OH - 1) * sh + (KH - 1) * dh + 1 : 0;
-    const Py_ssize_t Wp = OW ? (OW - 1) * sw + (KW - 1) * dw + 1 : 0;
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul4(&sz, "X's size", N, C, H, W), wn = sz_mul3(&sz, "W's size", C, KH, KW);
+    const Py_ssize_t yn = sz_mul4(&sz, "Y's size", N, C, OH, OW);
+    if (sz_check(&sz, "depthwise2d", PyExc_ValueError) < 0)
+        return NULL;
+    /* the padded extent every output reads: rows [-pt, Hp - pt), columns [-pl, Wp - pl); a pad
+       past it reads the same as one at its end */
+    rc_sz ps = {NULL};
+    const Py_ssize_t Hp = sz_extent(&ps, "the padded plane", OH, sh, KH, dh);
+    const Py_ssize_t Wp = sz_extent(&ps, "the padded plane", OW, sw, KW, dw);
+    pt = pt < Hp ? pt : Hp;
+    pl = pl < Wp ? pl : Wp;
     Py_buffer v[4]; /* X, W, B, Y */
-    const rc_buf spec[4] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {wo, C * KH * KW, RC_F32, 0, 0, "W"},
-                            {bo, C, RC_F32, 0, 1, "B"}, {yo, N * C * OH * OW, RC_F32, 1, 0, "Y"}};
+    const rc_buf spec[4] = {{xo, xn, RC_F32, 0, 0, "X"}, {wo, wn, RC_F32, 0, 0, "W"},
+                            {bo, C, RC_F32, 0, 1, "B"}, {yo, yn, RC_F32, 1, 0, "Y"}};
     if (get_buffers("depthwise2d", spec, v, 4) < 0)
         return NULL;
 #if DWF_OK
@@ -171,21 +215,37 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     /* 3x3, dilation 1, column stride 1 or 2: the vector kernel (dw3x3) over planes of row
        stride Ws, the stride-2 input split into even and odd columns */
     const int vec = KH == 3 && KW == 3 && dh == 1 && dw == 1 && (sw == 1 || sw == 2) && OW > 0 && OH > 0;
-    const Py_ssize_t OWr = (OW + 7) / 8 * 8, Ws = OWr + 2;
+    const Py_ssize_t OWr = sz_add(&ps, "the padded plane", OW, 7) / 8 * 8, Ws = sz_add(&ps, "the padded plane", OWr, 2);
     float *plane = NULL;
     /* channel planes split between the kernel threads (a thread from about 8K outputs), each
        part with its own scratch plane */
-    const int parts = rc_parts((double)(N * C) * (double)(OH * OW), 8192.0, N * C, &threads);
+    const int parts = rc_parts((double)N * (double)C * (double)OH * (double)OW, 8192.0, N * C, &threads);
     /* [even or whole plane][odd plane][one padded input row of 2 * Ws + 2], one a part */
-    const Py_ssize_t plane_n = 2 * Hp * Ws + 2 * Ws + 2;
-    if (vec) {
-        plane = (float *)malloc((size_t)(parts * plane_n) * sizeof(float));
-    } else if (Hp * Wp > 0) {
-        plane = (float *)malloc((size_t)(Hp * Wp) * sizeof(float));
-    }
-    if (!plane && (vec || Hp * Wp > 0)) {
+    const Py_ssize_t plane_n = sz_add(&ps, "the padded plane", sz_mul3(&ps, "the padded plane", 2, Hp, Ws),
+                                      sz_add(&ps, "the padded plane", sz_mul(&ps, "the padded plane", 2, Ws), 2));
+    const Py_ssize_t gen_n = sz_mul(&ps, "the padded plane", Hp, Wp);
+    /* a padded plane far larger than the data (extreme strides, dilations or pads): no plane */
+    if (ps.what || !sz_scratch_ok(vec ? plane_n : gen_n, H * W + OH * OW)) {
+        dw_job dj = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, (float *)v[3].buf,
+                     N, C, H, W, OH, OW, sh, sw, pt, pl, 0, 0, lo, hi, NULL, 0, KH, KW, dh, dw};
+        Py_BEGIN_ALLOW_THREADS
+        rc_parallel(dw_direct_part, &dj, parts, threads);
+        Py_END_ALLOW_THREADS
         release_buffers(v, 4);
-        return PyErr_NoMemory();
+        Py_RETURN_NONE;
+    }
+    const Py_ssize_t bytes = sz_mul(&ps, "the padded plane", vec ? sz_mul(&ps, "the padded plane", parts, plane_n) : gen_n,
+                                    RC_F32);
+    if (sz_check(&ps, "depthwise2d", PyExc_MemoryError) < 0) {
+        release_buffers(v, 4);
+        return NULL;
+    }
+    if (vec || gen_n > 0) {
+        plane = (float *)malloc((size_t)bytes);
+        if (!plane) {
+            release_buffers(v, 4);
+            return PyErr_NoMemory();
+        }
     }
     const float *x = (const float *)v[0].buf, *w = (const float *)v[1].buf;
     const float *b = (const float *)v[2].buf; /* NULL without a bias */
@@ -193,7 +253,7 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     /* the input rows and columns that land inside the padded plane */
     const Py_ssize_t r0 = pt, r1 = pt + H < Hp ? pt + H : Hp;   /* plane rows holding input */
     const Py_ssize_t c0 = pl, c1 = pl + W < Wp ? pl + W : Wp;
-    dw_job dj = {x, w, b, y, N, C, H, W, OH, OW, sh, sw, pt, pl, Hp, Ws, lo, hi, plane, plane_n};
+    dw_job dj = {x, w, b, y, N, C, H, W, OH, OW, sh, sw, pt, pl, Hp, Ws, lo, hi, plane, plane_n, KH, KW, dh, dw};
     Py_BEGIN_ALLOW_THREADS
     if (vec)
         rc_parallel(dw_part, &dj, parts, threads);

@@ -204,20 +204,35 @@ int dwf_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw, Py_ssi
 
 /* j's phase-plane geometry from its sizes: plane width and rows, floats a plane (with slack),
  * output vectors, scratch floats a part and the taps' offsets */
-void dwf_setup(dwf_job *j)
+int dwf_setup(dwf_job *j, const char *fn)
 {
     const Py_ssize_t s = j->s, OH = j->OH, OW = j->OW;
-    j->Wq = OW + 2 / s;
-    j->Hq = OH + 2 / s;
-    j->nv = (OH * j->Wq + 15) / 16;
+    rc_sz sz = {NULL};
+    j->Wq = sz_add(&sz, "a phase plane's width", OW, 2 / s);
+    j->Hq = sz_add(&sz, "a phase plane's rows", OH, 2 / s);
+    j->nv = sz_add(&sz, "the output vectors", sz_mul(&sz, "the output vectors", OH, j->Wq), 15) / 16;
     /* the last vector of each tap reads up to 2 rows + 2 columns + 15 floats past the flat
        domain: slack after each plane, never written */
-    const Py_ssize_t need = j->nv * 16 + 2 * j->Wq + 2, hw = j->Hq * j->Wq;
-    j->pn = ((hw > need ? hw : need) + 16 + 15) / 16 * 16;
-    j->scratch_n = OW >= 16 ? s * s * j->pn : DWF_SETS * (s * s * j->pn + j->nv * 16);
+    const Py_ssize_t need = sz_add(&sz, "a phase plane", sz_mul(&sz, "a phase plane", j->nv, 16),
+                                   sz_add(&sz, "a phase plane", sz_mul(&sz, "a phase plane", 2, j->Wq), 2));
+    const Py_ssize_t hw = sz_mul(&sz, "a phase plane", j->Hq, j->Wq);
+    j->pn = sz_add(&sz, "a phase plane", hw > need ? hw : need, 16 + 15) / 16 * 16;
+    const Py_ssize_t planes = sz_mul3(&sz, "the phase planes", s, s, j->pn);
+    j->scratch_n = OW >= 16 ? planes
+                            : sz_mul(&sz, "the phase planes", DWF_SETS,
+                                     sz_add(&sz, "the phase planes", planes, sz_mul(&sz, "the phase planes", j->nv, 16)));
+    if (sz_check(&sz, fn, PyExc_MemoryError) < 0)
+        return -1;
+    /* an input row or column that lands past the planes is never read: a larger pad reads the
+       same as one at their end (and keeps the fill's index arithmetic in range) */
+    if (j->pt > s * j->Hq)
+        j->pt = s * j->Hq;
+    if (j->pl > s * j->Wq)
+        j->pl = s * j->Wq;
     for (int ky = 0; ky < 3; ky++)
         for (int kx = 0; kx < 3; kx++)
             j->toff[ky * 3 + kx] = ((ky % s) * s + kx % s) * j->pn + (ky / s) * j->Wq + kx / s;
+    return 0;
 }
 
 /* j (geometry, buffers and max set) on up to threads threads, its planes' sizes and scratch
@@ -225,10 +240,19 @@ void dwf_setup(dwf_job *j)
  * Called with the GIL, which it releases while it runs. */
 PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf)
 {
-    dwf_setup(j);
-    const int parts = rc_parts((double)j->planes * (double)(j->OH * j->OW) * (j->max ? 9.0 / 8.0 : 1.0), 8192.0,
+    if (dwf_setup(j, j->max ? "maxpool2d" : "depthwise2d") < 0) {
+        release_buffers(v, nbuf);
+        return NULL;
+    }
+    const int parts = rc_parts((double)j->planes * (double)j->OH * (double)j->OW * (j->max ? 9.0 / 8.0 : 1.0), 8192.0,
                                j->planes, &threads);
-    j->scratch = (float *)aligned_alloc(64, sizeof(float) * (size_t)(parts * j->scratch_n));
+    rc_sz sz = {NULL};
+    const Py_ssize_t bytes = sz_mul3(&sz, "the phase planes", parts, j->scratch_n, RC_F32);
+    if (sz_check(&sz, j->max ? "maxpool2d" : "depthwise2d", PyExc_MemoryError) < 0) {
+        release_buffers(v, nbuf);
+        return NULL;
+    }
+    j->scratch = (float *)aligned_alloc(64, (size_t)bytes);
     const int oom = !j->scratch;
     PyObject *r = rc_run_job(dwf_part, j, parts, threads, v, nbuf, &oom);
     free(j->scratch);

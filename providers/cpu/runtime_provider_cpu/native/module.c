@@ -18,7 +18,8 @@ int get_items(const char *fn, PyObject *obj, Py_buffer *view, int writable, Py_s
     int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
     if (PyObject_GetBuffer(obj, view, flags) < 0)
         return -1;
-    if (view->len != n * itemsize || view->itemsize != itemsize) {
+    Py_ssize_t bytes;
+    if (n < 0 || __builtin_mul_overflow(n, itemsize, &bytes) || view->len != bytes || view->itemsize != itemsize) {
         PyErr_Format(PyExc_ValueError,
                      "%s: %s holds %zd bytes of %zd-byte items, expected %zd items of %zd bytes",
                      fn, what, view->len, view->itemsize, n, itemsize);
@@ -34,6 +35,14 @@ void release_buffers(Py_buffer *v, int k)
     for (int i = 0; i < k; i++)
         if (v[i].obj != NULL)
             PyBuffer_Release(&v[i]);
+}
+
+int sz_check(const rc_sz *s, const char *fn, PyObject *exc)
+{
+    if (!s->what)
+        return 0;
+    PyErr_Format(exc, "%s: %s overflows (sizes, strides, dilations or pads too large)", fn, s->what);
+    return -1;
 }
 
 /* every buffer of spec[0..k) into v (an absent optional one: buf NULL); on a failure those

@@ -36,6 +36,72 @@ static inline float clipf(float v, float lo, float hi)
     return v > hi ? hi : v;
 }
 
+/* ---- overflow-checked sizes ------------------------------------------------------------ */
+
+/* Every size, offset and loop bound that sizes a buffer or indexes memory is computed with
+ * these: the first failure is kept (which quantity) and every later result is 0, so a kernel
+ * computes its sizes in a row and tests once, before it allocates or reads anything. */
+typedef struct {
+    const char *what; /* the first quantity that overflowed (NULL: none) */
+} rc_sz;
+
+static inline Py_ssize_t sz_fail(rc_sz *s, const char *what)
+{
+    if (!s->what)
+        s->what = what;
+    return 0;
+}
+/* a * b for a, b >= 0 */
+static inline Py_ssize_t sz_mul(rc_sz *s, const char *what, Py_ssize_t a, Py_ssize_t b)
+{
+    Py_ssize_t r;
+    if (s->what || a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r))
+        return sz_fail(s, what);
+    return r;
+}
+/* a + b for a, b >= 0 */
+static inline Py_ssize_t sz_add(rc_sz *s, const char *what, Py_ssize_t a, Py_ssize_t b)
+{
+    Py_ssize_t r;
+    if (s->what || a < 0 || b < 0 || __builtin_add_overflow(a, b, &r))
+        return sz_fail(s, what);
+    return r;
+}
+static inline Py_ssize_t sz_mul3(rc_sz *s, const char *what, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c)
+{
+    return sz_mul(s, what, sz_mul(s, what, a, b), c);
+}
+static inline Py_ssize_t sz_mul4(rc_sz *s, const char *what, Py_ssize_t a, Py_ssize_t b, Py_ssize_t c,
+                                 Py_ssize_t d)
+{
+    return sz_mul(s, what, sz_mul3(s, what, a, b, c), d);
+}
+/* the padded extent n windows read: (n - 1) * stride + (k - 1) * dilation + 1 (0 for n = 0) */
+static inline Py_ssize_t sz_extent(rc_sz *s, const char *what, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t k,
+                                   Py_ssize_t dilation)
+{
+    if (n <= 0)
+        return 0;
+    return sz_add(s, what, sz_add(s, what, sz_mul(s, what, n - 1, stride), sz_mul(s, what, k - 1, dilation)), 1);
+}
+/* -1 with exc (ValueError for a size the caller's buffers cannot have, MemoryError for work
+ * memory no machine has) naming the op and the quantity, where a size overflowed; else 0 */
+int sz_check(const rc_sz *s, const char *fn, PyObject *exc);
+/* whether n floats of work memory are reasonable beside data floats of the call's own input and
+ * output: the kernels that pad take a slower path that needs none where they are not */
+static inline int sz_scratch_ok(Py_ssize_t n, Py_ssize_t data)
+{
+    return n <= ((Py_ssize_t)1 << 26) || n / 8 <= data;
+}
+
+/* a wider integer for index arithmetic that may exceed Py_ssize_t on the slow, exact paths
+ * (windows of extreme strides, dilations and pads) */
+#if defined(__SIZEOF_INT128__) && PY_SSIZE_T_MAX > INT32_MAX
+typedef __int128 rc_wide;
+#else
+typedef int64_t rc_wide;
+#endif
+
 /* ---- buffers (module.c) ---------------------------------------------------------------- */
 
 #define RC_F32 ((Py_ssize_t)sizeof(float))
@@ -209,8 +275,8 @@ typedef struct {
 /* whether a 3x3 window of these strides and dilations, on this machine, goes to dwf_run */
 int dwf_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t dw,
               Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t planes);
-/* j's phase-plane geometry from its sizes */
-void dwf_setup(dwf_job *j);
+/* j's phase-plane geometry from its sizes: 0, or -1 with MemoryError where they overflow */
+int dwf_setup(dwf_job *j, const char *fn);
 /* channels [p0, p1), channel p's input at xs + (p - pbase) * H * W, with scratch's planes */
 void dwf_range(const dwf_job *j, const float *xs, Py_ssize_t pbase, float *scratch, Py_ssize_t p0, Py_ssize_t p1);
 /* j on up to threads threads, then the caller's nbuf buffers released: None, or NULL with an error */

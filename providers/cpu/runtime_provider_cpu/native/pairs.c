@@ -112,12 +112,29 @@ PyObject *rc_py_conv_maxpool(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "conv_maxpool: needs AVX-512 (CONV_FAST)");
         return NULL;
     }
-    const Py_ssize_t T = KH * KW, K = C * T, Mb = (M + CV_MR - 1) / CV_MR;
-    const Py_ssize_t Hp = (OH - 1) * sh + KH, Wp = (OW - 1) * sw + KW;
-    const Py_ssize_t Hq = (Hp + sh - 1) / sh, Wq = (Wp + sw - 1) / sw, L = Hq * Wq + Wq + 32;
+    rc_sz sz = {NULL};
+    const Py_ssize_t T = sz_mul(&sz, "the kernel's taps", KH, KW), K = sz_mul(&sz, "W's size", C, T);
+    const Py_ssize_t Mb = M / CV_MR + (M % CV_MR != 0);
+    const Py_ssize_t xn = sz_mul3(&sz, "X's size", C, H, W), wn = sz_mul3(&sz, "W's size", Mb, K, CV_MR);
+    const Py_ssize_t yn = sz_mul3(&sz, "Y's size", M, POH, POW);
+    if (sz_check(&sz, "conv_maxpool", PyExc_ValueError) < 0)
+        return NULL;
+    const Py_ssize_t Hp = sz_extent(&sz, "the padded input", OH, sh, KH, 1);
+    const Py_ssize_t Wp = sz_extent(&sz, "the padded input", OW, sw, KW, 1);
+    const Py_ssize_t Hq = Hp / sh + (Hp % sh != 0), Wq = Wp / sw + (Wp % sw != 0);
+    const Py_ssize_t L = sz_add(&sz, "the phase planes", sz_mul(&sz, "the phase planes", Hq, Wq), sz_add(&sz, "the phase planes", Wq, 32));
+    const Py_ssize_t plane_n = sz_mul4(&sz, "the phase planes", C, sh, sw, L);
+    const Py_ssize_t bs = sz_add(&sz, "a band", sz_mul(&sz, "a band", 2 * CP_BAND + 1, Wq), CV_NR + 15) / 16 * 16;
+    const Py_ssize_t scratch_n = sz_add(&sz, "a band", sz_mul(&sz, "a band", CV_MR, bs),
+                                        sz_add(&sz, "a band", OW, 48 + 15) / 16 * 16 + 16 + CV_MR * CV_NR);
+    sz_mul(&sz, "the kernel's taps", T, (Py_ssize_t)sizeof(Py_ssize_t));
+    if (sz_check(&sz, "conv_maxpool", PyExc_MemoryError) < 0)
+        return NULL;
+    pt = pt < Hp ? pt : Hp; /* a pad past the windows reads the same as one at their end */
+    pl = pl < Wp ? pl : Wp;
     Py_buffer v[4];
-    const rc_buf spec[4] = {{xo, C * H * W, RC_F32, 0, 0, "X"}, {wo, Mb * K * CV_MR, RC_F32, 0, 0, "W"},
-                            {bo, M, RC_F32, 0, 1, "B"}, {yo, M * POH * POW, RC_F32, 1, 0, "Y"}};
+    const rc_buf spec[4] = {{xo, xn, RC_F32, 0, 0, "X"}, {wo, wn, RC_F32, 0, 0, "W"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {yo, yn, RC_F32, 1, 0, "Y"}};
     if (get_buffers("conv_maxpool", spec, v, 4) < 0)
         return NULL;
     Py_ssize_t toff[64];
@@ -128,31 +145,31 @@ PyObject *rc_py_conv_maxpool(PyObject *self, PyObject *args)
     }
     cv_fill_job f = {(const float *)v[0].buf, NULL, C, H, W, pt, pl, sh, sw, Hp, Wp, Wq, L, {0}};
     cv_taps(KH, KW, 1, 1, 0, 0, tp, &f);
-    const Py_ssize_t nband = (POH + CP_BAND - 1) / CP_BAND;
-    /* a band's rows (2 CP_BAND + 1) and a tile's overrun, a channel each */
-    const Py_ssize_t bs = ((2 * CP_BAND + 1) * Wq + CV_NR + 15) / 16 * 16;
-    const Py_ssize_t scratch_n = CV_MR * bs + 16 + (OW + 48 + 15) / 16 * 16 + CV_MR * CV_NR;
+    const Py_ssize_t nband = POH / CP_BAND + (POH % CP_BAND != 0);
+    /* bs: a band's rows (2 CP_BAND + 1) and a tile's overrun, a channel each */
     int fthreads = threads;
-    const int parts = rc_parts(2.0 * (double)Mb * CV_MR * (double)(OH * Wq) * (double)K, 2.5e5, Mb * nband, &threads);
-    const int fparts = rc_parts((double)(C * sh * sw * L), 16384.0, C, &fthreads);
-    const size_t plane_bytes = ((size_t)(C * sh * sw * L) * sizeof(float) + 63) & ~(size_t)63;
-    const size_t work = plane_bytes + (size_t)parts * scratch_n * sizeof(float);
-    float *planes = (float *)rc_work(work);
+    const int parts = rc_parts(2.0 * (double)Mb * CV_MR * (double)OH * (double)Wq * (double)K, 2.5e5, Mb * nband, &threads);
+    const int fparts = rc_parts((double)plane_n, 16384.0, C, &fthreads);
+    const Py_ssize_t plane_bytes = sz_add(&sz, "the phase planes", sz_mul(&sz, "the phase planes", plane_n, RC_F32), 63) & ~(Py_ssize_t)63;
+    const Py_ssize_t work = sz_add(&sz, "the work buffer", plane_bytes, sz_mul3(&sz, "the work buffer", parts, scratch_n, RC_F32));
+    float *planes = sz.what ? NULL : (float *)rc_work((size_t)work);
     if (!planes) {
+        if (sz_check(&sz, "conv_maxpool", PyExc_MemoryError) == 0)
+            PyErr_NoMemory();
         if (tp != toff)
             free(tp);
         release_buffers(v, 4);
-        return PyErr_NoMemory();
+        return NULL;
     }
     cp_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, (float *)v[3].buf, tp,
-                planes + plane_bytes / sizeof(float), T, C, sh * sw * L, M, Mb, Wq, OH, OW, POH, POW, nband, bs,
+                planes + plane_bytes / RC_F32, T, C, sh * sw * L, M, Mb, Wq, OH, OW, POH, POW, nband, bs,
                 scratch_n, lo, hi};
     f.planes = planes;
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(cv_fill_part, &f, fparts, fthreads);
     rc_parallel(cp_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
-    rc_work_done(planes, work);
+    rc_work_done(planes, (size_t)work);
     if (tp != toff)
         free(tp);
     release_buffers(v, 4);
@@ -215,8 +232,7 @@ PyObject *rc_py_expand_dw(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOffOOO(nnnn)(nnnnn)ffi:expand_dw", &wo, &xo, &bo, &lo1, &hi1, &wdo, &bdo,
                           &yo, &M, &C, &H, &W, &OH, &OW, &s, &pt, &pl, &lo, &hi, &threads))
         return NULL;
-    if (M < 1 || C < 1 || H < 1 || W < 1 || OH < 1 || OW < 1 || pt < 0 || pl < 0 || (s != 1 && s != 2) ||
-        M > PY_SSIZE_T_MAX / 64 / C || H > PY_SSIZE_T_MAX / 64 / W) {
+    if (M < 1 || C < 1 || H < 1 || W < 1 || OH < 1 || OW < 1 || pt < 0 || pl < 0 || (s != 1 && s != 2)) {
         PyErr_SetString(PyExc_ValueError, "expand_dw: bad sizes, stride (1 or 2) or padding");
         return NULL;
     }
@@ -224,20 +240,35 @@ PyObject *rc_py_expand_dw(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "expand_dw: needs AVX-512 (CONV_FAST)");
         return NULL;
     }
-    const Py_ssize_t P = H * W, np_ = (M + LN_RP - 1) / LN_RP;
+    rc_sz sz = {NULL};
+    const Py_ssize_t P = sz_mul(&sz, "X's size", H, W), np_ = M / LN_RP + (M % LN_RP != 0);
+    const Py_ssize_t wn = sz_mul3(&sz, "W's size", np_, C, LN_RP), xn = sz_mul(&sz, "X's size", C, P);
+    const Py_ssize_t wdn = sz_mul(&sz, "WD's size", M, 9), yn = sz_mul3(&sz, "Y's size", M, OH, OW);
+    if (sz_check(&sz, "expand_dw", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[6];
-    const rc_buf spec[6] = {{wo, np_ * C * LN_RP, RC_F32, 0, 0, "W"}, {xo, C * P, RC_F32, 0, 0, "X"},
-                            {bo, M, RC_F32, 0, 1, "B"}, {wdo, M * 9, RC_F32, 0, 0, "WD"},
-                            {bdo, M, RC_F32, 0, 1, "BD"}, {yo, M * OH * OW, RC_F32, 1, 0, "Y"}};
+    const rc_buf spec[6] = {{wo, wn, RC_F32, 0, 0, "W"}, {xo, xn, RC_F32, 0, 0, "X"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {wdo, wdn, RC_F32, 0, 0, "WD"},
+                            {bdo, M, RC_F32, 0, 1, "BD"}, {yo, yn, RC_F32, 1, 0, "Y"}};
     if (get_buffers("expand_dw", spec, v, 6) < 0)
         return NULL;
     ed_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, M, C, P, lo1, hi1,
                 {NULL, (const float *)v[3].buf, (const float *)v[4].buf, (float *)v[5].buf, M, M, H, W, OH, OW,
                  s, pt, pl, 0, 0, 0, 0, lo, hi, NULL, 0, 0},
                 0, 0};
-    dwf_setup(&j.dw);
+    if (dwf_setup(&j.dw, "expand_dw") < 0) {
+        release_buffers(v, 6);
+        return NULL;
+    }
     /* E, the tails and the phase planes, each from a 64-byte boundary */
-    j.scratch_n = (LN_RP * P + 15) / 16 * 16 + LN_RP * 32 + C * 32 + j.dw.scratch_n;
+    j.scratch_n = sz_add(&sz, "the work buffer", sz_mul(&sz, "the work buffer", LN_RP, P), 15) / 16 * 16;
+    j.scratch_n = sz_add(&sz, "the work buffer", j.scratch_n, sz_mul(&sz, "the work buffer", sz_add(&sz, "the work buffer", C, LN_RP), 32));
+    j.scratch_n = sz_add(&sz, "the work buffer", j.scratch_n, j.dw.scratch_n);
+    sz_mul(&sz, "the work buffer", j.scratch_n, RC_F32);
+    if (sz_check(&sz, "expand_dw", PyExc_MemoryError) < 0) {
+        release_buffers(v, 6);
+        return NULL;
+    }
     const int parts = rc_parts(2.0 * (double)M * (double)C * (double)P, 2.5e5, np_, &threads);
     return rc_run_job(ed_part, &j, parts, threads, v, 6, &j.oom);
 }

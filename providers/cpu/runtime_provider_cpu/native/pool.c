@@ -11,8 +11,10 @@ typedef struct {
     const float *x;
     float *y;
     Py_ssize_t planes, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl;
-    float *scratch; /* a part's: a row's sw column phases (sw x Lq) and the row maxima (H x OW) */
+    float *scratch; /* a part's: a row's nph column phases (nph x Lq) and the row maxima (H x OW) */
     Py_ssize_t scratch_n, Lq;
+    Py_ssize_t nph; /* column phases held: sw, or the padded row's width where that is less */
+    int direct;     /* windows too sparse for phases (extreme strides, dilations, pads): mp_direct */
 } mp_job;
 
 RC_INLINE float mp_max(float m, float v) { return ((v > m) | (v != v)) ? v : m; }
@@ -22,19 +24,22 @@ static void mp_planes(const mp_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t
 {
     const Py_ssize_t H = j->H, W = j->W, OH = j->OH, OW = j->OW, sw = j->sw, Lq = j->Lq;
     const Py_ssize_t KW = j->KW, pl = j->pl;
-    float *restrict ph = scratch;               /* sw phases of Lq floats */
-    float *restrict hm = scratch + sw * Lq;     /* row maxima, H x OW */
-    for (Py_ssize_t i = 0; i < sw * Lq; i++)
+    /* phases past the padded row's width (a stride wider than it) hold nothing: not kept */
+    const Py_ssize_t nph = j->nph;
+    float *restrict ph = scratch;               /* nph phases of Lq floats */
+    float *restrict hm = scratch + nph * Lq;    /* row maxima, H x OW */
+    for (Py_ssize_t i = 0; i < nph * Lq; i++)
         ph[i] = -INFINITY;                      /* padding: written once, never overwritten */
     /* decided once, not a row at a time (their divisions were most of the time): for each
        column phase b its first input column k0, where it lands, and how many; for each tap
        where in the phases its output columns start */
-    Py_ssize_t k0s[sw], doff[sw], cnt[sw], toff[KW];
-    for (Py_ssize_t b = 0; b < sw; b++) {
-        const Py_ssize_t k0 = ((b - pl) % sw + sw) % sw;
+    Py_ssize_t k0s[nph], doff[nph], cnt[nph], toff[KW];
+    for (Py_ssize_t b = 0; b < nph; b++) {
+        Py_ssize_t k0 = (b - pl) % sw;
+        k0 = k0 < 0 ? k0 + sw : k0;
         k0s[b] = k0;
         doff[b] = b * Lq + (k0 + pl) / sw;
-        cnt[b] = k0 < W ? (W - k0 + sw - 1) / sw : 0;
+        cnt[b] = k0 < W ? (W - k0 - 1) / sw + 1 : 0;
     }
     for (Py_ssize_t kw = 0; kw < KW; kw++) {
         const Py_ssize_t c = kw * j->dw;
@@ -57,7 +62,7 @@ static void mp_planes(const mp_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t
                         d[i] = s0[2 * i];
                 }
             } else {
-                for (Py_ssize_t b = 0; b < sw; b++) {
+                for (Py_ssize_t b = 0; b < nph; b++) {
                     float *restrict d = ph + doff[b];
                     const float *restrict s0 = xr + k0s[b];
                     for (Py_ssize_t i = 0; i < cnt[b]; i++)
@@ -98,9 +103,53 @@ static void mp_planes(const mp_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t
     }
 }
 
+/* taps [*t0, *t1) of a window of k taps, dilation d, from padded position base (may be
+ * negative) that land inside [0, n) */
+static void mp_taps(rc_wide base, Py_ssize_t d, Py_ssize_t k, Py_ssize_t n, Py_ssize_t *t0, Py_ssize_t *t1)
+{
+    const rc_wide lo = base >= 0 ? 0 : (-base + d - 1) / d, last = n - 1 - base;
+    const rc_wide hi = last < 0 ? 0 : last / d + 1;
+    *t0 = lo < k ? (Py_ssize_t)lo : k;
+    *t1 = hi < k ? (Py_ssize_t)hi : k;
+    if (*t1 < *t0)
+        *t1 = *t0;
+}
+
+/* planes [p0, p1) without scratch: each output the maximum of its window's taps inside the
+ * input, found by arithmetic (windows far wider than the input: phases of the padded row would
+ * be sized by the padding) */
+static void mp_direct(const mp_job *j, Py_ssize_t p0, Py_ssize_t p1)
+{
+    const Py_ssize_t H = j->H, W = j->W, OH = j->OH, OW = j->OW;
+    for (Py_ssize_t p = p0; p < p1; p++) {
+        const float *xp = j->x + p * H * W;
+        float *yp = j->y + p * OH * OW;
+        for (Py_ssize_t oh = 0; oh < OH; oh++) {
+            Py_ssize_t h0, h1;
+            mp_taps((rc_wide)oh * j->sh - j->pt, j->dh, j->KH, H, &h0, &h1);
+            for (Py_ssize_t ow = 0; ow < OW; ow++) {
+                Py_ssize_t w0, w1;
+                const rc_wide cb = (rc_wide)ow * j->sw - j->pl;
+                mp_taps(cb, j->dw, j->KW, W, &w0, &w1);
+                float m = -INFINITY;
+                for (Py_ssize_t kh = h0; kh < h1; kh++) {
+                    const float *xr = xp + (Py_ssize_t)((rc_wide)oh * j->sh - j->pt + (rc_wide)kh * j->dh) * W;
+                    for (Py_ssize_t kw = w0; kw < w1; kw++)
+                        m = mp_max(m, xr[(Py_ssize_t)(cb + (rc_wide)kw * j->dw)]);
+                }
+                yp[oh * OW + ow] = m;
+            }
+        }
+    }
+}
+
 static void mp_part(void *arg, int part, int parts)
 {
     const mp_job *j = (const mp_job *)arg;
+    if (j->direct) {
+        mp_direct(j, j->planes * part / parts, j->planes * (part + 1) / parts);
+        return;
+    }
     mp_planes(j, j->scratch + part * j->scratch_n, j->planes * part / parts,
               j->planes * (part + 1) / parts);
 }
@@ -118,8 +167,12 @@ PyObject *rc_py_maxpool2d(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "maxpool2d: negative or zero size, stride or dilation");
         return NULL;
     }
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul4(&sz, "X's size", N, C, H, W), yn = sz_mul4(&sz, "Y's size", N, C, OH, OW);
+    if (sz_check(&sz, "maxpool2d", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[2];
-    const rc_buf spec[2] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {yo, N * C * OH * OW, RC_F32, 1, 0, "Y"}};
+    const rc_buf spec[2] = {{xo, xn, RC_F32, 0, 0, "X"}, {yo, yn, RC_F32, 1, 0, "Y"}};
     if (get_buffers("maxpool2d", spec, v, 2) < 0)
         return NULL;
 #if DWF_OK
@@ -131,22 +184,34 @@ PyObject *rc_py_maxpool2d(PyObject *self, PyObject *args)
         return dwf_run(&fj, threads, v, 2);
     }
 #endif
-    /* a phase holds the padded row up to the last output's last tap, or the whole input row */
-    Py_ssize_t Wr = (OW ? (OW - 1) * sw + (KW - 1) * dw + 1 : 0);
-    if (Wr < pl + W)
-        Wr = pl + W;
-    const Py_ssize_t Lq = (Wr + sw - 1) / sw + 1;
+    /* a phase holds the padded row up to the last output's last tap, or the whole input row;
+       a left pad past the windows reads the same as one at their end */
+    rc_sz ps = {NULL};
+    const Py_ssize_t Wext = sz_extent(&ps, "the padded row", OW, sw, KW, dw);
+    sz_extent(&ps, "the padded column", OH, sh, KH, dh); /* the rows' index arithmetic */
+    const Py_ssize_t plc = pl < Wext ? pl : Wext;
+    Py_ssize_t Wr = sz_add(&ps, "the padded row", plc, W);
+    Wr = Wr > Wext ? Wr : Wext;
+    const Py_ssize_t Lq = sz_add(&ps, "a column phase", Wr / sw + (Wr % sw != 0), 1);
+    const Py_ssize_t nph = sw > 64 && sw > Wr ? Wr : sw;
+    const Py_ssize_t scratch_n = sz_add(&ps, "the scratch", sz_mul(&ps, "the scratch", nph, Lq),
+                                        sz_mul(&ps, "the scratch", H, OW));
+    /* phases only where they are small beside the data (their tables are on the stack) */
+    const int direct = ps.what || nph > 4096 || KW > 4096 || !sz_scratch_ok(scratch_n, H * W + OH * OW);
     /* channel planes split between the kernel threads, a thread from about 64K window taps */
-    const int parts = rc_parts((double)(N * C) * (double)(OH * OW) * (double)(KH * KW), 65536.0, N * C,
-                               &threads);
-    const Py_ssize_t scratch_n = sw * Lq + H * OW;
-    float *scratch = (float *)malloc((size_t)(parts * scratch_n) * sizeof(float));
-    if (!scratch) {
-        release_buffers(v, 2);
-        return PyErr_NoMemory();
+    const int parts = rc_parts((double)N * (double)C * (double)OH * (double)OW * (double)KH * (double)KW, 65536.0,
+                               N * C, &threads);
+    float *scratch = NULL;
+    if (!direct) {
+        const Py_ssize_t all = sz_mul3(&ps, "the scratch", parts, scratch_n, RC_F32);
+        if (sz_check(&ps, "maxpool2d", PyExc_MemoryError) < 0 ||
+            !(scratch = (float *)malloc((size_t)all))) {
+            release_buffers(v, 2);
+            return ps.what ? NULL : PyErr_NoMemory();
+        }
     }
     mp_job j = {(const float *)v[0].buf, (float *)v[1].buf, N * C, H, W, OH, OW, KH, KW, sh, sw,
-                dh, dw, pt, pl, scratch, scratch_n, Lq};
+                dh, dw, pt, plc, scratch, scratch_n, Lq, nph, direct};
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(mp_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
