@@ -84,6 +84,7 @@ static int mh_bias(PyObject *o, PyObject *dims, Py_ssize_t B, Py_ssize_t H, Py_s
                      "(%zd, %zd, %zd, T)", name, db, dh, ds, B, H, S);
         return -1;
     }
+    /* each of db, dh, ds is 1 or a size the checked QKV and Y already hold */
     if (get_items("mha", o, view, 0, db * dh * ds * S, RC_F32, name) < 0) {
         view->obj = NULL;
         return -1;
@@ -108,20 +109,24 @@ PyObject *rc_py_mha(PyObject *self, PyObject *args)
         return NULL;
     }
     if (B < 1 || S < 1 || H < 1 || dq < 1 || dv < 1 || W > INT32_MAX || S > INT32_MAX / 4 ||
-        oq < 0 || ok < 0 || ov < 0 || oq + H * dq > W || ok + H * dq > W || ov + H * dv > W ||
-        H * dv > INT32_MAX) {
+        oq < 0 || ok < 0 || ov < 0 || oq + (rc_wide)H * dq > W || ok + (rc_wide)H * dq > W ||
+        ov + (rc_wide)H * dv > W || (rc_wide)H * dv > INT32_MAX) {
         PyErr_SetString(PyExc_ValueError, "mha: sizes out of range (or a head's columns past W)");
         return NULL;
     }
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul3(&sz, "QKV's size", B, S, W), yn = sz_mul4(&sz, "Y's size", B, S, H, dv);
+    if (sz_check(&sz, "mha", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[4];
     mh_job j;
     memset(&j, 0, sizeof j);
-    if (get_items("mha", xo, &v[0], 0, B * S * W, RC_F32, "QKV") < 0)
+    if (get_items("mha", xo, &v[0], 0, xn, RC_F32, "QKV") < 0)
         return NULL;
     v[1].obj = v[2].obj = v[3].obj = NULL;
     if (mh_bias(m1o, m1d, B, H, S, "mask", &v[1], &j.m1b, &j.m1h, &j.m1s) < 0 ||
         mh_bias(m2o, m2d, B, H, S, "attention bias", &v[2], &j.m2b, &j.m2h, &j.m2s) < 0 ||
-        get_items("mha", yo, &v[3], 1, B * S * H * dv, RC_F32, "Y") < 0) {
+        get_items("mha", yo, &v[3], 1, yn, RC_F32, "Y") < 0) {
         release_buffers(v, 3);
         return NULL;
     }

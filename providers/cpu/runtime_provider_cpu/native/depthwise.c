@@ -193,13 +193,10 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     const Py_ssize_t yn = sz_mul4(&sz, "Y's size", N, C, OH, OW);
     if (sz_check(&sz, "depthwise2d", PyExc_ValueError) < 0)
         return NULL;
-    /* the padded extent every output reads: rows [-pt, Hp - pt), columns [-pl, Wp - pl); a pad
-       past it reads the same as one at its end */
+    /* the padded extent every output reads: rows [-pt, Hp - pt), columns [-pl, Wp - pl) */
     rc_sz ps = {NULL};
     const Py_ssize_t Hp = sz_extent(&ps, "the padded plane", OH, sh, KH, dh);
     const Py_ssize_t Wp = sz_extent(&ps, "the padded plane", OW, sw, KW, dw);
-    pt = pt < Hp ? pt : Hp;
-    pl = pl < Wp ? pl : Wp;
     Py_buffer v[4]; /* X, W, B, Y */
     const rc_buf spec[4] = {{xo, xn, RC_F32, 0, 0, "X"}, {wo, wn, RC_F32, 0, 0, "W"},
                             {bo, C, RC_F32, 0, 1, "B"}, {yo, yn, RC_F32, 1, 0, "Y"}};
@@ -234,6 +231,9 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
         release_buffers(v, 4);
         Py_RETURN_NONE;
     }
+    /* a pad past the extent reads the same as one at its end (and keeps the copies in range) */
+    pt = pt < Hp ? pt : Hp;
+    pl = pl < Wp ? pl : Wp;
     const Py_ssize_t bytes = sz_mul(&ps, "the padded plane", vec ? sz_mul(&ps, "the padded plane", parts, plane_n) : gen_n,
                                     RC_F32);
     if (sz_check(&ps, "depthwise2d", PyExc_MemoryError) < 0) {

@@ -103,9 +103,15 @@ PyObject *rc_py_gemm_rows(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "gemm_rows: zero or negative size");
         return NULL;
     }
+    rc_sz sz = {NULL};
+    const Py_ssize_t an = sz_mul(&sz, "A's size", R, K), bn = sz_mul(&sz, "B's size", K, N);
+    const Py_ssize_t yn = sz_mul(&sz, "Y's size", R, N);
+    sz_add(&sz, "B's size", N, 16 * GR_NV); /* a step of columns past N */
+    if (sz_check(&sz, "gemm_rows", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[3];
-    const rc_buf spec[3] = {{ao, R * K, RC_F32, 0, 0, "A"}, {bo, K * N, RC_F32, 0, 0, "B"},
-                            {yo, R * N, RC_F32, 1, 0, "Y"}};
+    const rc_buf spec[3] = {{ao, an, RC_F32, 0, 0, "A"}, {bo, bn, RC_F32, 0, 0, "B"},
+                            {yo, yn, RC_F32, 1, 0, "Y"}};
     if (get_buffers("gemm_rows", spec, v, 3) < 0)
         return NULL;
     gr_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (float *)v[2].buf, R, K, N, trans};
@@ -184,10 +190,15 @@ PyObject *rc_py_pointwise(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "pointwise: sizes must be in [1, 2^31)");
         return NULL;
     }
+    rc_sz sz = {NULL}; /* each size < 2^31: their products fit, checked all the same */
+    const Py_ssize_t wn = sz_mul(&sz, "W's size", M, K), xn = sz_mul(&sz, "X's size", K, P);
+    const Py_ssize_t yn = sz_mul(&sz, "Y's size", M, P);
+    if (sz_check(&sz, "pointwise", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[5];
-    const rc_buf spec[5] = {{wo, M * K, RC_F32, 0, 0, "W"}, {xo, K * P, RC_F32, 0, 0, "X"},
-                            {bo, M, RC_F32, 0, 1, "B"}, {zo, M * P, RC_F32, 0, 1, "Z"},
-                            {yo, M * P, RC_F32, 1, 0, "Y"}};
+    const rc_buf spec[5] = {{wo, wn, RC_F32, 0, 0, "W"}, {xo, xn, RC_F32, 0, 0, "X"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {zo, yn, RC_F32, 0, 1, "Z"},
+                            {yo, yn, RC_F32, 1, 0, "Y"}};
     if (get_buffers("pointwise", spec, v, 5) < 0)
         return NULL;
     /* columns of y in blocks of 64 when there are enough of them (an image of 112 x 112),

@@ -238,14 +238,22 @@ PyObject *rc_py_linear(PyObject *self, PyObject *args)
     int threads, packed = 1;
     if (!PyArg_ParseTuple(args, "OOOO(nnn)i|p:linear", &ao, &wo, &bo, &yo, &R, &K, &N, &threads, &packed))
         return NULL;
-    if (R < 1 || K < 1 || N < 1 || R > PY_SSIZE_T_MAX / 64 / K || N > PY_SSIZE_T_MAX / 64 / K) {
-        PyErr_SetString(PyExc_ValueError, "linear: sizes must be positive (and not overflow)");
+    if (R < 1 || K < 1 || N < 1) {
+        PyErr_SetString(PyExc_ValueError, "linear: sizes must be positive");
         return NULL;
     }
-    const Py_ssize_t cols = (N + 31) / 32, np_ = (R + LN_RP - 1) / LN_RP;
+    const Py_ssize_t cols = N / 32 + (N % 32 != 0), np_ = R / LN_RP + (R % LN_RP != 0);
+    rc_sz sz = {NULL};
+    const Py_ssize_t an = sz_mul(&sz, "A's size", R, K), yn = sz_mul(&sz, "Y's size", R, N);
+    const Py_ssize_t wn = packed ? sz_mul3(&sz, "W's size", cols, K, 32) : sz_mul(&sz, "W's size", K, N);
+    if (sz_check(&sz, "linear", PyExc_ValueError) < 0)
+        return NULL;
+    sz_mul4(&sz, "the packed rows", np_, K, LN_RP, RC_F32);
+    if (sz_check(&sz, "linear", PyExc_MemoryError) < 0)
+        return NULL;
     Py_buffer v[4];
-    const rc_buf spec[4] = {{ao, R * K, RC_F32, 0, 0, "A"}, {wo, packed ? cols * K * 32 : K * N, RC_F32, 0, 0, "W"},
-                            {bo, N, RC_F32, 0, 1, "bias"}, {yo, R * N, RC_F32, 1, 0, "Y"}};
+    const rc_buf spec[4] = {{ao, an, RC_F32, 0, 0, "A"}, {wo, wn, RC_F32, 0, 0, "W"},
+                            {bo, N, RC_F32, 0, 1, "bias"}, {yo, yn, RC_F32, 1, 0, "Y"}};
     if (get_buffers("linear", spec, v, 4) < 0)
         return NULL;
     if (packed && ((uintptr_t)v[1].buf & 63) != 0) {
@@ -380,15 +388,21 @@ PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOO(nnn)ffi:pointwise_lanes", &wo, &xo, &bo, &zo, &yo, &M, &C, &P, &lo,
                           &hi, &threads))
         return NULL;
-    if (M < 1 || C < 1 || P < 1 || M > PY_SSIZE_T_MAX / 64 / C || P > PY_SSIZE_T_MAX / 64 / C) {
-        PyErr_SetString(PyExc_ValueError, "pointwise_lanes: sizes must be positive (and not overflow)");
+    if (M < 1 || C < 1 || P < 1) {
+        PyErr_SetString(PyExc_ValueError, "pointwise_lanes: sizes must be positive");
         return NULL;
     }
-    const Py_ssize_t np_ = (M + LN_RP - 1) / LN_RP;
+    const Py_ssize_t np_ = M / LN_RP + (M % LN_RP != 0);
+    rc_sz sz = {NULL};
+    const Py_ssize_t wn = sz_mul3(&sz, "W's size", np_, C, LN_RP), xn = sz_mul(&sz, "X's size", C, P);
+    const Py_ssize_t yn = sz_mul(&sz, "Y's size", M, P);
+    sz_add(&sz, "Y's size", P, 64 * 32); /* the column panels' arithmetic */
+    if (sz_check(&sz, "pointwise_lanes", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[5];
-    const rc_buf spec[5] = {{wo, np_ * C * LN_RP, RC_F32, 0, 0, "W"}, {xo, C * P, RC_F32, 0, 0, "X"},
-                            {bo, M, RC_F32, 0, 1, "B"}, {zo, M * P, RC_F32, 0, 1, "Z"},
-                            {yo, M * P, RC_F32, 1, 0, "Y"}};
+    const rc_buf spec[5] = {{wo, wn, RC_F32, 0, 0, "W"}, {xo, xn, RC_F32, 0, 0, "X"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {zo, yn, RC_F32, 0, 1, "Z"},
+                            {yo, yn, RC_F32, 1, 0, "Y"}};
     if (get_buffers("pointwise_lanes", spec, v, 5) < 0)
         return NULL;
     const Py_ssize_t cols = (P + 31) / 32, nk = (C + LN_KC - 1) / LN_KC, kc = (C + nk - 1) / nk;

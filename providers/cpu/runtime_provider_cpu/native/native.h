@@ -126,6 +126,8 @@ void release_buffers(Py_buffer *v, int k);
 
 /* ---- the kernel thread pool and work buffers (threads.c) ------------------------------- */
 
+#define RC_POOL_MAX 64 /* threads a job runs on, at most */
+
 /* fn(arg, part, parts) for every part */
 typedef void (*rc_part_f)(void *arg, int part, int parts);
 /* fn(arg, part, parts) for every part in [0, parts), on the caller's thread and up to

@@ -19,6 +19,18 @@ typedef struct {
 
 RC_INLINE float mp_max(float m, float v) { return ((v > m) | (v != v)) ? v : m; }
 
+/* taps [*t0, *t1) of a window of k taps, dilation d, from padded position base (may be
+ * negative) that land inside [0, n) */
+static void mp_taps(rc_wide base, Py_ssize_t d, Py_ssize_t k, Py_ssize_t n, Py_ssize_t *t0, Py_ssize_t *t1)
+{
+    const rc_wide lo = base >= 0 ? 0 : (-base + d - 1) / d, last = n - 1 - base;
+    const rc_wide hi = last < 0 ? 0 : last / d + 1;
+    *t0 = lo < k ? (Py_ssize_t)lo : k;
+    *t1 = hi < k ? (Py_ssize_t)hi : k;
+    if (*t1 < *t0)
+        *t1 = *t0;
+}
+
 RC_CLONES
 static void mp_planes(const mp_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t p1)
 {
@@ -83,10 +95,11 @@ static void mp_planes(const mp_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t
         for (Py_ssize_t oh = 0; oh < OH; oh++) {
             float *restrict yr = yp + oh * OW;
             int first = 1;
-            for (Py_ssize_t kh = 0; kh < j->KH; kh++) {
+            /* only the taps inside the input: a tall window is not a long loop */
+            Py_ssize_t kh0, kh1;
+            mp_taps((rc_wide)oh * j->sh - j->pt, j->dh, j->KH, H, &kh0, &kh1);
+            for (Py_ssize_t kh = kh0; kh < kh1; kh++) {
                 const Py_ssize_t ir = oh * j->sh - j->pt + kh * j->dh;
-                if (ir < 0 || ir >= H)
-                    continue;
                 const float *restrict hr = hm + ir * OW;
                 if (first)
                     for (Py_ssize_t ow = 0; ow < OW; ow++)
@@ -101,18 +114,6 @@ static void mp_planes(const mp_job *j, float *scratch, Py_ssize_t p0, Py_ssize_t
                     yr[ow] = -INFINITY;
         }
     }
-}
-
-/* taps [*t0, *t1) of a window of k taps, dilation d, from padded position base (may be
- * negative) that land inside [0, n) */
-static void mp_taps(rc_wide base, Py_ssize_t d, Py_ssize_t k, Py_ssize_t n, Py_ssize_t *t0, Py_ssize_t *t1)
-{
-    const rc_wide lo = base >= 0 ? 0 : (-base + d - 1) / d, last = n - 1 - base;
-    const rc_wide hi = last < 0 ? 0 : last / d + 1;
-    *t0 = lo < k ? (Py_ssize_t)lo : k;
-    *t1 = hi < k ? (Py_ssize_t)hi : k;
-    if (*t1 < *t0)
-        *t1 = *t0;
 }
 
 /* planes [p0, p1) without scratch: each output the maximum of its window's taps inside the
@@ -211,7 +212,7 @@ PyObject *rc_py_maxpool2d(PyObject *self, PyObject *args)
         }
     }
     mp_job j = {(const float *)v[0].buf, (float *)v[1].buf, N * C, H, W, OH, OW, KH, KW, sh, sw,
-                dh, dw, pt, plc, scratch, scratch_n, Lq, nph, direct};
+                dh, dw, pt, direct ? pl : plc, scratch, scratch_n, Lq, nph, direct};
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(mp_part, &j, parts, threads);
     Py_END_ALLOW_THREADS

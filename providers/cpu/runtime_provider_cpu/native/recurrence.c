@@ -181,7 +181,7 @@ PyObject *rc_py_recurrence(PyObject *self, PyObject *args)
     }
     if (lstm)
         lbr = 0;
-    const Py_ssize_t nchunk = (H + RC_U - 1) / RC_U, G = lstm ? 4 : 3;
+    const Py_ssize_t nchunk = H / RC_U + (H % RC_U != 0), G = lstm ? 4 : 3;
     const Py_ssize_t G1 = lstm ? 4 : (lbr ? 3 : 2);
     const int has_p2 = !lstm && !lbr, has_rb = !lstm && lbr, has_c = lstm;
     if ((p2o != Py_None) != has_p2 || (rbo != Py_None) != has_rb || (co != Py_None) != has_c) {
@@ -190,13 +190,19 @@ PyObject *rc_py_recurrence(PyObject *self, PyObject *args)
                         "linear_before_reset=1, c for LSTM; pass None otherwise");
         return NULL;
     }
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul4(&sz, "xw's size", seq, B, G, H), p1n = sz_mul4(&sz, "p1's size", nchunk, H, G1, RC_U);
+    const Py_ssize_t p2n = sz_mul3(&sz, "p2's size", nchunk, H, RC_U), bh = sz_mul3(&sz, "h0's size", B, H, 2);
+    const Py_ssize_t yn = sz_mul3(&sz, "ys's size", seq, B, H);
+    if (sz_check(&sz, "recurrence", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[7];
     /* p2, rbn and c were checked above: None exactly where the variant has none */
     const rc_buf spec[7] = {
-        {xo, seq * B * G * H, RC_F32, 0, 0, "xw"}, {p1o, nchunk * H * G1 * RC_U, RC_F32, 0, 0, "p1"},
-        {p2o, nchunk * H * RC_U, RC_F32, 0, 1, "p2"}, {rbo, H, RC_F32, 0, 1, "rbn"},
-        {h0o, B * H, RC_F32, 0, 0, "h0"}, {co, B * H, RC_F32, 1, 1, "c"},
-        {yo, seq * B * H, RC_F32, 1, 0, "ys"}};
+        {xo, xn, RC_F32, 0, 0, "xw"}, {p1o, p1n, RC_F32, 0, 0, "p1"},
+        {p2o, p2n, RC_F32, 0, 1, "p2"}, {rbo, H, RC_F32, 0, 1, "rbn"},
+        {h0o, bh / 2, RC_F32, 0, 0, "h0"}, {co, bh / 2, RC_F32, 1, 1, "c"},
+        {yo, yn, RC_F32, 1, 0, "ys"}};
     if (get_buffers("recurrence", spec, v, 7) < 0)
         return NULL;
     rc_job job;

@@ -35,9 +35,13 @@ PyObject *rc_py_bias_clip(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bias_clip: negative size");
         return NULL;
     }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul(&sz, "Y's size", M, P);
+    if (sz_check(&sz, "bias_clip", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[3]; /* Y, B, Z */
-    const rc_buf spec[3] = {{yo, M * P, RC_F32, 1, 0, "Y"}, {bo, M, RC_F32, 0, 1, "B"},
-                            {zo, M * P, RC_F32, 0, 1, "Z"}};
+    const rc_buf spec[3] = {{yo, n, RC_F32, 1, 0, "Y"}, {bo, M, RC_F32, 0, 1, "B"},
+                            {zo, n, RC_F32, 0, 1, "Z"}};
     if (get_buffers("bias_clip", spec, v, 3) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
@@ -134,9 +138,14 @@ PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "gelu_erf: negative size");
         return NULL;
     }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul(&sz, "X's size", rows, d);
+    sz_add(&sz, "a row", d, 8); /* a row's last vector */
+    if (sz_check(&sz, "gelu_erf", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[3]; /* X, B, Y */
-    const rc_buf spec[3] = {{xo, rows * d, RC_F32, 0, 0, "X"}, {bo, d, RC_F32, 0, 1, "B"},
-                            {yo, rows * d, RC_F32, 1, 0, "Y"}};
+    const rc_buf spec[3] = {{xo, n, RC_F32, 0, 0, "X"}, {bo, d, RC_F32, 0, 1, "B"},
+                            {yo, n, RC_F32, 1, 0, "Y"}};
     if (get_buffers("gelu_erf", spec, v, 3) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
@@ -245,12 +254,17 @@ PyObject *rc_py_skip_layer_norm(PyObject *self, PyObject *args)
                         "skip_layer_norm: rows must be a multiple of skip_rows, d and skip_rows >= 1");
         return NULL;
     }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul(&sz, "X's size", rows, d), sn = sz_mul(&sz, "skip's size", skip_rows, d);
+    sz_add(&sz, "a row", d, 16); /* a row's last block */
+    if (sz_check(&sz, "skip_layer_norm", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[9]; /* X, skip, gamma, beta, bias, Y, mean, inv_std_var, sum */
-    const rc_buf spec[9] = {{xo, rows * d, RC_F32, 0, 0, "X"}, {so, skip_rows * d, RC_F32, 0, 1, "skip"},
+    const rc_buf spec[9] = {{xo, n, RC_F32, 0, 0, "X"}, {so, sn, RC_F32, 0, 1, "skip"},
                             {go, d, RC_F32, 0, 0, "gamma"}, {bo, d, RC_F32, 0, 1, "beta"},
-                            {bio, d, RC_F32, 0, 1, "bias"}, {yo, rows * d, RC_F32, 1, 0, "Y"},
+                            {bio, d, RC_F32, 0, 1, "bias"}, {yo, n, RC_F32, 1, 0, "Y"},
                             {mo, rows, RC_F32, 1, 1, "mean"}, {io, rows, RC_F32, 1, 1, "inv_std_var"},
-                            {sumo, rows * d, RC_F32, 1, 1, "sum"}};
+                            {sumo, n, RC_F32, 1, 1, "sum"}};
     if (get_buffers("skip_layer_norm", spec, v, 9) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
@@ -327,8 +341,13 @@ PyObject *rc_py_softmax(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "softmax: negative size or empty rows");
         return NULL;
     }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul(&sz, "Z's size", rows, t);
+    sz_add(&sz, "a row", t, 8); /* a row's last vector */
+    if (sz_check(&sz, "softmax", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[1];
-    const rc_buf spec[1] = {{zo, rows * t, RC_F32, 1, 0, "Z"}};
+    const rc_buf spec[1] = {{zo, n, RC_F32, 1, 0, "Z"}};
     if (get_buffers("softmax", spec, v, 1) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS

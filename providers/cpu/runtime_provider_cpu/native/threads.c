@@ -12,7 +12,7 @@
  * than the kernel's units (channel planes, tiles) */
 int rc_parts(double work, double min_work, Py_ssize_t units, int *threads)
 {
-    int t = *threads;
+    int t = *threads < RC_POOL_MAX ? *threads : RC_POOL_MAX; /* rc_parallel's most: at most 256 parts */
     if (t > work / min_work)
         t = (int)(work / min_work);
     if (t < 1)
@@ -57,7 +57,7 @@ static struct {
     int last_threads;           /* threads that ran parts of the last job, the caller's included */
 } rc_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
              PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL, 0, 0, 0, 0, 0};
-#define RC_POOL_MAX 64
+
 #define RC_SPIN_NS 100000L
 #if defined(__x86_64__) || defined(__i386__)
 #define RC_PAUSE() __asm__ __volatile__("pause")

@@ -103,9 +103,14 @@ PyObject *rc_py_tree_leaves(PyObject *self, PyObject *args)
         return NULL;
     }
     const Py_ssize_t nsz = isz == 4 ? (Py_ssize_t)sizeof(rc_node_f) : (Py_ssize_t)sizeof(rc_node_d);
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul(&sz, "X's size", n, c), on = sz_mul(&sz, "out's size", t, n);
+    sz_add(&sz, "a block of rows", n, RC_LANES);
+    if (sz_check(&sz, "tree_leaves", PyExc_ValueError) < 0)
+        return NULL;
     Py_buffer v[4]; /* X, nodes, roots, out */
-    const rc_buf spec[4] = {{o[0], n * c, isz, 0, 0, "X"}, {o[1], L * nsz, 1, 0, 0, "nodes"},
-                            {o[2], t, 8, 0, 0, "roots"}, {o[3], t * n, 8, 1, 0, "out"}};
+    const rc_buf spec[4] = {{o[0], xn, isz, 0, 0, "X"}, {o[1], L * nsz, 1, 0, 0, "nodes"},
+                            {o[2], t, 8, 0, 0, "roots"}, {o[3], on, 8, 1, 0, "out"}};
     const int got = get_buffers("tree_leaves", spec, v, 4) < 0 ? 0 : 4;
     int rc = -2;
     if (got == 4) {

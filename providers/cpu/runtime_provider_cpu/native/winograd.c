@@ -332,15 +332,31 @@ PyObject *rc_py_winograd3x3(PyObject *self, PyObject *args)
         return NULL;
     }
     const Py_ssize_t mr = lanes ? CT_MR : CV_MR;
-    const Py_ssize_t Mb = (M + mr - 1) / mr, OH2 = (OH + 1) / 2, OW2 = (OW + 1) / 2;
+    const Py_ssize_t Mb = M / mr + (M % mr != 0), OH2 = OH / 2 + (OH & 1), OW2 = OW / 2 + (OW & 1);
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul4(&sz, "X's size", N, C, H, W), un = sz_mul4(&sz, "U's size", 16, Mb, C, mr);
+    const Py_ssize_t yn = sz_mul4(&sz, "Y's size", N, M, OH, OW);
+    if (sz_check(&sz, "winograd3x3", PyExc_ValueError) < 0)
+        return NULL;
     /* the padded input of the tiles: 2 * OH2 + 2 rows, 2 * OW2 + 2 columns, in stride-2 phases
        of Hq x Wq; a block reads up to 47 tiles past the last and Wq + 1 past a tile */
     const Py_ssize_t Hp = 2 * OH2 + 2, Wp = 2 * OW2 + 2, Hq = OH2 + 1, Wq = OW2 + 1;
-    const Py_ssize_t L = Hq * Wq + Wq + 2 * CV_NR, Q = OH2 * Wq, nblk = (Q + CV_NR - 1) / CV_NR;
+    const Py_ssize_t L = sz_add(&sz, "the phase planes", sz_mul(&sz, "the phase planes", Hq, Wq), Wq + 2 * CV_NR);
+    const Py_ssize_t Q = sz_mul(&sz, "the tiles", OH2, Wq), nblk = Q / CV_NR + (Q % CV_NR != 0);
+    /* the largest work buffer either form takes (planes, V, 256 parts' scratch), in bytes */
+    const Py_ssize_t NT = sz_mul(&sz, "the tiles", OH2, OW2);
+    sz_add(&sz, "the work buffer",
+           sz_add(&sz, "the work buffer", sz_mul4(&sz, "the phase planes", C, 4, L, RC_F32),
+                  sz_mul4(&sz, "the transformed input", 16, C, sz_add(&sz, "the tiles", NT, 16 + 64), RC_F32)),
+           sz_mul4(&sz, "the work buffer", 256, 16 * RC_F32, sz_add(&sz, "the work buffer", C, 1), CV_NR + WL_GROUP * CT_NP * CT_MR));
+    if (sz_check(&sz, "winograd3x3", PyExc_MemoryError) < 0)
+        return NULL;
+    pt = pt < Hp ? pt : Hp; /* a pad past the tiles reads the same as one at their end */
+    pl = pl < Wp ? pl : Wp;
     Py_buffer v[5];
-    const rc_buf spec[5] = {{xo, N * C * H * W, RC_F32, 0, 0, "X"}, {uo, 16 * Mb * C * mr, RC_F32, 0, 0, "U"},
-                            {bo, M, RC_F32, 0, 1, "B"}, {zo, N * M * OH * OW, RC_F32, 0, 1, "Z"},
-                            {yo, N * M * OH * OW, RC_F32, 1, 0, "Y"}};
+    const rc_buf spec[5] = {{xo, xn, RC_F32, 0, 0, "X"}, {uo, un, RC_F32, 0, 0, "U"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {zo, yn, RC_F32, 0, 1, "Z"},
+                            {yo, yn, RC_F32, 1, 0, "Y"}};
     if (get_buffers("winograd3x3", spec, v, 5) < 0)
         return NULL;
     int fthreads = threads;
@@ -350,7 +366,7 @@ PyObject *rc_py_winograd3x3(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_ValueError, "winograd3x3: the lane-packed weights must be 64-byte aligned");
             return NULL;
         }
-        const Py_ssize_t NT = OH2 * OW2, NTs = NT + 16, nseg = (NT + CT_NP - 1) / CT_NP;
+        const Py_ssize_t NTs = NT + 16, nseg = (NT + CT_NP - 1) / CT_NP;
         const Py_ssize_t ngrp = (nseg + WL_GROUP - 1) / WL_GROUP;
         const double flops = 2.0 * 16.0 * (double)Mb * CT_MR * (double)C * (double)NT;
         const int parts = rc_parts(flops, 2.5e5, Mb * ngrp, &threads);
