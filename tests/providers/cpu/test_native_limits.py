@@ -20,7 +20,7 @@ _native = pytest.importorskip("runtime_provider_cpu._native")
 
 def _child(code: str, *args: str, timeout: int = 300) -> str:
     """stdout of ``python -c code args``; a signal or an untyped failure fails the test"""
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True,
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, check=False,
                        text=True, timeout=timeout)
     assert r.returncode >= 0, f"the child died of signal {-r.returncode}:\n{r.stderr[-3000:]}"
     assert r.returncode == 0, f"the child failed:\n{r.stderr[-3000:]}"
@@ -202,7 +202,7 @@ def test_pool_and_depthwise_windows_of_extreme_geometry():
             done += 1
     print(done, typed)
     """)
-    done, typed = map(int, _child(code, "20261206").split())
+    done, _typed = map(int, _child(code, "20261206").split())
     assert done > 300  # most cases compute (the window arithmetic needs no scratch)
 
 
