@@ -1,10 +1,39 @@
 """The one compiled part of runtime-provider-cpu: ``runtime_provider_cpu._native`` (plain C
-against the CPython API, no numpy headers). Everything else is in pyproject.toml."""
+against the CPython API, no numpy headers), one source file per routine family under
+``runtime_provider_cpu/native/`` (native.h declares what they share). Everything else is in
+pyproject.toml."""
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension(
-    "runtime_provider_cpu._native",
-    ["runtime_provider_cpu/_native.c"],
-    extra_compile_args=["-O3", "-funroll-loops", "-fno-math-errno", "-Wno-psabi"],
-)])
+# listed, not globbed: a new file is a deliberate change to the build
+SOURCES = [
+    "module.c",            # the module table, buffer checks
+    "threads.c",           # the kernel thread pool, work buffers
+    "cpu_features.c",      # AVX-512 or not, asked once at load
+    "sgemm_bridge.c",      # SciPy's sgemm for the GEMM-shaped kernels
+    "rows.c",              # bias_clip, gelu_erf, skip_layer_norm, softmax
+    "recurrence.c",        # the LSTM / GRU time loop
+    "trees.c",             # tree ensemble walks
+    "depthwise.c",         # depthwise2d
+    "depthwise_avx512.c",  # the AVX-512 3x3 windows (depthwise, maxpool, expand_dw)
+    "pool.c",              # maxpool2d
+    "conv_direct.c",       # conv2d: register tiles over phase planes
+    "winograd.c",          # winograd3x3
+    "gemm.c",              # gemm_rows, pointwise
+    "linear.c",            # linear, pointwise_lanes
+    "attention.c",         # mha
+    "pairs.c",             # conv_maxpool, expand_dw: fused pairs
+]
+HEADERS = ["native.h", "simd.h"]  # in the sdist through MANIFEST.in
+
+setup(
+    # the C sources build the extension; the wheel carries only the built module
+    exclude_package_data={"": ["*.c", "*.h"]},
+    ext_modules=[Extension(
+        "runtime_provider_cpu._native",
+        [f"runtime_provider_cpu/native/{s}" for s in SOURCES],
+        depends=[f"runtime_provider_cpu/native/{h}" for h in HEADERS],
+        # hidden: the files share internal symbols; only PyInit__native is exported
+        extra_compile_args=["-O3", "-funroll-loops", "-fno-math-errno", "-Wno-psabi", "-fvisibility=hidden"],
+    )],
+)

@@ -1,0 +1,155 @@
+#include "native.h"
+
+/* mha: the core of onnxruntime's com.microsoft.Attention after its projection, one unit of
+ * (batch, head, block of query rows) at a time on the kernel threads: the scores
+ * q k^T * scale as one single-threaded sgemm (set_sgemm's) into a per-thread buffer, the
+ * additive mask, the causal cut and the attention bias added row by row, softmax_rows, and
+ * p v as a second sgemm written straight into the head's columns of y (numpy looped over
+ * the heads with threaded BLAS calls whose workers then spun through the next nodes). */
+typedef struct {
+    const float *q, *k, *v;  /* element (b, s, h, d) at q[b * xb + s * xs + h * dq + d] */
+    Py_ssize_t xb, xs;
+    const float *m1, *m2;    /* additive biases (b, h, s, t), t contiguous; NULL if absent */
+    Py_ssize_t m1b, m1h, m1s, m2b, m2h, m2s;
+    float *y;                /* (b, s, h * dv) */
+    Py_ssize_t B, H, S, dq, dv, rb;
+    float scale;
+    int causal, oom;
+} mh_job;
+
+static void mh_part(void *arg, int part, int parts)
+{
+    const mh_job *j = (const mh_job *)arg;
+    const Py_ssize_t nrb = (j->S + j->rb - 1) / j->rb, units = j->B * j->H * nrb;
+    const Py_ssize_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    if (u0 >= u1)
+        return;
+    const Py_ssize_t T = j->S, yw = j->H * j->dv;
+    const size_t zn = sizeof(float) * (size_t)j->rb * (size_t)T;
+    float *z = (float *)rc_work(zn);
+    if (!z) {
+        __atomic_store_n(&((mh_job *)arg)->oom, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    char tn = 'T', nn = 'N';
+    float one = 1.0f, zero = 0.0f, sc = j->scale;
+    int iT = (int)T, idq = (int)j->dq, idv = (int)j->dv, lx = (int)j->xs, ly = (int)yw;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        const Py_ssize_t bh = u / nrb, b = bh / j->H, h = bh - b * j->H;
+        const Py_ssize_t s0 = (u - bh * nrb) * j->rb;
+        const Py_ssize_t s1 = s0 + j->rb < j->S ? s0 + j->rb : j->S;
+        int n = (int)(s1 - s0);
+        const float *q = j->q + b * j->xb + s0 * j->xs + h * j->dq;
+        const float *k = j->k + b * j->xb + h * j->dq;
+        const float *v = j->v + b * j->xb + h * j->dv;
+        /* column-major z^T (T x n) = k (T x dq, read transposed) q^T: row-major z (n x T) */
+        rc_sgemm(&tn, &nn, &iT, &n, &idq, &sc, (float *)k, &lx, (float *)q, &lx, &zero, z, &iT);
+        for (Py_ssize_t s = s0; s < s1; s++) {
+            float *zr = z + (s - s0) * T;
+            if (j->m1) {
+                const float *m = j->m1 + b * j->m1b + h * j->m1h + s * j->m1s;
+                for (Py_ssize_t t = 0; t < T; t++)
+                    zr[t] += m[t];
+            }
+            if (j->causal)
+                for (Py_ssize_t t = s + 1; t < T; t++)
+                    zr[t] = -FLT_MAX;
+            if (j->m2) {
+                const float *m = j->m2 + b * j->m2b + h * j->m2h + s * j->m2s;
+                for (Py_ssize_t t = 0; t < T; t++)
+                    zr[t] += m[t];
+            }
+        }
+        softmax_rows(z, n, T);
+        /* column-major y^T (dv x n, ld yw) = v^T (dv x T) p^T (T x n) */
+        rc_sgemm(&nn, &nn, &idv, &n, &iT, &one, (float *)v, &lx, z, &iT, &zero,
+                 j->y + b * j->S * yw + s0 * yw + h * j->dv, &ly);
+    }
+    rc_work_done(z, zn);
+}
+
+/* the strides of a bias of dims (db, dh, ds, T), each 1 (broadcast: stride 0) or full */
+static int mh_bias(PyObject *o, PyObject *dims, Py_ssize_t B, Py_ssize_t H, Py_ssize_t S,
+                   const char *name, Py_buffer *view, Py_ssize_t *sb, Py_ssize_t *sh, Py_ssize_t *ss)
+{
+    view->obj = NULL;
+    view->buf = NULL;
+    if (o == Py_None)
+        return 0;
+    Py_ssize_t db, dh, ds;
+    if (!PyArg_ParseTuple(dims, "nnn", &db, &dh, &ds))
+        return -1;
+    if ((db != 1 && db != B) || (dh != 1 && dh != H) || (ds != 1 && ds != S)) {
+        PyErr_Format(PyExc_ValueError, "mha: %s of dims (%zd, %zd, %zd, T) does not broadcast to "
+                     "(%zd, %zd, %zd, T)", name, db, dh, ds, B, H, S);
+        return -1;
+    }
+    /* each of db, dh, ds is 1 or a size the checked QKV and Y already hold */
+    if (get_items("mha", o, view, 0, db * dh * ds * S, RC_F32, name) < 0) {
+        view->obj = NULL;
+        return -1;
+    }
+    *ss = ds == 1 ? 0 : S;
+    *sh = dh == 1 ? 0 : ds * S;
+    *sb = db == 1 ? 0 : dh * ds * S;
+    return 0;
+}
+
+PyObject *rc_py_mha(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo, *m1o, *m1d, *m2o, *m2d;
+    Py_ssize_t B, S, W, oq, ok, ov, H, dq, dv;
+    float scale;
+    int causal, threads;
+    if (!PyArg_ParseTuple(args, "O(nnnnnn)(nnn)fpOOOOOi:mha", &xo, &B, &S, &W, &oq, &ok, &ov, &H, &dq,
+                          &dv, &scale, &causal, &m1o, &m1d, &m2o, &m2d, &yo, &threads))
+        return NULL;
+    if (!rc_sgemm) {
+        PyErr_SetString(PyExc_RuntimeError, "mha: no sgemm (set_sgemm was not called)");
+        return NULL;
+    }
+    if (B < 1 || S < 1 || H < 1 || dq < 1 || dv < 1 || W > INT32_MAX || S > INT32_MAX / 4 ||
+        oq < 0 || ok < 0 || ov < 0 || oq + (rc_wide)H * dq > W || ok + (rc_wide)H * dq > W ||
+        ov + (rc_wide)H * dv > W || (rc_wide)H * dv > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "mha: sizes out of range (or a head's columns past W)");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul3(&sz, "QKV's size", B, S, W), yn = sz_mul4(&sz, "Y's size", B, S, H, dv);
+    if (sz_check(&sz, "mha", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[4];
+    mh_job j;
+    memset(&j, 0, sizeof j);
+    if (get_items("mha", xo, &v[0], 0, xn, RC_F32, "QKV") < 0)
+        return NULL;
+    v[1].obj = v[2].obj = v[3].obj = NULL;
+    if (mh_bias(m1o, m1d, B, H, S, "mask", &v[1], &j.m1b, &j.m1h, &j.m1s) < 0 ||
+        mh_bias(m2o, m2d, B, H, S, "attention bias", &v[2], &j.m2b, &j.m2h, &j.m2s) < 0 ||
+        get_items("mha", yo, &v[3], 1, yn, RC_F32, "Y") < 0) {
+        release_buffers(v, 3);
+        return NULL;
+    }
+    const float *x = (const float *)v[0].buf;
+    j.q = x + oq;
+    j.k = x + ok;
+    j.v = x + ov;
+    j.xb = S * W;
+    j.xs = W;
+    j.m1 = (const float *)v[1].buf;
+    j.m2 = (const float *)v[2].buf;
+    j.y = (float *)v[3].buf;
+    j.B = B, j.H = H, j.S = S, j.dq = dq, j.dv = dv;
+    j.scale = scale;
+    j.causal = causal;
+    /* whole heads when there are 8 or more, else blocks of rows, 8 units or more: not a
+       function of the thread count, so that any number of threads gives the same bits */
+    const Py_ssize_t heads = B * H;
+    Py_ssize_t nrb = heads >= 8 ? 1 : (8 + heads - 1) / heads;
+    if (nrb > S)
+        nrb = S;
+    j.rb = (S + nrb - 1) / nrb;
+    const double work = 2.0 * (double)heads * (double)S * (double)S * (double)(dq + dv);
+    const int parts = rc_parts(work, 2.5e5, heads * ((S + j.rb - 1) / j.rb), &threads);
+    return rc_run_job(mh_part, &j, parts, threads, v, 4, &j.oom);
+}

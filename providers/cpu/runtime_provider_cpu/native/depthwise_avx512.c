@@ -1,0 +1,261 @@
+#include "native.h"
+
+#if DWF_OK
+
+/* The AVX-512 depthwise path: 3x3, dilation 1, stride 1 or 2 both ways. Each channel's input
+ * goes once into zero-padded phase planes (stride 1: the padded plane; stride 2: its four
+ * even / odd row x column phases, the column split by two-register permutes), each Wq floats
+ * wide. The output is then computed over the flat index oy * Wq + ox, 16 at a time, every tap
+ * one unaligned load at a fixed offset into its phase plane: the two (stride 1) or one
+ * (stride 2) columns past OW a row are computed and dropped when the rows are copied out.
+ * A 7 x 7 plane is 4 vectors a tap instead of 7 row vectors, and no row is copied with scalar
+ * code (see docs/performance.md). */
+
+/* channel p's input into its phase planes ph (zero-padded: only the data region is written) */
+DWF_TARGET static void dwf_fill(const dwf_job *j, const float *xc, float *ph)
+{
+    const Py_ssize_t H = j->H, W = j->W, s = j->s, Wq = j->Wq, Hq = j->Hq, pn = j->pn, pt = j->pt, pl = j->pl;
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (Py_ssize_t r = 0; r < H; r++) {
+        const Py_ssize_t R = r + pt, i = s == 1 ? R : R >> 1; /* no division a row */
+        if (i >= Hq)
+            break;
+        const float *src = xc + r * W;
+        if (s == 1) {
+            float *dst = ph + i * Wq + pl;
+            const Py_ssize_t n = W < Wq - pl ? W : Wq - pl;
+            for (Py_ssize_t c0 = 0; c0 < n; c0 += 16) {
+                const __mmask16 m = dwf_mask(n - c0);
+                _mm512_mask_storeu_ps(dst + c0, m, _mm512_maskz_loadu_ps(m, src + c0));
+            }
+            continue;
+        }
+        /* input column c lands at padded column c + pl: phase (c + pl) & 1, index (c + pl) >> 1 */
+        float *rowb = ph + (R & 1) * 2 * pn + i * Wq;
+        float *de = rowb + (pl & 1) * pn, *dod = rowb + ((pl + 1) & 1) * pn;
+        const Py_ssize_t je = pl >> 1, jo = (pl + 1) >> 1; /* where columns 0 and 1 go */
+        for (Py_ssize_t c0 = 0; c0 < W; c0 += 32) {
+            const __m512 a = _mm512_maskz_loadu_ps(dwf_mask(W - c0), src + c0);
+            const __m512 b = W - c0 > 16 ? _mm512_maskz_loadu_ps(dwf_mask(W - c0 - 16), src + c0 + 16)
+                                         : _mm512_setzero_ps();
+            /* even columns c0 + 2k (k < ne), odd ones c0 + 2k + 1 (k < no), each inside Wq */
+            Py_ssize_t ne = (W - c0 + 1) / 2, no = (W - c0) / 2;
+            ne = ne > 16 ? 16 : ne;
+            no = no > 16 ? 16 : no;
+            const Py_ssize_t ke = c0 / 2 + je, ko = c0 / 2 + jo;
+            if (ke + ne > Wq)
+                ne = Wq - ke > 0 ? Wq - ke : 0;
+            if (ko + no > Wq)
+                no = Wq - ko > 0 ? Wq - ko : 0;
+            _mm512_mask_storeu_ps(de + ke, dwf_mask(ne), _mm512_permutex2var_ps(a, ev, b));
+            _mm512_mask_storeu_ps(dod + ko, dwf_mask(no), _mm512_permutex2var_ps(a, od, b));
+        }
+    }
+}
+
+/* vb + the 9 taps' products at f, as two chains of multiply-adds (one chain of 9 waited on
+ * each multiply-add's latency: a 7 x 7 plane is only 4 vectors, too few to overlap) */
+DWF_TARGET static inline __m512 dwf_sum9(const __m512 *w, const float *const *tp, Py_ssize_t f, __m512 vb)
+{
+    __m512 a = _mm512_fmadd_ps(w[0], _mm512_loadu_ps(tp[0] + f), vb);
+    __m512 b = _mm512_mul_ps(w[5], _mm512_loadu_ps(tp[5] + f));
+    for (int t = 1; t < 5; t++)
+        a = _mm512_fmadd_ps(w[t], _mm512_loadu_ps(tp[t] + f), a);
+    for (int t = 6; t < 9; t++)
+        b = _mm512_fmadd_ps(w[t], _mm512_loadu_ps(tp[t] + f), b);
+    return _mm512_add_ps(a, b);
+}
+
+/* the maximum of each 16 outputs' 9 taps tp[t] + f; NaN where any tap is NaN (as mp_max: the
+ * instruction's own max drops a NaN in its first operand) */
+DWF_TARGET static inline __m512 dwf_max16(const float *const *tp, Py_ssize_t f)
+{
+    __m512 acc = _mm512_loadu_ps(tp[0] + f);
+    __mmask16 nan = _mm512_cmp_ps_mask(acc, acc, _CMP_UNORD_Q);
+    for (int t = 1; t < 9; t++) {
+        const __m512 v = _mm512_loadu_ps(tp[t] + f);
+        nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        acc = _mm512_max_ps(acc, v);
+    }
+    return _mm512_mask_mov_ps(acc, nan, _mm512_set1_ps(NAN));
+}
+
+/* maxpool's dwf_compute */
+DWF_TARGET static void dwf_max(const dwf_job *j, Py_ssize_t p, const float *const *tp, float *out, int row)
+{
+    const Py_ssize_t Wq = j->Wq, OH = j->OH, OW = j->OW;
+    if (row) {
+        float *yc = j->y + p * OH * OW;
+        for (Py_ssize_t oy = 0; oy < OH; oy++)
+            for (Py_ssize_t ox = 0; ox < OW; ox += 16)
+                _mm512_mask_storeu_ps(yc + oy * OW + ox, dwf_mask(OW - ox), dwf_max16(tp, oy * Wq + ox));
+        return;
+    }
+    for (Py_ssize_t v = 0; v < j->nv; v++)
+        _mm512_store_ps(out + v * 16, dwf_max16(tp, v * 16));
+}
+
+/* channel p's outputs from its phase planes ph: rows of 16-float vectors straight into y when
+ * a row holds at least 16 (row), else over the flat index into out (the caller copies the rows
+ * out) */
+DWF_TARGET static void dwf_compute(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *ph, float *out,
+                                   int row)
+{
+    /* the tap offsets come from the job: nine divisions by s a channel were a third of a
+       7 x 7 plane's time */
+    const Py_ssize_t Wq = j->Wq, OH = j->OH, OW = j->OW;
+    const float *tp[9];
+    __m512 w[9];
+    const float *wk = j->w ? j->w + c * 9 : NULL;
+    for (int t = 0; t < 9; t++) {
+        tp[t] = ph + j->toff[t];
+        w[t] = _mm512_set1_ps(wk ? wk[t] : 0.0f);
+    }
+    if (j->max) {
+        dwf_max(j, p, tp, out, row);
+        return;
+    }
+    const __m512 vb = _mm512_set1_ps(j->b ? j->b[c] : 0.0f);
+    const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+    if (row) {
+        float *yc = j->y + p * OH * OW;
+        for (Py_ssize_t oy = 0; oy < OH; oy++)
+            for (Py_ssize_t ox = 0; ox < OW; ox += 16) {
+                const Py_ssize_t f = oy * Wq + ox;
+                const __m512 acc = dwf_sum9(w, tp, f, vb);
+                /* max, then min, with the bound first: a NaN stays NaN as clipf keeps it */
+                _mm512_mask_storeu_ps(yc + oy * OW + ox, dwf_mask(OW - ox), _mm512_min_ps(hi, _mm512_max_ps(lo, acc)));
+            }
+        return;
+    }
+    for (Py_ssize_t v = 0; v < j->nv; v++) {
+        const Py_ssize_t f = v * 16;
+        const __m512 acc = dwf_sum9(w, tp, f, vb);
+        _mm512_store_ps(out + f, _mm512_min_ps(hi, _mm512_max_ps(lo, acc)));
+    }
+}
+
+DWF_TARGET static void dwf_copy_out(const dwf_job *j, Py_ssize_t p, const float *out)
+{
+    const Py_ssize_t OH = j->OH, OW = j->OW, Wq = j->Wq;
+    float *yc = j->y + p * OH * OW;
+    for (Py_ssize_t oy = 0; oy < OH; oy++)
+        for (Py_ssize_t c0 = 0; c0 < OW; c0 += 16) {
+            const __mmask16 m = dwf_mask(OW - c0);
+            _mm512_mask_storeu_ps(yc + oy * OW + c0, m, _mm512_maskz_loadu_ps(m, out + oy * Wq + c0));
+        }
+}
+
+/* channels [p0, p1), channel p's input at xs + (p - pbase) * H * W: rows of 16 or more a
+ * channel at a time, smaller planes pipelined */
+void dwf_range(const dwf_job *j, const float *xs, Py_ssize_t pbase, float *scratch, Py_ssize_t p0,
+                      Py_ssize_t p1)
+{
+    const Py_ssize_t hw = j->H * j->W;
+    const Py_ssize_t ps = j->s * j->s * j->pn, os = j->nv * 16;
+    const int row = j->OW >= 16;
+    float *ph = scratch, *out = row ? NULL : scratch + DWF_SETS * ps;
+    /* padding (0, or -inf for a maximum): written once; each channel writes only the same
+       data region. Rows of 16 or more use one set of planes, smaller planes DWF_SETS. */
+    const Py_ssize_t pad_n = (row ? 1 : DWF_SETS) * ps;
+    if (j->max)
+        for (Py_ssize_t i = 0; i < pad_n; i++)
+            ph[i] = -INFINITY;
+    else
+        memset(ph, 0, sizeof(float) * (size_t)pad_n);
+    if (row) {
+        for (Py_ssize_t p = p0, c = p0 % j->C; p < p1; p++, c = c + 1 == j->C ? 0 : c + 1) {
+            dwf_fill(j, xs + (p - pbase) * hw, ph);
+            dwf_compute(j, p, c, ph, NULL, 1);
+        }
+        return;
+    }
+    /* a pipeline over DWF_SETS sets of planes and outputs: the fill of plane q, the sums of
+       plane q - L, the copy-out of plane q - L - 1, so that no load reads what a masked store
+       wrote just before (a store-forwarding stall on every tap in the plain order) */
+    const Py_ssize_t L = DWF_SETS / 2, m = DWF_SETS - 1;
+    for (Py_ssize_t q = p0, c = ((p0 - L) % j->C + j->C) % j->C; q < p1 + L + 1; q++) {
+        /* c: the channel of plane q - L */
+        if (q < p1)
+            dwf_fill(j, xs + (q - pbase) * hw, ph + (q & m) * ps);
+        if (q - L >= p0 && q - L < p1)
+            dwf_compute(j, q - L, c, ph + ((q - L) & m) * ps, out + ((q - L) & m) * os, 0);
+        c = c + 1 == j->C ? 0 : c + 1;
+        if (q - L - 1 >= p0 && q - L - 1 < p1)
+            dwf_copy_out(j, q - L - 1, out + ((q - L - 1) & m) * os);
+    }
+}
+
+static void dwf_part(void *arg, int part, int parts)
+{
+    const dwf_job *j = (const dwf_job *)arg;
+    dwf_range(j, j->x, 0, j->scratch + part * j->scratch_n, j->planes * part / parts,
+              j->planes * (part + 1) / parts);
+}
+
+/* whether a 3x3 window of these strides and dilations, on this machine, goes to dwf_run */
+int dwf_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh,
+                     Py_ssize_t dw, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t planes)
+{
+    return KH == 3 && KW == 3 && dh == 1 && dw == 1 && sh == sw && sh <= 2 && OH > 0 && OW > 0 &&
+           planes > 0 && rc_conv_fast;
+}
+
+/* j's phase-plane geometry from its sizes: plane width and rows, floats a plane (with slack),
+ * output vectors, scratch floats a part and the taps' offsets */
+int dwf_setup(dwf_job *j, const char *fn)
+{
+    const Py_ssize_t s = j->s, OH = j->OH, OW = j->OW;
+    rc_sz sz = {NULL};
+    j->Wq = sz_add(&sz, "a phase plane's width", OW, 2 / s);
+    j->Hq = sz_add(&sz, "a phase plane's rows", OH, 2 / s);
+    j->nv = sz_add(&sz, "the output vectors", sz_mul(&sz, "the output vectors", OH, j->Wq), 15) / 16;
+    /* the last vector of each tap reads up to 2 rows + 2 columns + 15 floats past the flat
+       domain: slack after each plane, never written */
+    const Py_ssize_t need = sz_add(&sz, "a phase plane", sz_mul(&sz, "a phase plane", j->nv, 16),
+                                   sz_add(&sz, "a phase plane", sz_mul(&sz, "a phase plane", 2, j->Wq), 2));
+    const Py_ssize_t hw = sz_mul(&sz, "a phase plane", j->Hq, j->Wq);
+    j->pn = sz_add(&sz, "a phase plane", hw > need ? hw : need, 16 + 15) / 16 * 16;
+    const Py_ssize_t planes = sz_mul3(&sz, "the phase planes", s, s, j->pn);
+    j->scratch_n = OW >= 16 ? planes
+                            : sz_mul(&sz, "the phase planes", DWF_SETS,
+                                     sz_add(&sz, "the phase planes", planes, sz_mul(&sz, "the phase planes", j->nv, 16)));
+    if (sz_check(&sz, fn, PyExc_MemoryError) < 0)
+        return -1;
+    /* an input row or column that lands past the planes is never read: a larger pad reads the
+       same as one at their end (and keeps the fill's index arithmetic in range) */
+    if (j->pt > s * j->Hq)
+        j->pt = s * j->Hq;
+    if (j->pl > s * j->Wq)
+        j->pl = s * j->Wq;
+    for (int ky = 0; ky < 3; ky++)
+        for (int kx = 0; kx < 3; kx++)
+            j->toff[ky * 3 + kx] = ((ky % s) * s + kx % s) * j->pn + (ky / s) * j->Wq + kx / s;
+    return 0;
+}
+
+/* j (geometry, buffers and max set) on up to threads threads, its planes' sizes and scratch
+ * set here; then the caller's nbuf buffers v are released. None, or NULL with MemoryError.
+ * Called with the GIL, which it releases while it runs. */
+PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf)
+{
+    if (dwf_setup(j, j->max ? "maxpool2d" : "depthwise2d") < 0) {
+        release_buffers(v, nbuf);
+        return NULL;
+    }
+    const int parts = rc_parts((double)j->planes * (double)j->OH * (double)j->OW * (j->max ? 9.0 / 8.0 : 1.0), 8192.0,
+                               j->planes, &threads);
+    rc_sz sz = {NULL};
+    const Py_ssize_t bytes = sz_mul3(&sz, "the phase planes", parts, j->scratch_n, RC_F32);
+    if (sz_check(&sz, j->max ? "maxpool2d" : "depthwise2d", PyExc_MemoryError) < 0) {
+        release_buffers(v, nbuf);
+        return NULL;
+    }
+    j->scratch = (float *)aligned_alloc(64, (size_t)bytes);
+    const int oom = !j->scratch;
+    PyObject *r = rc_run_job(dwf_part, j, parts, threads, v, nbuf, &oom);
+    free(j->scratch);
+    return r;
+}
+#endif

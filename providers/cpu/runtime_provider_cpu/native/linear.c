@@ -1,0 +1,436 @@
+/* linear (y = a w, w packed once or a chunk at a time) and pointwise_lanes (a 1x1 convolution)
+ * on 12 x 32 register tiles over the kernel threads, the epilogue in registers. */
+#include "native.h"
+
+/* ---------------------------------------------------------------------------------------
+ * linear: y (R x N) = a (R x K) w (K x N) (+ bias), w packed once as [ceil(N / 32)][K][32]
+ * (ops/nn._pack_linear, 64-byte aligned), or given as it is (K x N) and packed a chunk at a
+ * time. The rows of a are first packed in 12-row panels [ceil(R / 12)][K][12] (zeros past
+ * R), shared by the threads; then each unit (a 32-column
+ * panel of y and a block of row panels) sums K in chunks of at most LN_KC terms whose 32 KB
+ * of weights stay in L1 while every row panel of the block passes over them, 12 rows x 32
+ * columns in 24 AVX-512 accumulators, each step two weight vectors and 12 broadcasts
+ * (prepacked as MLAS does; threaded OpenBLAS was slower and its workers spun through the
+ * nodes between two GEMMs: docs/performance.md).
+ * --------------------------------------------------------------------------------------- */
+
+/* c[p][0 .. 32) = sum over k of ap[k * 12 + p] * wp[k * ldw + ...], plus (init ? bias (or 0) :
+ * what c[p] holds), then e's epilogue when given; and npf rows of 128 bytes from pf (pfs
+ * bytes apart) asked into L2, one a step */
+#define LN_TILE(NP)                                                                              \
+    CV_CLONES static void ln_tile##NP(const float *restrict ap, const float *restrict wp,          \
+                                      Py_ssize_t kn, Py_ssize_t ldw, float *restrict c,            \
+                                      Py_ssize_t ldc,                                              \
+                                      const float *restrict bias, int init, const char *pf,        \
+                                      Py_ssize_t pfs, Py_ssize_t npf, const ln_epi *e)             \
+    {                                                                                            \
+        /* from zeros, what c holds (or the bias) added at the end: the accumulators stay in \
+           registers (loaded before the loop, GCC moved them through the stack) */              \
+        v16f acc[NP][2];                                                                         \
+        for (int p = 0; p < NP; p++) {                                                           \
+            acc[p][0] = (v16f){0};                                                               \
+            acc[p][1] = (v16f){0};                                                               \
+        }                                                                                        \
+        for (Py_ssize_t k = 0; k < kn; k++) {                                                    \
+            if (npf > 0) {                                                                       \
+                __builtin_prefetch(pf, 0, 2);                                                    \
+                __builtin_prefetch(pf + 64, 0, 2);                                               \
+                pf += pfs;                                                                       \
+                npf--;                                                                           \
+            }                                                                                    \
+            const v16f w0 = *(const v16f_u *)(wp + ldw * k);                                     \
+            const v16f w1 = *(const v16f_u *)(wp + ldw * k + 16);                                \
+            for (int p = 0; p < NP; p++) {                                                       \
+                const v16f x = cv_bcast(ap[LN_RP * k + p]);                                      \
+                acc[p][0] += x * w0;                                                             \
+                acc[p][1] += x * w1;                                                             \
+            }                                                                                    \
+        }                                                                                        \
+        if (!init)                                                                               \
+            for (int p = 0; p < NP; p++) {                                                       \
+                acc[p][0] += *(const v16f_u *)(c + p * ldc);                                     \
+                acc[p][1] += *(const v16f_u *)(c + p * ldc + 16);                                \
+            }                                                                                    \
+        if (e) {                                                                                 \
+            const v16f lo = cv_bcast(e->lo), hi = cv_bcast(e->hi);                               \
+            for (int p = 0; p < NP; p++)                                                         \
+                for (int v = 0; v < 2; v++) {                                                    \
+                    v16f t = acc[p][v] + cv_bcast(e->rb ? e->rb[p] : 0.0f);                      \
+                    if (e->z)                                                                    \
+                        t += *(const v16f_u *)(e->z + p * e->ldz + 16 * v);                      \
+                    *(v16f_u *)(c + p * ldc + 16 * v) = v16_clip(t, lo, hi);                     \
+                }                                                                                \
+        } else if (!init || !bias)                                                               \
+            for (int p = 0; p < NP; p++) {                                                       \
+                *(v16f_u *)(c + p * ldc) = acc[p][0];                                            \
+                *(v16f_u *)(c + p * ldc + 16) = acc[p][1];                                       \
+            }                                                                                    \
+        else                                                                                     \
+            for (int p = 0; p < NP; p++) {                                                       \
+                *(v16f_u *)(c + p * ldc) = acc[p][0] + *(const v16f_u *)bias;                    \
+                *(v16f_u *)(c + p * ldc + 16) = acc[p][1] + *(const v16f_u *)(bias + 16);        \
+            }                                                                                    \
+    }
+LN_TILE(1)
+LN_TILE(2)
+LN_TILE(3)
+LN_TILE(4)
+LN_TILE(5)
+LN_TILE(6)
+LN_TILE(7)
+LN_TILE(8)
+LN_TILE(9)
+LN_TILE(10)
+LN_TILE(11)
+LN_TILE(12)
+const ln_tile_f ln_tiles[LN_RP + 1] = {NULL, ln_tile1, ln_tile2, ln_tile3, ln_tile4,
+                                              ln_tile5, ln_tile6, ln_tile7, ln_tile8, ln_tile9,
+                                              ln_tile10, ln_tile11, ln_tile12};
+
+typedef struct {
+    const float *a, *wp, *bias;
+    float *ap, *y;
+    Py_ssize_t R, K, N, kc, bp; /* bp: row panels a unit */
+    int packed;                 /* wp packed [ceil(N / 32)][K][32], else w itself, K x N */
+} ln_job;
+
+/* the weights of column panel cb, terms [k0, k0 + kn), from an unpacked K x N w into buf
+ * [kn][32] (zeros past N) */
+static void ln_pack_w(const ln_job *j, Py_ssize_t cb, Py_ssize_t k0, Py_ssize_t kn, float *restrict buf)
+{
+    const Py_ssize_t n0 = cb * 32, nn = j->N - n0 < 32 ? j->N - n0 : 32;
+    const float *w = j->wp + k0 * j->N + n0;
+    for (Py_ssize_t k = 0; k < kn; k++) {
+        if (nn == 32)
+            memcpy(buf + k * 32, w + k * j->N, 32 * sizeof(float));
+        else {
+            memcpy(buf + k * 32, w + k * j->N, (size_t)nn * sizeof(float));
+            memset(buf + k * 32 + nn, 0, (size_t)(32 - nn) * sizeof(float));
+        }
+    }
+}
+
+static void ln_pack_part(void *arg, int part, int parts)
+{
+    const ln_job *j = (const ln_job *)arg;
+    const Py_ssize_t np_ = (j->R + LN_RP - 1) / LN_RP;
+    for (Py_ssize_t q = np_ * part / parts; q < np_ * (part + 1) / parts; q++) {
+        float *restrict dst = j->ap + q * j->K * LN_RP;
+        const Py_ssize_t r0 = q * LN_RP, nr = j->R - r0 < LN_RP ? j->R - r0 : LN_RP;
+        const float *src = j->a + r0 * j->K;
+        if (nr == LN_RP) {
+            /* 12 rows read side by side, the panel written in order */
+            for (Py_ssize_t k = 0; k < j->K; k++)
+                for (int p = 0; p < LN_RP; p++)
+                    dst[k * LN_RP + p] = src[p * j->K + k];
+            continue;
+        }
+        for (Py_ssize_t k = 0; k < j->K; k++)
+            for (int p = 0; p < LN_RP; p++)
+                dst[k * LN_RP + p] = p < nr ? src[p * j->K + k] : 0.0f;
+    }
+}
+
+static void ln_part(void *arg, int part, int parts)
+{
+    const ln_job *j = (const ln_job *)arg;
+    const Py_ssize_t np_ = (j->R + LN_RP - 1) / LN_RP, nb = (np_ + j->bp - 1) / j->bp;
+    const Py_ssize_t cols = (j->N + 31) / 32, units = cols * nb;
+    float tail[LN_RP * 32] __attribute__((aligned(64)));
+    float btail[32];
+    /* a chunk of unpacked weights, packed here (kc <= LN_KC; the caller's work buffer
+       holds the packed rows of a) */
+    float wbuf[LN_KC * 32] __attribute__((aligned(64)));
+    for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
+        const Py_ssize_t cb = u / nb, q0 = (u - cb * nb) * j->bp;
+        const Py_ssize_t q1 = q0 + j->bp < np_ ? q0 + j->bp : np_;
+        const Py_ssize_t n0 = cb * 32, nn = j->N - n0 < 32 ? j->N - n0 : 32;
+        const float *bias = j->bias ? j->bias + n0 : NULL;
+        if (bias && nn < 32) {
+            for (Py_ssize_t i = 0; i < 32; i++)
+                btail[i] = i < nn ? bias[i] : 0.0f;
+            bias = btail;
+        }
+        for (Py_ssize_t k0 = 0; k0 < j->K; k0 += j->kc) {
+            const Py_ssize_t kn = j->K - k0 < j->kc ? j->K - k0 : j->kc;
+            const float *wp = j->wp + (cb * j->K + k0) * 32;
+            /* unpacked weights: this chunk packed here, and the next one (the next panel's
+               first after the last) asked into L2 by the first row panel, a row a step:
+               its rows are 128 bytes N floats apart, which the hardware's prefetcher does
+               not follow */
+            const char *pf = NULL;
+            Py_ssize_t npf = 0;
+            if (!j->packed) {
+                ln_pack_w(j, cb, k0, kn, wbuf);
+                wp = wbuf;
+                if (k0 + kn < j->K) {
+                    pf = (const char *)(j->wp + (k0 + kn) * j->N + n0);
+                    npf = j->K - k0 - kn < j->kc ? j->K - k0 - kn : j->kc;
+                } else if (cb + 1 < cols) {
+                    pf = (const char *)(j->wp + n0 + 32);
+                    npf = j->kc < j->K ? j->kc : j->K;
+                }
+            }
+            /* packed weights: the next chunk (or the next unit's first), contiguous, asked
+               into L2 a share by each row panel after the first (rc_pf_share, rows of 128
+               bytes): large weights come from memory every run */
+            const char *nx = NULL;
+            Py_ssize_t nbytes = 0;
+            if (j->packed) {
+                if (k0 + kn < j->K) {
+                    nx = (const char *)(wp + kn * 32);
+                    nbytes = (Py_ssize_t)sizeof(float) * 32 * (j->K - k0 - kn < j->kc ? j->K - k0 - kn : j->kc);
+                } else if (u + 1 < units * (part + 1) / parts) {
+                    nx = (const char *)(j->wp + ((u + 1) / nb) * j->K * 32);
+                    nbytes = (Py_ssize_t)sizeof(float) * 32 * (j->kc < j->K ? j->kc : j->K);
+                }
+            }
+            for (Py_ssize_t q = q0; q < q1; q++) {
+                const Py_ssize_t r0 = q * LN_RP, nr = j->R - r0 < LN_RP ? j->R - r0 : LN_RP;
+                const float *ap = j->ap + (q * j->K + k0) * LN_RP;
+                float *c = j->y + r0 * j->N + n0;
+                const char *qpf = pf;
+                Py_ssize_t qnpf = q == q0 ? npf : 0, pfs = (Py_ssize_t)sizeof(float) * j->N;
+                if (nx) {
+                    qnpf = rc_pf_share(nx, nbytes, q1 - q0 - 1, q - q0 - 1, 128, &qpf);
+                    pfs = 128;
+                }
+                if (nn == 32) {
+                    ln_tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, qpf, pfs, qnpf, NULL);
+                    continue;
+                }
+                /* the last panel of an N not a multiple of 32: through a whole-width tile */
+                if (k0 > 0)
+                    for (Py_ssize_t p = 0; p < nr; p++)
+                        memcpy(tail + p * 32, c + p * j->N, sizeof(float) * nn);
+                ln_tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, qpf, pfs, qnpf, NULL);
+                for (Py_ssize_t p = 0; p < nr; p++)
+                    memcpy(c + p * j->N, tail + p * 32, sizeof(float) * nn);
+            }
+        }
+    }
+}
+
+/* the products of j on up to threads threads (j->ap packed; j->kc and j->bp set here) */
+static void ln_run(ln_job *j, int threads)
+{
+    const Py_ssize_t cols = (j->N + 31) / 32, np_ = (j->R + LN_RP - 1) / LN_RP;
+    /* K in chunks of at most LN_KC terms, as even as they go */
+    const Py_ssize_t nk = (j->K + LN_KC - 1) / LN_KC;
+    j->kc = (j->K + nk - 1) / nk;
+    /* row panels split into blocks only when the column panels are too few for the threads */
+    j->bp = np_;
+    if (cols < 4 * (Py_ssize_t)threads) {
+        Py_ssize_t nb = (4 * (Py_ssize_t)threads + cols - 1) / cols;
+        if (nb > np_)
+            nb = np_;
+        j->bp = (np_ + nb - 1) / nb;
+    }
+    const Py_ssize_t units = cols * ((np_ + j->bp - 1) / j->bp);
+    const int parts = rc_parts(2.0 * (double)j->R * (double)j->K * (double)j->N, 2.5e5, units, &threads);
+    rc_parallel(ln_part, j, parts, threads);
+}
+
+PyObject *rc_py_linear(PyObject *self, PyObject *args)
+{
+    PyObject *ao, *wo, *bo, *yo;
+    Py_ssize_t R, K, N;
+    int threads, packed = 1;
+    if (!PyArg_ParseTuple(args, "OOOO(nnn)i|p:linear", &ao, &wo, &bo, &yo, &R, &K, &N, &threads, &packed))
+        return NULL;
+    if (R < 1 || K < 1 || N < 1) {
+        PyErr_SetString(PyExc_ValueError, "linear: sizes must be positive");
+        return NULL;
+    }
+    const Py_ssize_t cols = N / 32 + (N % 32 != 0), np_ = R / LN_RP + (R % LN_RP != 0);
+    rc_sz sz = {NULL};
+    const Py_ssize_t an = sz_mul(&sz, "A's size", R, K), yn = sz_mul(&sz, "Y's size", R, N);
+    const Py_ssize_t wn = packed ? sz_mul3(&sz, "W's size", cols, K, 32) : sz_mul(&sz, "W's size", K, N);
+    if (sz_check(&sz, "linear", PyExc_ValueError) < 0)
+        return NULL;
+    sz_mul4(&sz, "the packed rows", np_, K, LN_RP, RC_F32);
+    if (sz_check(&sz, "linear", PyExc_MemoryError) < 0)
+        return NULL;
+    Py_buffer v[4];
+    const rc_buf spec[4] = {{ao, an, RC_F32, 0, 0, "A"}, {wo, wn, RC_F32, 0, 0, "W"},
+                            {bo, N, RC_F32, 0, 1, "bias"}, {yo, yn, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("linear", spec, v, 4) < 0)
+        return NULL;
+    if (packed && ((uintptr_t)v[1].buf & 63) != 0) {
+        release_buffers(v, 4);
+        PyErr_SetString(PyExc_ValueError, "linear: packed weights must be 64-byte aligned");
+        return NULL;
+    }
+    const size_t apn = sizeof(float) * (size_t)np_ * (size_t)K * LN_RP;
+    /* the caller's kept work buffer (the parts below use none): a fresh allocation of this
+       size faulted its pages in again on many calls */
+    float *ap = (float *)rc_work(apn);
+    if (!ap) {
+        release_buffers(v, 4);
+        return PyErr_NoMemory();
+    }
+    ln_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, ap,
+                (float *)v[3].buf, R, K, N, 0, np_, packed};
+    int pth = threads;
+    const int pparts = rc_parts((double)R * (double)K * 8.0, 2.5e5, np_, &pth);
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(ln_pack_part, &j, pparts, pth);
+    ln_run(&j, threads);
+    Py_END_ALLOW_THREADS
+    rc_work_done(ap, apn);
+    release_buffers(v, 4);
+    Py_RETURN_NONE;
+}
+
+/* pointwise_lanes's work: a unit is a group of G 32-position column panels x a block of row
+ * panels; per chunk of the channels, every row panel of the block passes over the group's
+ * panels one after another. x is read in place (a column panel's rows are P floats apart);
+ * only the last, short column panel is copied, zero-padded, into a whole-width one. */
+#define PL_XB 8192 /* floats of x a unit's chunk holds: 32 KB, in L1 beside the weights */
+typedef struct {
+    const float *wp, *x, *b, *z;
+    float *y;
+    Py_ssize_t M, C, P, kc, G, ngroups, bp, nqb;
+    float lo, hi;
+} pl_job;
+
+/* rows of nn floats (at most 32) from src, ld apart, into dst [rows][32], zeros past nn */
+void pl_pack32(float *restrict dst, const float *restrict src, Py_ssize_t rows, Py_ssize_t ld, Py_ssize_t nn)
+{
+    /* a whole row is a constant-size copy (two vector moves), not a libc call */
+    if (nn == 32)
+        for (Py_ssize_t k = 0; k < rows; k++)
+            memcpy(dst + k * 32, src + k * ld, 32 * sizeof(float));
+    else
+        for (Py_ssize_t k = 0; k < rows; k++) {
+            memcpy(dst + k * 32, src + k * ld, (size_t)nn * sizeof(float));
+            memset(dst + k * 32 + nn, 0, (size_t)(32 - nn) * sizeof(float));
+        }
+}
+
+static void pl_part(void *arg, int part, int parts)
+{
+    const pl_job *j = (const pl_job *)arg;
+    const Py_ssize_t P = j->P, C = j->C, np_ = (j->M + LN_RP - 1) / LN_RP, cols = (P + 31) / 32;
+    const Py_ssize_t units = j->ngroups * j->nqb, tn = P - (cols - 1) * 32;
+    float tail[LN_RP * 32] __attribute__((aligned(64)));
+    float xb[PL_XB] __attribute__((aligned(64))); /* the group's chunk of x, [G][kn][32] */
+    for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
+        const Py_ssize_t g = u / j->nqb, qb = u - g * j->nqb;
+        const Py_ssize_t cb0 = g * j->G, cb1 = cb0 + j->G < cols ? cb0 + j->G : cols;
+        const Py_ssize_t q0 = qb * j->bp, q1 = q0 + j->bp < np_ ? q0 + j->bp : np_;
+        if (q0 >= q1)
+            continue;
+        for (Py_ssize_t k0 = 0; k0 < C; k0 += j->kc) {
+            const Py_ssize_t kn = C - k0 < j->kc ? C - k0 : j->kc;
+            const int last = k0 + kn == C;
+            for (Py_ssize_t cb = cb0; cb < cb1; cb++) {
+                const Py_ssize_t n0 = cb * 32, nn = P - n0 < 32 ? P - n0 : 32;
+                pl_pack32(xb + (cb - cb0) * kn * 32, j->x + k0 * P + n0, kn, P, nn);
+            }
+            for (Py_ssize_t q = q0; q < q1; q++) {
+                const Py_ssize_t r0 = q * LN_RP, nr = j->M - r0 < LN_RP ? j->M - r0 : LN_RP;
+                const float *ap = j->wp + (q * C + k0) * LN_RP;
+                for (Py_ssize_t cb = cb0; cb < cb1; cb++) {
+                    const Py_ssize_t n0 = cb * 32;
+                    const float *xs = xb + (cb - cb0) * kn * 32;
+                    float *c = j->y + r0 * P + n0;
+                    /* the first row panel's tiles ask the x this panel needs next into L2 (its
+                       next chunk, or the next group's first), a row a step: rows P floats
+                       apart, which the hardware's prefetcher does not follow */
+                    const char *pf = NULL;
+                    Py_ssize_t npf = 0;
+                    if (q > q0 && q + 1 < q1 && cb == cb0) {
+                        /* the other row panels' first tiles ask the next panel's weights of
+                           this chunk into L2: panels C * 12 floats apart, each a fresh
+                           stream from memory for large weights) */
+                        pf = (const char *)(j->wp + ((q + 1) * C + k0) * LN_RP);
+                        npf = (kn * LN_RP * (Py_ssize_t)sizeof(float) + 127) / 128;
+                    } else if (q == q0 && !last) {
+                        pf = (const char *)(j->x + (k0 + kn) * P + n0);
+                        npf = C - k0 - kn < j->kc ? C - k0 - kn : j->kc;
+                    } else if (q == q0 && cb + j->G < cols) {
+                        pf = (const char *)(j->x + n0 + j->G * 32);
+                        npf = j->kc;
+                    }
+                    if (n0 + 32 <= P) {
+                        ln_epi e = {j->b ? j->b + r0 : NULL, j->z ? j->z + r0 * P + n0 : NULL, P, j->lo,
+                                    j->hi};
+                        ln_tiles[nr](ap, xs, kn, 32, c, P, NULL, k0 == 0, pf, q > q0 ? 128 : sizeof(float) * P,
+                                     npf, last ? &e : NULL);
+                        continue;
+                    }
+                    if (k0 > 0)
+                        for (Py_ssize_t p = 0; p < nr; p++)
+                            memcpy(tail + p * 32, c + p * P, sizeof(float) * tn);
+                    ln_tiles[nr](ap, xs, kn, 32, tail, 32, NULL, k0 == 0, NULL, 0, 0, NULL);
+                    for (Py_ssize_t p = 0; p < nr; p++)
+                        memcpy(c + p * P, tail + p * 32, sizeof(float) * tn);
+                    if (last)
+                        bias_clip_block(c, P, j->b ? j->b + r0 : NULL, j->z ? j->z + r0 * P + n0 : NULL,
+                                        nr, tn, j->lo, j->hi);
+                }
+            }
+        }
+    }
+}
+
+/* pointwise_lanes: a 1x1 convolution of one image, y (M x P) = w (M x C) x (C x P), with
+ * linear's tiles: w (constant) packed once in 12-row panels (_pack_rows), x packed 32
+ * positions x a chunk of channels at a time, bias, residual and clip in the epilogue while
+ * the tile is in cache. */
+PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args)
+{
+    PyObject *wo, *xo, *bo, *zo, *yo;
+    Py_ssize_t M, C, P;
+    float lo, hi;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOOOO(nnn)ffi:pointwise_lanes", &wo, &xo, &bo, &zo, &yo, &M, &C, &P, &lo,
+                          &hi, &threads))
+        return NULL;
+    if (M < 1 || C < 1 || P < 1) {
+        PyErr_SetString(PyExc_ValueError, "pointwise_lanes: sizes must be positive");
+        return NULL;
+    }
+    const Py_ssize_t np_ = M / LN_RP + (M % LN_RP != 0);
+    rc_sz sz = {NULL};
+    const Py_ssize_t wn = sz_mul3(&sz, "W's size", np_, C, LN_RP), xn = sz_mul(&sz, "X's size", C, P);
+    const Py_ssize_t yn = sz_mul(&sz, "Y's size", M, P);
+    sz_add(&sz, "Y's size", P, 64 * 32); /* the column panels' arithmetic */
+    if (sz_check(&sz, "pointwise_lanes", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[5];
+    const rc_buf spec[5] = {{wo, wn, RC_F32, 0, 0, "W"}, {xo, xn, RC_F32, 0, 0, "X"},
+                            {bo, M, RC_F32, 0, 1, "B"}, {zo, yn, RC_F32, 0, 1, "Z"},
+                            {yo, yn, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("pointwise_lanes", spec, v, 5) < 0)
+        return NULL;
+    const Py_ssize_t cols = (P + 31) / 32, nk = (C + LN_KC - 1) / LN_KC, kc = (C + nk - 1) / nk;
+    /* each row of y written in runs of G panels, the group's chunk of x in L1: a panel at a
+       time, MobileNetV2's 96 x 112 x 112 expansion wrote 96 rows of 128 bytes at once, which
+       the hardware's prefetcher does not follow */
+    Py_ssize_t G = PL_XB / (kc * 32);
+    if (G < 1)
+        G = 1;
+    /* groups enough for the threads: 8 a thread where the positions allow */
+    const Py_ssize_t want = 8 * (Py_ssize_t)threads;
+    if (G > (cols + want - 1) / want)
+        G = (cols + want - 1) / want;
+    if (G < 1)
+        G = 1;
+    const Py_ssize_t ngroups = (cols + G - 1) / G;
+    const Py_ssize_t wantq = 4 * (Py_ssize_t)threads;
+    Py_ssize_t nqb = ngroups >= wantq ? 1 : (wantq + ngroups - 1) / ngroups;
+    if (nqb > np_)
+        nqb = np_;
+    const Py_ssize_t bp = (np_ + nqb - 1) / nqb;
+    nqb = (np_ + bp - 1) / bp;
+    pl_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
+                (const float *)v[3].buf, (float *)v[4].buf, M, C, P, kc, G, ngroups, bp, nqb, lo, hi};
+    const int parts = rc_parts(2.0 * (double)M * (double)C * (double)P, 2.5e5, ngroups * nqb, &threads);
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(pl_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 5);
+    Py_RETURN_NONE;
+}

@@ -1,0 +1,179 @@
+/* runtime_provider_cpu._native: the few CPU kernels that numpy cannot express without one
+ * full memory pass per step, in plain C against the CPython API (no numpy headers). This file
+ * holds the module table and the buffer checks every entry point makes; the kernels are one
+ * file per routine family beside it (setup.py lists them, native.h declares what they share).
+ * Every buffer is checked against the shape it is said to have before anything is read, and
+ * the GIL is released while the kernels run. Called from runtime_provider_cpu.ops.nn, .ops.rnn,
+ * .ops.fused, .ops.elementwise and .ops.ml, which make the arrays C-contiguous and of the
+ * kernel's type first. Measurements behind the design: providers/cpu/docs/performance.md. */
+#include "native.h"
+
+#include <pthread.h>
+
+/* one C-contiguous buffer of n items of itemsize bytes (writable when asked), else a
+ * ValueError naming it (and nothing held) */
+int get_items(const char *fn, PyObject *obj, Py_buffer *view, int writable, Py_ssize_t n,
+                     Py_ssize_t itemsize, const char *what)
+{
+    int flags = PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) < 0)
+        return -1;
+    Py_ssize_t bytes;
+    if (n < 0 || __builtin_mul_overflow(n, itemsize, &bytes) || view->len != bytes || view->itemsize != itemsize) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: %s holds %zd bytes of %zd-byte items, expected %zd items of %zd bytes",
+                     fn, what, view->len, view->itemsize, n, itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+
+void release_buffers(Py_buffer *v, int k)
+{
+    for (int i = 0; i < k; i++)
+        if (v[i].obj != NULL)
+            PyBuffer_Release(&v[i]);
+}
+
+int sz_check(const rc_sz *s, const char *fn, PyObject *exc)
+{
+    if (!s->what)
+        return 0;
+    PyErr_Format(exc, "%s: %s overflows (sizes, strides, dilations or pads too large)", fn, s->what);
+    return -1;
+}
+
+/* every buffer of spec[0..k) into v (an absent optional one: buf NULL); on a failure those
+ * already held are released and -1 is returned with the error set */
+int get_buffers(const char *fn, const rc_buf *spec, Py_buffer *v, int k)
+{
+    for (int i = 0; i < k; i++) {
+        if (spec[i].optional && spec[i].obj == Py_None) {
+            v[i].obj = NULL;
+            v[i].buf = NULL;
+            continue;
+        }
+        if (get_items(fn, spec[i].obj, &v[i], spec[i].writable, spec[i].n, spec[i].itemsize,
+                      spec[i].name) < 0) {
+            v[i].obj = NULL;
+            release_buffers(v, i);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyMethodDef methods[] = {
+    {"depthwise2d", rc_py_depthwise2d, METH_VARARGS,
+     "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
+     "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},
+    {"bias_clip", rc_py_bias_clip, METH_VARARGS,
+     "bias_clip(y, b, (M, P), lo, hi, z=None)\n"
+     "y[m, p] = clip(y[m, p] + b[m] + z[m, p], lo, hi) in place over C-contiguous float32 buffers\n"
+     "(b and z may be None)."},
+    {"recurrence", rc_py_recurrence, METH_VARARGS,
+     "recurrence(lstm, linear_before_reset, reverse, xw, p1, p2, rbn, h0, c, ys, (seq, B, H))\n"
+     "The LSTM (gates i, o, f, c) or GRU (z, r, h) time loop with default activations over\n"
+     "C-contiguous float32 buffers; p1/p2 are the recurrence weights packed by unit chunks of\n"
+     "RECURRENCE_UNITS. Writes every hidden state into ys (and the last cell state into c)."},
+    {"gelu_erf", rc_py_gelu_erf, METH_VARARGS,
+     "gelu_erf(x, b, y, (rows, d), tanh_form=False)\n"
+     "y = Gelu(x + b) (erf form, or with tanh_form its tanh approximation; b a vector of the d\n"
+     "columns, or None) over C-contiguous float32 buffers; y may be x."},
+    {"conv2d", rc_py_conv2d, METH_VARARGS,
+     "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads,\n"
+     "       lanes=False, extra=None)\n"
+     "Dense 2-D convolution (group 1) of C-contiguous float32 NCHW buffers into y, plus b and z,\n"
+     "clipped to [lo, hi]; wp are the weights packed by CONV_MR output channels\n"
+     "([ceil(M / CONV_MR)][C * KH * KW][CONV_MR], zeros past M). Up to threads threads.\n"
+     "lanes: output channels in the vector lanes, wp packed by CONV_LANES channels instead and\n"
+     "64-byte aligned (for outputs a few columns wide: no column past OW is computed).\n"
+     "extra = (wp2, b2, z2, y2, M2, ty, tx, lo2, hi2, lanes2): also a 1x1 convolution of the same\n"
+     "strides and output size from the same padded input at window position (ty, tx), packed\n"
+     "as its own tiling reads it ([..][C][..]), into y2 (a 1x1 strided shortcut beside a 3x3)."},
+#if DWF_OK
+    {"conv_maxpool", rc_py_conv_maxpool, METH_VARARGS,
+     "conv_maxpool(x, wp, b, y, (C, H, W), (M, KH, KW), (sh, sw), (pt, pl), (OH, OW), lo, hi, (POH, POW), threads)\n"
+     "One image's dense convolution (conv2d's packing and position tiles, dilation 1, strides 1\n"
+     "or 2), plus b, clipped to [lo, hi], then its 3x3 stride-2 MaxPool padded by 1 into y\n"
+     "(M x POH x POW), the convolution's output never written whole. AVX-512 only (CONV_FAST)."},
+    {"expand_dw", rc_py_expand_dw, METH_VARARGS,
+     "expand_dw(w, x, b, lo1, hi1, wd, bd, y, (M, C, H, W), (OH, OW, s, pt, pl), lo, hi, threads)\n"
+     "One image's 1x1 convolution e = clip(w x + b, lo1, hi1) (w packed as pointwise_lanes reads\n"
+     "it, x C x H x W) and then y = clip(depthwise3x3(e, wd, stride s, pads pt, pl) + bd, lo, hi)\n"
+     "(wd M x 1 x 3 x 3, y M x OH x OW), e never written whole. AVX-512 only (CONV_FAST)."},
+#endif
+    {"winograd3x3", rc_py_winograd3x3, METH_VARARGS,
+     "winograd3x3(x, u, b, z, y, (N, C, H, W), M, (pt, pl), (OH, OW), lo, hi, threads, lanes=False)\n"
+     "Dense 3x3 stride-1 convolution (group 1, dilation 1) of C-contiguous float32 NCHW buffers\n"
+     "into y as Winograd F(2x2, 3x3), plus b and z, clipped to [lo, hi]; u are the transformed\n"
+     "weights G g G^T packed [16][ceil(M / CONV_MR)][C][CONV_MR], zeros past M. lanes: output\n"
+     "channels in the vector lanes, u packed [16][ceil(M / CONV_LANES)][C][CONV_LANES] instead\n"
+     "and 64-byte aligned."},
+    {"gemm_rows", rc_py_gemm_rows, METH_VARARGS,
+     "gemm_rows(a, b, y, (R, K, N), trans, threads)\n"
+     "y[R][N] = a[R][K] @ B in float32 for a few rows, B = b[N][K] transposed (trans) or\n"
+     "b[K][N]; C-contiguous buffers; up to threads threads."},
+    {"set_sgemm", rc_py_set_sgemm, METH_O,
+     "set_sgemm(capsule) -> path\n"
+     "Take the sgemm of scipy.linalg.cython_blas.__pyx_capi__ for pointwise; returns the path of\n"
+     "the library it lives in (or None). Its callers keep that library at one thread."},
+    {"pointwise", rc_py_pointwise, METH_VARARGS,
+     "pointwise(w, x, b, z, y, (M, K, P), lo, hi, threads)\n"
+     "y[M][P] = clip(w[M][K] @ x[K][P] + b (+ z), lo, hi) in float32, blocks of y split between\n"
+     "the kernel threads, each one single-threaded sgemm (set_sgemm's) and its epilogue."},
+    {"skip_layer_norm", rc_py_skip_layer_norm, METH_VARARGS,
+     "skip_layer_norm(x, skip, gamma, beta, bias, y, mean, inv_std_var, sum, (rows, d, skip_rows), eps)\n"
+     "SkipLayerNormalization of C-contiguous float32 rows (skip, beta, bias and the outputs mean,\n"
+     "inv_std_var and sum may be None: without skip, LayerNormalization; skip row r % skip_rows\n"
+     "goes with row r; y may be x or skip)."},
+    {"maxpool2d", rc_py_maxpool2d, METH_VARARGS,
+     "maxpool2d(x, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), threads)\n"
+     "MaxPool values of C-contiguous float32 NCHW x into y (taps in the padding skipped)."},
+    {"linear", rc_py_linear, METH_VARARGS,
+     "linear(a, w, bias, y, (R, K, N), threads, packed=True)\n"
+     "y (R x N) = a (R x K) w (+ bias) in float32 on the kernel threads, w packed as\n"
+     "[ceil(N / 32)][K][32] (64-byte aligned, zeros past N), or (packed false) w itself, K x N."},
+    {"pointwise_lanes", rc_py_pointwise_lanes, METH_VARARGS,
+     "pointwise_lanes(wp, x, b, z, y, (M, C, P), lo, hi, threads)\n"
+     "y (M x P) = clip(w x + b (+ z), lo, hi) in float32 on the kernel threads, w packed in\n"
+     "12-row panels [ceil(M / 12)][C][12] (zeros past M)."},
+    {"mha", rc_py_mha, METH_VARARGS,
+     "mha(qkv, (B, S, W, oq, ok, ov), (H, dq, dv), scale, causal, mask, mask_dims, bias, bias_dims, y, threads)\n"
+     "Multi-head attention from the projected (B, S, W) float32 qkv (heads' columns from oq, ok,\n"
+     "ov): softmax(q k^T * scale + mask [causal cut] + bias) v into y (B, S, H * dv); mask and bias\n"
+     "(or None) are float32 (db, dh, ds, S) with each d 1 or full. Single-threaded sgemm calls\n"
+     "(set_sgemm's) on the kernel threads, a unit a (batch, head, block of rows)."},
+    {"softmax", rc_py_softmax, METH_VARARGS,
+     "softmax(z, (rows, t))\n"
+     "The softmax of every row of t floats of the C-contiguous float32 buffer z, in place."},
+    {"pool_stats", rc_py_pool_stats, METH_NOARGS,
+     "pool_stats() -> (workers, last_threads)\n"
+     "The kernel thread pool's started workers and how many threads ran the last pooled job."},
+    {"tree_leaves", rc_py_tree_leaves, METH_VARARGS,
+     "tree_leaves(X, nodes, roots, out, (n, c, L, t), itemsize, depth, mode, nan_check)\n"
+     "The node every row of X reaches in every tree (out[tree, row]) over C-contiguous buffers:\n"
+     "X of the item size (4: float32, 8: float64), nodes L packed nodes (16 or 24 bytes: see\n"
+     "rc_node_f / rc_node_d), roots and out int64."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native",
+                                    "Fused CPU kernels of runtime-provider-cpu.", -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void)
+{
+    pthread_atfork(NULL, NULL, rc_pool_forked);
+    rc_cpu_init();
+    PyObject *m = PyModule_Create(&module);
+    if (m && (PyModule_AddIntConstant(m, "RECURRENCE_UNITS", RC_U) < 0 ||
+              PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0 ||
+              PyModule_AddIntConstant(m, "CONV_LANES", CT_MR) < 0 ||
+              PyModule_AddIntConstant(m, "CONV_FAST", rc_conv_fast) < 0)) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

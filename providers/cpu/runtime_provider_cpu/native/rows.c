@@ -1,0 +1,358 @@
+/* Row kernels, one pass a row where numpy needs several: bias_clip (a GEMM's epilogue),
+ * gelu_erf (Gelu, erf and tanh forms), skip_layer_norm (also LayerNormalization), softmax. */
+#include "native.h"
+
+/* bias_clip: y[m, p] = clip(y[m, p] + b[m] (+ z[m, p]), lo, hi) in place, one pass (the
+   epilogue of a convolution computed as a GEMM, which numpy would do in two or three); M rows
+   of P columns, ld floats apart in y and z (the pointwise and Linear kernels' epilogues on a
+   block of the output too) */
+RC_CLONES
+void bias_clip_block(float *restrict y, Py_ssize_t ld, const float *restrict b,
+                            const float *restrict z, Py_ssize_t M, Py_ssize_t P, float lo, float hi)
+{
+    for (Py_ssize_t m = 0; m < M; m++) {
+        float *row = y + m * ld;
+        const float bv = b ? b[m] : 0.0f;
+        if (z) {
+            const float *zr = z + m * ld;
+            for (Py_ssize_t p = 0; p < P; p++)
+                row[p] = clipf(row[p] + bv + zr[p], lo, hi);
+        } else {
+            for (Py_ssize_t p = 0; p < P; p++)
+                row[p] = clipf(row[p] + bv, lo, hi);
+        }
+    }
+}
+
+PyObject *rc_py_bias_clip(PyObject *self, PyObject *args)
+{
+    PyObject *yo, *bo, *zo = Py_None;
+    Py_ssize_t M, P;
+    float lo, hi;
+    if (!PyArg_ParseTuple(args, "OO(nn)ff|O:bias_clip", &yo, &bo, &M, &P, &lo, &hi, &zo))
+        return NULL;
+    if (M < 0 || P < 0) {
+        PyErr_SetString(PyExc_ValueError, "bias_clip: negative size");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul(&sz, "Y's size", M, P);
+    if (sz_check(&sz, "bias_clip", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[3]; /* Y, B, Z */
+    const rc_buf spec[3] = {{yo, n, RC_F32, 1, 0, "Y"}, {bo, M, RC_F32, 0, 1, "B"},
+                            {zo, n, RC_F32, 0, 1, "Z"}};
+    if (get_buffers("bias_clip", spec, v, 3) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    bias_clip_block((float *)v[0].buf, P, (const float *)v[1].buf, (const float *)v[2].buf, M, P, lo, hi);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 3);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------------------------- */
+/* gelu_erf: Gelu (erf form) of x (+ a bias over the last dim), one pass                  */
+/* ------------------------------------------------------------------------------------- */
+
+/* Eigen's rational erf (ops/elementwise.py's _ERF_P / _ERF_Q, the numerator halved so the
+ * quotient is erf / 2), evaluated as the numpy path does: a = clip(s / sqrt 2, -4, 4),
+ * y = s * (0.5 + p(a^2) a / q(a^2)), s = x + b. numpy needs ~20 passes over the tensor,
+ * each a ufunc call per 64K block; here it is one, 8 floats at a time. */
+static const float rc_erf_p_half[7] = {
+    -2.72614225801306e-10f * 0.5f, 2.77068142495902e-08f * 0.5f, -2.10102402082508e-06f * 0.5f,
+    -5.69250639462346e-05f * 0.5f, -7.34990630326855e-04f * 0.5f, -2.95459980854025e-03f * 0.5f,
+    -1.60960333262415e-02f * 0.5f};
+static const float rc_erf_q[5] = {-1.45660718464996e-05f, -2.13374055278905e-04f,
+                                  -1.68282697438203e-03f, -7.37332916720468e-03f,
+                                  -1.42647390514189e-02f};
+
+RC_INLINE v8f rc_gelu8(v8f s)
+{
+    const v8f c = v8_set1(0.70710678118654752f), four = v8_set1(4.0f), mfour = v8_set1(-4.0f);
+    v8f a = s * c;
+    a = v8_select(a < mfour, mfour, a); /* NaN stays NaN */
+    a = v8_select(a > four, four, a);
+    const v8f x2 = a * a;
+    v8f p = x2 * v8_set1(rc_erf_p_half[0]) + v8_set1(rc_erf_p_half[1]);
+    for (int i = 2; i < 7; i++)
+        p = p * x2 + v8_set1(rc_erf_p_half[i]);
+    p = p * a;
+    v8f q = x2 * v8_set1(rc_erf_q[0]) + v8_set1(rc_erf_q[1]);
+    for (int i = 2; i < 5; i++)
+        q = q * x2 + v8_set1(rc_erf_q[i]);
+    return (p / q + v8_set1(0.5f)) * s;
+}
+
+/* Gelu's tanh form as s / (1 + exp(-2u)), u = sqrt(2/pi) (s + 0.044715 s^3): the numpy
+   path's formula (ops/elementwise.gelu_tanh_f32), one exp and no cancellation for s < 0 */
+RC_INLINE v8f rc_gelu_tanh8(v8f s)
+{
+    const float b = -1.5957691216057308f;            /* -2 sqrt(2/pi) */
+    const float a = -1.5957691216057308f * 0.044715f;
+    const v8f t = (s * s * a + b) * s;               /* -2u */
+    /* past exp's range the quotient is 0 (the clamped exp would leave ~s / 2.4e38), and
+       s * 0 keeps numpy's NaN for s = -inf */
+    return v8_select(t > 88.0f, s * 0.0f, s / (1.0f + v8_exp(t)));
+}
+
+RC_INLINE v8f rc_gelu_any8(v8f s, int tanh_form) { return tanh_form ? rc_gelu_tanh8(s) : rc_gelu8(s); }
+
+RC_CLONES
+static void gelu_rows(const float *restrict x, const float *restrict b, float *y, Py_ssize_t rows,
+                      Py_ssize_t d, int tanh_form)
+{
+    float tx[8], tb[8];
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d;
+        float *yr = y + r * d;
+        Py_ssize_t i = 0;
+        for (; i + 8 <= d; i += 8) {
+            v8f s = v8_load(xr + i);
+            if (b)
+                s = s + v8_load(b + i);
+            v8_store(yr + i, rc_gelu_any8(s, tanh_form));
+        }
+        if (i < d) { /* the row's tail through a scratch vector */
+            const Py_ssize_t k = d - i;
+            for (Py_ssize_t j = 0; j < 8; j++) {
+                tx[j] = j < k ? xr[i + j] : 0.0f;
+                tb[j] = b && j < k ? b[i + j] : 0.0f;
+            }
+            v8f v = rc_gelu_any8(v8_load(tx) + v8_load(tb), tanh_form);
+            v8_store(tx, v);
+            for (Py_ssize_t j = 0; j < k; j++)
+                yr[i + j] = tx[j];
+        }
+    }
+}
+
+PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *bo, *yo;
+    Py_ssize_t rows, d;
+    int tanh_form = 0;
+    if (!PyArg_ParseTuple(args, "OOO(nn)|p:gelu_erf", &xo, &bo, &yo, &rows, &d, &tanh_form))
+        return NULL;
+    if (rows < 0 || d < 0) {
+        PyErr_SetString(PyExc_ValueError, "gelu_erf: negative size");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul(&sz, "X's size", rows, d);
+    sz_add(&sz, "a row", d, 8); /* a row's last vector */
+    if (sz_check(&sz, "gelu_erf", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[3]; /* X, B, Y */
+    const rc_buf spec[3] = {{xo, n, RC_F32, 0, 0, "X"}, {bo, d, RC_F32, 0, 1, "B"},
+                            {yo, n, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("gelu_erf", spec, v, 3) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    gelu_rows((const float *)v[0].buf, (const float *)v[1].buf, (float *)v[2].buf, rows, d, tanh_form);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 3);
+    Py_RETURN_NONE;
+}
+
+/* skip_layer_norm: onnxruntime's SkipLayerNormalization in float32, one pass a row: the sum
+ * x + skip (+ bias) is written to y (or to the sum output when it is wanted), its mean and
+ * variance from 16 float running sums added in double, then y = (s - mean) / sqrt(var + eps) * gamma (+ beta). numpy
+ * needed ~9 passes over the activations. skip may
+ * hold fewer rows than x (a rank-3 skip of batch 1): row r reads skip row r % skip_rows. y
+ * may be x or skip (each element is read before it is written). */
+RC_CLONES
+static void sln_rows(const float *x, const float *skip, const float *restrict gamma,
+                     const float *restrict beta, const float *restrict bias, float *y,
+                     float *restrict mean_out, float *restrict inv_out, float *sum_out,
+                     Py_ssize_t rows, Py_ssize_t d, Py_ssize_t skip_rows, float eps)
+{
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        const float *xr = x + r * d, *sr = skip ? skip + (r % skip_rows) * d : NULL;
+        float *s = sum_out ? sum_out + r * d : y + r * d;
+        float *yr = y + r * d;
+        /* 16 running sums a pass (vectorizable without reassociating one sum), added in
+           double at the end */
+        float part[16] = {0}, partq[16] = {0};
+        Py_ssize_t i = 0;
+        if (bias && sr) {
+            for (; i + 16 <= d; i += 16)
+                for (int k = 0; k < 16; k++) {
+                    const float v = xr[i + k] + sr[i + k] + bias[i + k];
+                    s[i + k] = v;
+                    part[k] += v;
+                }
+        } else if (sr) {
+            for (; i + 16 <= d; i += 16)
+                for (int k = 0; k < 16; k++) {
+                    const float v = xr[i + k] + sr[i + k];
+                    s[i + k] = v;
+                    part[k] += v;
+                }
+        } else if (bias) {
+            for (; i + 16 <= d; i += 16)
+                for (int k = 0; k < 16; k++) {
+                    const float v = xr[i + k] + bias[i + k];
+                    s[i + k] = v;
+                    part[k] += v;
+                }
+        } else {
+            /* plain LayerNormalization: the sums are x itself (s is y; x is read first) */
+            for (; i + 16 <= d; i += 16)
+                for (int k = 0; k < 16; k++) {
+                    const float v = xr[i + k];
+                    s[i + k] = v;
+                    part[k] += v;
+                }
+        }
+        double acc = 0.0;
+        for (; i < d; i++) {
+            const float v = xr[i] + (sr ? sr[i] : 0.0f) + (bias ? bias[i] : 0.0f);
+            s[i] = v;
+            acc += v;
+        }
+        for (int k = 0; k < 16; k++)
+            acc += part[k];
+        const float mean = (float)(acc / (double)d);
+        for (i = 0; i + 16 <= d; i += 16)
+            for (int k = 0; k < 16; k++) {
+                const float dv = s[i + k] - mean;
+                partq[k] += dv * dv;
+            }
+        double sq = 0.0;
+        for (; i < d; i++) {
+            const float dv = s[i] - mean;
+            sq += (double)dv * dv;
+        }
+        for (int k = 0; k < 16; k++)
+            sq += partq[k];
+        const float inv = (float)(1.0 / sqrt(sq / (double)d + (double)eps));
+        if (beta) {
+            for (i = 0; i < d; i++)
+                yr[i] = (s[i] - mean) * inv * gamma[i] + beta[i];
+        } else {
+            for (i = 0; i < d; i++)
+                yr[i] = (s[i] - mean) * inv * gamma[i];
+        }
+        if (mean_out)
+            mean_out[r] = mean;
+        if (inv_out)
+            inv_out[r] = inv;
+    }
+}
+
+PyObject *rc_py_skip_layer_norm(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *so, *go, *bo, *bio, *yo, *mo, *io, *sumo;
+    Py_ssize_t rows, d, skip_rows;
+    float eps;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO(nnn)f:skip_layer_norm", &xo, &so, &go, &bo, &bio, &yo, &mo,
+                          &io, &sumo, &rows, &d, &skip_rows, &eps))
+        return NULL;
+    if (rows < 0 || d < 1 || skip_rows < 1 || (rows > 0 && rows % skip_rows != 0)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "skip_layer_norm: rows must be a multiple of skip_rows, d and skip_rows >= 1");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul(&sz, "X's size", rows, d), sn = sz_mul(&sz, "skip's size", skip_rows, d);
+    sz_add(&sz, "a row", d, 16); /* a row's last block */
+    if (sz_check(&sz, "skip_layer_norm", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[9]; /* X, skip, gamma, beta, bias, Y, mean, inv_std_var, sum */
+    const rc_buf spec[9] = {{xo, n, RC_F32, 0, 0, "X"}, {so, sn, RC_F32, 0, 1, "skip"},
+                            {go, d, RC_F32, 0, 0, "gamma"}, {bo, d, RC_F32, 0, 1, "beta"},
+                            {bio, d, RC_F32, 0, 1, "bias"}, {yo, n, RC_F32, 1, 0, "Y"},
+                            {mo, rows, RC_F32, 1, 1, "mean"}, {io, rows, RC_F32, 1, 1, "inv_std_var"},
+                            {sumo, n, RC_F32, 1, 1, "sum"}};
+    if (get_buffers("skip_layer_norm", spec, v, 9) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    sln_rows((const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
+             (const float *)v[3].buf, (const float *)v[4].buf, (float *)v[5].buf, (float *)v[6].buf,
+             (float *)v[7].buf, (float *)v[8].buf, rows, d, skip_rows, eps);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 9);
+    Py_RETURN_NONE;
+}
+
+/* softmax_rows: the softmax of every row of z in place, the numpy path's arithmetic
+ * (ops/fused._softmax_inplace) in one pass a row: the row maximum (0 where it is not finite),
+ * exp of the differences (exactly 0 below exp's float range, as numpy's exp gives), their sum
+ * from 8 running sums, one multiply by its reciprocal (numpy took ~7 passes and a BLAS call
+ * for the sums). */
+RC_CLONES
+void softmax_rows(float *z, Py_ssize_t rows, Py_ssize_t t)
+{
+    float tail[8];
+    for (Py_ssize_t r = 0; r < rows; r++) {
+        float *zr = z + r * t;
+        /* the maximum in 8 lanes (NaN never wins a comparison: a NaN row stays NaN through
+           its exp and sum, as in numpy) */
+        v8f mx = v8_set1(-INFINITY);
+        Py_ssize_t i0 = 0;
+        for (; i0 + 8 <= t; i0 += 8) {
+            const v8f x = v8_load(zr + i0);
+            mx = v8_select(x > mx, x, mx);
+        }
+        float m = -INFINITY;
+        for (int j = 0; j < 8; j++)
+            m = mx[j] > m ? mx[j] : m;
+        for (; i0 < t; i0++)
+            m = zr[i0] > m ? zr[i0] : m;
+        if (!(m > -INFINITY && m < INFINITY))
+            m = 0.0f;
+        const v8f mv = v8_set1(m), lo = v8_set1(-87.3f), zero = v8_set1(0.0f);
+        v8f acc = zero;
+        Py_ssize_t i = 0;
+        for (; i + 8 <= t; i += 8) {
+            const v8f d = v8_load(zr + i) - mv;
+            const v8f e = v8_select(d < lo, zero, v8_exp(d));
+            v8_store(zr + i, e);
+            acc += e;
+        }
+        float sum = 0.0f;
+        if (i < t) {
+            const Py_ssize_t k = t - i;
+            for (Py_ssize_t j = 0; j < 8; j++)
+                tail[j] = j < k ? zr[i + j] - m : -INFINITY;
+            const v8f d = v8_load(tail);
+            v8_store(tail, v8_select(d < lo, zero, v8_exp(d)));
+            for (Py_ssize_t j = 0; j < k; j++) {
+                zr[i + j] = tail[j];
+                sum += tail[j];
+            }
+        }
+        for (int j = 0; j < 8; j++)
+            sum += acc[j];
+        const float inv = 1.0f / sum;
+        for (i = 0; i < t; i++)
+            zr[i] *= inv;
+    }
+}
+
+PyObject *rc_py_softmax(PyObject *self, PyObject *args)
+{
+    PyObject *zo;
+    Py_ssize_t rows, t;
+    if (!PyArg_ParseTuple(args, "O(nn):softmax", &zo, &rows, &t))
+        return NULL;
+    if (rows < 0 || t < 1) {
+        PyErr_SetString(PyExc_ValueError, "softmax: negative size or empty rows");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul(&sz, "Z's size", rows, t);
+    sz_add(&sz, "a row", t, 8); /* a row's last vector */
+    if (sz_check(&sz, "softmax", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[1];
+    const rc_buf spec[1] = {{zo, n, RC_F32, 1, 0, "Z"}};
+    if (get_buffers("softmax", spec, v, 1) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    softmax_rows((float *)v[0].buf, rows, t);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 1);
+    Py_RETURN_NONE;
+}

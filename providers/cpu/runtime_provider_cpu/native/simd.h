@@ -1,0 +1,94 @@
+/* The vector types and small vector helpers the kernels share, and the AVX-512 target the
+ * hand-written intrinsic paths compile for (DWF_OK where the compiler can build them; whether
+ * this machine runs them is decided once at load time: cpu_features.c). Included by native.h. */
+#ifndef RC_SIMD_H
+#define RC_SIMD_H
+
+#include <stdint.h>
+
+/* GCC / clang vector extensions: 8 floats, lowered to two SSE registers in the baseline
+   clone and one AVX register in the x86-64-v3 and -v4 clones */
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4)));  /* unaligned loads */
+
+RC_INLINE v8f v8_load(const float *p) { return *(const v8f_u *)p; }
+RC_INLINE void v8_store(float *p, v8f v) { *(v8f_u *)p = v; }
+RC_INLINE v8f v8_set1(float x) { return (v8f){0} + x; }
+/* a where m is set, else b (m from a vector comparison: all ones or all zeros) */
+RC_INLINE v8f v8_select(v8i m, v8f a, v8f b) { return (v8f)((m & (v8i)a) | (~m & (v8i)b)); }
+
+/* exp in float32 with no branches: Cody-Waite reduction by ln 2 and Cephes's degree-5
+   polynomial on [-ln2/2, ln2/2], about 1 ulp. The argument is clamped to the normal
+   range, so exp(x < -87.3) is ~1.2e-38 rather than 0 and exp(x > 88.3) is ~2.4e38 rather
+   than inf; NaN stays NaN (both comparisons are false) */
+RC_INLINE v8f v8_exp(v8f x)
+{
+    const v8f lo = v8_set1(-87.3f), hi = v8_set1(88.3f), magic = v8_set1(12582912.0f);
+    x = v8_select(x < lo, lo, x);
+    x = v8_select(x > hi, hi, x);
+    const v8f n = (x * 1.44269504088896341f + magic) - magic; /* round to nearest */
+    v8f r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    v8f p = v8_set1(1.9875691500e-4f);
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
+    return p * (v8f)e;
+}
+
+RC_INLINE v8f v8_sigmoid(v8f x) { return 1.0f / (1.0f + v8_exp(-x)); }
+
+/* tanh: (1 - e) / (1 + e) * sign(x) with e = exp(-2|x|) where that does not cancel
+   (|x| >= 0.25), the odd Taylor polynomial to x^9 below (truncation < 1e-8 relative) */
+RC_INLINE v8f v8_tanh(v8f x)
+{
+    const v8i sign = (v8i)x & (int32_t)0x80000000;
+    const v8f a = (v8f)((v8i)x & (int32_t)0x7fffffff);
+    const v8f e = v8_exp(-2.0f * a);
+    const v8f big = (v8f)((v8i)((1.0f - e) / (1.0f + e)) | sign);
+    const v8f x2 = x * x;
+    const v8f small = x * (1.0f + x2 * (-0.333333333333f + x2 * (0.133333333333f
+                      + x2 * (-0.0539682539683f + x2 * 0.0218694885362f))));
+    return v8_select(a < 0.25f, small, big);
+}
+
+/* 16 floats: one AVX-512 register in the x86-64-v4 clones (CV_CLONES), memory in the others */
+typedef float v16f __attribute__((vector_size(64)));
+typedef float v16f_u __attribute__((vector_size(64), aligned(4)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+
+RC_INLINE v16f cv_bcast(float a)
+{
+    /* lane 0 to every lane: one vbroadcastss (a + (v16f){0} is an add, a lane list masked moves) */
+    return __builtin_shuffle((v16f){a}, (v16i){0});
+}
+
+/* v clipped to [lo, hi] lane by lane, as clipf does (NaN stays NaN) */
+RC_INLINE v16f v16_clip(v16f v, v16f lo, v16f hi)
+{
+    v16i m = v < lo;
+    v = (v16f)((m & (v16i)lo) | (~m & (v16i)v));
+    m = v > hi;
+    return (v16f)((m & (v16i)hi) | (~m & (v16i)v));
+}
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#include <immintrin.h>
+#define DWF_OK 1
+#define DWF_TARGET __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx2,fma")))
+
+/* the lanes below n (all 16 from n = 16) */
+DWF_TARGET static inline __mmask16 dwf_mask(Py_ssize_t n)
+{
+    return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
+}
+#else
+#define DWF_OK 0
+#endif
+
+#endif

@@ -1,0 +1,143 @@
+/* tree_leaves: the walk of a tree ensemble (float32 or float64 thresholds, every comparison
+ * mode, missing values), each tree's nodes one block of 16- or 24-byte records, 8 rows walking
+ * it at once. */
+#include "native.h"
+
+/* ------------------------------------------------------------------------------------- */
+/* tree_leaves: the walk of a compiled tree ensemble (ops/ml.py, _Forest)                */
+/* ------------------------------------------------------------------------------------- */
+
+/* One step from branch node q is q' = q->next - cond(x[q->feat], q->thr): the true child
+ * directly precedes the false one, and a leaf's next is itself, so rows walk in lock-step
+ * (below). Comparison modes are TreeEnsemble-5's codes: 0 LEQ, 1 LT, 2 GTE, 3 GT, 4 EQ,
+ * 5 NEQ, -1 mixed (q->bits = which of {<, ==, >} are true). With nan_check a NaN feature goes
+ * to the true child where q->nan_true is set. */
+
+#define RC_TREE_COND(mode, v, th, bq)                                                            \
+    ((mode) == 0 ? (v) <= (th) : (mode) == 1 ? (v) < (th) : (mode) == 2 ? (v) >= (th)            \
+     : (mode) == 3 ? (v) > (th) : (mode) == 4 ? (v) == (th) : (mode) == 5 ? (v) != (th)        \
+     : (((bq) & (((v) < (th)) | (((v) == (th)) << 1) | (((v) > (th)) << 2))) != 0))
+
+/* one node, 16 bytes for float thresholds and 24 for double: the whole step reads one node.
+ * The provider lays each tree's nodes out contiguously (breadth first inside the tree), so
+ * while a tree's rows walk it the tree stays in L1. A leaf's next is itself. */
+typedef struct { int32_t feat; float thr; int32_t next; uint8_t branch, nan_true, bits, pad; } rc_node_f;
+typedef struct { double thr; int32_t feat; int32_t next; uint8_t branch, nan_true, bits, pad[5]; } rc_node_d;
+
+/* Rows walk in lock-step, RC_LANES at a time (independent loads in flight), until all of
+ * them are at leaves. Feature ids were checked before the walk; a child outside the nodes
+ * fails the call (a branch that is never taken costs nothing). */
+#define RC_LANES 8
+#define RC_TREE_WALK(T, NODE, NAME, MODE)                                                        \
+    static int NAME(const T *restrict X, Py_ssize_t n, Py_ssize_t c, const NODE *restrict nd,   \
+                    Py_ssize_t L, const int64_t *restrict roots, Py_ssize_t t,                  \
+                    int64_t *restrict out, int nan_check, Py_ssize_t depth)                     \
+    {                                                                                            \
+        const int mode = (MODE); /* a constant: each mode has its own loop */                   \
+        for (Py_ssize_t k = 0; k < t; k++) {                                                     \
+            const int64_t r = roots[k];                                                          \
+            if ((uint64_t)r >= (uint64_t)L)                                                      \
+                return -1;                                                                       \
+            int64_t *o = out + k * n;                                                            \
+            for (Py_ssize_t i0 = 0; i0 < n; i0 += RC_LANES) {                                    \
+                const int m = n - i0 < RC_LANES ? (int)(n - i0) : RC_LANES;                      \
+                const T *xr = X + i0 * c;                                                        \
+                int32_t idx[RC_LANES];                                                           \
+                for (int j = 0; j < RC_LANES; j++)                                               \
+                    idx[j] = (int32_t)r;                                                         \
+                for (Py_ssize_t d = 0; d < depth; d++) {                                         \
+                    int any = 0;                                                                 \
+                    for (int j = 0; j < m; j++) {                                                \
+                        const NODE *q = nd + idx[j];                                             \
+                        any |= q->branch;                                                        \
+                        const T v = xr[j * c + q->feat], th = q->thr;                            \
+                        /* branch-free: a NaN test that mispredicts costs more than the step */ \
+                        const int cond = RC_TREE_COND(mode, v, th, q->bits)                      \
+                                         | (nan_check & q->nan_true & (v != v));                 \
+                        const int32_t nq = q->next - cond;                                       \
+                        if ((uint32_t)nq >= (uint32_t)L)                                         \
+                            return -1;                                                           \
+                        idx[j] = nq;                                                             \
+                    }                                                                            \
+                    if (!any)                                                                    \
+                        break;                                                                   \
+                }                                                                                \
+                for (int j = 0; j < m; j++)                                                      \
+                    o[i0 + j] = idx[j];                                                          \
+            }                                                                                    \
+        }                                                                                        \
+        return 0;                                                                                \
+    }
+
+typedef int (*rc_walk_f)(const float *, Py_ssize_t, Py_ssize_t, const rc_node_f *, Py_ssize_t,
+                         const int64_t *, Py_ssize_t, int64_t *, int, Py_ssize_t);
+typedef int (*rc_walk_d)(const double *, Py_ssize_t, Py_ssize_t, const rc_node_d *, Py_ssize_t,
+                         const int64_t *, Py_ssize_t, int64_t *, int, Py_ssize_t);
+#define RC_TREE_MODES(T, NODE, P)                                                                \
+    RC_TREE_WALK(T, NODE, P##_mixed, -1)                                                         \
+    RC_TREE_WALK(T, NODE, P##_leq, 0)                                                            \
+    RC_TREE_WALK(T, NODE, P##_lt, 1)                                                             \
+    RC_TREE_WALK(T, NODE, P##_gte, 2)                                                            \
+    RC_TREE_WALK(T, NODE, P##_gt, 3)                                                             \
+    RC_TREE_WALK(T, NODE, P##_eq, 4)                                                             \
+    RC_TREE_WALK(T, NODE, P##_neq, 5)
+RC_TREE_MODES(float, rc_node_f, walk_f)
+RC_TREE_MODES(double, rc_node_d, walk_d)
+/* indexed by mode + 1 */
+static const rc_walk_f walks_f[7] = {walk_f_mixed, walk_f_leq, walk_f_lt, walk_f_gte, walk_f_gt,
+                                     walk_f_eq, walk_f_neq};
+static const rc_walk_d walks_d[7] = {walk_d_mixed, walk_d_leq, walk_d_lt, walk_d_gte, walk_d_gt,
+                                     walk_d_eq, walk_d_neq};
+
+PyObject *rc_py_tree_leaves(PyObject *self, PyObject *args)
+{
+    PyObject *o[4];
+    int mode, nan_check;
+    Py_ssize_t n, c, L, t, depth, isz;
+    if (!PyArg_ParseTuple(args, "OOOO(nnnn)nnii:tree_leaves", &o[0], &o[1], &o[2], &o[3], &n, &c,
+                          &L, &t, &isz, &depth, &mode, &nan_check))
+        return NULL;
+    if (n < 0 || c < 1 || L < 1 || L > 0x7fffffff || t < 0 || depth < 0 || (isz != 4 && isz != 8) ||
+        mode < -1 || mode > 5) {
+        PyErr_SetString(PyExc_ValueError, "tree_leaves: bad sizes or mode");
+        return NULL;
+    }
+    const Py_ssize_t nsz = isz == 4 ? (Py_ssize_t)sizeof(rc_node_f) : (Py_ssize_t)sizeof(rc_node_d);
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul(&sz, "X's size", n, c), on = sz_mul(&sz, "out's size", t, n);
+    sz_add(&sz, "a block of rows", n, RC_LANES);
+    if (sz_check(&sz, "tree_leaves", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[4]; /* X, nodes, roots, out */
+    const rc_buf spec[4] = {{o[0], xn, isz, 0, 0, "X"}, {o[1], L * nsz, 1, 0, 0, "nodes"},
+                            {o[2], t, 8, 0, 0, "roots"}, {o[3], on, 8, 1, 0, "out"}};
+    const int got = get_buffers("tree_leaves", spec, v, 4) < 0 ? 0 : 4;
+    int rc = -2;
+    if (got == 4) {
+        rc = 0;
+        for (Py_ssize_t q = 0; q < L; q++) { /* every feature id inside a row */
+            int32_t f = isz == 4 ? ((const rc_node_f *)v[1].buf)[q].feat
+                                 : ((const rc_node_d *)v[1].buf)[q].feat;
+            rc |= f < 0 || f >= c;
+        }
+        if (rc == 0) {
+            Py_BEGIN_ALLOW_THREADS
+            if (isz == 4)
+                rc = walks_f[mode + 1](v[0].buf, n, c, v[1].buf, L, v[2].buf, t, v[3].buf,
+                                       nan_check != 0, depth);
+            else
+                rc = walks_d[mode + 1](v[0].buf, n, c, v[1].buf, L, v[2].buf, t, v[3].buf,
+                                       nan_check != 0, depth);
+            Py_END_ALLOW_THREADS
+        }
+    }
+    release_buffers(v, got);
+    if (rc == -2)
+        return NULL;
+    if (rc == 1)
+        return PyErr_Format(PyExc_ValueError, "tree_leaves: a feature id is outside [0, %zd)", c);
+    if (rc == -1)
+        return PyErr_Format(PyExc_ValueError, "tree_leaves: a root or child is outside the %zd "
+                            "nodes (out is not meaningful)", L);
+    Py_RETURN_NONE;
+}
