@@ -73,7 +73,7 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
     if N == 0 or P == 0 or M == 0:
         y = np.zeros((N, M, *out), dtype=x.dtype)
     elif native_dw:
-        # the compiled depthwise kernel: one pass, bias included (see _native.c)
+        # the compiled depthwise kernel: one pass, bias included (see native/depthwise.c)
         y = np.empty((N, M, *out), dtype=_F32)
         lo, hi = (-np.inf, np.inf) if clip is None else clip
         nat.depthwise2d(np.ascontiguousarray(x), np.ascontiguousarray(w),

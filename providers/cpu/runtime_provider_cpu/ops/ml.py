@@ -230,7 +230,7 @@ class _Forest:
         own = np.arange(L, dtype=np.int64)
         leaf_next = own + 1 if self.same_mode == _NEQ else own  # NaN != NaN is true for leaves
         nxt = np.where(branch, new[np.where(branch, self.base1[order], 0)], leaf_next)
-        # the C structs rc_node_f / rc_node_d of _native.c, field for field, in native byte order
+        # the C structs rc_node_f / rc_node_d of native/trees.c, field for field, in native byte order
         if itemsize == 4:
             dt = np.dtype([("feat", "=i4"), ("thr", "=f4"), ("next", "=i4"), ("branch", "u1"),
                            ("nan_true", "u1"), ("bits", "u1"), ("pad", "u1")])
