@@ -94,8 +94,10 @@ def test_probe_lists_devices():
     from runtime_provider_opencl.plugin import OpenCLExecutionProvider
 
     res = OpenCLExecutionProvider.probe()
-    assert res.available and res.reason == ""
+    # available: the reason says which device a session without options takes
+    assert res.available and res.reason.startswith("uses ") and "by default" in res.reason
     assert any(POCL_PLATFORM in d for d in res.devices)
+    assert sum(d.endswith(" [default]") for d in res.devices) == 1
     info = {p["alias"]: p for p in rt.get_provider_info()}["opencl"]
     assert info["available"] and info["status"] == "loaded" and info["devices"]
     assert OCL in rt.get_available_providers()
