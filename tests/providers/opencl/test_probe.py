@@ -238,6 +238,8 @@ class _FakeDevice:
 def test_device_selection_rules(monkeypatch, opts, expect):
     from runtime_provider_opencl import device
 
+    monkeypatch.delenv("RUNTIME_CORE_OPENCL_PLATFORM", raising=False)  # the rules without defaults
+    monkeypatch.delenv("RUNTIME_CORE_OPENCL_DEVICE", raising=False)
     plats = [(_FakePlatform("Alpha CL"), [_FakeDevice("CPU A", "cpu")]),
              (_FakePlatform("Beta CL"), [_FakeDevice("CPU B", "cpu"), _FakeDevice("Fake GPU", "gpu")])]
     monkeypatch.setattr(device, "enumerate_devices", lambda: plats)
