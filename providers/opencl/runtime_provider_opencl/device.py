@@ -39,6 +39,9 @@ GUARD_ENV = "RUNTIME_CORE_OPENCL_GUARD"
 GUARD_MIN = 256  # bytes of guard on each side (rounded up to the sub-buffer alignment)
 GUARD_BYTE = 0xA5
 POISON_BYTE = 0xFF  # 0xFFFFFFFF is a NaN in float32, 0xFFFF one in float16
+#: bytes per element of the OpenCL C types kernels take pointers to
+ELEMENT_SIZES = {"float": 4, "half": 2, "uchar": 1, "char": 1, "ushort": 2, "short": 2, "uint": 4, "int": 4,
+                 "ulong": 8, "long": 8}
 
 
 def import_pyopencl():
@@ -318,6 +321,7 @@ class DeviceContext:
         self._build_lock = threading.Lock()
         self._programs: dict[str, object] = {}
         self._kernels: dict[tuple[str, str], object] = {}
+        self._arg_sizes: dict[int, tuple | None] = {}  # id(kernel) -> pointee sizes per argument
         self.max_work_group_size = int(self.device.max_work_group_size)
         self.tile = 16 if self.max_work_group_size >= 256 else 8
         self.local_1d = max(1, min(64, self.max_work_group_size))
@@ -341,7 +345,8 @@ class DeviceContext:
         self.dummy = self.buffer(4)  # bound to the pointer arguments of absent optional inputs
 
     def build_options(self, real: str = "float") -> list[str]:
-        return [f"-DTS={self.tile}"] + (["-DHALF=1"] if real == "half" else [])
+        # arg info: the element type of every pointer argument, checked against its tensor
+        return [f"-DTS={self.tile}", "-cl-kernel-arg-info"] + (["-DHALF=1"] if real == "half" else [])
 
     def program(self, filename: str, real: str = "float"):
         """The built program of ``kernels/<filename>`` for element type ``real`` (``float``
@@ -376,8 +381,32 @@ class DeviceContext:
                 k = self._kernels.get(key)
                 if k is None:
                     k = self.cl.Kernel(prg, name)
+                    self._arg_sizes[id(k)] = self._pointee_sizes(k, real)
                     self._kernels[key] = k
         return k
+
+    def _pointee_sizes(self, kernel, real: str) -> tuple | None:
+        """Per argument, the element size of a ``__global`` pointer (None for other
+        arguments); None for the whole kernel when the driver gives no argument info."""
+        cl = self.cl
+        sizes = []
+        try:
+            for i in range(kernel.num_args):
+                if kernel.get_arg_info(i, cl.kernel_arg_info.ADDRESS_QUALIFIER) != \
+                        cl.kernel_arg_address_qualifier.GLOBAL:
+                    sizes.append(None)
+                    continue
+                t = kernel.get_arg_info(i, cl.kernel_arg_info.TYPE_NAME).replace("const", "").strip()
+                t = t.rstrip("*").strip()
+                sizes.append((2 if real == "half" else 4) if t == "real" else ELEMENT_SIZES.get(t))
+        except Exception as exc:  # noqa: BLE001 - a driver without kernel argument info
+            logger.debug("no argument info for %s: %s", kernel.function_name, exc)
+            return None
+        return tuple(sizes)
+
+    def arg_element_sizes(self, kernel) -> tuple | None:
+        """What :meth:`_pointee_sizes` found for a kernel made by :meth:`kernel`."""
+        return self._arg_sizes.get(id(kernel))
 
     def launch(self, kernel, global_size, local_size, args) -> None:
         """Set ``args`` and enqueue ``kernel`` atomically (see the class docstring)."""

@@ -2,9 +2,10 @@
 
 * ``bert``: a BERT-style encoder written the way Hugging Face writes it: int64 token ids,
   Gather embeddings (token, position ids sliced from a buffer, token types expanded from a
-  zero buffer), the attention mask expanded to (batch, 1, seq, seq) and turned into an
-  additive mask with ``masked_fill`` (Where/Expand/Cast in the graph), post-LayerNorm
-  blocks, exact GELU, a tanh pooler;
+  zero buffer), the int64 attention mask cast to bool, expanded to (batch, 1, seq, seq) and
+  turned into an additive mask with ``torch.where`` (Cast int64->bool, Expand, Where in the
+  graph: the Cast once wrote four bytes per one-byte bool element and corrupted the heap),
+  post-LayerNorm blocks, exact GELU, a tanh pooler;
 * ``resnet``: a ResNet-style CNN: stem Conv/BatchNorm/ReLU/MaxPool, basic blocks with
   strided 1x1-conv shortcuts, global average pooling, a Linear head.
 
@@ -69,8 +70,9 @@ def _define():
             b, t = input_ids.shape
             types = self.token_type_ids[:, :t].expand(b, t)
             x = self.eln(self.tok(input_ids) + self.typ(types) + self.pos(self.position_ids[:, :t]))
-            inverted = 1.0 - attention_mask[:, None, None, :].expand(b, 1, t, t).to(x.dtype)
-            mask = inverted.masked_fill(inverted.to(torch.bool), torch.finfo(x.dtype).min)
+            # the int64 mask as bool (Cast int64 -> bool), expanded, then an additive mask (Where)
+            keep = attention_mask[:, None, None, :].bool().expand(b, 1, t, t)
+            mask = torch.where(keep, torch.zeros((), dtype=x.dtype), torch.finfo(x.dtype).min)
             for blk in self.blocks:
                 x = blk["ln1"](x + blk["att"](x, mask))
                 x = blk["ln2"](x + blk["ff"](x))

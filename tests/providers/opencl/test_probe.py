@@ -191,7 +191,7 @@ def test_good_options_select_a_device(opts):
 @pytest.mark.parametrize("opts,match", [
     ({"platform": "99"}, "platform index 99 is out of range"),
     ({"platform": "no-such-vendor"}, "no OpenCL platform matches 'no-such-vendor'"),
-    ({"device": "7"}, r"device \(platform 0\) index 7 is out of range"),
+    ({"device": "7"}, r"device \(platform \d\) index 7 is out of range"),
     ({"device": "no-such-gpu"}, "no OpenCL device matches 'no-such-gpu'"),
     ({"devcie": "0"}, "unknown OpenCL provider option.*'devcie'.*known: platform, device"),
     ({"exclude_ops": "Frobnicate"}, "exclude_ops names op.*Frobnicate"),
