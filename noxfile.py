@@ -1,7 +1,7 @@
 """Sessions for every distribution: build wheels, install them into fresh venvs, test.
 
     nox -s tests        # wheels of runtime-provider-cpu and runtime-core + the whole test suite
-    nox -s opencl       # the OpenCL provider's tests on PoCL, from wheels
+    nox -s opencl       # the OpenCL provider's tests on PyPI's and on Debian's PoCL, from wheels
     nox -s wheels       # build every distribution's wheel into dist/
     nox -s quickstart   # the README's first Quick start line, in a fresh venv
     nox -s example      # the example provider (examples/runtime-provider-numexpr): its tests + the kit
@@ -84,17 +84,39 @@ def tests(session: nox.Session) -> None:
                 env=env)
 
 
+#: the PoCL each ``opencl`` session loads, through the ICD loader's OCL_ICD_VENDORS (one ICD
+#: file: only that driver is loaded): PyPI's (bundled in the pyopencl wheel, with the [pocl]
+#: extra) and Debian's (``apt-get install pocl-opencl-icd``)
+POCL_ICDS = {"pypi": None, "debian": "/etc/OpenCL/vendors/pocl.icd"}
+
+
 @nox.session
-def opencl(session: nox.Session) -> None:
-    """runtime-core + cpu + opencl[pocl] wheels in a fresh venv; only the OpenCL tests, on PoCL."""
+@nox.parametrize("pocl", list(POCL_ICDS))
+def opencl(session: nox.Session, pocl: str) -> None:
+    """runtime-core + cpu + opencl[pocl] wheels in a fresh venv; only the OpenCL tests, once per
+    PoCL (``nox -s "opencl(pocl='debian')"`` for one). A PoCL that is not installed, or whose
+    compiler cannot target this CPU, skips its session with the reason."""
     built = build_wheels(session)
     session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]),
                     f"{built['runtime-provider-opencl']}[pocl]")
     session.install(*TEST_DEPS)  # the model tests export torch models; onnxruntime is the oracle
+    icd = POCL_ICDS[pocl]
+    if icd is None:  # the wheel's own ICD file
+        icd = session.run("python", "-c", "import glob, importlib.util, os; print(sorted(glob.glob(os.path.join("
+                          "os.path.dirname(importlib.util.find_spec('pyopencl').origin), '.libs', '*.icd')))[0])",
+                          silent=True).strip().splitlines()[-1]
+    if not os.path.exists(icd):
+        session.skip(f"{pocl} PoCL is not installed ({icd} is missing)")
+    env = {"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1", "OCL_ICD_VENDORS": icd}
+    why = session.run("python", "-c", "from runtime_provider_opencl.plugin import OpenCLExecutionProvider as P; "
+                      "r = P.probe(); print('OK ' + r.reason if r.available else 'NO ' + r.reason)",
+                      silent=True, env=env).strip().splitlines()[-1]
+    if not why.startswith("OK "):
+        session.skip(f"{pocl} PoCL has no usable device here: {why[3:]}")
+    session.log(f"{pocl} PoCL: {why[3:]}")
     session.chdir(ROOT / "tests")
     session.run("pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
-                "providers/opencl", *session.posargs,
-                env={"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"})
+                "providers/opencl", *session.posargs, env=env)
 
 
 @nox.session

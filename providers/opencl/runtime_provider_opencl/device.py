@@ -10,9 +10,14 @@ same device shares them).
 from __future__ import annotations
 
 import logging
+import operator
+import os
+import re
 import threading
 from dataclasses import dataclass
 from importlib import resources
+
+import numpy as np
 
 logger = logging.getLogger("runtime_provider_opencl")
 
@@ -22,6 +27,21 @@ INSTALL_HINT = ("pip install 'runtime-provider-opencl[pocl]' installs pyopencl a
 
 class OpenCLUnavailable(RuntimeError):
     """No usable OpenCL device: pyopencl is missing, or there is no platform or device."""
+
+
+class OpenCLGuardError(RuntimeError):
+    """Guard mode found a command that wrote outside its buffer (a kernel or copy bug)."""
+
+
+#: ``RUNTIME_CORE_OPENCL_GUARD=1``: every device buffer sits between two guard zones that are
+#: checked after every kernel and copy (a debug mode: it waits for the queue each time)
+GUARD_ENV = "RUNTIME_CORE_OPENCL_GUARD"
+GUARD_MIN = 256  # bytes of guard on each side (rounded up to the sub-buffer alignment)
+GUARD_BYTE = 0xA5
+POISON_BYTE = 0xFF  # 0xFFFFFFFF is a NaN in float32, 0xFFFF one in float16
+#: bytes per element of the OpenCL C types kernels take pointers to
+ELEMENT_SIZES = {"float": 4, "half": 2, "uchar": 1, "char": 1, "ushort": 2, "short": 2, "uint": 4, "int": 4,
+                 "ulong": 8, "long": 8}
 
 
 def import_pyopencl():
@@ -46,10 +66,26 @@ class DeviceInfo:
     device_name: str
     device_type: str
     version: str
+    #: the platform's version string, compacted (``PoCL 3.1+debian, LLVM 15.0.6`` for PoCL)
+    platform_version: str = ""
 
     def __str__(self) -> str:
-        return (f"{self.platform}:{self.device} {self.device_name} ({self.device_type}, "
-                f"{self.platform_name}, {self.version})")
+        where = f"{self.platform_name}, {self.platform_version}" if self.platform_version else self.platform_name
+        return f"{self.platform}:{self.device} {self.device_name} ({self.device_type}, {where}, {self.version})"
+
+
+def platform_version(p) -> str:
+    """The platform's version, short: PoCL's ``OpenCL 3.0 PoCL 3.1+debian  Linux, ..., LLVM 15.0.6,
+    ...`` becomes ``PoCL 3.1+debian, LLVM 15.0.6`` (which PoCL, built on which LLVM)."""
+    try:
+        text = " ".join(str(p.version).split())
+    except Exception:  # noqa: BLE001 - a platform without the query
+        return ""
+    pocl = re.search(r"PoCL \S+", text)
+    if pocl is None:
+        return text
+    llvm = re.search(r"LLVM [0-9][\w.]*", text)
+    return pocl.group(0) + (f", {llvm.group(0)}" if llvm else "")
 
 
 def _type_name(cl, dev) -> str:
@@ -61,10 +97,18 @@ def _type_name(cl, dev) -> str:
     return "other"
 
 
-def enumerate_devices() -> list[tuple[object, list[object]]]:
-    """``[(platform, [devices])]`` as pyopencl objects, only devices that are available and
-    whose compiler builds a kernel (:func:`build_problem`: one one-line build a device,
-    once per process; 4 ms here, where PoCL fails it at once); raises :class:`OpenCLUnavailable`."""
+#: environment defaults of the ``platform`` / ``device`` options (same syntax), for runs that
+#: cannot pass options (``runtime-core conformance``, a test suite pinned to one of two PoCLs)
+PLATFORM_ENV = "RUNTIME_CORE_OPENCL_PLATFORM"
+DEVICE_ENV = "RUNTIME_CORE_OPENCL_DEVICE"
+
+
+def survey() -> tuple[list[tuple[object, list[object]]], list[str]]:
+    """``([(platform, [usable devices])], [why each other device is unusable])``.
+
+    Platforms come in the ICD loader's order. A device is usable when it is available and
+    its compiler builds a kernel (:func:`build_problem`: one one-line build per device,
+    once per process). Raises :class:`OpenCLUnavailable` when there is no platform."""
     cl = import_pyopencl()
     try:
         platforms = cl.get_platforms()
@@ -82,16 +126,26 @@ def enumerate_devices() -> list[tuple[object, list[object]]]:
         except Exception:  # DEVICE_NOT_FOUND on a platform with no device
             devs = []
         usable = []
+        pv = platform_version(p)
+        where = f"{p.name.strip()}{', ' + pv if pv else ''}"
         for d in devs:
             why = build_problem(cl, d)
             if why is None:
                 usable.append(d)
             else:
-                unusable.append(f"{d.name.strip()!r} ({p.name.strip()}): {why}")
-                logger.info("OpenCL device %r of %r is skipped: %s", d.name.strip(), p.name.strip(), why)
+                unusable.append(f"{d.name.strip()!r} ({where}): {why}")
+                logger.info("OpenCL device %r of %r is skipped: %s", d.name.strip(), where, why)
         out.append((p, usable))
+    return out, unusable
+
+
+def enumerate_devices() -> list[tuple[object, list[object]]]:
+    """``[(platform, [usable devices])]`` as pyopencl objects (see :func:`survey`); raises
+    :class:`OpenCLUnavailable`, naming every device and why it is unusable, when no device is."""
+    out, unusable = survey()
     if not any(devs for _, devs in out):
-        names = ", ".join(repr(p.name) for p, _ in out)
+        names = ", ".join(repr(p.name.strip()) + (f" [{platform_version(p)}]" if platform_version(p) else "")
+                          for p, _ in out)
         if unusable:
             raise OpenCLUnavailable(f"OpenCL platform(s) {names} found, but no usable device: "
                                     + "; ".join(unusable))
@@ -132,6 +186,11 @@ def build_problem(cl, dev) -> str | None:
         return why
 
 
+def _info(cl, pi, di, p, d) -> DeviceInfo:
+    return DeviceInfo(pi, di, p.name.strip(), d.name.strip(), _type_name(cl, d), d.version.strip(),
+                      platform_version(p))
+
+
 def list_devices() -> list[DeviceInfo]:
     """Every usable device on every platform (see :func:`enumerate_devices`); raises
     :class:`OpenCLUnavailable`."""
@@ -139,20 +198,19 @@ def list_devices() -> list[DeviceInfo]:
     infos = []
     for pi, (p, devs) in enumerate(enumerate_devices()):
         for di, d in enumerate(devs):
-            infos.append(DeviceInfo(pi, di, p.name.strip(), d.name.strip(), _type_name(cl, d),
-                                    d.version.strip()))
+            infos.append(_info(cl, pi, di, p, d))
     return infos
 
 
 def _choices(platforms) -> str:
     lines = []
     for pi, (p, devs) in enumerate(platforms):
-        ds = ", ".join(f"{di}: {d.name.strip()!r}" for di, d in enumerate(devs)) or "no device"
-        lines.append(f"platform {pi}: {p.name.strip()!r} (devices {ds})")
+        ds = ", ".join(f"{di}: {d.name.strip()!r}" for di, d in enumerate(devs)) or "no usable device"
+        lines.append(f"platform {pi}: {p.name.strip()!r} [{platform_version(p)}] (devices {ds})")
     return "; ".join(lines)
 
 
-def _match(value: str, items: list, names, what: str, platforms) -> int:
+def _match(value: str, items: list, names, what: str, platforms, prefer=None) -> int:
     value = str(value).strip()
     if value.lstrip("-").isdigit():
         idx = int(value)
@@ -161,44 +219,56 @@ def _match(value: str, items: list, names, what: str, platforms) -> int:
         raise ValueError(f"{what} index {idx} is out of range (0..{len(items) - 1}); "
                          f"available: {_choices(platforms)}")
     low = value.lower()
-    hits = [i for i, item in enumerate(items) if any(low in n.lower() for n in names(item))]
+    hits = [i for i, item in enumerate(items) if any(low in str(n).lower() for n in names(item))]
     if not hits:
         raise ValueError(f"no OpenCL {what} matches {value!r}; available: {_choices(platforms)}")
-    return hits[0]
+    # two PoCLs share a name: the first match that has a usable device
+    return next((i for i in hits if prefer is None or prefer(i)), hits[0])
+
+
+def _option(value, env: str):
+    """An option's value, else its environment default, else None."""
+    if value is not None and str(value).strip() != "":
+        return value
+    return os.environ.get(env, "").strip() or None
 
 
 def select_device(platform: str | None = None, device: str | None = None) -> DeviceInfo:
     """Resolve the ``platform`` / ``device`` options (an index or a name substring).
 
-    The default platform is the first one with a GPU, else the first with a device;
-    the default device is the platform's first GPU, else its first device. A device
-    name given without a platform is searched on every platform. Raises
-    ``ValueError`` listing the choices for an option that matches nothing, and
-    :class:`OpenCLUnavailable` when there is no device at all.
+    ``platform`` matches a platform's name, vendor or version (``"debian"`` or ``"3.0"``
+    pick one of two PoCLs); unset, it defaults to ``$RUNTIME_CORE_OPENCL_PLATFORM``, and
+    ``device`` to ``$RUNTIME_CORE_OPENCL_DEVICE``. Without them the provider takes the first
+    usable device (one whose compiler builds a kernel), trying platforms in the ICD loader's
+    order, a GPU before any other device: the first platform with a usable GPU and its first
+    usable GPU, else the first platform with a usable device and its first one. A device name
+    given without a platform is searched on every platform. Raises ``ValueError`` listing
+    the choices for an option that matches nothing, and :class:`OpenCLUnavailable` (with
+    every device's reason) when no device is usable.
     """
     cl = import_pyopencl()
     platforms = enumerate_devices()
+    platform = _option(platform, PLATFORM_ENV)
+    device = _option(device, DEVICE_ENV)
 
     def is_gpu(d) -> bool:
         return bool(d.type & cl.device_type.GPU)
 
-    def given(v) -> bool:
-        return v is not None and str(v).strip() != ""
-
-    if given(platform):
-        pi = _match(platform, [p for p, _ in platforms], lambda p: (p.name, p.vendor), "platform",
-                    platforms)
+    if platform is not None:
+        pi = _match(platform, [p for p, _ in platforms],
+                    lambda p: (p.name, p.vendor, getattr(p, "version", "")), "platform", platforms,
+                    prefer=lambda i: bool(platforms[i][1]))
         if not platforms[pi][1]:
             raise ValueError(f"OpenCL platform {pi} ({platforms[pi][0].name.strip()!r}) has no "
-                             f"available device; available: {_choices(platforms)}")
+                             f"usable device; available: {_choices(platforms)}")
         search = [pi]
     else:
         with_devices = [i for i, (_, devs) in enumerate(platforms) if devs]
         with_gpu = [i for i in with_devices if any(is_gpu(d) for d in platforms[i][1])]
         search = with_gpu[:1] or with_devices[:1]
-        if given(device) and not str(device).strip().lstrip("-").isdigit():
+        if device is not None and not str(device).strip().lstrip("-").isdigit():
             search = with_devices  # a device name: look on every platform
-    if given(device):
+    if device is not None:
         value = str(device).strip()
         if value.lstrip("-").isdigit():
             pi = search[0]
@@ -216,8 +286,7 @@ def select_device(platform: str | None = None, device: str | None = None) -> Dev
         devs = platforms[pi][1]
         di = next((i for i, d in enumerate(devs) if is_gpu(d)), 0)
     p, devs = platforms[pi]
-    d = devs[di]
-    return DeviceInfo(pi, di, p.name.strip(), d.name.strip(), _type_name(cl, d), d.version.strip())
+    return _info(cl, pi, di, p, devs[di])
 
 
 # -- contexts -------------------------------------------------------------------------
@@ -252,6 +321,7 @@ class DeviceContext:
         self._build_lock = threading.Lock()
         self._programs: dict[str, object] = {}
         self._kernels: dict[tuple[str, str], object] = {}
+        self._arg_sizes: dict[int, tuple | None] = {}  # id(kernel) -> pointee sizes per argument
         self.max_work_group_size = int(self.device.max_work_group_size)
         self.tile = 16 if self.max_work_group_size >= 256 else 8
         self.local_1d = max(1, min(64, self.max_work_group_size))
@@ -267,10 +337,16 @@ class DeviceContext:
         self._stats_lock = threading.Lock()
         self.transfers = {"uploads": 0, "bytes_up": 0, "downloads": 0, "bytes_down": 0,
                           "device_copies": 0}
+        # debug mode: every buffer sits between two guard zones, checked after every command
+        self.guard = os.environ.get(GUARD_ENV, "") == "1"
+        align = max(1, int(self.device.mem_base_addr_align) // 8)  # a sub-buffer's origin alignment
+        self.guard_bytes = -(-GUARD_MIN // align) * align
+        self.guard_checks = 0  # commands whose buffers' guards were checked (tests look)
         self.dummy = self.buffer(4)  # bound to the pointer arguments of absent optional inputs
 
     def build_options(self, real: str = "float") -> list[str]:
-        return [f"-DTS={self.tile}"] + (["-DHALF=1"] if real == "half" else [])
+        # arg info: the element type of every pointer argument, checked against its tensor
+        return [f"-DTS={self.tile}", "-cl-kernel-arg-info"] + (["-DHALF=1"] if real == "half" else [])
 
     def program(self, filename: str, real: str = "float"):
         """The built program of ``kernels/<filename>`` for element type ``real`` (``float``
@@ -305,14 +381,41 @@ class DeviceContext:
                 k = self._kernels.get(key)
                 if k is None:
                     k = self.cl.Kernel(prg, name)
+                    self._arg_sizes[id(k)] = self._pointee_sizes(k, real)
                     self._kernels[key] = k
         return k
+
+    def _pointee_sizes(self, kernel, real: str) -> tuple | None:
+        """Per argument, the element size of a ``__global`` pointer (None for other
+        arguments); None for the whole kernel when the driver gives no argument info."""
+        cl = self.cl
+        sizes = []
+        try:
+            for i in range(kernel.num_args):
+                if kernel.get_arg_info(i, cl.kernel_arg_info.ADDRESS_QUALIFIER) != \
+                        cl.kernel_arg_address_qualifier.GLOBAL:
+                    sizes.append(None)
+                    continue
+                t = kernel.get_arg_info(i, cl.kernel_arg_info.TYPE_NAME).replace("const", "").strip()
+                t = t.rstrip("*").strip()
+                sizes.append((2 if real == "half" else 4) if t == "real" else ELEMENT_SIZES.get(t))
+        except Exception as exc:  # noqa: BLE001 - a driver without kernel argument info
+            logger.debug("no argument info for %s: %s", kernel.function_name, exc)
+            return None
+        return tuple(sizes)
+
+    def arg_element_sizes(self, kernel) -> tuple | None:
+        """What :meth:`_pointee_sizes` found for a kernel made by :meth:`kernel`."""
+        return self._arg_sizes.get(id(kernel))
 
     def launch(self, kernel, global_size, local_size, args) -> None:
         """Set ``args`` and enqueue ``kernel`` atomically (see the class docstring)."""
         with self.lock:
             kernel.set_args(*args)
             self.cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, local_size)
+        if self.guard:
+            self.check_guards([a for a in args if isinstance(a, self.cl.Buffer)],
+                              f"kernel {kernel.function_name} (global size {tuple(global_size)})")
 
     def _count(self, kind: str, nbytes: int = 0, bytes_key: str | None = None) -> None:
         with self._stats_lock:
@@ -321,29 +424,102 @@ class DeviceContext:
                 self.transfers[bytes_key] += int(nbytes)
 
     def buffer(self, nbytes: int, hostbuf=None):
-        """A device buffer of ``nbytes`` (at least 1), filled from ``hostbuf`` when given."""
+        """A device buffer of ``nbytes`` (at least 1), filled from ``hostbuf`` when given.
+
+        The size is checked as a Python integer against the device's largest allocation, so
+        a size computed from huge dims fails here with the numbers instead of wrapping. A
+        ``hostbuf`` is copied when the buffer is created (COPY_HOST_PTR), so the caller may
+        release it at once."""
         mf = self.cl.mem_flags
         if hostbuf is not None:
+            hostbuf = np.ascontiguousarray(hostbuf)
+            nbytes = hostbuf.nbytes
+        nbytes = max(1, operator.index(nbytes))
+        if nbytes > self.max_alloc:
+            raise MemoryError(f"an OpenCL buffer of {nbytes} bytes exceeds the largest allocation of "
+                              f"{self.info.device_name} ({self.max_alloc} bytes)")
+        if self.guard:
+            return self._guarded_buffer(nbytes, hostbuf)
+        if hostbuf is not None:
             buf = self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=hostbuf)
-            self._count("uploads", getattr(hostbuf, "nbytes", nbytes), "bytes_up")
+            self._count("uploads", hostbuf.nbytes, "bytes_up")
             return buf
-        return self.cl.Buffer(self.context, mf.READ_WRITE, size=max(1, int(nbytes)))
+        return self.cl.Buffer(self.context, mf.READ_WRITE, size=nbytes)
+
+    # -- guard mode (RUNTIME_CORE_OPENCL_GUARD=1) ----------------------------------------
+    def _guarded_buffer(self, nbytes: int, hostbuf):
+        """A sub-buffer of ``nbytes`` inside a parent with ``guard_bytes`` of GUARD_BYTE on each
+        side; without ``hostbuf`` its contents are POISON_BYTE (NaN as float32/float16), so a
+        kernel that reads an element nobody wrote yields NaN instead of a plausible number."""
+        g = self.guard_bytes
+        host = np.full(g + nbytes + g, GUARD_BYTE, np.uint8)
+        if hostbuf is None:
+            host[g:g + nbytes] = POISON_BYTE
+        else:
+            host[g:g + nbytes] = hostbuf.reshape(-1).view(np.uint8)
+            self._count("uploads", hostbuf.nbytes, "bytes_up")
+        mf = self.cl.mem_flags
+        parent = self.cl.Buffer(self.context, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=host)
+        return parent.get_sub_region(g, nbytes)
+
+    def check_guards(self, buffers, what: str) -> None:
+        """Wait for the queue, then raise :class:`OpenCLGuardError` when a guard zone around
+        any of ``buffers`` (guarded sub-buffers; others are ignored) was written by ``what``."""
+        cl = self.cl
+        self.queue.finish()
+        g = self.guard_bytes
+        for i, buf in enumerate(buffers):
+            try:
+                parent = buf.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT)
+                offset = int(buf.get_info(cl.mem_info.OFFSET))
+            except Exception:  # noqa: BLE001 - not a memory object of ours
+                continue
+            if parent is None or offset != g or parent.size != buf.size + 2 * g:
+                continue
+            zones = np.empty((2, g), np.uint8)
+            with self.lock:
+                self.cl.enqueue_copy(self.queue, zones[0], parent, src_offset=0, is_blocking=True)
+                self.cl.enqueue_copy(self.queue, zones[1], parent, src_offset=g + buf.size, is_blocking=True)
+            bad = zones != GUARD_BYTE
+            if bad.any():
+                before = int(bad[0].sum())
+                after = int(bad[1].sum())
+                last = int(np.nonzero(bad[1])[0].max()) + 1 if after else 0
+                raise OpenCLGuardError(
+                    f"{what} wrote outside buffer argument {i} ({buf.size} bytes): {before} guard "
+                    f"byte(s) changed before it, {after} after it (up to {last} bytes past its end)")
+        with self._stats_lock:
+            self.guard_checks += 1
 
     def read(self, host, buf) -> None:
-        """Blocking copy of ``buf`` into the host array ``host`` (waits for queued kernels)."""
+        """Blocking copy of ``buf`` into the host array ``host`` (waits for queued kernels).
+
+        Every host<->device copy here is blocking: a non-blocking copy would need its host
+        array kept alive until the copy's event completes, and none is needed."""
+        if host.nbytes > buf.size:
+            raise ValueError(f"reading {host.nbytes} bytes from an OpenCL buffer of {buf.size}")
         self.cl.enqueue_copy(self.queue, host, buf, is_blocking=True)
         self._count("downloads", host.nbytes, "bytes_down")
 
     def write(self, buf, host) -> None:
         """Blocking copy of the contiguous host array ``host`` into the existing ``buf``
         (queued after the kernels already enqueued, so they read the old contents)."""
+        if host.nbytes > buf.size:
+            raise ValueError(f"writing {host.nbytes} bytes into an OpenCL buffer of {buf.size}")
         self.cl.enqueue_copy(self.queue, buf, host, is_blocking=True)
         self._count("uploads", host.nbytes, "bytes_up")
+        if self.guard:
+            self.check_guards([buf], "a host-to-device copy")
 
     def copy(self, dst, src, nbytes: int) -> None:
         """Copy ``nbytes`` from buffer ``src`` to buffer ``dst`` on the device (queued in order)."""
-        self.cl.enqueue_copy(self.queue, dst, src, byte_count=int(nbytes))
+        nbytes = operator.index(nbytes)
+        if nbytes > min(dst.size, src.size):
+            raise ValueError(f"copying {nbytes} bytes between OpenCL buffers of {src.size} and {dst.size}")
+        self.cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
         self._count("device_copies")
+        if self.guard:
+            self.check_guards([dst], "a device-to-device copy")
 
     def owns(self, buf) -> bool:
         """Whether the ``cl.Buffer`` ``buf`` belongs to this context."""

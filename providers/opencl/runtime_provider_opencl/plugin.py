@@ -107,15 +107,31 @@ class OpenCLExecutionProvider(ExecutionProvider):
     # -- identity -------------------------------------------------------------
     @classmethod
     def probe(cls) -> ProbeResult:
-        """Available when pyopencl imports and at least one OpenCL device is found."""
+        """Available when pyopencl imports and at least one OpenCL device builds a kernel.
+
+        ``devices`` lists every usable device (``platform:device name (type, platform, its
+        version, device version)``), the default one marked ``[default]``; when available,
+        ``reason`` says which device a session without options uses and why any other device
+        was skipped (``runtime-core providers`` shows it); when not, why none is usable."""
         try:
-            from .device import OpenCLUnavailable, list_devices
+            from .device import OpenCLUnavailable, list_devices, select_device, survey
 
             try:
                 devices = list_devices()
             except OpenCLUnavailable as exc:
                 return ProbeResult(False, str(exc), [])
-            return ProbeResult(True, "", [str(d) for d in devices])
+            try:
+                chosen = select_device()
+                note = f"uses {chosen} by default"
+            except ValueError as exc:  # $RUNTIME_CORE_OPENCL_PLATFORM / _DEVICE match nothing
+                chosen, note = None, f"the environment's default device is invalid: {exc}"
+            skipped = survey()[1]
+            if skipped:
+                note += "; skipped: " + "; ".join(skipped)
+            listing = [str(d) + (" [default]" if chosen is not None and
+                                 (d.platform, d.device) == (chosen.platform, chosen.device) else "")
+                       for d in devices]
+            return ProbeResult(True, note, listing)
         except Exception as exc:  # noqa: BLE001 - probe never raises
             return ProbeResult(False, f"OpenCL probe failed: {type(exc).__name__}: {exc}", [])
 
@@ -236,13 +252,14 @@ class OpenCLExecutionProvider(ExecutionProvider):
 
     def tensor_from_pointer(self, ptr, shape, dtype):
         """Wrap a ``cl_mem`` handle of a buffer in this device's context (no copy)."""
+        from .shapes import nbytes_of
         from .tensor import OpenCLTensor
 
         dtype = np.dtype(dtype)
         shape = tuple(int(d) for d in shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if dtype.hasobject:
             raise TypeError(f"an OpenCL buffer cannot hold {dtype} elements")
+        nbytes = nbytes_of(shape, dtype)
         if nbytes == 0:
             return OpenCLTensor(None, shape, dtype, self.dev)
         if not ptr:

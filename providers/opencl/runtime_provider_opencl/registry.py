@@ -304,4 +304,29 @@ class BuildContext:
 
     def step(self, node, launches, inputs=None) -> KernelStep:
         ins = tuple(n for n in node.inputs if n) if inputs is None else tuple(inputs)
-        return KernelStep(node, ins, tuple(node.outputs), self.out_specs(node), launches)
+        specs = self.out_specs(node)
+        dtypes = {n: vi.dtype for n, vi in zip(node.inputs, node.input_info) if n and vi is not None}
+        for ln in launches:
+            self._check_element_sizes(node, ln, [dtypes.get(n) for n in ins], specs)
+        return KernelStep(node, ins, tuple(node.outputs), specs, launches)
+
+    def _check_element_sizes(self, node, launch, in_dtypes, out_specs) -> None:
+        """Every tensor bound to a kernel's pointer argument has the element size the kernel
+        reads or writes: a kernel writing 4-byte elements into a 1-byte bool buffer would
+        write past it (and past the heap chunk it lives in, on a CPU device)."""
+        sizes = self.dev.arg_element_sizes(launch.kernel) if hasattr(self.dev, "arg_element_sizes") else None
+        if sizes is None:
+            return
+        for j, a in enumerate(launch.args):
+            if type(a) is In:
+                what, dt = f"input {a.i}", in_dtypes[a.i]
+            elif type(a) is Out:
+                what, dt = f"output {a.i}", None if out_specs[a.i] is None else out_specs[a.i][1]
+            else:
+                continue
+            if dt is None or j >= len(sizes) or sizes[j] is None:
+                continue
+            if np.dtype(dt).itemsize != sizes[j]:
+                raise TypeError(f"kernel {launch.kernel.function_name} argument {j} has {sizes[j]}-byte elements "
+                                f"but is bound to {node.op_type} {what} of dtype {np.dtype(dt).name} "
+                                f"({np.dtype(dt).itemsize} bytes)")

@@ -6,13 +6,38 @@ this module only turns shapes into the element strides the kernels walk.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 
 def size_of(shape) -> int:
-    return int(np.prod(shape, dtype=np.int64))
+    """The element count of ``shape``, exact (Python integers: numpy's int64 product would wrap)."""
+    dims = [int(d) for d in shape]
+    if any(d < 0 for d in dims):
+        raise ValueError(f"shape {tuple(dims)} has a negative dimension")
+    return math.prod(dims)
+
+
+def nbytes_of(shape, dtype) -> int:
+    """Bytes of a C-contiguous tensor of ``shape`` and ``dtype``; ``OverflowError`` past int64."""
+    n = size_of(shape) * np.dtype(dtype).itemsize
+    if n > INT64_MAX:
+        raise OverflowError(f"a tensor of shape {tuple(int(d) for d in shape)} and dtype "
+                            f"{np.dtype(dtype).name} needs {n} bytes, more than a 64-bit size holds")
+    return n
+
+
+def int32_array(values) -> np.ndarray:
+    """``values`` as an int32 array for a kernel's index table; ``OverflowError`` instead of
+    wrapping when one does not fit (an int64 array's astype would wrap silently)."""
+    arr = np.asarray(values)
+    if arr.size and arr.dtype.kind in "iu" and (int(arr.min()) < -INT32_MAX - 1 or int(arr.max()) > INT32_MAX):
+        raise OverflowError(f"index value(s) {int(arr.min())}..{int(arr.max())} do not fit a kernel's int32")
+    return np.asarray(arr, dtype=np.int32)
 
 
 def contiguous_strides(shape) -> list[int]:
@@ -61,7 +86,7 @@ def meta_array(dims, strides_list, slots: int) -> np.ndarray:
     rank = len(dims)
     parts = [list(dims)] + [list(s) for s in strides_list]
     parts += [[0] * rank] * (slots - len(strides_list))
-    return np.asarray([v for p in parts for v in p], dtype=np.int32)
+    return int32_array([int(v) for p in parts for v in p])
 
 
 def normalize_axis(axis: int, rank: int) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .shapes import nbytes_of, size_of
+
 
 class OpenCLTensor:
     """Memory on an OpenCL device: ``buffer`` (a ``pyopencl.Buffer``, ``None`` when empty),
@@ -38,7 +40,7 @@ class OpenCLTensor:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return size_of(self.shape)
 
     @property
     def ndim(self) -> int:
@@ -51,7 +53,7 @@ class OpenCLTensor:
     def view(self, shape) -> "OpenCLTensor":
         """The same buffer with another shape of the same element count (no copy)."""
         shape = tuple(int(d) for d in shape)
-        if int(np.prod(shape, dtype=np.int64)) != self.size:
+        if size_of(shape) != self.size:
             raise ValueError(f"cannot view a tensor of shape {self.shape} as {shape}")
         return OpenCLTensor(self.buffer, shape, self.dtype, self.device)
 
@@ -78,7 +80,7 @@ class OpenCLTensor:
         """An uninitialised tensor on ``device``."""
         shape = tuple(int(d) for d in shape)
         dtype = np.dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        n = nbytes_of(shape, dtype)
         return cls(device.buffer(n) if n else None, shape, dtype, device)
 
     def copy_from(self, src) -> None:

@@ -8,6 +8,7 @@ reasons and packaging need only runtime-provider-opencl itself.
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -18,7 +19,11 @@ from oracle import assert_close, make_model, run_oracle
 
 SKIP_REASON = "pyopencl/PoCL not installed"
 POCL_PLATFORM = "Portable Computing Language"
-#: PoCL is installed but cannot build kernels on this CPU (None when it can, or is absent)
+#: the platform the device tests run on: $RUNTIME_CORE_OPENCL_PLATFORM (an index, or a substring
+#: of a platform's name, vendor or version: "debian" or "3.0-rc2" pick one of two PoCLs), else
+#: PoCL (of two PoCLs, the first whose compiler builds a kernel here)
+TEST_PLATFORM = os.environ.get("RUNTIME_CORE_OPENCL_PLATFORM", "").strip() or POCL_PLATFORM
+#: why the selected platform cannot run kernels (None when it can, or when nothing is installed)
 POCL_UNUSABLE = None
 OCL = "OpenCLExecutionProvider"
 CPU = "CPUExecutionProvider"
@@ -31,38 +36,38 @@ def _pocl_present() -> bool:
     try:
         import pyopencl as cl
 
-        return any(POCL_PLATFORM in p.name and p.get_devices() for p in cl.get_platforms())
+        return any(p.get_devices() for p in cl.get_platforms())
     except Exception:  # noqa: BLE001 - no platform, broken ICD loader
         return False
 
 
-def _pocl_unusable() -> str | None:
-    """Why PoCL's device cannot build kernels here (the provider's own check), or None."""
-    import pyopencl as cl
+def _unusable() -> str | None:
+    """Why the provider cannot run on TEST_PLATFORM here (its own selection and build check)."""
+    from runtime_provider_opencl.device import OpenCLUnavailable, select_device
 
-    from runtime_provider_opencl.device import build_problem
-
-    for p in cl.get_platforms():
-        if POCL_PLATFORM in p.name:
-            whys = [build_problem(cl, d) for d in p.get_devices()]
-            if whys and all(whys):
-                return whys[0]
+    try:
+        select_device(TEST_PLATFORM)
+    except (OpenCLUnavailable, ValueError) as exc:
+        return str(exc)
     return None
 
 
 HAVE_PACKAGE = importlib.util.find_spec("runtime_provider_opencl") is not None
 POCL_INSTALLED = HAVE_PACKAGE and _pocl_present()
 if POCL_INSTALLED:
-    POCL_UNUSABLE = _pocl_unusable()
+    POCL_UNUSABLE = _unusable()
     if POCL_UNUSABLE:
-        SKIP_REASON = f"PoCL is installed but cannot build kernels on this machine: {POCL_UNUSABLE}"
+        SKIP_REASON = f"no usable OpenCL device on platform {TEST_PLATFORM!r}: {POCL_UNUSABLE}"
 HAVE_POCL = POCL_INSTALLED and not POCL_UNUSABLE
+#: under CI (CI=true) or RUNTIME_CORE_OPENCL_REQUIRED=1, a missing or unusable device fails the run
+REQUIRED = (os.environ.get("RUNTIME_CORE_OPENCL_REQUIRED") == "1"
+            or os.environ.get("CI", "").strip().lower() in ("true", "1"))
 
 requires_pocl = pytest.mark.skipif(not HAVE_POCL, reason=SKIP_REASON)
 requires_package = pytest.mark.skipif(not HAVE_PACKAGE, reason="runtime-provider-opencl not installed")
 
-# every session in these tests pins PoCL, whatever other OpenCL driver the machine has
-OPTIONS = {"platform": POCL_PLATFORM}
+# every session in these tests pins the test platform, whatever other OpenCL driver the machine has
+OPTIONS = {"platform": TEST_PLATFORM}
 
 
 def ocl(**extra):
@@ -131,3 +136,9 @@ def graph_view(*nodes):
             if v is not None:
                 values[v.name] = v
     return GraphView(nodes, values, {"": 17})
+
+
+def relu_model_bytes() -> bytes:
+    """A one-Relu model (2 x 3 float32)."""
+    x = np.ones((2, 3), np.float32)
+    return make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], {"x": x}, ["y"]).SerializeToString()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from opencl_helpers import OCL, POCL_PLATFORM, requires_pocl
+from opencl_helpers import OCL, TEST_PLATFORM, requires_pocl
 from runtime_core.conformance.cases import load_cases
 from runtime_core.conformance.exclusions import load_exclusions
 from runtime_core.conformance.runner import Summary, run_cases
@@ -14,7 +14,7 @@ from runtime_core.conformance.runner import Summary, run_cases
 @requires_pocl
 def test_conformance_with_opencl_first_matches_cpu():
     cases = load_cases()
-    res = run_cases(cases, ["opencl", "cpu"], provider_options=[{"platform": POCL_PLATFORM}, {}],
+    res = run_cases(cases, ["opencl", "cpu"], provider_options=[{"platform": TEST_PLATFORM}, {}],
                     jobs=os.cpu_count() or 2)
     excl = load_exclusions()
     summary = Summary(res)

@@ -10,7 +10,7 @@ from onnx import helper
 
 from oracle import make_model, run_oracle
 
-from opencl_helpers import POCL_PLATFORM, graph_view, node_view, requires_pocl, session, vi
+from opencl_helpers import TEST_PLATFORM, graph_view, node_view, requires_pocl, session, vi
 
 pytestmark = requires_pocl
 
@@ -57,7 +57,7 @@ def test_copy_rejects_what_is_not_a_device_tensor(provider):
 def test_programs_are_built_once_per_context():
     from runtime_provider_opencl.device import get_context, select_device
 
-    dev = get_context(select_device(POCL_PLATFORM))
+    dev = get_context(select_device(TEST_PLATFORM))
     x = np.ones((2, 8), np.float32)
     model = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"])],
                        {"x": x}, ["y"])

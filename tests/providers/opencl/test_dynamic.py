@@ -9,7 +9,7 @@ from onnx import helper
 
 from oracle import assert_close, make_model, run_oracle
 
-from opencl_helpers import CPU, OCL, node_view, placement, requires_pocl, session, vi
+from opencl_helpers import CPU, OCL, TEST_PLATFORM, node_view, placement, requires_pocl, session, vi
 
 pytestmark = requires_pocl
 
@@ -140,7 +140,7 @@ def test_reshape_to_a_shape_fed_at_run_time():
     assert where == {"relu": OCL, "reshape": OCL, "softmax": OCL}
     from runtime_provider_opencl.device import get_context, select_device
 
-    dev = get_context(select_device("Portable Computing Language"))
+    dev = get_context(select_device(TEST_PLATFORM))
     for shape in ([2, 3, 4], [4, 3, 2], [-1, 2, 1], [2, 3, 4]):
         feeds = {"x": x, "s": np.array(shape, np.int64)}
         before = dev.transfers["downloads"]

@@ -16,7 +16,7 @@ import runtime_core as rt
 from oracle import assert_close, make_model, run_oracle
 from runtime_core.errors import InvalidArgumentError, UnsupportedDeviceOperationError
 
-from opencl_helpers import CPU, OCL, POCL_PLATFORM, RTOL, ATOL, ocl, placement, requires_pocl, session
+from opencl_helpers import CPU, OCL, TEST_PLATFORM, RTOL, ATOL, ocl, placement, requires_pocl, session
 
 pytestmark = requires_pocl
 
@@ -43,10 +43,11 @@ def block_model():
 
 @pytest.fixture(scope="module")
 def device_id():
-    """The device_id of the PoCL device the sessions here run on."""
-    from runtime_provider_opencl.device import list_devices
+    """The device_id of the device the sessions here run on (the test platform's)."""
+    from runtime_provider_opencl.device import list_devices, select_device
 
-    return next(i for i, d in enumerate(list_devices()) if POCL_PLATFORM in d.platform_name)
+    chosen = select_device(TEST_PLATFORM)
+    return next(i for i, d in enumerate(list_devices()) if (d.platform, d.device) == (chosen.platform, chosen.device))
 
 
 def traffic(sess):

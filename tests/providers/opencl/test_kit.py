@@ -6,13 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from opencl_helpers import POCL_PLATFORM, requires_pocl
+from opencl_helpers import TEST_PLATFORM, requires_pocl
 
 
 @requires_pocl
 def test_the_provider_kit_passes_on_opencl(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
-                           "--runtime-provider", "opencl", "--runtime-provider-option", f"platform={POCL_PLATFORM}",
+                           "--runtime-provider", "opencl", "--runtime-provider-option", f"platform={TEST_PLATFORM}",
                            str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]

@@ -63,7 +63,8 @@ UNARY(u_affine_scale, p0 * x + p1)
 UNARY(u_identity, x)
 UNARY(u_div_scalar, x / p0)
 
-// Cast between the storage types: float32/float16 <-> float32/float16/bool, ints -> float
+// Cast between the storage types: float32/float16 <-> float32/float16/bool, ints -> float/bool.
+// Each kernel writes the output's own element type (a bool output is uchar, whatever `real` is).
 #define CAST(NAME, TIN, TOUT, LOAD, STORE)                                       \
 __kernel void NAME(__global const TIN* X, __global TOUT* Y, const int n) {      \
     const int i = get_global_id(0);                                             \
@@ -76,6 +77,8 @@ CAST(cast_real_bool, real, uchar, 0, Y[i] = (LD(X, i) != 0.0f ? 1 : 0))
 CAST(cast_bool_real, uchar, real, 0, ST(Y, i, (X[i] ? 1.0f : 0.0f)))
 CAST(cast_long_real, long, real, 0, ST(Y, i, (float)X[i]))
 CAST(cast_int_real, int, real, 0, ST(Y, i, (float)X[i]))
+CAST(cast_long_bool, long, uchar, 0, Y[i] = (X[i] != 0 ? 1 : 0))
+CAST(cast_int_bool, int, uchar, 0, Y[i] = (X[i] != 0 ? 1 : 0))
 
 #define BINARY(NAME, TOUT, EXPR)                                                 \
 __kernel void NAME(__global const real* A, __global const real* B,              \

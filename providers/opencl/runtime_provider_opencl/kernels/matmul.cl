@@ -14,12 +14,15 @@ __kernel __attribute__((reqd_work_group_size(TS, TS, 1)))
 void gemm(__global const real* A, __global const real* B, __global const real* C,
           __global real* Y, const int M, const int N, const int K,
           const int transA, const int transB, const float alpha, const float beta,
-          const int hasC, const int csm, const int csn, __global const int* boffs) {
+          const int hasC, const int csm, const int csn, __global const int* boffs,
+          const int nbatch) {
     const int col = get_global_id(0);
     const int row = get_global_id(1);
     const int b = get_global_id(2);
     const int lc = get_local_id(0);
     const int lr = get_local_id(1);
+    // a work-group shares b (local size 1 along it), so this return keeps the barriers uniform
+    if (b >= nbatch) return;
     __local float As[TS][TS];
     __local float Bs[TS][TS];
     const int offA = boffs[2 * b];

@@ -275,6 +275,8 @@ def _cast_kernel(src, dst):
     if src == BOOL:
         return ("cast_bool_real", dst) if dst != BOOL else ("copy", None)
     if src in (INT64, INT32):
+        if dst == BOOL:  # a bool output is one byte: the *_real kernels would write four
+            return ("cast_long_bool" if src == INT64 else "cast_int_bool"), None
         return ("cast_long_real" if src == INT64 else "cast_int_real"), dst
     # src is a float type
     return {F32: "cast_real_float", F16: "cast_real_half", BOOL: "cast_real_bool"}[dst], src

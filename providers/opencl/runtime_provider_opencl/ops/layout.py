@@ -12,7 +12,8 @@ import numpy as np
 from ..registry import (DATA, FLOAT_ONLY, INDEX, INT64, ConstStep, In, KernelStep, Launch, Out, ViewStep,
                         check_inputs,
                         host_value, is_static, op, present, rank, shape)
-from ..shapes import broadcast_strides, coalesce, contiguous_strides, meta_array, normalize_axis, size_of
+from ..shapes import (broadcast_strides, coalesce, contiguous_strides, int32_array, meta_array, normalize_axis,
+                      size_of)
 from ..tensor import OpenCLTensor
 
 FILE = "copy.cl"
@@ -618,7 +619,7 @@ def _pad(node, ctx):
     xbase = sum(max(-b, 0) * s for (b, _), s in zip(width, xs))
     n = size_of(out)
     g, ls = ctx.grid_1d(n)
-    meta = ctx.upload(np.asarray(out + ieff + begin + xs, dtype=np.int32))
+    meta = ctx.upload(int32_array(out + ieff + begin + xs))
     mode = PAD_MODES[node.attrs.get("mode") or "constant"]
     args = [In(0), Out(0), np.int32(n), np.int32(len(x)), meta, np.int32(xbase), np.int32(mode),
             np.float32(value)]
@@ -686,7 +687,7 @@ def _gather_elements(node, ctx):
     it = np.dtype(node.input_info[1].dtype)
     name = (f"gather_el_{GATHER[np.dtype(node.input_info[0].dtype).itemsize]}_"
             f"{'i64' if it == INT64 else 'i32'}")
-    meta = ctx.upload(np.asarray(list(i) + contiguous_strides(x), dtype=np.int32))
+    meta = ctx.upload(int32_array(list(i) + contiguous_strides(x)))
     g, ls = ctx.grid_1d(n)
     args = [In(0), In(1), Out(0), np.int32(n), np.int32(len(x)), np.int32(axis), np.int32(x[axis]), meta]
     step = ctx.step(node, [Launch(ctx.kernel("index.cl", name), g, ls, args)], inputs=node.inputs[:2])

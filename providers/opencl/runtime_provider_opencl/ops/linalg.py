@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..registry import FLOAT_ONLY, In, Launch, Out, check_inputs, is_static, op, present, rank, shape
-from ..shapes import broadcast_strides
+from ..shapes import broadcast_strides, int32_array
 
 FILE = "matmul.cl"
 
@@ -70,13 +70,13 @@ def gemm_launch(ctx, M, N, K, trans_a, trans_b, alpha, beta, c_strides, offsets,
     ts = ctx.dev.tile
     nb = len(offsets)
     g = ((N + ts - 1) // ts * ts, (M + ts - 1) // ts * ts, nb)
-    boffs = ctx.upload(np.asarray(offsets, dtype=np.int32).reshape(-1))
+    boffs = ctx.upload(int32_array(offsets).reshape(-1))
     has_c = c_strides is not None
     csm, csn = c_strides if has_c else (0, 0)
     args = [In(0), In(1), In(2) if has_c else ctx.dev.dummy, Out(0),
             np.int32(M), np.int32(N), np.int32(K), np.int32(trans_a), np.int32(trans_b),
             np.float32(alpha), np.float32(beta), np.int32(has_c), np.int32(csm), np.int32(csn),
-            boffs]
+            boffs, np.int32(nb)]
     return Launch(ctx.kernel(FILE, "gemm", dtype), g, (ts, ts, 1), args)
 
 

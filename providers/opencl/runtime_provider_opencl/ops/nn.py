@@ -7,7 +7,7 @@ import numpy as np
 
 from ..registry import (FLOAT_ONLY, INT64, In, Launch, Out, check_inputs, host_value, is_static, op,
                         present, rank, shape)
-from ..shapes import contiguous_strides, normalize_axis, size_of
+from ..shapes import contiguous_strides, int32_array, normalize_axis, size_of
 
 
 def _same_dtype(node, idx):
@@ -419,7 +419,7 @@ def _reduce_build(node, ctx):
     rdims = [x[i] for i in axes]
     rstr = [xs[i] for i in axes]
     n_out = size_of(odims)
-    meta = ctx.upload(np.asarray(odims + ostr + rdims + rstr + [0], dtype=np.int32))
+    meta = ctx.upload(int32_array(odims + ostr + rdims + rstr + [0]))
     g, ls = ctx.grid_1d(n_out)
     args = [In(0), Out(0), np.int32(n_out), np.int32(len(odims)), np.int32(len(rdims)),
             np.int32(size_of(rdims)), np.int32(REDUCE[node.op_type][0]), meta]
