@@ -20,6 +20,7 @@ from ..errors import InvalidModelError
 from ..plugin.contract import NodeView, ValueInfo
 from .attrs import get_schema, resolve_attrs
 from .types import dtype_of, shape_of, type_kind
+from .validate import infer_shapes
 
 logger = logging.getLogger("runtime_core.graph")
 
@@ -165,9 +166,8 @@ class Graph:
     @staticmethod
     def _infer(model: onnx.ModelProto, weights: dict | None = None) -> onnx.ModelProto:
         try:
-            return onnx.shape_inference.infer_shapes(Graph._skeleton(model, weights), check_type=False,
-                                                     strict_mode=False,
-                                                     data_prop=True)
+            # in a child process for models on which onnx's C++ inference is known to crash
+            return infer_shapes(Graph._skeleton(model, weights))
         except Exception as exc:  # inference is advisory; the run still checks everything
             logger.info("onnx shape inference failed, continuing without it: %s", exc)
             return model

@@ -1,0 +1,303 @@
+"""Attribute validation at load time, and onnx shape inference that cannot take the process down.
+
+:func:`validate_model` runs one table of per-op rules (:data:`RULES`) over every node,
+subgraphs included, before anything else reads the attributes: what onnxruntime refuses
+at session creation (negative pads, pads not smaller than a pool's kernel, strides or
+dilations <= 0, a Conv bias that is not 1-D, an RNN's ``hidden_size``/``layout``/
+``direction`` or weights for the wrong number of directions, ...) is refused here with an
+:class:`~runtime_core.errors.InvalidModelError` naming the node and the attribute. Some of
+these values also crash onnx's C++ shape inference (LayerNormalization ``axis = 2**31``).
+
+:func:`infer_shapes` is the loader's call into ``onnx.shape_inference.infer_shapes``. For a
+model holding an op on :data:`KNOWN_CRASHES` (patterns on which onnx 1.23.2's inference
+crashes the interpreter even on a valid model) it runs in a child process; a crash there
+means "no inferred shapes" (inference is advisory: every kernel checks what it gets).
+Other models are inferred in-process, as before (no start-up cost).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from typing import Callable, Iterator
+
+import onnx
+
+from ..errors import InvalidModelError
+
+logger = logging.getLogger("runtime_core.graph")
+
+INT32_MAX = 2**31 - 1
+
+#: (domain, op type) -> the highest opset of that domain whose schema crashes onnx's C++
+#: shape inference on valid models: ai.onnx.ml TreeEnsemble* before ml opset 3 followed by a
+#: consumer (skl2onnx's decision_path models: TreeEnsembleRegressor -> LabelEncoder).
+KNOWN_CRASHES: dict[tuple[str, str], int] = {
+    ("ai.onnx.ml", "TreeEnsembleRegressor"): 2,
+    ("ai.onnx.ml", "TreeEnsembleClassifier"): 2,
+}
+
+#: seconds a child process may spend on shape inference before it is abandoned
+INFER_TIMEOUT_S = 120.0
+
+
+class _Node:
+    """What a rule sees of one node: its name, attributes and known input shapes."""
+
+    __slots__ = ("proto", "name", "attrs", "shapes")
+
+    def __init__(self, proto: onnx.NodeProto, name: str, shapes: dict):
+        self.proto = proto
+        self.name = name
+        self.attrs = {a.name: a for a in proto.attribute}
+        self.shapes = shapes
+
+    def ints(self, name: str) -> list[int] | None:
+        a = self.attrs.get(name)
+        if a is None:
+            return None
+        if a.type == onnx.AttributeProto.INTS:
+            return list(a.ints)
+        if a.type == onnx.AttributeProto.INT:
+            return [a.i]
+        return None
+
+    def int(self, name: str) -> int | None:
+        a = self.attrs.get(name)
+        return a.i if a is not None and a.type == onnx.AttributeProto.INT else None
+
+    def string(self, name: str) -> str | None:
+        a = self.attrs.get(name)
+        if a is None or a.type != onnx.AttributeProto.STRING:
+            return None
+        return a.s.decode("utf-8", "replace")
+
+    def input_shape(self, i: int) -> tuple | None:
+        """The input's shape (ints, or None for an unknown dim) when its rank is known."""
+        if i >= len(self.proto.input) or not self.proto.input[i]:
+            return None
+        return self.shapes.get(self.proto.input[i])
+
+
+Rule = Callable[[_Node], "str | None"]
+
+
+def _positive(attr: str) -> Rule:
+    def rule(n: _Node):
+        v = n.ints(attr)
+        if v is not None and any(x <= 0 for x in v):
+            return f"attribute {attr!r} must be positive, got {v}"
+        return None
+    return rule
+
+
+def _non_negative(attr: str) -> Rule:
+    def rule(n: _Node):
+        v = n.ints(attr)
+        if v is not None and any(x < 0 for x in v):
+            return f"attribute {attr!r} must not be negative, got {v}"
+        return None
+    return rule
+
+
+def _pads_smaller_than_kernel(n: _Node):
+    pads, kernel = n.ints("pads"), n.ints("kernel_shape")
+    if not pads or not kernel or len(pads) != 2 * len(kernel):
+        return None
+    k = len(kernel)
+    for d in range(k):
+        if pads[d] >= kernel[d] or pads[d + k] >= kernel[d]:
+            return (f"attribute 'pads' {pads} must be smaller than 'kernel_shape' {kernel} "
+                    f"(axis {d}: pads {pads[d]}, {pads[d + k]}, kernel {kernel[d]})")
+    return None
+
+
+def _pads_rank(n: _Node):
+    pads, kernel = n.ints("pads"), n.ints("kernel_shape")
+    if pads is not None and kernel and len(pads) != 2 * len(kernel):
+        return f"attribute 'pads' has {len(pads)} values, expected {2 * len(kernel)} (2 per axis of 'kernel_shape' {kernel})"
+    return None
+
+
+def _conv_bias(n: _Node):
+    shape = n.input_shape(2)
+    if shape is not None and len(shape) != 1:
+        return f"input 'B' (bias, {n.proto.input[2]!r}) must be 1-D (M,), got shape {list(shape)}"
+    w = n.input_shape(1)
+    if shape is not None and w is not None and w and isinstance(w[0], int) and isinstance(shape[0], int) \
+            and shape[0] != w[0] and n.proto.op_type == "Conv":
+        return f"input 'B' (bias) has {shape[0]} values, but 'W' has {w[0]} output channels"
+    return None
+
+
+def _rnn(gates: int) -> Rule:
+    def rule(n: _Node):
+        hidden = n.int("hidden_size")
+        if hidden is not None and not 0 < hidden <= INT32_MAX:
+            return f"attribute 'hidden_size' must be in [1, {INT32_MAX}], got {hidden}"
+        layout = n.int("layout")
+        if layout is not None and layout not in (0, 1):
+            return f"attribute 'layout' must be 0 or 1, got {layout}"
+        direction = n.string("direction")
+        dirs = {"forward": 1, "reverse": 1, "bidirectional": 2, "foward": 1}.get(direction or "forward")
+        if dirs is None:
+            return f"attribute 'direction' must be forward, reverse or bidirectional, got {direction!r}"
+        for i, what in ((1, "W"), (2, "R")):
+            shape = n.input_shape(i)
+            if shape is None:
+                continue
+            if len(shape) != 3:
+                return f"input {what!r} must be 3-D [num_directions, {gates}*hidden_size, ...], got {list(shape)}"
+            if isinstance(shape[0], int) and shape[0] != dirs:
+                return (f"input {what!r} holds weights for {shape[0]} direction(s), but attribute "
+                        f"'direction' {direction or 'forward'!r} needs {dirs}")
+            if hidden is not None and isinstance(shape[1], int) and shape[1] != gates * hidden:
+                return (f"input {what!r} dim 1 is {shape[1]}, expected {gates}*hidden_size = {gates * hidden} "
+                        f"(attribute 'hidden_size' {hidden})")
+        return None
+    return rule
+
+
+def _axis_in_rank(n: _Node):
+    axis = n.int("axis")
+    if axis is None:
+        return None
+    if not -INT32_MAX <= axis <= INT32_MAX:
+        return f"attribute 'axis' {axis} is out of range"
+    shape = n.input_shape(0)
+    if shape is not None and not -len(shape) <= axis < len(shape):
+        return f"attribute 'axis' {axis} is out of range for input rank {len(shape)}"
+    return None
+
+
+_CONV = (_positive("strides"), _positive("dilations"), _positive("kernel_shape"), _non_negative("pads"))
+_POOL = _CONV + (_pads_rank, _pads_smaller_than_kernel)
+
+#: (domain, op type) -> the rules its nodes must pass; the domain is "" for ai.onnx
+RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
+    ("", "Conv"): _CONV + (_pads_rank, _conv_bias),
+    ("", "ConvInteger"): _CONV + (_pads_rank,),
+    ("", "QLinearConv"): _CONV + (_pads_rank,),
+    ("", "ConvTranspose"): _CONV + (_pads_rank, _non_negative("output_padding"), _conv_bias),
+    ("", "MaxPool"): _POOL,
+    ("", "AveragePool"): _POOL,
+    ("", "LpPool"): _POOL,
+    ("", "MaxUnpool"): (_positive("strides"), _positive("kernel_shape"), _non_negative("pads")),
+    ("", "LSTM"): (_rnn(4),),
+    ("", "GRU"): (_rnn(3),),
+    ("", "RNN"): (_rnn(1),),
+    # onnx 1.23.2's inference crashes (SIGSEGV) on axis = 2**31
+    ("", "LayerNormalization"): (_axis_in_rank,),
+}
+
+
+def _shape_of(t: onnx.TypeProto) -> tuple | None:
+    if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in t.tensor_type.shape.dim)
+
+
+def _known_shapes(g: onnx.GraphProto, outer: dict) -> dict:
+    shapes = dict(outer)
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        s = _shape_of(vi.type)
+        if s is not None:
+            shapes[vi.name] = s
+    for t in g.initializer:
+        shapes[t.name] = tuple(t.dims)
+    for n in g.node:  # Constant nodes: their value's dims
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx") and n.output:
+            for a in n.attribute:
+                if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                    shapes[n.output[0]] = tuple(a.t.dims)
+    return shapes
+
+
+def _walk(g: onnx.GraphProto, outer: dict, prefix: str = "") -> Iterator[tuple[_Node, str]]:
+    shapes = _known_shapes(g, outer)
+    for idx, n in enumerate(g.node):
+        name = prefix + (n.name or f"{n.op_type}_{idx}")
+        yield _Node(n, name, shapes), ("" if n.domain == "ai.onnx" else n.domain)
+        for a in n.attribute:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else (
+                list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else [])
+            for sg in subs:
+                yield from _walk(sg, shapes, f"{name}/{a.name}/")
+
+
+def validate_model(model: onnx.ModelProto, origin: str = "the model") -> None:
+    """Refuse attributes onnxruntime refuses at session creation (see :data:`RULES`): an
+    :class:`InvalidModelError` naming the node, its op and the attribute."""
+    for node, domain in _walk(model.graph, {}):
+        for rule in RULES.get((domain, node.proto.op_type), ()):
+            why = rule(node)
+            if why:
+                raise InvalidModelError(f"{origin}: node {node.name!r} ({node.proto.op_type}): {why}")
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    return {("" if i.domain == "ai.onnx" else i.domain): i.version for i in model.opset_import}
+
+
+def crash_prone(model: onnx.ModelProto) -> str | None:
+    """The first node (as ``domain::op``) on :data:`KNOWN_CRASHES` for its opset, else None."""
+    opsets = _opsets(model)
+    graphs = [model.graph] + [f for f in model.functions]
+    while graphs:
+        g = graphs.pop()
+        for n in g.node:
+            dom = "" if n.domain == "ai.onnx" else n.domain
+            hi = KNOWN_CRASHES.get((dom, n.op_type))
+            if hi is not None and opsets.get(dom, 1) <= hi:
+                return f"{dom or 'ai.onnx'}::{n.op_type}"
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    graphs.extend(a.graphs)
+    return None
+
+
+_CHILD = """\
+import sys, onnx
+m = onnx.ModelProto()
+m.ParseFromString(sys.stdin.buffer.read())
+out = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=True)
+sys.stdout.buffer.write(out.SerializeToString())
+"""
+
+
+def _infer_in_child(model: onnx.ModelProto, why: str) -> onnx.ModelProto:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD], input=model.SerializeToString(),
+                              capture_output=True, timeout=INFER_TIMEOUT_S, env=env, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.warning("shape inference in a child process (model has %s) failed to run: %s; "
+                       "continuing without it", why, exc)
+        return model
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        logger.warning("onnx shape inference failed in its child process (model has %s, exit code %s%s); "
+                       "continuing without it", why, proc.returncode, f": {err[-1]}" if err else "")
+        return model
+    out = onnx.ModelProto()
+    try:
+        out.ParseFromString(proc.stdout)
+    except Exception as exc:  # noqa: BLE001 - a garbled reply is the same as no reply
+        logger.warning("shape inference's child process answered garbage (%s); continuing without it", exc)
+        return model
+    return out
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes`` (lenient, with data propagation), in a child
+    process when the model holds an op on :data:`KNOWN_CRASHES`. Raises what onnx raises
+    in-process; a crash or failure in the child returns ``model`` as it is."""
+    why = crash_prone(model)
+    if why is not None:
+        return _infer_in_child(model, why)
+    return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
