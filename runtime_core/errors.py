@@ -21,6 +21,7 @@ __all__ = [
     "MissingInputError",
     "InputTypeError",
     "InputShapeError",
+    "InputTooLargeError",
     "OutputNameError",
     "ProviderError",
     "UnknownProviderError",
@@ -31,6 +32,7 @@ __all__ = [
     "PluginError",
     "PartitionError",
     "ExecutionError",
+    "OutOfMemoryError",
 ]
 
 
@@ -81,6 +83,11 @@ class InputShapeError(InputError):
     """A feed has the wrong rank or a dimension that contradicts the model."""
 
 
+class InputTooLargeError(InputError, MemoryError):
+    """A feed would have to be copied (a broadcast or strided view, another byte order) into
+    more memory than the session's tensor-size cap allows."""
+
+
 class OutputNameError(InvalidArgumentError, KeyError):
     """``run`` asked for an output the model does not have."""
 
@@ -123,3 +130,9 @@ class PartitionError(RuntimeCoreError):
 
 class ExecutionError(RuntimeCoreError, RuntimeError):
     """A kernel failed while running; the message names the node and its provider."""
+
+
+class OutOfMemoryError(ExecutionError, MemoryError):
+    """A tensor would exceed the session's size cap (config entry ``session.max_tensor_bytes``)
+    or memory ran out; the message names the node, the shape and the bytes. Also a
+    ``MemoryError``, so generic handlers keep working."""

@@ -86,6 +86,8 @@ def check_external_data(model: onnx.ModelProto, base_dir: Path | None, origin: s
                 st = os.lstat(cur)
             except FileNotFoundError:
                 raise ExternalDataError(f"{where}: {cur} does not exist") from None
+            except OSError as exc:  # a file used as a folder, a name too long, no permission, ...
+                raise ExternalDataError(f"{where}: {cur} cannot be examined: {exc.strerror or exc}") from exc
             if stat.S_ISLNK(st.st_mode):
                 raise ExternalDataError(f"{where}: {cur} is a symbolic link; links are refused")
         if not stat.S_ISREG(st.st_mode):

@@ -193,6 +193,29 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
 }
 
 
+def _tensor_attrs(n: _Node):
+    """Every node: a tensor attribute (Constant's ``value``, ...) of an element type onnx knows."""
+    for a in n.attrs.values():
+        if a.type == onnx.AttributeProto.TENSOR:
+            tensors = [a.t]
+        elif a.type == onnx.AttributeProto.TENSORS:
+            tensors = list(a.tensors)
+        elif a.type == onnx.AttributeProto.SPARSE_TENSOR:
+            tensors = [a.sparse_tensor.values, a.sparse_tensor.indices]
+        else:
+            continue
+        for t in tensors:
+            if t.data_type not in _ELEM_TYPES:
+                return f"attribute {a.name!r} holds a tensor of unknown element type {t.data_type}"
+    return None
+
+
+_ELEM_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != onnx.TensorProto.UNDEFINED)
+
+#: rules every node must pass, whatever its op
+COMMON_RULES: tuple[Rule, ...] = (_tensor_attrs,)
+
+
 def _shape_of(t: onnx.TypeProto) -> tuple | None:
     if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
         return None
@@ -231,7 +254,7 @@ def validate_model(model: onnx.ModelProto, origin: str = "the model") -> None:
     """Refuse attributes onnxruntime refuses at session creation (see :data:`RULES`): an
     :class:`InvalidModelError` naming the node, its op and the attribute."""
     for node, domain in _walk(model.graph, {}):
-        for rule in RULES.get((domain, node.proto.op_type), ()):
+        for rule in COMMON_RULES + RULES.get((domain, node.proto.op_type), ()):
             why = rule(node)
             if why:
                 raise InvalidModelError(f"{origin}: node {node.name!r} ({node.proto.op_type}): {why}")

@@ -32,7 +32,7 @@ from .contract import ProbeResult
 
 logger = logging.getLogger("runtime_core.plugin")
 
-API_VERSION = "1.2"
+API_VERSION = "1.3"
 """The plugin API version of this runtime-core; minor bumps only add.
 
 1.0: hooks, the provider class (probe, get_capability, compile, device memory and copies).
@@ -40,6 +40,7 @@ API_VERSION = "1.2"
 ``GraphView.all_nodes``.
 1.2: ``Partition.intra_op_num_threads`` (default 0: not said), the threads one node's kernel
 may use.
+1.3: ``Partition.max_tensor_bytes`` (default 0: not said), the session's tensor-size cap.
 """
 
 ENTRY_POINT_GROUP = "runtime_core.providers"

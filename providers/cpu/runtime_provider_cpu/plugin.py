@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import arena, ops  # noqa: F401  - ops: imports every kernel module by name
+from . import arena, limits, ops  # noqa: F401  - ops: imports every kernel module by name
 from ._version import __version__
 from .executable import CPUExecutable
 from .registry import REGISTRY, SCOPE
@@ -95,6 +95,8 @@ class CPUExecutionProvider:
     def compile(self, partition):
         if getattr(partition, "cpu_mem_arena", True):
             arena.enable()  # process-wide, once: see arena.py
+        # plugin API 1.3; process-wide, so every session sets it (0: the default), see limits.py
+        limits.set_max_tensor_bytes(getattr(partition, "max_tensor_bytes", 0) or limits.default_max_tensor_bytes())
         return CPUExecutable(partition, opsets=getattr(self, "_opsets", None))
 
     # host memory: copies are identities

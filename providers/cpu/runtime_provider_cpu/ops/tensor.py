@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..limits import check_alloc
 from ..registry import kernel
 from ._common import normalize_axes, normalize_axis
 
@@ -56,7 +57,7 @@ def constant(ctx, *, value=None, sparse_value=None, value_float=None, value_floa
 @kernel("ConstantOfShape", 9, 20, 21, 23, 24, 25)
 def constant_of_shape(ctx, shape, *, value=None):
     v = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
-    return np.full(tuple(_ints(shape)), v[0], dtype=v.dtype)
+    return np.full(check_alloc("ConstantOfShape", _ints(shape), v.dtype.itemsize), v[0], dtype=v.dtype)
 
 
 @kernel("Shape", 1, 13, 15, 19, 21, 23, 24, 25)
@@ -296,7 +297,8 @@ def scatter_nd(ctx, x, indices, updates, *, reduction="none"):
 def expand(ctx, x, shape):
     dims = _ints(shape)
     target = np.broadcast_shapes(x.shape, tuple(dims))
-    return np.broadcast_to(x, target)
+    # a view, but every consumer may materialize it: it must fit under the cap too
+    return np.broadcast_to(x, check_alloc("Expand", target, x.dtype.itemsize))
 
 
 @kernel("Tile", 1)
@@ -304,12 +306,21 @@ def tile_v1(ctx, x, tiles, axis):
     # Tile-1: repeat the whole tensor `tiles` times along the one axis `axis` (scalars)
     reps = [1] * x.ndim
     reps[normalize_axis(_ints(axis)[0], x.ndim)] = _ints(tiles)[0]
-    return np.tile(x, reps)
+    return np.tile(x, _tile_reps(x, reps))
+
+
+def _tile_reps(x, reps: list[int]) -> list[int]:
+    if len(reps) != x.ndim:
+        raise ValueError(f"Tile: repeats has {len(reps)} values for an input of rank {x.ndim}")
+    if any(r < 0 for r in reps):
+        raise ValueError(f"Tile: repeats must not be negative, got {reps}")
+    check_alloc("Tile", [d * r for d, r in zip(x.shape, reps)], x.dtype.itemsize)
+    return reps
 
 
 @kernel("Tile", 6, 13)
 def tile(ctx, x, repeats):
-    return np.tile(x, _ints(repeats))
+    return np.tile(x, _tile_reps(x, _ints(repeats)))
 
 
 def _pad(x, pads, mode, value, axes=None):
@@ -324,6 +335,7 @@ def _pad(x, pads, mode, value, axes=None):
                  for d, (b, e) in enumerate(width))
     x = x[crop]
     width = [(max(b, 0), max(e, 0)) for b, e in width]
+    check_alloc("Pad", [d + b + e for d, (b, e) in zip(x.shape, width)], x.dtype.itemsize)
     if mode == "constant":
         v = 0 if value is None else value
         return np.pad(x, width, mode="constant", constant_values=np.asarray(v).astype(x.dtype))
@@ -369,6 +381,7 @@ def _range_values(start, limit, delta, compute=None):
         if di == 0:
             raise ValueError("Range delta must not be 0")
         n = max(-((si - li) // di), 0)  # exact ceil((limit - start) / delta)
+        check_alloc("Range", [n], dt.itemsize)
         with np.errstate(over="ignore"):
             return (np.arange(n, dtype=dt) * d + s).astype(dt, copy=False)
     ct = np.dtype(compute) if compute is not None else dt
@@ -379,6 +392,7 @@ def _range_values(start, limit, delta, compute=None):
     if not np.isfinite(q):
         raise ValueError(f"Range of start={sf}, limit={lf}, delta={df} has no finite length")
     n = max(int(np.ceil(q)), 0)
+    check_alloc("Range", [n], max(ct.itemsize, dt.itemsize))
     y = np.arange(n, dtype=ct) * d.astype(ct)
     y += s.astype(ct)
     return y.astype(dt, copy=False)
@@ -456,6 +470,9 @@ def onehot(ctx, indices, depth, values, *, axis):
     idx = np.where(idx < 0, idx + d, idx)
     rank = idx.ndim + 1
     a = normalize_axis(axis, rank)
+    if d < 0:
+        raise ValueError(f"OneHot: depth must not be negative, got {d}")
+    check_alloc("OneHot", idx.shape + (d,), max(np.dtype(values.dtype).itemsize, 8))  # the int64 compare too
     eye = (idx[..., None] == np.arange(d))
     eye = np.moveaxis(eye, -1, a)
     off, on = np.asarray(values).reshape(-1)[:2]
