@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 import sys
 from typing import Callable, Iterator
@@ -172,6 +173,28 @@ def _axis_in_rank(n: _Node):
     return None
 
 
+_EINSUM_TERM = re.compile(r"[A-Za-z]*(\.\.\.)?[A-Za-z]*")
+
+
+def _einsum_equation(n: _Node):
+    """Terms of letters (one ``...`` each), ``,`` between inputs, at most one ``->``: onnx's
+    inference loops forever on a stray ``-`` ("a-") and on bytes that are not ASCII."""
+    eq = n.attrs.get("equation")
+    if eq is None or eq.type != onnx.AttributeProto.STRING:
+        return None
+    try:
+        text = eq.s.decode("ascii").replace(" ", "")
+    except UnicodeDecodeError:
+        return f"attribute 'equation' {eq.s!r} is not ASCII"
+    sides = text.split("->")
+    ok = len(sides) <= 2 and all(_EINSUM_TERM.fullmatch(t) for t in sides[0].split(","))
+    if ok and len(sides) == 2:
+        ok = _EINSUM_TERM.fullmatch(sides[1]) is not None
+    if not ok:
+        return f"attribute 'equation' {text!r} is not an einsum equation (like 'ij,jk->ik')"
+    return None
+
+
 _CONV = (_positive("strides"), _positive("dilations"), _positive("kernel_shape"), _non_negative("pads"))
 _POOL = _CONV + (_pads_rank, _pads_smaller_than_kernel)
 
@@ -188,6 +211,7 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ("", "LSTM"): (_rnn(4),),
     ("", "GRU"): (_rnn(3),),
     ("", "RNN"): (_rnn(1),),
+    ("", "Einsum"): (_einsum_equation,),
     # onnx 1.23.2's inference crashes (SIGSEGV) on axis = 2**31
     ("", "LayerNormalization"): (_axis_in_rank,),
 }

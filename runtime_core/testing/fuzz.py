@@ -46,6 +46,7 @@ I64 = TensorProto.INT64
 
 #: ints from valid to extreme, mixed into attributes and shape-like feeds
 EXTREME = [0, -1, -2, 2**31 - 1, 2**31, -(2**31), 2**32 + 1, 2**62, 2**63 - 1, -(2**63), 1 << 40]
+SELFTEST_ENV = "RUNTIME_CORE_FUZZ_SELFTEST"
 FLOAT_EXTREME = [0.0, -0.0, float("nan"), float("inf"), float("-inf"), 1e38, -1e38, 1e-45]
 
 
@@ -547,9 +548,19 @@ def _worker(seed: int, start: int, count: int, mem_bytes: int) -> None:
     if mem_bytes:
         resource.setrlimit(resource.RLIMIT_AS, (mem_bytes, mem_bytes))
     out = sys.stdout
+    # the fuzzer's own test makes case N crash, hang or raise untyped ("crash:N"): proof it notices
+    selftest = dict(reversed(p.split(":")) for p in os.environ.get(SELFTEST_ENV, "").split(",") if ":" in p)
     for i in range(start, start + count):
         out.write(f"S {i}\n")
         out.flush()
+        if selftest.get(str(i)) == "crash":
+            os.abort()
+        elif selftest.get(str(i)) == "hang":
+            time.sleep(3600)
+        elif selftest.get(str(i)) == "untyped":
+            out.write(f"R {i} untyped selftest | ZeroDivisionError: selftest\n")
+            out.flush()
+            continue
         try:
             case = make_case(seed, i)
         except Exception as exc:  # noqa: BLE001 - a generator bug is not a finding

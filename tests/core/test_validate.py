@@ -201,3 +201,23 @@ def test_crash_prone_models_only_go_to_a_child():
 def test_feed_errors_stay_input_errors():
     with pytest.raises(InputError):
         rt.InferenceSession(_conv()).run(None, {"x": np.ones((1, 1, 7), np.float32)})
+
+
+def test_einsum_equations_that_hang_onnx_inference_are_refused():
+    """onnx's shape inference (and onnxruntime's) loops forever on these equations."""
+    proc = _child("""
+        import onnx, runtime_core as rt
+        from onnx import helper, TensorProto as TP
+        for eq in ["a-", b"\\xff\\xfe", "ab->a->b", "a.b"]:
+            n = helper.make_node("Einsum", ["x"], ["y"], name="e0", equation=eq)
+            g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TP.FLOAT, [2, 2])],
+                                  [helper.make_tensor_value_info("y", TP.FLOAT, ["a"])])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]); m.ir_version = 8
+            try:
+                rt.InferenceSession(m.SerializeToString())
+            except rt.errors.InvalidModelError as e:
+                assert "'e0'" in str(e) and "'equation'" in str(e), e
+                print("typed")
+    """)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["typed"] * 4, proc.stdout
