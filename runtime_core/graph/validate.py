@@ -31,6 +31,7 @@ from ..errors import InvalidModelError
 logger = logging.getLogger("runtime_core.graph")
 
 INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 #: (domain, op type) -> the highest opset of that domain whose schema crashes onnx's C++
 #: shape inference on valid models: ai.onnx.ml TreeEnsemble* before ml opset 3 followed by a
@@ -195,7 +196,34 @@ def _einsum_equation(n: _Node):
     return None
 
 
-_CONV = (_positive("strides"), _positive("dilations"), _positive("kernel_shape"), _non_negative("pads"))
+def _extent_fits(n: _Node):
+    """The padded kernel extent ``(k - 1) * d + 1 + pads`` of each axis must be an int64, as every
+    kernel's size arithmetic assumes (onnxruntime: an integer-overflow error)."""
+    kernel = n.ints("kernel_shape")
+    if not kernel:
+        return None
+    dil = n.ints("dilations") or [1] * len(kernel)
+    pads = n.ints("pads") or [0] * (2 * len(kernel))
+    k = len(kernel)
+    for d in range(min(k, len(dil))):
+        extent = (kernel[d] - 1) * dil[d] + 1
+        extent += sum(p for p in (pads[d:d + 1] + pads[d + k:d + k + 1]) if p > 0)
+        if extent > INT64_MAX:
+            return (f"attributes 'kernel_shape' {kernel}, 'dilations' {dil} and 'pads' {pads} give axis {d} "
+                    f"an extent of {extent}, past int64")
+    return None
+
+
+def _split_outputs(n: _Node):
+    """``num_outputs`` must be the node's output count (onnx's inference and onnxruntime abort)."""
+    num = n.int("num_outputs")
+    if num is not None and num != len(n.proto.output):
+        return f"attribute 'num_outputs' is {num}, but the node has {len(n.proto.output)} outputs"
+    return None
+
+
+_CONV = (_positive("strides"), _positive("dilations"), _positive("kernel_shape"), _non_negative("pads"),
+         _extent_fits)
 _POOL = _CONV + (_pads_rank, _pads_smaller_than_kernel)
 
 #: (domain, op type) -> the rules its nodes must pass; the domain is "" for ai.onnx
@@ -212,6 +240,7 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ("", "GRU"): (_rnn(3),),
     ("", "RNN"): (_rnn(1),),
     ("", "Einsum"): (_einsum_equation,),
+    ("", "Split"): (_split_outputs,),
     # onnx 1.23.2's inference crashes (SIGSEGV) on axis = 2**31
     ("", "LayerNormalization"): (_axis_in_rank,),
 }

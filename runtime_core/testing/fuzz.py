@@ -69,7 +69,7 @@ def _i(rng: random.Random, valid, p_extreme: float = 0.15) -> int:
 
 def _ints(rng: random.Random, n: int, valid, p_extreme: float = 0.1) -> list[int]:
     if rng.random() < 0.05:  # a wrong length
-        n = max(0, n + rng.choice([-1, 1, 2]))
+        n = max(1, n + rng.choice([-1, 1, 2]))
     return [_i(rng, valid, p_extreme) for _ in range(n)]
 
 
@@ -648,6 +648,7 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
     while nxt < limit and time.monotonic() - t0 < seconds:
         count = min(batch, limit - nxt)
         proc = _spawn(seed, nxt, count, mem_bytes)
+        first = nxt
         started = None
         buf = b""
         deadline = time.monotonic() + case_timeout + 30  # the first case also pays the imports
@@ -674,8 +675,8 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
                     err = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
                     record("crash", started, f"child exited with {rc}" + (f": {err[-1][:300]}" if err else ""))
                     nxt = started + 1
-                else:
-                    nxt = nxt + count if rc == 0 else nxt + 1
+                elif nxt == first:  # died before its first case: skip it rather than loop
+                    nxt += 1
                 break
             buf += chunk
             *lines, buf = buf.split(b"\n")
