@@ -64,6 +64,7 @@ CASES = {
     "maxpool-pads-gt-kernel": (_pool(pads=[0, 0, 0, 5]), "pads"),
     "maxpool-zero-strides": (_pool(strides=[0, 1]), "strides"),
     "maxpool-zero-dilation": (_pool(dilations=[1, 0]), "dilations"),
+    "maxpool-extent-past-int64": (_pool(kernel_shape=[3, 2**63 - 1], pads=[1, 1, 1, 1]), "kernel_shape"),
     "averagepool-pads-eq-kernel": (_pool("AveragePool", pads=[0, 3, 0, 0]), "pads"),
     "lstm-layout-minus1": (_lstm(layout=-1), "layout"),
     "gru-layout-minus1": (_lstm("GRU", layout=-1), "layout"),
@@ -221,3 +222,22 @@ def test_einsum_equations_that_hang_onnx_inference_are_refused():
     """)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["typed"] * 4, proc.stdout
+
+
+def test_split_num_outputs_unlike_the_outputs_is_refused():
+    """onnx's shape inference aborts the process on this (onnxruntime too): refused before it."""
+    proc = _child("""
+        import onnx, runtime_core as rt
+        from onnx import helper, TensorProto as TP
+        n = helper.make_node("Split", ["x"], ["a", "b", "c", "d"], name="s0", num_outputs=3, axis=0)
+        g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TP.FLOAT, [7])],
+                              [helper.make_tensor_value_info(o, TP.FLOAT, ["n"]) for o in "abcd"])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]); m.ir_version = 8
+        try:
+            rt.InferenceSession(m.SerializeToString())
+        except rt.errors.InvalidModelError as e:
+            assert "'s0'" in str(e) and "'num_outputs'" in str(e), e
+            print("typed")
+    """)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["typed"], proc.stdout
