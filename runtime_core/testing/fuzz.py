@@ -12,7 +12,8 @@ Two families of cases, both a pure function of ``(seed, index)`` (:func:`make_ca
 * ``mutate``: the ONNX backend node-test models shipped with onnx (generated once into the
   conformance cache), one attribute or one feed changed (extreme ints, NaN/inf, shapes).
 
-Cases run in batches in a child process (``--worker``) under a memory limit
+Sessions use ``--providers`` (default: the CPU provider alone). Cases run in batches in a
+child process (``--worker``) under a memory limit
 (``resource.setrlimit(RLIMIT_AS)``, default 4 GiB) with one intra-op thread. A case ends as
 ``ok`` (a result, or an exception from :mod:`runtime_core.errors`), ``untyped`` (any other
 exception), ``crash`` (the child died: a signal or an exit) or ``hang`` (no answer within
@@ -520,7 +521,7 @@ def make_case(seed: int, index: int) -> Case:
 
 # -- running a case ----------------------------------------------------------------------------
 
-def run_case(case: Case) -> tuple[str, str]:
+def run_case(case: Case, providers=("CPUExecutionProvider",)) -> tuple[str, str]:
     """``("ok", what)`` for a result or a typed error, ``("untyped", type: message)`` otherwise."""
     import runtime_core as rt
     from runtime_core.errors import RuntimeCoreError
@@ -528,7 +529,7 @@ def run_case(case: Case) -> tuple[str, str]:
     try:
         so = rt.SessionOptions()
         so.intra_op_num_threads = 1
-        sess = rt.InferenceSession(case.model, so)
+        sess = rt.InferenceSession(case.model, so, providers=list(providers))
         sess.run(None, case.feeds)
         return "ok", "result"
     except RuntimeCoreError as exc:
@@ -539,7 +540,7 @@ def run_case(case: Case) -> tuple[str, str]:
         return "untyped", f"{type(exc).__name__}{where}: {str(exc)[:300]}"
 
 
-def _worker(seed: int, start: int, count: int, mem_bytes: int) -> None:
+def _worker(seed: int, start: int, count: int, mem_bytes: int, providers=("CPUExecutionProvider",)) -> None:
     """Run cases ``start .. start+count-1``; report each on stdout ("S i" before, "R i status detail" after)."""
     import resource
     import warnings
@@ -567,7 +568,7 @@ def _worker(seed: int, start: int, count: int, mem_bytes: int) -> None:
             out.write(f"R {i} skip generator {type(exc).__name__}: {exc}\n".replace("\n", " ") + "\n")
             out.flush()
             continue
-        status, detail = run_case(case)
+        status, detail = run_case(case, providers)
         out.write(f"R {i} {status} {case.family}:{case.what} | {detail}".replace("\n", " ") + "\n")
         out.flush()
 
@@ -585,12 +586,13 @@ if which == "ort":
     import onnxruntime as rt
 else:
     import runtime_core as rt
-sess = rt.InferenceSession(MODEL, providers=["CPUExecutionProvider"])
+sess = rt.InferenceSession(MODEL, providers={providers!r})
 print([getattr(o, "shape", o) for o in sess.run(None, FEEDS)])
 '''
 
 
-def write_reproducer(out: Path, kind: str, seed: int, index: int, detail: str) -> Path:
+def write_reproducer(out: Path, kind: str, seed: int, index: int, detail: str,
+                     providers=("CPUExecutionProvider",)) -> Path:
     case = make_case(seed, index)
     buf = io.BytesIO()
     np.savez(buf, **{k: (np.ascontiguousarray(v) if isinstance(v, np.ndarray) else np.asarray(v, dtype=object))
@@ -598,7 +600,7 @@ def write_reproducer(out: Path, kind: str, seed: int, index: int, detail: str) -
     name = f"{kind}-{seed}-{index}.py"
     path = out / name
     path.write_text(_REPRO.format(kind=kind, seed=seed, index=index, what=case.what, detail=detail[:2000],
-                                  name=name, model=base64.b64encode(case.model).decode(),
+                                  name=name, providers=list(providers), model=base64.b64encode(case.model).decode(),
                                   feeds=base64.b64encode(buf.getvalue()).decode()))
     return path
 
@@ -622,16 +624,18 @@ class Summary:
         return dict(self.__dict__)
 
 
-def _spawn(seed, start, count, mem_bytes):
+def _spawn(seed, start, count, mem_bytes, providers):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     cmd = [sys.executable, "-m", "runtime_core.testing.fuzz", "--worker", "--seed", str(seed),
-           "--start", str(start), "--count", str(count), "--memory-mb", str(mem_bytes >> 20)]
+           "--start", str(start), "--count", str(count), "--memory-mb", str(mem_bytes >> 20),
+           "--providers", ",".join(providers)]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, bufsize=0)
 
 
 def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, batch: int = 200,
-         case_timeout: float = 20.0, mem_bytes: int = 4 << 30, log=print) -> Summary:
+         case_timeout: float = 20.0, mem_bytes: int = 4 << 30, providers=("CPUExecutionProvider",),
+         log=print) -> Summary:
     """Run cases ``0, 1, ...`` of ``seed`` until ``seconds`` pass or ``max_cases`` ran; findings
     (crashes, hangs, untyped errors) get a reproducer in ``out``; ``out/summary.json``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -641,13 +645,13 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
     limit = max_cases if max_cases is not None else 1 << 62
 
     def record(kind, index, detail):
-        path = write_reproducer(out, kind, seed, index, detail)
+        path = write_reproducer(out, kind, seed, index, detail, providers)
         s.findings.append({"kind": kind, "index": index, "detail": detail, "reproducer": path.name})
         log(f"{kind}: case {index}: {detail} -> {path}")
 
     while nxt < limit and time.monotonic() - t0 < seconds:
         count = min(batch, limit - nxt)
-        proc = _spawn(seed, nxt, count, mem_bytes)
+        proc = _spawn(seed, nxt, count, mem_bytes, providers)
         first = nxt
         started = None
         buf = b""
@@ -719,16 +723,18 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=200, help="cases per child process")
     p.add_argument("--case-timeout", type=float, default=20.0)
     p.add_argument("--memory-mb", type=int, default=4096)
+    p.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated, in priority order")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=1, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     seed = a.seed if a.seed is not None else int(time.time()) % 1_000_000
+    providers = tuple(p for p in a.providers.split(",") if p)
     if a.worker:
-        _worker(seed, a.start, a.count, a.memory_mb << 20)
+        _worker(seed, a.start, a.count, a.memory_mb << 20, providers)
         return 0
     s = fuzz(seed, a.seconds, Path(a.out), max_cases=a.cases, batch=a.batch, case_timeout=a.case_timeout,
-             mem_bytes=a.memory_mb << 20)
+             mem_bytes=a.memory_mb << 20, providers=providers)
     print(f"seed {s.seed}: {s.cases} cases in {s.seconds} s: {s.crashes} crashes, {s.hangs} hangs, "
           f"{s.untyped} untyped errors ({s.skipped} generator skips); findings in {a.out}")
     return 1 if s.crashes or s.hangs or s.untyped else 0
