@@ -22,7 +22,7 @@ import os
 import re
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import onnx
 
@@ -48,9 +48,9 @@ INFER_TIMEOUT_S = 120.0
 class _Node:
     """What a rule sees of one node: its name, attributes and known input shapes."""
 
-    __slots__ = ("proto", "name", "attrs", "shapes")
+    __slots__ = ("attrs", "name", "proto", "shapes")
 
-    def __init__(self, proto: onnx.NodeProto, name: str, shapes: "_Shapes"):
+    def __init__(self, proto: onnx.NodeProto, name: str, shapes: _Shapes):
         self.proto = proto
         self.name = name
         self.attrs = {a.name: a for a in proto.attribute}
@@ -280,9 +280,9 @@ class _Shapes:
     indexed on first use and read per name: most nodes never ask, and reading every
     initializer's dims would cost more than the rules."""
 
-    __slots__ = ("graph", "outer", "_where")
+    __slots__ = ("_where", "graph", "outer")
 
-    def __init__(self, graph: onnx.GraphProto, outer: "_Shapes | None"):
+    def __init__(self, graph: onnx.GraphProto, outer: _Shapes | None):
         self.graph, self.outer, self._where = graph, outer, None
 
     def get(self, name: str) -> tuple | None:
@@ -314,7 +314,7 @@ _SUBGRAPH_OR_TENSOR = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, on
                        onnx.AttributeProto.TENSORS, onnx.AttributeProto.SPARSE_TENSOR)
 
 
-def _walk(g: onnx.GraphProto, outer: "_Shapes | None", origin: str, prefix: str = "") -> None:
+def _walk(g: onnx.GraphProto, outer: _Shapes | None, origin: str, prefix: str = "") -> None:
     shapes = _Shapes(g, outer)
     for idx, n in enumerate(g.node):
         op = n.op_type
