@@ -241,6 +241,8 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ("", "RNN"): (_rnn(1),),
     ("", "Einsum"): (_einsum_equation,),
     ("", "Split"): (_split_outputs,),
+    # even sizes are valid ONNX (onnxruntime refuses them; the onnx reference computes them)
+    ("", "LRN"): (_positive("size"),),
     # onnx 1.23.2's inference crashes (SIGSEGV) on axis = 2**31
     ("", "LayerNormalization"): (_axis_in_rank,),
 }

@@ -65,6 +65,8 @@ CASES = {
     "maxpool-zero-dilation": (_pool(dilations=[1, 0]), "dilations"),
     "maxpool-extent-past-int64": (_pool(kernel_shape=[3, 2**63 - 1], pads=[1, 1, 1, 1]), "kernel_shape"),
     "averagepool-pads-eq-kernel": (_pool("AveragePool", pads=[0, 3, 0, 0]), "pads"),
+    "lrn-size-0": (_model(helper.make_node("LRN", ["x"], ["y"], name="pool0", size=0), [("x", [1, 1, 7, 7])], {}),
+                   "size"),
     "lstm-layout-minus1": (_lstm(layout=-1), "layout"),
     "gru-layout-minus1": (_lstm("GRU", layout=-1), "layout"),
     "lstm-hidden-0": (_lstm(hidden=0), "hidden_size"),
