@@ -473,7 +473,7 @@ def _mutate_feed(rng, nrng, feeds: dict, model: onnx.ModelProto) -> str:
             v.flat[rng.randrange(v.size)] = rng.choice(FLOAT_EXTREME)
         elif v.dtype.kind in "iu":
             info = np.iinfo(v.dtype)
-            v.flat[rng.randrange(v.size)] = rng.choice([info.min, info.max, 0, -1 if info.min < 0 else 0, 2**20])
+            v.flat[rng.randrange(v.size)] = rng.choice([info.min, info.max, 0, max(info.min, -1), min(info.max, 2**20)])
     elif how == "shape":
         shape = list(v.shape)
         if shape and rng.random() < 0.5:
