@@ -214,6 +214,18 @@ def _extent_fits(n: _Node):
     return None
 
 
+def _batch_dims(n: _Node):
+    b = n.int("batch_dims")
+    if b is None:
+        return None
+    shapes = [n.input_shape(0), n.input_shape(1)]
+    ranks = [len(s) for s in shapes if s is not None]
+    if b < 0 or (ranks and b >= min(ranks)):
+        bound = f" smaller than the inputs' ranks {ranks}" if ranks else ""
+        return f"attribute 'batch_dims' must be non-negative{bound}, got {b}"
+    return None
+
+
 def _split_outputs(n: _Node):
     """``num_outputs`` must be the node's output count (onnx's inference and onnxruntime abort)."""
     num = n.int("num_outputs")
@@ -241,6 +253,8 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ("", "RNN"): (_rnn(1),),
     ("", "Einsum"): (_einsum_equation,),
     ("", "Split"): (_split_outputs,),
+    # onnx 1.23.2's inference crashes (SIGSEGV) on batch_dims = -2**31
+    ("", "GatherND"): (_batch_dims,),
     # even sizes are valid ONNX (onnxruntime refuses them; the onnx reference computes them)
     ("", "LRN"): (_positive("size"),),
     # onnx 1.23.2's inference crashes (SIGSEGV) on axis = 2**31

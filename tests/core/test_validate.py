@@ -242,3 +242,24 @@ def test_split_num_outputs_unlike_the_outputs_is_refused():
     """)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["typed"], proc.stdout
+
+
+def test_gathernd_negative_batch_dims_is_refused_before_onnx_inference():
+    """onnx 1.23.2's shape inference crashes (SIGSEGV) on batch_dims = -2**31 (onnxruntime 1.32 as well)."""
+    proc = _child("""
+        import onnx, runtime_core as rt
+        from onnx import helper, TensorProto as TP
+        for b in (-2**31, -1, 2):
+            n = helper.make_node("GatherND", ["d", "i"], ["y"], name="g0", batch_dims=b)
+            g = helper.make_graph([n], "g", [helper.make_tensor_value_info("d", TP.FLOAT, [2, 2, 2]),
+                                             helper.make_tensor_value_info("i", TP.INT64, [2, 1])],
+                                  [helper.make_tensor_value_info("y", TP.FLOAT, ["a", "b"])])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]); m.ir_version = 8
+            try:
+                rt.InferenceSession(m.SerializeToString())
+            except rt.errors.InvalidModelError as e:
+                assert "'g0'" in str(e) and "'batch_dims'" in str(e), e
+                print("typed")
+    """)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["typed"] * 3, proc.stdout
