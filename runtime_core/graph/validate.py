@@ -10,8 +10,9 @@ these values also crash onnx's C++ shape inference (LayerNormalization ``axis = 
 
 :func:`infer_shapes` is the loader's call into ``onnx.shape_inference.infer_shapes``. For a
 model holding an op on :data:`KNOWN_CRASHES` (patterns on which onnx 1.23.2's inference
-crashes the interpreter even on a valid model) it runs in a child process; a crash there
-means "no inferred shapes" (inference is advisory: every kernel checks what it gets).
+crashes the interpreter even on a valid model), or with an int attribute outside int32 (the
+class of values its inference was seen to crash on), it runs in a child process; a crash
+there means "no inferred shapes" (inference is advisory: every kernel checks what it gets).
 Other models are inferred in-process, as before (no start-up cost).
 """
 
@@ -362,19 +363,46 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     return {("" if i.domain == "ai.onnx" else i.domain): i.version for i in model.opset_import}
 
 
+#: attributes whose int64 extremes are ordinary (Slice-1's open ends are INT64_MAX)
+_WIDE_INTS_OK = {("", "Slice"): {"starts", "ends"}}
+
+#: INTS longer than this are data tables (tree node ids, ...), not shape-like: not scanned
+_SHAPE_LIKE_MAX = 64
+
+
+def _extreme_int(dom: str, n: onnx.NodeProto) -> str | None:
+    """The first int attribute outside int32 (onnx's C++ inference narrows them: LayerNormalization
+    axis, GatherND batch_dims, ... crashed on such values), else None."""
+    ok = _WIDE_INTS_OK.get((dom, n.op_type), ())
+    for a in n.attribute:
+        if a.type == onnx.AttributeProto.INT:
+            if not -INT32_MAX - 1 <= a.i <= INT32_MAX and a.name not in ok:
+                return a.name
+        elif (a.type == onnx.AttributeProto.INTS and len(a.ints) <= _SHAPE_LIKE_MAX and a.name not in ok
+              and any(not -INT32_MAX - 1 <= v <= INT32_MAX for v in a.ints)):
+            return a.name
+    return None
+
+
 def crash_prone(model: onnx.ModelProto) -> str | None:
-    """The first node (as ``domain::op``) on :data:`KNOWN_CRASHES` for its opset, else None."""
+    """Why onnx's C++ inference might crash on ``model``: the first node on :data:`KNOWN_CRASHES`
+    for its opset, or with an int attribute outside int32 (as ``domain::op``), else None."""
     opsets = _opsets(model)
-    if not any(opsets.get(dom, 1) <= hi for (dom, _), hi in KNOWN_CRASHES.items() if dom in opsets):
-        return None  # no import of a listed domain at a listed opset: nothing to walk
+    listed = any(opsets.get(dom, 1) <= hi for (dom, _), hi in KNOWN_CRASHES.items() if dom in opsets)
     graphs = [model.graph] + [f for f in model.functions]
     while graphs:
         g = graphs.pop()
         for n in g.node:
             dom = "" if n.domain == "ai.onnx" else n.domain
-            hi = KNOWN_CRASHES.get((dom, n.op_type))
-            if hi is not None and opsets.get(dom, 1) <= hi:
-                return f"{dom or 'ai.onnx'}::{n.op_type}"
+            if listed:
+                hi = KNOWN_CRASHES.get((dom, n.op_type))
+                if hi is not None and opsets.get(dom, 1) <= hi:
+                    return f"{dom or 'ai.onnx'}::{n.op_type}"
+            if not n.attribute:
+                continue
+            wide = _extreme_int(dom, n)
+            if wide is not None:
+                return f"{dom or 'ai.onnx'}::{n.op_type} attribute {wide!r} outside int32"
             for a in n.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
                     graphs.append(a.g)
