@@ -7,6 +7,7 @@
     nox -s example      # the example provider (examples/runtime-provider-numexpr): its tests + the kit
     nox -s scaffold     # runtime-core new-provider acme, pip install it, run its tests
     nox -s lint         # ruff (rules in pyproject.toml) + mypy on the public modules
+    nox -s fuzz         # seeded, time-bounded fuzzing from the wheels (-- --seed N --seconds S)
 """
 
 from __future__ import annotations
@@ -183,6 +184,23 @@ def lint(session: nox.Session) -> None:
     session.install("ruff>=0.5,<1", "mypy>=1.10", "numpy>=1.24", "onnx>=1.16", "pluggy>=1.3", "packaging>=23")
     session.run("ruff", "check", "runtime_core", "providers", "tests", "examples", "benchmarks", "noxfile.py")
     session.run("mypy")
+
+
+@nox.session
+def fuzz(session: nox.Session) -> None:
+    """runtime_core.testing.fuzz from the wheels: single-op models aimed at the kernels and mutated
+    backend node tests, each batch in a memory-limited child; 600 s and a fresh seed unless
+    posargs say otherwise (``nox -s fuzz -- --seed 7 --seconds 60``). Crashes, hangs and untyped
+    errors get a reproducer in fuzz-findings/; the session fails if there are any."""
+    built = build_wheels(session)
+    session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]))
+    args = list(session.posargs)
+    if not any(a.startswith("--seconds") for a in args):
+        args += ["--seconds", "600"]
+    if not any(a.startswith("--out") for a in args):
+        args += ["--out", str(ROOT / "fuzz-findings")]
+    session.chdir(session.create_tmp())  # not the source tree: the installed packages are fuzzed
+    session.run("python", "-m", "runtime_core.testing.fuzz", *args)
 
 
 @nox.session

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
+from .graph.validate import infer_shapes
 from .session import InferenceSession, SessionOptions
 
 __all__ = ["RuntimeCoreBackend", "RuntimeCoreRep", "is_compatible", "prepare", "run", "run_model", "run_node",
@@ -92,7 +93,7 @@ class RuntimeCoreBackend(Backend):
         graph = onnx.helper.make_graph([node], "run_node", vis, outs)
         model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid(node.domain or "", opset)])
         try:
-            model = onnx.shape_inference.infer_shapes(model)
+            model = infer_shapes(model, data_prop=False)  # a child process for crash-prone ops
         except Exception:  # noqa: BLE001 - the session reports what is wrong with the node
             pass
         return cls.prepare(model, device, **kwargs).run(named)

@@ -30,6 +30,7 @@ __all__ = [
     "MissingInputError",
     "InputTypeError",
     "InputShapeError",
+    "InputTooLargeError",
     "OutputNameError",
     "ProviderError",
     "UnknownProviderError",
@@ -41,6 +42,7 @@ __all__ = [
     "PartitionError",
     "ExecutionError",
     "RunTerminatedError",
+    "OutOfMemoryError",
 ]
 
 
@@ -107,6 +109,11 @@ class InputShapeError(InputError):
     """A feed has the wrong rank or a dimension that contradicts the model."""
 
 
+class InputTooLargeError(InputError, MemoryError):
+    """A feed would have to be copied (a broadcast or strided view, another byte order) into
+    more memory than the session's tensor-size cap allows."""
+
+
 class OutputNameError(InvalidArgumentError, KeyError):
     """``run`` asked for an output the model does not have."""
 
@@ -154,3 +161,9 @@ class ExecutionError(RuntimeCoreError, RuntimeError, _ort.Fail, _ort.RuntimeExce
 class RunTerminatedError(ExecutionError):
     """A run ended early because its ``RunOptions.terminate`` was set (before or during it);
     the session is unchanged and later runs work as before."""
+
+
+class OutOfMemoryError(ExecutionError, MemoryError):
+    """A tensor would exceed the session's size cap (config entry ``session.max_tensor_bytes``)
+    or memory ran out; the message names the node, the shape and the bytes. Also a
+    ``MemoryError``, so generic handlers keep working."""

@@ -21,6 +21,7 @@ from ..plugin.contract import NodeView, ValueInfo
 from .attrs import get_schema, resolve_attrs
 from .subgraph import SubgraphViews, dense_of_sparse, subgraph_outer_names, type_of_array
 from .types import dtype_of, shape_of, type_kind
+from .validate import infer_shapes
 
 __all__ = ["Graph", "Node", "subgraph_outer_names"]
 
@@ -138,9 +139,8 @@ class Graph:
     @staticmethod
     def _infer(model: onnx.ModelProto, weights: dict | None = None) -> onnx.ModelProto:
         try:
-            return onnx.shape_inference.infer_shapes(Graph._skeleton(model, weights), check_type=False,
-                                                     strict_mode=False,
-                                                     data_prop=True)
+            # in a child process for models on which onnx's C++ inference is known to crash
+            return infer_shapes(Graph._skeleton(model, weights))
         except Exception as exc:  # inference is advisory; the run still checks everything
             logger.info("onnx shape inference failed, continuing without it: %s", exc)
             return model

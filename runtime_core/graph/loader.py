@@ -3,7 +3,8 @@
 Steps: split the serialized model into a small protobuf *skeleton* and its large
 weights (read straight into numpy arrays, never into protobuf); parse the skeleton;
 reject unsafe external data *before any file is opened*; read the external data;
-IR-version and opset checks; ``onnx.checker``; inline model-local functions.
+IR-version and opset checks; ``onnx.checker``; inline model-local functions; the attribute
+rules of :mod:`.validate`.
 
 Why the split: a parsed ``ModelProto`` keeps every weight in protobuf memory that
 upb does not give back until the whole message is freed, and ``numpy_helper.to_array``
@@ -26,6 +27,7 @@ import onnx.inliner
 from onnx import external_data_helper
 
 from ..errors import ExternalDataError, InvalidModelError, ModelLoadError, UnsupportedModelError
+from .validate import validate_model
 
 MIN_IR_VERSION = 3
 MAX_IR_VERSION = onnx.IR_VERSION
@@ -84,6 +86,8 @@ def check_external_data(model: onnx.ModelProto, base_dir: Path | None, origin: s
                 st = os.lstat(cur)
             except FileNotFoundError:
                 raise ExternalDataError(f"{where}: {cur} does not exist") from None
+            except OSError as exc:  # a file used as a folder, a name too long, no permission, ...
+                raise ExternalDataError(f"{where}: {cur} cannot be examined: {exc.strerror or exc}") from exc
             if stat.S_ISLNK(st.st_mode):
                 raise ExternalDataError(f"{where}: {cur} is a symbolic link; links are refused")
         if not stat.S_ISREG(st.st_mode):
@@ -501,6 +505,7 @@ def load(path_or_bytes, *, check: bool = True) -> LoadedModel:
             model = onnx.inliner.inline_local_functions(model)
         except Exception as exc:
             raise InvalidModelError(f"{origin}: inlining model-local functions failed: {exc}") from exc
+    validate_model(model, origin)  # before onnx's shape inference and the kernels read the attributes
     return LoadedModel(model, weights, base_dir)
 
 

@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 from ..plugin.contract import GraphBody, NodeView, ValueInfo
 from .attrs import get_schema, resolve_attrs
 from .types import dtype_of, dtype_to_elem, shape_of, type_kind
+from .validate import infer_shapes
 
 logger = logging.getLogger("runtime_core.graph")
 
@@ -104,8 +105,7 @@ def _infer_types(g: onnx.GraphProto, opsets: Mapping[str, int], outer: list[str]
         model = helper.make_model(gg, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets.items()
                                                       if v is not None])
         model.ir_version = onnx.IR_VERSION
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False,
-                                                     data_prop=True)
+        inferred = infer_shapes(model)  # a child process for crash-prone bodies
         for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
             if vi.type.WhichOneof("value"):
                 types[vi.name] = vi.type

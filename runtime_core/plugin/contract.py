@@ -189,6 +189,11 @@ class Partition:
     ``cpu_mem_arena`` is ``SessionOptions.enable_cpu_mem_arena``: whether host memory freed
     by a run may be kept for the next one instead of going back to the system (a hint a
     provider may ignore).
+
+    ``max_tensor_bytes`` (plugin API 1.3) is the session's tensor-size cap (config entry
+    ``session.max_tensor_bytes``): a kernel whose output size comes from input values
+    (Expand, ConstantOfShape, Tile, Range, Pad, ...) refuses a larger output with
+    ``MemoryError`` before allocating it; 0 means the session did not say.
     """
 
     id: int
@@ -201,6 +206,7 @@ class Partition:
     inter_op_num_threads: int = 1
     cpu_mem_arena: bool = True
     intra_op_num_threads: int = 0
+    max_tensor_bytes: int = 0
 
     def value(self, name: str) -> ValueInfo:
         """The :class:`ValueInfo` of ``name``."""

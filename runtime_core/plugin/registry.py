@@ -46,6 +46,7 @@ may use.
 raises ``RunTerminatedError`` once ``RunOptions.terminate`` is set (see
 ``ExecutionProvider.compile``); an executable's optional ``fusions()``, shown by the
 partition report; ``NodeView.subgraphs``, the bodies of a node's GRAPH attributes as views.
+     ``Partition.max_tensor_bytes`` (default 0: not said), the session's tensor-size cap.
 """
 
 ENTRY_POINT_GROUP = "runtime_core.providers"

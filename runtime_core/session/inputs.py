@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import difflib
+import os
 
 import numpy as np
 
-from ..errors import InputNameError, InputShapeError, InputTypeError, MissingInputError, OutputNameError
+from ..errors import (InputNameError, InputShapeError, InputTooLargeError, InputTypeError, MissingInputError,
+                      OutputNameError)
 
 
 def _nearest(name: str, options) -> str:
@@ -51,8 +53,9 @@ def check_output_names(names, known: list[str]) -> list[str]:
     return out
 
 
-def validate_feeds(input_feed, specs: dict[str, InputSpec]) -> dict:
-    """Return the feeds as native, C-contiguous arrays, or raise a typed error."""
+def validate_feeds(input_feed, specs: dict[str, InputSpec], max_bytes: int | None = None) -> dict:
+    """Return the feeds as native, C-contiguous arrays, or raise a typed error. A feed that
+    must be copied into more than ``max_bytes`` (default :func:`default_max_bytes`) is refused."""
     if not hasattr(input_feed, "items"):
         raise InputTypeError(f"input_feed must be a dict of input name to array, got {type(input_feed).__name__}")
     expected = list(specs)
@@ -63,7 +66,7 @@ def validate_feeds(input_feed, specs: dict[str, InputSpec]) -> dict:
             raise InputNameError(
                 f"{name!r} is not an input of this model{_nearest(str(name), expected)} "
                 f"(expected inputs: {', '.join(expected) or 'none'})")
-        feeds[name] = _convert(spec, value)
+        feeds[name] = _convert(spec, value, max_bytes)
     missing = [n for n, s in specs.items() if n not in feeds and not s.optional]
     for n, s in specs.items():
         if n not in feeds and s.optional:
@@ -75,19 +78,19 @@ def validate_feeds(input_feed, specs: dict[str, InputSpec]) -> dict:
     return feeds
 
 
-def _convert(spec: InputSpec, value):
+def _convert(spec: InputSpec, value, max_bytes: int | None = None):
     name = spec.name
     if spec.kind == "sequence":
         if not isinstance(value, (list, tuple)):
             raise InputTypeError(f"input {name!r} expects {spec.type_str} (a list of arrays), "
                                  f"got {type(value).__name__}")
-        return [_convert(InputSpec(name, spec.dtype, None, "tensor", spec.type_str), v) for v in value]
+        return [_convert(InputSpec(name, spec.dtype, None, "tensor", spec.type_str), v, max_bytes) for v in value]
     if spec.kind == "optional":
         if value is None:
             return None
         if spec.type_str.startswith("optional(seq("):  # an optional holding a sequence
             inner = spec.type_str[len("optional("):-1]
-            return _convert(InputSpec(name, spec.dtype, None, "sequence", inner), value)
+            return _convert(InputSpec(name, spec.dtype, None, "sequence", inner), value, max_bytes)
     if hasattr(value, "_rt_device_value"):  # an OrtValue
         value = value.numpy()
     if isinstance(value, (list, tuple)) and spec.dtype is not None and spec.dtype != np.dtype(object):
@@ -113,15 +116,18 @@ def _convert(spec: InputSpec, value):
             if got.kind not in "OUS":
                 raise InputTypeError(f"input {name!r} expects {spec.type_str}, got an array of {got}")
             if got.kind != "O":
+                _check_copy(name, value, max_bytes)
                 value = value.astype(object)
         elif got != want:
             if got.kind == want.kind and got.itemsize == want.itemsize and got.newbyteorder("=") == want:
+                _check_copy(name, value, max_bytes)
                 value = value.astype(want)  # non-native byte order: same values
             else:
                 raise InputTypeError(
                     f"input {name!r} expects {spec.type_str} (numpy {want}), got an array of {got}; "
                     f"convert it with .astype(numpy.{want.name})")
     if not value.dtype.isnative:
+        _check_copy(name, value, max_bytes)
         value = value.astype(value.dtype.newbyteorder("="))
     if spec.shape is not None:
         if value.ndim != len(spec.shape):
@@ -134,5 +140,27 @@ def _convert(spec: InputSpec, value):
                     f"input {name!r} dim {axis} must be {d} (expected shape {_fmt_shape(spec.shape)}), "
                     f"got {g} (shape {tuple(value.shape)})")
     if not value.flags.c_contiguous:
+        _check_copy(name, value, max_bytes)
         value = np.ascontiguousarray(value)
     return value
+
+
+def default_max_bytes() -> int:
+    """Half the physical memory (at least 1 GiB): the copy limit when the session sets none."""
+    try:
+        phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        phys = 8 << 30
+    return max(phys // 2, 1 << 30)
+
+
+def _check_copy(name: str, value: np.ndarray, max_bytes: int | None) -> None:
+    """A view over little memory (``np.broadcast_to``: stride 0) may stand for terabytes: refuse to
+    copy it past the cap instead of letting numpy fail (or the kernel's overcommit kill us)."""
+    limit = max_bytes or default_max_bytes()
+    nbytes = value.size * value.dtype.itemsize
+    if nbytes > limit:
+        raise InputTooLargeError(
+            f"input {name!r} of shape {tuple(value.shape)} ({value.dtype}) must be copied into a contiguous "
+            f"array of {nbytes} bytes, more than the tensor size cap of {limit} bytes "
+            f"(session config entry 'session.max_tensor_bytes')")

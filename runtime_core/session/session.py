@@ -49,6 +49,19 @@ logger = logging.getLogger("runtime_core.session")
 
 DISABLE_FALLBACK = "session.disable_cpu_ep_fallback"
 DISABLE_OPTIMIZERS = "optimization.disable_specified_optimizers"
+#: bytes; kernels whose output size comes from input values refuse larger outputs
+MAX_TENSOR_BYTES = "session.max_tensor_bytes"
+
+
+def _max_tensor_bytes(opts: SessionOptions) -> int:
+    """The session's tensor-size cap (0: the provider's default), or a typed error."""
+    raw = (opts.get_config(MAX_TENSOR_BYTES, "") or "").strip()
+    if not raw:
+        return 0
+    if not raw.isdigit() or int(raw) <= 0:
+        raise InvalidArgumentError(f"session config entry {MAX_TENSOR_BYTES!r} must be a positive number of "
+                                   f"bytes, got {raw!r}")
+    return int(raw)
 
 
 class ProviderFallbackWarning(UserWarning):
@@ -168,6 +181,7 @@ class InferenceSession:
         intra = int(opts.intra_op_num_threads or 0) or default_thread_count()
         self._profiler = Profiler(opts.profile_file_prefix) if opts.enable_profiling else None
         strict = opts.get_config(DISABLE_FALLBACK, "0") == "1"
+        self._max_tensor_bytes = max_tensor_bytes = _max_tensor_bytes(opts)
         self._source = path_or_bytes  # set_providers and overridden initializers rebuild from it
         self._fallback = self.__dict__.get("_fallback", True)  # set_providers passes it on
         self._override_sess = None
@@ -222,7 +236,7 @@ class InferenceSession:
         for pp in planned:
             pp.partition = dataclasses.replace(pp.partition, inter_op_num_threads=max(threads, 1),
                                                cpu_mem_arena=bool(opts.enable_cpu_mem_arena),
-                                               intra_op_num_threads=intra)
+                                               intra_op_num_threads=intra, max_tensor_bytes=max_tensor_bytes)
         executables = []
         for pp in planned:
             prov = self._providers[pp.provider_pos]
@@ -449,7 +463,7 @@ class InferenceSession:
             host[name] = value
         specs = self._specs if not device_feeds else {
             n: s for n, s in self._specs.items() if n not in device_feeds}
-        feeds = validate_feeds(host, specs)
+        feeds = validate_feeds(host, specs, self._max_tensor_bytes)
         _apply_blas_threads(int(self._sess_options.intra_op_num_threads or 0))
         if self._profiler is not None:
             return self._profiler.run_model(self._plan.run, feeds, names, device_feeds=device_feeds or None,

@@ -10,6 +10,7 @@ from onnx import numpy_helper
 
 from ..errors import InvalidArgumentError, ModelTypeError
 from ..graph import Graph
+from ..graph.validate import infer_shapes
 
 
 def _tensor_elem(t: onnx.TypeProto) -> int:
@@ -45,8 +46,7 @@ def check_types(model: onnx.ModelProto, weights: dict | None = None) -> None:
     for vi in probe.graph.output:  # inference then says what the nodes make
         vi.ClearField("type")
     try:
-        inferred = onnx.shape_inference.infer_shapes(probe, check_type=False, strict_mode=False,
-                                                     data_prop=False)
+        inferred = infer_shapes(probe, data_prop=False)  # a child process for crash-prone models
     except Exception:  # noqa: BLE001 - inference is advisory; the run still checks outputs
         return
     got = {vi.name: _tensor_elem(vi.type) for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}

@@ -48,6 +48,9 @@ class KernelContext:
     output_dtypes: tuple
     cache: dict = field(default_factory=dict, compare=False)
     threads: int = 1
+    #: the session's tensor-size cap in bytes (plugin API 1.3 ``Partition.max_tensor_bytes``);
+    #: 0: the default of :mod:`runtime_provider_cpu.limits`
+    max_tensor_bytes: int = 0
     #: control-flow kernels only: the node's GRAPH attributes compiled to
     #: :class:`~runtime_provider_cpu.execution.subgraph.Subgraph` objects, by attribute name
     subgraphs: dict = field(default_factory=dict, compare=False)

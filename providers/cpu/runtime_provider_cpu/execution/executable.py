@@ -65,6 +65,7 @@ class CPUExecutable:
         self.input_slots = [slot(n) for n in partition.inputs]
         steps = []
         kernel_threads = intra_op_threads(partition)
+        cap = int(getattr(partition, "max_tensor_bytes", 0) or 0)
         for node in partition.nodes:
             spec = REGISTRY.lookup(node.domain, node.op_type, node.since_version)
             if spec is None:  # the provider never claims such a node
@@ -78,6 +79,7 @@ class CPUExecutable:
                 input_dtypes=tuple(i.dtype if i is not None else None for i in node.input_info),
                 output_dtypes=tuple(o.dtype if o is not None else None for o in node.output_info),
                 threads=kernel_threads,
+                max_tensor_bytes=cap,
             )
             in_slots = tuple(slot(n) for n in ins)
             out_slots = tuple(slot(n) if n else -1 for n in node.outputs)

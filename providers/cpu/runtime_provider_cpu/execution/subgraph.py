@@ -30,7 +30,7 @@ def _bodies(node) -> dict:
 def compile_subgraphs(ctx, node, check_kernels) -> None:
     """Fill ``ctx.subgraphs`` with a :class:`Subgraph` per body of ``node``."""
     for attr, body in _bodies(node).items():
-        ctx.subgraphs[attr] = Subgraph(body, check_kernels=check_kernels)
+        ctx.subgraphs[attr] = Subgraph(body, check_kernels=check_kernels, parent=ctx)
 
 
 def subgraph_decline_reason(node, decline) -> str | None:
@@ -64,7 +64,7 @@ class Subgraph:
     outer-scope names to values (a superset of what this body reads is fine).
     """
 
-    def __init__(self, body, check_kernels: bool | None = None):
+    def __init__(self, body, check_kernels: bool | None = None, parent=None):
         from .executable import CPUExecutable  # a body is a partition like any other
 
         self.body = body
@@ -74,7 +74,10 @@ class Subgraph:
         self.outer_names = list(body.outer_inputs)
         self.output_info = [body.value(o) for o in self.output_names]
         part = SimpleNamespace(nodes=body.nodes, inputs=tuple(self.input_names) + tuple(self.outer_names),
-                               outputs=tuple(self.output_names), constants=body.constants, value=body.value)
+                               outputs=tuple(self.output_names), constants=body.constants, value=body.value,
+                               # the enclosing node's session settings (``parent``: its KernelContext)
+                               intra_op_num_threads=getattr(parent, "threads", 0),
+                               max_tensor_bytes=getattr(parent, "max_tensor_bytes", 0))
         self.executable = CPUExecutable(part, check_kernels=check_kernels)
 
     def run(self, inputs, outer: dict) -> list:

@@ -89,6 +89,10 @@ def _prep(x, layout, seq_lens):
         x = np.swapaxes(x, 0, 1)
     seq, batch = x.shape[0], x.shape[1]
     lens = None if seq_lens is None else np.asarray(seq_lens).astype(np.int64).reshape(-1)
+    if lens is not None and (lens.size != batch or lens.size and (lens.min() < 0 or lens.max() > seq)):
+        # a length past the sequence would read past X (onnxruntime refuses them too)
+        raise ValueError(f"input 'sequence_lens' must hold {batch} lengths in [0, {seq}] (one per batch "
+                         f"entry), got {lens.tolist()[:16]}")
     if lens is not None and np.all(lens == seq):
         lens = None
     return x, seq, batch, lens

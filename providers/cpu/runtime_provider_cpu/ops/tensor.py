@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..limits import check_alloc
 from ..registry import kernel
 from ._common import normalize_axes, normalize_axis
 
@@ -56,7 +57,7 @@ def constant(ctx, *, value=None, sparse_value=None, value_float=None, value_floa
 @kernel("ConstantOfShape", 9, 20, 21, 23, 24, 25)
 def constant_of_shape(ctx, shape, *, value=None):
     v = np.zeros(1, np.float32) if value is None else np.asarray(value).reshape(-1)
-    return np.full(tuple(_ints(shape)), v[0], dtype=v.dtype)
+    return np.full(check_alloc(ctx, "ConstantOfShape", _ints(shape), v.dtype.itemsize), v[0], dtype=v.dtype)
 
 
 @kernel("Shape", 1, 13, 15, 19, 21, 23, 24, 25)
@@ -296,7 +297,8 @@ def scatter_nd(ctx, x, indices, updates, *, reduction="none"):
 def expand(ctx, x, shape):
     dims = _ints(shape)
     target = np.broadcast_shapes(x.shape, tuple(dims))
-    return np.broadcast_to(x, target)
+    # a view, but every consumer may materialize it: it must fit under the cap too
+    return np.broadcast_to(x, check_alloc(ctx, "Expand", target, x.dtype.itemsize))
 
 
 @kernel("Tile", 1)
@@ -304,15 +306,24 @@ def tile_v1(ctx, x, tiles, axis):
     # Tile-1: repeat the whole tensor `tiles` times along the one axis `axis` (scalars)
     reps = [1] * x.ndim
     reps[normalize_axis(_ints(axis)[0], x.ndim)] = _ints(tiles)[0]
-    return np.tile(x, reps)
+    return np.tile(x, _tile_reps(ctx, x, reps))
+
+
+def _tile_reps(ctx, x, reps: list[int]) -> list[int]:
+    if len(reps) != x.ndim:
+        raise ValueError(f"Tile: repeats has {len(reps)} values for an input of rank {x.ndim}")
+    if any(r < 0 for r in reps):
+        raise ValueError(f"Tile: repeats must not be negative, got {reps}")
+    check_alloc(ctx, "Tile", [d * r for d, r in zip(x.shape, reps)], x.dtype.itemsize)
+    return reps
 
 
 @kernel("Tile", 6, 13)
 def tile(ctx, x, repeats):
-    return np.tile(x, _ints(repeats))
+    return np.tile(x, _tile_reps(ctx, x, _ints(repeats)))
 
 
-def _pad(x, pads, mode, value, axes=None):
+def _pad(ctx, x, pads, mode, value, axes=None):
     rank = x.ndim
     axes = list(range(rank)) if axes is None else list(normalize_axes(axes, rank))
     n = len(axes)
@@ -324,6 +335,7 @@ def _pad(x, pads, mode, value, axes=None):
                  for d, (b, e) in enumerate(width))
     x = x[crop]
     width = [(max(b, 0), max(e, 0)) for b, e in width]
+    check_alloc(ctx, "Pad", [d + b + e for d, (b, e) in zip(x.shape, width)], x.dtype.itemsize)
     if mode == "constant":
         v = 0 if value is None else value
         return np.pad(x, width, mode="constant", constant_values=np.asarray(v).astype(x.dtype))
@@ -339,21 +351,21 @@ def _pad(x, pads, mode, value, axes=None):
 @kernel("Pad", 1)
 def pad_v1(ctx, x, *, paddings, mode, value):
     # Pad-1 is Pad-2 with the pads attribute named paddings
-    return _pad(x, paddings, mode, value)
+    return _pad(ctx, x, paddings, mode, value)
 
 
 @kernel("Pad", 2)
 def pad_v2(ctx, x, *, pads, mode, value):
-    return _pad(x, pads, mode, value)
+    return _pad(ctx, x, pads, mode, value)
 
 
 @kernel("Pad", 11, 13, 18, 19, 21, 23, 24, 25)
 def pad_v11(ctx, x, pads, constant_value=None, axes=None, *, mode):
     v = None if constant_value is None or np.size(constant_value) == 0 else np.asarray(constant_value).reshape(-1)[0]
-    return _pad(x, _ints(pads), mode, v, None if axes is None else _ints(axes))
+    return _pad(ctx, x, _ints(pads), mode, v, None if axes is None else _ints(axes))
 
 
-def _range_values(start, limit, delta, compute=None):
+def _range_values(ctx, start, limit, delta, compute=None):
     """Range: ``start + i * delta`` for ``i < max(ceil((limit - start) / delta), 0)``, computed in
     ``compute`` (default: the input type) and returned in the input type."""
     vals = []
@@ -369,6 +381,7 @@ def _range_values(start, limit, delta, compute=None):
         if di == 0:
             raise ValueError("Range delta must not be 0")
         n = max(-((si - li) // di), 0)  # exact ceil((limit - start) / delta)
+        check_alloc(ctx, "Range", [n], dt.itemsize)
         with np.errstate(over="ignore"):
             return (np.arange(n, dtype=dt) * d + s).astype(dt, copy=False)
     ct = np.dtype(compute) if compute is not None else dt
@@ -379,6 +392,7 @@ def _range_values(start, limit, delta, compute=None):
     if not np.isfinite(q):
         raise ValueError(f"Range of start={sf}, limit={lf}, delta={df} has no finite length")
     n = max(int(np.ceil(q)), 0)
+    check_alloc(ctx, "Range", [n], max(ct.itemsize, dt.itemsize))
     y = np.arange(n, dtype=ct) * d.astype(ct)
     y += s.astype(ct)
     return y.astype(dt, copy=False)
@@ -386,7 +400,7 @@ def _range_values(start, limit, delta, compute=None):
 
 @kernel("Range", 11)
 def range_(ctx, start, limit, delta):
-    return _range_values(start, limit, delta)
+    return _range_values(ctx, start, limit, delta)
 
 
 _RANGE_LOWP = ("float16", "bfloat16")
@@ -406,7 +420,7 @@ def _range27_check(node):
 def range_27(ctx, start, limit, delta, *, stash_type):
     # stash_type: the accumulation type for float16/bfloat16 only (no effect for other types)
     lowp = np.asarray(start).dtype.name in _RANGE_LOWP
-    return _range_values(start, limit, delta, _RANGE_STASH[stash_type] if lowp else None)
+    return _range_values(ctx, start, limit, delta, _RANGE_STASH[stash_type] if lowp else None)
 
 
 @kernel("Trilu", 14)
@@ -456,6 +470,9 @@ def onehot(ctx, indices, depth, values, *, axis):
     idx = np.where(idx < 0, idx + d, idx)
     rank = idx.ndim + 1
     a = normalize_axis(axis, rank)
+    if d < 0:
+        raise ValueError(f"OneHot: depth must not be negative, got {d}")
+    check_alloc(ctx, "OneHot", idx.shape + (d,), max(np.dtype(values.dtype).itemsize, 8))  # the int64 compare too
     eye = (idx[..., None] == np.arange(d))
     eye = np.moveaxis(eye, -1, a)
     off, on = np.asarray(values).reshape(-1)[:2]

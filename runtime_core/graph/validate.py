@@ -1,0 +1,455 @@
+"""Attribute validation at load time, and onnx shape inference that cannot take the process down.
+
+:func:`validate_model` runs one table of per-op rules (:data:`RULES`) over every node,
+subgraphs included, before anything else reads the attributes: what onnxruntime refuses
+at session creation (negative pads, pads not smaller than a pool's kernel, strides or
+dilations <= 0, a Conv bias that is not 1-D, an RNN's ``hidden_size``/``layout``/
+``direction`` or weights for the wrong number of directions, ...) is refused here with an
+:class:`~runtime_core.errors.InvalidModelError` naming the node and the attribute. Some of
+these values also crash onnx's C++ shape inference (LayerNormalization ``axis = 2**31``).
+
+:func:`infer_shapes` is the loader's call into ``onnx.shape_inference.infer_shapes``. For a
+model holding an op on :data:`KNOWN_CRASHES` (patterns on which onnx 1.23.2's inference
+crashes the interpreter even on a valid model), or with an int attribute outside int32 (the
+class of values its inference was seen to crash on), it runs in a child process; a crash
+there means "no inferred shapes" (inference is advisory: every kernel checks what it gets).
+Other models are inferred in-process, as before (no start-up cost).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+
+import onnx
+
+from ..errors import InvalidModelError
+
+logger = logging.getLogger("runtime_core.graph")
+
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
+
+#: (domain, op type) -> the highest opset of that domain whose schema crashes onnx's C++
+#: shape inference on valid models: ai.onnx.ml TreeEnsemble* before ml opset 3 followed by a
+#: consumer (skl2onnx's decision_path models: TreeEnsembleRegressor -> LabelEncoder).
+KNOWN_CRASHES: dict[tuple[str, str], int] = {
+    ("ai.onnx.ml", "TreeEnsembleRegressor"): 2,
+    ("ai.onnx.ml", "TreeEnsembleClassifier"): 2,
+}
+
+#: seconds a child process may spend on shape inference before it is abandoned
+INFER_TIMEOUT_S = 120.0
+
+
+class _Node:
+    """What a rule sees of one node: its name, attributes and known input shapes."""
+
+    __slots__ = ("attrs", "name", "proto", "shapes")
+
+    def __init__(self, proto: onnx.NodeProto, name: str, shapes: _Shapes):
+        self.proto = proto
+        self.name = name
+        self.attrs = {a.name: a for a in proto.attribute}
+        self.shapes = shapes
+
+    def ints(self, name: str) -> list[int] | None:
+        a = self.attrs.get(name)
+        if a is None:
+            return None
+        if a.type == onnx.AttributeProto.INTS:
+            return list(a.ints)
+        if a.type == onnx.AttributeProto.INT:
+            return [a.i]
+        return None
+
+    def int(self, name: str) -> int | None:
+        a = self.attrs.get(name)
+        return a.i if a is not None and a.type == onnx.AttributeProto.INT else None
+
+    def string(self, name: str) -> str | None:
+        a = self.attrs.get(name)
+        if a is None or a.type != onnx.AttributeProto.STRING:
+            return None
+        return a.s.decode("utf-8", "replace")
+
+    def input_shape(self, i: int) -> tuple | None:
+        """The input's shape (ints, or None for an unknown dim) when its rank is known."""
+        if i >= len(self.proto.input) or not self.proto.input[i]:
+            return None
+        return self.shapes.get(self.proto.input[i])
+
+
+Rule = Callable[[_Node], "str | None"]
+
+
+def _positive(attr: str) -> Rule:
+    def rule(n: _Node):
+        v = n.ints(attr)
+        if v is not None and any(x <= 0 for x in v):
+            return f"attribute {attr!r} must be positive, got {v}"
+        return None
+    return rule
+
+
+def _non_negative(attr: str) -> Rule:
+    def rule(n: _Node):
+        v = n.ints(attr)
+        if v is not None and any(x < 0 for x in v):
+            return f"attribute {attr!r} must not be negative, got {v}"
+        return None
+    return rule
+
+
+def _pads_smaller_than_kernel(n: _Node):
+    pads, kernel = n.ints("pads"), n.ints("kernel_shape")
+    if not pads or not kernel or len(pads) != 2 * len(kernel):
+        return None
+    k = len(kernel)
+    for d in range(k):
+        if pads[d] >= kernel[d] or pads[d + k] >= kernel[d]:
+            return (f"attribute 'pads' {pads} must be smaller than 'kernel_shape' {kernel} "
+                    f"(axis {d}: pads {pads[d]}, {pads[d + k]}, kernel {kernel[d]})")
+    return None
+
+
+def _pads_rank(n: _Node):
+    pads, kernel = n.ints("pads"), n.ints("kernel_shape")
+    if pads is not None and kernel and len(pads) != 2 * len(kernel):
+        return f"attribute 'pads' has {len(pads)} values, expected {2 * len(kernel)} (2 per axis of 'kernel_shape' {kernel})"
+    return None
+
+
+def _conv_bias(n: _Node):
+    shape = n.input_shape(2)
+    if shape is not None and len(shape) != 1:
+        return f"input 'B' (bias, {n.proto.input[2]!r}) must be 1-D (M,), got shape {list(shape)}"
+    w = n.input_shape(1)
+    if shape is not None and w is not None and w and isinstance(w[0], int) and isinstance(shape[0], int) \
+            and shape[0] != w[0] and n.proto.op_type == "Conv":
+        return f"input 'B' (bias) has {shape[0]} values, but 'W' has {w[0]} output channels"
+    return None
+
+
+def _rnn(gates: int) -> Rule:
+    def rule(n: _Node):
+        hidden = n.int("hidden_size")
+        if hidden is not None and not 0 < hidden <= INT32_MAX:
+            return f"attribute 'hidden_size' must be in [1, {INT32_MAX}], got {hidden}"
+        layout = n.int("layout")
+        if layout is not None and layout not in (0, 1):
+            return f"attribute 'layout' must be 0 or 1, got {layout}"
+        direction = n.string("direction")
+        dirs = {"forward": 1, "reverse": 1, "bidirectional": 2, "foward": 1}.get(direction or "forward")
+        if dirs is None:
+            return f"attribute 'direction' must be forward, reverse or bidirectional, got {direction!r}"
+        for i, what in ((1, "W"), (2, "R")):
+            shape = n.input_shape(i)
+            if shape is None:
+                continue
+            if len(shape) != 3:
+                return f"input {what!r} must be 3-D [num_directions, {gates}*hidden_size, ...], got {list(shape)}"
+            if isinstance(shape[0], int) and shape[0] != dirs:
+                return (f"input {what!r} holds weights for {shape[0]} direction(s), but attribute "
+                        f"'direction' {direction or 'forward'!r} needs {dirs}")
+            if hidden is not None and isinstance(shape[1], int) and shape[1] != gates * hidden:
+                return (f"input {what!r} dim 1 is {shape[1]}, expected {gates}*hidden_size = {gates * hidden} "
+                        f"(attribute 'hidden_size' {hidden})")
+        return None
+    return rule
+
+
+def _axis_in_rank(n: _Node):
+    axis = n.int("axis")
+    if axis is None:
+        return None
+    if not -INT32_MAX <= axis <= INT32_MAX:
+        return f"attribute 'axis' {axis} is out of range"
+    shape = n.input_shape(0)
+    if shape is not None and not -len(shape) <= axis < len(shape):
+        return f"attribute 'axis' {axis} is out of range for input rank {len(shape)}"
+    return None
+
+
+_EINSUM_TERM = re.compile(r"[A-Za-z]*(\.\.\.)?[A-Za-z]*")
+
+
+def _einsum_equation(n: _Node):
+    """Terms of letters (one ``...`` each), ``,`` between inputs, at most one ``->``: onnx's
+    inference loops forever on a stray ``-`` ("a-") and on bytes that are not ASCII."""
+    eq = n.attrs.get("equation")
+    if eq is None or eq.type != onnx.AttributeProto.STRING:
+        return None
+    try:
+        text = eq.s.decode("ascii").replace(" ", "")
+    except UnicodeDecodeError:
+        return f"attribute 'equation' {eq.s!r} is not ASCII"
+    sides = text.split("->")
+    ok = len(sides) <= 2 and all(_EINSUM_TERM.fullmatch(t) for t in sides[0].split(","))
+    if ok and len(sides) == 2:
+        ok = _EINSUM_TERM.fullmatch(sides[1]) is not None
+    if not ok:
+        return f"attribute 'equation' {text!r} is not an einsum equation (like 'ij,jk->ik')"
+    return None
+
+
+def _extent_fits(n: _Node):
+    """The padded kernel extent ``(k - 1) * d + 1 + pads`` of each axis must be an int64, as every
+    kernel's size arithmetic assumes (onnxruntime: an integer-overflow error)."""
+    kernel = n.ints("kernel_shape")
+    if not kernel:
+        return None
+    dil = n.ints("dilations") or [1] * len(kernel)
+    pads = n.ints("pads") or [0] * (2 * len(kernel))
+    k = len(kernel)
+    for d in range(min(k, len(dil))):
+        extent = (kernel[d] - 1) * dil[d] + 1
+        extent += sum(p for p in (pads[d:d + 1] + pads[d + k:d + k + 1]) if p > 0)
+        if extent > INT64_MAX:
+            return (f"attributes 'kernel_shape' {kernel}, 'dilations' {dil} and 'pads' {pads} give axis {d} "
+                    f"an extent of {extent}, past int64")
+    return None
+
+
+def _batch_dims(n: _Node):
+    b = n.int("batch_dims")
+    if b is None:
+        return None
+    shapes = [n.input_shape(0), n.input_shape(1)]
+    ranks = [len(s) for s in shapes if s is not None]
+    if b < 0 or (ranks and b >= min(ranks)):
+        bound = f" smaller than the inputs' ranks {ranks}" if ranks else ""
+        return f"attribute 'batch_dims' must be non-negative{bound}, got {b}"
+    return None
+
+
+def _split_outputs(n: _Node):
+    """``num_outputs`` must be the node's output count (onnx's inference and onnxruntime abort)."""
+    num = n.int("num_outputs")
+    if num is not None and num != len(n.proto.output):
+        return f"attribute 'num_outputs' is {num}, but the node has {len(n.proto.output)} outputs"
+    return None
+
+
+_CONV = (_positive("strides"), _positive("dilations"), _positive("kernel_shape"), _non_negative("pads"),
+         _extent_fits)
+_POOL = _CONV + (_pads_rank, _pads_smaller_than_kernel)
+
+#: (domain, op type) -> the rules its nodes must pass; the domain is "" for ai.onnx
+RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
+    ("", "Conv"): _CONV + (_pads_rank, _conv_bias),
+    ("", "ConvInteger"): _CONV + (_pads_rank,),
+    ("", "QLinearConv"): _CONV + (_pads_rank,),
+    ("", "ConvTranspose"): _CONV + (_pads_rank, _non_negative("output_padding"), _conv_bias),
+    ("", "MaxPool"): _POOL,
+    ("", "AveragePool"): _POOL,
+    ("", "LpPool"): _POOL,
+    ("", "MaxUnpool"): (_positive("strides"), _positive("kernel_shape"), _non_negative("pads")),
+    ("", "LSTM"): (_rnn(4),),
+    ("", "GRU"): (_rnn(3),),
+    ("", "RNN"): (_rnn(1),),
+    ("", "Einsum"): (_einsum_equation,),
+    ("", "Split"): (_split_outputs,),
+    # onnx 1.23.2's inference crashes (SIGSEGV) on batch_dims = -2**31
+    ("", "GatherND"): (_batch_dims,),
+    # even sizes are valid ONNX (onnxruntime refuses them; the onnx reference computes them)
+    ("", "LRN"): (_positive("size"),),
+    # onnx 1.23.2's inference crashes (SIGSEGV) on axis = 2**31
+    ("", "LayerNormalization"): (_axis_in_rank,),
+}
+
+
+def _tensor_attrs(n: _Node):
+    """Every node: a tensor attribute (Constant's ``value``, ...) of an element type onnx knows."""
+    for a in n.attrs.values():
+        if a.type == onnx.AttributeProto.TENSOR:
+            tensors = [a.t]
+        elif a.type == onnx.AttributeProto.TENSORS:
+            tensors = list(a.tensors)
+        elif a.type == onnx.AttributeProto.SPARSE_TENSOR:
+            tensors = [a.sparse_tensor.values, a.sparse_tensor.indices]
+        else:
+            continue
+        for t in tensors:
+            if t.data_type not in _ELEM_TYPES:
+                return f"attribute {a.name!r} holds a tensor of unknown element type {t.data_type}"
+    return None
+
+
+_ELEM_TYPES = frozenset(v for v in onnx.TensorProto.DataType.values() if v != onnx.TensorProto.UNDEFINED)
+
+#: rules every node must pass, whatever its op
+COMMON_RULES: tuple[Rule, ...] = (_tensor_attrs,)
+
+
+def _shape_of(t: onnx.TypeProto) -> tuple | None:
+    if t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in t.tensor_type.shape.dim)
+
+
+class _Shapes:
+    """Where a graph's values get their shapes (value infos, initializers, Constant nodes),
+    indexed on first use and read per name: most nodes never ask, and reading every
+    initializer's dims would cost more than the rules."""
+
+    __slots__ = ("_where", "graph", "outer")
+
+    def __init__(self, graph: onnx.GraphProto, outer: _Shapes | None):
+        self.graph, self.outer, self._where = graph, outer, None
+
+    def get(self, name: str) -> tuple | None:
+        if self._where is None:
+            g = self.graph
+            where: dict = {}
+            for vi in list(g.input) + list(g.value_info) + list(g.output):
+                where[vi.name] = vi
+            for t in g.initializer:
+                where[t.name] = t
+            for n in g.node:
+                if n.op_type == "Constant" and n.output:
+                    where[n.output[0]] = n
+            self._where = where
+        src = self._where.get(name)
+        if src is None:
+            return self.outer.get(name) if self.outer is not None else None
+        if isinstance(src, onnx.ValueInfoProto):
+            return _shape_of(src.type)
+        if isinstance(src, onnx.TensorProto):
+            return tuple(src.dims)
+        for a in src.attribute:  # a Constant node: its value's dims
+            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                return tuple(a.t.dims)
+        return None
+
+
+_SUBGRAPH_OR_TENSOR = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.TENSOR,
+                       onnx.AttributeProto.TENSORS, onnx.AttributeProto.SPARSE_TENSOR)
+
+
+def _walk(g: onnx.GraphProto, outer: _Shapes | None, origin: str, prefix: str = "") -> None:
+    shapes = _Shapes(g, outer)
+    for idx, n in enumerate(g.node):
+        op = n.op_type
+        domain = n.domain
+        rules = RULES.get(("" if domain == "ai.onnx" else domain, op), ())
+        special = [a for a in n.attribute if a.type in _SUBGRAPH_OR_TENSOR]
+        if not rules and not special:
+            continue
+        name = prefix + (n.name or f"{op}_{idx}")
+        node = _Node(n, name, shapes)
+        for rule in COMMON_RULES + rules:
+            why = rule(node)
+            if why:
+                raise InvalidModelError(f"{origin}: node {name!r} ({op}): {why}")
+        for a in special:
+            subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else (
+                list(a.graphs) if a.type == onnx.AttributeProto.GRAPHS else [])
+            for sg in subs:
+                _walk(sg, shapes, origin, f"{name}/{a.name}/")
+
+
+def validate_model(model: onnx.ModelProto, origin: str = "the model") -> None:
+    """Refuse attributes onnxruntime refuses at session creation (see :data:`RULES`): an
+    :class:`InvalidModelError` naming the node, its op and the attribute."""
+    _walk(model.graph, None, origin)
+
+
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    return {("" if i.domain == "ai.onnx" else i.domain): i.version for i in model.opset_import}
+
+
+#: attributes whose int64 extremes are ordinary (Slice-1's open ends are INT64_MAX)
+_WIDE_INTS_OK = {("", "Slice"): {"starts", "ends"}}
+
+#: INTS longer than this are data tables (tree node ids, ...), not shape-like: not scanned
+_SHAPE_LIKE_MAX = 64
+
+
+def _extreme_int(dom: str, n: onnx.NodeProto) -> str | None:
+    """The first int attribute outside int32 (onnx's C++ inference narrows them: LayerNormalization
+    axis, GatherND batch_dims, ... crashed on such values), else None."""
+    ok = _WIDE_INTS_OK.get((dom, n.op_type), ())
+    for a in n.attribute:
+        if a.type == onnx.AttributeProto.INT:
+            if not -INT32_MAX - 1 <= a.i <= INT32_MAX and a.name not in ok:
+                return a.name
+        elif (a.type == onnx.AttributeProto.INTS and len(a.ints) <= _SHAPE_LIKE_MAX and a.name not in ok
+              and any(not -INT32_MAX - 1 <= v <= INT32_MAX for v in a.ints)):
+            return a.name
+    return None
+
+
+def crash_prone(model: onnx.ModelProto) -> str | None:
+    """Why onnx's C++ inference might crash on ``model``: the first node on :data:`KNOWN_CRASHES`
+    for its opset, or with an int attribute outside int32 (as ``domain::op``), else None."""
+    opsets = _opsets(model)
+    listed = any(opsets.get(dom, 1) <= hi for (dom, _), hi in KNOWN_CRASHES.items() if dom in opsets)
+    graphs = [model.graph] + [f for f in model.functions]
+    while graphs:
+        g = graphs.pop()
+        for n in g.node:
+            dom = "" if n.domain == "ai.onnx" else n.domain
+            if listed:
+                hi = KNOWN_CRASHES.get((dom, n.op_type))
+                if hi is not None and opsets.get(dom, 1) <= hi:
+                    return f"{dom or 'ai.onnx'}::{n.op_type}"
+            if not n.attribute:
+                continue
+            wide = _extreme_int(dom, n)
+            if wide is not None:
+                return f"{dom or 'ai.onnx'}::{n.op_type} attribute {wide!r} outside int32"
+            for a in n.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(a.g)
+                elif a.type == onnx.AttributeProto.GRAPHS:
+                    graphs.extend(a.graphs)
+    return None
+
+
+_CHILD = """\
+import sys, onnx
+m = onnx.ModelProto()
+m.ParseFromString(sys.stdin.buffer.read())
+out = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=True)
+sys.stdout.buffer.write(out.SerializeToString())
+"""
+
+
+def _infer_in_child(model: onnx.ModelProto, why: str) -> onnx.ModelProto:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    try:
+        proc = subprocess.run([sys.executable, "-c", _CHILD], input=model.SerializeToString(),
+                              capture_output=True, timeout=INFER_TIMEOUT_S, env=env, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        logger.warning("shape inference in a child process (model has %s) failed to run: %s; "
+                       "continuing without it", why, exc)
+        return model
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        logger.warning("onnx shape inference failed in its child process (model has %s, exit code %s%s); "
+                       "continuing without it", why, proc.returncode, f": {err[-1]}" if err else "")
+        return model
+    out = onnx.ModelProto()
+    try:
+        out.ParseFromString(proc.stdout)
+    except Exception as exc:  # noqa: BLE001 - a garbled reply is the same as no reply
+        logger.warning("shape inference's child process answered garbage (%s); continuing without it", exc)
+        return model
+    return out
+
+
+def infer_shapes(model: onnx.ModelProto, data_prop: bool = True) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes`` (lenient, with data propagation unless
+    ``data_prop`` is False), in a child process when the model holds an op on
+    :data:`KNOWN_CRASHES`. Raises what onnx raises in-process; a crash or failure in the
+    child returns ``model`` as it is. The only door into onnx's shape inference."""
+    why = crash_prone(model)
+    if why is not None:
+        return _infer_in_child(model, why)
+    return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
