@@ -70,7 +70,7 @@ class CPUExecutionProvider:
 
     @classmethod
     def probe(cls):
-        from .ops.nn import NATIVE_ERROR
+        from .fast.policy import NATIVE_ERROR
 
         native = "compiled kernels" if NATIVE_ERROR is None else f"no compiled kernels ({NATIVE_ERROR})"
         return _Probe(True, "", ["host (numpy %s, %s)" % (np.__version__, native)])

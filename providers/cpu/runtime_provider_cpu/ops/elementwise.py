@@ -28,7 +28,7 @@ from onnx import TensorProto, helper
 from ..executable import inplace_variant
 from ..registry import kernel
 
-try:  # the compiled kernels (see ops/nn.py); without them the numpy blocks below run
+try:  # the compiled kernels (see fast/policy.py); without them the numpy blocks below run
     from .. import _native
 except ImportError:  # pragma: no cover - only a build without a C compiler
     _native = None

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..registry import kernel
-from .nn import _native  # the compiled kernels (None in a build without them)
+from ..fast.policy import NATIVE as _native  # the compiled kernels (None in a build without them)
 
 ML = "ai.onnx.ml"
 _F32 = np.float32
