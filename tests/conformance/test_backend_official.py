@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 import warnings
 
+import ml_dtypes
+import numpy as np
 import onnx.backend.test
 
 import runtime_core.backend as backend
@@ -25,5 +27,14 @@ for _case in load_exclusions():
 # list of outputs: len() of the 0-d first element of this case's sequence raises TypeError, for any
 # backend (our runner compares it correctly and it passes there: tests/conformance/test_conformance.py)
 _bt.exclude(r"^test_loop16_seq_none_cpu$")
+
+# float -> INT4/UINT4/INT2/UINT2 out of range is undefined by the Cast spec, and onnx's generator
+# writes ml_dtypes' value there: from ml_dtypes 0.7 on that is 0, not the low bits that onnx's
+# int4/int2 notes, its published files and our kernel give. onnx's runner cannot skip just those
+# values (our runner does: runtime_core.conformance.compare.undefined_positions), so with such an
+# ml_dtypes these cases are left to our runner (tests/conformance/test_conformance.py) and to
+# tests/providers/cpu/test_cast_subbyte.py.
+if int(np.array([-9.0]).astype(ml_dtypes.int4).astype(np.int8)[0]) != 7:
+    _bt.exclude(r"^test_cast(like)?_FLOAT(16)?_to_U?INT[24](_expanded)?_cpu$")
 
 globals().update(_bt.test_cases)
