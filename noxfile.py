@@ -141,7 +141,7 @@ def lowest(session: nox.Session) -> None:
                 "sys.exit('; '.join(bad) or None)", *pins)
     session.chdir(ROOT / "tests")
     session.run("pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), *LOWEST_TESTS,
-                *session.posargs, env={"RUNTIME_CORE_EXPECT_INSTALLED": "1"})
+                *session.posargs, env={"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"})
 
 
 @nox.session
