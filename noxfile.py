@@ -8,6 +8,7 @@
     nox -s scaffold     # runtime-core new-provider acme, pip install it, run its tests
     nox -s lint         # ruff (rules in pyproject.toml) + mypy on the public modules
     nox -s fuzz         # seeded, time-bounded fuzzing from the wheels (-- --seed N --seconds S)
+    nox -s lowest       # the wheels with every dependency at its declared lower bound: tests + conformance
 """
 
 from __future__ import annotations
@@ -89,6 +90,64 @@ def tests(session: nox.Session) -> None:
 #: file: only that driver is loaded): PyPI's (bundled in the pyopencl wheel, with the [pocl]
 #: extra) and Debian's (``apt-get install pocl-opencl-icd``)
 POCL_ICDS = {"pypi": None, "debian": "/etc/OpenCL/vendors/pocl.icd"}
+#: the extras the lowest session installs (their requirements are pinned to their lower bounds too)
+LOWEST_EXTRAS = {"runtime-provider-cpu": ("image",), "runtime-provider-opencl": ("pocl",)}
+#: what the lowest session runs: the whole conformance suite and a representative subset of the rest
+#: (the model tests run in the tests session; here the torch exports, with onnxruntime at numpy 1.x)
+LOWEST_TESTS = ["conformance", "core", "providers/cpu", "providers/opencl", "plugins", "cli",
+                "models/test_torch_models.py"]
+
+
+def lowest_pins() -> list[str]:
+    """``name==X`` for each ``name>=X`` that our distributions (and LOWEST_EXTRAS) declare, the
+    highest X where several declare the same name; our own distributions are installed as wheels."""
+    import tomllib
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    ours = {canonicalize_name(n) for n in DISTRIBUTIONS}
+    low: dict[str, str] = {}
+    for name, folder in DISTRIBUTIONS.items():
+        project = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+        lines = list(project.get("dependencies", []))
+        for extra in LOWEST_EXTRAS.get(name, ()):
+            lines += project.get("optional-dependencies", {}).get(extra, [])
+        for line in lines:
+            req = Requirement(line)
+            dep = canonicalize_name(req.name)
+            bounds = [s.version for s in req.specifier if s.operator == ">="]
+            if dep in ours or not bounds:
+                continue
+            v = max(bounds, key=Version)
+            if dep not in low or Version(v) > Version(low[dep]):
+                low[dep] = v
+    return [f"{dep}=={v}" for dep, v in sorted(low.items())]
+
+
+@nox.session
+def lowest(session: nox.Session) -> None:
+    """The wheels with each dependency at its declared lower bound (pins made by lowest_pins from
+    the pyproject files; the test tools resolve against them), then LOWEST_TESTS."""
+    built = build_wheels(session)
+    pins = lowest_pins()
+    constraints = Path(session.create_tmp()).resolve() / "lowest-constraints.txt"
+    constraints.write_text("\n".join(pins) + "\n", encoding="utf-8")
+    session.log("lower bounds: " + " ".join(pins))
+    session.install("-c", str(constraints),
+                    f"{built['runtime-provider-cpu']}[image]", str(built["runtime-core"]),
+                    f"{built['runtime-provider-opencl']}[pocl]", str(built["runtime-provider-cuda"]),
+                    *TEST_DEPS)
+    # fail here, not in a test, if pip did not install exactly the lower bounds
+    session.run("python", "-c", "import sys; from importlib.metadata import version; "
+                "from packaging.version import Version as V; "
+                "pins = [p.split('==') for p in sys.argv[1:]]; "
+                "bad = [f'{n} {version(n)} != {v}' for n, v in pins if V(version(n)) != V(v)]; "
+                "print('installed at the lower bounds:', ', '.join(f'{n} {version(n)}' for n, _ in pins)); "
+                "sys.exit('; '.join(bad) or None)", *pins)
+    session.chdir(ROOT / "tests")
+    session.run("pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), *LOWEST_TESTS,
+                *session.posargs, env={"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"})
 
 
 @nox.session

@@ -6,13 +6,37 @@ only ``None``; a tensor must have exactly the expected shape and dtype; strings 
 other object arrays must be equal; numbers must satisfy
 ``|actual - expected| <= atol + rtol * |expected|`` with NaNs in the same places
 (bfloat16 gets at least two ULPs of relative tolerance, as the official runner does).
+
+One departure, :func:`undefined_positions`: the Cast spec leaves a float cast to a fixed-point
+type undefined when the value is out of range, and the generated expected data of the
+suite's float -> INT4/UINT4/INT2/UINT2 cases hold, there, whatever the generating library
+gave: the low bits with ml_dtypes up to 0.6 (as onnx's int4/int2 notes and its published
+files), 0 from ml_dtypes 0.7, the clipped value with onnx 1.18 and older. Those positions
+are not compared; every in-range value is.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-__all__ = ["compare_outputs"]
+__all__ = ["compare_outputs", "undefined_positions"]
+
+#: float -> sub-byte integer Cast/CastLike cases; groups: U (unsigned) and the bit width
+_SUBBYTE_CAST = re.compile(r"^node/test_cast(?:like)?_(?:FLOAT|FLOAT16|DOUBLE|BFLOAT16)_to_(U?)INT([24])(?:_expanded)?$")
+
+
+def undefined_positions(case_id: str, inputs) -> np.ndarray | None:
+    """Where the spec defines no output of the case ``case_id`` (a bool mask), or ``None``."""
+    m = _SUBBYTE_CAST.match(case_id)
+    if m is None or not inputs:
+        return None
+    bits = int(m.group(2))
+    lo, hi = (0, (1 << bits) - 1) if m.group(1) else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    with np.errstate(invalid="ignore"):
+        r = np.rint(np.asarray(inputs[0]).astype(np.float64))
+        return ~(np.isfinite(r) & (r >= lo) & (r <= hi))
 
 
 def compare_outputs(expected, actual, rtol: float = 1e-3, atol: float = 1e-7, where: str = "output") -> None:

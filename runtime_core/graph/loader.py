@@ -414,6 +414,17 @@ def _is_stripped(t: onnx.TensorProto) -> bool:
                 or t.uint64_data or t.string_data or t.external_data)
 
 
+def _read_external(t: onnx.TensorProto, base_dir: str) -> bytes:
+    """The bytes of ``t``'s external data, with onnx's checks of location and bounds."""
+    read = getattr(external_data_helper, "_read_external_data_bytes", None)  # in 1.23.2, not 1.23.0
+    if read is not None:
+        return read(t, base_dir)
+    external_data_helper.load_external_data_for_tensor(t, base_dir)  # onnx 1.23.0: into raw_data
+    data = t.raw_data
+    t.ClearField("raw_data")
+    return data
+
+
 def _load_external(model: onnx.ModelProto, base_dir: Path, weights: dict, origin: str) -> None:
     """Read external data: main-graph initializers of plain types into ``weights`` (the
     proto keeps name, type and dims), every other tensor into its ``raw_data`` as
@@ -424,7 +435,7 @@ def _load_external(model: onnx.ModelProto, base_dir: Path, weights: dict, origin
             if not external_data_helper.uses_external_data(t) or np_dtype is None or not t.name or (
                     sys.byteorder != "little"):
                 continue
-            data = external_data_helper._read_external_data_bytes(t, str(base_dir))
+            data = _read_external(t, str(base_dir))
             t.data_location = onnx.TensorProto.DEFAULT
             del t.external_data[:]
             shape = tuple(t.dims)

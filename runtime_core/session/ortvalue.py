@@ -294,6 +294,9 @@ class OrtValue:
     copies it to the host.
     """
 
+    #: the object a value imported through DLPack came from (its capsule is the fallback export)
+    _dlpack_source = None
+
     _rt_device_value = True  # how feed validation recognises an OrtValue
 
     def __init__(self, value, provider=None, keepalive=None):
@@ -411,7 +414,10 @@ class OrtValue:
             raise InvalidArgumentError(f"only contiguous tensors can be imported through DLPack (got shape "
                                        f"{arr.shape} with strides {arr.strides}); make it contiguous first, "
                                        "e.g. tensor.contiguous()")
-        return cls(arr, None, data)
+        value = cls(arr, None, data)
+        if source is data:
+            value._dlpack_source = data  # numpy < 2 cannot export the read-only array it imported
+        return value
 
     # -- ORT accessors --------------------------------------------------------------
     def device_name(self) -> str:
@@ -508,8 +514,22 @@ class OrtValue:
             kwargs = {k: v for k, v in (("max_version", max_version), ("dl_device", dl_device),
                                         ("copy", copy)) if v is not None}
             try:
-                return self._value.__dlpack__(stream=stream, **kwargs)
-            except (BufferError, TypeError, ValueError, RuntimeError) as exc:
+                try:
+                    return self._value.__dlpack__(stream=stream, **kwargs)
+                except TypeError:
+                    if "max_version" not in kwargs:
+                        raise
+                    # numpy < 2.1 has no versioned capsules: the legacy one is what the protocol
+                    # then gives (torch.from_dlpack asks with max_version and reads either)
+                    kwargs.pop("max_version")
+                    return self._value.__dlpack__(stream=stream, **kwargs)
+            except BufferError as exc:
+                if self._dlpack_source is None:
+                    raise InvalidArgumentError(f"this {self._value.dtype} tensor cannot be exported through "
+                                               f"DLPack: {exc}") from exc
+                # the memory came from this producer: its own capsule shares it, in any numpy
+                return self._dlpack_source.__dlpack__(stream=stream, **kwargs)
+            except (TypeError, ValueError, RuntimeError) as exc:
                 raise InvalidArgumentError(f"this {self._value.dtype} tensor cannot be exported through "
                                            f"DLPack: {exc}") from exc
         return provider_call(self._provider, "to_dlpack", self._value, stream, what="export DLPack")

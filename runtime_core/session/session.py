@@ -88,9 +88,9 @@ def _load_source(path_or_bytes):
     try:
         return load(path_or_bytes)
     except InvalidModelError as exc:
-        from google.protobuf.message import DecodeError
-
-        if isinstance(exc.__cause__, DecodeError):
+        # protobuf's DecodeError, recognised by name: protobuf is onnx's dependency, not ours
+        if any(c.__name__ == "DecodeError" and c.__module__.startswith("google.protobuf")
+               for c in type(exc.__cause__).__mro__):
             raise InvalidProtobufError(str(exc)) from exc.__cause__
         raise
 

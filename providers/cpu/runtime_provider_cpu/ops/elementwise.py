@@ -27,6 +27,7 @@ from onnx import TensorProto, helper
 
 from ..executable import inplace_variant
 from ..registry import kernel
+from .casting import to_subbyte_int
 
 try:  # the compiled kernels (see fast/policy.py); without them the numpy blocks below run
     from .. import _native
@@ -1104,15 +1105,8 @@ def _cast_num(x: np.ndarray, dst: np.dtype, saturate, fnuz_inf_nan, round_mode="
         if dst == _E8M0:
             return _to_e8m0(x, saturate, round_mode)
         if dst in _ML_INTS:
-            if src.kind == "f":
-                # round to nearest, ties to even (the onnx int4 note); values outside the
-                # target range (undefined by the spec) become 0, as ml_dtypes and the ONNX
-                # test data do (not the low bits)
-                return np.rint(x).astype(dst)
-            if src == np.bool_:
-                x = x.astype(np.int8)
-            # fixed point: keep the low bits (two's complement)
-            return x.astype(dst)
+            # computed in casting.py: ml_dtypes' own float -> intN cast differs between releases
+            return to_subbyte_int(x, dst)
         if dst == _BF16:
             if src.kind != "f":
                 x = x.astype(_F32 if src.itemsize <= 2 or src == np.bool_ else _F64)
