@@ -134,3 +134,19 @@ def test_pool_with_pads_past_the_kernel_reads_only_the_windows(op, fill, reduce,
     assert got.shape == want.shape == (1, 2, *out)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
     assert np.isfinite(got).any() and (op != "MaxPool" or np.isneginf(got).any())
+
+
+@pytest.mark.parametrize("size", [3, 5, 2**20 + 1, 2**31 - 1])
+def test_lrn_with_a_huge_size_is_linear_in_the_channels(size):
+    # LRN's window past the channels reads zeros: a size of 2**31 - 1 must not loop or pad that
+    # far (onnxruntime asks for 72 GiB there); the reference sums each channel's window directly
+    x = rnd(2, 6, 3, 3)
+    alpha, beta, bias = 1e-3, 0.75, 1.0
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=alpha, beta=beta, bias=bias)
+    got = run_bounded(make_model([node], {"x": x}, ["y"], opset=13), {"x": x})
+    assert got.shape == x.shape
+    x64 = x.astype(np.float64)
+    lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sums = np.stack([(x64[:, max(0, c - lo):c + hi + 1] ** 2).sum(axis=1) for c in range(x.shape[1])], axis=1)
+    want = x64 / (bias + alpha / size * sums) ** beta
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

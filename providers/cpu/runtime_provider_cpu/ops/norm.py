@@ -254,14 +254,15 @@ def lrn(ctx, x, *, alpha, beta, bias, size):
     cd = _cdtype(dt)
     xc = _as(x, cd)
     C = x.shape[1]
-    pre = (size - 1) // 2
-    post = size - 1 - pre
+    # window ends past the channels read only zeros: clamp them, so a huge size costs O(C)
+    pre = min((size - 1) // 2, max(C - 1, 0))
+    post = min(size - 1 - (size - 1) // 2, max(C - 1, 0))
     sq = xc * xc
     pad = [(0, 0)] * x.ndim
     pad[1] = (pre, post)
     sqp = np.pad(sq, pad)
     acc = sqp[:, 0:C].copy()
-    for j in range(1, size):
+    for j in range(1, pre + post + 1):
         acc += sqp[:, j:j + C]
     y = xc / (cd.type(bias) + cd.type(alpha / size) * acc) ** cd.type(beta)
     return _as(y, dt)
