@@ -143,7 +143,7 @@ def test_lrn_with_a_huge_size_is_linear_in_the_channels(size):
     x = rnd(2, 6, 3, 3)
     alpha, beta, bias = 1e-3, 0.75, 1.0
     node = helper.make_node("LRN", ["x"], ["y"], size=size, alpha=alpha, beta=beta, bias=bias)
-    got = run_bounded(make_model([node], {"x": x}, ["y"], opset=13), {"x": x})
+    got = run_bounded(make_model([node], {"x": x}, ["y"], opset=13), {"x": x})[0]
     assert got.shape == x.shape
     x64 = x.astype(np.float64)
     lo, hi = (size - 1) // 2, size - 1 - (size - 1) // 2
