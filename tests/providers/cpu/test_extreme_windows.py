@@ -14,6 +14,8 @@ from onnx import helper
 
 from oracle import assert_close, make_model, run_oracle, run_ours
 
+from runtime_core.errors import InvalidModelError
+
 RNG = np.random.default_rng(28)
 BIG = 10 ** 6
 #: what a case may allocate at its peak (its inputs and outputs are kilobytes)
@@ -29,6 +31,27 @@ def run_bounded(model, feeds):
     tracemalloc.start()
     try:
         got = run_ours(model, feeds)[0]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < PEAK_BYTES, f"{peak / 2 ** 20:.0f} MiB at the peak"
+    return got
+
+
+def run_kernel_bounded(model, x):
+    """The CPU kernel of the model's one node called directly on x (no session, so no load-time
+    validation), its Python allocations bounded by ``PEAK_BYTES``."""
+    from runtime_core.graph.ir import Graph
+    from runtime_provider_cpu.api import KernelContext, kernel_for
+
+    g = Graph(model if not isinstance(model, bytes) else __import__("onnx").load_from_string(model))
+    (node,) = [g.node_view(n) for n in g.nodes]
+    kernel = kernel_for(node.domain, node.op_type, node.since_version)
+    ctx = KernelContext(node=node, n_outputs=len(node.outputs), input_dtypes=(x.dtype,), output_dtypes=(x.dtype,))
+    tracemalloc.start()
+    try:
+        got = kernel.fn(ctx, x, **node.attrs)
+        got = got[0] if isinstance(got, (tuple, list)) else got
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -128,7 +151,11 @@ def test_pool_with_pads_past_the_kernel_reads_only_the_windows(op, fill, reduce,
         attrs["count_include_pad"] = 1
     node = helper.make_node(op, ["x"], ["y"], **attrs)
     model = make_model([node], {"x": x}, ["y"], opset=19)
-    (got,) = run_bounded(model, {"x": x})
+    # sessions refuse such pads at load, as onnxruntime does (graph/validate.py); the kernel
+    # itself must still read only the windows, whoever calls it
+    with pytest.raises(InvalidModelError, match="must be smaller than 'kernel_shape'"):
+        run_ours(model, {"x": x})
+    got = run_kernel_bounded(model, x)
     out = [(5 + 2 * BIG - 3) // (BIG // 2) + 1, (6 + 2 * BIG - 3) // (BIG // 2) + 1]
     want = window_reference(x, ks, strides, [1, 1], pads[:2], out, fill, reduce)
     assert got.shape == want.shape == (1, 2, *out)
@@ -150,3 +177,34 @@ def test_lrn_with_a_huge_size_is_linear_in_the_channels(size):
     sums = np.stack([(x64[:, max(0, c - lo):c + hi + 1] ** 2).sum(axis=1) for c in range(x.shape[1])], axis=1)
     want = x64 / (bias + alpha / size * sums) ** beta
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _clipped_window_max(x, k, pb, axis):
+    """MaxPool of stride 1 along ``axis`` with a window of k taps starting pb before each
+    output: the max over the window's part inside x (never iterating over k)."""
+    size = x.shape[axis]
+    outs = []
+    for o in range(size):
+        lo, hi = max(0, o - pb), min(size - 1, o - pb + k - 1)
+        outs.append(np.take(x, range(lo, hi + 1), axis=axis).max(axis=axis))
+    return np.stack(outs, axis=axis)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+@pytest.mark.parametrize("k", [7, 2**31, 2**40, 2**62])
+def test_maxpool_with_a_huge_same_padded_kernel_costs_what_its_input_costs(k, auto_pad):
+    # a kernel of 2**62 taps over a 5 x 6 image: only the taps that read the image are visited
+    # (the reduction once looped over all k taps: a hang)
+    x = rnd(1, 2, 5, 6)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[k, 2], auto_pad=auto_pad)
+    model = make_model([node], {"x": x}, ["y"], opset=12)
+    (got,) = run_bounded(model, {"x": x})
+    if k == 7:  # onnxruntime computes the small kernel: it must agree with the reference below
+        assert_close(got, run_oracle(model, {"x": x})[0])
+    want = x.astype(np.float64)
+    for axis, kk in ((2, k), (3, 2)):
+        total = kk - 1  # stride 1: SAME pads k - 1 in all
+        pb = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        want = _clipped_window_max(want, kk, pb, axis)
+    assert got.shape == want.shape == x.shape
+    np.testing.assert_array_equal(got, want.astype(np.float32))

@@ -84,8 +84,8 @@ def _reduce_axis(x, axis, k, stride, dil, n_out, op, pad=0):
     window position falls inside x (on an already padded input, ``pad`` 0, every tap covers
     every output). ``None`` when no tap covers every output (a window could hold padding only)."""
     size = x.shape[axis]
-    ranges = [_tap_range(size, pad, t * dil, stride, n_out) for t in range(k)]
-    full = next((t for t, (lo, hi) in enumerate(ranges) if lo == 0 and hi == n_out), None)
+    ranges = {t: _tap_range(size, pad, t * dil, stride, n_out) for t in _taps_touching(size, pad, k, stride, dil, n_out)}
+    full = next((t for t, (lo, hi) in ranges.items() if lo == 0 and hi == n_out), None)
     if full is None:
         return None
 
@@ -96,13 +96,29 @@ def _reduce_axis(x, axis, k, stride, dil, n_out, op, pad=0):
         return x[tuple(sl)]
 
     acc = view(full, 0, n_out).copy()
-    for t, (lo, hi) in enumerate(ranges):
+    for t, (lo, hi) in ranges.items():
         if t != full and hi > lo:
             sl = [slice(None)] * x.ndim
             sl[axis] = slice(lo, hi)
             part = acc[tuple(sl)]
             op(part, view(t, lo, hi), out=part)
     return acc
+
+
+def _taps_touching(size, pad, k, stride, dil, n_out):
+    """The taps of a k-tap window that read the input for some output (tap 0 always, for an
+    empty output): all k when that is cheap, else only those, so that a kernel of 2**40 taps
+    costs what the input and output cost."""
+    per_out = size // dil + 2  # at most this many taps of one window position fall inside x
+    if k <= n_out * per_out:
+        return range(k)
+    taps = {0}
+    for o in range(n_out):
+        start = o * stride - pad  # the input position tap 0 of output o reads
+        lo = max(0, -(start // dil))  # the first tap t with start + t * dil >= 0
+        hi = min(k - 1, (size - 1 - start) // dil)  # the last tap inside x
+        taps.update(range(lo, hi + 1))
+    return sorted(taps)
 
 
 def _separable_pool(x, ks, strides, dilations, out, op, pads=None):
