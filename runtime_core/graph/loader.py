@@ -437,19 +437,132 @@ def _load_external(model: onnx.ModelProto, base_dir: Path, weights: dict, origin
         raise ExternalDataError(f"{origin}: reading external data failed: {exc}") from exc
 
 
+def _subgraphs(graph: onnx.GraphProto):
+    """``graph`` and every graph nested in its nodes' attributes."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _subgraphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _subgraphs(g)
+
+
+def _drop_untyped_value_info(model: onnx.ModelProto) -> None:
+    """Remove ``value_info`` entries that have no type: they say nothing, onnxruntime ignores
+    them, and onnx's checker refuses them (skl2onnx writes such entries)."""
+    for graph in _subgraphs(model.graph):
+        keep = [vi for vi in graph.value_info if vi.HasField("type")]
+        if len(keep) != len(graph.value_info):
+            del graph.value_info[:]
+            graph.value_info.extend(keep)
+
+
+def _shapeless_tensor_io(graph: onnx.GraphProto):
+    """Graph inputs and outputs typed as tensors but without a shape (unknown rank)."""
+    for vi in list(graph.input) + list(graph.output):
+        if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+            yield vi
+
+
+def _accept_unknown_rank(view: onnx.ModelProto) -> None:
+    """Let the checker pass graph inputs/outputs of unknown rank, as onnxruntime does: in the
+    checker's copy only, such a value gets an empty shape (the checker, without shape inference,
+    judges the field's presence, not the rank). The loaded model keeps them shapeless."""
+    for graph in _subgraphs(view.graph):
+        for vi in _shapeless_tensor_io(graph):
+            vi.type.tensor_type.shape.SetInParent()
+
+
 def _checker_view(model: onnx.ModelProto, weights: dict) -> bytes:
     """The model as the checker sees it: each split-off initializer becomes a 0-element
     tensor of its name and type (the checker verdicts on names, types, graph inputs and
-    nodes are the same; its data was validated when it was split off)."""
-    if not weights:
+    nodes are the same; its data was validated when it was split off), and graph inputs and
+    outputs of unknown rank are accepted (:func:`_accept_unknown_rank`)."""
+    shapeless = any(True for g in _subgraphs(model.graph) for _ in _shapeless_tensor_io(g))
+    if not weights and not shapeless:
         return model.SerializeToString()
     view = onnx.ModelProto()
     view.CopyFrom(model)
+    if shapeless:
+        _accept_unknown_rank(view)
     for t in view.graph.initializer:
         if t.name in weights and _is_stripped(t):
             del t.dims[:]
             t.dims.append(0)
     return view.SerializeToString()
+
+
+def _local_calls(model: onnx.ModelProto) -> list[str]:
+    """Names of the model-local functions the main graph (and its subgraphs) still call."""
+    local = {(f.domain, f.name) for f in model.functions}
+    return sorted({f"{n.domain}::{n.op_type}" for g in _subgraphs(model.graph) for n in g.node
+                   if (n.domain, n.op_type) in local})
+
+
+def _changed_ops(fn: onnx.FunctionProto, domain: str, have: int, want: int) -> list[str]:
+    """Ops of ``domain`` in ``fn`` whose schema differs between opsets ``have`` and ``want``."""
+    differ = []
+    for n in fn.node:
+        if (n.domain if n.domain != "ai.onnx" else "") != domain:
+            continue
+        try:
+            a = onnx.defs.get_schema(n.op_type, have, n.domain).since_version
+            b = onnx.defs.get_schema(n.op_type, want, n.domain).since_version
+        except onnx.defs.SchemaError:
+            continue  # a call of another local function, or a custom op: no version semantics
+        if a != b:
+            differ.append(f"{n.op_type} (opset {have}: version {a}, opset {want}: version {b})")
+    return differ
+
+
+def _inline_functions(model: onnx.ModelProto, origin: str) -> onnx.ModelProto:
+    """Inline model-local functions whatever opsets they import, as onnxruntime runs them.
+
+    A function importing the model's opsets is inlined as is. One importing another version
+    (skl2onnx writes functions at its default opset into models of a newer one) is
+    version-converted by onnx; where the converter cannot, its imports are retargeted to the
+    model's when every op it uses has the same schema in both versions (the same semantics),
+    else the model is refused naming the ops that changed."""
+    try:
+        inlined = onnx.inliner.inline_local_functions(model)
+    except Exception as exc:
+        raise InvalidModelError(f"{origin}: inlining model-local functions failed: {exc}") from exc
+    if not _local_calls(inlined):
+        return inlined
+    try:
+        converted = onnx.inliner.inline_local_functions(model, convert_version=True)
+        if not _local_calls(converted):
+            return converted
+    except Exception:  # noqa: BLE001 - the converter lacks an adapter: try the schema comparison
+        pass
+    model_ops = {imp.domain or "": imp.version for imp in model.opset_import}
+    retargeted = onnx.ModelProto()
+    retargeted.CopyFrom(model)
+    problems = []
+    for fn in retargeted.functions:
+        for imp in fn.opset_import:
+            want = model_ops.get(imp.domain or "")
+            if want is None or want == imp.version:
+                continue
+            differ = _changed_ops(fn, imp.domain or "", imp.version, want)
+            if differ:
+                problems.append(f"function {fn.domain}::{fn.name}: {', '.join(differ)}")
+            else:
+                imp.version = want
+    if problems:
+        raise UnsupportedModelError(
+            f"{origin}: model-local functions import other opsets than the model and cannot be "
+            f"converted to the model's: {'; '.join(problems)}")
+    try:
+        inlined = onnx.inliner.inline_local_functions(retargeted)
+    except Exception as exc:
+        raise InvalidModelError(f"{origin}: inlining model-local functions failed: {exc}") from exc
+    left = _local_calls(inlined)
+    if left:
+        raise UnsupportedModelError(f"{origin}: model-local function(s) {', '.join(left)} could not be inlined")
+    return inlined
 
 
 def load(path_or_bytes, *, check: bool = True) -> LoadedModel:
@@ -491,16 +604,14 @@ def load(path_or_bytes, *, check: bool = True) -> LoadedModel:
     if base_dir is not None and _external_tensors(model):
         _load_external(model, base_dir, weights, origin)
     check_versions(model, origin)
+    _drop_untyped_value_info(model)
     if check:
         try:
             onnx.checker.check_model(_checker_view(model, weights), full_check=False)
         except onnx.checker.ValidationError as exc:
             raise InvalidModelError(f"{origin} failed the ONNX checker: {exc}") from exc
     if model.functions:
-        try:
-            model = onnx.inliner.inline_local_functions(model)
-        except Exception as exc:
-            raise InvalidModelError(f"{origin}: inlining model-local functions failed: {exc}") from exc
+        model = _inline_functions(model, origin)
     return LoadedModel(model, weights, base_dir)
 
 
