@@ -1,7 +1,7 @@
 """Kernel modules of the CPU provider, imported explicitly by name."""
 
 from . import (  # noqa: F401
-    attention, control, conv, crop, detection, dropout, elementwise, fused, image, layout, linalg, loss, matmul,
+    attention, contrib_ml, control, conv, crop, detection, dropout, elementwise, fused, image, layout, linalg, loss, matmul,
     ml, nn, norm, pool, quant, random_ops, reduce, resize, rnn, roi, sampling, sequence, signal, softmax,
     strings, tensor, training, unfold,
 )
