@@ -475,6 +475,63 @@ def _accept_unknown_rank(view: onnx.ModelProto) -> None:
             vi.type.tensor_type.shape.SetInParent()
 
 
+def _type_str(tp: onnx.TypeProto) -> str | None:
+    """A type as onnx schemas spell their allowed types, spaces removed (None: not fully known)."""
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        if not tp.tensor_type.elem_type:
+            return None
+        return f"tensor({onnx.helper.tensor_dtype_to_string(tp.tensor_type.elem_type).split('.')[-1].lower()})"
+    if which == "map_type":
+        key = onnx.helper.tensor_dtype_to_string(tp.map_type.key_type).split(".")[-1].lower()
+        value = _type_str(tp.map_type.value_type)
+        return None if value is None else f"map({key},{value})"
+    if which in ("sequence_type", "optional_type"):
+        inner = _type_str(getattr(tp, which).elem_type)
+        return None if inner is None else f"{'seq' if which == 'sequence_type' else 'optional'}({inner})"
+    return None
+
+
+def _allowed(type_strs) -> set[str]:
+    out = set()
+    for t in type_strs:
+        t = t.replace(" ", "")
+        if t.startswith("map(") and "(" not in t[4:-1]:  # "map(string, float)": the value is a tensor
+            key, value = t[4:-1].split(",")
+            t = f"map({key},tensor({value}))"
+        out.add(t)
+    return out
+
+
+def _check_input_types(model: onnx.ModelProto, origin: str) -> None:
+    """Graph inputs fed to a node input whose schema does not allow their type are refused at
+    load time, as onnxruntime refuses them ("Type Error"), naming the node, value and types."""
+    declared = {vi.name: _type_str(vi.type) for vi in model.graph.input}
+    opsets = {imp.domain or "": imp.version for imp in model.opset_import}
+    for node in model.graph.node:
+        domain = node.domain if node.domain != "ai.onnx" else ""
+        if domain not in opsets or not any(i in declared for i in node.input):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets[domain], domain)
+        except onnx.defs.SchemaError:
+            continue
+        constraints = {tc.type_param_str: tc.allowed_type_strs for tc in schema.type_constraints}
+        formals = list(schema.inputs)
+        for k, name in enumerate(node.input):
+            if not formals or declared.get(name) is None:
+                continue
+            formal = formals[min(k, len(formals) - 1)]
+            if k >= len(formals) and formal.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
+                continue
+            allowed = _allowed(constraints.get(formal.type_str, [formal.type_str]))
+            if declared[name] not in allowed:
+                raise InvalidModelError(
+                    f"{origin}: type error: input {name!r} of type {declared[name]} is fed to input "
+                    f"{formal.name!r} of node {node.name or node.op_type!r} ({domain or 'ai.onnx'}::"
+                    f"{node.op_type}-{schema.since_version}), which accepts {', '.join(sorted(allowed))}")
+
+
 def _checker_view(model: onnx.ModelProto, weights: dict) -> bytes:
     """The model as the checker sees it: each split-off initializer becomes a 0-element
     tensor of its name and type (the checker verdicts on names, types, graph inputs and
@@ -610,6 +667,7 @@ def load(path_or_bytes, *, check: bool = True) -> LoadedModel:
             onnx.checker.check_model(_checker_view(model, weights), full_check=False)
         except onnx.checker.ValidationError as exc:
             raise InvalidModelError(f"{origin} failed the ONNX checker: {exc}") from exc
+        _check_input_types(model, origin)
     if model.functions:
         model = _inline_functions(model, origin)
     return LoadedModel(model, weights, base_dir)
