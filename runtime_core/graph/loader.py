@@ -466,11 +466,19 @@ def _shapeless_tensor_io(graph: onnx.GraphProto):
             yield vi
 
 
+def _untyped_outputs(graph: onnx.GraphProto):
+    """Graph outputs declared by name only (onnxruntime infers their type)."""
+    return [vi for vi in graph.output if not vi.HasField("type")]
+
+
 def _accept_unknown_rank(view: onnx.ModelProto) -> None:
-    """Let the checker pass graph inputs/outputs of unknown rank, as onnxruntime does: in the
-    checker's copy only, such a value gets an empty shape (the checker, without shape inference,
-    judges the field's presence, not the rank). The loaded model keeps them shapeless."""
+    """Let the checker pass graph inputs/outputs of unknown rank and graph outputs without a
+    type, as onnxruntime does: in the checker's copy only, such a value gets an empty shape (and
+    an output an undefined element type): the checker, without shape inference, judges the
+    fields' presence, not their values. The loaded model keeps them as they are."""
     for graph in _subgraphs(view.graph):
+        for vi in _untyped_outputs(graph):
+            vi.type.tensor_type.elem_type = onnx.TensorProto.UNDEFINED
         for vi in _shapeless_tensor_io(graph):
             vi.type.tensor_type.shape.SetInParent()
 
@@ -537,7 +545,8 @@ def _checker_view(model: onnx.ModelProto, weights: dict) -> bytes:
     tensor of its name and type (the checker verdicts on names, types, graph inputs and
     nodes are the same; its data was validated when it was split off), and graph inputs and
     outputs of unknown rank are accepted (:func:`_accept_unknown_rank`)."""
-    shapeless = any(True for g in _subgraphs(model.graph) for _ in _shapeless_tensor_io(g))
+    shapeless = any(True for g in _subgraphs(model.graph) for _ in _shapeless_tensor_io(g)) or any(
+        _untyped_outputs(g) for g in _subgraphs(model.graph))
     if not weights and not shapeless:
         return model.SerializeToString()
     view = onnx.ModelProto()
