@@ -25,7 +25,12 @@ import onnx
 import onnx.inliner
 from onnx import external_data_helper
 
-from ..errors import ExternalDataError, InvalidModelError, ModelLoadError, UnsupportedModelError
+from ..errors import (
+    ExternalDataError,
+    InvalidModelError,
+    ModelLoadError,
+    UnsupportedModelError,
+)
 
 MIN_IR_VERSION = 3
 MAX_IR_VERSION = onnx.IR_VERSION
@@ -599,10 +604,10 @@ def _inline_functions(model: onnx.ModelProto, origin: str) -> onnx.ModelProto:
         return inlined
     try:
         converted = onnx.inliner.inline_local_functions(model, convert_version=True)
-        if not _local_calls(converted):
-            return converted
     except Exception:  # noqa: BLE001 - the converter lacks an adapter: try the schema comparison
-        pass
+        converted = None
+    if converted is not None and not _local_calls(converted):
+        return converted
     model_ops = {imp.domain or "": imp.version for imp in model.opset_import}
     retargeted = onnx.ModelProto()
     retargeted.CopyFrom(model)

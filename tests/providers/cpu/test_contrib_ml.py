@@ -49,7 +49,7 @@ def test_cdist_matches_onnxruntime(dtype, elem, metric):
 
 
 def test_cdist_other_metric_declined_by_name():
-    model, feeds = _model("CDist", [(T.FLOAT, np.ones((2, 2), np.float32))] * 2, T.FLOAT, metric="cityblock")
+    model, _ = _model("CDist", [(T.FLOAT, np.ones((2, 2), np.float32))] * 2, T.FLOAT, metric="cityblock")
     with pytest.raises(PartitionError, match="metric 'cityblock'"):
         rt.InferenceSession(model, providers=["CPUExecutionProvider"])
 
@@ -95,21 +95,21 @@ def test_murmurhash3_float_input_declined():
 
 _TEXT = [["ab cd, éf", "a  bb"], ["", "xyz"]]
 _TOKENIZER_CASES = [
-    (_TEXT, dict(mark=0, pad_value="#", mincharnum=1, separators=[" ", ","])),
-    (_TEXT, dict(mark=1, pad_value="#", mincharnum=2, separators=[" ", ","])),
-    (_TEXT, dict(mark=0, pad_value="#", mincharnum=1, tokenexp=r"\w\w+")),
-    (_TEXT, dict(mark=1, pad_value="#", mincharnum=1, tokenexp=r"(\w)(\w+)")),
-    (_TEXT, dict(mark=0, pad_value="#", mincharnum=1, tokenexp=r"[a-z]+", separators=[" "])),
-    (_TEXT, dict(mark=0, pad_value="#", mincharnum=1, separators=[""])),
-    (["ab", "c"], dict(mark=1, pad_value="#", mincharnum=1, separators=[""])),
-    (["Hello World-foo", "x"], dict(mark=1, pad_value="#", mincharnum=1, tokenexp=".")),
-    (["ab  cd"], dict(mark=0, pad_value="#", mincharnum=1, separators=["a", "b c"])),
-    (["", ""], dict(mark=1, pad_value="#", mincharnum=1, separators=[" "])),
-    (["a b", "c"], dict(mark=0, pad_value="#", mincharnum=3, separators=[" "])),
-    (["abab", "c"], dict(mark=0, pad_value="#", mincharnum=1, tokenexp="x*")),
-    (["aaa bab", "c"], dict(mark=0, pad_value="#", mincharnum=2, tokenexp="a+")),
-    (["a.b;c d", "x..y"], dict(mark=0, pad_value="", mincharnum=1, separators=[" ", "[.]", ";", "\\?"])),
-    ([["a b"]], dict(mark=0, pad_value="#", mincharnum=1, separators=[" +"])),
+    (_TEXT, {"mark": 0, "pad_value": "#", "mincharnum": 1, "separators": [" ", ","]}),
+    (_TEXT, {"mark": 1, "pad_value": "#", "mincharnum": 2, "separators": [" ", ","]}),
+    (_TEXT, {"mark": 0, "pad_value": "#", "mincharnum": 1, "tokenexp": r"\w\w+"}),
+    (_TEXT, {"mark": 1, "pad_value": "#", "mincharnum": 1, "tokenexp": r"(\w)(\w+)"}),
+    (_TEXT, {"mark": 0, "pad_value": "#", "mincharnum": 1, "tokenexp": r"[a-z]+", "separators": [" "]}),
+    (_TEXT, {"mark": 0, "pad_value": "#", "mincharnum": 1, "separators": [""]}),
+    (["ab", "c"], {"mark": 1, "pad_value": "#", "mincharnum": 1, "separators": [""]}),
+    (["Hello World-foo", "x"], {"mark": 1, "pad_value": "#", "mincharnum": 1, "tokenexp": "."}),
+    (["ab  cd"], {"mark": 0, "pad_value": "#", "mincharnum": 1, "separators": ["a", "b c"]}),
+    (["", ""], {"mark": 1, "pad_value": "#", "mincharnum": 1, "separators": [" "]}),
+    (["a b", "c"], {"mark": 0, "pad_value": "#", "mincharnum": 3, "separators": [" "]}),
+    (["abab", "c"], {"mark": 0, "pad_value": "#", "mincharnum": 1, "tokenexp": "x*"}),
+    (["aaa bab", "c"], {"mark": 0, "pad_value": "#", "mincharnum": 2, "tokenexp": "a+"}),
+    (["a.b;c d", "x..y"], {"mark": 0, "pad_value": "", "mincharnum": 1, "separators": [" ", "[.]", ";", "\\?"]}),
+    ([["a b"]], {"mark": 0, "pad_value": "#", "mincharnum": 1, "separators": [" +"]}),
 ]
 
 
@@ -161,8 +161,8 @@ def test_local_outlier_factor_with_cdist():
 
 
 def test_feature_hasher():
-    from sklearn.feature_extraction import FeatureHasher
     from skl2onnx.common.data_types import StringTensorType
+    from sklearn.feature_extraction import FeatureHasher
 
     words = np.array([["cat"], ["dog"], ["pélican"], ["cat"], [""], ["a much longer string, with spaces"]])
     hasher = FeatureHasher(n_features=16, input_type="string", alternate_sign=True)
@@ -177,8 +177,8 @@ def test_feature_hasher():
 @pytest.mark.parametrize("options", [{"tokenexp": r"\w+"}, {"tokenexp": None},
                                      {"separators": [" ", "[.]", "\\?", ",", ";", ":", "\\!"]}])
 def test_text_pipeline_with_tokenizer(options):
-    from sklearn.feature_extraction.text import TfidfVectorizer
     from skl2onnx.common.data_types import StringTensorType
+    from sklearn.feature_extraction.text import TfidfVectorizer
 
     corpus = np.array(["This is the first document.", "This document is the second document.",
                        "And this is the third one.", "Is this the first document?"]).reshape(-1, 1)
