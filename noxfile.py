@@ -187,7 +187,8 @@ def skl2onnx(session: nox.Session) -> None:
     """skl2onnx 1.20.0's own test suite, from its sdist, run with onnxruntime and with runtime-core
     behind ``tests/compat/onnxruntime_shim``; prints both pass counts and the tests whose outcome
     differs. Long (about an hour on 2 cores), so not in the default run. Runs in the current
-    environment: onnxruntime, runtime-core, scikit-learn and the suite's deps (pandas) installed."""
+    environment: onnxruntime, runtime-core, scikit-learn and the suite's deps (pandas) installed.
+    Arguments go to tests/compat/compare_suite.py, e.g. ``-- --ours-args=-k --ours-args="not x"``."""
     work = Path(session.create_tmp()).resolve() / "skl2onnx"
     session.run("python", str(ROOT / "tests" / "compat" / "compare_suite.py"), "--sdist", "skl2onnx==1.20.0",
                 "--work", str(work), *session.posargs)

@@ -6,7 +6,13 @@ import difflib
 
 import numpy as np
 
-from ..errors import InputNameError, InputShapeError, InputTypeError, MissingInputError, OutputNameError
+from ..errors import (
+    InputNameError,
+    InputShapeError,
+    InputTypeError,
+    MissingInputError,
+    OutputNameError,
+)
 
 
 def _nearest(name: str, options) -> str:
@@ -24,7 +30,7 @@ def _fmt_shape(shape) -> str:
 class InputSpec:
     """What one model input accepts, precomputed at session creation."""
 
-    __slots__ = ("name", "dtype", "shape", "kind", "type_str", "optional")
+    __slots__ = ("dtype", "kind", "name", "optional", "shape", "type_str")
 
     def __init__(self, name, dtype, shape, kind, type_str, optional=False):
         self.name = name

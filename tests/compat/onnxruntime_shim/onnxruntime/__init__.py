@@ -2,10 +2,21 @@
 (skl2onnx, onnxmltools) unchanged against runtime-core: put the folder holding this package
 first on ``PYTHONPATH``. Test-only; never installed."""
 
-from runtime_core import *  # noqa: F401,F403
+from runtime_core import *
 from runtime_core import (  # noqa: F401
-    ExecutionMode, GraphOptimizationLevel, InferenceSession, IOBinding, ModelMetadata, NodeArg, OrtValue,
-    RunOptions, SessionIOBinding, SessionOptions, get_all_providers, get_available_providers, get_device,
+    ExecutionMode,
+    GraphOptimizationLevel,
+    InferenceSession,
+    IOBinding,
+    ModelMetadata,
+    NodeArg,
+    OrtValue,
+    RunOptions,
+    SessionIOBinding,
+    SessionOptions,
+    get_all_providers,
+    get_available_providers,
+    get_device,
 )
 
 from . import capi  # noqa: F401

@@ -1,7 +1,12 @@
 """onnxruntime's exception classes as runtime_core's: suites catch these names."""
 
 from runtime_core.errors import (
-    ExecutionError, InvalidArgumentError, InvalidModelError, ModelLoadError, PartitionError, RuntimeCoreError,
+    ExecutionError,
+    InvalidArgumentError,
+    InvalidModelError,
+    ModelLoadError,
+    PartitionError,
+    RuntimeCoreError,
 )
 
 Fail = RuntimeCoreError  # onnxruntime's catch-all status
