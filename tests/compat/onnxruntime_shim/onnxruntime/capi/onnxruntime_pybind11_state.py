@@ -2,10 +2,15 @@
 where it has one (its typed errors subclass them), else runtime_core's errors mapped by name."""
 
 try:
-    from runtime_core.capi.onnxruntime_pybind11_state import *  # noqa: F403
+    from runtime_core.capi.onnxruntime_pybind11_state import *
 except ImportError:  # a runtime_core without onnxruntime's exception classes
     from runtime_core.errors import (
-        ExecutionError, InvalidArgumentError, InvalidModelError, ModelLoadError, PartitionError, RuntimeCoreError,
+        ExecutionError,
+        InvalidArgumentError,
+        InvalidModelError,
+        ModelLoadError,
+        PartitionError,
+        RuntimeCoreError,
     )
 
     Fail = RuntimeCoreError  # onnxruntime's catch-all status
@@ -13,6 +18,6 @@ except ImportError:  # a runtime_core without onnxruntime's exception classes
     InvalidGraph = InvalidModelError
     InvalidProtobuf = ModelLoadError
     NoSuchFile = ModelLoadError
-    NotImplemented = PartitionError  # noqa: A001 - an op nobody implements (onnxruntime: NOT_IMPLEMENTED)
+    NotImplemented = PartitionError
     RuntimeException = ExecutionError
     EPFail = RuntimeCoreError
