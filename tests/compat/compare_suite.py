@@ -74,21 +74,37 @@ def main(argv=None) -> int:
     ap.add_argument("--tests", type=Path, help="an unpacked source tree instead of --sdist")
     ap.add_argument("--work", type=Path, default=Path("build/compat"))
     ap.add_argument("--pytest-args", nargs="*", default=["tests"])
+    ap.add_argument("--arg", action="append", default=[], dest="extra",
+                    help="one more pytest argument for both runs (repeat: --arg=-k --arg='not slow')")
     ap.add_argument("--ours-args", action="append", default=[],
                     help="extra pytest arguments for the runtime-core run only (e.g. -k 'not ...' for tests "
                          "known to take the process down: they are reported as missing)")
     ap.add_argument("--timeout", type=int, default=4 * 3600, help="seconds per pytest run")
     ap.add_argument("--only", choices=["onnxruntime", "runtime-core"], help="run one side (reuse the other's XML)")
+    ap.add_argument("--merge", action="append", type=Path, default=[],
+                    help="compare the XML files already in these work folders (runs split in parts); runs nothing")
     args = ap.parse_args(argv)
+    if args.merge:
+        ref, ours = {}, {}
+        for d in args.merge:
+            ref.update(outcomes(d / "onnxruntime.xml"))
+            ours.update(outcomes(d / "runtime_core.xml"))
+        report(ref, ours)
+        return 0
     work = args.work.resolve()
     src = args.tests.resolve() if args.tests else download_sdist(args.sdist, work)
     work.mkdir(parents=True, exist_ok=True)
     ref_xml, our_xml = work / "onnxruntime.xml", work / "runtime_core.xml"
     if args.only != "runtime-core":
-        run_pytest(src, ref_xml, False, args.pytest_args, args.timeout)
+        run_pytest(src, ref_xml, False, args.pytest_args + args.extra, args.timeout)
     if args.only != "onnxruntime":
-        run_pytest(src, our_xml, True, args.pytest_args + args.ours_args, args.timeout)
-    ref, ours = outcomes(ref_xml), outcomes(our_xml)
+        run_pytest(src, our_xml, True, args.pytest_args + args.extra + args.ours_args, args.timeout)
+    report(outcomes(ref_xml), outcomes(our_xml))
+    return 0
+
+
+def report(ref: dict, ours: dict) -> None:
+    """Print both pass counts and the tests whose outcome differs."""
     n_ref = sum(s == "passed" for s, _ in ref.values())
     n_ours = sum(s == "passed" for s, _ in ours.values())
     print(f"\ntests: {len(ref)} (onnxruntime run), {len(ours)} (runtime-core run)")
@@ -101,7 +117,6 @@ def main(argv=None) -> int:
     print(f"\npass with runtime-core, not with onnxruntime: {len(better)}")
     for t in better:
         print(f"  {t}\n      {ref.get(t, ('missing', ''))[1]}")
-    return 0
 
 
 if __name__ == "__main__":
