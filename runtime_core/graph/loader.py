@@ -539,10 +539,11 @@ def _check_input_types(model: onnx.ModelProto, origin: str) -> None:
                 continue
             allowed = _allowed(constraints.get(formal.type_str, [formal.type_str]))
             if declared[name] not in allowed:
-                raise InvalidModelError(
-                    f"{origin}: type error: input {name!r} of type {declared[name]} is fed to input "
-                    f"{formal.name!r} of node {node.name or node.op_type!r} ({domain or 'ai.onnx'}::"
-                    f"{node.op_type}-{schema.since_version}), which accepts {', '.join(sorted(allowed))}")
+                raise InvalidModelError(  # onnxruntime's wording, which scripts match on
+                    f"{origin}: Type Error: Type '{declared[name]}' of input parameter ({name}) of operator "
+                    f"({node.op_type}) in node ({node.name}) is invalid: input {formal.name!r} of "
+                    f"{domain or 'ai.onnx'}::{node.op_type}-{schema.since_version} accepts "
+                    f"{', '.join(sorted(allowed))}")
 
 
 def _checker_view(model: onnx.ModelProto, weights: dict) -> bytes:

@@ -79,7 +79,8 @@ def test_input_type_the_schema_refuses_is_invalid_model_naming_node_and_value():
     model = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("ai.onnx.ml", 1)])
     with pytest.raises(Exception, match="(?i)type error"):
         ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    with pytest.raises(InvalidModelError, match=r"'feats'.*map\(string,tensor\(bool\)\).*DictVectorizer"):
+    with pytest.raises(InvalidModelError, match=r"Type Error: Type 'map\(string,tensor\(bool\)\)' of input "
+                                                r"parameter \(feats\) of operator \(DictVectorizer\)"):
         rt.InferenceSession(model.SerializeToString())
 
 
