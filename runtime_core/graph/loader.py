@@ -546,6 +546,39 @@ def _check_input_types(model: onnx.ModelProto, origin: str) -> None:
                     f"{', '.join(sorted(allowed))}")
 
 
+def _sparse_tensors(model: onnx.ModelProto):
+    """Sparse initializers and sparse attribute values (Constant's ``sparse_value``), all graphs."""
+    for graph in _subgraphs(model.graph):
+        yield from graph.sparse_initializer
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.SPARSE_TENSOR:
+                    yield attr.sparse_tensor
+
+
+def _unsorted_sparse(model: onnx.ModelProto) -> list:
+    """Sparse tensors whose COO indices are not in increasing order (onnxruntime takes them)."""
+    out = []
+    for sp in _sparse_tensors(model):
+        idx = onnx.numpy_helper.to_array(sp.indices).astype(np.int64)
+        if idx.ndim == 2:  # (nnz, rank): row-major linear positions
+            idx = np.ravel_multi_index(tuple(idx.T), tuple(sp.dims)) if idx.size else idx.reshape(-1)
+        if idx.size > 1 and np.any(np.diff(idx) <= 0) and np.unique(idx).size == idx.size:
+            out.append((sp, np.argsort(idx, kind="stable")))
+    return out
+
+
+def _sort_sparse(view: onnx.ModelProto) -> None:
+    """In the checker's copy, sparse tensors with distinct but unordered COO indices get
+    them sorted (with their values): the same tensor, which the checker requires in order and
+    onnxruntime accepts as given. Repeated indices stay a checker error."""
+    for sp, order in _unsorted_sparse(view):
+        values = onnx.numpy_helper.to_array(sp.values)[order]
+        indices = onnx.numpy_helper.to_array(sp.indices)[order]
+        sp.values.CopyFrom(onnx.numpy_helper.from_array(values, sp.values.name))
+        sp.indices.CopyFrom(onnx.numpy_helper.from_array(indices, sp.indices.name))
+
+
 def _checker_view(model: onnx.ModelProto, weights: dict) -> bytes:
     """The model as the checker sees it: each split-off initializer becomes a 0-element
     tensor of its name and type (the checker verdicts on names, types, graph inputs and
@@ -553,12 +586,15 @@ def _checker_view(model: onnx.ModelProto, weights: dict) -> bytes:
     outputs of unknown rank are accepted (:func:`_accept_unknown_rank`)."""
     shapeless = any(True for g in _subgraphs(model.graph) for _ in _shapeless_tensor_io(g)) or any(
         _untyped_outputs(g) for g in _subgraphs(model.graph))
-    if not weights and not shapeless:
+    unsorted = bool(_unsorted_sparse(model))
+    if not weights and not shapeless and not unsorted:
         return model.SerializeToString()
     view = onnx.ModelProto()
     view.CopyFrom(model)
     if shapeless:
         _accept_unknown_rank(view)
+    if unsorted:
+        _sort_sparse(view)
     for t in view.graph.initializer:
         if t.name in weights and _is_stripped(t):
             del t.dims[:]
