@@ -289,3 +289,18 @@ def gpu(session: nox.Session) -> None:
                             ("runtime-provider-cpu", "runtime-core", "runtime-provider-cuda")))
     env = {"RUNTIME_CORE_CUDA_REQUIRED": "1"}
     session.run("python", str(ROOT / "providers" / "cuda" / "scripts" / "gpu_check.py"), env=env)
+
+
+@nox.session(venv_backend="none")
+def skl2onnx(session: nox.Session) -> None:
+    """skl2onnx 1.20.0's own test suite, from its sdist, run with onnxruntime and with runtime-core
+    behind ``tests/compat/onnxruntime_shim``; prints both pass counts and the tests whose outcome
+    differs. Long (about an hour on 2 cores), so not in the default run. Runs in the current
+    environment: onnxruntime, runtime-core, scikit-learn and the suite's deps (pandas) installed.
+    Arguments go to tests/compat/compare_suite.py: ``-- --arg=-k --arg="not issue_789"`` leaves out the two
+    tests whose scikit-learn fit (a 7500-sample Gaussian process) takes over half an hour on a loaded
+    machine; ``--ours-args`` adds pytest arguments to the runtime-core run only."""
+    work = Path(session.create_tmp()).resolve() / "skl2onnx"
+    session.run("python", str(ROOT / "tests" / "compat" / "compare_suite.py"), "--sdist", "skl2onnx==1.20.0",
+                "--work", str(work), *session.posargs)
+

@@ -452,19 +452,235 @@ def _load_external(model: onnx.ModelProto, base_dir: Path, weights: dict, origin
         raise ExternalDataError(f"{origin}: reading external data failed: {exc}") from exc
 
 
+def _subgraphs(graph: onnx.GraphProto):
+    """``graph`` and every graph nested in its nodes' attributes."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _subgraphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _subgraphs(g)
+
+
+def _drop_untyped_value_info(model: onnx.ModelProto) -> None:
+    """Remove ``value_info`` entries that have no type: they say nothing, onnxruntime ignores
+    them, and onnx's checker refuses them (skl2onnx writes such entries)."""
+    for graph in _subgraphs(model.graph):
+        keep = [vi for vi in graph.value_info if vi.HasField("type")]
+        if len(keep) != len(graph.value_info):
+            del graph.value_info[:]
+            graph.value_info.extend(keep)
+
+
+def _shapeless_tensor_io(graph: onnx.GraphProto):
+    """Graph inputs and outputs typed as tensors but without a shape (unknown rank)."""
+    for vi in list(graph.input) + list(graph.output):
+        if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+            yield vi
+
+
+def _untyped_outputs(graph: onnx.GraphProto):
+    """Graph outputs declared by name only (onnxruntime infers their type)."""
+    return [vi for vi in graph.output if not vi.HasField("type")]
+
+
+def _accept_unknown_rank(view: onnx.ModelProto) -> None:
+    """Let the checker pass graph inputs/outputs of unknown rank and graph outputs without a
+    type, as onnxruntime does: in the checker's copy only, such a value gets an empty shape (and
+    an output an undefined element type): the checker, without shape inference, judges the
+    fields' presence, not their values. The loaded model keeps them as they are."""
+    for graph in _subgraphs(view.graph):
+        for vi in _untyped_outputs(graph):
+            vi.type.tensor_type.elem_type = onnx.TensorProto.UNDEFINED
+        for vi in _shapeless_tensor_io(graph):
+            vi.type.tensor_type.shape.SetInParent()
+
+
+def _type_str(tp: onnx.TypeProto) -> str | None:
+    """A type as onnx schemas spell their allowed types, spaces removed (None: not fully known)."""
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        if not tp.tensor_type.elem_type:
+            return None
+        return f"tensor({onnx.helper.tensor_dtype_to_string(tp.tensor_type.elem_type).split('.')[-1].lower()})"
+    if which == "map_type":
+        key = onnx.helper.tensor_dtype_to_string(tp.map_type.key_type).split(".")[-1].lower()
+        value = _type_str(tp.map_type.value_type)
+        return None if value is None else f"map({key},{value})"
+    if which in ("sequence_type", "optional_type"):
+        inner = _type_str(getattr(tp, which).elem_type)
+        return None if inner is None else f"{'seq' if which == 'sequence_type' else 'optional'}({inner})"
+    return None
+
+
+def _allowed(type_strs) -> set[str]:
+    out = set()
+    for t in type_strs:
+        t = t.replace(" ", "")
+        if t.startswith("map(") and "(" not in t[4:-1]:  # "map(string, float)": the value is a tensor
+            key, value = t[4:-1].split(",")
+            t = f"map({key},tensor({value}))"
+        out.add(t)
+    return out
+
+
+def _check_input_types(model: onnx.ModelProto, origin: str) -> None:
+    """Graph inputs fed to a node input whose schema does not allow their type are refused at
+    load time, as onnxruntime refuses them ("Type Error"), naming the node, value and types."""
+    declared = {vi.name: _type_str(vi.type) for vi in model.graph.input}
+    opsets = {imp.domain or "": imp.version for imp in model.opset_import}
+    for node in model.graph.node:
+        domain = node.domain if node.domain != "ai.onnx" else ""
+        if domain not in opsets or not any(i in declared for i in node.input):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets[domain], domain)
+        except onnx.defs.SchemaError:
+            continue
+        constraints = {tc.type_param_str: tc.allowed_type_strs for tc in schema.type_constraints}
+        formals = list(schema.inputs)
+        for k, name in enumerate(node.input):
+            if not formals or declared.get(name) is None:
+                continue
+            formal = formals[min(k, len(formals) - 1)]
+            if k >= len(formals) and formal.option != onnx.defs.OpSchema.FormalParameterOption.Variadic:
+                continue
+            allowed = _allowed(constraints.get(formal.type_str, [formal.type_str]))
+            if declared[name] not in allowed:
+                raise InvalidModelError(  # onnxruntime's wording, which scripts match on
+                    f"{origin}: Type Error: Type '{declared[name]}' of input parameter ({name}) of operator "
+                    f"({node.op_type}) in node ({node.name}) is invalid: input {formal.name!r} of "
+                    f"{domain or 'ai.onnx'}::{node.op_type}-{schema.since_version} accepts "
+                    f"{', '.join(sorted(allowed))}")
+
+
+def _sparse_tensors(model: onnx.ModelProto):
+    """Sparse initializers and sparse attribute values (Constant's ``sparse_value``), all graphs."""
+    for graph in _subgraphs(model.graph):
+        yield from graph.sparse_initializer
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.SPARSE_TENSOR:
+                    yield attr.sparse_tensor
+
+
+def _unsorted_sparse(model: onnx.ModelProto) -> list:
+    """Sparse tensors whose COO indices are not in increasing order (onnxruntime takes them)."""
+    out = []
+    for sp in _sparse_tensors(model):
+        idx = onnx.numpy_helper.to_array(sp.indices).astype(np.int64)
+        if idx.ndim == 2:  # (nnz, rank): row-major linear positions
+            idx = np.ravel_multi_index(tuple(idx.T), tuple(sp.dims)) if idx.size else idx.reshape(-1)
+        if idx.size > 1 and np.any(np.diff(idx) <= 0) and np.unique(idx).size == idx.size:
+            out.append((sp, np.argsort(idx, kind="stable")))
+    return out
+
+
+def _sort_sparse(view: onnx.ModelProto) -> None:
+    """In the checker's copy, sparse tensors with distinct but unordered COO indices get
+    them sorted (with their values): the same tensor, which the checker requires in order and
+    onnxruntime accepts as given. Repeated indices stay a checker error."""
+    for sp, order in _unsorted_sparse(view):
+        values = onnx.numpy_helper.to_array(sp.values)[order]
+        indices = onnx.numpy_helper.to_array(sp.indices)[order]
+        sp.values.CopyFrom(onnx.numpy_helper.from_array(values, sp.values.name))
+        sp.indices.CopyFrom(onnx.numpy_helper.from_array(indices, sp.indices.name))
+
+
 def _checker_view(model: onnx.ModelProto, weights: dict) -> bytes:
     """The model as the checker sees it: each split-off initializer becomes a 0-element
     tensor of its name and type (the checker verdicts on names, types, graph inputs and
-    nodes are the same; its data was validated when it was split off)."""
-    if not weights:
+    nodes are the same; its data was validated when it was split off), and graph inputs and
+    outputs of unknown rank are accepted (:func:`_accept_unknown_rank`)."""
+    shapeless = any(True for g in _subgraphs(model.graph) for _ in _shapeless_tensor_io(g)) or any(
+        _untyped_outputs(g) for g in _subgraphs(model.graph))
+    unsorted = bool(_unsorted_sparse(model))
+    if not weights and not shapeless and not unsorted:
         return model.SerializeToString()
     view = onnx.ModelProto()
     view.CopyFrom(model)
+    if shapeless:
+        _accept_unknown_rank(view)
+    if unsorted:
+        _sort_sparse(view)
     for t in view.graph.initializer:
         if t.name in weights and _is_stripped(t):
             del t.dims[:]
             t.dims.append(0)
     return view.SerializeToString()
+
+
+def _local_calls(model: onnx.ModelProto) -> list[str]:
+    """Names of the model-local functions the main graph (and its subgraphs) still call."""
+    local = {(f.domain, f.name) for f in model.functions}
+    return sorted({f"{n.domain}::{n.op_type}" for g in _subgraphs(model.graph) for n in g.node
+                   if (n.domain, n.op_type) in local})
+
+
+def _changed_ops(fn: onnx.FunctionProto, domain: str, have: int, want: int) -> list[str]:
+    """Ops of ``domain`` in ``fn`` whose schema differs between opsets ``have`` and ``want``."""
+    differ = []
+    for n in fn.node:
+        if (n.domain if n.domain != "ai.onnx" else "") != domain:
+            continue
+        try:
+            a = onnx.defs.get_schema(n.op_type, have, n.domain).since_version
+            b = onnx.defs.get_schema(n.op_type, want, n.domain).since_version
+        except onnx.defs.SchemaError:
+            continue  # a call of another local function, or a custom op: no version semantics
+        if a != b:
+            differ.append(f"{n.op_type} (opset {have}: version {a}, opset {want}: version {b})")
+    return differ
+
+
+def _inline_functions(model: onnx.ModelProto, origin: str) -> onnx.ModelProto:
+    """Inline model-local functions whatever opsets they import, as onnxruntime runs them.
+
+    A function importing the model's opsets is inlined as is. One importing another version
+    (skl2onnx writes functions at its default opset into models of a newer one) is
+    version-converted by onnx; where the converter cannot, its imports are retargeted to the
+    model's when every op it uses has the same schema in both versions (the same semantics),
+    else the model is refused naming the ops that changed."""
+    try:
+        inlined = onnx.inliner.inline_local_functions(model)
+    except Exception as exc:
+        raise InvalidModelError(f"{origin}: inlining model-local functions failed: {exc}") from exc
+    if not _local_calls(inlined):
+        return inlined
+    try:
+        converted = onnx.inliner.inline_local_functions(model, convert_version=True)
+    except Exception:  # noqa: BLE001 - the converter lacks an adapter: try the schema comparison
+        converted = None
+    if converted is not None and not _local_calls(converted):
+        return converted
+    model_ops = {imp.domain or "": imp.version for imp in model.opset_import}
+    retargeted = onnx.ModelProto()
+    retargeted.CopyFrom(model)
+    problems = []
+    for fn in retargeted.functions:
+        for imp in fn.opset_import:
+            want = model_ops.get(imp.domain or "")
+            if want is None or want == imp.version:
+                continue
+            differ = _changed_ops(fn, imp.domain or "", imp.version, want)
+            if differ:
+                problems.append(f"function {fn.domain}::{fn.name}: {', '.join(differ)}")
+            else:
+                imp.version = want
+    if problems:
+        raise UnsupportedModelError(
+            f"{origin}: model-local functions import other opsets than the model and cannot be "
+            f"converted to the model's: {'; '.join(problems)}")
+    try:
+        inlined = onnx.inliner.inline_local_functions(retargeted)
+    except Exception as exc:
+        raise InvalidModelError(f"{origin}: inlining model-local functions failed: {exc}") from exc
+    left = _local_calls(inlined)
+    if left:
+        raise UnsupportedModelError(f"{origin}: model-local function(s) {', '.join(left)} could not be inlined")
+    return inlined
 
 
 def load(path_or_bytes, *, check: bool = True) -> LoadedModel:
@@ -506,16 +722,15 @@ def load(path_or_bytes, *, check: bool = True) -> LoadedModel:
     if base_dir is not None and _external_tensors(model):
         _load_external(model, base_dir, weights, origin)
     check_versions(model, origin)
+    _drop_untyped_value_info(model)
     if check:
         try:
             onnx.checker.check_model(_checker_view(model, weights), full_check=False)
         except onnx.checker.ValidationError as exc:
             raise InvalidModelError(f"{origin} failed the ONNX checker: {exc}") from exc
+        _check_input_types(model, origin)
     if model.functions:
-        try:
-            model = onnx.inliner.inline_local_functions(model)
-        except Exception as exc:
-            raise InvalidModelError(f"{origin}: inlining model-local functions failed: {exc}") from exc
+        model = _inline_functions(model, origin)
     validate_model(model, origin)  # before onnx's shape inference and the kernels read the attributes
     return LoadedModel(model, weights, base_dir)
 

@@ -26,7 +26,7 @@ def _fmt_shape(shape) -> str:
 class InputSpec:
     """What one model input accepts, precomputed at session creation."""
 
-    __slots__ = ("name", "dtype", "shape", "kind", "type_str", "optional")
+    __slots__ = ("dtype", "kind", "name", "optional", "shape", "type_str")
 
     def __init__(self, name, dtype, shape, kind, type_str, optional=False):
         self.name = name
@@ -78,8 +78,87 @@ def validate_feeds(input_feed, specs: dict[str, InputSpec], max_bytes: int | Non
     return feeds
 
 
+_MAP_KEYS = {"string": str, "int64": int}
+_MAP_VALUES = {"float": np.float32, "double": np.float64, "int64": np.int64, "string": object}
+
+
+def _map_types(type_str: str):
+    """``map(K,tensor(V))`` -> (key kind, value dtype); None when not a map of those types."""
+    if not type_str.startswith("map(") or ",tensor(" not in type_str:
+        return None
+    key, _, rest = type_str[4:].partition(",tensor(")
+    value = rest.rstrip(")")
+    if key not in _MAP_KEYS or value not in _MAP_VALUES:
+        return None
+    return key, value
+
+
+def _convert_map(name: str, type_str: str, value) -> dict:
+    """One map feed as onnxruntime takes it: a dict, keys of the key type (str, or integers for
+    int64), values converted as Python numbers (``float(v)``, ``int(v)``) or strings."""
+    types = _map_types(type_str)
+    if types is None:
+        raise InputTypeError(f"input {name!r} has type {type_str}, which runtime-core cannot feed")
+    if not isinstance(value, dict):
+        raise InputTypeError(f"input {name!r} expects {type_str} (a dict), got {type(value).__name__}")
+    key, vtype = types
+    out = {}
+    for k, v in value.items():
+        if key == "string" and not isinstance(k, str):
+            raise InputTypeError(f"input {name!r} expects {type_str}: key {k!r} is not a str")
+        if key == "int64":
+            if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)):
+                raise InputTypeError(f"input {name!r} expects {type_str}: key {k!r} is not an integer")
+            k = int(k)
+        try:
+            if vtype == "string":
+                if not isinstance(v, str):
+                    raise TypeError(f"{type(v).__name__} is not a str")
+            elif isinstance(v, (str, bytes)):
+                raise TypeError(f"{type(v).__name__} is not a number")
+            elif vtype == "int64":
+                v = int(v)
+            else:
+                v = float(v)
+        except (TypeError, ValueError) as exc:
+            raise InputTypeError(f"input {name!r} expects {type_str}: the value of key {k!r} ({v!r}) "
+                                 f"cannot be converted: {exc}") from exc
+        out[k] = v
+    return out
+
+
+def _convert_maps(spec: InputSpec, value):
+    """A ``map(...)`` feed (a dict) or a ``seq(map(...))`` feed (a list of dicts)."""
+    if spec.kind == "map":
+        return _convert_map(spec.name, spec.type_str, value)
+    if not isinstance(value, (list, tuple)):
+        raise InputTypeError(f"input {spec.name!r} expects {spec.type_str} (a list of dicts), "
+                             f"got {type(value).__name__}")
+    inner = spec.type_str[len("seq("):-1]
+    return [_convert_map(spec.name, inner, v) for v in value]
+
+
+def _to_string_tensor(name: str, type_str: str, value: np.ndarray) -> np.ndarray:
+    """A string-tensor feed as onnxruntime reads one: ``str(x)`` of each element of an object
+    array (so ``nan`` becomes ``'nan'``, ``None`` ``'None'``), UTF-8 decoded bytes of an ``S``
+    array, the strings of a ``U`` array."""
+    kind = value.dtype.kind
+    if kind == "U":
+        return value.astype(object)
+    if kind == "S":
+        return np.array(np.frompyfunc(lambda b: b.decode("utf-8", errors="surrogateescape"), 1, 1)(value),
+                        dtype=object)
+    if kind == "O":
+        if value.size and not all(type(v) is str for v in value.flat):
+            value = np.array(np.frompyfunc(str, 1, 1)(value), dtype=object)
+        return value
+    raise InputTypeError(f"input {name!r} expects {type_str}, got an array of {value.dtype}")
+
+
 def _convert(spec: InputSpec, value, max_bytes: int | None = None):
     name = spec.name
+    if spec.type_str.startswith(("map(", "seq(map(")):
+        return _convert_maps(spec, value)
     if spec.kind == "sequence":
         if not isinstance(value, (list, tuple)):
             raise InputTypeError(f"input {name!r} expects {spec.type_str} (a list of arrays), "
@@ -117,7 +196,7 @@ def _convert(spec: InputSpec, value, max_bytes: int | None = None):
                 raise InputTypeError(f"input {name!r} expects {spec.type_str}, got an array of {got}")
             if got.kind != "O":
                 _check_copy(name, value, max_bytes)
-                value = value.astype(object)
+            value = _to_string_tensor(name, spec.type_str, value)
         elif got != want:
             if got.kind == want.kind and got.itemsize == want.itemsize and got.newbyteorder("=") == want:
                 _check_copy(name, value, max_bytes)
