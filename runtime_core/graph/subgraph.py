@@ -74,15 +74,13 @@ def _value(name: str, tp: onnx.TypeProto) -> ValueInfo:
 
 def dense_of_sparse(st: onnx.SparseTensorProto) -> np.ndarray:
     """A sparse initializer as the dense array kernels read (imported lazily: rare)."""
-    from onnx.reference.op_run import to_sparse_tensor
-
-    sp = to_sparse_tensor(st)
-    dense = np.zeros(tuple(sp.dense_shape), dtype=sp.values.dtype)
-    idx = sp.indices
-    if idx.ndim == 1:
-        dense.reshape(-1)[idx] = sp.values
-    else:
-        dense[tuple(idx.T)] = sp.values
+    values = numpy_helper.to_array(st.values)
+    idx = numpy_helper.to_array(st.indices)
+    dense = np.zeros(tuple(st.dims), dtype=values.dtype)
+    if idx.ndim == 1:  # linearized indices
+        dense.reshape(-1)[idx] = values
+    else:  # [NNZ, rank] coordinates
+        dense[tuple(idx.T)] = values
     return dense
 
 

@@ -32,7 +32,9 @@ def constant(ctx, *, value=None, sparse_value=None, value_float=None, value_floa
         return np.array(value, copy=True)
     if sparse_value is not None:
         sp = sparse_value
-        dense = np.zeros(tuple(sp.dense_shape), dtype=sp.values.dtype)
+        # onnx.reference's SparseTensor: ``shape`` (``dense_shape`` in older onnx releases)
+        shape = getattr(sp, "dense_shape", None)
+        dense = np.zeros(tuple(sp.shape if shape is None else shape), dtype=sp.values.dtype)
         idx = np.asarray(sp.indices)
         if idx.ndim == 1:
             dense.reshape(-1)[idx] = sp.values
