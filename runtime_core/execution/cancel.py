@@ -41,13 +41,19 @@ def accepts_stop(run) -> bool:
     return "stop" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
-def find_terminated(exc: BaseException) -> RunTerminatedError | None:
-    """The :class:`RunTerminatedError` in ``exc``'s chain of causes, if any: a provider
-    may wrap the error ``stop`` raised (a kernel running a subgraph does)."""
+def in_chain(exc: BaseException | None, cls: type):
+    """The first exception of class ``cls`` in ``exc``'s chain of causes (``__cause__``, else
+    ``__context__``), or ``None``: providers wrap their kernels' errors."""
     seen = set()
     while exc is not None and id(exc) not in seen:
-        if isinstance(exc, RunTerminatedError):
+        if isinstance(exc, cls):
             return exc
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def find_terminated(exc: BaseException) -> RunTerminatedError | None:
+    """The :class:`RunTerminatedError` in ``exc``'s chain of causes, if any: a provider
+    may wrap the error ``stop`` raised (a kernel running a subgraph does)."""
+    return in_chain(exc, RunTerminatedError)

@@ -22,23 +22,11 @@ from dataclasses import dataclass
 
 from ..errors import ExecutionError, OutOfMemoryError, RunTerminatedError
 from ..partition.report import CopyEntry, FusionEntry
-from .cancel import accepts_stop, find_terminated
+from .cancel import accepts_stop, find_terminated, in_chain
 
 logger = logging.getLogger("runtime_core.execution")
 
 HOST = "cpu"
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` or one of its causes is a ``MemoryError`` (a provider wraps its kernels'
-    errors; the size cap and numpy both raise ``MemoryError``)."""
-    seen = 0
-    while exc is not None and seen < 16:
-        if isinstance(exc, MemoryError):
-            return True
-        exc = exc.__cause__ or exc.__context__
-        seen += 1
-    return False
 
 
 def _key(name: str, device: str) -> str:
@@ -366,7 +354,8 @@ class ExecutionPlan:
                         raise RunTerminatedError(str(term)) from exc
                     node = getattr(exc, "node_name", None)
                     where = f" at node {node!r} ({getattr(exc, 'op_type', '?')})" if node else ""
-                    cls = OutOfMemoryError if _out_of_memory(exc) else ExecutionError
+                    # the size cap and numpy both raise MemoryError, which providers may wrap
+                    cls = OutOfMemoryError if in_chain(exc, MemoryError) else ExecutionError
                     raise cls(f"{st.provider.name} failed in partition {st.part_id}{where}: {exc}") from exc
                 if len(outs) != len(st.out_keys):
                     raise ExecutionError(
