@@ -10,6 +10,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass, field
+from types import FrameType
 
 import numpy as np
 import onnx
@@ -74,7 +75,8 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning point at the first frame outside runtime_core
     (the user's line that created the session), however deep the call came from."""
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
         frame, level = frame.f_back, level + 1
     return level
@@ -184,7 +186,9 @@ class InferenceSession:
         self._max_tensor_bytes = max_tensor_bytes = _max_tensor_bytes(opts)
         self._source = path_or_bytes  # set_providers and overridden initializers rebuild from it
         self._fallback = self.__dict__.get("_fallback", True)  # set_providers passes it on
-        self._override_sess = None
+        self._override_sess: InferenceSession | None = None
+        #: an overriding session's initializer values, fed where a run does not feed them
+        self._defaults: dict = {}
         self._override_lock = threading.Lock()
         model, weights, self._model_dir = _load_source(path_or_bytes)  # large weights stay out of protobuf
         check_types(model, weights)  # onnxruntime refuses a node whose type contradicts the graph's
@@ -329,7 +333,7 @@ class InferenceSession:
                                            f"(installed: {known})")
         new = type(self).__new__(type(self))
         new._fallback = self._fallback  # __init__ keeps it
-        new.__init__(self._source, self._sess_options, providers, provider_options)
+        type(self).__init__(new, self._source, self._sess_options, providers, provider_options)
         self.__dict__.update(new.__dict__)
 
     def disable_fallback(self) -> None:
