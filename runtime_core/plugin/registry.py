@@ -45,8 +45,8 @@ may use.
 1.3: cancellation: an executable whose ``run`` takes a ``stop`` keyword gets a callable that
 raises ``RunTerminatedError`` once ``RunOptions.terminate`` is set (see
 ``ExecutionProvider.compile``); an executable's optional ``fusions()``, shown by the
-partition report; ``NodeView.subgraphs``, the bodies of a node's GRAPH attributes as views.
-     ``Partition.max_tensor_bytes`` (default 0: not said), the session's tensor-size cap.
+partition report; ``NodeView.subgraphs``, the bodies of a node's GRAPH attributes as views;
+``Partition.max_tensor_bytes`` (default 0: not said), the session's tensor-size cap.
 """
 
 ENTRY_POINT_GROUP = "runtime_core.providers"
