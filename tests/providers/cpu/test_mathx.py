@@ -225,12 +225,13 @@ def test_tile_v1():
     x = rnd(2, 3)
     node = helper.make_node("Tile", ["x", "t", "a"], ["y"])
     g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [2, 3]),
-                                        helper.make_tensor_value_info("t", 7, []),
-                                        helper.make_tensor_value_info("a", 7, [])],
+                                        helper.make_tensor_value_info("t", 1, []),
+                                        helper.make_tensor_value_info("a", 1, [])],
                           [helper.make_tensor_value_info("y", 1, [2, 9])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 1)])
     m.ir_version = 3
-    (y,), _ = run_ours(m, {"x": x, "t": np.array(3, np.int64), "a": np.array(1, np.int64)})
+    # Tile-1's tiles and axis share the input's type T (float types), as its schema says
+    (y,), _ = run_ours(m, {"x": x, "t": np.array(3, np.float32), "a": np.array(1, np.float32)})
     np.testing.assert_array_equal(y, np.tile(x, (1, 3)))
 
 
