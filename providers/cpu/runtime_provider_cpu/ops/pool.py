@@ -59,6 +59,18 @@ def _pool_geometry(in_sp, ks, strides, pads, dilations, auto_pad, ceil_mode):
     return pb, pe, out
 
 
+def _windows(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode):
+    """MaxPool's and LpPool's window attributes resolved against x: ``(nd, kernel, strides,
+    dilations, begin pads, end pads, output sizes, effective kernel extents)``."""
+    nd = x.ndim - 2
+    ks = [int(k) for k in kernel_shape]
+    strides = _ints(strides, nd, 1)
+    dilations = _ints(dilations, nd, 1)
+    pb, pe, out = _pool_geometry(x.shape[2:], ks, strides, pads, dilations, auto_pad, ceil_mode)
+    k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    return nd, ks, strides, dilations, pb, pe, out, k_eff
+
+
 def _pooled_padded(x, pb, pe, out, strides, k_eff, fill):
     """x padded so that every window of the output fits (ceil mode may need extra)."""
     nd = len(pb)
@@ -146,12 +158,8 @@ def _neg_fill(dt):
 
 
 def _maxpool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides):
-    nd = x.ndim - 2
-    ks = [int(k) for k in kernel_shape]
-    strides = _ints(strides, nd, 1)
-    dilations = _ints(dilations, nd, 1)
-    pb, pe, out = _pool_geometry(x.shape[2:], ks, strides, pads, dilations, auto_pad, ceil_mode)
-    k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    nd, ks, strides, dilations, pb, pe, out, k_eff = _windows(x, kernel_shape, strides, dilations, pads,
+                                                               auto_pad, ceil_mode)
     want_idx = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
     N, C = x.shape[:2]
     if N * C * math.prod(out) == 0:
@@ -277,12 +285,8 @@ def averagepool_19(ctx, x, *, auto_pad, ceil_mode, count_include_pad, dilations,
 
 
 def _lppool_impl(x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
-    nd = x.ndim - 2
-    ks = [int(k) for k in kernel_shape]
-    strides = _ints(strides, nd, 1)
-    dilations = _ints(dilations, nd, 1)
-    pb, pe, out = _pool_geometry(x.shape[2:], ks, strides, pads, dilations, auto_pad, ceil_mode)
-    k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    nd, ks, strides, dilations, pb, pe, out, k_eff = _windows(x, kernel_shape, strides, dilations, pads,
+                                                               auto_pad, ceil_mode)
     dt = x.dtype
     cd = _cdtype(dt)
     N, C = x.shape[:2]
