@@ -19,6 +19,7 @@ from onnx import numpy_helper
 from ..errors import InvalidModelError
 from ..plugin.contract import NodeView, ValueInfo
 from .attrs import get_schema, resolve_attrs
+from .contrib_types import fill_types
 from .subgraph import SubgraphViews, dense_of_sparse, subgraph_outer_names, type_of_array
 from .types import dtype_of, shape_of, type_kind
 from .validate import infer_shapes
@@ -70,6 +71,7 @@ class Graph:
         for imp in model.opset_import:
             self.opsets["" if imp.domain == "ai.onnx" else imp.domain] = imp.version
         self.opsets.setdefault("", 1)
+        self.ir_version = int(model.ir_version)
         self._bodies: dict = {}  # (node, attribute) -> (GraphProto, GraphBody): see node_view
         g = model.graph
         typed = g
@@ -106,6 +108,8 @@ class Graph:
             self.nodes.append(self.make_node(n.op_type, list(n.input), list(n.output), name=name,
                                              domain=n.domain, proto_attrs=list(n.attribute)))
         self._check_defined()
+        if infer_shapes:  # what onnx cannot type: contrib ops' outputs and what follows them
+            fill_types(self)
 
     # -- construction helpers ------------------------------------------------
     @staticmethod
@@ -227,7 +231,8 @@ class Graph:
             inputs=tuple(node.inputs), outputs=tuple(node.outputs),
             input_info=tuple(vi(i) for i in node.inputs),
             output_info=tuple(vi(o) for o in node.outputs),
-            implicit_inputs=tuple(node.implicit_inputs), index=index, subgraphs=subgraphs)
+            implicit_inputs=tuple(node.implicit_inputs), index=index, subgraphs=subgraphs,
+            proto_attrs=tuple(node.proto_attrs))
 
     def type_of(self, name: str) -> onnx.TypeProto | None:
         """The ONNX type of value ``name`` (an initializer's from its array), or ``None``."""

@@ -171,7 +171,7 @@ def body_view(g: onnx.GraphProto, opsets: Mapping[str, int], outer_value: ValueL
             opset=opset if opset is not None else (schema.since_version if schema is not None else 1),
             attrs=attrs, inputs=tuple(n.input), outputs=tuple(n.output),
             input_info=tuple(value(i) for i in n.input), output_info=tuple(value(o) for o in n.output),
-            implicit_inputs=tuple(implicit), index=idx,
+            implicit_inputs=tuple(implicit), index=idx, proto_attrs=tuple(n.attribute),
             subgraphs=SubgraphViews(full, attrs, opsets, inner_value, inner_type)))
     for vi in list(g.input) + list(g.output):
         value(vi.name)

@@ -5,6 +5,12 @@ merged into partitions by cutting one topological order into runs of the same
 provider; a contiguous run of a topological order is always convex (a path that
 left and re-entered it would pass through a node inside the run). Group claims are
 checked for convexity and kept whole.
+
+Partition shaping (plugin API 1.4): once every node has a provider, each provider with a
+``min_partition_size`` above 1 gives back the nodes of its partitions smaller than that,
+and each provider with a ``review_partitions`` method is shown its proposed partitions and
+may name nodes to give back. Given-back nodes are offered again to the providers after it
+(the CPU provider last), and the cut is made again, until nobody gives anything back.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ..errors import PartitionError, PluginError
+from ..graph.contrib_types import fill_types
 from ..graph.ir import Graph
-from ..plugin.contract import GraphView, NodeView, Partition
+from ..plugin.contract import GraphView, NodeView, Partition, SessionSettings
 from .report import NodeEntry, PartitionReport
 
 logger = logging.getLogger("runtime_core.partition")
@@ -71,8 +78,20 @@ def _normalize_capability(cap) -> tuple[list, dict]:
     return list(claims or []), dict(declined or {})
 
 
-def assign(graph: Graph, providers: list, views: list[NodeView], values) -> Assignment:
-    """Offer unclaimed nodes to each provider in order and record claims and declines."""
+GIVEN_BACK = "given back"
+"""How the reason of a node a provider claimed and then gave back (partition shaping) starts."""
+
+
+def assign(graph: Graph, providers: list, views: list[NodeView], values, *,
+           given_back: dict[int, dict[int, str]] | None = None,
+           settings: SessionSettings | None = None, answers: dict | None = None) -> Assignment:
+    """Offer unclaimed nodes to each provider in order and record claims and declines.
+
+    ``given_back`` maps a provider position to the nodes it gave back (index -> reason): its
+    claims of them are dropped and the reason recorded. ``answers`` caches capability answers
+    by (provider position, offered nodes), so that a re-cut does not ask again."""
+    given_back = given_back or {}
+    answers = answers if answers is not None else {}
     succ, _ = _succ_pred(graph)
     by_name = {v.name: v.index for v in views}
     result = Assignment()
@@ -82,10 +101,15 @@ def assign(graph: Graph, providers: list, views: list[NodeView], values) -> Assi
         if not unclaimed:
             break
         offered = [views[i] for i in unclaimed]
-        gv = GraphView(offered, values, graph.opsets, views)
+        gv = GraphView(offered, values, graph.opsets, views, ir_version=getattr(graph, "ir_version", 0),
+                       settings=settings)
         pname = prov.name
+        back = given_back.get(pos, {})
         try:
-            claims, declined = _normalize_capability(prov.get_capability(gv))
+            key = (pos, tuple(unclaimed))
+            if key not in answers:
+                answers[key] = _normalize_capability(prov.get_capability(gv))
+            claims, declined = answers[key]
         except Exception as exc:  # a provider bug must not break the session
             logger.warning("%s.get_capability raised %s: %s; it runs nothing", pname, type(exc).__name__, exc)
             for i in unclaimed:
@@ -98,6 +122,13 @@ def assign(graph: Graph, providers: list, views: list[NodeView], values) -> Assi
             members = [claim] if isinstance(claim, (NodeView, str)) else list(claim)
             idxs = []
             bad = None
+            if any(by_name.get(m if isinstance(m, str) else getattr(m, "name", None)) in back
+                   for m in members):  # a claim with a given-back node is given back whole
+                for m in members:
+                    idx = by_name.get(m if isinstance(m, str) else getattr(m, "name", None))
+                    if idx is not None and idx in offered_set:
+                        rejected[idx] = back.get(idx) or next(iter(back.values()))
+                continue
             for m in members:
                 name = m if isinstance(m, str) else getattr(m, "name", None)
                 idx = by_name.get(name)
@@ -218,19 +249,97 @@ class PlannedPartition:
     provider_pos: int
 
 
-def partition_graph(graph: Graph, providers: list) -> tuple[list[PlannedPartition], PartitionReport]:
-    """Cut ``graph`` into compiled-ready partitions; ``providers`` are instances, CPU last."""
+#: a bound on re-cuts: each one gives back at least one node, so this is never reached in practice
+_MAX_RECUTS = 64
+
+
+def partition_graph(graph: Graph, providers: list, settings: SessionSettings | None = None
+                    ) -> tuple[list[PlannedPartition], PartitionReport]:
+    """Cut ``graph`` into compiled-ready partitions; ``providers`` are instances, CPU last.
+
+    ``settings`` (the session's) reach providers through ``GraphView.settings`` and
+    ``Partition.settings``. Partition shaping (see the module docstring) happens here."""
+    settings = settings if settings is not None else SessionSettings()
+    fill_types(graph)  # outputs of fused ops the optimizer emitted, and what reads them
     cache: dict = {}
     views = [graph.node_view(n, i, cache) for i, n in enumerate(graph.nodes)]
     values = _ValueMap(graph, cache)
-    asg = assign(graph, providers, views, values)
-    runs = order_nodes(graph, asg)
-    consumers = graph.consumers()
-    graph_outputs = set(graph.output_names)
+    given_back: dict[int, dict[int, str]] = {}
+    answers: dict = {}
+    for _ in range(_MAX_RECUTS):
+        asg = assign(graph, providers, views, values, given_back=given_back, settings=settings,
+                     answers=answers)
+        runs = order_nodes(graph, asg)
+        planned = _partitions(graph, providers, views, values, runs, asg, settings)
+        if not _shape(providers, planned, views, given_back):
+            break
+    else:  # pragma: no cover - see _MAX_RECUTS
+        raise PartitionError(f"partition shaping did not settle after {_MAX_RECUTS} re-cuts")
     node_run = {}
     for r, members in enumerate(runs):
         for m in members:
             node_run[m] = r
+    report = PartitionReport(
+        nodes=[NodeEntry(name=views[i].name, op_type=views[i].op_type, domain=views[i].domain,
+                         provider=providers[asg.provider_of[i]].name, partition=node_run[i],
+                         declined=dict(asg.declined.get(i, {})))
+               for r in runs for i in r],
+        copies=[])
+    return planned, report
+
+
+def _shape(providers: list, planned: list[PlannedPartition], views: list[NodeView],
+           given_back: dict[int, dict[int, str]]) -> bool:
+    """Ask each shaping provider about its proposed partitions; True when a node was given back."""
+    by_name = {v.name: v.index for v in views}
+    more = False
+    last = len(providers) - 1
+    for pos, prov in enumerate(providers):
+        if pos == last:  # the fallback runs what is left: nothing to give it back to
+            break
+        mine = [pp.partition for pp in planned if pp.provider_pos == pos]
+        if not mine:
+            continue
+        back: dict[int, str] = {}
+        try:
+            min_size = int(getattr(prov, "min_partition_size", 1) or 1)
+        except (TypeError, ValueError):
+            logger.warning("%s.min_partition_size is not an int; ignored", prov.name)
+            min_size = 1
+        for part in mine:
+            if len(part.nodes) < min_size:
+                for v in part.nodes:
+                    back[v.index] = (f"{GIVEN_BACK}: a partition of {len(part.nodes)} node(s) is below "
+                                     f"the provider's min_partition_size {min_size}")
+        review = getattr(prov, "review_partitions", None)
+        if callable(review):
+            kept = [p for p in mine if not any(v.index in back for v in p.nodes)]
+            try:
+                names = list(review(kept) or ()) if kept else []
+            except Exception as exc:  # a provider bug must not break the session
+                logger.warning("%s.review_partitions raised %s: %s; nothing given back",
+                               prov.name, type(exc).__name__, exc)
+                names = []
+            owned = {v.name for p in kept for v in p.nodes}
+            for name in names:
+                if name not in owned:
+                    logger.warning("%s.review_partitions gave back %r, which is not in its partitions; "
+                                   "ignored", prov.name, name)
+                    continue
+                back.setdefault(by_name[name], f"{GIVEN_BACK} by review_partitions")
+        if back:
+            given_back.setdefault(pos, {}).update(back)
+            more = True
+            logger.info("%s gave back %d node(s) after seeing its partitions", prov.name, len(back))
+    return more
+
+
+def _partitions(graph: Graph, providers: list, views: list[NodeView], values, runs: list[list[int]],
+                asg: Assignment, settings: SessionSettings) -> list[PlannedPartition]:
+    from ..plugin.export import opsets_of
+
+    consumers = graph.consumers()
+    graph_outputs = set(graph.output_names)
     planned = []
     for r, members in enumerate(runs):
         produced = []
@@ -251,17 +360,14 @@ def partition_graph(graph: Graph, providers: list) -> tuple[list[PlannedPartitio
         outputs = tuple(o for o in produced if o in graph_outputs or any(
             c not in inside for c in consumers.get(o, ())))
         pos = asg.provider_of[members[0]]
+        nodes = tuple(views[m] for m in members)
         part = Partition(id=r, provider=providers[pos].name,
-                         nodes=tuple(views[m] for m in members), inputs=inputs, outputs=outputs,
-                         constants=consts, values=values)
+                         nodes=nodes, inputs=inputs, outputs=outputs,
+                         constants=consts, values=values, opset_imports=opsets_of(nodes, graph.opsets),
+                         ir_version=getattr(graph, "ir_version", 0), settings=settings,
+                         type_lookup=graph.type_of)
         planned.append(PlannedPartition(part, pos))
-    report = PartitionReport(
-        nodes=[NodeEntry(name=views[i].name, op_type=views[i].op_type, domain=views[i].domain,
-                         provider=providers[asg.provider_of[i]].name, partition=node_run[i],
-                         declined=dict(asg.declined.get(i, {})))
-               for r in runs for i in r],
-        copies=[])
-    return planned, report
+    return planned
 
 
 class _ValueMap(dict):

@@ -4,7 +4,16 @@ Everything a provider needs is importable from here; nothing else in
 ``runtime_core`` is plugin API. See ``docs/architecture.md`` for the contract.
 """
 
-from .contract import Capability, GraphBody, GraphView, NodeView, Partition, ProbeResult, ValueInfo
+from .contract import (
+    Capability,
+    GraphBody,
+    GraphView,
+    NodeView,
+    Partition,
+    ProbeResult,
+    SessionSettings,
+    ValueInfo,
+)
 from .hookspecs import hookspec
 from .provider import ExecutionProvider
 from .registry import (
@@ -29,6 +38,7 @@ __all__ = [
     "ProbeResult",
     "ProviderRecord",
     "ProviderRegistrar",
+    "SessionSettings",
     "ValueInfo",
     "get_registry",
     "hookimpl",

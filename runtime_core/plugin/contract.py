@@ -12,11 +12,12 @@ included, so kernels never invent defaults.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 __all__ = [
+    "SessionSettings",
     "ValueInfo",
     "NodeView",
     "GraphBody",
@@ -80,6 +81,10 @@ class NodeView:
     ``subgraphs`` (plugin API 1.3) maps each GRAPH attribute (``name[i]`` for the graphs of
     a GRAPHS attribute) to its body as a :class:`GraphBody`, built by the core on first
     access: providers never read a subgraph's protobuf or resolve its attributes themselves.
+
+    ``proto_attrs`` (plugin API 1.4) are the node's ``AttributeProto``s as the model (or the
+    optimizer's fusion) wrote them, types and subgraphs included: what :meth:`to_proto`
+    uses. Empty for a view built without them (attributes are then rebuilt from ``attrs``).
     """
 
     name: str
@@ -95,6 +100,17 @@ class NodeView:
     implicit_inputs: tuple[str, ...] = ()
     index: int = -1
     subgraphs: Mapping[str, "GraphBody"] = field(default_factory=dict, repr=False)
+    proto_attrs: tuple = field(default=(), repr=False)
+
+    def to_proto(self):
+        """The node as an ``onnx.NodeProto`` (plugin API 1.4): its name, op type, domain,
+        inputs and outputs, and its attributes as written in the model, with their types;
+        GRAPH attributes carry their bodies as they are (their own nodes, initializers and
+        outer-scope reads). Attributes the model left to their defaults stay unset, as in the
+        model. A new object on each call: changing it changes nothing in the core."""
+        from .export import node_proto
+
+        return node_proto(self)
 
     @property
     def qualified_op(self) -> str:
@@ -135,14 +151,28 @@ class GraphView:
 
     Iterating yields the :class:`NodeView` of every node still unclaimed, in a
     topological order. ``value(name)`` returns the :class:`ValueInfo` of any value.
+
+    ``opset_imports`` (plugin API 1.4; ``opsets`` is the same mapping) is the model's
+    opset import, domain (``""`` for ``ai.onnx``) to version: every domain the model uses,
+    inside subgraph bodies included, and any domain the optimizer's fusions added
+    (``com.microsoft``). ``ir_version`` (1.4) is the model's IR version (0 when the view
+    was built without one). ``settings`` (1.4) is the session's :class:`SessionSettings`.
     """
 
     def __init__(self, nodes: Sequence[NodeView], values: Mapping[str, ValueInfo],
-                 opsets: Mapping[str, int], all_nodes: Sequence[NodeView] | None = None):
+                 opsets: Mapping[str, int], all_nodes: Sequence[NodeView] | None = None, *,
+                 ir_version: int = 0, settings: "SessionSettings | None" = None):
         self._nodes = tuple(nodes)
         self._values = values
         self.opsets = dict(opsets)
         self._all = tuple(all_nodes) if all_nodes is not None else self._nodes
+        self.ir_version = int(ir_version)
+        self.settings = settings if settings is not None else SessionSettings()
+
+    @property
+    def opset_imports(self) -> dict[str, int]:
+        """The model's opset imports, domain (``""`` for ``ai.onnx``) -> version (plugin API 1.4)."""
+        return dict(self.opsets)
 
     @property
     def all_nodes(self) -> tuple[NodeView, ...]:
@@ -194,6 +224,20 @@ class Partition:
     ``session.max_tensor_bytes``): a kernel whose output size comes from input values
     (Expand, ConstantOfShape, Tile, Range, Pad, ...) refuses a larger output with
     ``MemoryError`` before allocating it; 0 means the session did not say.
+
+    What the fields hold for nodes with subgraphs (If, Loop, Scan, ...): ``inputs`` are
+    every value the nodes read that the partition does not compute and that is not an
+    initializer, in first-read order: explicit inputs and the outer-scope values their
+    bodies read (at any depth) alike. ``constants`` are the main graph's initializers the
+    nodes read, directly or from inside a body; a body's own initializers stay in the body.
+    The two never overlap. ``outputs`` are the values the partition computes that a node
+    outside it, or the graph's output list, reads. Values a body computes are never
+    partition inputs or outputs.
+
+    Plugin API 1.4: ``opset_imports`` (domain -> version, ``""`` for ``ai.onnx``) are the
+    opsets the nodes need, domains used only inside bodies included, at the model's
+    versions; ``ir_version`` is the model's IR version; ``settings`` is the session's
+    :class:`SessionSettings`; :meth:`to_model` gives the partition as a standalone model.
     """
 
     id: int
@@ -207,10 +251,69 @@ class Partition:
     cpu_mem_arena: bool = True
     intra_op_num_threads: int = 0
     max_tensor_bytes: int = 0
+    opset_imports: Mapping[str, int] = field(default_factory=dict)
+    ir_version: int = 0
+    settings: "SessionSettings" = field(default_factory=lambda: SessionSettings())
+    #: name -> ``onnx.TypeProto`` (or ``None``) as the core knows it; used by :meth:`to_model`
+    type_lookup: Callable[[str], Any] | None = field(default=None, repr=False)
 
     def value(self, name: str) -> ValueInfo:
         """The :class:`ValueInfo` of ``name``."""
         return self.values.get(name) or ValueInfo(name)
+
+    def to_model(self):
+        """The partition as a standalone ``onnx.ModelProto`` (plugin API 1.4), for a provider
+        that hands it to another runtime.
+
+        Its graph inputs are ``inputs`` in order, with their types and shapes (symbolic dims
+        by name); its initializers are ``constants``; its outputs are ``outputs`` in order,
+        typed; its nodes are ``[n.to_proto() for n in nodes]`` (subgraphs included, reading
+        the outer-scope values that are graph inputs or initializers here); ``value_info``
+        types every value the nodes compute whose type is known; its opset imports are
+        ``opset_imports`` and its IR version ``ir_version``. The model passes
+        ``onnx.checker.check_model`` whenever the rank of every input and output is known
+        (the core types the outputs of its own fused ``com.microsoft`` ops too); a value of
+        unknown rank is declared with its element type only, which onnxruntime accepts and
+        the checker does not. A new model on each call."""
+        from .export import partition_model
+
+        return partition_model(self)
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """The session's settings that a provider (above all one delegating to another runtime)
+    may want to follow, in one object (plugin API 1.4): ``Partition.settings`` and
+    ``GraphView.settings``. A provider may ignore any of them.
+
+    * ``graph_optimization_level``: ``SessionOptions.graph_optimization_level`` as an int
+      (0 disabled, 1 basic, 2 extended, 99 all; onnxruntime's values). The core has already
+      optimized at this level; a delegate may optimize its partition at the same level;
+    * ``log_severity_level`` / ``log_verbosity_level``: ``SessionOptions``' (0 verbose,
+      1 info, 2 warning, 3 error, 4 fatal);
+    * ``intra_op_num_threads``: threads one node's kernel may use (0 in the session resolved
+      to the cores this process may run on), as ``Partition.intra_op_num_threads``;
+    * ``inter_op_num_threads``: the session's value, 0 resolved the same way (used only under
+      ``execution_mode`` 1, parallel);
+    * ``execution_mode``: 0 sequential, 1 parallel (``ExecutionMode``);
+    * ``enable_cpu_mem_arena``, ``enable_mem_pattern``, ``enable_mem_reuse``,
+      ``use_deterministic_compute``: ``SessionOptions``' flags;
+    * ``config_entries``: every session config entry (``add_session_config_entry``), strings.
+
+    The defaults are ``SessionOptions()``'s (threads 0: not said).
+    """
+
+    graph_optimization_level: int = 99
+    log_severity_level: int = 2
+    log_verbosity_level: int = 0
+    intra_op_num_threads: int = 0
+    inter_op_num_threads: int = 0
+    execution_mode: int = 0
+    enable_cpu_mem_arena: bool = True
+    enable_mem_pattern: bool = True
+    enable_mem_reuse: bool = True
+    use_deterministic_compute: bool = False
+    config_entries: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass

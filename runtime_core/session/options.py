@@ -146,3 +146,18 @@ class RunOptions:
 
     def get_run_config_entry(self, key: str) -> str:
         return self._config[key]
+
+
+def session_settings(opts: SessionOptions, intra: int):
+    """What providers see of ``opts`` (``runtime_core.plugin.SessionSettings``); ``intra``: the
+    resolved intra-op thread count."""
+    from ..plugin.contract import SessionSettings
+
+    inter = _thread_count(opts, "inter_op_num_threads") or default_thread_count()
+    return SessionSettings(
+        graph_optimization_level=int(opts.graph_optimization_level),
+        log_severity_level=int(opts.log_severity_level), log_verbosity_level=int(opts.log_verbosity_level),
+        intra_op_num_threads=int(intra), inter_op_num_threads=int(inter),
+        execution_mode=int(opts.execution_mode), enable_cpu_mem_arena=bool(opts.enable_cpu_mem_arena),
+        enable_mem_pattern=bool(opts.enable_mem_pattern), enable_mem_reuse=bool(opts.enable_mem_reuse),
+        use_deterministic_compute=bool(opts.use_deterministic_compute), config_entries=opts.config_entries)

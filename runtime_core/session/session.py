@@ -40,8 +40,8 @@ from ..partition import partition_graph
 from ..plugin.registry import DEFAULT_PROVIDERS_CONFIG, FALLBACK_ALIAS, default_providers, get_registry
 from .inputs import InputSpec, check_output_names, validate_feeds
 from .iobinding import IOBinding, check_bound_input
-from .options import (RunOptions, SessionOptions, default_thread_count,
-                      inter_op_threads)
+from .options import (RunOptions, SessionOptions, default_thread_count, inter_op_threads,
+                      session_settings)
 from .ortvalue import OrtValue, resolve_device
 from .profiling import Profiler
 from .typecheck import apply_free_dimension_overrides, check_types
@@ -224,7 +224,7 @@ class InferenceSession:
         if opts.optimized_model_filepath:
             onnx.save(graph.to_model(), opts.optimized_model_filepath)
 
-        planned, report = partition_graph(graph, self._providers)
+        planned, report = partition_graph(graph, self._providers, session_settings(opts, intra))
         report.providers = [p.name for p in self._providers]
         report.unavailable = unavailable
         if strict and any(p.alias != FALLBACK_ALIAS for p in self._providers):
