@@ -33,7 +33,9 @@ class ExecutionProvider:
       partition boundaries only.
 
     Instances are created once per session as ``cls(options)``, with the
-    session's provider options for it (a ``dict`` of ``str`` to ``str``).
+    session's provider options for it (a ``dict`` of ``str`` to ``str``). The session's
+    other settings (optimization level, log severity, threads, arena: plugin API 1.4) reach
+    it as ``GraphView.settings`` and ``Partition.settings``, a :class:`SessionSettings`.
 
     Device values outside a session (``OrtValue`` and ``IOBinding``; all optional,
     added compatibly, with the defaults below):
@@ -66,6 +68,18 @@ class ExecutionProvider:
     Transposes (consecutive ones cancel); the provider must then claim those ops
     (channels-last activations, ONNX weights, attribute ``since_version``). The CPU
     provider has reference kernels for them.
+
+    Partition shaping (optional, plugin API 1.4): ``min_partition_size`` (an int, default 1)
+    makes the core give back to the providers after this one (the CPU provider last) every
+    node of a partition of this provider with fewer nodes; a method
+    ``review_partitions(partitions: Sequence[Partition]) -> Iterable[str]`` is shown this
+    provider's proposed partitions once every node has a provider (before any ``compile``)
+    and returns the names of nodes to give back (a node of a group claim gives back its whole
+    group). Given-back nodes are declined with a reason starting ``"given back"``, offered
+    to the next providers, and the graph is cut again until nobody gives anything back;
+    ``review_partitions`` may therefore be called more than once (and by the optimizer's
+    trial partition), so it must answer from what it is shown. Neither is defined on this
+    base class: a provider without them is not asked.
     """
 
     name: str = ""

@@ -34,7 +34,7 @@ from .contract import ProbeResult
 
 logger = logging.getLogger("runtime_core.plugin")
 
-API_VERSION = "1.3"
+API_VERSION = "1.4"
 """The plugin API version of this runtime-core; minor bumps only add.
 
 1.0: hooks, the provider class (probe, get_capability, compile, device memory and copies).
@@ -47,6 +47,14 @@ raises ``RunTerminatedError`` once ``RunOptions.terminate`` is set (see
 ``ExecutionProvider.compile``); an executable's optional ``fusions()``, shown by the
 partition report; ``NodeView.subgraphs``, the bodies of a node's GRAPH attributes as views;
 ``Partition.max_tensor_bytes`` (default 0: not said), the session's tensor-size cap.
+1.4: subgraph delegation: ``NodeView.to_proto()`` and ``NodeView.proto_attrs`` (the node as
+written, attribute types and bodies kept); ``GraphView.opset_imports`` and ``ir_version``;
+``Partition.opset_imports`` (bodies' domains included), ``ir_version`` and ``to_model()`` (a
+checker-clean model of exactly the partition); outputs of the optimizer's ``com.microsoft``
+ops are typed; partition shaping: an optional ``min_partition_size`` and
+``review_partitions(partitions)`` on the provider; ``SessionSettings``, the session's
+settings, as ``GraphView.settings`` and ``Partition.settings``. All optional: a 1.3 provider
+runs unchanged.
 """
 
 ENTRY_POINT_GROUP = "runtime_core.providers"
