@@ -32,118 +32,46 @@ provider in a session are exactly the nodes of the model the capability check sa
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import textwrap
 import threading
 import traceback
 import warnings
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 import numpy as np
 import onnx
 
-__all__ = ["CaseResult", "ConformanceFailure", "ConformanceKit", "ScanEntry"]
+from .kit_cases import (
+    CHAIN,
+    CPU_NAME,
+    FAILED,
+    FULL,
+    NOT_EXERCISED,
+    PARTIAL,
+    PASSED,
+    CaseResult,
+    ConformanceFailure,
+    ScanEntry,
+    _chain_input,
+    _chain_model,
+    _compare_expected,
+    _copy_samples,
+    _flipped,
+    _helper_registered,
+    _is_random,
+    _member_name,
+    _non_convex_witness,
+    _short,
+    _successors,
+    _tensor_dtypes,
+)
+
+__all__ = ["CHAIN", "FAILED", "FULL", "NOT_EXERCISED", "PARTIAL", "PASSED", "CaseResult", "ConformanceFailure",
+           "ConformanceKit", "ScanEntry"]
 
 logger = logging.getLogger("runtime_core.testing")
-
-FULL, PARTIAL, CHAIN = "claimed", "partial", "chain"
-PASSED, FAILED, NOT_EXERCISED = "passed", "failed", "not exercised"
-CPU_NAME = "CPUExecutionProvider"
-
-
-class ConformanceFailure(AssertionError):
-    """The provider under test broke a rule of the plugin contract; the message says which."""
-
-
-@dataclass
-class ScanEntry:
-    """What the provider said about the nodes of one case's model."""
-
-    case: Any
-    nodes: list = field(default_factory=list)          # NodeViews of the model, topological
-    claimed: list = field(default_factory=list)        # names of claimed nodes, in claim order
-    groups: list = field(default_factory=list)         # lists of names claimed as one group
-    declined: dict = field(default_factory=dict)       # name -> reason given
-    violations: list = field(default_factory=list)     # capability-contract violations
-    unexplained: list = field(default_factory=list)    # unclaimed nodes without a reason
-    error: str = ""                                    # the core could not load the model
-    cpu_declined: dict = field(default_factory=dict)   # unclaimed nodes the CPU provider declines
-    random: str = ""                                   # a node whose result is random (not compared)
-
-    @property
-    def id(self) -> str:
-        """The case id (``folder/name``)."""
-        return self.case.id
-
-    @property
-    def name(self) -> str:
-        """The case name."""
-        return self.case.name
-
-    @property
-    def full(self) -> bool:
-        """Every node of the model is claimed."""
-        return bool(self.nodes) and not self.error and len(set(self.claimed)) == len(self.nodes)
-
-    @property
-    def partial(self) -> bool:
-        """Some, not all, nodes are claimed."""
-        return not self.error and 0 < len(set(self.claimed)) < len(self.nodes)
-
-    @property
-    def runnable(self) -> bool:
-        """The CPU provider takes every node the provider leaves (so the case can run)."""
-        return not self.cpu_declined
-
-
-@dataclass
-class CaseResult:
-    """The outcome of running one case (``kind`` is ``claimed``, ``partial`` or ``chain``)."""
-
-    case: str
-    kind: str
-    outcome: str
-    message: str = ""
-    reference: str = ""
-
-
-def _short(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _member_name(m) -> str | None:
-    if isinstance(m, str):
-        return m
-    return getattr(m, "name", None)
-
-
-def _successors(nodes) -> list[set[int]]:
-    producer = {o: i for i, n in enumerate(nodes) for o in n.outputs if o}
-    succ: list[set[int]] = [set() for _ in nodes]
-    for i, n in enumerate(nodes):
-        for v in list(n.inputs) + list(n.implicit_inputs):
-            p = producer.get(v)
-            if v and p is not None and p != i:
-                succ[p].add(i)
-    return succ
-
-
-def _non_convex_witness(group: set[int], succ: list[set[int]]) -> int | None:
-    from ..partition.partitioner import non_convex_witness
-
-    return non_convex_witness(group, succ)
-
-
-def _tensor_dtypes(node) -> set:
-    out = set()
-    for vi in tuple(node.input_info) + tuple(node.output_info):
-        if vi is not None and vi.kind == "tensor" and vi.dtype is not None:
-            out.add(np.dtype(vi.dtype))
-    return out
 
 
 class ConformanceKit:
@@ -809,201 +737,7 @@ class ConformanceKit:
         return ok
 
     def summary(self) -> str:
-        """What was checked: claimed ops, passed, failed, declined."""
-        rec = self.record
-        head = (f"{rec.name} ({rec.alias} {rec.version}, {rec.distribution or '?'}, plugin API "
-                f"{rec.plugin_api})" if rec is not None else f"{self.provider} (not installed)")
-        lines = [f"runtime-core provider kit: {head}"]
-        if self.options:
-            lines.append("  options: " + ", ".join(f"{k}={v}" for k, v in self.options.items()))
-        for check, status in self.checks.items():
-            if not check.startswith("copies "):
-                lines.append(f"  {check}: {'passed' if status == PASSED else 'FAILED'}")
-        copies = {k[len('copies '):]: v for k, v in self.checks.items() if k.startswith("copies ")}
-        if copies:
-            ok = [d for d, v in copies.items() if v == PASSED]
-            bad = [d for d, v in copies.items() if v != PASSED]
-            lines.append(f"  copies round-trip: {len(ok)} dtype(s) passed"
-                         + (f", FAILED for {', '.join(bad)}" if bad else ""))
-        if self._scan is not None:
-            scan = self._scan
-            loaded = [e for e in scan if not e.error]
-            full = sum(e.full for e in loaded)
-            part = sum(e.partial for e in loaded)
-            stuck = sum(e.partial and not e.runnable for e in loaded)
-            lines.append(f"  cases scanned: {len(scan)} ({', '.join(self.folders)}"
-                         + (f", matching {self.pattern!r}" if self.pattern else "") + f"); claimed fully: "
-                         f"{full}, partially: {part}"
-                         + (f" ({stuck} of them with nodes the CPU provider declines too)" if stuck else "")
-                         + f", not at all: {len(loaded) - full - part}"
-                         + (f"; not loadable by the core: {len(scan) - len(loaded)}"
-                            if len(loaded) != len(scan) else ""))
-            rnd = sum(bool(e.random) and (e.full or e.partial) for e in loaded)
-            if rnd:
-                lines.append(f"  not run: {rnd} claimed case(s) with random results (e.g. RandomUniformLike)")
-            ops = sorted({v.qualified_op.removeprefix("ai.onnx::") for e in loaded
-                          for v in e.nodes if v.name in set(e.claimed)})
-            lines.append(f"  claimed ops ({len(ops)}, op-version):")
-            lines.extend(textwrap.wrap(", ".join(ops) if ops else "none", 100,
-                                       initial_indent="    ", subsequent_indent="    "))
-            reasons = Counter(r for e in loaded for r in e.declined.values())
-            n_declined = sum(len(e.declined) for e in loaded)
-            lines.append(f"  declined: {n_declined} node(s), {len(reasons)} distinct reason(s)")
-            for r, c in reasons.most_common(5):
-                lines.append(f"    {c:5d} x {r[:110]}")
-        for kind, label in ((FULL, "claimed cases"), (PARTIAL, "partial cases (CPU fallback)"),
-                            (CHAIN, "fallback chains")):
-            res = list(self.results[kind].values())
-            if not res:
-                continue
-            cnt = Counter(r.outcome for r in res)
-            lines.append(f"  {label}: {len(res)} run, {cnt[PASSED]} passed, {cnt[FAILED]} failed"
-                         + (f", {cnt[NOT_EXERCISED]} not exercised" if cnt[NOT_EXERCISED] else ""))
-            for r in [r for r in res if r.outcome == FAILED][:10]:
-                lines.append(f"    FAILED {r.case}: {r.message[:160]}")
-        return "\n".join(lines)
+        """What was checked: claimed ops, passed, failed, declined, and why any case was not run."""
+        from .kit_report import summary
 
-
-# -- helpers ---------------------------------------------------------------------------
-def _compare_expected(expected: list, got: list, rtol: float, atol: float) -> None:
-    """The official comparison of the ONNX backend suite (its own rules, where available)."""
-    try:
-        from ..conformance.compare import compare_outputs
-    except ImportError:  # pragma: no cover - older checkouts without the conformance compare
-        compare_outputs = None
-    if compare_outputs is not None:
-        compare_outputs(expected, got, rtol, atol)
-        return
-    if len(expected) != len(got):
-        raise AssertionError(f"{len(got)} outputs, expected {len(expected)}")
-    for e, a in zip(expected, got):
-        if isinstance(e, list):
-            _compare_expected(e, a, rtol, atol)
-        elif e is None:
-            assert a is None, f"expected an empty optional, got {type(a).__name__}"
-        else:
-            e = np.asarray(e)
-            a = np.asarray(a)
-            if e.dtype.kind in "OUS":
-                np.testing.assert_array_equal(a, e)
-            else:
-                np.testing.assert_allclose(a.astype(np.float64) if a.dtype.kind not in "fc" else a,
-                                           e.astype(np.float64) if e.dtype.kind not in "fc" else e,
-                                           rtol=rtol, atol=atol)
-
-
-RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike",
-                        "Multinomial", "Bernoulli"})
-
-
-def _is_random(node) -> bool:
-    """Nodes whose outputs are random draws: two sessions cannot be compared on them."""
-    if node.domain not in ("", "ai.onnx"):
-        return False
-    if node.op_type in RANDOM_OPS:
-        return True
-    # Dropout in training mode (a training_mode input) draws its mask
-    return node.op_type == "Dropout" and len(node.inputs) > 2 and bool(node.inputs[2])
-
-
-def _chain_input(node) -> int | None:
-    """The index of an input with the exact (static) type of the node's only output, or None."""
-    if len(node.outputs) != 1 or not node.outputs[0]:
-        return None
-    out = node.output_info[0]
-    if out is None or out.kind != "tensor" or out.dtype is None or out.static_shape is None:
-        return None
-    if node.implicit_inputs:
-        return None
-    for k, vi in enumerate(node.input_info):
-        if vi is None or vi.kind != "tensor" or vi.is_constant:
-            continue
-        if vi.dtype == out.dtype and vi.static_shape == out.static_shape:
-            return k
-    return None
-
-
-def _chain_model(model: onnx.ModelProto, view) -> tuple[onnx.ModelProto, list[str]]:
-    """The model's one node three times over: output k feeds input ``_chain_input`` of k+1."""
-    k = _chain_input(view)
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    (proto,) = list(g.node)
-    del g.node[:]
-    del g.value_info[:]
-    out = proto.output[0]
-    names = []
-    prev = None
-    for i in range(3):
-        n = onnx.NodeProto()
-        n.CopyFrom(proto)
-        n.name = f"{view.name}__kit{i}"
-        if prev is not None:
-            n.input[k] = prev
-        n.output[0] = out if i == 2 else f"{out}__kit{i}"
-        prev = n.output[0]
-        names.append(n.name)
-        g.node.append(n)
-    return m, names
-
-
-def _flipped(inputs: list) -> list:
-    """The same feeds with every float tensor's elements in reverse order (same values, other places)."""
-    out = []
-    for v in inputs:
-        if isinstance(v, np.ndarray) and v.dtype.kind in "fc" and v.size > 1:
-            v = np.ascontiguousarray(v.reshape(-1)[::-1].reshape(v.shape))
-        out.append(v)
-    return out
-
-
-def _copy_samples(dtype: np.dtype) -> list[tuple[str, np.ndarray]]:
-    rng = np.random.default_rng(7)
-    if dtype.kind in "OUS":
-        base = np.array(["a", "", "longer string", "ünïcode", "x"] * 12, dtype=object).reshape(3, 4, 5)
-        base = base.astype(dtype) if dtype.kind != "O" else base
-    elif dtype.kind == "b":
-        base = rng.random((3, 4, 5)) > 0.5
-    elif dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        base = rng.integers(info.min, info.max, size=(3, 4, 5), dtype=dtype, endpoint=True)
-        base.reshape(-1)[:2] = (info.min, info.max)
-    else:
-        try:
-            vals = rng.standard_normal((3, 4, 5)) * 100
-            base = vals.astype(dtype)
-            if dtype.kind == "c":
-                base = (vals + 1j * vals[::-1]).astype(dtype)
-            specials = np.array([np.nan, np.inf, -np.inf, -0.0]).astype(dtype)
-            base.reshape(-1)[:4] = specials
-        except (TypeError, ValueError):
-            base = np.zeros((3, 4, 5), dtype)
-    # every sample owns its memory (views of their own copy), so changing one changes no other
-    samples = [
-        ("shape [3, 4, 5]", base.copy()),
-        ("scalar", base.reshape(-1)[:1].reshape(()).copy()),
-        ("shape [0]", base.reshape(-1)[:0].copy()),
-        ("shape [2, 0, 3]", np.empty((2, 0, 3), base.dtype)),
-        ("shape [1]", base.reshape(-1)[1:2].copy()),
-        ("transposed (not contiguous)", base.copy().transpose(2, 0, 1)),
-        ("strided slice", base.copy()[:, ::2, 1:]),
-    ]
-    if dtype.kind not in "OUS":
-        ro = base.copy()
-        ro.setflags(write=False)
-        samples.append(("read-only", ro))
-    return samples
-
-
-@contextlib.contextmanager
-def _helper_registered():
-    """Register the kit's helper provider for the duration (then rescan the installed plugins)."""
-    from ..plugin.registry import reload_plugins
-    from .split import entry_points_with_split
-
-    reload_plugins(entry_points_with_split())
-    try:
-        yield
-    finally:
-        reload_plugins()
+        return summary(self)
