@@ -13,7 +13,8 @@ from typing import Mapping
 
 import numpy as np
 
-__all__ = ["DEFAULT_TOLERANCES", "Mismatch", "assert_same", "tolerance_for"]
+__all__ = ["DEFAULT_TOLERANCES", "Mismatch", "assert_same", "parse_tolerance", "tolerance_for",
+           "tolerances_for_ops"]
 
 #: dtype name -> (rtol, atol) for comparing a provider with the CPU provider
 DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
@@ -50,6 +51,43 @@ def tolerance_for(dtype, tolerances: Mapping[str, tuple[float, float]] | None = 
     if dtype.kind in "fc":  # an unlisted float type: as loose as float16
         return table["float16"]
     return None
+
+
+def tolerances_for_ops(tolerances: Mapping[str, tuple[float, float]] | None,
+                       op_tolerances: Mapping[str, tuple[float, float]] | None,
+                       ops) -> dict[str, tuple[float, float]]:
+    """The per-dtype table for a model whose nodes are ``ops`` (``(domain, op_type)`` pairs).
+
+    ``op_tolerances`` maps an op (``"DFT"``, or ``"com.microsoft::Attention"`` for another
+    domain) to ``(rtol, atol)``: a model with that op compares every float output with at
+    least that tolerance (the looser of it and the dtype's, per bound), since an op's
+    rounding error flows into whatever follows it."""
+    table = {**DEFAULT_TOLERANCES, **(tolerances or {})}
+    extra = []
+    for domain, op in ops:
+        for key in (op if domain in ("", "ai.onnx") else f"{domain}::{op}", f"{domain or 'ai.onnx'}::{op}"):
+            if op_tolerances and key in op_tolerances:
+                extra.append(tuple(float(x) for x in op_tolerances[key]))
+                break
+    if not extra:
+        return table
+    rtol, atol = max(r for r, _ in extra), max(a for _, a in extra)
+    return {k: (max(r, rtol), max(a, atol)) for k, (r, a) in table.items()}
+
+
+def parse_tolerance(spec: str) -> tuple[str, tuple[float, float]]:
+    """``"OP=RTOL,ATOL"`` -> ``(OP, (rtol, atol))``; raises ``ValueError`` saying what is wrong."""
+    key, sep, rest = str(spec).partition("=")
+    parts = rest.split(",")
+    try:
+        if not sep or not key.strip() or len(parts) != 2:
+            raise ValueError
+        rtol, atol = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise ValueError(f"a tolerance is OP=RTOL,ATOL (for example DFT=1e-3,1e-3), got {spec!r}") from None
+    if not (rtol >= 0 and atol >= 0):
+        raise ValueError(f"tolerances must be >= 0, got {spec!r}")
+    return key.strip(), (rtol, atol)
 
 
 def _as_float(a: np.ndarray) -> np.ndarray:

@@ -77,6 +77,15 @@ class CaseResult:
     outcome: str
     message: str = ""
     reference: str = ""
+    location: str = ""   # where the case's model and data are (set for a failure)
+
+
+def case_location(case, chained: bool = False) -> str:
+    """Where ``case``'s model and data sets are, to load and run it alone."""
+    dirs = [str(d) for d in getattr(case, "data_dirs", [])]
+    data = (dirs[0] if len(dirs) == 1 else f"{len(dirs)} folders: {', '.join(dirs)}") if dirs else "none"
+    how = " (the kit chained its node three times in memory)" if chained else ""
+    return f"model: {case.model_path}{how}; data sets (input_K.pb / output_K.pb): {data}"
 
 
 def _short(exc: BaseException) -> str:
@@ -180,9 +189,13 @@ def _chain_model(model: onnx.ModelProto, view) -> tuple[onnx.ModelProto, list[st
     m.CopyFrom(model)
     g = m.graph
     (proto,) = list(g.node)
+    out = proto.output[0]
+    # the chained copies' outputs have the original output's type: say so (onnx cannot infer
+    # every op, and a provider that needs types would decline the copies)
+    declared = next((vi.type for vi in list(g.output) + list(g.value_info)
+                     if vi.name == out and vi.type.WhichOneof("value")), None)
     del g.node[:]
     del g.value_info[:]
-    out = proto.output[0]
     names = []
     prev = None
     for i in range(3):
@@ -195,6 +208,8 @@ def _chain_model(model: onnx.ModelProto, view) -> tuple[onnx.ModelProto, list[st
         prev = n.output[0]
         names.append(n.name)
         g.node.append(n)
+        if i < 2 and declared is not None:
+            g.value_info.add(name=prev).type.CopyFrom(declared)
     return m, names
 
 

@@ -10,7 +10,8 @@ from .kit_cases import CHAIN, FAILED, FULL, NOT_EXERCISED, PARTIAL, PASSED
 __all__ = ["summary"]
 
 def summary(kit) -> str:
-    """What was checked: claimed ops, passed, failed, declined."""
+    """What was checked: claimed ops, passed, failed, declined; for each kind of run, why
+    any scanned case was not run; for each failure, where its model and data are."""
     rec = kit.record
     head = (f"{rec.name} ({rec.alias} {rec.version}, {rec.distribution or '?'}, plugin API "
             f"{rec.plugin_api})" if rec is not None else f"{kit.provider} (not installed)")
@@ -60,6 +61,40 @@ def summary(kit) -> str:
         cnt = Counter(r.outcome for r in res)
         lines.append(f"  {label}: {len(res)} run, {cnt[PASSED]} passed, {cnt[FAILED]} failed"
                      + (f", {cnt[NOT_EXERCISED]} not exercised" if cnt[NOT_EXERCISED] else ""))
+        lines.extend(f"    {gap}" for gap in _gaps(kit, kind, res))
+        for r in [r for r in res if r.outcome == NOT_EXERCISED][:5]:
+            lines.append(f"    not exercised {r.case}: {r.message[:160]}")
         for r in [r for r in res if r.outcome == FAILED][:10]:
             lines.append(f"    FAILED {r.case}: {r.message[:160]}")
+            if r.location:
+                lines.append(f"      {r.location}")
     return "\n".join(lines)
+
+
+def _gaps(kit, kind: str, res: list) -> list[str]:
+    """Why fewer cases ran than the scan counted (every case left out, by reason)."""
+    if kit._scan is None:
+        return []
+    loaded = [e for e in kit._scan if not e.error]
+    if kind == CHAIN:
+        one = [e for e in kit.claimed_cases() if len(e.nodes) == 1]
+        return [f"(of {len(one)} fully claimed one-node case(s), one per op-version and dtype among "
+                "those whose output has the type and static shape of an input)"] if one else []
+    wanted = [e for e in loaded if (e.full if kind == FULL else e.partial)]
+    ran = {r.case for r in res}
+    left = [e for e in wanted if e.id not in ran]
+    if not left:
+        return []
+    why: Counter = Counter()
+    for e in left:
+        if e.violations:
+            why["its capability answer broke the contract (see the capability check)"] += 1
+        elif e.random:
+            why["random results, which two sessions cannot compare"] += 1
+        elif kind == PARTIAL and not e.runnable:
+            why["nodes neither this provider nor the CPU provider takes"] += 1
+        else:
+            why["not selected in this run (-k or a failed earlier check)"] += 1
+    word = "fully" if kind == FULL else "partially"
+    return [f"(of {len(wanted)} {word} claimed case(s), not run: "
+            + "; ".join(f"{c} with {w}" for w, c in why.most_common()) + ")"]

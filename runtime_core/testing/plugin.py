@@ -8,7 +8,14 @@ Options:
   session the kit builds;
 * ``--runtime-provider-cases REGEX``: only cases whose ``folder/name`` matches;
 * ``--runtime-provider-folders LIST``: suite folders (default ``node``);
-* ``--runtime-provider-timeout SECONDS``: a case running longer fails as a hang.
+* ``--runtime-provider-timeout SECONDS``: a case running longer fails as a hang;
+* ``--runtime-provider-tolerance OP=RTOL,ATOL`` (repeatable): the least tolerance of every
+  float output of a case with op ``OP`` (``DFT``, ``com.microsoft::Attention``); a dtype
+  name (``float32``) instead of an op sets that dtype's tolerance.
+
+A failing case says where its model and data sets are: generated node cases live under
+``$RUNTIME_CORE_CACHE`` (default ``~/.cache/runtime-core``), the other folders in the
+installed ``onnx`` package.
 
 At the end of the run it prints each checked provider's summary: claimed ops,
 passed, failed, declined. Without ``--runtime-provider`` it adds nothing to a run
@@ -38,6 +45,9 @@ def pytest_addoption(parser) -> None:
                     help="comma-separated ONNX backend suite folders (default: node)")
     group.addoption("--runtime-provider-timeout", metavar="SECONDS", type=float, default=None,
                     help="a case that runs longer fails as a hang (default: 120)")
+    group.addoption("--runtime-provider-tolerance", metavar="OP=RTOL,ATOL", action="append", default=[],
+                    help="least tolerance of the float outputs of a case with op OP (repeatable); "
+                         "a dtype name (float32) instead of OP sets that dtype's tolerance")
 
 
 def cli_settings(config) -> dict:
@@ -49,12 +59,23 @@ def cli_settings(config) -> dict:
         k, v = spec.split("=", 1)
         opts[k.strip()] = v
     folders = config.getoption("--runtime-provider-folders", default=None)
+    from .compare import DEFAULT_TOLERANCES, parse_tolerance
+
+    dtype_tol, op_tol = {}, {}
+    for spec in config.getoption("--runtime-provider-tolerance", default=[]) or []:
+        try:
+            key, tol = parse_tolerance(spec)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--runtime-provider-tolerance: {exc}") from None
+        (dtype_tol if key in DEFAULT_TOLERANCES else op_tol)[key] = tol
     return {
         "provider": config.getoption("--runtime-provider", default=None),
         "options": opts,
         "cases": config.getoption("--runtime-provider-cases", default=None),
         "folders": tuple(f.strip() for f in folders.split(",") if f.strip()) if folders else None,
         "timeout": config.getoption("--runtime-provider-timeout", default=None),
+        "tolerances": dtype_tol,
+        "op_tolerances": op_tol,
     }
 
 

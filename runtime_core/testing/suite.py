@@ -25,7 +25,7 @@ _KITS_ATTR = "_runtime_core_kits"
 
 
 def get_kit(config, provider: str, options=None, *, folders=("node",), pattern=None,
-            tolerances=None, case_timeout: float = 120.0) -> ConformanceKit:
+            tolerances=None, case_timeout: float = 120.0, op_tolerances=None) -> ConformanceKit:
     """The one :class:`ConformanceKit` of this pytest run for these settings (created on first use)."""
     kits = getattr(config, _KITS_ATTR, None)
     if kits is None:
@@ -33,11 +33,13 @@ def get_kit(config, provider: str, options=None, *, folders=("node",), pattern=N
         setattr(config, _KITS_ATTR, kits)
     options = dict(options or {})
     tolerances = dict(tolerances or {})
+    op_tolerances = dict(op_tolerances or {})
     key = (provider, tuple(sorted(options.items())), tuple(folders), pattern,
-           tuple(sorted(tolerances.items())), case_timeout)
+           tuple(sorted(tolerances.items())), case_timeout, tuple(sorted(op_tolerances.items())))
     if key not in kits:
         kits[key] = ConformanceKit(provider, options, folders=folders, pattern=pattern,
-                                   tolerances=tolerances, case_timeout=case_timeout)
+                                   tolerances=tolerances, case_timeout=case_timeout,
+                                   op_tolerances=op_tolerances)
     return kits[key]
 
 
@@ -65,9 +67,11 @@ class ProviderConformance:
     of every session the kit builds), ``cases`` (a regular expression selecting
     cases by ``folder/name``; ``None`` for all), ``folders`` (suite folders, default
     ``("node",)``), ``tolerances`` (dtype name -> ``(rtol, atol)`` overrides),
-    ``case_timeout`` (seconds after which a case counts as hung). The command-line
-    options ``--runtime-provider-option``, ``--runtime-provider-cases`` and
-    ``--runtime-provider-timeout`` add to and override these.
+    ``op_tolerances`` (op -> ``(rtol, atol)``, the least tolerance of a case with that op:
+    ``{"DFT": (1e-3, 1e-3)}``), ``case_timeout`` (seconds after which a case counts as
+    hung). The command-line options ``--runtime-provider-option``,
+    ``--runtime-provider-cases``, ``--runtime-provider-timeout`` and
+    ``--runtime-provider-tolerance`` add to and override these.
     """
 
     provider: str | None = None
@@ -75,6 +79,7 @@ class ProviderConformance:
     cases: str | None = None
     folders: tuple = ("node",)
     tolerances: dict = {}
+    op_tolerances: dict = {}
     case_timeout: float = 120.0
 
     @classmethod
@@ -89,7 +94,9 @@ class ProviderConformance:
         pattern = cli["cases"] or cls.cases
         folders = cli["folders"] or cls.folders
         return get_kit(config, provider, options, folders=folders, pattern=pattern,
-                       tolerances=cls.tolerances, case_timeout=cli["timeout"] or cls.case_timeout)
+                       tolerances={**cls.tolerances, **cli.get("tolerances", {})},
+                       case_timeout=cli["timeout"] or cls.case_timeout,
+                       op_tolerances={**cls.op_tolerances, **cli.get("op_tolerances", {})})
 
     def pytest_generate_tests(self, metafunc):
         """Parametrize the per-case checks from the provider's capability answers."""
