@@ -498,6 +498,35 @@ def _accept_unknown_rank(view: onnx.ModelProto) -> None:
             vi.type.tensor_type.shape.SetInParent()
 
 
+def _culprits(model: onnx.ModelProto, weights: dict, message: str = "") -> str:
+    """`` (at graph input 'x': ...)``: the main graph's values the checker refuses, one by one
+    (its message names a node, never a value); empty when no single value is at fault."""
+    view = onnx.ModelProto()
+    view.ParseFromString(_checker_view(model, weights))
+    g = view.graph
+    found = []
+    for kind, vis in (("graph input", g.input), ("graph output", g.output), ("value_info entry", g.value_info)):
+        for k, vi in enumerate(vis):
+            try:
+                onnx.checker.check_value_info(vi, onnx.checker.DEFAULT_CONTEXT)
+            except onnx.checker.ValidationError as exc:
+                first = str(exc).strip().splitlines()[0]
+                why = _type_desc(vi) + ("" if message.startswith(first) else f": {first}")
+                found.append((f"{kind} {vi.name!r}" if vi.name else f"{kind} #{k} (unnamed)") + f", {why}")
+    if not found:
+        return ""
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return " [at " + "; ".join(found[:5]) + more + "]"
+
+
+def _type_desc(vi: onnx.ValueInfoProto) -> str:
+    which = vi.type.WhichOneof("value")
+    if which is None:
+        return "declared without a type"
+    return f"declared as {which.removesuffix('_type')}" + (
+        "" if which != "tensor_type" or vi.type.tensor_type.HasField("shape") else " without a shape")
+
+
 def _type_str(tp: onnx.TypeProto) -> str | None:
     """A type as onnx schemas spell their allowed types, spaces removed (None: not fully known)."""
     which = tp.WhichOneof("value")
@@ -727,7 +756,7 @@ def load(path_or_bytes, *, check: bool = True) -> LoadedModel:
         try:
             onnx.checker.check_model(_checker_view(model, weights), full_check=False)
         except onnx.checker.ValidationError as exc:
-            raise InvalidModelError(f"{origin} failed the ONNX checker: {exc}") from exc
+            raise InvalidModelError(f"{origin} failed the ONNX checker: {exc}{_culprits(model, weights, str(exc))}") from exc
         _check_input_types(model, origin)
     if model.functions:
         model = _inline_functions(model, origin)
