@@ -9,10 +9,12 @@ def cmd_new_provider(args, out) -> int:
     """Write a provider package and say what to do next."""
     from .scaffold import new_provider, package_names
 
-    written = new_provider(args.name, args.output, force=args.force)
-    names = package_names(args.name)
+    cls = getattr(args, "class_name", None)
+    written = new_provider(args.name, args.output, force=args.force, class_name=cls)
+    names = package_names(args.name, cls)
     root = Path(args.output) if args.output else Path.cwd() / names["dist"]
-    out.write(f"created {names['dist']} in {root} ({len(written)} files):\n")
+    out.write(f"created {names['dist']} in {root} ({len(written)} files), provider class "
+              f"{names['Class']}ExecutionProvider" + ("" if cls else " (--class-name chooses another)") + ":\n")
     for p in written:
         out.write(f"  {p.relative_to(root)}\n")
     from importlib import metadata
@@ -37,4 +39,7 @@ def register(subparsers) -> None:
     sp.add_argument("--output", "-o", metavar="DIR",
                     help="folder of the package (default: ./runtime-provider-NAME); must be empty")
     sp.add_argument("--force", action="store_true", help="write into a non-empty folder, overwriting files")
+    sp.add_argument("--class-name", metavar="CamelCase",
+                    help="the provider class's name stem, e.g. OrtDelegate for OrtDelegateExecutionProvider "
+                         "(default: from NAME, run-together known words split: ortdelegate -> OrtDelegate)")
     sp.set_defaults(fn=cmd_new_provider)

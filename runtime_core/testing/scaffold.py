@@ -15,19 +15,58 @@ from pathlib import Path
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["ScaffoldError", "new_provider", "package_names"]
+__all__ = ["ScaffoldError", "class_name", "new_provider", "package_names"]
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 RESERVED = {"cpu", "kit-split", "runtime", "core"}
 TEMPLATE_SUFFIX = ".tmpl"
 
 
+#: words a run-together alias is split into for its class name (``ortdelegate`` -> ``OrtDelegate``)
+WORDS = frozenset("""
+    accel acme ai ane apu arm bridge cl cloud compiler compute core cpu cuda delegate device dml
+    dnn dsp edge engine fast fpga gl gpu graph hexagon hw intel ipu lite metal ml mps my neural
+    nn npu nvidia onnx openvino ort qnn remote rocm rt runtime tensor tensorrt tpu trt tvm vendor
+    vulkan web webgpu xla xnn xnnpack
+""".split())
+
+
 class ScaffoldError(InvalidArgumentError):
     """The scaffold cannot be written: a bad provider name or an output folder in the way."""
 
 
-def package_names(name: str) -> dict[str, str]:
-    """Every name derived from the provider alias ``name`` (``acme`` -> ``runtime_provider_acme`` ...)."""
+def _segment(word: str) -> list[str] | None:
+    """``word`` as two or more :data:`WORDS` (fewest pieces), or ``None``."""
+    best: list[list[str] | None] = [[]] + [None] * len(word)
+    for end in range(1, len(word) + 1):
+        for start in range(end):
+            head = best[start]
+            if head is not None and word[start:end] in WORDS:
+                cand = head + [word[start:end]]
+                if best[end] is None or len(cand) < len(best[end]):
+                    best[end] = cand
+    found = best[len(word)]
+    return found if found is not None and len(found) > 1 else None
+
+
+def class_name(name: str) -> str:
+    """The CamelCase stem of the provider class for alias ``name``: words split at ``-``/``_``
+    and at digits, and a run-together word split into known words (``ortdelegate`` ->
+    ``OrtDelegate``); anything else is capitalized as is (``--class-name`` chooses another)."""
+    parts: list[str] = []
+    for w in re.split(r"[-_]", name):
+        for piece in re.findall(r"[a-z]+|[0-9]+", w):
+            parts.extend(_segment(piece) or [piece])
+    return "".join(p[:1].upper() + p[1:] for p in parts)
+
+
+CLASS_RE = re.compile(r"^[A-Z][A-Za-z0-9]*$")
+
+
+def package_names(name: str, cls: str | None = None) -> dict[str, str]:
+    """Every name derived from the provider alias ``name`` (``acme`` -> ``runtime_provider_acme`` ...);
+    ``cls`` is the class-name stem (``OrtDelegate`` for ``OrtDelegateExecutionProvider``;
+    default :func:`class_name`)."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ScaffoldError(
             f"provider name {name!r} is not valid: use lowercase letters and digits, starting with a "
@@ -36,11 +75,16 @@ def package_names(name: str) -> dict[str, str]:
         raise ScaffoldError(f"provider name {name!r} is reserved; reserved names: {', '.join(sorted(RESERVED))}")
     words = re.split(r"[-_]", name)
     snake = "_".join(words)
+    if cls is not None:
+        cls = cls.removesuffix("ExecutionProvider")
+        if not CLASS_RE.match(cls):
+            raise ScaffoldError(f"class name {cls!r} is not valid: use CamelCase letters and digits, "
+                                "starting with an uppercase letter (for example 'OrtDelegate')")
     return {
         "alias": name,
         "dist": f"runtime-provider-{'-'.join(words)}",
         "package": f"runtime_provider_{snake}",
-        "Class": "".join(w[:1].upper() + w[1:] for w in words),
+        "Class": cls or class_name(name),
     }
 
 
@@ -86,13 +130,15 @@ def render(text: str, values: dict[str, str]) -> str:
     return text
 
 
-def new_provider(name: str, output: str | Path | None = None, *, force: bool = False) -> list[Path]:
+def new_provider(name: str, output: str | Path | None = None, *, force: bool = False,
+                 class_name: str | None = None) -> list[Path]:
     """Write the package for provider ``name`` into ``output`` (default ``./runtime-provider-NAME``).
 
     ``output`` must not exist or be an empty folder, unless ``force`` (files are then
-    overwritten). Returns the paths written.
+    overwritten). ``class_name`` is the provider class's stem (``OrtDelegate`` gives
+    ``OrtDelegateExecutionProvider``; default: from ``name``). Returns the paths written.
     """
-    values = {**package_names(name), **_ranges()}
+    values = {**package_names(name, class_name), **_ranges()}
     out = Path(output) if output is not None else Path.cwd() / values["dist"]
     if out.exists() and not out.is_dir():
         raise ScaffoldError(f"output {str(out)!r} exists and is not a folder")
