@@ -102,7 +102,7 @@ def assign(graph: Graph, providers: list, views: list[NodeView], values, *,
             break
         offered = [views[i] for i in unclaimed]
         gv = GraphView(offered, values, graph.opsets, views, ir_version=getattr(graph, "ir_version", 0),
-                       settings=settings)
+                       settings=settings, type_lookup=graph.type_of)
         pname = prov.name
         back = given_back.get(pos, {})
         try:

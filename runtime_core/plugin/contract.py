@@ -161,13 +161,38 @@ class GraphView:
 
     def __init__(self, nodes: Sequence[NodeView], values: Mapping[str, ValueInfo],
                  opsets: Mapping[str, int], all_nodes: Sequence[NodeView] | None = None, *,
-                 ir_version: int = 0, settings: "SessionSettings | None" = None):
+                 ir_version: int = 0, settings: "SessionSettings | None" = None,
+                 type_lookup: Callable[[str], Any] | None = None):
         self._nodes = tuple(nodes)
         self._values = values
         self.opsets = dict(opsets)
         self._all = tuple(all_nodes) if all_nodes is not None else self._nodes
         self.ir_version = int(ir_version)
         self.settings = settings if settings is not None else SessionSettings()
+        self._type_lookup = type_lookup
+
+    def to_model(self, nodes: Sequence[NodeView]):
+        """``nodes`` (some of this view's, in order) as a standalone ``onnx.ModelProto``
+        (plugin API 1.4), built as :meth:`Partition.to_model` builds a partition's: for a
+        provider that asks its back end, in ``get_capability``, whether it takes a node or a
+        group. Its inputs are the values the nodes read and do not compute (initializers
+        become initializers), its outputs every value they compute."""
+        from .export import opsets_of, partition_model
+
+        nodes = tuple(nodes)
+        produced: list[str] = []
+        read: list[str] = []
+        for n in nodes:
+            for i in tuple(i for i in n.inputs if i) + tuple(n.implicit_inputs):
+                if i not in produced and i not in read:
+                    read.append(i)
+            produced.extend(o for o in n.outputs if o)
+        consts = {i: self.value(i).const for i in read if self.value(i).const is not None}
+        part = Partition(id=0, provider="", nodes=nodes, inputs=tuple(i for i in read if i not in consts),
+                         outputs=tuple(produced), constants=consts, values=self._values,
+                         opset_imports=opsets_of(nodes, self.opsets), ir_version=self.ir_version,
+                         settings=self.settings, type_lookup=self._type_lookup)
+        return partition_model(part)
 
     @property
     def opset_imports(self) -> dict[str, int]:

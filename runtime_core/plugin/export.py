@@ -33,7 +33,14 @@ def _attribute(name: str, value: Any, attr_type: int | None) -> AttributeProto:
     if isinstance(value, list) and not value and attr_type in (None, AttributeProto.UNDEFINED):
         raise ValueError(f"attribute {name!r} is an empty list and its type is not known")
     typed = attr_type if attr_type not in (None, AttributeProto.UNDEFINED) else None
+    conv = _COERCE.get(typed)
+    if conv is not None:  # resolved values are Python numbers: 1 for a FLOAT attribute is 1.0
+        value = conv(value) if typed in (AttributeProto.INT, AttributeProto.FLOAT) else [conv(v) for v in value]
     return helper.make_attribute(name, value, attr_type=typed)
+
+
+_COERCE = {AttributeProto.INT: int, AttributeProto.FLOAT: float, AttributeProto.INTS: int,
+           AttributeProto.FLOATS: float}
 
 
 def node_attributes(view: "NodeView") -> list[AttributeProto]:
@@ -57,7 +64,7 @@ def node_attributes(view: "NodeView") -> list[AttributeProto]:
 def node_proto(view: "NodeView") -> onnx.NodeProto:
     """``NodeView.to_proto()``: the node as a ``NodeProto`` (see :mod:`.export`)."""
     p = helper.make_node(view.op_type, list(view.inputs), list(view.outputs), name=view.name,
-                         domain=view.domain)
+                         domain=view.domain or None)
     for a in node_attributes(view):
         p.attribute.add().CopyFrom(a)
     return p
@@ -72,9 +79,9 @@ def _body_domains(g: onnx.GraphProto, out: set[str]) -> None:
 
 
 def opsets_of(nodes: Iterable["NodeView"], imports: Mapping[str, int]) -> dict[str, int]:
-    """The opset imports ``nodes`` need: the default domain and every domain used by a node or
-    inside its subgraphs (at any depth), with the version the model imports (else 1)."""
-    used: set[str] = {""}
+    """The opset imports ``nodes`` need: every domain used by a node or inside its subgraphs
+    (at any depth), with the version the model imports (else 1)."""
+    used: set[str] = set()
     for v in nodes:
         used.add(v.domain)
         for a in node_attributes(v):

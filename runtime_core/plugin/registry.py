@@ -50,7 +50,7 @@ partition report; ``NodeView.subgraphs``, the bodies of a node's GRAPH attribute
 1.4: subgraph delegation: ``NodeView.to_proto()`` and ``NodeView.proto_attrs`` (the node as
 written, attribute types and bodies kept); ``GraphView.opset_imports`` and ``ir_version``;
 ``Partition.opset_imports`` (bodies' domains included), ``ir_version`` and ``to_model()`` (a
-checker-clean model of exactly the partition); outputs of the optimizer's ``com.microsoft``
+checker-clean model of exactly the partition), ``GraphView.to_model(nodes)``; outputs of the optimizer's ``com.microsoft``
 ops are typed; partition shaping: an optional ``min_partition_size`` and
 ``review_partitions(partitions)`` on the provider; ``SessionSettings``, the session's
 settings, as ``GraphView.settings`` and ``Partition.settings``. All optional: a 1.3 provider

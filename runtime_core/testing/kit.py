@@ -283,9 +283,10 @@ class ConformanceKit:
         from ..partition.partitioner import _ValueMap  # what the partitioner hands providers
 
         values = _ValueMap(graph, cache)
+        extra = {"ir_version": graph.ir_version, "type_lookup": graph.type_of}  # as a session's views
         entry.nodes = views
         entry.random = next((f"{v.name} ({v.op_type})" for v in views if _is_random(v)), "")
-        first = self._ask(prov, GraphView(views, values, graph.opsets), entry, "")
+        first = self._ask(prov, GraphView(views, values, graph.opsets, **extra), entry, "")
         if first is None:
             return entry
         claims, declined = first
@@ -333,14 +334,14 @@ class ConformanceKit:
         rest = [v for v in views if v.name not in taken]
         if taken and rest:  # can the fallback run the rest? (else the case cannot run at all)
             try:
-                cpu_cap = self._cpu().get_capability(GraphView(rest, values, graph.opsets))
+                cpu_cap = self._cpu().get_capability(GraphView(rest, values, graph.opsets, **extra))
                 cpu_took = {_member_name(c) for c in cpu_cap.claims}
                 entry.cpu_declined = {v.name: cpu_cap.declined.get(v.name, "no reason given")
                                       for v in rest if v.name not in cpu_took}
             except Exception as exc:  # noqa: BLE001 - the CPU provider's problem, not this one's
                 entry.cpu_declined = {"*": f"CPU get_capability raised {_short(exc)}"}
         # the same question twice gets the same answer
-        second = self._ask(prov, GraphView(views, values, graph.opsets), entry, " (asked again)")
+        second = self._ask(prov, GraphView(views, values, graph.opsets, **extra), entry, " (asked again)")
         if second is not None:
             again = sorted(_member_name(m) for c in second[0] for m in (
                 [c] if isinstance(c, str) or hasattr(c, "op_type") else list(c)))
@@ -349,7 +350,7 @@ class ConformanceKit:
         # a view from which a higher-priority provider took the first node
         if len(views) > 1:
             rest = views[1:]
-            third = self._ask(prov, GraphView(rest, values, graph.opsets), entry,
+            third = self._ask(prov, GraphView(rest, values, graph.opsets, **extra), entry,
                               f" (offered all nodes but {views[0].name!r})")
             if third is not None:
                 offered = {v.name for v in rest}
