@@ -14,7 +14,7 @@ from kit_helpers import pip_install_target, run_pytest
 from runtime_core.cli import main
 from runtime_core.errors import InvalidArgumentError
 from runtime_core.plugin import API_VERSION
-from runtime_core.testing.scaffold import ScaffoldError, new_provider, package_names, render
+from runtime_core.testing.scaffold import ScaffoldError, class_name, new_provider, package_names, render
 
 FILES = {"pyproject.toml", "README.md", "CHANGELOG.md", "runtime_provider_acme/__init__.py",
          "runtime_provider_acme/_version.py", "runtime_provider_acme/plugin.py",
@@ -28,6 +28,27 @@ def test_names():
     assert package_names("my-npu") == {"alias": "my-npu", "dist": "runtime-provider-my-npu",
                                        "package": "runtime_provider_my_npu", "Class": "MyNpu"}
     assert package_names("x2_y")["Class"] == "X2Y"
+
+
+@pytest.mark.parametrize("name,cls", [("ortdelegate", "OrtDelegate"), ("acmegpu", "AcmeGpu"),
+                                      ("my-npu", "MyNpu"), ("xyzzy", "Xyzzy"), ("tvm_remote", "TvmRemote"),
+                                      ("npu2", "Npu2")])
+def test_class_names_are_camel_case(name, cls):
+    assert class_name(name) == cls == package_names(name)["Class"]
+
+
+def test_the_class_name_can_be_chosen(tmp_path, capsys):
+    assert package_names("ortdelegate", "ORTDelegateExecutionProvider")["Class"] == "ORTDelegate"
+    with pytest.raises(ScaffoldError, match="class name"):
+        package_names("acme", "not-a-class")
+    assert main(["new-provider", "ortdelegate", "--output", str(tmp_path / "o")]) == 0
+    assert "provider class OrtDelegateExecutionProvider (--class-name chooses another)" in capsys.readouterr().out
+    plugin = (tmp_path / "o" / "runtime_provider_ortdelegate" / "plugin.py").read_text()
+    assert "class OrtDelegateExecutionProvider(ExecutionProvider)" in plugin
+    assert main(["new-provider", "ortdelegate", "--class-name", "OrtD", "--output", str(tmp_path / "p")]) == 0
+    plugin = (tmp_path / "p" / "runtime_provider_ortdelegate" / "plugin.py").read_text()
+    assert "class OrtDExecutionProvider(ExecutionProvider)" in plugin
+    ast.parse(plugin)
 
 
 @pytest.mark.parametrize("bad", ["", "Acme", "2x", "a--b", "a b", "acme!", "-a", "cpu", "kit-split"])
