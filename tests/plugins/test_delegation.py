@@ -299,7 +299,7 @@ class IslandsExecutionProvider(ExecutionProvider):
     name = "IslandsExecutionProvider"
     alias = "islands"
     version = "1"
-    distribution = "rt-test-islands"
+    distribution = "rt-islands-provider"
     plugin_api = ">=1.4,<2"
     min_partition_size = 2
 
@@ -395,3 +395,15 @@ def test_a_checker_error_names_the_value():
     bad = _model([h.make_node("Identity", ["the_input"], ["y"])], [inp], [h.make_tensor_value_info("y", T.FLOAT, [2])])
     with pytest.raises(InvalidModelError, match=r"graph input 'the_input', declared as sequence"):
         load_model(bad.SerializeToString())
+
+
+def test_the_kit_accepts_nodes_given_back_by_shaping(tmp_path, monkeypatch):
+    _install(tmp_path, monkeypatch, "rt_islands_provider", ISLANDS_SOURCE, "islands")
+    from runtime_core.testing import ConformanceKit
+    from runtime_core.testing.kit import NOT_EXERCISED
+
+    k = ConformanceKit("islands", pattern=r"^node/test_relu$")
+    (e,) = k.claimed_cases()
+    res = k.run_case(e)
+    assert res.outcome == NOT_EXERCISED and "gave back every node" in res.message
+    assert "min_partition_size 2" in res.message and "not exercised node/test_relu" in k.summary()
