@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 import onnx
 from onnx import TensorProto, helper
 
+from .validate import _extreme_int
+
 logger = logging.getLogger("runtime_core.graph")
 
 MS = "com.microsoft"
@@ -50,6 +52,8 @@ def _by_proxy(op: str, inputs: list, attrs: list, types: Mapping, opset: int) ->
     schema = onnx.defs.get_schema(op, max_inclusive_version=opset, domain="")
     node = helper.make_node(op, [f"i{k}" if i else "" for k, i in enumerate(inputs)], ["o"])
     node.attribute.extend(attrs)
+    if _extreme_int("", node) is not None:  # what onnx's inference crashes on
+        return [None]
     ins = {f"i{k}": types[i] for k, i in enumerate(inputs) if i}
     out = onnx.shape_inference.infer_node_outputs(schema, node, ins,
                                                   opset_imports=[helper.make_opsetid("", opset)])
@@ -151,10 +155,13 @@ def fill_types(graph) -> int:
             rule = RULES.get((node.domain, node.op_type))
             if rule is not None:
                 outs = rule(node, known, graph.opsets.get("", 1))
-            elif node.domain in ("", "ai.onnx.ml") and not node.implicit_inputs:
+            elif node.domain == "" and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                               for a in node.proto_attrs):
                 schema = onnx.defs.get_schema(node.op_type, max_inclusive_version=opset, domain=node.domain)
                 proto = helper.make_node(node.op_type, node.inputs, node.outputs, domain=node.domain)
                 proto.attribute.extend(node.proto_attrs)
+                if _extreme_int("", proto) is not None:  # what onnx's inference crashes on
+                    continue
                 data = {i: _const(graph, i) for i in node.inputs if i in graph.initializers}
                 res = onnx.shape_inference.infer_node_outputs(
                     schema, proto, known, {k: v for k, v in data.items() if v is not None},
