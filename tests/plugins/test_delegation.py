@@ -407,3 +407,40 @@ def test_the_kit_accepts_nodes_given_back_by_shaping(tmp_path, monkeypatch):
     res = k.run_case(e)
     assert res.outcome == NOT_EXERCISED and "gave back every node" in res.message
     assert "min_partition_size 2" in res.message and "not exercised node/test_relu" in k.summary()
+
+
+def test_a_model_written_by_the_optimizer_reloads_fully_typed():
+    """The issue's case: ``runtime-core optimize`` writes com.microsoft ops; reloaded, every value
+    after them has its type (onnx's inference stops at them)."""
+    from runtime_core.optimizer import optimize
+
+    def init(n, *s):
+        return nh.from_array(RNG.standard_normal(s).astype(np.float32), n)
+
+    nodes = [h.make_node("Add", ["x", "skip"], ["s"]),
+             h.make_node("LayerNormalization", ["s", "g", "b"], ["ln"], axis=-1, epsilon=1e-5),
+             h.make_node("MatMul", ["ln", "w"], ["m"]),
+             h.make_node("Div", ["m", "sqrt2"], ["d"]), h.make_node("Erf", ["d"], ["e"]),
+             h.make_node("Add", ["e", "one"], ["e1"]), h.make_node("Mul", ["m", "e1"], ["me"]),
+             h.make_node("Mul", ["me", "half"], ["gelu"]), h.make_node("Relu", ["gelu"], ["r"]),
+             h.make_node("Transpose", ["r"], ["y"], perm=[1, 0, 2])]
+    inits = [init("g", 8), init("b", 8), init("w", 8, 16), nh.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
+             nh.from_array(np.array(1, np.float32), "one"), nh.from_array(np.array(0.5, np.float32), "half")]
+    model = _model(nodes, [h.make_tensor_value_info("x", T.FLOAT, [2, 5, 8]),
+                           h.make_tensor_value_info("skip", T.FLOAT, [2, 5, 8])],
+                   [h.make_tensor_value_info("y", T.FLOAT, None)], inits)
+    graph = Graph(model)
+    optimize(graph, 99)
+    assert {(n.op_type, n.domain) for n in graph.nodes} >= {("SkipLayerNormalization", "com.microsoft"),
+                                                            ("Gelu", "com.microsoft")}
+    written = graph.to_model()
+    for vi in list(written.graph.value_info):  # as a tool that keeps no types would write it
+        written.graph.value_info.remove(vi)
+    again = Graph(written)
+    for n in again.nodes:
+        for o in n.outputs:
+            v = again.value_info(o)
+            assert v.dtype == np.float32 and v.static_shape is not None, (n.op_type, o)
+    assert again.value_info("y").static_shape == (5, 2, 16)
+    (pp,) = partition_graph(again, [ClaimAll(), _cpu()])[0]
+    onnx.checker.check_model(pp.partition.to_model())
