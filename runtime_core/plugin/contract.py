@@ -187,7 +187,11 @@ class GraphView:
                 if i not in produced and i not in read:
                     read.append(i)
             produced.extend(o for o in n.outputs if o)
-        consts = {i: self.value(i).const for i in read if self.value(i).const is not None}
+        consts: dict[str, np.ndarray] = {}
+        for i in read:
+            const = self.value(i).const
+            if const is not None:
+                consts[i] = const
         part = Partition(id=0, provider="", nodes=nodes, inputs=tuple(i for i in read if i not in consts),
                          outputs=tuple(produced), constants=consts, values=self._values,
                          opset_imports=opsets_of(nodes, self.opsets), ir_version=self.ir_version,

@@ -33,13 +33,13 @@ def _attribute(name: str, value: Any, attr_type: int | None) -> AttributeProto:
     if isinstance(value, list) and not value and attr_type in (None, AttributeProto.UNDEFINED):
         raise ValueError(f"attribute {name!r} is an empty list and its type is not known")
     typed = attr_type if attr_type not in (None, AttributeProto.UNDEFINED) else None
-    conv = _COERCE.get(typed)
+    conv = _COERCE.get(typed) if typed is not None else None
     if conv is not None:  # resolved values are Python numbers: 1 for a FLOAT attribute is 1.0
         value = conv(value) if typed in (AttributeProto.INT, AttributeProto.FLOAT) else [conv(v) for v in value]
     return helper.make_attribute(name, value, attr_type=typed)
 
 
-_COERCE = {AttributeProto.INT: int, AttributeProto.FLOAT: float, AttributeProto.INTS: int,
+_COERCE: dict[int, type] = {AttributeProto.INT: int, AttributeProto.FLOAT: float, AttributeProto.INTS: int,
            AttributeProto.FLOATS: float}
 
 
