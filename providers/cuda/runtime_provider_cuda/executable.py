@@ -168,7 +168,13 @@ class CUDAExecutable:
         v = env[name]
         return self.backend.to_host(v) if self.backend.is_device(v) else v
 
-    def run(self, inputs: list) -> list:
+    def run(self, inputs: list, stop=None) -> list:
+        """The partition's outputs for ``inputs`` (device arrays, left on the device).
+
+        ``stop`` (plugin API 1.3), when given, is called before each step (a node or a fused
+        chain) is launched; the ``RunTerminatedError`` it raises propagates unwrapped, so a
+        cancelled run launches nothing more (kernels already on the stream finish there).
+        """
         be = self.backend
         if len(inputs) != len(self.inputs):
             raise ValueError(f"expected {len(self.inputs)} inputs, got {len(inputs)}")
@@ -180,6 +186,8 @@ class CUDAExecutable:
             env[name] = t
         with be.activate():
             for st in self.steps:
+                if stop is not None:
+                    stop()
                 try:
                     args = [self._host(env, v) if i in st.host else (env[v] if v else None)
                             for i, v in enumerate(st.ins)]

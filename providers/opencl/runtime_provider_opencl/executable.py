@@ -210,7 +210,13 @@ class OpenCLExecutable:
         return spec
 
     # -- running --------------------------------------------------------------------
-    def run(self, inputs: list) -> list:
+    def run(self, inputs: list, stop=None) -> list:
+        """The partition's outputs for ``inputs`` (device tensors, left on the device).
+
+        ``stop`` (plugin API 1.3), when given, is called before each kernel is enqueued; the
+        ``RunTerminatedError`` it raises propagates unwrapped, so a cancelled run enqueues
+        nothing more (kernels already enqueued finish on the device).
+        """
         if len(inputs) != len(self.inputs):
             raise ValueError(f"expected {len(self.inputs)} inputs, got {len(inputs)}")
         env = dict(self.constants)
@@ -231,6 +237,8 @@ class OpenCLExecutable:
         self.host_fallbacks = spec.host_fallbacks
         dev = self.dev
         for step, frees in zip(spec.steps, self.frees):
+            if stop is not None:
+                stop()
             try:
                 step.run(env, dev)
             except Exception as exc:

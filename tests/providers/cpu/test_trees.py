@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import runtime_core as rt
-from runtime_provider_cpu.ops import ml
+from runtime_provider_cpu.ops.ml import forest
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the test oracle")
 
@@ -69,7 +69,7 @@ def _model(attrs, n_feat, n_targets, x_type):
 @pytest.mark.parametrize("x_dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [1, 7, 8, 37])
 def test_compiled_walk_matches_numpy_walk_and_onnxruntime(modes, x_dtype, rows, monkeypatch):
-    if ml._native is None:
+    if forest._native is None:
         pytest.skip("the compiled extension is not built (a build without a C compiler)")
     rng = np.random.default_rng(len(modes) * 100 + rows + (7 if x_dtype == np.float64 else 0))
     n_feat, n_targets = 5, 2
@@ -81,10 +81,10 @@ def test_compiled_walk_matches_numpy_walk_and_onnxruntime(modes, x_dtype, rows, 
     X = (rng.integers(-4, 5, size=(rows, n_feat)) + 0.5 * rng.integers(0, 2, size=(rows, n_feat))).astype(x_dtype)
     X[rng.random(X.shape) < 0.15] = np.nan
     walks = []
-    real = ml._Forest.leaves
-    monkeypatch.setattr(ml._Forest, "leaves", lambda self, X, native=True: walks.append(native) or real(self, X, native))
+    real = forest._Forest.leaves
+    monkeypatch.setattr(forest._Forest, "leaves", lambda self, X, native=True: walks.append(native) or real(self, X, native))
     got = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
-    monkeypatch.setattr(ml._Forest, "leaves", lambda self, X, native=True: walks.append(False) or real(self, X, False))
+    monkeypatch.setattr(forest._Forest, "leaves", lambda self, X, native=True: walks.append(False) or real(self, X, False))
     numpy_walk = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
     want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
     assert walks == [True, False]
@@ -101,9 +101,9 @@ def _node_records(feat, thr, nxt, branch):
 
 
 def test_compiled_walk_refuses_bad_buffers():
-    if ml._native is None:
+    if forest._native is None:
         pytest.skip("the compiled extension is not built (a build without a C compiler)")
-    walk = ml._native.tree_leaves
+    walk = forest._native.tree_leaves
     L, n, c = 3, 2, 2
     # a root that sends feature 1 <= 0.5 to node 1 (true) and the rest to node 2; leaves map to themselves
     nodes = _node_records([1, 0, 0], [0.5, np.nan, np.nan], [2, 1, 2], [1, 0, 0])

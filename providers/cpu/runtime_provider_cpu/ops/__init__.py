@@ -1,8 +1,8 @@
 """Kernel modules of the CPU provider, imported explicitly by name."""
 
 from . import (  # noqa: F401
-    attention, contrib_ml, control, conv, crop, detection, dropout, elementwise, fused, image, layout, linalg,
-    loss, matmul, ml, norm, pool, quant, random_ops, reduce, resize, rnn, roi, sampling, sequence, signal,
-    softmax, strings, tensor, training, unfold,
+    arith, attention, casting, contrib_ml, control, conv, crop, detection, dropout, elementwise, fused, image,
+    layout, linalg, loss, matmul, ml, norm, pool, quant, random_ops, reduce, resize, rnn, roi, sampling, sequence,
+    signal, softmax, strings, tensor, training, unfold,
 )
 from ..fast import pairs  # noqa: F401 - registers the pair fusers (fast/pairs.py)

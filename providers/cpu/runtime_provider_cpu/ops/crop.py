@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..limits import check_alloc
 from ..registry import kernel
 from ._common import normalize_axis
 
@@ -29,6 +30,7 @@ def center_crop_pad(ctx, x, shape, *, axes):
         elif s > d:
             b = (s - d) // 2
             place[a] = slice(b, b + d)
+    check_alloc(ctx, "CenterCropPad", new_shape, x.dtype.itemsize)  # the sizes come from the shape values
     cropped = x[tuple(crop)]
     if tuple(new_shape) == cropped.shape:
         return np.ascontiguousarray(cropped) if cropped is not x else x.copy()

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper
 
 from ..registry import kernel
 from ._common import normalize_axis
-from .elementwise import _allowed, _checker, _fmt_dtypes, _in_dtype, _schema_types
+from ._dtypes import _allowed, _checker, _fmt_dtypes, _in_dtype, _schema_types
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)

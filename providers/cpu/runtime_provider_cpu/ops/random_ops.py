@@ -20,12 +20,14 @@ import math
 
 import numpy as np
 
+from ..limits import check_alloc
 from ..registry import kernel
 from .signal import _ELEM
 
 _RANDOM_OUT = frozenset({1, 10, 11, 16})  # float, float16, double, bfloat16
 _BERNOULLI_OUT = frozenset({1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16})
 _FLOAT_IN = frozenset({"float16", "float32", "float64", "bfloat16"})
+_DRAW = 8  # bytes per element: values are drawn in float64 (int64 for samples) before the cast
 
 
 def _state(seed) -> np.random.RandomState:
@@ -65,13 +67,13 @@ def _shape_check(node):
 
 @kernel("RandomUniform", 1, 22, check=_shape_check)
 def random_uniform(ctx, *, dtype, high, low, seed, shape):
-    y = _state(seed).rand(*[int(s) for s in shape]) * (high - low) + low
+    y = _state(seed).rand(*check_alloc(ctx, "RandomUniform", shape, _DRAW)) * (high - low) + low
     return np.asarray(y).astype(_out_dtype(dtype))
 
 
 @kernel("RandomNormal", 1, 22, check=_shape_check)
 def random_normal(ctx, *, dtype, mean, scale, seed, shape):
-    y = _state(seed).normal(mean, scale, size=[int(s) for s in shape])
+    y = _state(seed).normal(mean, scale, size=check_alloc(ctx, "RandomNormal", shape, _DRAW))
     return np.asarray(y).astype(_out_dtype(dtype))
 
 
@@ -80,7 +82,7 @@ def random_uniform_like(ctx, x, *, dtype, high, low, seed):
     dt = _out_dtype(dtype, x)
     if dt.kind != "f" and dt != _ELEM.get(16):
         raise ValueError(f"RandomUniformLike cannot produce {dt} (give a float dtype attribute)")
-    y = _state(seed).rand(*x.shape) * (high - low) + low
+    y = _state(seed).rand(*check_alloc(ctx, "RandomUniformLike", x.shape, _DRAW)) * (high - low) + low
     return np.asarray(y).astype(dt)
 
 
@@ -89,13 +91,14 @@ def random_normal_like(ctx, x, *, dtype, mean, scale, seed):
     dt = _out_dtype(dtype, x)
     if dt.kind != "f" and dt != _ELEM.get(16):
         raise ValueError(f"RandomNormalLike cannot produce {dt} (give a float dtype attribute)")
-    y = _state(seed).normal(mean, scale, size=x.shape)
+    y = _state(seed).normal(mean, scale, size=check_alloc(ctx, "RandomNormalLike", x.shape, _DRAW))
     return np.asarray(y).astype(dt)
 
 
 @kernel("Bernoulli", 15, 22, check=_dtype_check(_BERNOULLI_OUT), dtypes=_FLOAT_IN)
 def bernoulli(ctx, x, *, dtype, seed):
     dt = _out_dtype(dtype, x)
+    check_alloc(ctx, "Bernoulli", x.shape, _DRAW)
     p = np.asarray(x, dtype=np.float64)
     if p.size and (np.isnan(p).any() or p.min() < 0.0 or p.max() > 1.0):
         raise ValueError("Bernoulli probabilities must lie in [0, 1]")
@@ -109,6 +112,7 @@ def multinomial(ctx, x, *, dtype, sample_size, seed):
         raise ValueError(f"Multinomial input must be [batch_size, class_size], got shape {x.shape}")
     B, C = x.shape
     S = int(sample_size)
+    check_alloc(ctx, "Multinomial", (B, S), _DRAW)  # sample_size sets the output's width
     dt = np.dtype(_ELEM[dtype])
     if B == 0 or S == 0:
         return np.zeros((B, S), dtype=dt)

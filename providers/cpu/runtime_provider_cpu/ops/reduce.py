@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._common import normalize_axes, normalize_axis
-from .elementwise import _ML_FLOATS, reg
+from ._dtypes import _ML_FLOATS, reg
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ..limits import check_alloc
 from ..registry import kernel
 from ._common import normalize_axis
 from ._nncommon import _F32, _FLOAT, _as, _attr, _cdtype, _in_dtype
@@ -247,7 +248,7 @@ def _scales_vec(scales, rank, axes):
 
 
 def _resize_run(ctx, x, roi, scales, sizes, *, mode, ctm, nearest_mode, cubic_a, exclude_outside,
-                extrapolation, antialias=0, axes=None, policy="stretch"):
+                extrapolation, antialias=0, axes=None, policy="stretch", what="Resize"):
     rank = x.ndim
     axes_n = [normalize_axis(a, rank) for a in axes] if axes else None
     # roi: [starts..., ends...] over all axes (or over ``axes``)
@@ -290,6 +291,10 @@ def _resize_run(ctx, x, roi, scales, sizes, *, mode, ctm, nearest_mode, cubic_a,
                     out[i] = x.shape[i]
     else:
         raise ValueError("Resize: one of scales or sizes must be given")
+    # the output size comes from the scales/sizes values: the cap first (interpolation runs in
+    # the compute dtype, float32 or float64)
+    itemsize = x.dtype.itemsize if mode == "nearest" else max(x.dtype.itemsize, _cdtype(x.dtype).itemsize)
+    check_alloc(ctx, what, out, itemsize)
     return _resize_core(x, out, sc, r, mode, ctm, nearest_mode, cubic_a, exclude_outside,
                         extrapolation, antialias)
 
@@ -318,26 +323,26 @@ def resize_18(ctx, x, roi=None, scales=None, sizes=None, *, antialias, axes, coo
                        policy=keep_aspect_ratio_policy)
 
 
-def _upsample(x, scales, mode):
+def _upsample(ctx, x, scales, mode):
     sc = np.asarray(scales, dtype=_F32).reshape(-1)
     if sc.size != x.ndim:
         raise ValueError(f"Upsample: {sc.size} scales for an input of rank {x.ndim}")
     if np.any(sc < 1):
         raise ValueError(f"Upsample: scales must be >= 1, got {sc.tolist()}")
-    return _resize_run(None, x, None, sc, None, mode=mode, ctm="asymmetric", nearest_mode="simple",
-                       cubic_a=-0.75, exclude_outside=0, extrapolation=0.0)
+    return _resize_run(ctx, x, None, sc, None, mode=mode, ctm="asymmetric", nearest_mode="simple",
+                       cubic_a=-0.75, exclude_outside=0, extrapolation=0.0, what="Upsample")
 
 
 @kernel("Upsample", 7, check=_resize_check)
 def upsample_7(ctx, x, *, mode, scales):
-    return _upsample(x, scales, mode)
+    return _upsample(ctx, x, scales, mode)
 
 
 @kernel("Upsample", 9, 10, check=_resize_check)
 def upsample_9(ctx, x, scales, *, mode):
     # opset 10 has the text, inputs and types of opset 9 (it only marks the op deprecated, which
     # makes onnx.checker, and so the core's loader, reject it)
-    return _upsample(x, scales, mode)
+    return _upsample(ctx, x, scales, mode)
 
 
 def _upsample1_check(node):
@@ -357,6 +362,6 @@ def upsample_1(ctx, x, *, height_scale, mode, width_scale):
     # input pixel floor(out / scale), as the example and Upsample-7 define
     if x.ndim != 4:
         raise ValueError(f"Upsample-1 takes a 4-D NCHW input, got shape {x.shape}")
-    return _upsample(x, [1.0, 1.0, height_scale, width_scale], mode)
+    return _upsample(ctx, x, [1.0, 1.0, height_scale, width_scale], mode)
 
 

@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from ..limits import check_alloc
 from ..registry import kernel
 from ._nncommon import _BF16, _FLOAT, _as, _attr, _cdtype, _in_dtype, _in_rank, _ints
 
@@ -210,6 +211,7 @@ def affine_grid(ctx, theta, size, *, align_corners):
     if theta.shape != (N, nd, nd + 1):
         raise ValueError(f"AffineGrid: theta shape {theta.shape} != {(N, nd, nd + 1)} for size {sz}")
     cd = _cdtype(theta.dtype)
+    check_alloc(ctx, "AffineGrid", (max(N, 1), *sp, nd + 1), cd.itemsize)  # size's values set the grid's
     axes = [_base_coords(L, align_corners).astype(cd) for L in sp]
     mesh = np.meshgrid(*axes, indexing="ij")  # each [*sp], spatial order (D,) H, W
     # homogeneous base coordinates in (x, y, (z), 1) order: x varies along the last axis

@@ -27,6 +27,7 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..limits import check_alloc
 from ..registry import kernel
 
 try:
@@ -82,7 +83,7 @@ def _to_onnx_complex(y: np.ndarray, dt) -> np.ndarray:
 # DFT
 # ---------------------------------------------------------------------------------------
 
-def _dft(x, dft_length, axis, inverse, onesided):
+def _dft(ctx, x, dft_length, axis, inverse, onesided):
     r = x.ndim
     if r < 2:
         raise ValueError(f"DFT input must have rank >= 2, got shape {x.shape}")
@@ -100,6 +101,9 @@ def _dft(x, dft_length, axis, inverse, onesided):
         n = dim
     if n < 1:
         raise ValueError(f"dft_length must be positive, got {n}")
+    out_shape = list(x.shape[:-1])
+    out_shape[ax] = n // 2 + 1 if onesided and not inverse else n
+    check_alloc(ctx, "DFT", out_shape, 16)  # dft_length sets the size; numpy's FFT is complex128
     if inverse and onesided:
         if not is_complex:
             raise ValueError("DFT with onesided=1, inverse=1 (IRFFT) needs a complex input [..., 2]")
@@ -119,13 +123,13 @@ def _dft(x, dft_length, axis, inverse, onesided):
 
 @kernel("DFT", 17, dtypes=_FLOAT)
 def dft_17(ctx, x, dft_length=None, *, axis, inverse, onesided):
-    return _dft(x, dft_length, int(axis), bool(inverse), bool(onesided))
+    return _dft(ctx, x, dft_length, int(axis), bool(inverse), bool(onesided))
 
 
 @kernel("DFT", 20, dtypes=_FLOAT)
 def dft_20(ctx, x, dft_length=None, axis=None, *, inverse, onesided):
     ax = -2 if axis is None else _scalar_int(axis, "axis")
-    return _dft(x, dft_length, ax, bool(inverse), bool(onesided))
+    return _dft(ctx, x, dft_length, ax, bool(inverse), bool(onesided))
 
 
 # ---------------------------------------------------------------------------------------
@@ -153,6 +157,8 @@ def stft(ctx, signal, frame_step, window=None, frame_length=None, *, onesided):
     if L < 1 or L > n:
         raise ValueError(f"frame_length {L} must be in [1, signal_length={n}]")
     frames = (n - L) // step + 1
+    # frame_step and frame_length set how many frames of how many bins come out (complex128)
+    check_alloc(ctx, "STFT", (signal.shape[0], frames, L // 2 + 1 if onesided else L, 2), 8)
     dt = signal.dtype
     sig, is_complex = _as_signal(signal)
     fr = sliding_window_view(sig, L, axis=1)[:, ::step][:, :frames]  # [batch, frames, L]
@@ -179,10 +185,11 @@ def _check_window(node):
     return None
 
 
-def _window_points(size, periodic):
+def _window_points(ctx, what, size, periodic):
     N = _scalar_int(size, "size")
     if N < 0:
         raise ValueError(f"window size must be >= 0, got {N}")
+    check_alloc(ctx, what, (N,), 8)  # the size input sets the length (computed in float64)
     n = np.arange(N, dtype=np.float64)
     denom = N if periodic else N - 1
     return n, denom
@@ -195,7 +202,7 @@ def _window_out(y: np.ndarray, output_datatype) -> np.ndarray:
 
 @kernel("HannWindow", 17, check=_check_window)
 def hann_window(ctx, size, *, output_datatype, periodic):
-    n, d = _window_points(size, periodic)
+    n, d = _window_points(ctx, "HannWindow", size, periodic)
     with np.errstate(all="ignore"):
         y = np.sin(np.pi * n / d) ** 2
     return _window_out(y, output_datatype)
@@ -203,7 +210,7 @@ def hann_window(ctx, size, *, output_datatype, periodic):
 
 @kernel("HammingWindow", 17, check=_check_window)
 def hamming_window(ctx, size, *, output_datatype, periodic):
-    n, d = _window_points(size, periodic)
+    n, d = _window_points(ctx, "HammingWindow", size, periodic)
     alpha = 25.0 / 46.0
     with np.errstate(all="ignore"):
         y = alpha - (1.0 - alpha) * np.cos(2.0 * np.pi * n / d)
@@ -212,7 +219,7 @@ def hamming_window(ctx, size, *, output_datatype, periodic):
 
 @kernel("BlackmanWindow", 17, check=_check_window)
 def blackman_window(ctx, size, *, output_datatype, periodic):
-    n, d = _window_points(size, periodic)
+    n, d = _window_points(ctx, "BlackmanWindow", size, periodic)
     with np.errstate(all="ignore"):
         t = 2.0 * np.pi * n / d
         y = 0.42 - 0.5 * np.cos(t) + 0.08 * np.cos(2.0 * t)
@@ -234,6 +241,7 @@ def mel_weight_matrix(ctx, num_mel_bins, dft_length, sample_rate, lower_edge_her
     if M < 1 or D < 1 or sr < 1:
         raise ValueError("num_mel_bins, dft_length and sample_rate must be positive")
     nbins = D // 2 + 1
+    check_alloc(ctx, "MelWeightMatrix", (nbins, M + 2), 8)  # the sizes come from the input values
     lo_mel = 2595.0 * math.log10(1.0 + lo / 700.0)
     hi_mel = 2595.0 * math.log10(1.0 + hi / 700.0)
     step = (hi_mel - lo_mel) / (M + 2)

@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from ..limits import check_alloc
 from ..registry import kernel
 from ._nncommon import _ints
 
@@ -34,7 +35,8 @@ def col2im(ctx, data, image_shape, block_shape, *, dilations, pads, strides):
     ext = [max(img[i] + p[i] + p[nd + i], (blocks[i] - 1) * st[i] + (ks[i] - 1) * dil[i] + 1)
            for i in range(nd)]
     cols = data.reshape(N, C, K, *blocks)
-    out = np.zeros((N, C, *ext), dtype=data.dtype)
+    # image_shape and the pads set the size of the padded image this scatters into
+    out = np.zeros(check_alloc(ctx, "Col2Im", (N, C, *ext), data.dtype.itemsize), dtype=data.dtype)
     for kidx, offs in enumerate(np.ndindex(*ks)):
         sl = (slice(None), slice(None)) + tuple(
             slice(offs[i] * dil[i], offs[i] * dil[i] + (blocks[i] - 1) * st[i] + 1, st[i]) for i in range(nd))
@@ -55,6 +57,7 @@ def max_unpool(ctx, x, indices, output_shape=None, *, kernel_shape, pads, stride
                                            for i in range(nd)]
     if indices.shape != x.shape:
         raise ValueError(f"MaxUnpool: indices shape {indices.shape} != X shape {x.shape}")
+    check_alloc(ctx, "MaxUnpool", inferred, x.dtype.itemsize)  # strides/pads set the unpooled size
     total = math.prod(inferred)
     idx = np.asarray(indices).reshape(-1).astype(np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= total):
@@ -69,6 +72,6 @@ def max_unpool(ctx, x, indices, output_shape=None, *, kernel_shape, pads, stride
         raise ValueError(f"MaxUnpool: output_shape {osh} is smaller than the unpooled shape {inferred}")
     if osh == inferred:
         return y
-    res = np.zeros(osh, dtype=x.dtype)
+    res = np.zeros(check_alloc(ctx, "MaxUnpool", osh, x.dtype.itemsize), dtype=x.dtype)
     res[tuple(slice(0, i) for i in inferred)] = y
     return res
