@@ -29,11 +29,11 @@ _IN_PROCESS_ONLY = ("settle", "ort_spinning", "create_repeat", "memory_runs", "n
 def _corpus_entries(args, log) -> list:
     """``--corpus HALF``: the corpus models of that half, built into ``--cache`` (or found there)."""
     from .bench_protocol import load_corpus
+    from .cli_args import check_output_dir
 
-    corpus = load_corpus(args.corpus_path)
     if not args.cache:
         raise UsageError("--corpus needs --cache DIR: the folder the corpus models are built into")
-    from .cli_args import check_output_dir
+    corpus = load_corpus(args.corpus_path)
 
     os.makedirs(args.cache, exist_ok=True)
     check_output_dir(args.cache, "--cache folder")
