@@ -72,7 +72,7 @@ def cmd_bench(args, out) -> int:
     try:
         if compare and not args.in_process:
             return _protocol(args, out, log)
-        for opt in ("rounds", "keep_blas_env", "child_timeout"):
+        for opt in ("rounds", "keep_blas_env", "child_timeout", "out"):
             if getattr(args, opt) not in (None, False):
                 raise UsageError(f"--{opt.replace('_', '-')} belongs to the protocol of --compare onnxruntime "
                                  "(not with --in-process or without --compare)")
@@ -113,6 +113,10 @@ def _protocol(args, out, log) -> int:
         raise UsageError(f"--{given[0].replace('_', '-')} belongs to --in-process; the protocol of "
                          "--compare onnxruntime always measures peak RSS in its children and leaves "
                          "onnxruntime's spinning as shipped")
+    if args.out:
+        from .cli_args import check_output_file
+
+        check_output_file(args.out, "--out file")
     models = [(os.path.splitext(os.path.basename(m))[0], m, args.inputs) for m in args.model]
     if args.corpus:
         models += _corpus_entries(args, log)
@@ -135,7 +139,11 @@ def _protocol(args, out, log) -> int:
                   level=args.level, providers=_providers(args.providers), dim=args.dim,
                   keep_blas_env=bool(args.keep_blas_env), timeout=args.child_timeout or 1800, log=log,
                   on_model=progress)
-    out.write((json.dumps(rep.to_dict(), indent=2) if args.json else format_report(rep)) + "\n")
+    text = (json.dumps(rep.to_dict(), indent=2) if args.json else format_report(rep)) + "\n"
+    out.write(text)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text)
     return 1 if any(m.error or m.mismatch for m in rep.models) else 0
 
 
@@ -215,6 +223,7 @@ def register(subparsers) -> None:
     sp.add_argument("--corpus-path", metavar="DIR",
                     help="the corpus package folder (default: $RUNTIME_CORE_CORPUS, else benchmarks/corpus "
                          "of the source checkout or of the working folder)")
+    sp.add_argument("--out", metavar="FILE", help="protocol: also write the report (text, or JSON with --json) here")
     sp.add_argument("--warmup", type=int_at_least(0), default=3, help="untimed runs first (per round)")
     sp.add_argument("--repeat", type=int_at_least(1), default=None,
                     help="timed runs of each runtime (default 20 in process; 10 per round in the protocol)")
