@@ -121,7 +121,7 @@ def _protocol(args, out, log) -> int:
     if args.corpus:
         models += _corpus_entries(args, log)
 
-    said = []
+    said: list = []
 
     def progress(head, mc):
         if not said:  # the header once, before the first model's line

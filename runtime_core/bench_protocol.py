@@ -414,6 +414,8 @@ def load_corpus(given: str | None = None):
     path = corpus_path(given)
     spec = importlib.util.spec_from_file_location("runtime_core_bench_corpus", path / "__init__.py",
                                                   submodule_search_locations=[str(path)])
+    if spec is None or spec.loader is None:
+        raise BenchError(f"cannot import the corpus package from {path}")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # its builder modules import each other relatively
     spec.loader.exec_module(mod)

@@ -121,7 +121,7 @@ def run(a) -> dict:
         outs = sess.run(None, feeds)
         times.append(pc() - t)
     if a.save_outputs:
-        keep = {f"out{i}": np.asarray(o) for i, o in enumerate(outs)
+        keep: dict = {f"out{i}": np.asarray(o) for i, o in enumerate(outs)
                 if isinstance(o, np.ndarray) and o.dtype.kind in "fiub"}
         np.savez(a.save_outputs, **keep)
     times_ms = [t * 1e3 for t in times]
