@@ -40,7 +40,7 @@ def _corpus_entries(args, log) -> list:
     entries = []
     for name in corpus.select(args.corpus):
         log(f"corpus: building {name} (or taking it from the cache)")
-        model, inputs = corpus.build(name, args.cache)
+        model, inputs = corpus.build(name, args.cache, args.corpus_size)
         entries.append((name, str(model), str(inputs)))
     return entries
 
@@ -220,6 +220,9 @@ def register(subparsers) -> None:
                     help="also bench the benchmark corpus (benchmarks/corpus): the half kernels are tuned "
                          "on, the half reported only, or both; needs --cache")
     sp.add_argument("--cache", metavar="DIR", help="folder the corpus models are built into and kept")
+    sp.add_argument("--corpus-size", choices=("bench", "tiny"), default="bench",
+                    help="the corpus models' documented sizes, or tiny ones of the same structure (a quick "
+                         "check that every model runs; its timings mean nothing)")
     sp.add_argument("--corpus-path", metavar="DIR",
                     help="the corpus package folder (default: $RUNTIME_CORE_CORPUS, else benchmarks/corpus "
                          "of the source checkout or of the working folder)")

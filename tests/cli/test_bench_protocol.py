@@ -44,7 +44,8 @@ def _fake_corpus(folder: Path, model: Path) -> Path:
         def select(half):
             return {{"tune": ["tiny_mm"], "report": [], "all": ["tiny_mm"]}}[half]
 
-        def build(name, cache):
+        def build(name, cache, size):
+            assert size == "bench"
             out = Path(cache) / (name + ".onnx")
             shutil.copy({str(model)!r}, out)
             np.savez(out.with_suffix(".npz"), x=np.linspace(-1, 1, 24, dtype=np.float32).reshape(3, 8))
