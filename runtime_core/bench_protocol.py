@@ -196,7 +196,7 @@ def _compare_outputs(mc: ModelComparison, ours_npz: Path, ort_npz: Path) -> None
                 continue
             x64, y64 = x.astype(np.float64), y.astype(np.float64)
             both_nan = np.isnan(x64) & np.isnan(y64)
-            d = np.where(both_nan, 0.0, np.abs(x64 - y64))
+            d = np.where(both_nan | (x64 == y64), 0.0, np.abs(x64 - y64))  # equal infinities too
             d = np.where(np.isnan(d), np.inf, d)  # a NaN on one side only is a mismatch
             scale = float(np.nanmax(np.abs(y64))) if np.isfinite(y64).any() else 1.0
             worst_abs = max(worst_abs, float(d.max()))
@@ -333,6 +333,7 @@ def format_header(h: dict) -> str:
     else:
         pins = "removed from both children" + (f" (set here: {', '.join(h['blas_env_removed'])})"
                                                if h["blas_env_removed"] else " (none was set here)")
+    threads = f"{h['threads']} (intra_op_num_threads of both)" if h["threads"] else "each runtime's default"
     return "\n".join([
         "protocol: each runtime alone in a fresh process per round, default settings (onnxruntime's "
         "thread pool spinning as shipped), alternating which goes first; ratio = median of the "
@@ -341,7 +342,7 @@ def format_header(h: dict) -> str:
         f"({' '.join(cpu['isa_flags']) or 'no flags read'})",
         f"numpy BLAS in the children: {h['blas_text']}; numpy {h['numpy']}, Python {h['python']}",
         f"OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE: {pins}",
-        f"threads: {h['threads']} (intra_op_num_threads of both); rounds: {h['rounds']}; per round "
+        f"threads: {threads}; rounds: {h['rounds']}; per round "
         f"{h['warmup']} warm-up run(s), then >= {h['repeat']} timed run(s) and >= {h['min_time']:g} s"])
 
 
