@@ -262,16 +262,37 @@ def fuzz(session: nox.Session) -> None:
     session.run("python", "-m", "runtime_core.testing.fuzz", *args)
 
 
+def _bench_cache() -> str:
+    return os.environ.get("RUNTIME_CORE_BENCH_CACHE", str(Path.home() / ".cache" / "runtime-core-bench"))
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
-    """The benchmark set (benchmarks/models.py) against onnxruntime at 2 threads, on the wheels;
-    writes benchmarks/RESULTS.md. Pass model names to run a subset: nox -s bench -- bert_base."""
+    """The benchmark corpus (benchmarks/corpus, both halves) against onnxruntime at 2 threads by the
+    protocol of ``runtime-core bench --compare onnxruntime`` (each runtime alone in a fresh process
+    per round, default settings, OpenBLAS pins removed), on the wheels; the report also goes to
+    benchmarks/RESULTS-corpus.txt. Arguments replace ``--corpus all``:
+    ``nox -s bench -- --corpus report --rounds 5``. The older set: ``python benchmarks/run_all.py``."""
     built = build_wheels(session)
     session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]))
     session.install(*TEST_DEPS)
-    session.chdir(ROOT / "benchmarks")  # not the source tree: the installed packages are benched
-    session.run("python", str(ROOT / "benchmarks" / "run_all.py"), "--threads", "2",
-                "--out", str(ROOT / "benchmarks" / "RESULTS.md"), *session.posargs)
+    session.chdir(session.create_tmp())  # not the source tree: the installed packages are benched
+    session.run("runtime-core", "bench", "--compare", "onnxruntime", "--threads", "2",
+                "--cache", str(Path(_bench_cache()) / "corpus"), "--corpus-path", str(ROOT / "benchmarks" / "corpus"),
+                "--out", str(ROOT / "benchmarks" / "RESULTS-corpus.txt"), *(session.posargs or ["--corpus", "all"]))
+
+
+@nox.session
+def corpus_check(session: nox.Session) -> None:
+    """Every corpus builder at its benchmark size: exported, loaded in onnxruntime and in
+    runtime-core, outputs compared (not in CI: the exports alone take many minutes on 2 cores).
+    ``nox -s corpus_check -- --size tiny`` is the quick pass; model names check only those."""
+    built = build_wheels(session)
+    session.install(str(built["runtime-provider-cpu"]), str(built["runtime-core"]))
+    session.install(*TEST_DEPS)
+    session.chdir(ROOT / "benchmarks")  # `python -m corpus`; runtime_core comes from the wheel
+    session.run("python", "-m", "corpus", "check", "--cache", str(Path(_bench_cache()) / "corpus"),
+                *session.posargs)
 
 
 @nox.session(venv_backend="none")

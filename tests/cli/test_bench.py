@@ -47,7 +47,7 @@ def _models_module():
 def test_bench_against_onnxruntime_prints_the_table(tmp_path):
     pytest.importorskip("onnxruntime")
     model = _tiny(tmp_path / "tiny.onnx")
-    out = cli("bench", str(model), "--compare", "onnxruntime", "--repeat", "3", "--warmup", "1",
+    out = cli("bench", str(model), "--compare", "onnxruntime", "--in-process", "--repeat", "3", "--warmup", "1",
               "--threads", "2", "--memory-runs", "1").stdout
     for needle in ("latency median", "latency min", "latency max", "session creation", "peak memory",
                    "runtime-core", "onnxruntime", "ratio (runtime-core / onnxruntime, median latency):",
@@ -59,8 +59,8 @@ def test_bench_against_onnxruntime_prints_the_table(tmp_path):
 def test_bench_json_has_every_measurement(tmp_path):
     pytest.importorskip("onnxruntime")
     model = _tiny(tmp_path / "tiny.onnx")
-    d = json.loads(cli("bench", str(model), "--compare", "onnxruntime", "--repeat", "2", "--warmup", "0",
-                       "--memory-runs", "1", "--json").stdout)
+    d = json.loads(cli("bench", str(model), "--compare", "onnxruntime", "--in-process", "--repeat", "2",
+                       "--warmup", "0", "--memory-runs", "1", "--json").stdout)
     for side in ("ours", "ort"):
         lat = d[side]["latency"]
         assert lat["runs"] == 2 and 0 < lat["min_ms"] <= lat["median_ms"] <= lat["max_ms"]
@@ -99,8 +99,8 @@ def test_bench_names_numpys_blas_kernels_and_their_pin(tmp_path, pin):
 def test_min_time_keeps_interleaving_past_repeat(tmp_path):
     pytest.importorskip("onnxruntime")
     model = _tiny(tmp_path / "tiny.onnx")
-    d = json.loads(cli("bench", str(model), "--compare", "onnxruntime", "--repeat", "2", "--warmup", "0",
-                       "--no-memory", "--min-time", "0.3", "--json").stdout)
+    d = json.loads(cli("bench", str(model), "--compare", "onnxruntime", "--in-process", "--repeat", "2",
+                       "--warmup", "0", "--no-memory", "--min-time", "0.3", "--json").stdout)
     ours, ort = d["ours"]["latency"]["runs"], d["ort"]["latency"]["runs"]
     # a run of this model takes well under 3 ms here, so 0.3 s needs far more than 2 pairs; the
     # loop stops at 50x repeat, and both runtimes are timed alike
@@ -116,15 +116,15 @@ def test_settle_alternates_blocks_and_says_so(tmp_path):
     # run with --settle 0; both runtimes timed alike either way
     pytest.importorskip("onnxruntime")
     model = _tiny(tmp_path / "tiny.onnx")
-    out = cli("bench", str(model), "--compare", "onnxruntime", "--repeat", "4", "--warmup", "0",
+    out = cli("bench", str(model), "--compare", "onnxruntime", "--in-process", "--repeat", "4", "--warmup", "0",
               "--no-memory", "--settle", "0.05").stdout
     assert "the runtimes alternated in blocks of 4 timed run(s), each block after 0.05 s idle" in out, out
-    d = json.loads(cli("bench", str(model), "--compare", "onnxruntime", "--repeat", "3", "--warmup", "0",
-                       "--no-memory", "--settle", "0", "--json").stdout)
+    d = json.loads(cli("bench", str(model), "--compare", "onnxruntime", "--in-process", "--repeat", "3",
+                       "--warmup", "0", "--no-memory", "--settle", "0", "--json").stdout)
     assert d["ours"]["latency"]["runs"] == d["ort"]["latency"]["runs"] == 3
     assert not any("blocks" in n for n in d["notes"])
-    proc = cli("bench", str(model), "--compare", "onnxruntime", "--repeat", "2", "--no-memory", "--settle", "-1",
-               check=False)
+    proc = cli("bench", str(model), "--compare", "onnxruntime", "--in-process", "--repeat", "2", "--no-memory",
+               "--settle", "-1", check=False)
     assert proc.returncode == 2 and "--settle: must be a finite number >= 0" in proc.stderr
 
 
