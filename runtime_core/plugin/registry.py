@@ -70,6 +70,10 @@ hookimpl = pluggy.HookimplMarker(hookspecs.PROJECT_NAME)
 """Marks a plugin's hook implementation: ``@hookimpl def runtime_core_register_providers(registrar)``."""
 
 
+_PROBED = frozenset({"available", "reason", "devices", "status"})
+_PROBE_LOCK = threading.RLock()
+
+
 @dataclass
 class ProviderRecord:
     """Everything known about one installed provider (or one broken plugin).
@@ -90,6 +94,37 @@ class ProviderRecord:
     devices: list = field(default_factory=list)
     entry_point: str = ""
     cls: Any = field(default=None, repr=False)
+    #: the provider class whose ``probe()`` has not run yet: probing is deferred until
+    #: ``available``, ``reason``, ``devices`` or ``status`` is read, so a session that never
+    #: names a provider never pays for its probe (OpenCL's imports pyopencl: ~110 MiB)
+    pending: Any = field(default=None, repr=False, compare=False)
+
+    def __getattribute__(self, name: str):
+        if name in _PROBED and object.__getattribute__(self, "pending") is not None:
+            object.__getattribute__(self, "_run_probe")()
+        return object.__getattribute__(self, name)
+
+    def _run_probe(self) -> None:
+        with _PROBE_LOCK:
+            cls = object.__getattribute__(self, "pending")
+            if cls is None:  # another thread probed it meanwhile
+                return
+            self.pending = None  # a probe that reads the registry sees this record as unprobed
+            try:
+                probe = _safe_probe(cls)
+            except BaseException as exc:  # noqa: BLE001 - a plugin must never break the core
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                self.status, self.available = "probe-error", False
+                self.reason = f"probe() raised {_short_exc(exc)}"
+                logger.warning("plugin %s skipped (probe-error): %s", self.alias, self.reason)
+            else:
+                self.available, self.reason, self.devices = probe.available, probe.reason, probe.devices
+                logger.debug("provider %s probed (available=%s)", self.name, probe.available)
+
+    def registered(self) -> bool:
+        """Loaded, or waiting for its probe (without running the probe)."""
+        return self.pending is not None or self.status == "loaded"
 
     def to_dict(self) -> dict:
         """JSON-ready form (without the class object)."""
@@ -270,30 +305,22 @@ class Registry:
                        name=str(getattr(cls, "name", "") or ep.name))
             return
         ident = dict(name=cls.name, version=cls.version, plugin_api=cls.plugin_api)
-        if any(r.name == cls.name and r.status == "loaded" for r in self.records):
+        if any(r.name == cls.name and r.registered() for r in self.records):
             self._fail(ep, "bad-registration", f"provider name {cls.name!r} is already registered", **ident)
             return
-        if any(r.alias == cls.alias and r.status == "loaded" for r in self.records):
+        if any(r.alias == cls.alias and r.registered() for r in self.records):
             self._fail(ep, "bad-registration", f"provider alias {cls.alias!r} is already taken", **ident)
             return
         why = _api_check(cls.plugin_api)
         if why:
             self._fail(ep, "api-mismatch", why, **ident)
             return
-        try:
-            probe = _safe_probe(cls)
-        except BaseException as exc:  # noqa: BLE001
-            if isinstance(exc, KeyboardInterrupt):
-                raise
-            self._fail(ep, "probe-error", f"probe() raised {_short_exc(exc)}", **ident)
-            return
         dist, _ = _dist_of(ep)
         self.records.append(ProviderRecord(
             name=cls.name, alias=cls.alias, distribution=cls.distribution or dist,
-            version=cls.version, plugin_api=cls.plugin_api, available=probe.available,
-            reason=probe.reason, status="loaded", devices=probe.devices,
-            entry_point=ep.value, cls=cls))
-        logger.debug("provider %s loaded (available=%s)", cls.name, probe.available)
+            version=cls.version, plugin_api=cls.plugin_api, status="loaded",
+            entry_point=ep.value, cls=cls, pending=cls))
+        logger.debug("provider %s registered (probed on first use)", cls.name)
 
     # -- queries ------------------------------------------------------------
     def loaded(self) -> list[ProviderRecord]:
@@ -304,9 +331,9 @@ class Registry:
     def lookup(self, name: str) -> ProviderRecord | None:
         """Find a record by ORT name or alias (case-insensitive), loaded or not."""
         low = name.lower()
-        for rec in sorted(self.records, key=lambda r: r.status != "loaded"):
-            if rec.name.lower() == low or rec.alias.lower() == low:
-                return rec
+        found = [r for r in self.records if r.name.lower() == low or r.alias.lower() == low]
+        for rec in sorted(found, key=lambda r: r.status != "loaded"):  # probes only the matches
+            return rec
         return None
 
 
