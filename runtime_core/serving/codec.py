@@ -130,7 +130,10 @@ def _from_bytes(name: str, chunk: memoryview, datatype: str, shape: tuple[int, .
             if pos + 4 + n > len(chunk):
                 raise RequestError(f"input {name!r}: BYTES element {len(items)} says {n} byte(s), "
                                    f"{len(chunk) - pos - 4} are left")
-            items.append(bytes(chunk[pos + 4:pos + 4 + n]))
+            try:  # the session's string tensors hold str
+                items.append(bytes(chunk[pos + 4:pos + 4 + n]).decode("utf-8"))
+            except UnicodeDecodeError:
+                raise RequestError(f"input {name!r}: BYTES element {len(items)} is not UTF-8 text") from None
             pos += 4 + n
         if len(items) != count:
             raise RequestError(f"input {name!r}: shape {list(shape)} needs {count} element(s), "

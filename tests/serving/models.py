@@ -78,3 +78,28 @@ def slow(path, steps: int = 12) -> str:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(m, str(path))
     return str(path)
+
+
+def strings(path) -> str:
+    """s[K] string -> Identity -> t[K] string (the BYTES datatype both ways)."""
+    g = helper.make_graph([helper.make_node("Identity", ["s"], ["t"], name="id")], "strings",
+                          [helper.make_tensor_value_info("s", TensorProto.STRING, ["K"])],
+                          [helper.make_tensor_value_info("t", TensorProto.STRING, ["K"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def wide(path, blocks: int = 400) -> str:
+    """x[4] -> ``blocks`` times (Sin, Cos, Add): 3 * blocks nodes (a picture of 1000+ nodes)."""
+    nodes, prev = [], "x"
+    for i in range(blocks):
+        nodes += [helper.make_node("Sin", [prev], [f"s{i}"], name=f"sin{i}"),
+                  helper.make_node("Cos", [prev], [f"c{i}"], name=f"cos{i}"),
+                  helper.make_node("Add", [f"s{i}", f"c{i}"], [f"a{i}"], name=f"add{i}")]
+        prev = f"a{i}"
+    g = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return str(path)
