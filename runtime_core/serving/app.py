@@ -47,6 +47,8 @@ class Metrics:
                                buckets=_LATENCY_BUCKETS, registry=r)
         self.batch = Histogram("runtime_core_inference_batch_rows", "Rows (batch size) of each model run",
                                ["model"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
+        self.terminated = Counter("runtime_core_inference_terminated", "Runs stopped past the request timeout",
+                                  ["model"], registry=r)
         self.http = Counter("runtime_core_http_requests", "HTTP requests by route and status",
                             ["route", "status"], registry=r)
 
@@ -140,6 +142,7 @@ def create_app(config: ServerConfig, models: list[ServedModel] | None = None) ->
     for m in served.values():
         m.on_batch = lambda name, rows: metrics.batch.labels(name).observe(rows)
         m.on_queue = lambda name, s: metrics.queue.labels(name).observe(s)
+        m.on_terminated = lambda name: metrics.terminated.labels(name).inc()
     state = {"ready": False, "page": None}
 
     def model_of(request: Request) -> ServedModel:

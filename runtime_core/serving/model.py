@@ -77,9 +77,11 @@ class ServedModel:
         self._batcher: asyncio.Task | None = None
         self._running: set[asyncio.Task] = set()
         self.ready = False
-        #: called with (model name, batch rows) for every run, and (model name, seconds) for queue waits
+        #: called with (model name, batch rows) for every run, (model name, seconds) for queue waits,
+        #: and (model name) for each run stopped by a timeout
         self.on_batch = lambda name, rows: None
         self.on_queue = lambda name, seconds: None
+        self.on_terminated = lambda name: None
 
     # -- metadata ---------------------------------------------------------------
     def metadata(self) -> dict:
@@ -190,7 +192,7 @@ class ServedModel:
             try:
                 await fut
             except RunTerminatedError:
-                pass
+                self.on_terminated(self.name)
             except Exception:  # the run failed on its own while being stopped: the timeout is the answer
                 pass
             raise RequestTimeoutError(f"model {self.name!r}: the run took longer than timeout_s="
