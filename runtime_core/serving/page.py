@@ -13,7 +13,7 @@ import html
 import json
 from pathlib import Path
 
-NODE_W, NODE_H, GAP_X, GAP_Y = 150, 30, 60, 14
+NODE_W, NODE_H, GAP_X, GAP_Y, ROW_GAP = 150, 30, 60, 14, 70
 #: provider hues in degrees; a provider not listed gets one from its name
 _HUES = {"CPUExecutionProvider": 210, "CUDAExecutionProvider": 110, "OpenCLExecutionProvider": 30}
 
@@ -81,8 +81,19 @@ def graph_view(session) -> dict:
         row.sort(key=lambda it: it["_key"])
         for i, it in enumerate(row):
             pos[it["id"]] = i
-            it["x"] = k * (NODE_W + GAP_X)
-            it["y"] = i * (NODE_H + GAP_Y)
+    # a deep graph is a long thin strip: wrap its layers into rows (as text wraps) so that the whole
+    # drawing is about twice as wide as high, which a screen shows at a readable scale
+    depth = max(layers) + 1 if layers else 0
+    mean_band = sum(len(r) for r in layers.values()) / max(depth, 1) * (NODE_H + GAP_Y) + ROW_GAP
+    per_row = max(1, min(depth, round((2 * depth * mean_band / (NODE_W + GAP_X)) ** 0.5))) if depth else 1
+    top = 0
+    for r0 in range(0, depth, per_row):
+        ks = [k for k in range(r0, min(r0 + per_row, depth)) if k in layers]
+        for k in ks:
+            for i, it in enumerate(layers[k]):
+                it["x"] = (k - r0) * (NODE_W + GAP_X)
+                it["y"] = top + i * (NODE_H + GAP_Y)
+        top += max(len(layers[k]) for k in ks) * (NODE_H + GAP_Y) + ROW_GAP
     place = {it["id"]: it for it in items}
     edges = []
     for it in items:
@@ -97,8 +108,8 @@ def graph_view(session) -> dict:
                           if is_copy and c is not None else value})
     for it in items:
         it.pop("_key", None)
-    width = (max(layers) + 1) * (NODE_W + GAP_X) if layers else 0
-    height = max(len(r) for r in layers.values()) * (NODE_H + GAP_Y) if layers else 0
+    width = min(depth, per_row) * (NODE_W + GAP_X)
+    height = max(top - ROW_GAP, 0)
     return {"items": items, "edges": edges, "width": width, "height": height, "report": report,
             "colours": colours}
 
@@ -116,17 +127,20 @@ def render_svg(view: dict, model: str) -> str:
         s, d = place[ed["src"]], place[ed["dst"]]
         x1, y1 = s["x"] + NODE_W, s["y"] + NODE_H / 2
         x2, y2 = d["x"], d["y"] + NODE_H / 2
-        mx = (x1 + x2) / 2
+        if x2 > x1:
+            c1 = c2 = (x1 + x2) / 2
+        else:  # to a later row of the wrapped drawing
+            c1, c2 = x1 + GAP_X, x2 - GAP_X
         cls = "edge copy" if ed["copy"] else "edge"
-        out.append(f'<path class="{cls}" d="M{x1:g},{y1:g} C{mx:g},{y1:g} {mx:g},{y2:g} {x2:g},{y2:g}" '
+        out.append(f'<path class="{cls}" d="M{x1:g},{y1:g} C{c1:g},{y1:g} {c2:g},{y2:g} {x2:g},{y2:g}" '
                    f'marker-end="url(#arrow)"><title>{e(ed["title"])}</title></path>')
     for it in view["items"]:
         label = it["label"] if len(it["label"]) <= 20 else it["label"][:19] + "\u2026"
         if it["kind"] == "node":
             extra = (f' data-provider="{e(it["provider"])}" data-partition="{it["partition"]}"'
                      f' data-declined="{"1" if it["declined"] else "0"}"')
-            shape = (f'<rect width="{NODE_W}" height="{NODE_H}" rx="4" fill="{it["fill"]}"'
-                     f'{" class=declined" if it["declined"] else ""}/>')
+            dec = ' class="declined"' if it["declined"] else ""
+            shape = f'<rect width="{NODE_W}" height="{NODE_H}" rx="4" fill="{it["fill"]}"{dec}/>'
         else:
             extra = ""
             shape = f'<rect width="{NODE_W}" height="{NODE_H}" rx="{NODE_H // 2}" fill="#f4f4f4"/>'

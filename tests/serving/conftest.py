@@ -18,7 +18,7 @@ if os.environ.get("RUNTIME_CORE_EXPECT_INSTALLED") != "1":  # the tests session 
     pytest.importorskip("starlette", reason="runtime-core[serve] is not installed")
     pytest.importorskip("uvicorn", reason="runtime-core[serve] is not installed")
 
-import models  # noqa: E402  (tests/serving/models.py)
+import serve_models as models  # noqa: E402  (tests/serving/serve_models.py)
 
 
 @pytest.fixture(scope="session")
