@@ -115,11 +115,12 @@ class AccessLog:
             route = _route_of(path)
             self.metrics.http.labels(route, str(seen["status"])).inc()
             client = scope.get("client")
-            access_logger.info(json.dumps({
-                "ts": round(time.time(), 3), "method": scope.get("method"), "path": path, "route": route,
-                "status": seen["status"], "bytes": seen["bytes"],
-                "ms": round((time.perf_counter() - t0) * 1e3, 3),
-                "client": f"{client[0]}:{client[1]}" if client else None}))
+            if not access_logger.disabled and access_logger.isEnabledFor(logging.INFO):
+                access_logger.info(json.dumps({
+                    "ts": round(time.time(), 3), "method": scope.get("method"), "path": path, "route": route,
+                    "status": seen["status"], "bytes": seen["bytes"],
+                    "ms": round((time.perf_counter() - t0) * 1e3, 3),
+                    "client": f"{client[0]}:{client[1]}" if client else None}))
 
 
 def _route_of(path: str) -> str:
