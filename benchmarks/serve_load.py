@@ -131,6 +131,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=500, help="per client")
     ap.add_argument("--max-batch-size", type=int, default=16)
     ap.add_argument("--max-queue-delay-ms", type=float, default=2.0)
+    ap.add_argument("--max-concurrency", type=int, default=1, help="runs at a time (both configurations)")
     ap.add_argument("--threads", type=int, default=0, help="intra-op threads of the server's session")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
@@ -140,7 +141,7 @@ def main() -> int:
         rng = np.random.default_rng(1)
         xs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(args.clients)]
         want = [sess.run(None, {"x": x})[0] for x in xs]
-        common = ["--threads", str(args.threads)] if args.threads else []
+        common = ["--max-concurrency", str(args.max_concurrency)] + (["--threads", str(args.threads)] if args.threads else [])
         results = {}
         for label, extra in (("no batching", []),
                              ("dynamic batching", ["--max-batch-size", str(args.max_batch_size),
