@@ -177,7 +177,8 @@ def _section(name: str, session, interactive: bool, extra: str = "") -> str:
         fields = "".join(
             f'<div class="inp" data-input="{e(i["name"])}"><b>{e(i["name"])}</b> {e(i["type"])} shape '
             f'<input class="shape" value="{e(",".join(str(d) if d is not None else "1" for d in i["shape"]))}" '
-            f'size="14"> <textarea class="data" rows="1" placeholder="data as JSON (empty: random)"></textarea></div>'
+            f'size="14"> <textarea class="data" rows="1" placeholder="data as JSON (empty: random)"></textarea> '
+            f'or <input type="file" class="file" accept=".npy"></div>'
             for i in inputs)
         form = (f'<form class="run" data-model="{e(name)}">{fields}<button type="submit">Run</button> '
                 '<span class="latency"></span><pre class="result"></pre></form>')
@@ -255,21 +256,41 @@ function setup(sec){
     if(dt==='BOOL')a[i]=Math.random()<.5;else if(dt==='BYTES')a[i]='abc'[i%3];
     else if(dt.startsWith('FP')){let u=0,v=0;while(!u)u=Math.random();v=Math.random();a[i]=Math.sqrt(-2*Math.log(u))*Math.cos(2*Math.PI*v);}
     else a[i]=Math.floor(Math.random()*2);}return a;}
+  const NPY={'<f4':'FP32','<f8':'FP64','<f2':'FP16','<i8':'INT64','<i4':'INT32','<i2':'INT16','|i1':'INT8',
+    '|u1':'UINT8','<u2':'UINT16','<u4':'UINT32','<u8':'UINT64','|b1':'BOOL'};
+  function npy(buf,name){const u=new Uint8Array(buf);
+    if(u.length<10||String.fromCharCode(...u.slice(1,6))!=='NUMPY')throw new Error(name+' is not a .npy file');
+    const v1=u[6]===1, hl=v1?u[8]|u[9]<<8:new DataView(buf).getUint32(8,true), off=(v1?10:12)+hl;
+    const h=new TextDecoder().decode(u.slice(v1?10:12,off));
+    const descr=(h.match(/'descr':\s*'([^']+)'/)||[])[1], dt=NPY[descr];
+    if(!dt)throw new Error(name+': dtype '+descr+' cannot be sent (little-endian numbers or bool only)');
+    if(/'fortran_order':\s*True/.test(h))throw new Error(name+': save it in C order');
+    const shape=((h.match(/'shape':\s*\(([^)]*)\)/)||[])[1]||'').split(',').filter(x=>x.trim()).map(x=>parseInt(x,10));
+    return {datatype:dt,shape:shape,bytes:u.slice(off)};}
   form.addEventListener('submit',async ev=>{ev.preventDefault();
     const out=form.querySelector('.result'), lat=form.querySelector('.latency');
     try{
-      const inputs=specs.map(sp=>{const row=form.querySelector('[data-input="'+CSS.escape(sp.name)+'"]');
+      const inputs=[], chunks=[];
+      for(const sp of specs){const row=form.querySelector('[data-input="'+CSS.escape(sp.name)+'"]');
+        const dt=DT[sp.type]||sp.type, file=row.querySelector('.file').files[0];
+        if(file){const a=npy(await file.arrayBuffer(), file.name);  // an uploaded .npy travels as binary data
+          inputs.push({name:sp.name,datatype:a.datatype,shape:a.shape,parameters:{binary_data_size:a.bytes.byteLength}});
+          chunks.push(a.bytes);continue;}
         const shape=row.querySelector('.shape').value.split(',').filter(x=>x.trim()!=='').map(x=>parseInt(x,10));
-        const dt=DT[sp.type]||sp.type, n=shape.reduce((a,b)=>a*b,1), txt=row.querySelector('.data').value.trim();
-        return {name:sp.name,datatype:dt,shape:shape,data:txt?JSON.parse(txt):rnd(dt,n)};});
+        const n=shape.reduce((a,b)=>a*b,1), txt=row.querySelector('.data').value.trim();
+        inputs.push({name:sp.name,datatype:dt,shape:shape,data:txt?JSON.parse(txt):rnd(dt,n)});}
+      const head=new TextEncoder().encode(JSON.stringify({inputs:inputs}));
+      const headers={'Content-Type':chunks.length?'application/octet-stream':'application/json'};
+      if(chunks.length)headers['Inference-Header-Content-Length']=String(head.byteLength);
       const t0=performance.now();
       const r=await fetch('v2/models/'+encodeURIComponent(form.dataset.model)+'/infer',{method:'POST',
-        headers:{'Content-Type':'application/json'},body:JSON.stringify({inputs:inputs})});
+        headers:headers,body:new Blob([head,...chunks])});
       const ms=performance.now()-t0, body=await r.json();
       if(!r.ok){lat.textContent='HTTP '+r.status;out.textContent=body.error;return;}
       lat.textContent='latency '+ms.toFixed(1)+' ms (server queue '+(r.headers.get('X-Queue-Ms')||'?')+' ms)';
-      out.textContent=body.outputs.map(o=>{const d=o.data||[];const nums=d.filter(x=>typeof x==='number');
-        const st=nums.length?' min '+Math.min(...nums).toPrecision(4)+' max '+Math.max(...nums).toPrecision(4):'';
+      out.textContent=body.outputs.map(o=>{const d=o.data||[];let lo=Infinity,hi=-Infinity;
+        for(const x of d)if(typeof x==='number'){if(x<lo)lo=x;if(x>hi)hi=x;}
+        const st=lo<=hi?' min '+lo.toPrecision(4)+' max '+hi.toPrecision(4):'';
         return o.name+' '+o.datatype+' ['+o.shape.join(',')+']'+st+'\n  '+JSON.stringify(d.slice(0,8))+(d.length>8?' ...':'');}).join('\n');
     }catch(e){lat.textContent='error';out.textContent=String(e);}
   });

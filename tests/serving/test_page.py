@@ -186,6 +186,20 @@ def test_page_in_chromium(browser, served, tmp_path):
     first = np.array(eval(shown[1].strip().removesuffix(" ...")), np.float32)  # the first 8 values of probs
     np.testing.assert_allclose(first, ms["cnn"].session.run(["probs"], {"x": x})[0].reshape(-1)[:8], rtol=1e-6)
 
+    # an uploaded .npy (sent as binary tensor data): its own shape, the session's answer
+    x2 = np.random.default_rng(5).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x2)
+    browser.execute_script("arguments[0].value = ''; arguments[1].querySelector('.latency').textContent = ''",
+                           area, sec)
+    sec.find_element(By.CSS_SELECTOR, "input.file").send_keys(str(tmp_path / "x.npy"))
+    sec.find_element(By.CSS_SELECTOR, "form.run button[type=submit]").click()
+    _wait(browser, "return document.querySelector('section[data-model=\"cnn\"] .latency').textContent"
+                   ".startsWith('latency')")
+    shown = sec.find_element(By.CSS_SELECTOR, "pre.result").text.splitlines()
+    assert shown[0].startswith("probs FP32 [2,10]")
+    first = np.array(eval(shown[1].strip().removesuffix(" ...")), np.float32)
+    np.testing.assert_allclose(first, ms["cnn"].session.run(["probs"], {"x": x2})[0].reshape(-1)[:8], rtol=1e-6)
+
     # a picture of the partition, kept as the test's artifact
     browser.execute_script("window.scrollTo(0, 0)")
     shot = tmp_path / "serve_page.png"
