@@ -41,8 +41,13 @@ class _Item:
     future: asyncio.Future = field(repr=False, default=None)  # type: ignore[assignment]
 
 
-def _free(dim) -> bool:
-    return not isinstance(dim, int)
+def batchable(args) -> bool:
+    """Whether inputs and outputs (NodeArgs) look batch-major: every first dimension is free, the
+    named ones share one name, and that name appears nowhere else (``x[n, n]`` is not a batch)."""
+    if not args or any(not a.shape or isinstance(a.shape[0], int) for a in args):
+        return False
+    names = {a.shape[0] for a in args if isinstance(a.shape[0], str)}
+    return len(names) <= 1 and not any(d in names for a in args for d in a.shape[1:])
 
 
 class ServedModel:
@@ -62,12 +67,11 @@ class ServedModel:
         self.inputs = session.get_inputs()
         self.outputs = session.get_outputs()
         self.output_names = [o.name for o in self.outputs]
-        args = self.inputs + self.outputs
-        self.batchable = bool(self.inputs) and all(a.shape and _free(a.shape[0]) for a in args)
+        self.batchable = bool(self.inputs) and batchable(self.inputs + self.outputs)
         self.batching = cfg.max_batch_size > 1 and self.batchable
         if cfg.max_batch_size > 1 and not self.batchable:
-            logger.warning("model %r: dynamic batching is off: not every input and output has a free "
-                           "first dimension", self.name)
+            logger.warning("model %r: dynamic batching is off: its inputs and outputs do not share a free "
+                           "first (batch) dimension", self.name)
         self._pool = ThreadPoolExecutor(max_workers=cfg.max_concurrency, thread_name_prefix=f"serve-{self.name}")
         self._specs = session._specs  # the session's own input checks, run before a request joins a batch
         self._max_bytes = session._max_tensor_bytes
@@ -252,26 +256,40 @@ class ServedModel:
             self.on_batch(self.name, rows)
             feeds = live[0].feeds if len(live) == 1 else {
                 k: np.concatenate([it.feeds[k] for it in live]) for k in live[0].feeds}
+            failure: Exception | None = None
             try:
                 outs = await self._call(feeds, live[0].names, max(it.deadline for it in live))
+                if len(live) > 1 and not all(np.ndim(o) > 0 and np.shape(o)[0] == rows for o in outs):
+                    failure = RequestError(f"model {self.name!r}: an output does not have the {rows} row(s) of "
+                                           "its input; the model cannot be batched (serve it with max_batch_size 0)")
             except Exception as exc:
+                outs, failure = [], exc
+            if failure is not None and len(live) > 1 and not isinstance(failure, RequestTimeoutError):
+                # rows that only fail together (the first dimension is not a batch): each runs alone
+                logger.warning("model %r: a batch of %d requests failed (%s); running each alone", self.name,
+                               len(live), failure)
                 for it in live:
-                    if not it.future.done():
-                        it.future.set_exception(exc)
+                    await self._alone(it)
                 return
-            bad = [n for n, o in zip(live[0].names, outs) if np.ndim(o) == 0 or np.shape(o)[0] != rows]
             start = 0
             for it in live:
-                if it.future.done():
-                    start += it.rows
-                    continue
-                if bad:
-                    it.future.set_exception(RequestError(
-                        f"model {self.name!r}: output {bad[0]!r} of a batch of {rows} does not have {rows} rows; "
-                        "the model cannot be batched (serve it with max_batch_size 0)"))
-                else:
-                    it.future.set_result(([o[start:start + it.rows] for o in outs],
-                                          RunInfo(queue_s=now - it.enqueued, batch_size=rows)))
+                if not it.future.done():
+                    if failure is None:
+                        it.future.set_result(([o[start:start + it.rows] for o in outs],
+                                              RunInfo(queue_s=now - it.enqueued, batch_size=rows)))
+                    else:
+                        it.future.set_exception(failure)
                 start += it.rows
         finally:
             self._sem.release()
+
+    async def _alone(self, it: _Item) -> None:
+        """Run one request of a failed batch by itself (the batch's run slot is still held)."""
+        try:
+            outs = await self._call(it.feeds, it.names, it.deadline)
+        except Exception as exc:
+            if not it.future.done():
+                it.future.set_exception(exc)
+            return
+        if not it.future.done():
+            it.future.set_result((outs, RunInfo(queue_s=0.0, batch_size=it.rows)))

@@ -103,3 +103,14 @@ def wide(path, blocks: int = 400) -> str:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(m, str(path))
     return str(path)
+
+
+def row_sum(path) -> str:
+    """x[N,4] -> ReduceSum over axis 0 (keepdims) -> y declared [N,4]: looks batch-major, is not."""
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    g = helper.make_graph([helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=1)], "rowsum",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], [axes])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return str(path)

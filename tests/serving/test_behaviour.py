@@ -24,6 +24,8 @@ from runtime_core.cli import main
 from runtime_core.serving import BackgroundServer, ModelConfig, ServerConfig
 from runtime_core.serving.model import ServedModel
 
+import serve_models as models
+
 
 def binary_request(x: np.ndarray, name: str = "x") -> tuple[bytes, dict]:
     head = json.dumps({"inputs": [{"name": name, "shape": list(x.shape), "datatype": "FP32",
@@ -240,3 +242,21 @@ def test_config_file(model_dir, tmp_path):
         ("c", 4, 3, ["cpu"]), ("mixed", 0, 3, None)]
     with BackgroundServer(cfg) as s:
         assert http_json(s.url + "/v2/models/c/config")[1]["providers"] == ["CPUExecutionProvider"]
+
+
+def test_batching_needs_a_real_batch_dimension(model_dir, tmp_path, caplog):
+    """x[n, n] is not batch-major: batching stays off. A model that only looks batch-major (its
+    output loses the rows) gets each request run alone after its batch fails, with a warning."""
+    slow = ServedModel(ModelConfig(str(model_dir / "slow.onnx"), max_batch_size=8))
+    assert not slow.batching and slow.config()["max_batch_size"] == 0
+    rows = ServedModel(ModelConfig(models.row_sum(tmp_path / "rowsum.onnx"), max_batch_size=8,
+                                   max_queue_delay_ms=300))
+    assert rows.batching
+    xs = [np.full((1, 4), i, np.float32) for i in range(6)]
+    with caplog.at_level(logging.WARNING, logger="runtime_core.serving"), \
+            BackgroundServer(ServerConfig(models=[]), models=[rows]) as s, ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda x: http(s.url + "/v2/models/rowsum/infer", *binary_request(x)), xs))
+    for x, (status, headers, raw) in zip(xs, answers):
+        assert status == 200
+        np.testing.assert_array_equal(binary_outputs(raw, headers)["y"], x)  # its own row, not the batch's sum
+    assert any("running each alone" in r.getMessage() for r in caplog.records)
