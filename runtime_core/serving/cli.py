@@ -65,6 +65,23 @@ def build_config(args):
         raise UsageError(f"--config: {exc}") from None
 
 
+def _check_port(host: str, port: int) -> None:
+    """A port that cannot be listened on is a usage error, found before any model loads."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UsageError(f"--host {host!r}: {exc.strerror or exc}") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds it
+        try:
+            s.bind(addr)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
 def cmd_serve(args, out) -> int:
     try:
         import uvicorn  # noqa: F401
@@ -74,10 +91,13 @@ def cmd_serve(args, out) -> int:
         raise UsageError(f"runtime-core serve needs the 'serve' extra ({exc.name} is missing): "
                          "pip install 'runtime-core[serve]'") from None
     cfg = build_config(args)
-    configure_logging(args.log_level, not args.no_access_log)
+    _check_port(cfg.host, cfg.port)
+    from .model import ServedModel
     from .server import serve
 
-    serve(cfg)
+    models = [ServedModel(c) for c in cfg.models]  # a model that does not load: one error line, exit 2
+    configure_logging(args.log_level, not args.no_access_log)
+    serve(cfg, models)
     return 0
 
 

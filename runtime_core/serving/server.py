@@ -27,10 +27,9 @@ def make_server(config: ServerConfig, models=None):
     return uvicorn.Server(ucfg)
 
 
-def serve(config: ServerConfig) -> None:
+def serve(config: ServerConfig, models=None) -> None:
     """Serve until a signal stops it (``runtime-core serve``)."""
-    server = make_server(config)
-    server.run()
+    make_server(config, models).run()
 
 
 class BackgroundServer:

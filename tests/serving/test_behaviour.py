@@ -216,12 +216,24 @@ def test_cli_serves_and_sigterm_finishes_the_request_in_flight(model_dir, tmp_pa
     (["serve", "{cnn}", "--name", "a/b"], "may hold only letters"),
     (["serve", "{cnn}", "{cnn}"], "two models are named 'cnn'"),
     (["serve", "--config", "{bad_config}"], "unknown key 'max_batch'"),
+    (["serve", "--config", "{tmp}/none.json"], "cannot read it"),
+    (["serve", "{tmp}/garbage.onnx"], "InvalidProtobufError"),
+    (["serve", "{tmp}"], "is a directory"),
+    (["serve", "{cnn}", "--port", "{busy}"], "cannot listen on 127.0.0.1:"),
+    (["serve", "{cnn}", "--host", "no-such-host.invalid"], "--host 'no-such-host.invalid'"),
 ])
 def test_cli_usage_errors(model_dir, tmp_path, capsys, argv, needle):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"models": [{"path": str(model_dir / "cnn.onnx"), "max_batch": 4}]}))
-    argv = [a.format(cnn=model_dir / "cnn.onnx", bad_config=bad) for a in argv]
-    assert main(argv) == 2
+    (tmp_path / "garbage.onnx").write_bytes(b"\x00not a model" * 10)
+    import socket
+
+    with socket.socket() as busy:  # a port something listens on
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        argv = [a.format(cnn=model_dir / "cnn.onnx", bad_config=bad, tmp=tmp_path, busy=busy.getsockname()[1])
+                for a in argv]
+        assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and needle in err
 
