@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import http, http_json
+from serve_http import http, http_json
 
 import runtime_core as rt
 from runtime_core.errors import InputError, OutputNameError

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-from conftest import http, http_json
+from serve_http import http, http_json
 from prometheus_client.parser import text_string_to_metric_families
 
 import runtime_core as rt

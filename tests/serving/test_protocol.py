@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import http_json
+from serve_http import http_json
 
 import runtime_core as rt
 from runtime_core.serving import BackgroundServer, ModelConfig, ServerConfig
