@@ -40,6 +40,10 @@ TEST_DEPS = [
     "lightgbm",
     "xgboost",
 ]
+# the serving tests' real clients (tests/serving): Triton's HTTP client, and Selenium to drive the
+# system's headless Chromium (Debian packages chromium and chromium-driver); the tests session only,
+# so the lowest session's pins never meet them
+SERVE_TEST_DEPS = ["tritonclient[http]>=2.40", "selenium>=4.11"]
 
 nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = False
@@ -76,9 +80,9 @@ def tests(session: nox.Session) -> None:
     built = build_wheels(session)
     # opencl with its [pocl] extra: a real CPU OpenCL device from PyPI, so its tests run for real
     # the CPU provider with its [image] extra (Pillow, for ImageDecoder)
-    session.install(f"{built['runtime-provider-cpu']}[image]", str(built["runtime-core"]),
+    session.install(f"{built['runtime-provider-cpu']}[image]", f"{built['runtime-core']}[serve]",
                     f"{built['runtime-provider-opencl']}[pocl]", str(built["runtime-provider-cuda"]))
-    session.install(*TEST_DEPS)
+    session.install(*TEST_DEPS, *SERVE_TEST_DEPS)
     env = {"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"}
     # run from the tests folder so the source tree cannot shadow the installed packages
     session.chdir(ROOT / "tests")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .cli_args import Parser, UsageError, check_output_dir, int_at_least, load_npy
+from .cli_args import Parser, UsageError, check_output_dir, check_output_file, int_at_least, load_npy
 
 SAMPLE = "sample_cnn.onnx"
 
@@ -200,8 +200,15 @@ def _save_outputs(folder: str, specs, values, out) -> None:
 
 
 def cmd_partition(args, out) -> int:
+    if getattr(args, "html", None):
+        check_output_file(args.html, "--html")  # before the model loads
     sess = _session(args)
     rep = sess.get_partition_report()
+    if getattr(args, "html", None):
+        from .serving.page import write_partition_html
+
+        write_partition_html(sess, Path(_model_arg(args)).stem, args.html)
+        out.write(f"wrote {args.html}\n")
     if args.json:
         out.write(json.dumps(rep.to_dict(), indent=2) + "\n")
     else:
@@ -231,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--save", metavar="DIR", help="save outputs as .npy files")
         else:
             sp.add_argument("--json", action="store_true")
+            sp.add_argument("--html", metavar="OUT.html", help="also write the partition as a picture")
         sp.set_defaults(fn=fn)
     for mod in COMMAND_MODULES:
         importlib.import_module(mod).register(sub)
@@ -245,6 +253,7 @@ COMMAND_MODULES = (
     "runtime_core.check",
     "runtime_core.testing.cli",
     "runtime_core.bench_cli",
+    "runtime_core.serving.cli",
 )
 
 

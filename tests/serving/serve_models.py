@@ -1,0 +1,116 @@
+"""Small real models for the serving tests, built with onnx.helper (seeded weights)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _init(name, arr):
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+def cnn(path, channels: int = 8, size: int = 16, classes: int = 10, seed: int = 0) -> str:
+    """A batchable CNN: x[N,3,size,size] -> Conv-Relu-MaxPool-Conv-Relu-GlobalAveragePool-Flatten-Gemm-Softmax
+    -> probs[N,classes], plus logits[N,classes]."""
+    rng = np.random.default_rng(seed)
+    f = np.float32
+    inits = [
+        _init("w1", (rng.standard_normal((channels, 3, 3, 3)) * 0.3).astype(f)),
+        _init("b1", (rng.standard_normal(channels) * 0.1).astype(f)),
+        _init("w2", (rng.standard_normal((channels * 2, channels, 3, 3)) * 0.2).astype(f)),
+        _init("b2", (rng.standard_normal(channels * 2) * 0.1).astype(f)),
+        _init("wf", (rng.standard_normal((classes, channels * 2)) * 0.3).astype(f)),
+        _init("bf", (rng.standard_normal(classes) * 0.1).astype(f)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"], name="gap"),
+        helper.make_node("Flatten", ["g"], ["fl"], name="flatten"),
+        helper.make_node("Gemm", ["fl", "wf", "bf"], ["logits"], name="fc", transB=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=1),
+    ]
+    g = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N", classes]),
+         helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", classes])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def mixed(path) -> str:
+    """Two inputs of other types: a[K] int64 and s[K] bool -> where(s, a * 2, -a) int64, and a
+    cast to float; fixed shapes nowhere batch-major (not batchable: a 1-D model)."""
+    nodes = [
+        helper.make_node("Add", ["a", "a"], ["twice"], name="add"),
+        helper.make_node("Neg", ["a"], ["neg"], name="neg"),
+        helper.make_node("Where", ["s", "twice", "neg"], ["y"], name="where"),
+        helper.make_node("Cast", ["y"], ["yf"], name="cast", to=TensorProto.DOUBLE),
+    ]
+    g = helper.make_graph(
+        nodes, "mixed", [helper.make_tensor_value_info("a", TensorProto.INT64, ["K"]),
+                         helper.make_tensor_value_info("s", TensorProto.BOOL, ["K"])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, ["K"]),
+         helper.make_tensor_value_info("yf", TensorProto.DOUBLE, ["K"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def slow(path, steps: int = 12) -> str:
+    """x[n,n] -> a chain of ``steps`` MatMul+Tanh: its run time grows as n**3 (timeouts, shutdown)."""
+    nodes, prev = [], "x"
+    for i in range(steps):
+        nodes.append(helper.make_node("MatMul", [prev, "x"], [f"m{i}"], name=f"mm{i}"))
+        nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"t{i}"], name=f"tanh{i}"))
+        prev = f"t{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
+    g = helper.make_graph(nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "n"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "n"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def strings(path) -> str:
+    """s[K] string -> Identity -> t[K] string (the BYTES datatype both ways)."""
+    g = helper.make_graph([helper.make_node("Identity", ["s"], ["t"], name="id")], "strings",
+                          [helper.make_tensor_value_info("s", TensorProto.STRING, ["K"])],
+                          [helper.make_tensor_value_info("t", TensorProto.STRING, ["K"])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def wide(path, blocks: int = 400) -> str:
+    """x[4] -> ``blocks`` times (Sin, Cos, Add): 3 * blocks nodes (a picture of 1000+ nodes)."""
+    nodes, prev = [], "x"
+    for i in range(blocks):
+        nodes += [helper.make_node("Sin", [prev], [f"s{i}"], name=f"sin{i}"),
+                  helper.make_node("Cos", [prev], [f"c{i}"], name=f"cos{i}"),
+                  helper.make_node("Add", [f"s{i}", f"c{i}"], [f"a{i}"], name=f"add{i}")]
+        prev = f"a{i}"
+    g = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def row_sum(path) -> str:
+    """x[N,4] -> ReduceSum over axis 0 (keepdims) -> y declared [N,4]: looks batch-major, is not."""
+    axes = numpy_helper.from_array(np.array([0], np.int64), "axes")
+    g = helper.make_graph([helper.make_node("ReduceSum", ["x", "axes"], ["y"], name="sum", keepdims=1)], "rowsum",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], [axes])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return str(path)
