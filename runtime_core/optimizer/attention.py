@@ -33,7 +33,7 @@ import numpy as np
 import onnx
 
 from ..graph.ir import Node
-from .attention_trace import _fuse_traced, _may_be, _need, _NoMatch
+from .attention_trace import _fuse_traced, _may_be, _need, _NoMatch, _shape_readers
 from .editor import EXTENDED, MS_DOMAIN, Editor
 from .rewrite import RewriteRule
 from .shapes import dim_of, reshape_target
@@ -44,6 +44,11 @@ _F32 = np.dtype(np.float32)
 def _op(ed, name, op):
     n = ed.producer(name) if name else None
     return n if n is not None and n.op_type == op and n.domain == "" else None
+
+
+def _data_readers(ed: Editor, name: str) -> list[Node]:
+    """The readers of ``name`` other than ai.onnx ``Shape`` nodes."""
+    return [c for c in ed.consumers(name) if c.op_type != "Shape" or c.domain != ""]
 
 
 def _perm(n: Node):
@@ -126,11 +131,12 @@ class AttentionFusion(RewriteRule):
         heads, dk = q_dims
         hidden = heads * dk
         # output: Reshape(Transpose(P @ V, [0, 2, 1, 3]), [B, S, hidden])
-        tr = ed.consumers(pv.outputs[0])
+        # (Shape readers: the output Reshape's target, checked with the other intermediates)
+        tr = _data_readers(ed, pv.outputs[0])
         need(len(tr) == 1 and tr[0].op_type == "Transpose" and _perm(tr[0]) == [0, 2, 1, 3]
              and not ed.is_output(pv.outputs[0]), "context not transposed back")
         tr = tr[0]
-        rs = ed.consumers(tr.outputs[0])
+        rs = _data_readers(ed, tr.outputs[0])
         need(len(rs) == 1 and rs[0].op_type == "Reshape" and rs[0].inputs[0] == tr.outputs[0]
              and not ed.is_output(tr.outputs[0]), "context not reshaped back")
         rs = rs[0]
@@ -148,7 +154,9 @@ class AttentionFusion(RewriteRule):
                  and tgt[2] == heads and tgt[3] == dk, f"head reshape {tgt} is not [B, S, {heads}, {dk}]")
         tgt = reshape_target(ed, rs)
         need(tgt is not None and tgt == [bdim, sdim, hidden], f"output reshape {tgt} is not [B, S, {hidden}]")
-        # every intermediate is read inside the pattern only
+        # every intermediate is read inside the pattern only (or by the shape computations of
+        # its own Reshapes, which go with it)
+        nodes += _shape_readers(ed, nodes, keep=rs.outputs[0])
         inside = nodes
         for n in nodes:
             if n is rs:

@@ -37,6 +37,51 @@ def _need(cond, why: str) -> None:
         raise _NoMatch(why)
 
 
+# -- shape readers --------------------------------------------------------------------------
+#
+# Exports with dynamic axes compute every Reshape target from ``Shape`` of the value being
+# reshaped (TorchScript: Shape -> Gather -> Unsqueeze -> Concat). Those Shape nodes read the
+# pattern's intermediates, yet they only serve the pattern's own Reshapes: they are taken
+# into the pattern (and removed with it) when nothing outside it reads what they compute.
+
+_SHAPE_OPS = {"Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Identity", "Mul", "Div",
+              "Add", "Sub", "Floor", "Sqrt", "Reshape", "Equal", "Where", "Range", "ConstantOfShape", "Expand"}
+_SHAPE_CLOSURE_MAX = 96
+
+
+def _shape_readers(ed: Editor, nodes: list[Node], keep: str | None = None) -> list[Node]:
+    """The shape computations hanging off ``nodes``' outputs (other than ``keep``) that feed
+    only ``nodes`` (and each other); raises _NoMatch when one also feeds something else."""
+    inside = {id(n) for n in nodes}
+    extra: list[Node] = []
+    for n in list(nodes):
+        for o in n.outputs:
+            if not o or o == keep:
+                continue
+            for c in ed.consumers(o):
+                if id(c) in inside or c.op_type != "Shape" or c.domain != "":
+                    continue  # a reader of another kind: the caller's check reports it
+                todo, seen = [c], {id(c)}
+                while todo:
+                    m = todo.pop()
+                    _need(len(seen) <= _SHAPE_CLOSURE_MAX, "shape computation too large")
+                    for mo in m.outputs:
+                        if not mo:
+                            continue
+                        _need(not ed.is_output(mo) and not ed.is_implicit(mo), f"{mo} (a shape) is read elsewhere")
+                        for r in ed.consumers(mo):
+                            if id(r) in inside or id(r) in seen:
+                                continue
+                            _need(r.domain == "" and r.op_type in _SHAPE_OPS and ed.dtype(mo) is not None
+                                  and ed.dtype(mo).kind in "iub", f"{mo} (a shape) is read by {r.op_type}")
+                            seen.add(id(r))
+                            todo.append(r)
+                closure = [m for m in ed.g.nodes if id(m) in seen]
+                inside.update(seen)
+                extra += closure
+    return extra
+
+
 # -- the traced match ---------------------------------------------------------------------
 #
 # The exporters write the same attention with many layouts: torch.nn.MultiheadAttention
@@ -433,6 +478,7 @@ def _fuse_traced(fusion: "AttentionFusion", ed: Editor, sm: Node) -> bool:
             seen.add(id(nd))
             uniq.append(nd)
     nodes = uniq
+    nodes += _shape_readers(ed, nodes, keep=end_name)
     for nd in nodes:
         for o in nd.outputs:
             if o and o != end_name and (ed.consumers(o) or ed.is_output(o)):

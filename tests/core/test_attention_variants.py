@@ -1,0 +1,95 @@
+"""The fusions on transformers as users export them (``tests/models/hf_variants.py``):
+Hugging Face-style BERT (two extended-mask constants), DistilBERT, GPT-2 (Where-masked and
+SDPA), ViT and T5, from the TorchScript exporter at opsets 14, 17 and 20 with static and
+dynamic axes, and from the dynamo exporter. Each must reach the expected fused ops at the
+ALL level with outputs equal to onnxruntime's on the unoptimized model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import runtime_core as rt
+from oracle import run_oracle
+
+torch = pytest.importorskip("torch", reason="torch is a test-only dependency")
+
+from models import hf_variants as V  # noqa: E402 - after the torch check
+
+L = rt.GraphOptimizationLevel
+CPU = ["CPUExecutionProvider"]
+
+#: (exporter, opset, dynamic axes) every variant is exported with here; 14 writes LayerNorm
+#: out (decomposed), 17 has LayerNormalization, 20 has Gelu
+TORCHSCRIPT = [("torchscript", 14, True), ("torchscript", 17, False), ("torchscript", 17, True),
+               ("torchscript", 20, True)]
+
+#: fused ops each variant reaches (2 layers). SkipLayerNormalization: at least the two
+#: residual norms per layer (the embedding norm after its Add is one too where the export
+#: keeps that Add next to it); every other LayerNorm must be fused as well (no ReduceMean left).
+EXPECT = {
+    "bert": {"Attention": 2, "SkipLayerNormalization": 4, "BiasGelu": 2},
+    "bert_finfo": {"Attention": 2, "SkipLayerNormalization": 4, "BiasGelu": 2},
+    "distilbert": {"Attention": 2, "SkipLayerNormalization": 4, "BiasGelu": 2},
+    "gpt2": {"Attention": 2, "SkipLayerNormalization": 4, "FastGelu": 2},
+    "gpt2_sdpa": {"Attention": 2, "SkipLayerNormalization": 4, "FastGelu": 2},
+    "vit": {"Attention": 2, "SkipLayerNormalization": 4, "BiasGelu": 2},
+    "t5": {"Attention": 2},
+}
+
+
+def _assert_expected(name, counts, ops):
+    want = EXPECT[name]
+    got = {k: counts.get(k, 0) for k in want}
+    if "SkipLayerNormalization" in want:
+        got["SkipLayerNormalization"] = min(got["SkipLayerNormalization"], want["SkipLayerNormalization"])
+        assert "ReduceMean" not in ops, counts  # a LayerNorm left decomposed
+    assert got == want, counts
+    assert "Softmax" not in counts, counts  # every attention went into the fused op
+
+CASES = [(name, ex, op, dyn) for name in V.VARIANTS for ex, op, dyn in TORCHSCRIPT]
+
+
+def _id(c):
+    return f"{c[0]}-{c[1]}{c[2]}-{'dynamic' if c[3] else 'static'}"
+
+
+@pytest.fixture(scope="session")
+def exports():
+    """Exports made once per session (several tests read the same one)."""
+    cache: dict = {}
+
+    def get(name, exporter, opset, dynamic):
+        key = (name, exporter, opset, dynamic)
+        if key not in cache:
+            if exporter == "dynamo":
+                pytest.importorskip("onnxscript", reason="the dynamo exporter needs onnxscript")
+            cache[key] = V.export(name, exporter, opset, dynamic)
+        return cache[key]
+    return get
+
+
+def _check(ex, rtol=1e-4, atol=1e-4):
+    """Fused op counts of ``ex`` at the ALL level; asserts outputs equal onnxruntime's on the
+    unoptimized model."""
+    so = rt.SessionOptions()
+    so.graph_optimization_level = L.ORT_ENABLE_ALL
+    s = rt.InferenceSession(ex.model.SerializeToString(), so, providers=CPU)
+    got = s.run(None, ex.feeds)
+    ref = run_oracle(ex.model, ex.feeds)
+    assert len(got) == len(ref)
+    for a, b in zip(got, ref):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+    ops = [n.op_type for n in s._graph.nodes]
+    return {op: ops.count(op) for op in V.FUSED if op in ops}, ops
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_variant_fuses_and_matches_onnxruntime(exports, case):
+    _assert_expected(case[0], *_check(exports(*case)))
+
+
+@pytest.mark.parametrize("name", ["bert", "gpt2_sdpa"])
+def test_variant_from_dynamo_dynamic(exports, name):
+    _assert_expected(name, *_check(exports(name, "dynamo", 18, True)))
