@@ -36,7 +36,7 @@ from ..graph.ir import Node
 from .attention_trace import _fuse_traced, _may_be, _need, _NoMatch, _shape_readers
 from .editor import EXTENDED, MS_DOMAIN, Editor
 from .rewrite import RewriteRule
-from .shapes import dim_of, reshape_target
+from .shapes import dim_of, reshape_target, shape_tensor
 
 _F32 = np.dtype(np.float32)
 
@@ -81,23 +81,35 @@ class AttentionFusion(RewriteRule):
         nodes: list[Node] = [sm]
         axis = sm.attrs.get("axis")
         need(axis in (-1, 3), f"softmax axis {axis}")
-        # scores: (Q @ K) [scale] [+ mask]
+        # scores: (Q @ K) [scale] [+ mask | Where(padding, fill, .)], the mask outside the scale
         s_in = sm.inputs[0]
         need(ed.single_use(s_in, sm), "scores read elsewhere")
-        mask = None
-        add = _op(ed, s_in, "Add")
+        mask = where = None
         cur = s_in
-        if add is not None:
-            nodes.append(add)
-            a, b = add.inputs
-            # the operand coming from the MatMul side is the scores
-            if self._scores_side(ed, a):
-                cur, mask = a, b
-            elif self._scores_side(ed, b):
-                cur, mask = b, a
+        for _ in range(2):
+            p = ed.producer(cur)
+            if p is not None and p.domain == "" and p.op_type == "Add" and mask is None and where is None:
+                nodes.append(p)
+                a, b = p.inputs
+                # the operand coming from the MatMul side is the scores
+                if self._scores_side(ed, a):
+                    cur, mask = a, b
+                elif self._scores_side(ed, b):
+                    cur, mask = b, a
+                else:
+                    raise _NoMatch("no MatMul behind the mask Add")
+                need(ed.single_use(cur, p), "scaled scores read elsewhere")
+            elif p is not None and p.domain == "" and p.op_type == "Where" and mask is None and where is None:
+                where = self._padding_where(ed, p)
+                nodes.append(p)
+                cur = where[2]
+                # (a Shape of the scores may size the condition's Expand, taken along below)
+                need(_data_readers(ed, cur) == [p] and not ed.is_output(cur), "scaled scores read elsewhere")
+                ex = _op(ed, where[0], "Expand")
+                if ex is not None and ed.single_use(where[0], p):
+                    nodes.append(ex)
             else:
-                raise _NoMatch("no MatMul behind the mask Add")
-            need(ed.single_use(cur, add), "scaled scores read elsewhere")
+                break
         scale = 1.0
         sc = ed.producer(cur)
         need(sc is not None and sc.domain == "", "no producer for scores")
@@ -123,7 +135,15 @@ class AttentionFusion(RewriteRule):
         nodes.append(pv)
         vt = pv.inputs[1]
         # heads: Transpose(Reshape(part))
-        q_part, q_dims, q_nodes = self._head(ed, qt, qk, [0, 2, 1, 3])
+        qs = _op(ed, qt, "Div") or _op(ed, qt, "Mul")
+        if qs is not None and ed.single_use(qt, qk) and ed.scalar(qs.inputs[1]) not in (None, 0.0):
+            c = ed.scalar(qs.inputs[1])
+            scale *= 1.0 / c if qs.op_type == "Div" else c
+            nodes.append(qs)
+            qk_reader, qt = qs, qs.inputs[0]
+        else:
+            qk_reader = qk
+        q_part, q_dims, q_nodes = self._head(ed, qt, qk_reader, [0, 2, 1, 3])
         k_part, k_dims, k_nodes = self._head(ed, kt, qk, [0, 2, 3, 1])
         v_part, v_dims, v_nodes = self._head(ed, vt, pv, [0, 2, 1, 3])
         nodes += q_nodes + k_nodes + v_nodes
@@ -168,7 +188,11 @@ class AttentionFusion(RewriteRule):
         extra: list[Node] = []
         inputs = [x, None, None]
         attrs = {"num_heads": int(heads), "scale": float(scale), "unidirectional": 0}
-        if mask is not None:
+        if where is not None:
+            m2d, filt = self._where_mask(ed, where, bdim, sdim)
+            inputs += [self._keep_mask(ed, m2d, extra), ""]
+            attrs["mask_filter_value"] = float(filt)
+        elif mask is not None:
             raw = self._raw_mask(ed, mask, bdim, sdim)
             if raw is not None:
                 m2d, filt = raw
@@ -189,7 +213,7 @@ class AttentionFusion(RewriteRule):
         if ed.shape(rs.outputs[0]) is None:
             ed.set_type(rs.outputs[0], _F32, [d if isinstance(d, (int, str)) else None for d in xs[:2]] + [hidden])
         ed.log("%d nodes -> Attention %s (heads %d, head size %d, mask %s)", len(nodes), att.name, heads, dk,
-               "none" if mask is None else ("raw 2-D" if "mask_filter_value" in attrs else "attention_bias"))
+               "raw 2-D" if "mask_filter_value" in attrs else ("none" if mask is None else "attention_bias"))
         return True
 
     @staticmethod
@@ -299,6 +323,68 @@ class AttentionFusion(RewriteRule):
                 continue
             return u, filt
         return None
+
+    #: a fill at most this (or -inf) absorbs any score below 1e22 in magnitude (s + fill
+    #: rounds to fill in float32), so the kernel's additive mask gives Where's exact values
+    _FILL_MAX = -1e30
+
+    @classmethod
+    def _padding_where(cls, ed: Editor, w: Node):
+        """(cond, fill, scores) of ``Where(cond, fill, scores)`` (the masked_fill form) with a
+        float32 scalar fill of at most _FILL_MAX."""
+        _need(ed.dtype(w.inputs[2]) == _F32, "Where dtype")
+        fill = ed.scalar(w.inputs[1])
+        _need(fill is not None and fill <= cls._FILL_MAX and ed.dtype(w.inputs[1]) == _F32,
+              f"Where fill {fill} is not a large negative scalar")
+        _need(ed.const(w.inputs[0]) is None, "a constant Where condition (the traced match's causal form)")
+        return w.inputs[0], fill, w.inputs[2]
+
+    @staticmethod
+    def _where_mask(ed: Editor, where, bdim, sdim):
+        """(m, fill) for a condition ``Expand?(Reshape|Unsqueeze(Equal(m, 0)) -> [B, 1, 1, S])``:
+        masked where ``m == 0``, m of shape [B, S] (or dims not known to differ)."""
+        cond, fill, _ = where
+        ex = _op(ed, cond, "Expand")
+        if ex is not None:
+            tgt = shape_tensor(ed, ex.inputs[1])
+            _need(tgt is not None and len(tgt) == 4 and tgt[0] in (bdim, 1) and tgt[1] in (1,)
+                  or tgt is not None and len(tgt) == 4 and tgt[0] == bdim and tgt[3] == sdim,
+                  f"padding mask expanded to {tgt}")
+            cond = ex.inputs[0]
+        r = ed.producer(cond)
+        _need(r is not None and r.domain == "" and r.op_type in ("Reshape", "Unsqueeze"), "padding mask layout")
+        eq = _op(ed, r.inputs[0], "Equal")
+        _need(eq is not None, "padding mask is not Equal(m, 0)")
+        m = next((a for a, b in (eq.inputs, eq.inputs[::-1]) if ed.scalar(b) == 0.0), None)
+        _need(m is not None and ed.rank(m) == 2 and ed.dtype(m) is not None and ed.dtype(m).kind in "biu",
+              "padding mask is not Equal(m, 0) of an integer [B, S]")
+        _need(all(_may_be(dim_of(ed, m, i), t) for i, t in enumerate((bdim, sdim))), "padding mask shape")
+        if r.op_type == "Reshape":
+            tgt = reshape_target(ed, r)
+            ok = tgt is not None and len(tgt) == 4 and tgt[1] == tgt[2] == 1 and tgt[0] == dim_of(ed, m, 0) and (
+                tgt[3] == dim_of(ed, m, 1))
+        else:
+            axes = r.attrs.get("axes")
+            if axes is None and len(r.inputs) > 1:
+                cv = ed.const(r.inputs[1])
+                axes = None if cv is None else [int(a) for a in cv.reshape(-1)]
+            ok = axes is not None and sorted(axes) == [1, 2]
+        _need(ok, "padding mask is not [B, 1, 1, S]")
+        return eq.outputs[0], fill
+
+    def _keep_mask(self, ed: Editor, masked: str, extra: list) -> str:
+        """int32 1 where ``masked`` (bool) is false: the raw mask_index keeping those keys."""
+        key = "not:" + masked
+        if key in self._mask_casts:
+            return self._mask_casts[key]
+        keep = ed.fresh(masked + "_keep")
+        out = ed.fresh(masked + "_keep_int32")
+        extra.append(ed.new_node("Not", [masked], [keep], base=masked + "_not"))
+        extra.append(ed.new_node("Cast", [keep], [out], base=keep + "_to_int32", attrs={"to": onnx.TensorProto.INT32}))
+        ed.set_type(keep, np.bool_, ed.shape(masked))
+        ed.set_type(out, np.int32, ed.shape(masked))
+        self._mask_casts[key] = out
+        return out
 
     def _int32_mask(self, ed: Editor, m: str, extra: list) -> str:
         if ed.dtype(m) == np.dtype(np.int32):

@@ -38,12 +38,14 @@ EXPECT = {
 }
 
 
-def _assert_expected(name, counts, ops):
+def _assert_expected(name, opset, counts, ops):
     want = EXPECT[name]
     got = {k: counts.get(k, 0) for k in want}
     if "SkipLayerNormalization" in want:
         got["SkipLayerNormalization"] = min(got["SkipLayerNormalization"], want["SkipLayerNormalization"])
-        assert "ReduceMean" not in ops, counts  # a LayerNorm left decomposed
+        # below opset 17 there is no LayerNormalization op: a norm with no Add before it (ViT's
+        # final one, an embedding norm) stays decomposed (2 ReduceMeans); every other is fused
+        assert ops.count("ReduceMean") <= (2 if opset < 17 else 0), counts
     assert got == want, counts
     assert "Softmax" not in counts, counts  # every attention went into the fused op
 
@@ -87,9 +89,9 @@ def _check(ex, rtol=1e-4, atol=1e-4):
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_variant_fuses_and_matches_onnxruntime(exports, case):
-    _assert_expected(case[0], *_check(exports(*case)))
+    _assert_expected(case[0], case[2], *_check(exports(*case)))
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2_sdpa"])
 def test_variant_from_dynamo_dynamic(exports, name):
-    _assert_expected(name, *_check(exports(name, "dynamo", 18, True)))
+    _assert_expected(name, 18, *_check(exports(name, "dynamo", 18, True)))
