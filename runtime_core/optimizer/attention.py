@@ -33,7 +33,8 @@ import numpy as np
 import onnx
 
 from ..graph.ir import Node
-from .attention_trace import _fuse_traced, _may_be, _need, _NoMatch, _shape_readers
+from .attention_trace import _fuse_traced, _may_be, _need, _NoMatch, _shape_readers, shape_only
+from .attention_trace import _linear as _linear2d
 from .editor import EXTENDED, MS_DOMAIN, Editor
 from .rewrite import RewriteRule
 from .shapes import dim_of, reshape_target, shape_tensor
@@ -47,8 +48,8 @@ def _op(ed, name, op):
 
 
 def _data_readers(ed: Editor, name: str) -> list[Node]:
-    """The readers of ``name`` other than ai.onnx ``Shape`` nodes."""
-    return [c for c in ed.consumers(name) if c.op_type != "Shape" or c.domain != ""]
+    """The readers of ``name`` other than those reading its dims alone (``shape_only``)."""
+    return [c for c in ed.consumers(name) if not shape_only(ed, c)]
 
 
 def _perm(n: Node):
@@ -135,16 +136,19 @@ class AttentionFusion(RewriteRule):
         nodes.append(pv)
         vt = pv.inputs[1]
         # heads: Transpose(Reshape(part))
-        qs = _op(ed, qt, "Div") or _op(ed, qt, "Mul")
-        if qs is not None and ed.single_use(qt, qk) and ed.scalar(qs.inputs[1]) not in (None, 0.0):
-            c = ed.scalar(qs.inputs[1])
-            scale *= 1.0 / c if qs.op_type == "Div" else c
-            nodes.append(qs)
-            qk_reader, qt = qs, qs.inputs[0]
-        else:
-            qk_reader = qk
-        q_part, q_dims, q_nodes = self._head(ed, qt, qk_reader, [0, 2, 1, 3])
-        k_part, k_dims, k_nodes = self._head(ed, kt, qk, [0, 2, 3, 1])
+        # a scalar scale on q (DistilBERT's q / sqrt(d)) or on both (SDPA's sqrt(scale) each)
+        readers = []
+        for name in (qt, kt):
+            qs = _op(ed, name, "Div") or _op(ed, name, "Mul")
+            c = None if qs is None else ed.scalar(qs.inputs[1])
+            if c not in (None, 0.0) and np.isfinite(c) and ed.single_use(name, qk):
+                scale *= 1.0 / c if qs.op_type == "Div" else c
+                nodes.append(qs)
+                readers.append((qs, qs.inputs[0]))
+            else:
+                readers.append((qk, name))
+        q_part, q_dims, q_nodes = self._head(ed, readers[0][1], readers[0][0], [0, 2, 1, 3])
+        k_part, k_dims, k_nodes = self._head(ed, readers[1][1], readers[1][0], [0, 2, 3, 1])
         v_part, v_dims, v_nodes = self._head(ed, vt, pv, [0, 2, 1, 3])
         nodes += q_nodes + k_nodes + v_nodes
         need(q_dims == k_dims == v_dims, "q, k and v split into different heads")
@@ -173,25 +177,36 @@ class AttentionFusion(RewriteRule):
             need(tgt is not None and len(tgt) == 4 and tgt[0] == bdim and tgt[1] == sdim
                  and tgt[2] == heads and tgt[3] == dk, f"head reshape {tgt} is not [B, S, {heads}, {dk}]")
         tgt = reshape_target(ed, rs)
-        need(tgt is not None and tgt == [bdim, sdim, hidden], f"output reshape {tgt} is not [B, S, {hidden}]")
+        # [B*S, hidden] (GPT-2's Conv1D flattening the context itself): the same elements in
+        # the same order as Attention's [B, S, hidden] output, so that Reshape stays, reading it
+        flat = tgt is not None and len(tgt) == 2 and tgt[1] == hidden and tgt != [bdim, sdim, hidden]
+        need(tgt is not None and (tgt == [bdim, sdim, hidden] or flat),
+             f"output reshape {tgt} is not [B, S, {hidden}] or [B*S, {hidden}]")
         # every intermediate is read inside the pattern only (or by the shape computations of
         # its own Reshapes, which go with it)
-        nodes += _shape_readers(ed, nodes, keep=rs.outputs[0])
+        gone, shape_nodes = _shape_readers(ed, nodes, keep=rs.outputs[0], x=x, stays=rs if flat else None)
+        nodes += gone
+        remade = {o for m in shape_nodes for o in m.outputs}
         inside = nodes
         for n in nodes:
             if n is rs:
                 continue
             for o in n.outputs:
-                if o:
+                if o and o not in remade:  # (a re-sourced Shape's output is made again)
                     need(ed.internal(o, inside), f"{o} is read outside the attention")
         # the mask
-        extra: list[Node] = []
+        extra: list[Node] = list(shape_nodes)
         inputs = [x, None, None]
         attrs = {"num_heads": int(heads), "scale": float(scale), "unidirectional": 0}
         if where is not None:
-            m2d, filt = self._where_mask(ed, where, bdim, sdim)
-            inputs += [self._keep_mask(ed, m2d, extra), ""]
-            attrs["mask_filter_value"] = float(filt)
+            try:
+                m2d, filt = self._where_mask(ed, where, bdim, sdim)
+            except _NoMatch:  # any other condition (e.g. a causal one sliced to the length)
+                add_mask = self._where_bias(ed, where, extra)
+                inputs += ["", "", self._bias_mask(ed, add_mask, bdim, sdim, heads, extra)]
+            else:
+                inputs += [self._keep_mask(ed, m2d, extra), ""]
+                attrs["mask_filter_value"] = float(filt)
         elif mask is not None:
             raw = self._raw_mask(ed, mask, bdim, sdim)
             if raw is not None:
@@ -205,15 +220,21 @@ class AttentionFusion(RewriteRule):
         inputs[1], inputs[2] = wn, bn
         while inputs and not inputs[-1]:
             inputs.pop()
-        att = ed.new_node("Attention", inputs, [rs.outputs[0]], base=sm.name + "_attention", domain=MS_DOMAIN,
+        att_out = ed.fresh(sm.name + "_attention_out") if flat else rs.outputs[0]
+        att = ed.new_node("Attention", inputs, [att_out], base=sm.name + "_attention", domain=MS_DOMAIN,
                           attrs=attrs)
-        if not ed.replace(nodes, extra + [att], at=rs):
+        new = extra + [att]
+        if flat:
+            ed.set_type(att_out, _F32, [d if isinstance(d, (int, str)) else None for d in xs[:2]] + [hidden])
+            new.append(ed.new_node("Reshape", [att_out, rs.inputs[1]], [rs.outputs[0]], base=rs.name,
+                                   attrs=dict(rs.attrs)))
+        if not ed.replace(nodes, new, at=rs):
             self._mask_casts = {k: v for k, v in self._mask_casts.items() if ed.producer(v) is not None}
             return False
-        if ed.shape(rs.outputs[0]) is None:
+        if not flat and ed.shape(rs.outputs[0]) is None:
             ed.set_type(rs.outputs[0], _F32, [d if isinstance(d, (int, str)) else None for d in xs[:2]] + [hidden])
         ed.log("%d nodes -> Attention %s (heads %d, head size %d, mask %s)", len(nodes), att.name, heads, dk,
-               "raw 2-D" if "mask_filter_value" in attrs else ("none" if mask is None else "attention_bias"))
+               "raw 2-D" if "mask_filter_value" in attrs else ("attention_bias" if len(inputs) > 5 else "none"))
         return True
 
     @staticmethod
@@ -228,9 +249,11 @@ class AttentionFusion(RewriteRule):
     @staticmethod
     def _head(ed: Editor, name: str, reader: Node, perm: list[int]):
         t = _op(ed, name, "Transpose")
-        _need(t is not None and _perm(t) == perm and ed.single_use(name, reader), f"no Transpose {perm} head")
+        _need(t is not None and _perm(t) == perm and _data_readers(ed, name) == [reader] and not ed.is_output(name),
+              f"no Transpose {perm} head")
         r = _op(ed, t.inputs[0], "Reshape")
-        _need(r is not None and ed.single_use(t.inputs[0], t), "no head Reshape")
+        _need(r is not None and _data_readers(ed, t.inputs[0]) == [t] and not ed.is_output(t.inputs[0]),
+              "no head Reshape")
         tgt = reshape_target(ed, r)
         _need(tgt is not None and len(tgt) == 4 and isinstance(tgt[2], int) and isinstance(tgt[3], int),
               f"head reshape target {tgt}")
@@ -241,7 +264,22 @@ class AttentionFusion(RewriteRule):
         """(x, W [D, 3*hidden], bias [3*hidden], nodes) from a Split of one projection or
         from three projections of the same x."""
         def linear(name):
-            """x, W, b, nodes of ``x @ W (+ b)`` producing ``name``."""
+            """x, W, b, nodes of ``x @ W (+ b)`` producing ``name``, or of GPT-2's Conv1D form
+            ``Reshape(Gemm(Reshape(x, [*, D]), W, b), [B, S, N])``."""
+            rs = _op(ed, name, "Reshape")
+            if rs is not None:
+                got = _linear2d(ed, rs.inputs[0])
+                _need(got is not None and ed.single_use(rs.inputs[0], rs), "no projection behind the Reshape")
+                x2, w, b, lnodes = got
+                inner = _op(ed, x2, "Reshape")
+                _need(inner is not None and ed.single_use(x2, lnodes[-1]), "projection input is not flattened x")
+                x = inner.inputs[0]
+                xs = ed.shape(x)
+                _need(xs is not None and len(xs) == 3 and xs[2] == w.shape[0], "projection input is not [B, S, D]")
+                t_in, t_out = reshape_target(ed, inner), reshape_target(ed, rs)
+                _need(t_in is not None and len(t_in) == 2 and t_in[1] == w.shape[0], f"x flattened to {t_in}")
+                _need(t_out == [dim_of(ed, x, 0), dim_of(ed, x, 1), w.shape[1]], f"projection reshaped to {t_out}")
+                return x, w, b, [rs, *lnodes, inner]
             nodes = []
             add = _op(ed, name, "Add")
             b = None
@@ -330,20 +368,37 @@ class AttentionFusion(RewriteRule):
 
     @classmethod
     def _padding_where(cls, ed: Editor, w: Node):
-        """(cond, fill, scores) of ``Where(cond, fill, scores)`` (the masked_fill form) with a
-        float32 scalar fill of at most _FILL_MAX."""
-        _need(ed.dtype(w.inputs[2]) == _F32, "Where dtype")
-        fill = ed.scalar(w.inputs[1])
-        _need(fill is not None and fill <= cls._FILL_MAX and ed.dtype(w.inputs[1]) == _F32,
-              f"Where fill {fill} is not a large negative scalar")
+        """(cond, fill, scores, masked) of ``Where(cond, fill, scores)`` (masked_fill: cond
+        masks, ``masked`` True) or ``Where(cond, scores, fill)`` (cond keeps) with a float32
+        scalar fill of at most _FILL_MAX."""
         _need(ed.const(w.inputs[0]) is None, "a constant Where condition (the traced match's causal form)")
-        return w.inputs[0], fill, w.inputs[2]
+        for masked, f, sc in ((True, w.inputs[1], w.inputs[2]), (False, w.inputs[2], w.inputs[1])):
+            fill = ed.scalar(f)
+            if fill is not None and ed.dtype(f) == _F32 and ed.dtype(sc) == _F32 and ed.const(sc) is None:
+                _need(fill <= cls._FILL_MAX, f"Where fill {fill} is not a large negative scalar")
+                return w.inputs[0], fill, sc, masked
+        raise _NoMatch("Where is not a scalar fill of the scores")
+
+    @staticmethod
+    def _where_bias(ed: Editor, where, extra: list) -> str:
+        """``Where(cond, 0, fill)`` (or ``(cond, fill, 0)``): the condition as an additive
+        float32 mask, exact for the fill (see _FILL_MAX)."""
+        cond, fill, _, masked = where
+        zero = ed.add_const(np.zeros((), _F32), "attention_where_zero")
+        f = ed.add_const(np.array(fill, _F32), "attention_where_fill")
+        out = ed.fresh(cond + "_bias")
+        extra.append(ed.new_node("Where", [cond, f, zero] if masked else [cond, zero, f], [out],
+                                 base=cond + "_to_bias"))
+        s = ed.shape(cond)
+        ed.set_type(out, _F32, None if s is None else [d if isinstance(d, (int, str)) else None for d in s])
+        return out
 
     @staticmethod
     def _where_mask(ed: Editor, where, bdim, sdim):
         """(m, fill) for a condition ``Expand?(Reshape|Unsqueeze(Equal(m, 0)) -> [B, 1, 1, S])``:
         masked where ``m == 0``, m of shape [B, S] (or dims not known to differ)."""
-        cond, fill, _ = where
+        cond, fill, _, masked = where
+        _need(masked, "a keep-form condition")
         ex = _op(ed, cond, "Expand")
         if ex is not None:
             tgt = shape_tensor(ed, ex.inputs[1])

@@ -149,6 +149,16 @@ def scalar_dim(ed: Editor, name: str, depth: int = 0):
         return src[0] if src is not None and len(src) == 1 else None
     if node.op_type == "Cast" and node.attrs.get("to") in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
         return scalar_dim(ed, node.inputs[0], depth + 1)
+    if node.op_type in ("Sub", "Add", "Mul") and len(node.inputs) == 2:
+        a, b = (scalar_dim(ed, i, depth + 1) for i in node.inputs)
+        if isinstance(a, int) and isinstance(b, int):
+            return a - b if node.op_type == "Sub" else (a + b if node.op_type == "Add" else a * b)
+        if node.op_type == "Sub" and a is not None and a == b:  # kl - ql of one length
+            return 0
+        if node.op_type in ("Add", "Sub") and b == 0:
+            return a
+        if node.op_type == "Mul" and b == 1:
+            return a
     return None
 
 
@@ -397,6 +407,14 @@ def _slice_dims(ed: Editor, n, a) -> list | None:
             else (None if starts is None else list(range(len(starts)))))
     steps = shape_tensor(ed, n.inputs[4]) if len(n.inputs) > 4 and n.inputs[4] else (
         None if axes is None else [1] * len(axes))
+    if axes is not None and steps is not None and (starts is None or ends is None):
+        # bounds computed from something else: the sliced axes become unknown, the others stay
+        if not all(isinstance(ax, int) and -r <= ax < r for ax in axes):
+            return None
+        out = list(a)
+        for ax in axes:
+            out[ax + r if ax < 0 else ax] = None
+        return out
     if None in (starts, ends, axes, steps) or not len(starts) == len(ends) == len(axes) == len(steps):
         return None
     out = list(a)
