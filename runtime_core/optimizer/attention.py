@@ -247,7 +247,35 @@ class AttentionFusion(RewriteRule):
         return n.op_type == "MatMul"
 
     @staticmethod
-    def _head(ed: Editor, name: str, reader: Node, perm: list[int]):
+    def _k_swapped(ed: Editor, name: str, reader: Node):
+        """(heads value, nodes) for dynamo's SDPA K^T: ``Reshape(Transpose(Reshape(T, [B*H, S,
+        dk]), [0, 2, 1]), [B, H, dk, S])`` with T = [B, H, S, dk] heads: T's last two axes
+        swapped (the Reshapes only merge and split T's first two axes back)."""
+        r2 = _op(ed, name, "Reshape")
+        if r2 is None or _data_readers(ed, name) != [reader] or ed.is_output(name):
+            return None
+        t2 = _op(ed, r2.inputs[0], "Transpose")
+        if t2 is None or _perm(t2) != [0, 2, 1] or _data_readers(ed, r2.inputs[0]) != [r2]:
+            return None
+        r1 = _op(ed, t2.inputs[0], "Reshape")
+        if r1 is None or _data_readers(ed, t2.inputs[0]) != [t2]:
+            return None
+        heads = r1.inputs[0]
+        d = [dim_of(ed, heads, i) for i in range(4)] if ed.rank(heads) == 4 else None
+        t_in, t_out = reshape_target(ed, r1), reshape_target(ed, r2)
+        if d is None or t_in is None or len(t_in) != 3 or t_in[1:] != [d[2], d[3]] or t_out != [d[0], d[1], d[3], d[2]]:
+            return None
+        if _data_readers(ed, heads) != [r1] or ed.is_output(heads):
+            return None
+        return heads, [r1, t2, r2]
+
+    @classmethod
+    def _head(cls, ed: Editor, name: str, reader: Node, perm: list[int]):
+        if perm == [0, 2, 3, 1] and _op(ed, name, "Transpose") is None:
+            swapped = cls._k_swapped(ed, name, reader)
+            if swapped is not None:
+                part, dims, nodes = cls._head(ed, swapped[0], swapped[1][0], [0, 2, 1, 3])
+                return part, dims, nodes + swapped[1]
         t = _op(ed, name, "Transpose")
         _need(t is not None and _perm(t) == perm and _data_readers(ed, name) == [reader] and not ed.is_output(name),
               f"no Transpose {perm} head")

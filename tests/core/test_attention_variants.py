@@ -99,3 +99,53 @@ def test_variant_fuses_and_matches_onnxruntime(exports, case):
 @pytest.mark.parametrize("name", ["bert", "gpt2_sdpa"])
 def test_variant_from_dynamo_dynamic(exports, name):
     _assert_expected(name, 18, *_check(exports(name, "dynamo", 18, True)))
+
+
+@pytest.mark.parametrize("name", ["distilbert", "bert_finfo", "t5"])
+def test_masks_beyond_zero_one_and_fully_masked_rows(exports, name):
+    """The padding mask as fed: a row with every key masked (the large-negative fill makes
+    softmax uniform there, in the fused kernel as in the graph) and, for DistilBERT's
+    ``mask == 0`` test, values other than 0 and 1 (kept, as the graph keeps them)."""
+    ex = exports(name, "torchscript", 17, True)
+    feeds = dict(ex.feeds)
+    m = feeds["attention_mask"].copy()
+    m[0, :] = 0
+    if name == "distilbert":
+        m[1, :3] = [2, -1, 5]
+    feeds["attention_mask"] = m
+    so = rt.SessionOptions()
+    so.graph_optimization_level = L.ORT_ENABLE_ALL
+    s = rt.InferenceSession(ex.model.SerializeToString(), so, providers=CPU)
+    assert "Attention" in [n.op_type for n in s._graph.nodes]
+    np.testing.assert_allclose(s.run(None, feeds)[0], run_oracle(ex.model, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_where_mask_with_a_small_fill_is_not_fused(exports):
+    """masked_fill with -100 is not additive (a fully masked row differs): left unfused."""
+    import onnx
+    from onnx import numpy_helper
+
+    ex = exports("distilbert", "torchscript", 17, True)
+    m = onnx.ModelProto()
+    m.CopyFrom(ex.model)
+    fills = {n.input[1] for n in m.graph.node if n.op_type == "Where"}
+    hit = 0
+    for t in m.graph.initializer:
+        if t.name in fills:
+            t.CopyFrom(numpy_helper.from_array(np.array(-100.0, np.float32).reshape(numpy_helper.to_array(t).shape),
+                                               t.name))
+            hit += 1
+    for n in m.graph.node:
+        if n.op_type == "Constant" and n.output[0] in fills:
+            n.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array(-100.0, np.float32)))
+            hit += 1
+    assert hit
+    feeds = dict(ex.feeds)
+    mask = feeds["attention_mask"].copy()
+    mask[0, :] = 0
+    feeds["attention_mask"] = mask
+    so = rt.SessionOptions()
+    so.graph_optimization_level = L.ORT_ENABLE_ALL
+    s = rt.InferenceSession(m.SerializeToString(), so, providers=CPU)
+    assert "Attention" not in [n.op_type for n in s._graph.nodes]
+    np.testing.assert_allclose(s.run(None, feeds)[0], run_oracle(m, feeds)[0], rtol=1e-4, atol=1e-4)
