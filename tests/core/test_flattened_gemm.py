@@ -24,7 +24,8 @@ def _model(out_shape, trans_b=0, alpha=1.0, beta=1.0, bias_shape=(6,), dynamic=F
     nodes = [helper.make_node("Reshape", ["x", "flat"], ["x2"]),
              helper.make_node("Gemm", ["x2", "w", "c"], ["g"], transB=trans_b, alpha=alpha, beta=beta)]
     if out_shape == "shape":
-        inits += [helper.make_tensor("s0", TensorProto.INT64, [1], [0]), helper.make_tensor("s2", TensorProto.INT64, [1], [2]),
+        inits += [helper.make_tensor("s0", TensorProto.INT64, [1], [0]),
+                  helper.make_tensor("s2", TensorProto.INT64, [1], [2]),
                   helper.make_tensor("n", TensorProto.INT64, [1], [6])]
         nodes += [helper.make_node("Shape", ["x"], ["xs"]), helper.make_node("Slice", ["xs", "s0", "s2"], ["lead"]),
                   helper.make_node("Concat", ["lead", "n"], ["tgt"], axis=0)]
