@@ -20,9 +20,9 @@ L = rt.GraphOptimizationLevel
 CPU = ["CPUExecutionProvider"]
 
 #: (exporter, opset, dynamic axes) every variant is exported with here; 14 writes LayerNorm
-#: out (decomposed), 17 has LayerNormalization, 20 has Gelu
-TORCHSCRIPT = [("torchscript", 14, True), ("torchscript", 17, False), ("torchscript", 17, True),
-               ("torchscript", 20, True)]
+#: out (decomposed), 17 has LayerNormalization, 20 has Gelu. (``python tests/models/hf_variants.py``
+#: surveys every opset with both axes kinds and the dynamo exporter.)
+TORCHSCRIPT = [("torchscript", 14, True), ("torchscript", 17, True), ("torchscript", 20, False)]
 
 #: fused ops each variant reaches (2 layers; "gelu": the Gelu family). SkipLayerNormalization: at least the two
 #: residual norms per layer (the embedding norm after its Add is one too where the export
@@ -96,7 +96,7 @@ def test_variant_fuses_and_matches_onnxruntime(exports, case):
     _assert_expected(case[0], case[2], *_check(exports(*case)))
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2_sdpa"])
+@pytest.mark.parametrize("name", ["gpt2_sdpa"])  # its K^T layout is dynamo's own (one export: ~10 s)
 def test_variant_from_dynamo_dynamic(exports, name):
     _assert_expected(name, 18, *_check(exports(name, "dynamo", 18, True)))
 
