@@ -24,7 +24,19 @@ batch and sequence dims. The mask becomes
   that are unknown are accepted (see ``_bias_mask``), dims known to differ
   (e.g. the [B, 1, 1, S] padding mask when it is not the raw form) are not;
 
-and otherwise the subgraph is left alone.
+* for ``Where(cond, fill, scores)`` / ``Where(cond, scores, fill)`` with a fill of at most
+  -1e30 (which absorbs any real score, so adding it is exact): ``mask_index`` =
+  ``m != 0`` when cond is DistilBERT's ``Equal(m, 0)`` laid out as [B, 1, 1, S], else
+  ``attention_bias = Where(cond, 0, fill)`` (GPT-2's causal buffer sliced to the length);
+
+and otherwise the subgraph is left alone. Also matched: a scalar scale on the q (and k)
+heads, GPT-2's Conv1D projection ``Reshape(Gemm(Reshape(x, [*, D])), [B, S, N])``, dynamo's
+SDPA K^T (``Reshape(Transpose(Reshape(K, [B*H, S, dk]), [0, 2, 1]), [B, H, dk, S])``) and
+a context flattened to [B*S, hidden] (that Reshape stays). With dynamic axes the exporters
+size every Reshape from ``Shape`` of the value reshaped: those shape computations go with
+the pattern, or are re-sourced from x when something else reads them
+(``attention_trace._shape_readers``); the dims are compared as symbols after
+``shapes.refine_symbols``.
 """
 
 from __future__ import annotations
