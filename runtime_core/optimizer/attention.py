@@ -24,7 +24,19 @@ batch and sequence dims. The mask becomes
   that are unknown are accepted (see ``_bias_mask``), dims known to differ
   (e.g. the [B, 1, 1, S] padding mask when it is not the raw form) are not;
 
-and otherwise the subgraph is left alone.
+* for ``Where(cond, fill, scores)`` / ``Where(cond, scores, fill)`` with a fill of at most
+  -1e30 (which absorbs any real score, so adding it is exact): ``mask_index`` =
+  ``m != 0`` when cond is DistilBERT's ``Equal(m, 0)`` laid out as [B, 1, 1, S], else
+  ``attention_bias = Where(cond, 0, fill)`` (GPT-2's causal buffer sliced to the length);
+
+and otherwise the subgraph is left alone. Also matched: a scalar scale on the q (and k)
+heads, GPT-2's Conv1D projection ``Reshape(Gemm(Reshape(x, [*, D])), [B, S, N])``, dynamo's
+SDPA K^T (``Reshape(Transpose(Reshape(K, [B*H, S, dk]), [0, 2, 1]), [B, H, dk, S])``) and
+a context flattened to [B*S, hidden] (that Reshape stays). With dynamic axes the exporters
+size every Reshape from ``Shape`` of the value reshaped: those shape computations go with
+the pattern, or are re-sourced from x when something else reads them
+(``attention_trace._shape_readers``); the dims are compared as symbols after
+``shapes.refine_symbols``.
 """
 
 from __future__ import annotations
@@ -33,10 +45,11 @@ import numpy as np
 import onnx
 
 from ..graph.ir import Node
-from .attention_trace import _fuse_traced, _may_be, _need, _NoMatch
+from .attention_trace import _fuse_traced, _may_be, _need, _NoMatch, _shape_readers, shape_only
+from .attention_trace import _linear as _linear2d
 from .editor import EXTENDED, MS_DOMAIN, Editor
 from .rewrite import RewriteRule
-from .shapes import dim_of, reshape_target
+from .shapes import dim_of, reshape_target, shape_tensor
 
 _F32 = np.dtype(np.float32)
 
@@ -44,6 +57,11 @@ _F32 = np.dtype(np.float32)
 def _op(ed, name, op):
     n = ed.producer(name) if name else None
     return n if n is not None and n.op_type == op and n.domain == "" else None
+
+
+def _data_readers(ed: Editor, name: str) -> list[Node]:
+    """The readers of ``name`` other than those reading its dims alone (``shape_only``)."""
+    return [c for c in ed.consumers(name) if not shape_only(ed, c)]
 
 
 def _perm(n: Node):
@@ -76,23 +94,35 @@ class AttentionFusion(RewriteRule):
         nodes: list[Node] = [sm]
         axis = sm.attrs.get("axis")
         need(axis in (-1, 3), f"softmax axis {axis}")
-        # scores: (Q @ K) [scale] [+ mask]
+        # scores: (Q @ K) [scale] [+ mask | Where(padding, fill, .)], the mask outside the scale
         s_in = sm.inputs[0]
         need(ed.single_use(s_in, sm), "scores read elsewhere")
-        mask = None
-        add = _op(ed, s_in, "Add")
+        mask = where = None
         cur = s_in
-        if add is not None:
-            nodes.append(add)
-            a, b = add.inputs
-            # the operand coming from the MatMul side is the scores
-            if self._scores_side(ed, a):
-                cur, mask = a, b
-            elif self._scores_side(ed, b):
-                cur, mask = b, a
+        for _ in range(2):
+            p = ed.producer(cur)
+            if p is not None and p.domain == "" and p.op_type == "Add" and mask is None and where is None:
+                nodes.append(p)
+                a, b = p.inputs
+                # the operand coming from the MatMul side is the scores
+                if self._scores_side(ed, a):
+                    cur, mask = a, b
+                elif self._scores_side(ed, b):
+                    cur, mask = b, a
+                else:
+                    raise _NoMatch("no MatMul behind the mask Add")
+                need(ed.single_use(cur, p), "scaled scores read elsewhere")
+            elif p is not None and p.domain == "" and p.op_type == "Where" and mask is None and where is None:
+                where = self._padding_where(ed, p)
+                nodes.append(p)
+                cur = where[2]
+                # (a Shape of the scores may size the condition's Expand, taken along below)
+                need(_data_readers(ed, cur) == [p] and not ed.is_output(cur), "scaled scores read elsewhere")
+                ex = _op(ed, where[0], "Expand")
+                if ex is not None and ed.single_use(where[0], p):
+                    nodes.append(ex)
             else:
-                raise _NoMatch("no MatMul behind the mask Add")
-            need(ed.single_use(cur, add), "scaled scores read elsewhere")
+                break
         scale = 1.0
         sc = ed.producer(cur)
         need(sc is not None and sc.domain == "", "no producer for scores")
@@ -118,19 +148,31 @@ class AttentionFusion(RewriteRule):
         nodes.append(pv)
         vt = pv.inputs[1]
         # heads: Transpose(Reshape(part))
-        q_part, q_dims, q_nodes = self._head(ed, qt, qk, [0, 2, 1, 3])
-        k_part, k_dims, k_nodes = self._head(ed, kt, qk, [0, 2, 3, 1])
+        # a scalar scale on q (DistilBERT's q / sqrt(d)) or on both (SDPA's sqrt(scale) each)
+        readers = []
+        for name in (qt, kt):
+            qs = _op(ed, name, "Div") or _op(ed, name, "Mul")
+            c = None if qs is None else ed.scalar(qs.inputs[1])
+            if c not in (None, 0.0) and np.isfinite(c) and ed.single_use(name, qk):
+                scale *= 1.0 / c if qs.op_type == "Div" else c
+                nodes.append(qs)
+                readers.append((qs, qs.inputs[0]))
+            else:
+                readers.append((qk, name))
+        q_part, q_dims, q_nodes = self._head(ed, readers[0][1], readers[0][0], [0, 2, 1, 3])
+        k_part, k_dims, k_nodes = self._head(ed, readers[1][1], readers[1][0], [0, 2, 3, 1])
         v_part, v_dims, v_nodes = self._head(ed, vt, pv, [0, 2, 1, 3])
         nodes += q_nodes + k_nodes + v_nodes
         need(q_dims == k_dims == v_dims, "q, k and v split into different heads")
         heads, dk = q_dims
         hidden = heads * dk
         # output: Reshape(Transpose(P @ V, [0, 2, 1, 3]), [B, S, hidden])
-        tr = ed.consumers(pv.outputs[0])
+        # (Shape readers: the output Reshape's target, checked with the other intermediates)
+        tr = _data_readers(ed, pv.outputs[0])
         need(len(tr) == 1 and tr[0].op_type == "Transpose" and _perm(tr[0]) == [0, 2, 1, 3]
              and not ed.is_output(pv.outputs[0]), "context not transposed back")
         tr = tr[0]
-        rs = ed.consumers(tr.outputs[0])
+        rs = _data_readers(ed, tr.outputs[0])
         need(len(rs) == 1 and rs[0].op_type == "Reshape" and rs[0].inputs[0] == tr.outputs[0]
              and not ed.is_output(tr.outputs[0]), "context not reshaped back")
         rs = rs[0]
@@ -147,20 +189,37 @@ class AttentionFusion(RewriteRule):
             need(tgt is not None and len(tgt) == 4 and tgt[0] == bdim and tgt[1] == sdim
                  and tgt[2] == heads and tgt[3] == dk, f"head reshape {tgt} is not [B, S, {heads}, {dk}]")
         tgt = reshape_target(ed, rs)
-        need(tgt is not None and tgt == [bdim, sdim, hidden], f"output reshape {tgt} is not [B, S, {hidden}]")
-        # every intermediate is read inside the pattern only
+        # [B*S, hidden] (GPT-2's Conv1D flattening the context itself): the same elements in
+        # the same order as Attention's [B, S, hidden] output, so that Reshape stays, reading it
+        flat = tgt is not None and len(tgt) == 2 and tgt[1] == hidden and tgt != [bdim, sdim, hidden]
+        need(tgt is not None and (tgt == [bdim, sdim, hidden] or flat),
+             f"output reshape {tgt} is not [B, S, {hidden}] or [B*S, {hidden}]")
+        # every intermediate is read inside the pattern only (or by the shape computations of
+        # its own Reshapes, which go with it)
+        gone, shape_nodes = _shape_readers(ed, nodes, keep=rs.outputs[0], x=x, stays=rs if flat else None)
+        nodes += gone
+        remade = {o for m in shape_nodes for o in m.outputs}
         inside = nodes
         for n in nodes:
             if n is rs:
                 continue
             for o in n.outputs:
-                if o:
+                if o and o not in remade:  # (a re-sourced Shape's output is made again)
                     need(ed.internal(o, inside), f"{o} is read outside the attention")
         # the mask
-        extra: list[Node] = []
+        extra: list[Node] = list(shape_nodes)
         inputs = [x, None, None]
         attrs = {"num_heads": int(heads), "scale": float(scale), "unidirectional": 0}
-        if mask is not None:
+        if where is not None:
+            try:
+                m2d, filt = self._where_mask(ed, where, bdim, sdim)
+            except _NoMatch:  # any other condition (e.g. a causal one sliced to the length)
+                add_mask = self._where_bias(ed, where, extra)
+                inputs += ["", "", self._bias_mask(ed, add_mask, bdim, sdim, heads, extra)]
+            else:
+                inputs += [self._keep_mask(ed, m2d, extra), ""]
+                attrs["mask_filter_value"] = float(filt)
+        elif mask is not None:
             raw = self._raw_mask(ed, mask, bdim, sdim)
             if raw is not None:
                 m2d, filt = raw
@@ -173,15 +232,21 @@ class AttentionFusion(RewriteRule):
         inputs[1], inputs[2] = wn, bn
         while inputs and not inputs[-1]:
             inputs.pop()
-        att = ed.new_node("Attention", inputs, [rs.outputs[0]], base=sm.name + "_attention", domain=MS_DOMAIN,
+        att_out = ed.fresh(sm.name + "_attention_out") if flat else rs.outputs[0]
+        att = ed.new_node("Attention", inputs, [att_out], base=sm.name + "_attention", domain=MS_DOMAIN,
                           attrs=attrs)
-        if not ed.replace(nodes, extra + [att], at=rs):
+        new = extra + [att]
+        if flat:
+            ed.set_type(att_out, _F32, [d if isinstance(d, (int, str)) else None for d in xs[:2]] + [hidden])
+            new.append(ed.new_node("Reshape", [att_out, rs.inputs[1]], [rs.outputs[0]], base=rs.name,
+                                   attrs=dict(rs.attrs)))
+        if not ed.replace(nodes, new, at=rs):
             self._mask_casts = {k: v for k, v in self._mask_casts.items() if ed.producer(v) is not None}
             return False
-        if ed.shape(rs.outputs[0]) is None:
+        if not flat and ed.shape(rs.outputs[0]) is None:
             ed.set_type(rs.outputs[0], _F32, [d if isinstance(d, (int, str)) else None for d in xs[:2]] + [hidden])
         ed.log("%d nodes -> Attention %s (heads %d, head size %d, mask %s)", len(nodes), att.name, heads, dk,
-               "none" if mask is None else ("raw 2-D" if "mask_filter_value" in attrs else "attention_bias"))
+               "raw 2-D" if "mask_filter_value" in attrs else ("attention_bias" if len(inputs) > 5 else "none"))
         return True
 
     @staticmethod
@@ -194,11 +259,41 @@ class AttentionFusion(RewriteRule):
         return n.op_type == "MatMul"
 
     @staticmethod
-    def _head(ed: Editor, name: str, reader: Node, perm: list[int]):
+    def _k_swapped(ed: Editor, name: str, reader: Node):
+        """(heads value, nodes) for dynamo's SDPA K^T: ``Reshape(Transpose(Reshape(T, [B*H, S,
+        dk]), [0, 2, 1]), [B, H, dk, S])`` with T = [B, H, S, dk] heads: T's last two axes
+        swapped (the Reshapes only merge and split T's first two axes back)."""
+        r2 = _op(ed, name, "Reshape")
+        if r2 is None or _data_readers(ed, name) != [reader] or ed.is_output(name):
+            return None
+        t2 = _op(ed, r2.inputs[0], "Transpose")
+        if t2 is None or _perm(t2) != [0, 2, 1] or _data_readers(ed, r2.inputs[0]) != [r2]:
+            return None
+        r1 = _op(ed, t2.inputs[0], "Reshape")
+        if r1 is None or _data_readers(ed, t2.inputs[0]) != [t2]:
+            return None
+        heads = r1.inputs[0]
+        d = [dim_of(ed, heads, i) for i in range(4)] if ed.rank(heads) == 4 else None
+        t_in, t_out = reshape_target(ed, r1), reshape_target(ed, r2)
+        if d is None or t_in is None or len(t_in) != 3 or t_in[1:] != [d[2], d[3]] or t_out != [d[0], d[1], d[3], d[2]]:
+            return None
+        if _data_readers(ed, heads) != [r1] or ed.is_output(heads):
+            return None
+        return heads, [r1, t2, r2]
+
+    @classmethod
+    def _head(cls, ed: Editor, name: str, reader: Node, perm: list[int]):
+        if perm == [0, 2, 3, 1] and _op(ed, name, "Transpose") is None:
+            swapped = cls._k_swapped(ed, name, reader)
+            if swapped is not None:
+                part, dims, nodes = cls._head(ed, swapped[0], swapped[1][0], [0, 2, 1, 3])
+                return part, dims, nodes + swapped[1]
         t = _op(ed, name, "Transpose")
-        _need(t is not None and _perm(t) == perm and ed.single_use(name, reader), f"no Transpose {perm} head")
+        _need(t is not None and _perm(t) == perm and _data_readers(ed, name) == [reader] and not ed.is_output(name),
+              f"no Transpose {perm} head")
         r = _op(ed, t.inputs[0], "Reshape")
-        _need(r is not None and ed.single_use(t.inputs[0], t), "no head Reshape")
+        _need(r is not None and _data_readers(ed, t.inputs[0]) == [t] and not ed.is_output(t.inputs[0]),
+              "no head Reshape")
         tgt = reshape_target(ed, r)
         _need(tgt is not None and len(tgt) == 4 and isinstance(tgt[2], int) and isinstance(tgt[3], int),
               f"head reshape target {tgt}")
@@ -209,7 +304,22 @@ class AttentionFusion(RewriteRule):
         """(x, W [D, 3*hidden], bias [3*hidden], nodes) from a Split of one projection or
         from three projections of the same x."""
         def linear(name):
-            """x, W, b, nodes of ``x @ W (+ b)`` producing ``name``."""
+            """x, W, b, nodes of ``x @ W (+ b)`` producing ``name``, or of GPT-2's Conv1D form
+            ``Reshape(Gemm(Reshape(x, [*, D]), W, b), [B, S, N])``."""
+            rs = _op(ed, name, "Reshape")
+            if rs is not None:
+                got = _linear2d(ed, rs.inputs[0])
+                _need(got is not None and ed.single_use(rs.inputs[0], rs), "no projection behind the Reshape")
+                x2, w, b, lnodes = got
+                inner = _op(ed, x2, "Reshape")
+                _need(inner is not None and ed.single_use(x2, lnodes[-1]), "projection input is not flattened x")
+                x = inner.inputs[0]
+                xs = ed.shape(x)
+                _need(xs is not None and len(xs) == 3 and xs[2] == w.shape[0], "projection input is not [B, S, D]")
+                t_in, t_out = reshape_target(ed, inner), reshape_target(ed, rs)
+                _need(t_in is not None and len(t_in) == 2 and t_in[1] == w.shape[0], f"x flattened to {t_in}")
+                _need(t_out == [dim_of(ed, x, 0), dim_of(ed, x, 1), w.shape[1]], f"projection reshaped to {t_out}")
+                return x, w, b, [rs, *lnodes, inner]
             nodes = []
             add = _op(ed, name, "Add")
             b = None
@@ -291,6 +401,85 @@ class AttentionFusion(RewriteRule):
                 continue
             return u, filt
         return None
+
+    #: a fill at most this (or -inf) absorbs any score below 1e22 in magnitude (s + fill
+    #: rounds to fill in float32), so the kernel's additive mask gives Where's exact values
+    _FILL_MAX = -1e30
+
+    @classmethod
+    def _padding_where(cls, ed: Editor, w: Node):
+        """(cond, fill, scores, masked) of ``Where(cond, fill, scores)`` (masked_fill: cond
+        masks, ``masked`` True) or ``Where(cond, scores, fill)`` (cond keeps) with a float32
+        scalar fill of at most _FILL_MAX."""
+        _need(ed.const(w.inputs[0]) is None, "a constant Where condition (the traced match's causal form)")
+        for masked, f, sc in ((True, w.inputs[1], w.inputs[2]), (False, w.inputs[2], w.inputs[1])):
+            fill = ed.scalar(f)
+            if fill is not None and ed.dtype(f) == _F32 and ed.dtype(sc) == _F32 and ed.const(sc) is None:
+                _need(fill <= cls._FILL_MAX, f"Where fill {fill} is not a large negative scalar")
+                return w.inputs[0], fill, sc, masked
+        raise _NoMatch("Where is not a scalar fill of the scores")
+
+    @staticmethod
+    def _where_bias(ed: Editor, where, extra: list) -> str:
+        """``Where(cond, 0, fill)`` (or ``(cond, fill, 0)``): the condition as an additive
+        float32 mask, exact for the fill (see _FILL_MAX)."""
+        cond, fill, _, masked = where
+        zero = ed.add_const(np.zeros((), _F32), "attention_where_zero")
+        f = ed.add_const(np.array(fill, _F32), "attention_where_fill")
+        out = ed.fresh(cond + "_bias")
+        extra.append(ed.new_node("Where", [cond, f, zero] if masked else [cond, zero, f], [out],
+                                 base=cond + "_to_bias"))
+        s = ed.shape(cond)
+        ed.set_type(out, _F32, None if s is None else [d if isinstance(d, (int, str)) else None for d in s])
+        return out
+
+    @staticmethod
+    def _where_mask(ed: Editor, where, bdim, sdim):
+        """(m, fill) for a condition ``Expand?(Reshape|Unsqueeze(Equal(m, 0)) -> [B, 1, 1, S])``:
+        masked where ``m == 0``, m of shape [B, S] (or dims not known to differ)."""
+        cond, fill, _, masked = where
+        _need(masked, "a keep-form condition")
+        ex = _op(ed, cond, "Expand")
+        if ex is not None:
+            tgt = shape_tensor(ed, ex.inputs[1])
+            _need(tgt is not None and len(tgt) == 4 and tgt[0] in (bdim, 1) and tgt[1] in (1,)
+                  or tgt is not None and len(tgt) == 4 and tgt[0] == bdim and tgt[3] == sdim,
+                  f"padding mask expanded to {tgt}")
+            cond = ex.inputs[0]
+        r = ed.producer(cond)
+        _need(r is not None and r.domain == "" and r.op_type in ("Reshape", "Unsqueeze"), "padding mask layout")
+        eq = _op(ed, r.inputs[0], "Equal")
+        _need(eq is not None, "padding mask is not Equal(m, 0)")
+        m = next((a for a, b in (eq.inputs, eq.inputs[::-1]) if ed.scalar(b) == 0.0), None)
+        _need(m is not None and ed.rank(m) == 2 and ed.dtype(m) is not None and ed.dtype(m).kind in "biu",
+              "padding mask is not Equal(m, 0) of an integer [B, S]")
+        _need(all(_may_be(dim_of(ed, m, i), t) for i, t in enumerate((bdim, sdim))), "padding mask shape")
+        if r.op_type == "Reshape":
+            tgt = reshape_target(ed, r)
+            ok = tgt is not None and len(tgt) == 4 and tgt[1] == tgt[2] == 1 and tgt[0] == dim_of(ed, m, 0) and (
+                tgt[3] == dim_of(ed, m, 1))
+        else:
+            axes = r.attrs.get("axes")
+            if axes is None and len(r.inputs) > 1:
+                cv = ed.const(r.inputs[1])
+                axes = None if cv is None else [int(a) for a in cv.reshape(-1)]
+            ok = axes is not None and sorted(axes) == [1, 2]
+        _need(ok, "padding mask is not [B, 1, 1, S]")
+        return eq.outputs[0], fill
+
+    def _keep_mask(self, ed: Editor, masked: str, extra: list) -> str:
+        """int32 1 where ``masked`` (bool) is false: the raw mask_index keeping those keys."""
+        key = "not:" + masked
+        if key in self._mask_casts:
+            return self._mask_casts[key]
+        keep = ed.fresh(masked + "_keep")
+        out = ed.fresh(masked + "_keep_int32")
+        extra.append(ed.new_node("Not", [masked], [keep], base=masked + "_not"))
+        extra.append(ed.new_node("Cast", [keep], [out], base=keep + "_to_int32", attrs={"to": onnx.TensorProto.INT32}))
+        ed.set_type(keep, np.bool_, ed.shape(masked))
+        ed.set_type(out, np.int32, ed.shape(masked))
+        self._mask_casts[key] = out
+        return out
 
     def _int32_mask(self, ed: Editor, m: str, extra: list) -> str:
         if ed.dtype(m) == np.dtype(np.int32):

@@ -37,6 +37,128 @@ def _need(cond, why: str) -> None:
         raise _NoMatch(why)
 
 
+# -- shape readers --------------------------------------------------------------------------
+#
+# Exports with dynamic axes compute every Reshape target from ``Shape`` of the value being
+# reshaped (TorchScript: Shape -> Gather -> Unsqueeze -> Concat). Those Shape nodes read the
+# pattern's intermediates, yet they only serve the pattern's own Reshapes: they are taken
+# into the pattern (and removed with it) when nothing outside it reads what they compute.
+
+_SHAPE_OPS = {"Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Cast", "Identity", "Mul", "Div",
+              "Add", "Sub", "Floor", "Sqrt", "Reshape", "Equal", "Where", "Range", "ConstantOfShape", "Expand"}
+_SHAPE_CLOSURE_MAX = 96
+
+
+def _shape_readers(ed: Editor, nodes: list[Node], keep: str | None = None, x: str | None = None,
+                   stays: Node | None = None):
+    """(remove, add) for the ``Shape`` readers of ``nodes``' outputs (other than ``keep``):
+    a shape computation that feeds only ``nodes`` (and itself) goes with them; a Shape whose
+    result is read elsewhere too is re-sourced from ``x`` (the attention input, which stays)
+    when every dim it gives is one of x's or a number. ``stays``: a node of ``nodes`` the
+    rewrite makes again with the same inputs (what it reads must stay). Raises _NoMatch
+    otherwise."""
+    inside = {id(n) for n in nodes if n is not stays}
+    remove: list[Node] = []
+    add: list[Node] = []
+    for n in list(nodes):
+        for o in n.outputs:
+            if not o or o == keep:
+                continue
+            for c in ed.consumers(o):
+                if id(c) in inside or not shape_only(ed, c):
+                    continue  # a reader of another kind: the caller's check reports it
+                shapes = [c] if c.op_type == "Shape" else ed.consumers(c.outputs[0])
+                if c.op_type != "Shape":  # a layout op read only by Shape nodes goes too
+                    inside.add(id(c))
+                    remove.append(c)
+                for sh in shapes:
+                    if id(sh) in inside:
+                        continue
+                    seen = _shape_closure(ed, sh, inside)
+                    if seen is None:
+                        add += _resourced_shape(ed, sh, x)
+                        seen = {id(sh)}
+                    inside.update(seen)
+                    remove += [m for m in ed.g.nodes if id(m) in seen]
+    return remove, add
+
+
+def shape_only(ed: Editor, c: Node) -> bool:
+    """``c`` is a ``Shape``, or a layout op whose result only ``Shape`` nodes read (PyTorch's
+    ``k.size(-2)`` after a transpose): it reads a value for its dims alone."""
+    if c.domain != "":
+        return False
+    if c.op_type == "Shape":
+        return True
+    if c.op_type not in ("Transpose", "Reshape", "Identity", "Squeeze", "Unsqueeze") or len(c.outputs) != 1:
+        return False
+    o = c.outputs[0]
+    cons = ed.consumers(o)
+    return bool(cons) and not ed.is_output(o) and not ed.is_implicit(o) and all(
+        r.op_type == "Shape" and r.domain == "" for r in cons)
+
+
+def _shape_closure(ed: Editor, c: Node, inside: set) -> set | None:
+    """Ids of the nodes computing from Shape node ``c`` when all they compute is read by
+    ``inside`` or each other; None when something else reads it."""
+    todo, seen = [c], {id(c)}
+    while todo:
+        m = todo.pop()
+        if len(seen) > _SHAPE_CLOSURE_MAX:
+            return None
+        for mo in m.outputs:
+            if not mo:
+                continue
+            if ed.is_output(mo) or ed.is_implicit(mo):
+                return None
+            for r in ed.consumers(mo):
+                if id(r) in inside or id(r) in seen:
+                    continue
+                if r.domain != "" or r.op_type not in _SHAPE_OPS or not all(
+                        ed.dtype(v) is not None and ed.dtype(v).kind in "iu" for v in r.outputs if v):
+                    return None  # (only integer computations: a Slice of data is no shape)
+                seen.add(id(r))
+                todo.append(r)
+    return seen
+
+
+def _resourced_shape(ed: Editor, c: Node, x: str | None) -> list[Node]:
+    """Nodes computing Shape node ``c``'s output from ``x``'s shape and constants."""
+    from .shapes import dim_of
+
+    v = c.inputs[0]
+    r = ed.rank(v)
+    xr = ed.rank(x) if x else None
+    _need(r is not None and xr is not None, f"{c.name}: a Shape of the pattern read elsewhere")
+    start, end = c.attrs.get("start") or 0, c.attrs.get("end")
+    start = max(0, start + r if start < 0 else start)
+    end = r if end is None else min(max(end + r if end < 0 else end, 0), r)
+    xdims = [dim_of(ed, x, j) for j in range(xr)]
+    consts, idx = [], []
+    for i in range(start, end):
+        d = dim_of(ed, v, i)
+        if isinstance(d, (str, tuple)) and d in xdims:
+            idx.append(xdims.index(d))
+        elif isinstance(d, int):
+            idx.append(xr + len(consts))
+            consts.append(d)
+        else:
+            raise _NoMatch(f"{c.name}: dim {i} of {v} is not one of x's")
+    xs = ed.fresh(x + "_shape")
+    allv = ed.fresh(c.outputs[0] + "_dims")
+    out = [ed.new_node("Shape", [x], [xs], base=c.name + "_of_x")]
+    ed.set_type(xs, np.int64, [xr])
+    if consts:
+        cn = ed.add_const(np.array(consts, np.int64), "attention_shape_dims")
+        out.append(ed.new_node("Concat", [xs, cn], [allv], base=c.name + "_dims", attrs={"axis": 0}))
+        ed.set_type(allv, np.int64, [xr + len(consts)])
+    else:
+        allv = xs
+    ix = ed.add_const(np.array(idx, np.int64), "attention_shape_index")
+    out.append(ed.new_node("Gather", [allv, ix], [c.outputs[0]], base=c.name + "_gather", attrs={"axis": 0}))
+    return out
+
+
 # -- the traced match ---------------------------------------------------------------------
 #
 # The exporters write the same attention with many layouts: torch.nn.MultiheadAttention
@@ -433,9 +555,13 @@ def _fuse_traced(fusion: "AttentionFusion", ed: Editor, sm: Node) -> bool:
             seen.add(id(nd))
             uniq.append(nd)
     nodes = uniq
+    gone, shape_nodes = _shape_readers(ed, nodes, keep=end_name, x=None if swapped else src)
+    nodes += gone
+    extra += shape_nodes
+    remade = {o for m in shape_nodes for o in m.outputs}  # a re-sourced Shape's output is made again
     for nd in nodes:
         for o in nd.outputs:
-            if o and o != end_name and (ed.consumers(o) or ed.is_output(o)):
+            if o and o != end_name and o not in remade and (ed.consumers(o) or ed.is_output(o)):
                 need(ed.internal(o, nodes), f"{o} is read outside the attention")
     need(ed.dtype(src) == _F32, "dtype")
     if swapped:

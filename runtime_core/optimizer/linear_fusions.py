@@ -327,3 +327,63 @@ class MatMulAddFusion(RewriteRule):
                 return True
             return False
         return False
+
+
+class FlattenedGemmFusion(RewriteRule):
+    """``Reshape(Gemm(Reshape(x, [*, D]), W, c), [*x.shape[:-1], N])`` (GPT-2's Conv1D, and
+    ``nn.Linear`` in TorchScript exports at opset < 14 style) -> ``MatMul(x, W) + c``: the
+    same row-wise linear without the flatten, and without the ``Shape`` computations that
+    size the two Reshapes (several nodes per linear with dynamic axes). The bias ``Add`` is
+    then free for SkipLayerNormalization, BiasGelu and the attention fusion."""
+
+    name = "FlattenedGemmFusion"
+    level = EXTENDED
+    targets = frozenset({"Gemm"})
+
+    def rewrite(self, ed: Editor, gemm: Node) -> bool:
+        from .shapes import dims_of, reshape_target
+
+        if gemm.attrs.get("transA") or len(gemm.inputs) < 2:
+            return False
+        inner = op_of(ed, gemm.inputs[0], "Reshape")
+        y = gemm.outputs[0]
+        outs = ed.consumers(y)
+        if inner is None or not ed.single_use(gemm.inputs[0], gemm) or len(outs) != 1 or ed.is_output(y):
+            return False
+        outer = outs[0]
+        if outer.op_type != "Reshape" or outer.domain != "" or outer.inputs[0] != y:
+            return False
+        w = ed.const(gemm.inputs[1])
+        x = inner.inputs[0]
+        xd = dims_of(ed, x)
+        if w is None or w.ndim != 2 or w.dtype != F32 or ed.dtype(x) != F32 or xd is None or len(xd) < 2:
+            return False
+        if gemm.attrs.get("transB"):
+            w = w.T
+        d, n = w.shape
+        t_in, t_out = reshape_target(ed, inner), reshape_target(ed, outer)
+        # the flatten keeps rows whole (last dim D), the Reshape back restores x's leading dims
+        if xd[-1] != d or t_in is None or len(t_in) != 2 or t_in[1] != d or t_out != xd[:-1] + [n]:
+            return False
+        alpha, beta = float(gemm.attrs.get("alpha", 1.0)), float(gemm.attrs.get("beta", 1.0))
+        c = None
+        if len(gemm.inputs) > 2 and gemm.inputs[2]:
+            c = ed.const(gemm.inputs[2])
+            if c is None or c.dtype != F32 or c.size not in (1, n) or (c.ndim == 2 and c.shape[0] != 1) or c.ndim > 2:
+                return False
+            c = (np.broadcast_to(c.reshape(-1), (n,)) * np.float32(beta)).astype(F32)
+        if alpha != 1.0 or gemm.attrs.get("transB"):
+            wn = ed.add_const(np.ascontiguousarray(w * np.float32(alpha), dtype=F32), gemm.inputs[1] + "_kn")
+        else:
+            wn = gemm.inputs[1]
+        out = outer.outputs[0]
+        mm_out = ed.fresh(gemm.name + "_matmul") if c is not None else out
+        new = [ed.new_node("MatMul", [x, wn], [mm_out], base=gemm.name + "_matmul")]
+        if c is not None:
+            ed.set_type(mm_out, F32, [v if isinstance(v, (int, str)) else None for v in xd[:-1]] + [n])
+            new.append(ed.new_node("Add", [mm_out, ed.add_const(c, gemm.name + "_bias")], [out],
+                                   base=gemm.name + "_bias"))
+        if ed.replace([inner, gemm, outer], new):
+            ed.log("%s between flattening Reshapes -> MatMul%s", gemm.name, " + Add" if c is not None else "")
+            return True
+        return False

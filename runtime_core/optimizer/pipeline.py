@@ -41,17 +41,20 @@ from .linear_fusions import (
     ConvAddFusion,
     ConvBatchNormFusion,
     ConvMulFusion,
+    FlattenedGemmFusion,
     MatMulAddFusion,
 )
 from .norm_fusions import LayerNormFusion, SkipLayerNormFusion
 from .rewrite import RewriteRule, walk
-from .shapes import fill_missing_shapes
+from .shapes import fill_missing_shapes, refine_symbols
 
-#: the fusions in the order they are offered a node: activations first (BiasGelu needs
-#: Gelu), LayerNorm before SkipLN, attention before SkipLN (its output feeds the residual Add)
+#: the fusions in the order they are offered a node: the flattened Gemm first (the MatMul +
+#: Add it leaves feeds the others), activations (BiasGelu needs Gelu), LayerNorm before SkipLN,
+#: attention before SkipLN (its output feeds the residual Add)
 EXTENDED_PASSES: list[Pass] = [
-    ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(), GeluFusion(), FastGeluFusion(),
-    LayerNormFusion(), AttentionFusion(), SkipLayerNormFusion(), BiasGeluFusion(), MatMulAddFusion(),
+    FlattenedGemmFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(),
+    GeluFusion(), FastGeluFusion(), LayerNormFusion(), AttentionFusion(), SkipLayerNormFusion(), BiasGeluFusion(),
+    MatMulAddFusion(),
 ]
 
 _dce_after_fusions = DeadNodeElimination()
@@ -115,6 +118,8 @@ def _optimize(graph: Graph, level: int, disabled: set[str], providers, done: dic
                 for step in _steps(group):
                     if lv > BASIC:
                         fill_missing_shapes(graph)
+                        if refine_symbols(graph):
+                            fill_missing_shapes(graph)
                     counts = walk(graph, step) if isinstance(step, list) else {step.name: step.apply(graph)}
                     for name, n in counts.items():
                         done[name] = done.get(name, 0) + n

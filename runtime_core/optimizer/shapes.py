@@ -18,6 +18,8 @@ Two tools:
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import onnx
 
@@ -147,6 +149,16 @@ def scalar_dim(ed: Editor, name: str, depth: int = 0):
         return src[0] if src is not None and len(src) == 1 else None
     if node.op_type == "Cast" and node.attrs.get("to") in (onnx.TensorProto.INT64, onnx.TensorProto.INT32):
         return scalar_dim(ed, node.inputs[0], depth + 1)
+    if node.op_type in ("Sub", "Add", "Mul") and len(node.inputs) == 2:
+        a, b = (scalar_dim(ed, i, depth + 1) for i in node.inputs)
+        if isinstance(a, int) and isinstance(b, int):
+            return a - b if node.op_type == "Sub" else (a + b if node.op_type == "Add" else a * b)
+        if node.op_type == "Sub" and a is not None and a == b:  # kl - ql of one length
+            return 0
+        if node.op_type in ("Add", "Sub") and b == 0:
+            return a
+        if node.op_type == "Mul" and b == 1:
+            return a
     return None
 
 
@@ -203,6 +215,11 @@ def reshape_target(ed: Editor, node) -> list | None:
     return out
 
 
+def _at_most(m, d) -> bool:
+    """``m`` is the marker ``("min", d, n)``: the size of a slice ``[0:d]`` of an axis of n."""
+    return isinstance(m, tuple) and len(m) == 3 and m[0] == "min" and d is not None and m[1] == d
+
+
 def _prod(dims):
     p = 1
     for d in dims:
@@ -228,6 +245,10 @@ def _bcast(a: list, b: list) -> list:
             out.append(x)
         elif x is not None and x == y:
             out.append(x)
+        elif _at_most(y, x):  # min(x, n) is x, or 1 (then x is 1 too), or not x: no broadcast
+            out.append(x)
+        elif _at_most(x, y):
+            out.append(y)
         elif isinstance(x, int):
             out.append(x)
         elif isinstance(y, int):
@@ -332,6 +353,35 @@ def _infer_node(ed: Editor, n, shape) -> list | None:
         if n.attrs.get("keepdims", 1):
             return [1 if i in axes else d for i, d in enumerate(a)]
         return [d for i, d in enumerate(a) if i not in axes]
+    if op == "Unsqueeze":
+        a = ins[0]
+        axes = n.attrs.get("axes")
+        if axes is None and len(n.inputs) > 1:
+            axes = _const_ints(ed, n.inputs[1])
+        if a is None or axes is None:
+            return None
+        r = len(a) + len(axes)
+        axes = sorted(x + r if x < 0 else x for x in axes)
+        if len(set(axes)) != len(axes) or not all(0 <= x < r for x in axes):
+            return None
+        out = list(a)
+        for x in axes:
+            out.insert(x, 1)
+        return out
+    if op == "Range":
+        start, limit, delta = (scalar_dim(ed, i) for i in n.inputs[:3])
+        if start == 0 and delta == 1 and isinstance(limit, (int, str)):
+            return [max(limit, 0) if isinstance(limit, int) else limit]
+        return None
+    if op == "ConstantOfShape":
+        return shape_tensor(ed, n.inputs[0])
+    if op == "Slice" and len(n.inputs) >= 3:
+        return _slice_dims(ed, n, ins[0])
+    if op == "Expand":
+        tgt = shape_tensor(ed, n.inputs[1])
+        if ins[0] is None or tgt is None:
+            return None
+        return _bcast(ins[0], tgt)
     if op == "Gather":
         a, idx = ins[0], ins[1]
         if a is None or idx is None:
@@ -342,12 +392,118 @@ def _infer_node(ed: Editor, n, shape) -> list | None:
     return None
 
 
+_INT_MAX = 1 << 62
+
+
+def _slice_dims(ed: Editor, n, a) -> list | None:
+    """Output dims of Slice (opset 10+): exact for constant bounds on a known dim; for
+    ``[0:d]`` with d a symbol, the marker ``("min", d, size)`` (what broadcasting against d
+    resolves, see ``_bcast``)."""
+    if a is None:
+        return None
+    r = len(a)
+    starts, ends = shape_tensor(ed, n.inputs[1]), shape_tensor(ed, n.inputs[2])
+    axes = (shape_tensor(ed, n.inputs[3]) if len(n.inputs) > 3 and n.inputs[3]
+            else (None if starts is None else list(range(len(starts)))))
+    steps = shape_tensor(ed, n.inputs[4]) if len(n.inputs) > 4 and n.inputs[4] else (
+        None if axes is None else [1] * len(axes))
+    if axes is not None and steps is not None and (starts is None or ends is None):
+        # bounds computed from something else: the sliced axes become unknown, the others stay
+        if not all(isinstance(ax, int) and -r <= ax < r for ax in axes):
+            return None
+        out = list(a)
+        for ax in axes:
+            out[ax + r if ax < 0 else ax] = None
+        return out
+    if None in (starts, ends, axes, steps) or not len(starts) == len(ends) == len(axes) == len(steps):
+        return None
+    out = list(a)
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        if not isinstance(ax, int) or not -r <= ax < r:
+            return None
+        ax = ax + r if ax < 0 else ax
+        d = a[ax]
+        if isinstance(st, int) and isinstance(en, int) and isinstance(sp, int) and isinstance(d, int) and sp:
+            out[ax] = len(range(*slice(st, en, sp).indices(d)))
+        elif st == 0 and sp == 1 and isinstance(en, int) and en >= _INT_MAX:
+            out[ax] = d
+        elif st == 0 and sp == 1 and isinstance(en, str):
+            out[ax] = en if d == en else ("min", en, d)
+        else:
+            out[ax] = None
+    return out
+
+
 def dim_if_known(d, shape):
     if isinstance(d, tuple) and len(d) == 3 and d[0] == "dim":
         s = shape(d[1])
         if s is not None and d[2] < len(s):
             return s[d[2]]
     return None
+
+
+_GENERATED = re.compile(r"unk__\d+$")
+
+
+def refine_symbols(graph: Graph) -> int:
+    """Replace the fresh symbols onnx shape inference makes up for dims it cannot name
+    (``unk__N``, one per unknown, shared by the values it propagated to) by the int or the
+    symbol our own rules prove, where the graph runs (e.g. ``Add`` of [batch, seq, D] and
+    the [1, min(seq, n), D] of a sliced position table is [batch, seq, D], which onnx calls
+    [unk__2, unk__3, D]). Returns how many symbols it resolved."""
+    declared = set()
+    for vi in list(graph.inputs) + list(graph.outputs):
+        if vi.type.HasField("tensor_type"):
+            declared.update(d.dim_param for d in vi.type.tensor_type.shape.dim if d.dim_param)
+    ed = Editor(graph, "shapes")
+    total = 0
+    for _ in range(4):
+        sub: dict[str, object] = {}
+        hint: dict[str, tuple] = {}
+
+        def resolve(d):
+            if isinstance(d, str) and d in sub:
+                return sub[d]
+            if isinstance(d, str) and d in hint:
+                return hint[d]
+            return d
+
+        def shape(name):
+            s = ed.shape(name)
+            return None if s is None else [resolve(d) for d in s]
+
+        for n in graph.nodes:
+            if not n.outputs or not n.outputs[0]:
+                continue
+            old = ed.shape(n.outputs[0])
+            if old is None or not any(isinstance(d, str) and _GENERATED.match(d) and d not in declared
+                                      for d in old):
+                continue
+            try:
+                dims = _infer_node(ed, n, shape)
+            except Exception:  # noqa: BLE001 - refinement is advisory
+                dims = None
+            if dims is None or len(dims) != len(old):
+                continue
+            for o, d in zip(old, dims):
+                if not (isinstance(o, str) and _GENERATED.match(o)) or o in declared or o in sub:
+                    continue
+                if isinstance(d, int) or (isinstance(d, str) and d != o and not _GENERATED.match(d)):
+                    sub[o] = d
+                elif isinstance(d, tuple) and d[:1] == ("min",) and o not in hint:
+                    hint[o] = d
+        if not sub:
+            break
+        total += len(sub)
+        for name, tp in list(graph.types.items()):
+            if not tp.HasField("tensor_type") or not tp.tensor_type.HasField("shape"):
+                continue
+            dims = [d.dim_param if d.dim_param else (d.dim_value if d.HasField("dim_value") else None)
+                    for d in tp.tensor_type.shape.dim]
+            if any(isinstance(d, str) and d in sub for d in dims):
+                graph.types[name] = onnx.helper.make_tensor_type_proto(
+                    tp.tensor_type.elem_type, [sub.get(d, d) if isinstance(d, str) else d for d in dims])
+    return total
 
 
 def fill_missing_shapes(graph: Graph) -> int:
@@ -398,4 +554,5 @@ def fill_missing_shapes(graph: Graph) -> int:
     return filled
 
 
-__all__ = ["dim_of", "dims_of", "shape_tensor", "scalar_dim", "reshape_target", "fill_missing_shapes"]
+__all__ = ["dim_of", "dims_of", "shape_tensor", "scalar_dim", "reshape_target", "fill_missing_shapes",
+           "refine_symbols"]
