@@ -332,7 +332,7 @@ class Registry:
         """Find a record by ORT name or alias (case-insensitive), loaded or not."""
         low = name.lower()
         found = [r for r in self.records if r.name.lower() == low or r.alias.lower() == low]
-        for rec in sorted(found, key=lambda r: r.status != "loaded"):  # probes only the matches
+        for rec in sorted(found, key=lambda r: not r.registered()):  # probes nothing
             return rec
         return None
 

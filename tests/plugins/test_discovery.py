@@ -107,3 +107,37 @@ def test_installing_a_provider_does_not_change_default_sessions(fakegpu, monkeyp
     monkeypatch.setenv("RUNTIME_CORE_DEFAULT_PROVIDERS", "fakegpu,cpu")  # opting in
     sess = rt.InferenceSession(m.SerializeToString())
     assert sess.get_providers() == ["FakeGpuExecutionProvider", "CPUExecutionProvider"]
+
+
+def test_a_probe_runs_only_when_its_provider_is_asked_about(fixture_plugins):
+    reg = reload_plugins()
+    rec = reg.lookup("brokenprobe")
+    assert rec.pending is not None  # discovered and registered, not probed yet
+    other = reg.lookup("fakegpu")
+    assert other.available and rec.pending is not None  # asking about one probes only that one
+    assert rec.status == "probe-error" and rec.pending is None and "probe exploded" in rec.reason
+
+
+def test_a_cpu_only_session_does_not_probe_other_providers():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from onnx import helper, TensorProto\n"
+        "import runtime_core as rt\n"
+        "g = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g',\n"
+        "    [helper.make_tensor_value_info('x', TensorProto.FLOAT, [2])],\n"
+        "    [helper.make_tensor_value_info('y', TensorProto.FLOAT, [2])])\n"
+        "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)])\n"
+        "s = rt.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider'])\n"
+        "s.run(None, {'x': np.ones(2, np.float32)})\n"
+        "reg = __import__('runtime_core.plugin', fromlist=['get_registry']).get_registry()\n"
+        "print(sorted(r.alias for r in reg.records if r.pending is not None))\n"
+        "print('pyopencl' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    unprobed, opencl_imported = out.strip().splitlines()
+    installed = {i["alias"] for i in rt.get_provider_info() if i["status"] == "loaded"} - {"cpu"}
+    assert sorted(installed) == eval(unprobed)  # noqa: S307 - our own repr of a list of names
+    assert opencl_imported == "False"
