@@ -1,0 +1,12 @@
+"""Model quantization with onnxruntime.quantization's names and meanings: change the import
+and a quantization script runs here, calibrating on runtime_core sessions.
+
+See docs/quantization.md."""
+
+from ._common import CalibrationMethod, QuantFormat, QuantType
+from .calibrate import CalibrationDataReader, TensorRange, create_calibrator
+from .quantize import load_ranges, quant_pre_process, quantize_dynamic, quantize_static, save_ranges
+
+__all__ = ["quantize_dynamic", "quantize_static", "quant_pre_process", "CalibrationDataReader",
+           "QuantFormat", "QuantType", "CalibrationMethod", "TensorRange", "create_calibrator",
+           "save_ranges", "load_ranges"]
