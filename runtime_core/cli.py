@@ -245,6 +245,7 @@ COMMAND_MODULES = (
     "runtime_core.check",
     "runtime_core.testing.cli",
     "runtime_core.bench_cli",
+    "runtime_core.quantization.cli",
 )
 
 

@@ -5,8 +5,9 @@ See docs/quantization.md."""
 
 from ._common import CalibrationMethod, QuantFormat, QuantType
 from .calibrate import CalibrationDataReader, TensorRange, create_calibrator
+from .report import TensorError, accuracy_report, format_report
 from .quantize import load_ranges, quant_pre_process, quantize_dynamic, quantize_static, save_ranges
 
 __all__ = ["quantize_dynamic", "quantize_static", "quant_pre_process", "CalibrationDataReader",
            "QuantFormat", "QuantType", "CalibrationMethod", "TensorRange", "create_calibrator",
-           "save_ranges", "load_ranges"]
+           "save_ranges", "load_ranges", "accuracy_report", "format_report", "TensorError"]

@@ -189,7 +189,8 @@ class _Histogram:
     def _collect_abs(self, name, a, lo, hi) -> None:
         old = self.h.get(name)
         if old is None:
-            hist, edges = np.histogram(a, bins=self.num_bins)
+            # anchored at 0 so that later, smaller values still land in a bin
+            hist, edges = np.histogram(a, bins=self.num_bins, range=(0, float(np.nanmax(a)) if a.size else 0.0))
             self.h[name] = [hist, edges.astype(np.float32), lo, hi]
             return
         hist0, edges, lo0, hi0 = old
