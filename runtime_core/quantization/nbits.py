@@ -23,10 +23,11 @@ from ._quantizer import topological_sort
 __all__ = ["quantize_blockwise_4bit", "MatMulNBitsQuantizer", "quantize_matmul_nbits"]
 
 
-def _pack(v: np.ndarray) -> np.ndarray:
-    """Pairs of 4-bit values along the last axis into bytes (low nibble first)."""
+def _pack(v: np.ndarray, fill: int = 0) -> np.ndarray:
+    """Pairs of 4-bit values along the last axis into bytes (low nibble first); an odd count
+    is padded with ``fill``."""
     if v.shape[-1] % 2:
-        v = np.concatenate([v, np.zeros(v.shape[:-1] + (1,), v.dtype)], axis=-1)
+        v = np.concatenate([v, np.full(v.shape[:-1] + (1,), fill, v.dtype)], axis=-1)
     return (v[..., 0::2] | (v[..., 1::2] << 4)).astype(np.uint8)
 
 
@@ -59,7 +60,7 @@ def quantize_blockwise_4bit(w: np.ndarray, block_size: int, symmetric: bool, unp
     if unpacked:
         return q, scale.astype(w.dtype), zp.astype(np.uint8)
     packed = _pack(q)
-    zpacked = _pack(zp.astype(np.uint8))
+    zpacked = _pack(zp.astype(np.uint8), fill=8)  # onnxruntime pads with the default zero point
     return packed, scale.astype(w.dtype), zpacked
 
 
