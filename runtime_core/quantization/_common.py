@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -81,13 +82,13 @@ class CalibrationMethod(enum.Enum):
 
 
 #: (qmin, qmax) per element type: full, symmetric (int types drop their lowest value), reduced (7 bits)
-_RANGE = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
+_RANGE: dict[int, tuple[int, int]] = {TensorProto.UINT8: (0, 255), TensorProto.INT8: (-128, 127), TensorProto.UINT16: (0, 65535),
           TensorProto.INT16: (-32768, 32767), TensorProto.UINT4: (0, 15), TensorProto.INT4: (-8, 7)}
-_SYMMETRIC_RANGE = {TensorProto.INT8: (-127, 127), TensorProto.INT16: (-32767, 32767)}
-_REDUCED_RANGE = {TensorProto.UINT8: (0, 127), TensorProto.INT8: (-64, 64), TensorProto.UINT16: (0, 32767),
+_SYMMETRIC_RANGE: dict[int, tuple[int, int]] = {TensorProto.INT8: (-127, 127), TensorProto.INT16: (-32767, 32767)}
+_REDUCED_RANGE: dict[int, tuple[int, int]] = {TensorProto.UINT8: (0, 127), TensorProto.INT8: (-64, 64), TensorProto.UINT16: (0, 32767),
                   TensorProto.INT16: (-16384, 16384), TensorProto.UINT4: (0, 7), TensorProto.INT4: (-4, 3)}
 #: numpy storage of each quantized type (4-bit values are held one per byte until packed)
-NP_STORAGE = {TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8, TensorProto.UINT16: np.uint16,
+NP_STORAGE: dict[int, Any] = {TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8, TensorProto.UINT16: np.uint16,
               TensorProto.INT16: np.int16, TensorProto.UINT4: np.uint8, TensorProto.INT4: np.int8}
 
 

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import onnx
@@ -99,7 +100,7 @@ class _Progress:
         self.total, self.enabled, self.delay = total, enabled, delay
         self.start = time.monotonic()
         self.n = 0
-        self.bar = None
+        self.bar: Any = None
         self.shown = False
 
     def update(self) -> None:
@@ -131,8 +132,8 @@ class _Progress:
 class _MinMax:
     def __init__(self, symmetric: bool, moving_average: bool, averaging_constant: float):
         self.symmetric, self.moving_average, self.c = symmetric, moving_average, averaging_constant
-        self.lo: dict[str, float] = {}
-        self.hi: dict[str, float] = {}
+        self.lo: dict[str, Any] = {}
+        self.hi: dict[str, Any] = {}
         self.count = 0
 
     def collect(self, name: str, a: np.ndarray) -> None:
@@ -337,7 +338,7 @@ class Calibrator:
 
     model: onnx.ModelProto
     tensors: Sequence[str]
-    collector: object
+    collector: Any
     providers: Sequence | None = None
     progress: bool = True
     batches: int = field(default=0, init=False)
@@ -393,6 +394,7 @@ def create_calibrator(model: onnx.ModelProto, op_types_to_calibrate: Iterable[st
     ``extra_options`` keys as onnxruntime's create_calibrator (symmetric, moving_average,
     averaging_constant, num_bins, num_quantized_bins, percentile, scenario)."""
     o = dict(extra_options or {})
+    c: Any
     if calibrate_method == CalibrationMethod.MinMax:
         c = _MinMax(bool(o.get("symmetric", False)), bool(o.get("moving_average", False)),
                     float(o.get("averaging_constant", 0.01)))

@@ -112,7 +112,7 @@ def cmd_quantize(args, out) -> int:
     before, after = os.path.getsize(args.input), os.path.getsize(args.output)
     out.write(f"{args.input} ({before / 1e6:.2f} MB) -> {args.output} ({after / 1e6:.2f} MB), "
               f"{args.mode}{'' if args.mode == 'dynamic' else ' ' + args.format}\n")
-    if args.report:
+    if args.report and reader is not None:
         reader.rewind()
         rows = accuracy_report(args.input, args.output, reader)
         out.write(format_report(rows, args.report_limit))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
@@ -125,7 +127,7 @@ class MatMulNBitsQuantizer:
                 zn = None if self.is_symmetric else mv.add_initializer(numpy_helper.from_array(zps, b + "_zero_points"))
                 done[b] = (qn, sn, zn)
             qn, sn, zn = done[b]
-            kw = {"K": int(w.shape[0]), "N": int(w.shape[1]), "bits": 4, "block_size": self.block_size}
+            kw: dict[str, Any] = {"K": int(w.shape[0]), "N": int(w.shape[1]), "bits": 4, "block_size": self.block_size}
             if self.accuracy_level:
                 kw["accuracy_level"] = int(self.accuracy_level)
             new.append(helper.make_node("MatMulNBits", [node.input[0], qn, sn] + ([zn] if zn else []),

@@ -4,6 +4,8 @@ what is inserted, follow onnxruntime's QDQ quantizer, so models match its output
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import helper
@@ -205,7 +207,7 @@ class QDQQuantizer:
             q_in, dq_out = t, t + "_DequantizeLinear_Output"
             self._replace_inputs(t, dq_out, set())
         qo = t + "_QuantizeLinear_Output"
-        kw = {"domain": self.s.qdq_domain} if self.s.qdq_domain else {}
+        kw: dict[str, Any] = {"domain": self.s.qdq_domain} if self.s.qdq_domain else {}
         g.node.append(helper.make_node("QuantizeLinear", [q_in, scale, zp], [qo], t + "_QuantizeLinear", **kw))
         g.node.append(helper.make_node("DequantizeLinear", [qo, scale, zp], [dq_out], t + "_DequantizeLinear", **kw))
         self.qnames[t] = (scale, zp)
@@ -221,7 +223,7 @@ class QDQQuantizer:
         self.mv.add_initializer(make_tensor(zp_n, p.zero_point, qtype))
         dq_out = t + "_DequantizeLinear_Output"
         self._replace_inputs(t, dq_out, set())
-        kw = {"axis": axis} if axis is not None else {}
+        kw: dict[str, Any] = {"axis": axis} if axis is not None else {}
         if s.qdq_domain:
             kw["domain"] = s.qdq_domain
         g = self.mv.graph
@@ -299,7 +301,7 @@ class QDQQuantizer:
                                                  else bias_scale.reshape(())))
         zp = np.zeros(bias_scale.size, np.int32) if bias_scale.size > 1 else np.zeros((), np.int32)
         zn = self.mv.add_initializer(make_tensor(b + "_quantized_zero_point", zp))
-        kw = {"axis": 0} if bias_scale.size > 1 else {}
+        kw: dict[str, Any] = {"axis": 0} if bias_scale.size > 1 else {}
         g = self.mv.graph
         keep = [t for t in g.initializer if t.name != b]
         del g.initializer[:]

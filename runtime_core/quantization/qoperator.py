@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import Any
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -79,7 +81,7 @@ class QOperatorQuantizer:
         qv = self.qmap.get(name)
         if qv is None or name in self.produced or name in self.mv.graph_inputs or self.mv.is_initializer(name):
             return
-        kw = {"axis": qv.axis} if qv.axis is not None else {}
+        kw: dict[str, Any] = {"axis": qv.axis} if qv.axis is not None else {}
         self.emit(helper.make_node("DequantizeLinear", [qv.q_name, qv.scale, qv.zp], [name],
                                    name + "_DequantizeLinear", **kw))
 
@@ -93,7 +95,7 @@ class QOperatorQuantizer:
         self.mv.add_initializer(make_tensor(zn, np.asarray(p.zero_point), p.qtype))
         return sn, zn
 
-    def _initializer(self, t: str, qtype: int, reduce_range: bool, axis: int | None) -> QValue:
+    def _initializer(self, t: str, qtype: int, reduce_range: bool, axis: int | None) -> QValue | None:
         if t in self.qmap:
             return self.qmap[t]
         w, s = self.mv.array(t), self.s
