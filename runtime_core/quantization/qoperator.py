@@ -54,7 +54,10 @@ class QOperatorQuantizer:
         handlers = {"Conv": self.conv, "MatMul": self.matmul, "Gather": self.gather}
         if self.s.static:
             handlers.update({"Gemm": self.gemm, "Add": self.binary, "Mul": self.binary,
-                             "Relu": self.relu, "Clip": self.relu, "MaxPool": self.maxpool})
+                             "Relu": self.relu, "Clip": self.relu, "MaxPool": self.maxpool,
+                             "Sigmoid": self.unary, "LeakyRelu": self.unary, "AveragePool": self.unary,
+                             "Softmax": self.softmax, "GlobalAveragePool": self.global_pool, "Concat": self.concat,
+                             "Split": self.split, "Pad": self.pad, "Resize": self.resize})
         for op in DIRECT_8BIT if self.s.static else ("Transpose",):
             handlers[op] = self.direct
         for node in list(self.mv.graph.node):
@@ -86,13 +89,15 @@ class QOperatorQuantizer:
                                    name + "_DequantizeLinear", **kw))
 
     # -- inputs ------------------------------------------------------------------------
-    def _out_params(self, t: str) -> tuple[str, str] | None:
+    def _out_params(self, t: str, fixed: tuple[float, int] | None = None) -> tuple[str, str] | None:
         p = self.params.get(t)
         if p is None:
             return None
+        scale, zp = (np.asarray(p.scale, np.float32), np.asarray(p.zero_point)) if fixed is None else \
+            (np.asarray(fixed[0], np.float32), np.asarray(fixed[1]))
         sn, zn = t + "_scale", t + "_zero_point"
-        self.mv.add_initializer(make_tensor(sn, np.asarray(p.scale, np.float32)))
-        self.mv.add_initializer(make_tensor(zn, np.asarray(p.zero_point), p.qtype))
+        self.mv.add_initializer(make_tensor(sn, scale))
+        self.mv.add_initializer(make_tensor(zn, zp, p.qtype))
         return sn, zn
 
     def _initializer(self, t: str, qtype: int, reduce_range: bool, axis: int | None) -> QValue | None:
@@ -247,6 +252,86 @@ class QOperatorQuantizer:
             return False
         self._finish(node, "QLinear" + node.op_type, [a.q_name, a.scale, a.zp, b.q_name, b.scale, b.zp, *out], out,
                      domain=MS_DOMAIN, **_attrs(node))
+        return True
+
+    def unary(self, node, fixed: tuple[float, int] | None = None, **extra) -> bool:
+        """QLinearSigmoid / QLinearLeakyRelu / QLinearAveragePool / QLinearSoftmax (com.microsoft)."""
+        out = self._out_params(node.output[0], fixed)
+        a = self._activation(node.input[0]) if out is not None else None
+        if out is None or a is None:
+            return False
+        self._finish(node, "QLinear" + node.op_type, [a.q_name, a.scale, a.zp, *out], out, domain=MS_DOMAIN,
+                     **_attrs(node), **extra)
+        return True
+
+    def softmax(self, node) -> bool:
+        """Softmax's output is in [0, 1]: a fixed scale of 1/256 (onnxruntime's choice)."""
+        zp = 0 if self.s.activation_type == TensorProto.UINT8 else -128
+        return self.unary(node, (1 / 256.0, zp), opset=self.mv.opset)
+
+    def global_pool(self, node) -> bool:
+        """Only after a quantized producer; the output keeps the input's scale when uncalibrated."""
+        qv = self.qmap.get(node.input[0])
+        if qv is None:
+            return False
+        out = self._out_params(node.output[0]) or (qv.scale, qv.zp)
+        self._finish(node, "QLinearGlobalAveragePool", [qv.q_name, qv.scale, qv.zp, *out], out, domain=MS_DOMAIN,
+                     **_attrs(node), channels_last=0)
+        return True
+
+    def concat(self, node) -> bool:
+        out = self._out_params(node.output[0])
+        if out is None:
+            return False
+        ins = [self._activation(i) for i in node.input]
+        if any(q is None for q in ins):
+            return False
+        flat = [x for q in ins if q is not None for x in (q.q_name, q.scale, q.zp)]
+        self._finish(node, "QLinearConcat", [*out, *flat], out, domain=MS_DOMAIN, **_attrs(node))
+        return True
+
+    def split(self, node) -> bool:
+        """Split of the quantized values: every part keeps the input's scale."""
+        a = self._activation(node.input[0])
+        if a is None:
+            return False
+        for i in node.input[1:]:
+            self._dequantize(i)
+        outs = [y + "quantized" for y in node.output]
+        self.emit(helper.make_node("Split", [a.q_name, *node.input[1:]], outs,
+                                   node.name + "_quant" if node.name else "", **_attrs(node)))
+        for y, q in zip(node.output, outs):
+            self.qmap[y] = QValue(q, a.scale, a.zp)
+        return True
+
+    def resize(self, node) -> bool:
+        return self.mv.opset >= 11 and self.direct(node)
+
+    def pad(self, node) -> bool:
+        """Pad of a quantized value; the pad value is quantized with the input's parameters."""
+        qv = self.qmap.get(node.input[0])
+        if qv is None or self.mv.opset < 11:
+            return False
+        n = onnx.NodeProto()
+        n.CopyFrom(node)
+        if node_attr(node, "mode", b"constant") == b"constant":
+            if len(n.input) > 2 and n.input[2]:
+                if not self.mv.is_initializer(n.input[2]):
+                    return False
+                from ._common import quantize_array
+
+                c = quantize_array(self.mv.array(n.input[2]), np.float32(self.mv.array(qv.scale)),
+                                   np.float32(self.mv.array(qv.zp)), self.s.activation_type)
+                n.input[2] = self.mv.add_initializer(make_tensor(n.input[2] + "_quantized", c,
+                                                                 self.s.activation_type))
+            elif len(n.input) == 2:
+                n.input.append(qv.zp)  # padding with 0.0 is padding with the zero point
+            else:
+                n.input[2] = qv.zp
+        n.input[0] = qv.q_name
+        n.output[0] = node.output[0] + "_quantized"
+        self.emit(n)
+        self.qmap[node.output[0]] = QValue(n.output[0], qv.scale, qv.zp)
         return True
 
     def relu(self, node) -> bool:

@@ -34,6 +34,34 @@ def cnn(seed: int = 0) -> onnx.ModelProto:
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
 
 
+def unary_ops(seed: int = 0) -> onnx.ModelProto:
+    """Conv then the ops with their own QLinear form: Sigmoid, LeakyRelu, Concat, Pad, Split,
+    AveragePool, GlobalAveragePool, Softmax."""
+    r = np.random.default_rng(seed)
+    inits = [nh.from_array(r.normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "W"),
+             nh.from_array(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64), "pads")]
+    nodes = [h.make_node("Conv", ["x", "W"], ["c"], "conv", pads=[1, 1, 1, 1]),
+             h.make_node("Sigmoid", ["c"], ["s"], "sig"),
+             h.make_node("LeakyRelu", ["c"], ["lr"], "lrelu", alpha=0.1),
+             h.make_node("Concat", ["s", "lr"], ["cat"], "cat", axis=1),
+             h.make_node("Pad", ["cat", "pads"], ["pd"], "pad"),
+             h.make_node("Split", ["pd"], ["p1", "p2"], "split", axis=1, num_outputs=2),
+             h.make_node("AveragePool", ["p1"], ["ap"], "ap", kernel_shape=[2, 2]),
+             h.make_node("GlobalAveragePool", ["ap"], ["g"], "gap"),
+             h.make_node("GlobalAveragePool", ["p2"], ["g2"], "gap2"),
+             h.make_node("Concat", ["g", "g2"], ["gg"], "cat2", axis=1),
+             h.make_node("Flatten", ["gg"], ["f"], "flat"),
+             h.make_node("Softmax", ["f"], ["y"], "softmax", axis=-1)]
+    g = h.make_graph(nodes, "unary", [h.make_tensor_value_info("x", T.FLOAT, [1, 3, 8, 8])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 8])], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 18)], ir_version=8)
+
+
+def unary_feeds(n: int, seed: int = 1) -> list[dict]:
+    r = np.random.default_rng(seed)
+    return [{"x": r.normal(0, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(n)]
+
+
 def cnn_feeds(n: int, seed: int = 1) -> list[dict]:
     r = np.random.default_rng(seed)
     return [{"x": r.normal(0, 1, (2, 3, 8, 8)).astype(np.float32)} for _ in range(n)]

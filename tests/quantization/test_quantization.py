@@ -168,10 +168,22 @@ def test_block_static_qdq(block_path, tmp_path, request):
 
 def test_block_static_qoperator_matches_ort(block_path, tmp_path):
     path, _ = block_path
-    ops = ["MatMul", "Add", "Mul", "Gemm", "Relu", "Reshape", "Transpose"]
     ours, theirs = quantize_both(path, tmp_path, "static", M.block_feeds(3), quant_format="QOperator",
-                                 op_types_to_quantize=ops, activation_type=rq.QuantType.QUInt8)
+                                 activation_type=rq.QuantType.QUInt8)
     check_pair(ours, theirs, M.block_feeds(1, seed=9)[0], ours_on_rt=False)
+    assert {"QLinearMatMul", "QLinearSoftmax", "QLinearAdd"} <= set(op_counts(ours))
+
+
+@pytest.mark.parametrize("act", ["QUInt8", "QInt8"])
+def test_qoperator_activation_and_pool_ops(tmp_path, act):
+    path = tmp_path / "u.onnx"
+    onnx.save(M.unary_ops(), path)
+    feeds = M.unary_feeds(4)
+    ours, theirs = quantize_both(path, tmp_path, "static", feeds, quant_format="QOperator",
+                                 activation_type=getattr(rq.QuantType, act))
+    check_pair(ours, theirs, M.unary_feeds(1, seed=3)[0], ours_on_rt=False)
+    assert {"QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearAveragePool",
+            "QLinearGlobalAveragePool", "QLinearSoftmax", "Split", "Pad"} <= set(op_counts(ours))
 
 
 @pytest.mark.parametrize("method", ["Percentile", "Entropy", "Distribution", "MinMax"])
