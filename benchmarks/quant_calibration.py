@@ -3,7 +3,8 @@
 Each method runs in its own process (peak RSS = ru_maxrss of that process, which includes the
 model, the session and one batch's activations). Run:
     python benchmarks/quant_calibration.py [--layers 4] [--samples 128] [--seq 128]
-(torch is a benchmark-only dependency; onnxruntime is not used.)
+(torch is a benchmark-only dependency; methods "ort:MinMax", "ort:Percentile" run onnxruntime's
+calibrator on the same model and data, for comparison.)
 """
 import argparse
 import io
@@ -50,12 +51,20 @@ def child(path, method, samples, seq):
             self.i += 1
             return {"x": self.r.normal(0, 1, (1, seq, 768)).astype(np.float32)}
 
-    model = load_model(path)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t = time.perf_counter()
-    cal = create_calibrator(model, STATIC_OPS, getattr(CalibrationMethod, method), progress=False)
-    cal.collect_data(Reader())
-    ranges = cal.compute_data()
+    if method.startswith("ort:"):  # onnxruntime's calibrator on the same model, for comparison
+        from onnxruntime.quantization import CalibrationMethod as OM
+        from onnxruntime.quantization import create_calibrator as oc
+
+        with tempfile.TemporaryDirectory() as d:
+            cal = oc(path, list(STATIC_OPS), os.path.join(d, "aug.onnx"), getattr(OM, method[4:]))
+            cal.collect_data(Reader())
+            ranges = cal.compute_data().data
+    else:
+        cal = create_calibrator(load_model(path), STATIC_OPS, getattr(CalibrationMethod, method), progress=False)
+        cal.collect_data(Reader())
+        ranges = cal.compute_data()
     dt = time.perf_counter() - t
     print(json.dumps({"method": method, "seconds": dt, "tensors": len(ranges),
                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
