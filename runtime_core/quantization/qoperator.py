@@ -105,8 +105,8 @@ class QOperatorQuantizer:
             return self.qmap[t]
         w, s = self.mv.array(t), self.s
         sym = s.weight_symmetric(qtype) if qtype == s.weight_type else s.activation_symmetric
-        if axis is not None:
-            sym = s.weight_symmetric_opt if s.weight_symmetric_opt is not None else s.weight_symmetric(qtype)
+        if axis is not None:  # per-channel constants are weights whatever their type
+            sym = s.weight_symmetric(qtype)
             axis = axis % w.ndim
         p = weight_params(w, qtype, sym, reduce_range, axis, s.min_real_range)
         qn = self.mv.add_initializer(make_tensor(t + "_quantized", quantize_weight(w, p), qtype))
