@@ -35,6 +35,7 @@ class Settings:
     qdq_domain: str | None = None
     min_real_range: float | None = None
     static: bool = True
+    no_bias_weight_adjust: bool = False
 
     @classmethod
     def from_options(cls, extra: dict, **kw) -> "Settings":
@@ -49,6 +50,7 @@ class Settings:
         s.no_output_ops = set(extra.get("OpTypesToExcludeOutputQuantization", []) or [])
         s.qdq_axis = dict(extra.get("QDQOpTypePerChannelSupportToAxis", {}) or {})
         s.qdq_domain = "com.microsoft" if extra.get("UseQDQContribOps", False) else None
+        s.no_bias_weight_adjust = bool(extra.get("QDQDisableWeightAdjustForInt32Bias", False))
         mrr = extra.get("MinimumRealRange", None)
         s.min_real_range = None if mrr is None else float(mrr)
         return s

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper
 
 from ..errors import InvalidArgumentError
 from ._common import ModelView, QParams, make_tensor, node_attr, quantize_weight, weight_params
@@ -212,12 +212,43 @@ class QDQQuantizer:
         g.node.append(helper.make_node("DequantizeLinear", [qo, scale, zp], [dq_out], t + "_DequantizeLinear", **kw))
         self.qnames[t] = (scale, zp)
 
-    def _weight(self, t: str, axis: int | None, is_weight: bool) -> None:
+    def _weight_params(self, t: str, axis: int | None, is_weight: bool) -> QParams:
         s, w = self.s, self.mv.array(t)
         qtype = s.weight_type if is_weight else s.activation_type
         sym = axis is not None or (s.weight_symmetric(qtype) if is_weight else s.activation_symmetric)
-        p = weight_params(w, qtype, sym, s.reduce_range, axis, s.min_real_range)
-        self.wparams[t] = p
+        return weight_params(w, qtype, sym, s.reduce_range, axis, s.min_real_range)
+
+    def _widen_weight_scales_for_bias(self) -> None:
+        """A bias scale (input scale x weight scale) so small that the int32 bias would clip
+        gets a larger weight scale instead (symmetric int8/int16 weights, as onnxruntime)."""
+        qrange = float(np.iinfo(np.int32).max) - float(np.iinfo(np.int32).min + 1)
+        for b, (inp, w, _beta) in self.bias.items():
+            p = self.wparams.get(w)
+            if (p is None or inp not in self.params or self.marked.get(inp) != ("act",)
+                    or not self.mv.is_initializer(b) or p.qtype not in (TensorProto.INT8, TensorProto.INT16)
+                    or np.asarray(p.zero_point).any()):
+                continue
+            si = float(self.params[inp].scale)
+            bias = self.mv.array(b).astype(np.float64)
+            scale = np.array(p.scale, dtype=np.float64, copy=True)
+            if p.axis is None:
+                need = 1.0001 * 2.0 * max(abs(min(bias.min(), 0.0)), abs(max(bias.max(), 0.0))) / qrange
+                cand = si * float(scale)
+                if 0.0 < cand < need:
+                    scale = np.asarray(scale * (need / cand))
+            else:
+                need = 1.0001 * 2.0 * np.abs(bias.reshape(-1)) / qrange
+                cand = si * scale
+                grow = (cand > 0) & (cand < need)
+                scale = np.where(grow, scale * need / np.where(grow, cand, 1.0), scale)
+            new = scale.astype(p.scale.dtype)
+            if not np.array_equal(new, p.scale):
+                self.wparams[w] = QParams(new, p.zero_point, p.qtype, p.axis)
+
+    def _weight(self, t: str, axis: int | None, is_weight: bool) -> None:
+        s, w = self.s, self.mv.array(t)
+        qtype = s.weight_type if is_weight else s.activation_type
+        p = self.wparams[t]
         scale_n, zp_n = t + "_scale", t + "_zero_point"
         self.mv.add_initializer(make_tensor(scale_n, p.scale.astype(w.dtype)))
         self.mv.add_initializer(make_tensor(zp_n, p.zero_point, qtype))
@@ -250,6 +281,12 @@ class QDQQuantizer:
         return scale_n, zp_n
 
     def insert(self) -> None:
+        for t, info in self.marked.items():
+            if info[0] != "shared" and self.mv.is_initializer(t):
+                self.wparams[t] = self._weight_params(t, info[1] if info[0] == "weight" else None,
+                                                      info[0] == "weight")
+        if not self.s.no_bias_weight_adjust:
+            self._widen_weight_scales_for_bias()
         for t, info in list(self.marked.items()):
             if info[0] == "shared":
                 continue

@@ -300,3 +300,20 @@ def test_pre_process_cache_and_reader_protocol(cnn_path, tmp_path):
     assert cache.is_file()
     rq.quantize_static(pre, b, None, calibration_cache_path=cache)  # ranges read back, no calibration
     np.testing.assert_array_equal(ort_run(a, feed), ort_run(b, feed))
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["per-tensor", "per-channel"])
+def test_tiny_weights_widen_scale_for_int32_bias(tmp_path, per_channel):
+    m = M.cnn()
+    for t in m.graph.initializer:  # weights so small that input_scale * weight_scale cannot hold the bias in int32
+        if t.name in ("W1", "B1"):
+            a = onnx.numpy_helper.to_array(t) * (1e-10 if t.name == "W1" else 50.0)
+            t.CopyFrom(onnx.numpy_helper.from_array(a.astype(np.float32), t.name))
+    path = tmp_path / "tiny.onnx"
+    onnx.save(m, path)
+    ours, theirs = quantize_both(path, tmp_path, "static", M.cnn_feeds(3), quant_format="QDQ",
+                                 per_channel=per_channel)
+    check_pair(ours, theirs, M.cnn_feeds(1, seed=7)[0])
+    w_ours = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(ours)).graph.initializer}["W1_scale"]
+    w_theirs = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(theirs)).graph.initializer}["W1_scale"]
+    np.testing.assert_allclose(w_ours, w_theirs, rtol=1e-6)
