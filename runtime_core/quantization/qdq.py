@@ -232,10 +232,10 @@ class QDQQuantizer:
             bias = self.mv.array(b).astype(np.float64)
             scale = np.array(p.scale, dtype=np.float64, copy=True)
             if p.axis is None:
-                need = 1.0001 * 2.0 * max(abs(min(bias.min(), 0.0)), abs(max(bias.max(), 0.0))) / qrange
-                cand = si * float(scale)
-                if 0.0 < cand < need:
-                    scale = np.asarray(scale * (need / cand))
+                lim = 1.0001 * 2.0 * max(abs(min(bias.min(), 0.0)), abs(max(bias.max(), 0.0))) / qrange
+                c = si * float(scale)
+                if 0.0 < c < lim:
+                    scale = np.asarray(scale * (lim / c))
             else:
                 need = 1.0001 * 2.0 * np.abs(bias.reshape(-1)) / qrange
                 cand = si * scale
