@@ -114,3 +114,34 @@ def torch_block(kind: str, exporter: str) -> onnx.ModelProto:
 def block_feeds(n: int, seed: int = 2) -> list[dict]:
     r = np.random.default_rng(seed)
     return [{"x": r.normal(0, 1, (1, 8, 32)).astype(np.float32)} for _ in range(n)]
+
+
+def torch_cnn(exporter: str) -> onnx.ModelProto:
+    """Conv-BN-ReLU-MaxPool-Conv-ReLU + residual-GlobalAvgPool-Linear from torch (1x3x16x16)."""
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.bn = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+            self.c2, self.fc = nn.Conv2d(8, 8, 3, padding=1), nn.Linear(8, 10)
+
+        def forward(self, x):
+            x = nn.functional.max_pool2d(torch.relu(self.bn(self.c1(x))), 2)
+            x = torch.relu(self.c2(x)) + x
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    torch.manual_seed(0)
+    m = Net().eval()
+    x = torch.randn(1, 3, 16, 16)
+    if exporter == "torchscript":
+        buf = io.BytesIO()
+        torch.onnx.export(m, (x,), buf, dynamo=False, opset_version=17, input_names=["x"], output_names=["y"])
+        return onnx.load_from_string(buf.getvalue())
+    return torch.onnx.export(m, (x,), dynamo=True, opset_version=18, input_names=["x"], output_names=["y"]).model_proto
+
+
+def torch_cnn_feeds(n: int, seed: int = 4) -> list[dict]:
+    r = np.random.default_rng(seed)
+    return [{"x": r.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(n)]
