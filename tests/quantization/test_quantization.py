@@ -333,3 +333,18 @@ def test_torch_cnn_all_forms(tmp_path, exporter):
                                         "activation_type": rq.QuantType.QUInt8}, False)]:
         ours, theirs = quantize_both(path, tmp_path, mode, M.torch_cnn_feeds(3), **kw)
         check_pair(ours, theirs, feed, ours_on_rt=on_rt)
+
+
+def test_progress_bar_on_long_calibrations(capsys, monkeypatch):
+    from runtime_core.quantization import calibrate
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # the fallback line, whether or not tqdm is installed
+    bar = calibrate._Progress(total=3, enabled=True, delay=0.0)
+    for _ in range(3):
+        bar.update()
+    bar.close()
+    assert "calibrating: 3/3 batches" in capsys.readouterr().err
+    quiet = calibrate._Progress(total=3, enabled=True, delay=60.0)  # short calibrations stay silent
+    quiet.update()
+    quiet.close()
+    assert capsys.readouterr().err == ""
