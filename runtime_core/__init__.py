@@ -120,3 +120,12 @@ def get_provider_info() -> list[dict]:
 def get_device() -> str:
     """ORT compatibility: the default device of this build (``"CPU"``)."""
     return "CPU"
+
+
+def __getattr__(name: str):
+    """``runtime_core.quantization`` is imported on first use (it is not needed to run models)."""
+    if name == "quantization":
+        import importlib
+
+        return importlib.import_module(".quantization", __name__)
+    raise AttributeError(f"module 'runtime_core' has no attribute {name!r}")

@@ -254,6 +254,7 @@ COMMAND_MODULES = (
     "runtime_core.testing.cli",
     "runtime_core.bench_cli",
     "runtime_core.serving.cli",
+    "runtime_core.quantization.cli",
 )
 
 

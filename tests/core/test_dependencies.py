@@ -45,6 +45,8 @@ NOT_IMPORTED = {
 #: modules loaded only by a program that brings the import itself: (package prefix, module) -> why
 PROVIDED = {
     ("runtime_core.testing", "pytest"): "the provider kit is a pytest plugin (entry point pytest11): pytest loads it",
+    ("runtime_core.quantization.calibrate", "tqdm"): "optional: the calibration progress bar uses tqdm when the "
+                                                     "user has it, a stderr line otherwise (never required)",
 }
 
 
