@@ -9,6 +9,7 @@ from setuptools import Extension, setup
 SOURCES = [
     "module.c",            # the module table, buffer checks
     "threadpool.c",        # the kernel thread pool, run scopes (stop flag, runs in flight)
+    "threadpool_blas.c",   # sgemm as tiles on the pool
     "threads.c",           # how kernels split work over the pool, work buffers
     "cpu_features.c",      # AVX-512 or not, asked once at load
     "sgemm_bridge.c",      # SciPy's sgemm for the GEMM-shaped kernels

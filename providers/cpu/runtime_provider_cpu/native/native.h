@@ -312,6 +312,7 @@ PyObject *rc_py_softmax(PyObject *self, PyObject *args);
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args);
 PyObject *rc_py_run_enter(PyObject *self, PyObject *flag);
 PyObject *rc_py_run_exit(PyObject *self, PyObject *scope);
+PyObject *rc_py_sgemm(PyObject *self, PyObject *args);
 PyObject *rc_py_tree_leaves(PyObject *self, PyObject *args);
 #if DWF_OK
 PyObject *rc_py_conv_maxpool(PyObject *self, PyObject *args);

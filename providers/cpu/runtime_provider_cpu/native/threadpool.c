@@ -46,6 +46,7 @@ static struct {
 
 static int rc_runs;                   /* atomic: runs in flight (run_enter at depth 0) */
 static unsigned long rc_skipped;      /* atomic: parts skipped for a stop flag, ever */
+static unsigned long rc_started;      /* atomic: parts started in pooled jobs, ever */
 static _Thread_local const volatile unsigned char *rc_tls_stop;
 static _Thread_local int rc_tls_depth;
 
@@ -79,6 +80,8 @@ static void rc_job_work(rc_job *j)
             __atomic_add_fetch(&rc_skipped, (unsigned long)(left > 0 ? left : 0), __ATOMIC_RELAXED);
             break;
         }
+        if (j->threads > 1)
+            __atomic_add_fetch(&rc_started, 1, __ATOMIC_RELAXED);
         j->fn(j->arg, p, j->parts);
         mine = 1;
     }
@@ -233,7 +236,7 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
 }
 
 /* pool_stats() -> (workers started, threads that ran parts of the last pooled job, runs in
- * flight, parts skipped for a stop flag since the module loaded) */
+ * flight, parts skipped for a stop flag and parts of pooled jobs started since the module loaded) */
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -241,8 +244,9 @@ PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
     pthread_mutex_lock(&rc_pool.mu);
     const int started = rc_pool.started, last = rc_pool.last_threads;
     pthread_mutex_unlock(&rc_pool.mu);
-    return Py_BuildValue("(iiik)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
-                         __atomic_load_n(&rc_skipped, __ATOMIC_RELAXED));
+    return Py_BuildValue("(iiikk)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_skipped, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_started, __ATOMIC_RELAXED));
 }
 
 /* ---- the run scope --------------------------------------------------------------------- */
