@@ -79,13 +79,14 @@ def worker(args) -> None:
                 sess.run(None, feeds)
 
         ts = [threading.Thread(target=client) for _ in range(n)]
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         for t in ts:
             t.start()
         for t in ts:
             t.join()
-        wall = time.perf_counter() - t0
-        print(json.dumps({"wall": wall, "runs": n * per}))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        # CPU time (all threads) tells spinning and oversubscription apart from a busy machine
+        print(json.dumps({"wall": wall, "cpu": cpu, "runs": n * per}))
     else:
         lat = []
         end = time.perf_counter() + args.seconds
@@ -151,10 +152,11 @@ def main(argv=None) -> int:
     if args.part in ("throughput", "all"):
         clients = [int(c) for c in args.clients.split(",")]
         print(f"\n## throughput: {MODEL}, one session, {args.runs} runs over N client threads (runs/s)\n")
-        print("| clients | runtime-core | onnxruntime | wall ratio (ours / ort) |")
-        print("|---|---|---|---|")
+        print("| clients | runtime-core | onnxruntime | wall ratio (ours / ort) | CPU ms a run: ours, ort |")
+        print("|---|---|---|---|---|")
         for n in clients:
-            rates = {r: [] for r in runtimes}
+            rates: dict = {r: [] for r in runtimes}
+            cpus: dict = {r: [] for r in runtimes}
             ratios = []
             for _ in range(args.rounds):
                 walls = {}
@@ -163,9 +165,11 @@ def main(argv=None) -> int:
                                  "--clients", n, "--runs", args.runs)
                     walls[r] = got["wall"] / got["runs"]
                     rates[r].append(got["runs"] / got["wall"])
+                    cpus[r].append(got["cpu"] / got["runs"] * 1e3)
                 ratios.append(walls["runtime_core"] / walls["onnxruntime"])
             print(f"| {n} | {np.median(rates['runtime_core']):.0f} | {np.median(rates['onnxruntime']):.0f} | "
-                  f"{np.median(ratios):.2f} |", flush=True)
+                  f"{np.median(ratios):.2f} | {np.median(cpus['runtime_core']):.2f}, "
+                  f"{np.median(cpus['onnxruntime']):.2f} |", flush=True)
     if args.part in ("latency", "all"):
         print(f"\n## latency: {MODEL}, runs in turn for {args.seconds:.0f} s beside {args.busy} busy processes (ms)\n")
         print("| runtime | intra_op_num_threads | p10 | p50 | p90 |")
