@@ -140,6 +140,11 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads);
  * thread's wake-up must pay for itself), at least 1; returns the parts, 4 a thread, no more
  * than the kernel's units (channel planes, tiles) */
 int rc_parts(double work, double min_work, Py_ssize_t units, int *threads);
+#define RC_PART_WORK 536870912.0 /* 2^29 flops: 10-30 ms on one core */
+#define RC_PARTS_FINE_MAX 4096
+/* rc_parts with at least one part a RC_PART_WORK of work (up to the units), for kernels that
+ * keep no work buffer per part: a stopped run then ends within one part of a long kernel */
+int rc_parts_fine(double work, double min_work, Py_ssize_t units, int *threads);
 /* fn's parts of job on up to threads threads without the GIL (none where *oom is already set:
  * the caller's own allocation failed), then the caller's nbuf buffers released: None, or NULL
  * with MemoryError where *oom is set */

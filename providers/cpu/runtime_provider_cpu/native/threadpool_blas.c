@@ -5,8 +5,8 @@
  * flops) that a stopped run ends within one tile. */
 #include "native.h"
 
-#define SG_TILE_FLOPS 536870912.0 /* 2^29: 10-30 ms on one core */
-#define SG_MAX_PARTS 4096
+#define SG_TILE_FLOPS RC_PART_WORK
+#define SG_MAX_PARTS RC_PARTS_FINE_MAX
 
 typedef struct {
     const float *a, *b;

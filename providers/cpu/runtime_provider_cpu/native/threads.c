@@ -21,6 +21,22 @@ int rc_parts(double work, double min_work, Py_ssize_t units, int *threads)
     return parts < 1 ? 1 : (int)parts;
 }
 
+/* rc_parts, and more parts where the work is large (at least one a RC_PART_WORK, up to the
+ * units): for kernels that keep no work buffer per part, so that a stopped run ends within
+ * one part of a long kernel */
+int rc_parts_fine(double work, double min_work, Py_ssize_t units, int *threads)
+{
+    int parts = rc_parts(work, min_work, units, threads);
+    const double fine = work / RC_PART_WORK;
+    if (fine > parts) {
+        const Py_ssize_t most = units < RC_PARTS_FINE_MAX ? units : RC_PARTS_FINE_MAX;
+        parts = fine > (double)most ? (int)most : (int)fine + 1;
+        if (parts > most)
+            parts = (int)most;
+    }
+    return parts < 1 ? 1 : parts;
+}
+
 /* fn's parts of job on up to threads threads without the GIL (none where *oom is already set:
  * the caller's own allocation failed), then the caller's nbuf buffers released: None, or NULL
  * with MemoryError where *oom is set */
