@@ -8,7 +8,9 @@ from setuptools import Extension, setup
 # listed, not globbed: a new file is a deliberate change to the build
 SOURCES = [
     "module.c",            # the module table, buffer checks
-    "threads.c",           # the kernel thread pool, work buffers
+    "threadpool.c",        # the kernel thread pool, run scopes (stop flag, runs in flight)
+    "threadpool_blas.c",   # sgemm as tiles on the pool
+    "threads.c",           # how kernels split work over the pool, work buffers
     "cpu_features.c",      # AVX-512 or not, asked once at load
     "sgemm_bridge.c",      # SciPy's sgemm for the GEMM-shaped kernels
     "rows.c",              # bias_clip, gelu_erf, skip_layer_norm, softmax

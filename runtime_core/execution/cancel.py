@@ -1,9 +1,11 @@
 """Cancellation: what turns ``RunOptions.terminate`` into the ``stop`` a run checks.
 
-``stop`` is a zero-argument callable that raises :class:`RunTerminatedError` once the
-flag is set; the executor calls it between partitions and passes it to each executable
-whose ``run`` takes a ``stop`` keyword (plugin API 1.3), which calls it between its
-own steps (see ``ExecutionProvider.compile``).
+``stop`` (a :class:`RunStop`) is a zero-argument callable that raises
+:class:`RunTerminatedError` once the flag is set; the executor calls it between partitions
+and passes it to each executable whose ``run`` takes a ``stop`` keyword (plugin API 1.3),
+which calls it between its own steps (see ``ExecutionProvider.compile``). Its ``flag``, a
+byte that ``RunOptions.terminate`` sets, is what compiled code polls between the parts of
+one long kernel.
 """
 
 from __future__ import annotations
@@ -18,17 +20,54 @@ def terminated_error() -> RunTerminatedError:
     return RunTerminatedError("the run was terminated: RunOptions.terminate is set")
 
 
+class RunStop:
+    """The ``stop`` of one run made with ``RunOptions``: calling it raises
+    :class:`RunTerminatedError` once the run is to end.
+
+    ``flag`` is a one-byte ``bytearray`` that becomes 1 when ``RunOptions.terminate`` is set
+    (from any thread) and stays 1 for this run, so that compiled code can poll it between the
+    parts of a long kernel without the GIL and a kernel cut short never hands on its output
+    (plugin API 1.3: an executable may read ``getattr(stop, "flag", None)``). ``close()``
+    when the run ends.
+    """
+
+    __slots__ = ("flag", "_options")
+
+    def __init__(self, run_options):
+        self.flag = bytearray(1)
+        self._options = run_options
+        watch = getattr(run_options, "_watch", None)
+        if watch is not None:  # RunOptions sets the flag itself; duck-typed options are polled
+            watch(self.flag)
+
+    def __call__(self) -> None:
+        if self.flag[0] or self._options.terminate:
+            self.flag[0] = 1
+            raise terminated_error()
+
+    @property
+    def terminated(self) -> bool:
+        """Whether the run is to end (the flag is set)."""
+        if not self.flag[0] and self._options.terminate:
+            self.flag[0] = 1
+        return bool(self.flag[0])
+
+    def close(self) -> None:
+        """The run is over: later changes of ``terminate`` no longer reach this flag."""
+        unwatch = getattr(self._options, "_unwatch", None)
+        if unwatch is not None:
+            unwatch(self.flag)
+
+
 def make_stop(run_options):
-    """The ``stop`` callable of a run made with ``run_options`` (``None`` without options).
+    """The :class:`RunStop` of a run made with ``run_options`` (``None`` without options).
     Raises :class:`RunTerminatedError` at once when the flag is already set."""
     if run_options is None:
         return None
-    if getattr(run_options, "terminate", False):
+    stop = RunStop(run_options)
+    if stop.terminated:
+        stop.close()
         raise terminated_error()
-
-    def stop() -> None:
-        if run_options.terminate:
-            raise terminated_error()
     return stop
 
 

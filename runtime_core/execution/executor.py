@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from ..errors import ExecutionError, OutOfMemoryError, RunTerminatedError
 from ..partition.report import CopyEntry, FusionEntry
-from .cancel import accepts_stop, find_terminated, in_chain
+from .cancel import accepts_stop, find_terminated, in_chain, terminated_error
 
 logger = logging.getLogger("runtime_core.execution")
 
@@ -352,6 +352,9 @@ class ExecutionPlan:
                     term = find_terminated(exc) if stop is not None else None
                     if term is not None:  # a provider wrapped the error its ``stop`` raised
                         raise RunTerminatedError(str(term)) from exc
+                    if stop is not None and getattr(stop, "terminated", False):
+                        # a kernel cut short by the flag left garbage that a later one choked on
+                        raise terminated_error() from exc
                     node = getattr(exc, "node_name", None)
                     where = f" at node {node!r} ({getattr(exc, 'op_type', '?')})" if node else ""
                     # the size cap and numpy both raise MemoryError, which providers may wrap
@@ -367,6 +370,8 @@ class ExecutionPlan:
                 env[st.dst_key] = transfer(st.value, st.src, st.dst, env[st.src_key], stats)
             for k in st.frees:
                 env.pop(k, None)
+        if stop is not None:
+            stop()  # the last kernel may have been cut short by the flag: its output is garbage
         result = []
         for name in output_names:
             want = placements.get(name) if placements else None

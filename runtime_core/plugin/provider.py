@@ -137,6 +137,10 @@ class ExecutionProvider:
         ``run`` calls it between its steps and between the parts of anything long (loop
         iterations, subgraph nodes), and lets the error propagate (or chains it: the core
         finds it among the causes). Without ``stop`` the core checks only between partitions.
+        ``stop.flag`` is a one-byte writable buffer that becomes nonzero once the run is to
+        end and stays so for that run: compiled code polls it without the GIL between the
+        parts of one long kernel and may then skip the rest (the core raises
+        ``RunTerminatedError`` after the step and discards its outputs).
 
         Run-time fusions (plugin API 1.3, optional): an executable's ``fusions()`` returns
         ``(kind, node names)`` for each group of nodes it has come to run as one since it

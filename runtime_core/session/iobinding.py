@@ -210,8 +210,15 @@ class IOBinding:
 
     # -- running (called by InferenceSession.run_with_iobinding) --------------------
     def _run(self, run_options=None) -> None:
-        sess = self._session
         stop = make_stop(run_options)  # a flag set already: refused before anything runs
+        try:
+            self._run_bound(stop)
+        finally:
+            if stop is not None:
+                stop.close()
+
+    def _run_bound(self, stop) -> None:
+        sess = self._session
         if not self._outputs:
             raise InvalidArgumentError("At least one output should be requested: bind outputs with "
                                        "bind_output or bind_ortvalue_output before run_with_iobinding")

@@ -137,9 +137,31 @@ class RunOptions:
         self.log_verbosity_level = 0
         self.logid = ""
         self.run_tag = ""
-        self.terminate = False
+        #: the flags of the runs in flight with these options (``execution.cancel.RunStop``)
+        self._run_flags: dict[int, bytearray] = {}
+        self._terminate = False
         self.only_execute_path_to_fetches = False
         self._config: dict[str, str] = {}
+
+    @property
+    def terminate(self) -> bool:
+        """Set to True (from any thread) to end the runs made with these options: each stops
+        within about 100 ms with ``RunTerminatedError``, inside a long compiled kernel too; a
+        run started while it is True is refused at once."""
+        return self._terminate
+
+    @terminate.setter
+    def terminate(self, value: bool) -> None:
+        self._terminate = bool(value)
+        if self._terminate:
+            for flag in tuple(self._run_flags.values()):
+                flag[0] = 1
+
+    def _watch(self, flag: bytearray) -> None:
+        self._run_flags[id(flag)] = flag
+
+    def _unwatch(self, flag: bytearray) -> None:
+        self._run_flags.pop(id(flag), None)
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)

@@ -127,27 +127,6 @@ def _node_arg(vi: onnx.ValueInfoProto) -> NodeArg:
     return NodeArg(vi.name, type_string(vi.type), None if shape is None else list(shape))
 
 
-_BLAS_LOCK = threading.Lock()
-_BLAS_APPLIED: list = [None]
-
-
-def _apply_blas_threads(n: int) -> None:
-    """Bound the BLAS thread pools to ``n`` (process-wide: the pools are global)."""
-    if n <= 0 or _BLAS_APPLIED[0] == n:
-        return
-    with _BLAS_LOCK:
-        if _BLAS_APPLIED[0] == n:
-            return
-        try:
-            from threadpoolctl import threadpool_limits
-
-            threadpool_limits(limits=n, user_api="blas")
-            _BLAS_APPLIED[0] = n
-        except Exception as exc:  # threadpoolctl missing or BLAS unknown: say so once
-            logger.warning("could not limit BLAS threads to %d: %s", n, exc)
-            _BLAS_APPLIED[0] = n
-
-
 def _requested(providers, provider_options) -> list[tuple[str, dict]]:
     if providers is None:
         return []
@@ -390,6 +369,8 @@ class InferenceSession:
         try:
             outs = self._execute(input_feed, names, stats=stats, stop=stop)
         finally:
+            if stop is not None:
+                stop.close()
             self._transfers.merge(stats)
         for name, value in zip(names, outs):
             self._check_output_type(name, getattr(value, "dtype", None))
@@ -468,7 +449,6 @@ class InferenceSession:
         specs = self._specs if not device_feeds else {
             n: s for n, s in self._specs.items() if n not in device_feeds}
         feeds = validate_feeds(host, specs, self._max_tensor_bytes)
-        _apply_blas_threads(int(self._sess_options.intra_op_num_threads or 0))
         if self._profiler is not None:
             return self._profiler.run_model(self._plan.run, feeds, names, device_feeds=device_feeds or None,
                                             placements=placements, stats=stats, stop=stop)

@@ -468,18 +468,22 @@ def test_execution_mode_given_as_int_and_numpy_thread_count():
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], _numpy_branches(x, ws)[0], rtol=1e-5, atol=1e-5)
 
 
-def test_intra_op_threads_still_bound_blas_in_parallel_mode(monkeypatch):
-    import runtime_core.session.session as session_mod
+def test_blas_threads_never_compete_with_the_kernel_pool_in_parallel_mode():
+    # numpy's BLAS is held at one thread once a CPU partition compiles (GEMMs run as tiles
+    # on the kernel pool), or at the session's threads where SciPy's sgemm is missing
+    from threadpoolctl import threadpool_info
 
-    applied = []
-    monkeypatch.setattr(session_mod, "_apply_blas_threads", applied.append)
+    from runtime_provider_cpu.fast import sgemm
+
     m, _ = _branches(k=2)
     so = rt.SessionOptions()
     so.execution_mode = rt.ExecutionMode.ORT_PARALLEL
     so.inter_op_num_threads = 2
     so.intra_op_num_threads = 1
     rt.InferenceSession(m.SerializeToString(), so, providers=["cpu"]).run(None, {"x": _x()})
-    assert applied == [1]
+    held = sgemm._BLAS[0]
+    assert held == 1 or not sgemm.sgemm_ready()
+    assert {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"} == {held}
 
 
 # -- control flow ------------------------------------------------------------------------------------

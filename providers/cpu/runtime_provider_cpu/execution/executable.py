@@ -21,11 +21,12 @@ from time import perf_counter_ns
 
 import numpy as np
 
+from ..fast.sgemm import hold_blas
 from ..registry import REGISTRY, KernelContext
 from . import fusion, inplace
 from .parallel import ParallelRun
 from .schedule import Schedule
-from .step import NONE_SLOT, STOP, run_step
+from .step import NONE_SLOT, STOP, end_scope, run_scope, run_step
 from .subgraph import compile_subgraphs, with_outer
 
 
@@ -65,6 +66,7 @@ class CPUExecutable:
         self.input_slots = [slot(n) for n in partition.inputs]
         steps = []
         kernel_threads = intra_op_threads(partition)
+        hold_blas(kernel_threads)  # BLAS's own threads, set once for the process
         cap = int(getattr(partition, "max_tensor_bytes", 0) or 0)
         for node in partition.nodes:
             spec = REGISTRY.lookup(node.domain, node.op_type, node.since_version)
@@ -144,12 +146,14 @@ class CPUExecutable:
         # floating-point warnings are the IEEE results ONNX asks for (inf, nan): ignored once
         # per run here rather than per kernel call (np.errstate costs more than a tiny add)
         token = STOP.set(stop)
+        scope = run_scope(stop)
         try:
             with np.errstate(all="ignore"):
                 if self._schedule is not None:
                     return self._run_parallel(inputs, None, stop)
                 outs = self._run(self.run_steps, inputs, stop)
         finally:
+            end_scope(scope)
             STOP.reset(token)
         if self._bindable:
             self._bind()
@@ -159,12 +163,14 @@ class CPUExecutable:
         """``run`` that times each kernel call: ``record(node, t0_ns, t1_ns, inputs, outputs)``
         after each node (profiling; never the fused steps, so that each node is timed)."""
         token = STOP.set(stop)
+        scope = run_scope(stop)
         try:
             with np.errstate(all="ignore"):
                 if self._schedule is not None:
                     return self._run_parallel(inputs, record, stop)
                 return self._run(self.steps, inputs, stop, record)
         finally:
+            end_scope(scope)
             STOP.reset(token)
 
     def _run(self, steps, inputs, stop, record=None):

@@ -9,7 +9,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from .step import STOP, run_step
+from .step import STOP, end_scope, run_scope, run_step
 
 
 class ParallelRun:
@@ -102,6 +102,7 @@ class ParallelRun:
     def _help(self) -> None:
         lock, ready = self.lock, self.ready
         token = STOP.set(self.stop)  # subgraph bodies run on this thread see the run's stop
+        scope = run_scope(self.stop)  # its kernels count for the pool and poll the stop flag
         try:
             with np.errstate(all="ignore"):  # floating-point state is per thread
                 while True:
@@ -114,6 +115,7 @@ class ParallelRun:
                     while step is not None:
                         step = self._step(step)
         finally:
+            end_scope(scope)
             STOP.reset(token)
 
     def _step(self, i: int):

@@ -12,6 +12,7 @@ import contextvars
 
 import numpy as np
 
+from ..fast.policy import NATIVE as _NATIVE
 from . import inplace
 
 #: slot 0 always holds None: omitted optional inputs read it
@@ -20,6 +21,22 @@ NONE_SLOT = 0
 #: the run's ``stop`` callable (see :meth:`CPUExecutable.run`) while a run is in progress,
 #: for what runs inside a kernel: subgraph bodies and the iterations of Loop and Scan
 STOP: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_stop", default=None)
+
+
+def run_scope(stop):
+    """Open the compiled kernels' run scope on this thread (``_native.run_enter``): the kernel
+    pool counts the run as one in flight (its cores are shared with concurrent runs) and the
+    parts of a long kernel poll ``stop``'s flag (``RunStop.flag``: a byte the core sets with
+    ``RunOptions.terminate``). Returns what :func:`end_scope` takes (None without the extension)."""
+    if _NATIVE is None:
+        return None
+    return _NATIVE.run_enter(getattr(stop, "flag", None))
+
+
+def end_scope(scope) -> None:
+    """Close a :func:`run_scope` on the thread that opened it."""
+    if scope is not None:
+        _NATIVE.run_exit(scope)
 
 
 def check_stop() -> None:

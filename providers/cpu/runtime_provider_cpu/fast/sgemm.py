@@ -58,3 +58,47 @@ def sgemm_ready():
     if ctl.get_num_threads() != 1:
         ctl.set_num_threads(1)
     return True
+
+
+_BLAS: list = []  # [the thread count numpy's BLAS was set to], once decided
+
+
+def hold_blas(threads: int) -> None:
+    """Set the BLAS libraries' own threads for the process, once, when a CPU partition
+    compiles: one thread where SciPy's sgemm runs large float32 GEMMs as tiles on the kernel
+    pool (:func:`pooled_matmul`), so that BLAS's threads, which split a call statically and spin
+    between calls, never compete with the pool or with concurrent runs; else (no extension, no
+    SciPy sgemm) ``threads``, BLAS's threads being the only parallel GEMM there is."""
+    if _BLAS:
+        return
+    n = 1 if sgemm_ready() else max(1, int(threads))
+    _BLAS.append(n)
+    try:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=n, user_api="blas")
+    except Exception as exc:  # threadpoolctl missing or the BLAS unknown to it: said once
+        _log.warning("CPU provider: could not set the BLAS threads to %d: %s", n, exc)
+
+
+def pooled_matmul(threads: int, a, b):
+    """``a @ b`` for float32 ``a`` [..., K] and 2-D ``b`` [K, N] as tiles of single-threaded
+    sgemm on the kernel pool (``_native.sgemm``: a stopped run ends within one tile), or None
+    where that is not the path: another dtype or layout, a product under the policy's
+    ``blas_min_macs``, or no SciPy sgemm."""
+    import numpy as np
+
+    if (type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != np.float32
+            or b.dtype != np.float32 or a.ndim < 2 or b.ndim != 2 or a.shape[-1] != b.shape[0]):
+        return None
+    K, N = b.shape
+    M = a.size // K if K else 0
+    p = current()
+    if M == 0 or N == 0 or K == 0 or M * K * N < p.blas_min_macs or max(M, K, N) >= 1 << 31:
+        return None
+    if not sgemm_ready():
+        return None
+    a2 = np.ascontiguousarray(a.reshape(M, K))
+    y = np.empty((M, N), np.float32)
+    p.native.sgemm(a2, np.ascontiguousarray(b), y, (M, K, N), int(threads))
+    return y.reshape(*a.shape[:-1], N)

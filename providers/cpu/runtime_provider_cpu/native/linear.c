@@ -227,7 +227,7 @@ static void ln_run(ln_job *j, int threads)
         j->bp = (np_ + nb - 1) / nb;
     }
     const Py_ssize_t units = cols * ((np_ + j->bp - 1) / j->bp);
-    const int parts = rc_parts(2.0 * (double)j->R * (double)j->K * (double)j->N, 2.5e5, units, &threads);
+    const int parts = rc_parts_fine(2.0 * (double)j->R * (double)j->K * (double)j->N, 2.5e5, units, &threads);
     rc_parallel(ln_part, j, parts, threads);
 }
 

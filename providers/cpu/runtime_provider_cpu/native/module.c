@@ -150,8 +150,22 @@ static PyMethodDef methods[] = {
      "softmax(z, (rows, t))\n"
      "The softmax of every row of t floats of the C-contiguous float32 buffer z, in place."},
     {"pool_stats", rc_py_pool_stats, METH_NOARGS,
-     "pool_stats() -> (workers, last_threads)\n"
-     "The kernel thread pool's started workers and how many threads ran the last pooled job."},
+     "pool_stats() -> (workers, last_threads, runs, skipped, started)\n"
+     "The kernel thread pool's started workers, how many threads ran the last pooled job, the\n"
+     "runs in flight (run_enter scopes), and the parts skipped for a stop flag and the parts of\n"
+     "pooled jobs started so far."},
+    {"run_enter", rc_py_run_enter, METH_O,
+     "run_enter(flag) -> scope\n"
+     "Until run_exit(scope), this thread's kernels skip their parts not started once flag's\n"
+     "first byte is nonzero (flag: a writable buffer, or None to keep the enclosing scope's);\n"
+     "a thread's outermost scope counts as a run in flight, which the pool shares its cores with."},
+    {"sgemm", rc_py_sgemm, METH_VARARGS,
+     "sgemm(a, b, y, (M, K, N), threads)\n"
+     "y[M][N] = a[M][K] @ b[K][N] in float32 (C-contiguous) as tiles of y on the kernel threads,\n"
+     "each one single-threaded sgemm (set_sgemm's)."},
+    {"run_exit", rc_py_run_exit, METH_O,
+     "run_exit(scope)\n"
+     "End the innermost run_enter scope of this thread."},
     {"tree_leaves", rc_py_tree_leaves, METH_VARARGS,
      "tree_leaves(X, nodes, roots, out, (n, c, L, t), itemsize, depth, mode, nan_check)\n"
      "The node every row of X reaches in every tree (out[tree, row]) over C-contiguous buffers:\n"

@@ -124,19 +124,27 @@ int get_items(const char *fn, PyObject *obj, Py_buffer *view, int writable, Py_s
 int get_buffers(const char *fn, const rc_buf *spec, Py_buffer *v, int k);
 void release_buffers(Py_buffer *v, int k);
 
-/* ---- the kernel thread pool and work buffers (threads.c) ------------------------------- */
+/* ---- the kernel thread pool (threadpool.c) and work buffers (threads.c) ---------------- */
 
 #define RC_POOL_MAX 64 /* threads a job runs on, at most */
 
 /* fn(arg, part, parts) for every part */
 typedef void (*rc_part_f)(void *arg, int part, int parts);
 /* fn(arg, part, parts) for every part in [0, parts), on the caller's thread and up to
- * threads - 1 pool workers; returns when all have finished */
+ * threads - 1 pool workers (fewer while other runs or jobs keep the cores busy), parts claimed
+ * one at a time by whichever thread runs; returns when all have finished. Once the calling
+ * thread's run scope's stop flag is set, the parts not started are skipped: the kernel's
+ * output is then garbage, which the ending run discards. */
 void rc_parallel(rc_part_f fn, void *arg, int parts, int threads);
 /* how a kernel splits its work over the pool: *threads lowered to one a min_work of work (a
  * thread's wake-up must pay for itself), at least 1; returns the parts, 4 a thread, no more
  * than the kernel's units (channel planes, tiles) */
 int rc_parts(double work, double min_work, Py_ssize_t units, int *threads);
+#define RC_PART_WORK 536870912.0 /* 2^29 flops: 10-30 ms on one core */
+#define RC_PARTS_FINE_MAX 4096
+/* rc_parts with at least one part a RC_PART_WORK of work (up to the units), for kernels that
+ * keep no work buffer per part: a stopped run then ends within one part of a long kernel */
+int rc_parts_fine(double work, double min_work, Py_ssize_t units, int *threads);
 /* fn's parts of job on up to threads threads without the GIL (none where *oom is already set:
  * the caller's own allocation failed), then the caller's nbuf buffers released: None, or NULL
  * with MemoryError where *oom is set */
@@ -307,6 +315,9 @@ PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args);
 PyObject *rc_py_mha(PyObject *self, PyObject *args);
 PyObject *rc_py_softmax(PyObject *self, PyObject *args);
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args);
+PyObject *rc_py_run_enter(PyObject *self, PyObject *flag);
+PyObject *rc_py_run_exit(PyObject *self, PyObject *scope);
+PyObject *rc_py_sgemm(PyObject *self, PyObject *args);
 PyObject *rc_py_tree_leaves(PyObject *self, PyObject *args);
 #if DWF_OK
 PyObject *rc_py_conv_maxpool(PyObject *self, PyObject *args);

@@ -3,7 +3,8 @@
 Float16 / bfloat16 are computed in float32 and cast back; float32 products by a constant
 weight take the Linear kernel (``fast/linear.py``) where the policy has it, batch 1-8
 Gemms the compiled row kernel (``_native.gemm_rows``), small products numpy's own loop
-(BLAS's woken threads would spin past the call), the rest BLAS.
+(BLAS's woken threads would spin past the call), the rest float32 single-threaded sgemm tiles
+on the kernel pool (``fast/sgemm.pooled_matmul``), other dtypes BLAS.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 
 from ..fast.linear import linear as _linear
 from ..fast.policy import current
+from ..fast.sgemm import pooled_matmul
 from ..registry import kernel
 from ._nncommon import _BF16, _F32, _FLOAT, _MATMUL_TYPES, _as, _cdtype
 
@@ -31,6 +33,8 @@ def matmul(ctx, a, b):
         return _matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
     if a.ndim >= 2 and b.ndim == 2 and a.dtype == _F32:
         y = _linear(ctx, a, b)
+        if y is None:  # numpy's BLAS is held at one thread: large products go to the pool
+            y = pooled_matmul(getattr(ctx, "threads", 1), a, b)
         if y is not None:
             return y
     return _matmul(a, b)
@@ -85,7 +89,7 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
             # then spin on the cores, taking them from the compiled kernels of the next run;
             # numpy's own loop is single-threaded and slower, hence the small bound
             y = np.einsum("ij,jk->ik", A, B)
-        else:
+        elif cd != _F32 or (y := pooled_matmul(getattr(ctx, "threads", 1), A, B)) is None:
             y = np.matmul(A, B)
         if alpha != 1.0:
             y *= cd.type(alpha)

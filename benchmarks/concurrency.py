@@ -1,0 +1,198 @@
+"""Concurrent load: many threads calling ``run`` on one session, and runs beside busy processes.
+
+``python benchmarks/concurrency.py [--part throughput|latency|all] [--rounds 3]``
+
+* throughput: runs/s of one session of a BERT-tiny-sized encoder (2 x 128, 2 heads, ff 512,
+  seq 128, batch 1; TorchScript export) driven by 1, 2, 4, 8, 16 client threads, each runtime
+  with its default settings in its own fresh process, rounds alternating between the runtimes;
+  the median over rounds and the median of the per-round ratios (our wall time / onnxruntime's);
+* latency: p10 / p50 / p90 of single runs in turn while ``--busy`` (2) other processes spin on
+  the cores, at the default thread count and at ``intra_op_num_threads=1``.
+
+Both runtimes run without ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` (users do not have them)
+unless ``--keep-openblas-env``. The CPU model, core count and load average are printed: the
+figures mean something only on a quiet machine. onnxruntime and torch are benchmark-only
+dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+MODEL = "bert_tiny_b1"
+
+
+def _model_path(cache: Path) -> Path:
+    """The BERT-tiny-sized b1 encoder and its feeds in ``cache`` (built once)."""
+    sys.path.insert(0, str(HERE))
+    from models import _encoder
+
+    cache.mkdir(parents=True, exist_ok=True)
+    onnx_path, npz = cache / f"{MODEL}.onnx", cache / f"{MODEL}.npz"
+    if not onnx_path.exists() or not npz.exists():
+        data, feeds = _encoder(2, 128, 2, 512, 128, 1)
+        np.savez(npz, **feeds)
+        onnx_path.write_bytes(data)
+    return onnx_path
+
+
+def _session(runtime: str, path: Path, threads: int):
+    if runtime == "onnxruntime":
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        if threads:
+            so.intra_op_num_threads = threads
+        return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    import runtime_core as rt
+
+    so = rt.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    return rt.InferenceSession(str(path), so, providers=["cpu"])
+
+
+def worker(args) -> None:
+    """One measurement in this (fresh) process; prints one JSON line."""
+    import threading
+
+    path = Path(args.model)
+    feeds = dict(np.load(path.with_suffix(".npz")))
+    sess = _session(args.runtime, path, args.threads)
+    for _ in range(20):
+        sess.run(None, feeds)
+    if args.worker == "throughput":
+        n = int(args.clients)
+        per = max(1, args.runs // n)
+
+        def client():
+            for _ in range(per):
+                sess.run(None, feeds)
+
+        ts = [threading.Thread(target=client) for _ in range(n)]
+        c0, t0 = time.process_time(), time.perf_counter()
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        # CPU time (all threads) tells spinning and oversubscription apart from a busy machine
+        print(json.dumps({"wall": wall, "cpu": cpu, "runs": n * per}))
+    else:
+        lat = []
+        end = time.perf_counter() + args.seconds
+        while time.perf_counter() < end:
+            t0 = time.perf_counter()
+            sess.run(None, feeds)
+            lat.append(time.perf_counter() - t0)
+        ms = np.asarray(lat) * 1e3
+        print(json.dumps({"n": len(lat), "p10": float(np.percentile(ms, 10)), "p50": float(np.median(ms)),
+                          "p90": float(np.percentile(ms, 90))}))
+
+
+def _child(env, model, *extra) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--model", str(model), *map(str, extra)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _machine() -> str:
+    model = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg() if hasattr(os, "getloadavg") else ("?",)
+    return f"{model}, {cores} cores available, load average {load[0]:.1f}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", choices=["throughput", "latency", "all"], default="all")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--clients", default="1,2,4,8,16")
+    ap.add_argument("--runs", type=int, default=400, help="runs per throughput measurement, over all clients")
+    ap.add_argument("--seconds", type=float, default=5.0, help="length of one latency measurement")
+    ap.add_argument("--busy", type=int, default=2, help="busy background processes during the latency part")
+    ap.add_argument("--keep-openblas-env", action="store_true")
+    ap.add_argument("--cache", default=os.environ.get("RUNTIME_CORE_BENCH_CACHE",
+                                                      str(Path.home() / ".cache" / "runtime-core-bench")))
+    # internal: one measurement in a child process
+    ap.add_argument("--worker", choices=["throughput", "latency"])
+    ap.add_argument("--runtime", default="runtime_core")
+    ap.add_argument("--model")
+    ap.add_argument("--threads", type=int, default=0)
+    args = ap.parse_args(argv)
+    if args.worker:
+        worker(args)
+        return 0
+    env = dict(os.environ)
+    if not args.keep_openblas_env:
+        env.pop("OPENBLAS_CORETYPE", None)
+        env.pop("OPENBLAS_L2_SIZE", None)
+    model = _model_path(Path(args.cache))
+    runtimes = ("runtime_core", "onnxruntime")
+    print(f"# {_machine()}; OPENBLAS_* overrides {'kept' if args.keep_openblas_env else 'removed'}; "
+          f"median of {args.rounds} alternating rounds, each runtime in a fresh process")
+    if args.part in ("throughput", "all"):
+        clients = [int(c) for c in args.clients.split(",")]
+        print(f"\n## throughput: {MODEL}, one session, {args.runs} runs over N client threads (runs/s)\n")
+        print("| clients | runtime-core | onnxruntime | wall ratio (ours / ort) | CPU ms a run: ours, ort |")
+        print("|---|---|---|---|---|")
+        for n in clients:
+            rates: dict = {r: [] for r in runtimes}
+            cpus: dict = {r: [] for r in runtimes}
+            ratios = []
+            for _ in range(args.rounds):
+                walls = {}
+                for r in runtimes:
+                    got = _child(env, model, "--worker", "throughput", "--runtime", r, "--threads", 0,
+                                 "--clients", n, "--runs", args.runs)
+                    walls[r] = got["wall"] / got["runs"]
+                    rates[r].append(got["runs"] / got["wall"])
+                    cpus[r].append(got["cpu"] / got["runs"] * 1e3)
+                ratios.append(walls["runtime_core"] / walls["onnxruntime"])
+            print(f"| {n} | {np.median(rates['runtime_core']):.0f} | {np.median(rates['onnxruntime']):.0f} | "
+                  f"{np.median(ratios):.2f} | {np.median(cpus['runtime_core']):.2f}, "
+                  f"{np.median(cpus['onnxruntime']):.2f} |", flush=True)
+    if args.part in ("latency", "all"):
+        print(f"\n## latency: {MODEL}, runs in turn for {args.seconds:.0f} s beside {args.busy} busy processes (ms)\n")
+        print("| runtime | intra_op_num_threads | p10 | p50 | p90 |")
+        print("|---|---|---|---|---|")
+        busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+        try:
+            res: dict = {}
+            for _ in range(args.rounds):
+                for r in runtimes:
+                    for t in (0, 1):
+                        got = _child(env, model, "--worker", "latency", "--runtime", r, "--threads", t,
+                                     "--seconds", args.seconds)
+                        res.setdefault((r, t), []).append(got)
+        finally:
+            for p in busy:
+                p.kill()
+                p.wait()
+        for (r, t), got in res.items():
+            med = {k: np.median([g[k] for g in got]) for k in ("p10", "p50", "p90")}
+            print(f"| {r} | {t or 'default'} | {med['p10']:.2f} | {med['p50']:.2f} | {med['p90']:.2f} |")
+    print(f"\n# after: {_machine()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

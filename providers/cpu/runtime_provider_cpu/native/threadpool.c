@@ -1,0 +1,329 @@
+/* The kernel thread pool (rc_parallel), shared by every kernel of every session and by
+ * concurrent runs, and the run scope (run_enter / run_exit) that hands it a run's stop flag.
+ *
+ * - Jobs of concurrent callers are open at once; each job's parts are claimed one at a time
+ *   from an atomic counter by whichever thread is running: the caller always works on its own
+ *   job, so a job finishes even when no worker is ever scheduled (a worker descheduled by
+ *   another process holds at most the one part it claimed).
+ * - A worker joins a job only while the threads working (workers busy plus the larger of the
+ *   callers in the pool and the runs in flight) are fewer than the job's threads: eight runs
+ *   on two cores run their kernels on their own threads instead of stacking workers on them.
+ * - Every part first reads the caller's stop flag (run_enter's): once set, the remaining parts
+ *   are skipped (the run that set it is ending and discards what the kernel wrote). */
+#include "native.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <time.h>
+
+typedef struct rc_job {
+    rc_part_f fn;
+    void *arg;
+    int parts;
+    int next;                          /* atomic: the next part not claimed */
+    int threads;                       /* the most threads that may work on it, the caller's included */
+    int slots;                         /* workers that may still join (under mu) */
+    int helpers_in;                    /* atomic: workers inside it; the caller leaves at 0 */
+    int ran;                           /* atomic: threads that ran at least one part */
+    int waiting;                       /* the caller sleeps on done (under mu) */
+    int stopped;                       /* atomic: parts were skipped for the stop flag */
+    const volatile unsigned char *stop; /* the caller's run's stop flag, or NULL */
+    struct rc_job *older, *newer;      /* in the list of open jobs (under mu) */
+} rc_job;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    int started;                /* workers running */
+    int idle;                   /* workers asleep on go */
+    int busy;                   /* workers inside a job */
+    int callers;                /* callers inside rc_parallel with an open job */
+    unsigned long gen;          /* atomic: bumped when a job opens */
+    rc_job *first, *last;       /* open jobs, oldest first */
+    int last_threads;           /* threads that ran parts of the last pooled job */
+} rc_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+             0, 0, 0, 0, 0, NULL, NULL, 0};
+
+static int rc_runs;                   /* atomic: runs in flight (run_enter at depth 0) */
+static unsigned long rc_skipped;      /* atomic: parts skipped for a stop flag, ever */
+static unsigned long rc_started;      /* atomic: parts started in pooled jobs, ever */
+static _Thread_local const volatile unsigned char *rc_tls_stop;
+static _Thread_local int rc_tls_depth;
+
+#define RC_SPIN_NS 100000L
+#if defined(__x86_64__) || defined(__i386__)
+#define RC_PAUSE() __asm__ __volatile__("pause")
+#else
+#define RC_PAUSE() ((void)0)
+#endif
+
+static long rc_ns_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
+}
+
+/* the parts of j this thread can claim, until none is left or the stop flag is set */
+static void rc_job_work(rc_job *j)
+{
+    int mine = 0;
+    for (;;) {
+        const int p = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (p >= j->parts)
+            break;
+        if (j->stop && __atomic_load_n(j->stop, __ATOMIC_RELAXED)) {
+            /* the rest are nobody's: claim them all at once */
+            const int left = j->parts - p;
+            __atomic_store_n(&j->next, j->parts, __ATOMIC_RELAXED);
+            __atomic_store_n(&j->stopped, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&rc_skipped, (unsigned long)(left > 0 ? left : 0), __ATOMIC_RELAXED);
+            break;
+        }
+        if (j->threads > 1)
+            __atomic_add_fetch(&rc_started, 1, __ATOMIC_RELAXED);
+        j->fn(j->arg, p, j->parts);
+        mine = 1;
+    }
+    if (mine)
+        __atomic_add_fetch(&j->ran, 1, __ATOMIC_RELAXED);
+}
+
+/* an open job a worker may join now (under mu): the oldest with parts left, a free slot,
+ * and fewer threads working in the whole pool than it asks for */
+static rc_job *rc_pick(void)
+{
+    const int runs = __atomic_load_n(&rc_runs, __ATOMIC_RELAXED);
+    const int outside = rc_pool.callers > runs ? rc_pool.callers : runs;
+    for (rc_job *j = rc_pool.first; j; j = j->newer)
+        if (j->slots > 0 && __atomic_load_n(&j->next, __ATOMIC_RELAXED) < j->parts &&
+            rc_pool.busy + outside < j->threads)
+            return j;
+    return NULL;
+}
+
+static void *rc_worker(void *unused)
+{
+    (void)unused;
+    pthread_mutex_lock(&rc_pool.mu);
+    for (;;) {
+        rc_job *j = rc_pick();
+        if (j) {
+            j->slots--;
+            __atomic_add_fetch(&j->helpers_in, 1, __ATOMIC_RELAXED);
+            rc_pool.busy++;
+            pthread_mutex_unlock(&rc_pool.mu);
+            rc_job_work(j);
+            pthread_mutex_lock(&rc_pool.mu);
+            rc_pool.busy--;
+            /* read before leaving: once helpers_in is 0 the caller may return and j is gone */
+            const int waiting = j->waiting;
+            if (__atomic_sub_fetch(&j->helpers_in, 1, __ATOMIC_RELEASE) == 0 && waiting)
+                pthread_cond_broadcast(&rc_pool.done);
+            continue;
+        }
+        /* kernels come one after another: look for the next job for about 0.1 ms before
+           sleeping (a wake-up from the condition variable costs as much); yield, not just
+           pause, so a runnable thread of this or another process gets the core meanwhile */
+        const unsigned long seen = rc_pool.gen;
+        pthread_mutex_unlock(&rc_pool.mu);
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        while (__atomic_load_n(&rc_pool.gen, __ATOMIC_ACQUIRE) == seen && rc_ns_since(&t0) < RC_SPIN_NS)
+            sched_yield();
+        pthread_mutex_lock(&rc_pool.mu);
+        if (!rc_pick()) {
+            rc_pool.idle++;
+            pthread_cond_wait(&rc_pool.go, &rc_pool.mu);
+            rc_pool.idle--;
+        }
+    }
+    return NULL;
+}
+
+void rc_pool_forked(void)
+{
+    /* the child of a fork has none of the workers and none of the parent's jobs or runs */
+    pthread_mutex_init(&rc_pool.mu, NULL);
+    pthread_cond_init(&rc_pool.go, NULL);
+    pthread_cond_init(&rc_pool.done, NULL);
+    rc_pool.started = rc_pool.idle = rc_pool.busy = rc_pool.callers = 0;
+    rc_pool.first = rc_pool.last = NULL;
+    rc_runs = 0;
+    rc_tls_depth = 0;
+    rc_tls_stop = NULL;
+}
+
+/* fn(arg, part, parts) for every part in [0, parts), on the caller's thread and up to
+ * threads - 1 workers, each taking the next part not taken yet; returns when all have
+ * finished, or (the caller's run's stop flag set) when the parts already running have */
+void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
+{
+    if (parts < 1)
+        parts = 1;
+    if (threads > RC_POOL_MAX)
+        threads = RC_POOL_MAX;
+    if (threads > parts)
+        threads = parts;
+    rc_job j = {fn, arg, parts, 0, threads, threads - 1, 0, 0, 0, 0, rc_tls_stop, NULL, NULL};
+    if (threads <= 1) {
+        rc_job_work(&j);
+        return;
+    }
+    pthread_mutex_lock(&rc_pool.mu);
+    while (rc_pool.started < threads - 1) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        const int ok = pthread_create(&t, &attr, rc_worker, NULL) == 0;
+        pthread_attr_destroy(&attr);
+        if (!ok)
+            break;
+        rc_pool.started++;
+    }
+    j.older = rc_pool.last;
+    if (rc_pool.last)
+        rc_pool.last->newer = &j;
+    else
+        rc_pool.first = &j;
+    rc_pool.last = &j;
+    rc_pool.callers++;
+    __atomic_store_n(&rc_pool.gen, rc_pool.gen + 1, __ATOMIC_RELEASE);
+    /* wake only the workers that may join: the spinning ones see gen move */
+    const int runs = __atomic_load_n(&rc_runs, __ATOMIC_RELAXED);
+    const int outside = rc_pool.callers > runs ? rc_pool.callers : runs;
+    int wake = threads - rc_pool.busy - outside;
+    if (wake > j.slots)
+        wake = j.slots;
+    if (wake > rc_pool.idle)
+        wake = rc_pool.idle;
+    for (int w = 0; w < wake; w++)
+        pthread_cond_signal(&rc_pool.go);
+    pthread_mutex_unlock(&rc_pool.mu);
+
+    rc_job_work(&j);
+
+    pthread_mutex_lock(&rc_pool.mu);
+    /* closed: no worker joins any more; those inside finish the part they hold */
+    if (j.older)
+        j.older->newer = j.newer;
+    else
+        rc_pool.first = j.newer;
+    if (j.newer)
+        j.newer->older = j.older;
+    else
+        rc_pool.last = j.older;
+    rc_pool.callers--;
+    if (__atomic_load_n(&j.helpers_in, __ATOMIC_ACQUIRE) > 0) {
+        /* watched for up to RC_SPIN_NS before sleeping (a futex sleep and wake-up cost more
+           than most parts take) */
+        pthread_mutex_unlock(&rc_pool.mu);
+        struct timespec t0;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int n = 0; __atomic_load_n(&j.helpers_in, __ATOMIC_ACQUIRE) > 0; n++) {
+            RC_PAUSE();
+            if ((n & 63) == 63 && rc_ns_since(&t0) > RC_SPIN_NS)
+                break;
+        }
+        pthread_mutex_lock(&rc_pool.mu);
+        j.waiting = 1;
+        while (__atomic_load_n(&j.helpers_in, __ATOMIC_ACQUIRE) > 0)
+            pthread_cond_wait(&rc_pool.done, &rc_pool.mu);
+    }
+    rc_pool.last_threads = __atomic_load_n(&j.ran, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&rc_pool.mu);
+}
+
+/* pool_stats() -> (workers started, threads that ran parts of the last pooled job, runs in
+ * flight, parts skipped for a stop flag and parts of pooled jobs started since the module loaded) */
+PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    pthread_mutex_lock(&rc_pool.mu);
+    const int started = rc_pool.started, last = rc_pool.last_threads;
+    pthread_mutex_unlock(&rc_pool.mu);
+    return Py_BuildValue("(iiikk)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_skipped, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_started, __ATOMIC_RELAXED));
+}
+
+/* ---- the run scope --------------------------------------------------------------------- */
+
+typedef struct {
+    Py_buffer view;
+    int held;                                 /* view is held */
+    const volatile unsigned char *prev_stop;  /* the enclosing scope's flag */
+    int thread_depth;                         /* rc_tls_depth after entering */
+} rc_scope;
+
+static void rc_scope_free(PyObject *cap)
+{
+    rc_scope *s = (rc_scope *)PyCapsule_GetPointer(cap, "runtime_provider_cpu._native.run_scope");
+    if (!s)
+        return;
+    if (s->held)
+        PyBuffer_Release(&s->view);
+    PyMem_Free(s);
+}
+
+/* run_enter(flag) -> scope: this thread's kernels poll flag (a writable buffer whose first
+ * byte becomes nonzero when the run is to end; None: the enclosing scope's) until
+ * run_exit(scope); the outermost scope of a thread counts as a run in flight */
+PyObject *rc_py_run_enter(PyObject *self, PyObject *flag)
+{
+    (void)self;
+    rc_scope *s = (rc_scope *)PyMem_Calloc(1, sizeof(rc_scope));
+    if (!s)
+        return PyErr_NoMemory();
+    if (flag != Py_None) {
+        if (PyObject_GetBuffer(flag, &s->view, PyBUF_WRITABLE) < 0) {
+            PyMem_Free(s);
+            return NULL;
+        }
+        s->held = 1;
+        if (s->view.len < 1) {
+            PyBuffer_Release(&s->view);
+            PyMem_Free(s);
+            PyErr_SetString(PyExc_ValueError, "run_enter: the stop flag must hold at least one byte");
+            return NULL;
+        }
+    }
+    PyObject *cap = PyCapsule_New(s, "runtime_provider_cpu._native.run_scope", rc_scope_free);
+    if (!cap) {
+        if (s->held)
+            PyBuffer_Release(&s->view);
+        PyMem_Free(s);
+        return NULL;
+    }
+    s->prev_stop = rc_tls_stop;
+    if (s->held)
+        rc_tls_stop = (const volatile unsigned char *)s->view.buf;
+    if (rc_tls_depth++ == 0)
+        __atomic_add_fetch(&rc_runs, 1, __ATOMIC_RELAXED);
+    s->thread_depth = rc_tls_depth;
+    return cap;
+}
+
+/* run_exit(scope): the scope run_enter opened on this thread ends (scopes end innermost first) */
+PyObject *rc_py_run_exit(PyObject *self, PyObject *cap)
+{
+    (void)self;
+    rc_scope *s = (rc_scope *)PyCapsule_GetPointer(cap, "runtime_provider_cpu._native.run_scope");
+    if (!s)
+        return NULL;
+    if (s->thread_depth != rc_tls_depth || s->thread_depth <= 0) {
+        PyErr_SetString(PyExc_RuntimeError, "run_exit: not the innermost run scope of this thread");
+        return NULL;
+    }
+    rc_tls_stop = s->prev_stop;
+    if (--rc_tls_depth == 0)
+        __atomic_sub_fetch(&rc_runs, 1, __ATOMIC_RELAXED);
+    s->thread_depth = -1;
+    if (s->held) {
+        PyBuffer_Release(&s->view);
+        s->held = 0;
+    }
+    Py_RETURN_NONE;
+}
