@@ -194,6 +194,10 @@ class Partition:
     ``session.max_tensor_bytes``): a kernel whose output size comes from input values
     (Expand, ConstantOfShape, Tile, Range, Pad, ...) refuses a larger output with
     ``MemoryError`` before allocating it; 0 means the session did not say.
+
+    ``config`` (plugin API 1.4) is the session's config entries (``SessionOptions.
+    add_session_config_entry``), read-only: a provider reads its own (the CPU provider's
+    ``session.cpu.autotune``) and ignores the rest.
     """
 
     id: int
@@ -207,6 +211,7 @@ class Partition:
     cpu_mem_arena: bool = True
     intra_op_num_threads: int = 0
     max_tensor_bytes: int = 0
+    config: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def value(self, name: str) -> ValueInfo:
         """The :class:`ValueInfo` of ``name``."""

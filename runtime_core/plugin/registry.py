@@ -34,7 +34,7 @@ from .contract import ProbeResult
 
 logger = logging.getLogger("runtime_core.plugin")
 
-API_VERSION = "1.3"
+API_VERSION = "1.4"
 """The plugin API version of this runtime-core; minor bumps only add.
 
 1.0: hooks, the provider class (probe, get_capability, compile, device memory and copies).
@@ -47,6 +47,8 @@ raises ``RunTerminatedError`` once ``RunOptions.terminate`` is set (see
 ``ExecutionProvider.compile``); an executable's optional ``fusions()``, shown by the
 partition report; ``NodeView.subgraphs``, the bodies of a node's GRAPH attributes as views;
 ``Partition.max_tensor_bytes`` (default 0: not said), the session's tensor-size cap.
+1.4: ``Partition.config``, the session's config entries; an executable's optional
+``kernels()``, the kernel each node was given on this machine, shown by the partition report.
 """
 
 ENTRY_POINT_GROUP = "runtime_core.providers"

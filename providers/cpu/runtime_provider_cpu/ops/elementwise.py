@@ -29,10 +29,8 @@ from ..executable import inplace_variant
 from ..registry import kernel
 from .casting import to_subbyte_int
 
-try:  # the compiled kernels (see fast/policy.py); without them the numpy blocks below run
-    from .. import _native
-except ImportError:  # pragma: no cover - only a build without a C compiler
-    _native = None
+# the compiled kernels (None without them, or with RUNTIME_CORE_CPU_NATIVE=0: the numpy blocks below)
+from ..fast.policy import NATIVE as _native
 
 # -- dtype helpers -----------------------------------------------------------
 
