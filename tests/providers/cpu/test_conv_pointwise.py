@@ -20,6 +20,12 @@ def rnd(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
+@pytest.fixture(autouse=True)
+def forced(cpu_policy):
+    """The kernels under test wherever they apply, not the ones measured faster here."""
+    cpu_policy(conv_kernel="pointwise")
+
+
 @pytest.fixture
 def calls(spy_native, cpu_policy):
     """The calls of the sgemm kernel (``pointwise``), with the lanes kernel off."""

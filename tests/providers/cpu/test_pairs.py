@@ -19,6 +19,12 @@ def rnd(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
 
 
+@pytest.fixture(autouse=True)
+def forced(cpu_policy):
+    """The plans the pair fusers take wherever they apply, not the ones measured faster here."""
+    cpu_policy(conv_kernel="pointwise,depthwise,direct")
+
+
 def _fast():
     from runtime_provider_cpu import _native
 

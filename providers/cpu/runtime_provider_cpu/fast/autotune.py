@@ -12,7 +12,8 @@ kernel, this provider's version): ``<folder>/autotune-<hash>.json``, the folder
 that does not parse is ignored with a warning and replaced.
 
 The policy decides before any measurement (:func:`decide`): a forced candidate
-(``Policy.linear_kernel`` and the like, what tests use) wherever it applies; with tuning off
+(``Policy.linear_kernel`` and the like, what tests use; "a,b": the first that applies)
+wherever it applies; with tuning off
 (``Policy.tune`` False, or a session's ``session.cpu.autotune`` = ``"0"``) the library call.
 """
 
@@ -188,8 +189,8 @@ def decide(family: str, key: str, names: list[str], library: str, tune: bool = T
     tuning off; a forced candidate that does not apply here: the library call."""
     p = current()
     forced = getattr(p, f"{family}_kernel", "")
-    if forced:
-        return forced if forced in names else library
+    if forced:  # "a,b": the first of them that applies
+        return next((f for f in forced.split(",") if f in names), library)
     if len(names) == 1:
         return names[0]
     if not (tune and p.tune):

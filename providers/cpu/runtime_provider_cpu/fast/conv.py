@@ -47,11 +47,11 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
         wide = C >= p.wino_min_c and out[1] >= p.wino_min_ow
         lanes = C >= p.wino_lanes_min_c and p.wino_lanes_ow[0] <= out[1] <= p.wino_lanes_ow[1]
         if wide or lanes:
-            found["winograd"] = lambda: WinogradPlan(x, w, b, clip, nat, out, pb, lanes, threads)
+            found["winograd"] = lambda lanes=lanes: WinogradPlan(x, w, b, clip, nat, out, pb, lanes, threads)
     terms = C * ks[0] * ks[1]
     if p.direct and dense and (ks != (1, 1) or max(strides) > 1) and max(strides) <= 2:
         lanes = out[1] <= p.lanes_max_ow and terms >= p.lanes_min_k
-        found["direct"] = lambda: DirectPlan(x, w, b, clip, nat, out, strides, dilations, pb, lanes, threads)
+        found["direct"] = lambda lanes=lanes: DirectPlan(x, w, b, clip, nat, out, strides, dilations, pb, lanes, threads)
     if N == 1 and ks == (1, 1) and group == 1 and not any(pb) and not any(pe):
         if list(strides) == [1, 1]:
             found["pointwise"] = lambda: PointwisePlan(x, w, b, clip, nat, (H, W), None, p.pw_lanes and p.linear,
@@ -79,7 +79,8 @@ def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx
     name = autotune.decide("conv", key, names, "im2col", getattr(ctx, "tune", True))
     if name is None:
         made = {n: make() for n, make in found.items()}
-        name, _ = autotune.measure(key, {n: (lambda pl=pl: pl.run(x)) for n, pl in made.items()})
+        calls = {n: pl._make_call() for n, pl in made.items()}  # not the plans' own: those are the runs
+        name, _ = autotune.measure(key, {n: (lambda c=c: c(x, None)) for n, c in calls.items()})
         plan = made[name]
     else:
         plan = found[name]()

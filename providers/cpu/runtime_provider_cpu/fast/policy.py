@@ -45,8 +45,9 @@ class Policy:
     #: machine and keep the faster (``fast/autotune.py``); False: the library call (as a
     #: session's ``session.cpu.autotune`` = "0")
     tune: bool = True
-    #: force one candidate wherever it applies ("": chosen as above; elsewhere the library
-    #: call): Linear "blas", "packed", "stream" or "rows" (``fast/linear.py``) ...
+    #: force one candidate wherever it applies ("": chosen as above; "a,b": the first of them
+    #: that applies; elsewhere the library call): Linear "blas", "packed", "stream" or "rows"
+    #: (``fast/linear.py``) ...
     linear_kernel: str = ""
     #: ... Conv "im2col", "winograd", "direct", "pointwise" or "depthwise" (``fast/conv.py``) ...
     conv_kernel: str = ""

@@ -70,7 +70,7 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
         pol = current()
         cd = _cdtype(dt)
         A, B = _as(A, cd), _as(B, cd)
-        if not transA and cd == _F32 and (y := _linear(ctx, A, _as(b, cd), bool(transB))) is not None:
+        if cd == _F32 and (y := _linear(ctx, A, _as(b, cd), bool(transB))) is not None:
             pass  # the Linear plan of this shape (fast/linear.py)
         elif A.shape[0] * A.shape[1] * B.shape[1] < pol.blas_min_macs:
             # a small product of more rows: a BLAS call would wake its worker threads, which
