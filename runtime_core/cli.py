@@ -245,6 +245,7 @@ COMMAND_MODULES = (
     "runtime_core.check",
     "runtime_core.testing.cli",
     "runtime_core.bench_cli",
+    "runtime_core.bench_gemm",  # after bench_cli: adds --gemm to bench
 )
 
 

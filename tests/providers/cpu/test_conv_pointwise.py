@@ -14,6 +14,7 @@ import runtime_core as rt
 from oracle import assert_close, make_model, run_oracle
 
 RNG = np.random.default_rng(20261208)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):

@@ -13,6 +13,7 @@ import runtime_core as rt
 from oracle import assert_close, make_model, record_plan_kinds, run_oracle
 
 RNG = np.random.default_rng(20261206)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):

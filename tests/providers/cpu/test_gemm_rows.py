@@ -11,6 +11,7 @@ import runtime_core as rt
 from oracle import assert_close, make_model, run_oracle
 
 RNG = np.random.default_rng(20261207)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):

@@ -11,6 +11,7 @@ from onnx import helper
 from oracle import assert_close, cpu_session, make_model, run_oracle
 
 RNG = np.random.default_rng(20261205)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):

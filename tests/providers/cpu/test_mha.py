@@ -13,6 +13,7 @@ from oracle import assert_close, make_model, run_oracle
 
 MS = "com.microsoft"
 RNG = np.random.default_rng(20261205)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):

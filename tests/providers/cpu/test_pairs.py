@@ -13,6 +13,7 @@ from onnx import TensorProto, helper
 from oracle import assert_close, compiled_partitions, cpu_session, make_model, run_oracle
 
 RNG = np.random.default_rng(20261206)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):
