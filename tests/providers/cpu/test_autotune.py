@@ -130,6 +130,7 @@ def _mlp():
     return make_model(nodes, {"a": a}, ["y"], initializers={"w1": rnd(96, 128), "w2": rnd(128, 64)}), {"a": a}
 
 
+@pytest.mark.native  # a choice among compiled candidates and the library call
 def test_a_measured_choice_is_cached_on_disk_and_read_back(cache_dir, monkeypatch):
     from runtime_provider_cpu.fast import autotune
 
@@ -156,6 +157,7 @@ def test_a_measured_choice_is_cached_on_disk_and_read_back(cache_dir, monkeypatc
     assert again.get_partition_report().kernels == chosen
 
 
+@pytest.mark.native  # a choice among compiled candidates and the library call
 def test_a_corrupt_cache_is_ignored_with_a_warning(cache_dir, caplog):
     from runtime_provider_cpu.fast import autotune
 
@@ -170,6 +172,7 @@ def test_a_corrupt_cache_is_ignored_with_a_warning(cache_dir, caplog):
     assert len(json.loads(open(path).read())["choices"]) == 2  # replaced by a valid file
 
 
+@pytest.mark.native  # a choice among compiled candidates and the library call
 def test_tuning_off_takes_the_library_calls(cache_dir):
     model, feeds = _mlp()
     sess = session(model, tune="0")

@@ -21,7 +21,7 @@ def weights(op, ndir, dtype, bias=True, peep=False):
     return init
 
 
-@pytest.fixture(params=["native", "numpy"])
+@pytest.fixture(params=[pytest.param("native", marks=pytest.mark.native), "numpy"])
 def loop(request, monkeypatch):
     """Run the unmasked float32 recurrences through the compiled loop, then through the
     numpy loop (the one builds without a C compiler get)."""
