@@ -83,7 +83,7 @@ CONVS = [  # (x shape, w shape, group, strides, pads): each algorithm applies to
 
 
 @pytest.mark.parametrize("conv", range(len(CONVS)))
-@pytest.mark.parametrize("name", ["winograd", "direct", "pointwise", "depthwise"])
+@pytest.mark.parametrize("name", ["im2col_sgemm", "winograd", "direct", "pointwise", "depthwise"])
 def test_every_conv_candidate_gives_the_library_result(conv, name, cpu_policy):
     from runtime_provider_cpu.fast import policy
 

@@ -1,7 +1,8 @@
 """Which conv plan a node takes (:func:`select_plan`), and the node's cache and bound step.
 
 The candidates of a float32 2-D convolution are the algorithms whose kernels take its
-geometry: im2col and a GEMM (the library call: :class:`~.im2col.Im2colPlan`), Winograd
+geometry: im2col and a GEMM (the library call: :class:`~.im2col.Im2colPlan`; for one image
+also on SciPy's sgemm a block on the kernel threads, ``Im2colSgemmPlan``), Winograd
 (dense 3x3 stride 1), the direct kernel (dense, stride at most 2), and for one image the
 pointwise kernel (1x1, no pads) and the compiled depthwise one (any batch). Which of them a
 shape takes is measured on this machine on the node's weights and first input
@@ -17,10 +18,11 @@ from ..ops._nncommon import _F32, _conv_out, _is_const, _native_geometry_ok
 from . import autotune
 from .depthwise import DepthwisePlan
 from .direct import DirectPlan
-from .im2col import Im2colPlan
+from .im2col import Im2colPlan, Im2colSgemmPlan
 from .plan import ConvPlan
 from .pointwise import PointwisePlan
 from .policy import current
+from .sgemm import sgemm_ready
 from .winograd import WinogradPlan
 
 
@@ -43,6 +45,9 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
         return found
     nonneg = min(pb) >= 0 and min(pe) >= 0
     dense = group == 1 and nonneg
+    if N == 1 and group == 1 and sgemm_ready():
+        found["im2col_sgemm"] = lambda: Im2colSgemmPlan(x, w, b, clip, nat, out, group, strides, dilations, pb, pe,
+                                                        threads)
     if p.direct and dense and ks == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
         wide = C >= p.wino_min_c and out[1] >= p.wino_min_ow
         lanes = C >= p.wino_lanes_min_c and p.wino_lanes_ow[0] <= out[1] <= p.wino_lanes_ow[1]

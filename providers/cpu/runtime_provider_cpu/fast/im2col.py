@@ -91,6 +91,8 @@ class Im2colPlan(ConvPlan):
 
     __slots__ = ()
     KIND = "im2col"
+    #: the GEMM and depthwise convolutions on numpy (False: the compiled ones where they apply)
+    LIBRARY = True
 
     def __init__(self, x, w, b, clip, native, out, group, strides, dilations, pb, pe, threads):
         super().__init__(x, w, b, clip, native, threads)
@@ -100,9 +102,18 @@ class Im2colPlan(ConvPlan):
     def _make_call(self):
         from ..ops.conv import _conv_core  # the general path (ops/conv.py imports this module)
 
-        w, b, clip, threads = self.w, self.b, self.clip, self.threads
+        w, b, clip, threads, library = self.w, self.b, self.clip, self.threads, self.LIBRARY
         group, strides, dilations, pb, pe = self.args
 
         def call(x, z):
-            return _conv_core(x, w, b, group, strides, dilations, pb, pe, clip, z, threads, library=True)
+            return _conv_core(x, w, b, group, strides, dilations, pb, pe, clip, z, threads, library=library)
         return call
+
+
+class Im2colSgemmPlan(Im2colPlan):
+    """im2col for one image and SciPy's sgemm a block on the kernel threads, the epilogue
+    compiled (``_native.pointwise``): the same GEMM without numpy's BLAS threads."""
+
+    __slots__ = ()
+    KIND = "im2col_sgemm"
+    LIBRARY = False
