@@ -9,6 +9,7 @@
     nox -s lint         # ruff (rules in pyproject.toml) + mypy on the public modules
     nox -s fuzz         # seeded, time-bounded fuzzing from the wheels (-- --seed N --seconds S)
     nox -s lowest       # the wheels with every dependency at its declared lower bound: tests + conformance
+    nox -s nonative     # the model tests and the CPU provider's tests with its compiled kernels disabled
 """
 
 from __future__ import annotations
@@ -152,6 +153,27 @@ def lowest(session: nox.Session) -> None:
     session.chdir(ROOT / "tests")
     session.run("pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), *LOWEST_TESTS,
                 *session.posargs, env={"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"})
+
+
+#: what the nonative session runs: the model tests and the CPU provider's own (its tests of the
+#: compiled kernels themselves, marked ``native``, skip there)
+NONATIVE_TESTS = ["models", "providers/cpu"]
+
+
+@nox.session
+def nonative(session: nox.Session) -> None:
+    """The wheels with the CPU provider's compiled kernels disabled (``RUNTIME_CORE_CPU_NATIVE=0``:
+    the provider behaves as where ``_native`` cannot be built: no C compiler, aarch64, macOS
+    clang, Windows), so every op runs on its numpy path; then NONATIVE_TESTS."""
+    built = build_wheels(session)
+    session.install(f"{built['runtime-provider-cpu']}[image]", str(built["runtime-core"]))
+    session.install(*TEST_DEPS)
+    session.run("python", "-c", "from runtime_provider_cpu.fast import policy; "
+                "assert policy.NATIVE is None, 'the compiled kernels are still in use'",
+                env={"RUNTIME_CORE_CPU_NATIVE": "0"})
+    session.chdir(ROOT / "tests")
+    session.run("pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), *NONATIVE_TESTS,
+                *session.posargs, env={"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_CPU_NATIVE": "0"})
 
 
 @nox.session

@@ -255,6 +255,7 @@ COMMAND_MODULES = (
     "runtime_core.bench_cli",
     "runtime_core.serving.cli",
     "runtime_core.quantization.cli",
+    "runtime_core.bench_gemm",  # after bench_cli: adds --gemm to bench
 )
 
 

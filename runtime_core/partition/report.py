@@ -1,5 +1,6 @@
-"""The partition report: where each node runs, who declined it and why, every copy, and the
-nodes a provider has come to run as one since the session was made (run-time fusions)."""
+"""The partition report: where each node runs, who declined it and why, every copy, the
+nodes a provider has come to run as one since the session was made (run-time fusions), and
+the kernels a provider chose for nodes on this machine."""
 
 from __future__ import annotations
 
@@ -43,14 +44,18 @@ class FusionEntry:
 
 @dataclass
 class PartitionReport:
-    """``nodes`` in execution order, ``copies`` in the order they happen, ``fusions`` as the
-    executables report them when the report is asked for (they appear after the first run)."""
+    """``nodes`` in execution order, ``copies`` in the order they happen, ``fusions`` and
+    ``kernels`` as the executables report them when the report is asked for (they appear after
+    the first run)."""
 
     nodes: list = field(default_factory=list)
     copies: list = field(default_factory=list)
     providers: list = field(default_factory=list)
     unavailable: dict = field(default_factory=dict)
     fusions: list = field(default_factory=list)
+    #: node name -> the kernel its provider chose for it on this machine (plugin API 1.4
+    #: ``kernels()``; the CPU provider's measured choices appear after the run that made them)
+    kernels: dict = field(default_factory=dict)
 
     @property
     def partitions(self) -> list[dict]:
@@ -73,6 +78,7 @@ class PartitionReport:
             "nodes": [asdict(n) for n in self.nodes],
             "copies": [asdict(c) for c in self.copies],
             "fusions": [asdict(f) for f in self.fusions],
+            "kernels": dict(self.kernels),
             "partitions": self.partitions,
             "counts": self.counts(),
         }
@@ -113,6 +119,11 @@ class PartitionReport:
             out.append("fused at run time (one step each):")
             for f in self.fusions:
                 out.append(f"  {' + '.join(f.nodes)}: {f.kind}, {f.provider} partition {f.partition}")
+        if self.kernels:
+            out.append("")
+            out.append("kernels chosen on this machine:")
+            for name, kernel in self.kernels.items():
+                out.append(f"  {name}: {kernel}")
         out.append("")
         out.append(self.summary())
         return "\n".join(out)

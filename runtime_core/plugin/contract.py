@@ -267,6 +267,9 @@ class Partition:
     opsets the nodes need, domains used only inside bodies included, at the model's
     versions; ``ir_version`` is the model's IR version; ``settings`` is the session's
     :class:`SessionSettings`; :meth:`to_model` gives the partition as a standalone model.
+    ``config`` (plugin API 1.4) is the session's config entries (``SessionOptions.
+    add_session_config_entry``), read-only: a provider reads its own (the CPU provider's
+    ``session.cpu.autotune``) and ignores the rest.
     """
 
     id: int
@@ -285,6 +288,7 @@ class Partition:
     settings: "SessionSettings" = field(default_factory=lambda: SessionSettings())
     #: name -> ``onnx.TypeProto`` (or ``None``) as the core knows it; used by :meth:`to_model`
     type_lookup: Callable[[str], Any] | None = field(default=None, repr=False)
+    config: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def value(self, name: str) -> ValueInfo:
         """The :class:`ValueInfo` of ``name``."""

@@ -145,6 +145,10 @@ class ExecutionProvider:
         Run-time fusions (plugin API 1.3, optional): an executable's ``fusions()`` returns
         ``(kind, node names)`` for each group of nodes it has come to run as one since it
         was compiled; ``get_partition_report()`` shows them.
+
+        Kernel choices (plugin API 1.4, optional): an executable's ``kernels()`` returns
+        ``(node name, kernel)`` for each node whose kernel it chose among several (measured on
+        this machine, say); ``get_partition_report()`` shows them.
         """
         raise NotImplementedError
 

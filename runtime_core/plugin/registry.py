@@ -54,7 +54,8 @@ checker-clean model of exactly the partition), ``GraphView.to_model(nodes)``; ou
 ops are typed; partition shaping: an optional ``min_partition_size`` and
 ``review_partitions(partitions)`` on the provider; ``SessionSettings``, the session's
 settings, as ``GraphView.settings`` and ``Partition.settings``. All optional: a 1.3 provider
-runs unchanged.
+runs unchanged. Also ``Partition.config``, the session's config entries; an executable's optional
+``kernels()``, the kernel each node was given on this machine, shown by the partition report.
 """
 
 ENTRY_POINT_GROUP = "runtime_core.providers"

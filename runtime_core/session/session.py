@@ -52,6 +52,16 @@ DISABLE_FALLBACK = "session.disable_cpu_ep_fallback"
 DISABLE_OPTIMIZERS = "optimization.disable_specified_optimizers"
 #: bytes; kernels whose output size comes from input values refuse larger outputs
 MAX_TENSOR_BYTES = "session.max_tensor_bytes"
+#: "1" (default): the CPU provider measures its compiled kernels against the library calls on
+#: this machine and keeps the faster per shape (cached on disk); "0": the library calls
+CPU_AUTOTUNE = "session.cpu.autotune"
+
+
+def _check_cpu_autotune(opts: SessionOptions) -> None:
+    """A typed error for a ``session.cpu.autotune`` other than "0" or "1"."""
+    raw = (opts.get_config(CPU_AUTOTUNE, "") or "").strip()
+    if raw not in ("", "0", "1"):
+        raise InvalidArgumentError(f"session config entry {CPU_AUTOTUNE!r} must be '0' or '1', got {raw!r}")
 
 
 def _max_tensor_bytes(opts: SessionOptions) -> int:
@@ -63,6 +73,21 @@ def _max_tensor_bytes(opts: SessionOptions) -> int:
         raise InvalidArgumentError(f"session config entry {MAX_TENSOR_BYTES!r} must be a positive number of "
                                    f"bytes, got {raw!r}")
     return int(raw)
+
+
+def _kernel_choices(plan) -> dict[str, str]:
+    """Node name -> the kernel its executable chose on this machine (an executable's optional
+    ``kernels()``, plugin API 1.4); one whose ``kernels()`` fails is left out (and logged)."""
+    out: dict[str, str] = {}
+    for st in getattr(plan, "steps", ()):
+        get = getattr(getattr(st, "executable", None), "kernels", None)
+        if not callable(get):
+            continue
+        try:
+            out.update((str(n), str(k)) for n, k in get())
+        except Exception as exc:  # noqa: BLE001 - a report must not fail on a provider's extra
+            logger.warning("kernels() of partition %s failed: %s", getattr(st, "part_id", "?"), exc)
+    return out
 
 
 class ProviderFallbackWarning(UserWarning):
@@ -163,6 +188,7 @@ class InferenceSession:
         self._profiler = Profiler(opts.profile_file_prefix) if opts.enable_profiling else None
         strict = opts.get_config(DISABLE_FALLBACK, "0") == "1"
         self._max_tensor_bytes = max_tensor_bytes = _max_tensor_bytes(opts)
+        _check_cpu_autotune(opts)
         self._source = path_or_bytes  # set_providers and overridden initializers rebuild from it
         self._fallback = self.__dict__.get("_fallback", True)  # set_providers passes it on
         self._override_sess: InferenceSession | None = None
@@ -219,7 +245,8 @@ class InferenceSession:
         for pp in planned:
             pp.partition = dataclasses.replace(pp.partition, inter_op_num_threads=max(threads, 1),
                                                cpu_mem_arena=bool(opts.enable_cpu_mem_arena),
-                                               intra_op_num_threads=intra, max_tensor_bytes=max_tensor_bytes)
+                                               intra_op_num_threads=intra, max_tensor_bytes=max_tensor_bytes,
+                                               config=opts.config_entries)
         executables = []
         for pp in planned:
             prov = self._providers[pp.provider_pos]
@@ -352,6 +379,7 @@ class InferenceSession:
         """Where each node runs, who declined it and why, every device copy, and the nodes
         fused since the session was made (``report.fusions``: after the first run)."""
         self._report.fusions = self._plan.fusions()
+        self._report.kernels = _kernel_choices(self._plan)
         return self._report
 
     def run(self, output_names, input_feed, run_options: RunOptions | None = None) -> list:

@@ -28,6 +28,7 @@ Versions:
 
 1.0: :data:`API_VERSION`, :class:`KernelContext`, :func:`decline_reason`,
 :func:`kernel_for`, :func:`supported_ops`, :class:`CPUExecutable`.
+1.1: :func:`gemm_benchmark`.
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ from .executable import CPUExecutable
 from .plugin import decline_reason
 from .registry import REGISTRY, KernelContext
 
-API_VERSION = "1.0"
+API_VERSION = "1.1"
 """This module's API version: major for incompatible changes, minor for additions."""
 
-__all__ = ["API_VERSION", "CPUExecutable", "KernelContext", "Kernel", "decline_reason", "kernel_for",
-           "supported_ops"]
+__all__ = ["API_VERSION", "CPUExecutable", "KernelContext", "Kernel", "decline_reason", "gemm_benchmark",
+           "kernel_for", "supported_ops"]
 
 
 class Kernel(NamedTuple):
@@ -77,3 +78,16 @@ def supported_ops() -> list[tuple[str, str, list[int], frozenset | None]]:
         spec = REGISTRY.lookup(domain, op, versions[-1])
         out.append((domain, op, versions, None if spec is None else spec.dtypes))
     return out
+
+
+def gemm_benchmark(sizes: list[tuple[int, int, int]], threads: int = 1, repeats: int = 5) -> dict:
+    """float32 GEMM rates on this machine for each ``(M, K, N)`` of ``sizes`` on ``threads``
+    threads: numpy's matmul (its BLAS held at ``threads``) and the provider's own packed
+    kernel where it is built, against the measured FMA peak. Returns ``{"cpu", "isa",
+    "threads", "blas": [threadpoolctl's BLAS entries: internal_api, version, architecture,
+    ...], "peak": {"flops", "lanes", "mhz", "fma_per_cycle"}, "rows": [{"size", "numpy",
+    "ours"}]}``, each rate ``{"gflops_wall", "gflops_cpu", "seconds"}`` (``ours`` None where
+    not built; ``gflops_cpu`` by the process's CPU time over the threads)."""
+    from .fast.peak import gemm_rates
+
+    return gemm_rates([tuple(int(d) for d in s) for s in sizes], int(threads), int(repeats))

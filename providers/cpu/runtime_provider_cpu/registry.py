@@ -51,6 +51,9 @@ class KernelContext:
     #: the session's tensor-size cap in bytes (plugin API 1.3 ``Partition.max_tensor_bytes``);
     #: 0: the default of :mod:`runtime_provider_cpu.limits`
     max_tensor_bytes: int = 0
+    #: whether kernels with competing candidates measure them on this machine (``fast/autotune.py``);
+    #: False (session config entry ``session.cpu.autotune`` = "0"): the library call
+    tune: bool = True
     #: control-flow kernels only: the node's GRAPH attributes compiled to
     #: :class:`~runtime_provider_cpu.execution.subgraph.Subgraph` objects, by attribute name
     subgraphs: dict = field(default_factory=dict, compare=False)

@@ -14,10 +14,17 @@ import runtime_core as rt
 from oracle import assert_close, make_model, run_oracle
 
 RNG = np.random.default_rng(20261208)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def forced(cpu_policy):
+    """The kernels under test wherever they apply, not the ones measured faster here."""
+    cpu_policy(conv_kernel="pointwise")
 
 
 @pytest.fixture

@@ -13,10 +13,17 @@ import runtime_core as rt
 from oracle import assert_close, make_model, record_plan_kinds, run_oracle
 
 RNG = np.random.default_rng(20261206)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def forced(cpu_policy):
+    """The kernels under test wherever they apply, not the ones measured faster here."""
+    cpu_policy(conv_kernel="winograd,direct")
 
 
 def use_layout(cpu_policy, layout):
@@ -175,28 +182,27 @@ def test_winograd_checks_buffers():
     assert y[0, :, 0, 0].tolist() == [32.0] * 4
 
 
-def test_winograd_only_where_it_pays(cpu_policy):
-    # stride 2, dilation, groups, a kernel other than 3x3, few channels or a narrow output
-    # stay on the direct kernel; ResNet's 56- and 28-wide stages take Winograd
-    from runtime_provider_cpu.fast.conv import select_plan
+def test_winograd_where_it_applies(cpu_policy):
+    # dense 3x3 stride-1 convolutions are Winograd candidates (measured against the direct
+    # kernel and im2col); stride 2, dilation, groups or another kernel size are not; narrow
+    # outputs with many channels take the lanes layout
+    from runtime_provider_cpu.fast.conv import candidates
 
     cpu_policy(direct=True)
     p1 = [1, 1]
 
-    def kind(xs, ws, strides=(1, 1), dil=(1, 1), group=1):
-        return select_plan(rnd(*xs), rnd(*ws), None, None, group, list(strides), list(dil), p1, p1, 2).kind
+    def names(xs, ws, strides=(1, 1), dil=(1, 1), group=1):
+        return set(candidates(rnd(*xs), rnd(*ws), None, None, group, list(strides), list(dil), p1, p1, 2))
 
-    assert kind((1, 64, 56, 56), (64, 64, 3, 3)) == "winograd"
-    assert kind((1, 128, 28, 28), (128, 128, 3, 3)) == "winograd"
-    plan = select_plan(rnd(1, 256, 14, 14), rnd(256, 256, 3, 3), None, None, 1, p1, p1, p1, p1, 2)
+    for xs in [(1, 64, 56, 56), (1, 128, 28, 28), (1, 64, 14, 14), (1, 512, 7, 7), (1, 16, 56, 56)]:
+        assert names(xs, (xs[1], xs[1], 3, 3)) - {"im2col_sgemm"} == {"im2col", "winograd", "direct"}, xs
+    plan = candidates(rnd(1, 256, 14, 14), rnd(256, 256, 3, 3), None, None, 1, p1, p1, p1, p1, 2)["winograd"]()
     assert plan.kind == "winograd" and plan.args[-1]                   # 14 x 14: in the lanes
-    assert not select_plan(rnd(1, 64, 28, 28), rnd(64, 64, 3, 3), None, None, 1, p1, p1, p1, p1, 2).args[-1]
-    assert kind((1, 64, 14, 14), (64, 64, 3, 3)) == "direct"          # too few channels for it
-    assert kind((1, 512, 7, 7), (512, 512, 3, 3)) == "direct"         # too narrow
-    assert kind((1, 16, 56, 56), (16, 16, 3, 3)) == "direct"          # too few channels
-    assert kind((1, 64, 56, 56), (64, 64, 3, 3), strides=(2, 2)) == "direct"
-    assert kind((1, 64, 56, 56), (64, 64, 3, 3), dil=(2, 2)) == "direct"
-    assert kind((1, 64, 56, 56), (64, 32, 3, 3), group=2) is None     # grouped: the general path
-    assert kind((1, 64, 56, 56), (64, 64, 5, 5)) == "direct"
-    cpu_policy(direct=False)                                          # no AVX-512: neither
-    assert kind((1, 64, 56, 56), (64, 64, 3, 3)) is None
+    plan = candidates(rnd(1, 64, 28, 28), rnd(64, 64, 3, 3), None, None, 1, p1, p1, p1, p1, 2)["winograd"]()
+    assert not plan.args[-1]
+    assert names((1, 64, 56, 56), (64, 64, 3, 3), strides=(2, 2)) - {"im2col_sgemm"} == {"im2col", "direct"}
+    assert names((1, 64, 56, 56), (64, 64, 3, 3), dil=(2, 2)) - {"im2col_sgemm"} == {"im2col", "direct"}
+    assert names((1, 64, 56, 56), (64, 32, 3, 3), group=2) == {"im2col"}  # grouped: im2col and GEMM
+    assert names((1, 64, 56, 56), (64, 64, 5, 5)) - {"im2col_sgemm"} == {"im2col", "direct"}
+    cpu_policy(direct=False)                                           # no AVX-512: neither
+    assert names((1, 64, 56, 56), (64, 64, 3, 3)) - {"im2col_sgemm"} == {"im2col"}

@@ -47,18 +47,18 @@ def test_policy_steers_a_session(monkeypatch, cpu_policy):
                        opset=11, initializers={"w": w})
     ref = run_oracle(model, {"x": x})
     kinds = record_plan_kinds(monkeypatch)
-    cpu_policy(direct=True)
+    cpu_policy(direct=True, conv_kernel="direct")
     assert_close(run_ours(model, {"x": x})[0], ref, rtol=1e-4, atol=1e-5)
     assert kinds == ["direct"]
-    cpu_policy(direct=False, native=None)
+    cpu_policy(direct=False, native=None, conv_kernel="")
     assert_close(run_ours(model, {"x": x})[0], ref, rtol=1e-4, atol=1e-5)
-    assert kinds == ["direct"]  # no plan ran
+    assert kinds == ["direct", "im2col"]  # without the compiled kernels: the library call
 
 
 def test_every_plan_sets_every_slot(cpu_policy):
     # each plan class sets all of its slots whichever branch chose it (no AttributeError later)
     from runtime_provider_cpu.fast import policy
-    from runtime_provider_cpu.fast.conv import select_plan
+    from runtime_provider_cpu.fast.conv import candidates
 
     if policy.NATIVE is None:
         pytest.skip(policy.NATIVE_ERROR)
@@ -67,9 +67,12 @@ def test_every_plan_sets_every_slot(cpu_policy):
     for n, (c, m, g), k, s, p, bias, clip in itertools.product(
             (1, 2), ((8, 8, 1), (8, 8, 8), (4, 6, 2)), (1, 3), (1, 2), (0, 1), (False, True), (None, (0.0, 6.0))):
         x, w = rnd(n, c, 9, 10), rnd(m, c // g, k, k)
-        plan = select_plan(x, w, rnd(m) if bias else None, clip, g, [s, s], [1, 1], [p, p], [p, p], 2)
-        kinds.add(plan.kind)
-        for cls in type(plan).__mro__:
-            for slot in getattr(cls, "__slots__", ()):
-                getattr(plan, slot)  # raises AttributeError where a branch left one unset
-    assert kinds == {None, "winograd", "direct", "pointwise", "depthwise"}, kinds
+        for name, make in candidates(x, w, rnd(m) if bias else None, clip, g, [s, s], [1, 1], [p, p], [p, p],
+                                     2).items():
+            plan = make()
+            assert plan.kind == name
+            kinds.add(plan.kind)
+            for cls in type(plan).__mro__:
+                for slot in getattr(cls, "__slots__", ()):
+                    getattr(plan, slot)  # raises AttributeError where a branch left one unset
+    assert kinds == {"im2col", "im2col_sgemm", "winograd", "direct", "pointwise", "depthwise"}, kinds

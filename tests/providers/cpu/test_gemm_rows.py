@@ -11,6 +11,7 @@ import runtime_core as rt
 from oracle import assert_close, make_model, run_oracle
 
 RNG = np.random.default_rng(20261207)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):
@@ -18,9 +19,10 @@ def rnd(*shape):
 
 
 @pytest.fixture
-def calls(spy_native):
+def calls(spy_native, cpu_policy):
     seen = []
     spy_native("gemm_rows", lambda args: seen.append((args[3], args[4], args[5])))  # (R, K, N), trans, threads
+    cpu_policy(linear_kernel="rows")  # where it applies (up to 8 rows; elsewhere BLAS)
     return seen
 
 

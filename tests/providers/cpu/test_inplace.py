@@ -196,7 +196,7 @@ def _gelu_refs(x):
     return exact, tanh_form
 
 
-@pytest.mark.parametrize("native", [True, False])
+@pytest.mark.parametrize("native", [pytest.param(True, marks=pytest.mark.native), False])
 def test_gelu_f32_accuracy_and_specials(native):
     from functools import partial
 
@@ -224,6 +224,7 @@ def test_gelu_f32_accuracy_and_specials(native):
 
 
 @pytest.mark.parametrize("shape", [(9, 40), (3, 7), (2, 5, 19), (1,), (0, 8), (4, 0)])
+@pytest.mark.native
 def test_compiled_gelu_tanh_with_bias_matches_the_numpy_blocks(shape):
     # _native.gelu_erf with tanh_form: FastGelu's bias add and the tanh form in one pass
     from runtime_provider_cpu.ops import elementwise as ew
@@ -242,6 +243,7 @@ def test_compiled_gelu_tanh_with_bias_matches_the_numpy_blocks(shape):
 
 
 @pytest.mark.parametrize("shape", [(9, 40), (3, 7), (2, 5, 19), (1,), (0, 8), (4, 0)])
+@pytest.mark.native
 def test_compiled_gelu_with_bias_matches_the_numpy_blocks(shape):
     # _native.gelu_erf: the bias add and Gelu in one pass, rows of any width (a scalar tail
     # below 8), in place or not

@@ -11,6 +11,7 @@ from onnx import helper
 from oracle import assert_close, cpu_session, make_model, run_oracle
 
 RNG = np.random.default_rng(20261205)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):
@@ -18,10 +19,11 @@ def rnd(*shape):
 
 
 @pytest.fixture
-def calls(spy_native):
+def calls(spy_native, cpu_policy):
     seen = []
     # ((R, K, N), threads, packed)
     spy_native("linear", lambda args: seen.append((args[4], args[5], args[6] if len(args) > 6 else True)))
+    cpu_policy(linear_kernel="packed")  # the compiled kernel, not the one measured faster here
     return seen
 
 
@@ -37,16 +39,25 @@ def test_matmul_by_an_initializer_matches_onnxruntime(lead, K, N, calls):
     assert calls == [((R, K, N), 3, True)] * 2
 
 
-def test_small_products_stay_on_numpy(calls):
-    a, b = rnd(4, 16), rnd(16, 8)
+def test_tuning_off_takes_blas(calls, cpu_policy):
+    """``session.cpu.autotune`` = "0": the library call (numpy's BLAS), nothing measured."""
+    import runtime_core as rt
+
+    cpu_policy(linear_kernel="")
+    a, b = rnd(40, 160), rnd(160, 48)
     model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a}, ["y"], initializers={"b": b})
-    assert_close(cpu_session(model).run(None, {"a": a}), run_oracle(model, {"a": a}), rtol=1e-5, atol=1e-5)
+    so = rt.SessionOptions()
+    so.add_session_config_entry("session.cpu.autotune", "0")
+    sess = rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
+    assert_close(sess.run(None, {"a": a}), run_oracle(model, {"a": a}), rtol=1e-5, atol=1e-5)
     assert calls == []
+    assert sess.get_partition_report().kernels == {sess.get_partition_report().nodes[0].name: "blas"}
 
 
-def test_matmul_by_a_weight_fed_at_run_time(calls):
+def test_matmul_by_a_weight_fed_at_run_time(calls, cpu_policy):
     """A B that is not an initializer is never kept packed: each run reads the array it gets,
     even the same object written in place between runs."""
+    cpu_policy(linear_kernel="stream")
     a, b = rnd(40, 200), rnd(200, 70)
     model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a, "b": b}, ["y"])
     sess = cpu_session(model)

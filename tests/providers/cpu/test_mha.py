@@ -13,6 +13,7 @@ from oracle import assert_close, make_model, run_oracle
 
 MS = "com.microsoft"
 RNG = np.random.default_rng(20261205)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):
@@ -53,12 +54,13 @@ CASES = [
 
 @pytest.mark.parametrize("case", range(len(CASES)))
 @pytest.mark.parametrize("threads", [1, 2, 5])
-def test_mha_matches_the_numpy_path_and_onnxruntime(case, threads, spy_native, monkeypatch):
+def test_mha_matches_the_numpy_path_and_onnxruntime(case, threads, spy_native, monkeypatch, cpu_policy):
     from runtime_provider_cpu.ops import fused
 
     B, S, D, H, names, extra, attrs = CASES[case]
     seen = []
     spy_native("mha", lambda args: seen.append(args[-1]))
+    cpu_policy(mha_kernel="native")  # where it applies; the numpy path below
     m, inputs = _model(B, S, D, H, names, extra(B, S) if extra else None, **attrs)
     ours = _run(m, inputs, threads)
     assert seen == [threads]
@@ -70,16 +72,18 @@ def test_mha_matches_the_numpy_path_and_onnxruntime(case, threads, spy_native, m
         assert_close([ours], run_oracle(m, inputs), 1e-4, 1e-5)
 
 
-def test_mha_same_bits_on_any_thread_count():
+def test_mha_same_bits_on_any_thread_count(cpu_policy):
+    cpu_policy(mha_kernel="native")
     m, inputs = _model(2, 50, 64, 2, unidirectional=1)  # 4 heads: rows split at 3+ threads
     outs = [_run(m, inputs, t) for t in (1, 2, 3, 8)]
     for y in outs[1:]:
         assert np.array_equal(y, outs[0])
 
 
-def test_mha_value_heads_of_another_width(spy_native):
+def test_mha_value_heads_of_another_width(spy_native, cpu_policy):
     seen = []
     spy_native("mha", lambda args: seen.append(args[2]))
+    cpu_policy(mha_kernel="native")
     m, inputs = _model(1, 10, 16, 2, sizes=(16, 16, 8))
     assert_close([_run(m, inputs, 2)], run_oracle(m, inputs), 1e-4, 1e-5)
     assert seen == [(2, 8, 4)]  # (heads, query/key width, value width)

@@ -60,6 +60,7 @@ def test_depthwise_flat_path(stride, dil, pads, bias, cpu_policy):
     ((1, 1), [1, 1], [1, 1], [1, 0, 0, 1]), ((2, 4), [1, 3], [2, 1], [0, 3, 1, 2]),
     ((3, 3), [1, 1], [1, 1], [4, 4, 4, 4]),   # padding wider than the kernel: all-zero rows
 ])
+@pytest.mark.native
 def test_depthwise_native(ks, strides, dil, pads):
     # the compiled depthwise kernel (float32; every shape here goes through it)
     from runtime_provider_cpu.fast import policy
@@ -80,6 +81,7 @@ def test_depthwise_native(ks, strides, dil, pads):
 
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.native
 def test_depthwise_native_threads(stride, fast):
     # channel planes split between the kernel threads (from 8K outputs a thread): the same
     # bits on any thread count, and the einsum reference's values, on both 3x3 paths
@@ -117,6 +119,7 @@ def _dw_reference(x, w, b, s, pads, lo, hi):
 
 
 @pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.native
 def test_depthwise_native_phase_planes(stride):
     # the AVX-512 3x3 path (phase planes, flat-index vectors below 16 outputs a row, row
     # vectors from 16) against float64 and the 8-float path (fast=False), over plane sizes
@@ -160,6 +163,7 @@ def test_depthwise_native_phase_planes(stride):
         np.testing.assert_allclose(y[~nan], ref[~nan])
 
 
+@pytest.mark.native
 def test_depthwise_native_checks_buffers():
     # a buffer that does not hold what the shape says is a ValueError, never a read past it
     from runtime_provider_cpu import _native

@@ -13,10 +13,17 @@ from onnx import TensorProto, helper
 from oracle import assert_close, compiled_partitions, cpu_session, make_model, run_oracle
 
 RNG = np.random.default_rng(20261206)
+pytestmark = pytest.mark.native  # the compiled kernels' own tests
 
 
 def rnd(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.fixture(autouse=True)
+def forced(cpu_policy):
+    """The plans the pair fusers take wherever they apply, not the ones measured faster here."""
+    cpu_policy(conv_kernel="pointwise,depthwise,direct")
 
 
 def _fast():

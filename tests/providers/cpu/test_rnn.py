@@ -21,7 +21,7 @@ def weights(op, ndir, dtype, bias=True, peep=False):
     return init
 
 
-@pytest.fixture(params=["native", "numpy"])
+@pytest.fixture(params=[pytest.param("native", marks=pytest.mark.native), "numpy"])
 def loop(request, monkeypatch):
     """Run the unmasked float32 recurrences through the compiled loop, then through the
     numpy loop (the one builds without a C compiler get)."""
@@ -205,6 +205,7 @@ def test_recurrence_cache_and_saturation(op, lbr, loop):
 
 @pytest.mark.parametrize("op,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1)])
 @pytest.mark.parametrize("hidden,batch", [(16, 1), (37, 4), (70, 2), (24, 17)])
+@pytest.mark.native
 def test_native_recurrence_shapes(op, lbr, hidden, batch, monkeypatch):
     # hidden sizes that fill, miss and overrun the 16-unit chunks; a batch past
     # NATIVE_MAX_BATCH takes the numpy loop (its GEMM reads the weights once a step)
@@ -241,6 +242,7 @@ def test_native_recurrence_shapes(op, lbr, hidden, batch, monkeypatch):
         assert calls == []
 
 
+@pytest.mark.native
 def test_native_recurrence_checks_buffers():
     from runtime_provider_cpu.ops import rnn
 

@@ -43,6 +43,18 @@ def intra_op_threads(partition) -> int:
         return max(1, os.cpu_count() or 1)
 
 
+#: the session config entry (plugin API 1.4 ``Partition.config``) that turns measuring
+#: kernels off ("0": the library calls; see ``fast/autotune.py``)
+AUTOTUNE_CONFIG = "session.cpu.autotune"
+
+
+def autotune_enabled(partition) -> bool:
+    """Whether this partition's kernels measure their candidates: its session's
+    ``session.cpu.autotune`` (default "1"); a core older than plugin API 1.4 says nothing."""
+    config = getattr(partition, "config", None) or {}
+    return str(config.get(AUTOTUNE_CONFIG, "1")).strip() != "0"
+
+
 class CPUExecutable:
     """Runs the nodes of one partition: in order, or (``partition.inter_op_num_threads`` > 1)
     each node as soon as its inputs are ready, on up to that many threads. Thread-safe:
@@ -68,6 +80,7 @@ class CPUExecutable:
         kernel_threads = intra_op_threads(partition)
         hold_blas(kernel_threads)  # BLAS's own threads, set once for the process
         cap = int(getattr(partition, "max_tensor_bytes", 0) or 0)
+        tune = autotune_enabled(partition)
         for node in partition.nodes:
             spec = REGISTRY.lookup(node.domain, node.op_type, node.since_version)
             if spec is None:  # the provider never claims such a node
@@ -82,6 +95,7 @@ class CPUExecutable:
                 output_dtypes=tuple(o.dtype if o is not None else None for o in node.output_info),
                 threads=kernel_threads,
                 max_tensor_bytes=cap,
+                tune=tune,
             )
             in_slots = tuple(slot(n) for n in ins)
             out_slots = tuple(slot(n) if n else -1 for n in node.outputs)
@@ -137,6 +151,19 @@ class CPUExecutable:
         ``(kind, node names)``, ``kind`` ``"pair"`` (a chain) or ``"siblings"`` (two readers
         of one input) (plugin API 1.3: shown by the session's partition report)."""
         return list(self._fused)
+
+    def kernels(self) -> list[tuple[str, str]]:
+        """``(node name, kernel)`` for each node whose kernel was chosen among candidates on this
+        machine (``fast/autotune.py``), after the run that chose it; a node run at several input
+        sizes lists each (plugin API 1.4: shown by the session's partition report)."""
+        out = []
+        for st in self.steps:
+            chosen = st[1].cache.get("kernels")
+            if chosen:
+                items = list(chosen.items())
+                text = items[0][1] if len(items) == 1 else ", ".join(f"{k}: {v}" for k, v in items)
+                out.append((st[1].node.name, text))
+        return out
 
     def run(self, inputs, stop=None):
         """The partition's outputs for ``inputs``. ``stop`` (plugin API 1.3), when given, is

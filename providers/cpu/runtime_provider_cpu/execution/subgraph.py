@@ -77,7 +77,8 @@ class Subgraph:
                                outputs=tuple(self.output_names), constants=body.constants, value=body.value,
                                # the enclosing node's session settings (``parent``: its KernelContext)
                                intra_op_num_threads=getattr(parent, "threads", 0),
-                               max_tensor_bytes=getattr(parent, "max_tensor_bytes", 0))
+                               max_tensor_bytes=getattr(parent, "max_tensor_bytes", 0),
+                               config={"session.cpu.autotune": "1" if getattr(parent, "tune", True) else "0"})
         self.executable = CPUExecutable(part, check_kernels=check_kernels)
 
     def run(self, inputs, outer: dict) -> list:

@@ -1,9 +1,13 @@
 """Which conv plan a node takes (:func:`select_plan`), and the node's cache and bound step.
 
-A dense 3x3 stride-1 convolution wide enough is Winograd, another dense one with several
-taps the direct kernel (any batch); for one image, a 1x1 unpadded convolution is the
-pointwise kernel and a depthwise one the compiled depthwise kernel; anything else (a plan
-of kind None) takes the general path (``ops/conv.py``). The thresholds are the policy's.
+The candidates of a float32 2-D convolution are the algorithms whose kernels take its
+geometry: im2col and a GEMM (the library call: :class:`~.im2col.Im2colPlan`; for one image
+also on SciPy's sgemm a block on the kernel threads, ``Im2colSgemmPlan``), Winograd
+(dense 3x3 stride 1), the direct kernel (dense, stride at most 2), and for one image the
+pointwise kernel (1x1, no pads) and the compiled depthwise one (any batch). Which of them a
+shape takes is measured on this machine on the node's weights and first input
+(``fast/autotune.py``), or forced by the policy; a plan of kind None takes the general path
+(``ops/conv.py``). The layouts (output channels in the vector lanes or not) are the policy's.
 """
 
 from __future__ import annotations
@@ -11,50 +15,82 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops._nncommon import _F32, _conv_out, _is_const, _native_geometry_ok
+from . import autotune
 from .depthwise import DepthwisePlan
 from .direct import DirectPlan
+from .im2col import Im2colPlan, Im2colSgemmPlan
 from .plan import ConvPlan
 from .pointwise import PointwisePlan
 from .policy import current
+from .sgemm import sgemm_ready
 from .winograd import WinogradPlan
 
 
-def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> ConvPlan:
-    """The plan of a float32 2-D convolution of ``x`` by ``w`` (plus ``b``, clipped to
-    ``clip``) with these resolved strides, dilations and pads; kind None: no fast path."""
+def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> dict:
+    """name -> a function making that plan, for each algorithm that takes this convolution
+    ("im2col", the library call, first); {} where none does (the general path)."""
     p = current()
     nat = p.native
-    if (nat is None or x.dtype != _F32 or w.dtype != _F32 or x.ndim != 4
+    if (x.dtype != _F32 or w.dtype != _F32 or x.ndim != 4
             or (b is not None and b.shape != (w.shape[0],))):
-        return ConvPlan(x, w, b, clip)
+        return {}
     N, C, H, W = x.shape
     M = w.shape[0]
     ks = tuple(w.shape[2:])
     out = tuple(_conv_out(x.shape[2:], ks, strides, dilations, pb, pe))
     if not _native_geometry_ok(x.shape[2:], ks, strides, dilations, pb, pe, out):
-        return ConvPlan(x, w, b, clip)  # extreme pads, strides or dilations: the general path
+        return {}  # extreme pads, strides or dilations: the general path
+    found = {"im2col": lambda: Im2colPlan(x, w, b, clip, nat, out, group, strides, dilations, pb, pe, threads)}
+    if nat is None or N == 0 or min(out) <= 0:
+        return found
     nonneg = min(pb) >= 0 and min(pe) >= 0
-    wino = (p.direct and group == 1 and ks == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]
-            and nonneg and N > 0)
-    wide = wino and C >= p.wino_min_c and out[1] >= p.wino_min_ow
-    lanes = wino and C >= p.wino_lanes_min_c and p.wino_lanes_ow[0] <= out[1] <= p.wino_lanes_ow[1]
-    if wide or lanes:
-        return WinogradPlan(x, w, b, clip, nat, out, pb, lanes, threads)
-    if (N == 1 and ks == (1, 1) and group == 1 and max(strides) > 1 and not any(pb) and not any(pe)
-            and p.pw_lanes and p.linear):
-        return PointwisePlan(x, w, b, clip, nat, out, (int(strides[0]), int(strides[1])), True, threads)
+    dense = group == 1 and nonneg
+    if N == 1 and group == 1 and sgemm_ready():
+        found["im2col_sgemm"] = lambda: Im2colSgemmPlan(x, w, b, clip, nat, out, group, strides, dilations, pb, pe,
+                                                        threads)
+    if p.direct and dense and ks == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
+        wide = C >= p.wino_min_c and out[1] >= p.wino_min_ow
+        lanes = C >= p.wino_lanes_min_c and p.wino_lanes_ow[0] <= out[1] <= p.wino_lanes_ow[1]
+        if wide or lanes:
+            found["winograd"] = lambda lanes=lanes: WinogradPlan(x, w, b, clip, nat, out, pb, lanes, threads)
     terms = C * ks[0] * ks[1]
-    if (p.direct and group == 1 and (ks != (1, 1) or max(strides) > 1) and terms >= p.direct_min_k
-            and max(strides) <= 2 and nonneg and min(out) > 0 and N > 0):
+    if p.direct and dense and (ks != (1, 1) or max(strides) > 1) and max(strides) <= 2:
         lanes = out[1] <= p.lanes_max_ow and terms >= p.lanes_min_k
-        return DirectPlan(x, w, b, clip, nat, out, strides, dilations, pb, lanes, threads)
-    if N != 1:
+        found["direct"] = lambda lanes=lanes: DirectPlan(x, w, b, clip, nat, out, strides, dilations, pb, lanes, threads)
+    if N == 1 and ks == (1, 1) and group == 1 and not any(pb) and not any(pe):
+        if list(strides) == [1, 1]:
+            found["pointwise"] = lambda: PointwisePlan(x, w, b, clip, nat, (H, W), None, p.pw_lanes and p.linear,
+                                                       threads)
+        elif p.pw_lanes and p.linear:
+            found["pointwise"] = lambda: PointwisePlan(x, w, b, clip, nat, out, (int(strides[0]), int(strides[1])),
+                                                       True, threads)
+    if w.shape[1] == 1 and M == C == group and group > 1 and nonneg:
+        found["depthwise"] = lambda: DepthwisePlan(x, w, b, clip, nat, out, ks, strides, dilations, pb, threads)
+    return found
+
+
+def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx=None) -> ConvPlan:
+    """The plan of a float32 2-D convolution of ``x`` by ``w`` (plus ``b``, clipped to
+    ``clip``) with these resolved strides, dilations and pads: the candidate forced by the
+    policy, cached for this machine and shape, or measured on ``x`` now; with tuning off
+    (the policy's ``tune``, the node's session's ``session.cpu.autotune``) im2col and GEMM.
+    Kind None: no candidate (the general path)."""
+    found = candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads)
+    if not found:
         return ConvPlan(x, w, b, clip)
-    if ks == (1, 1) and group == 1 and list(strides) == [1, 1] and not any(pb) and not any(pe):
-        return PointwisePlan(x, w, b, clip, nat, (H, W), None, p.pw_lanes and p.linear, threads)
-    if w.shape[1] == 1 and M == C == group and group > 1 and nonneg and min(out) > 0:
-        return DepthwisePlan(x, w, b, clip, nat, out, ks, strides, dilations, pb, threads)
-    return ConvPlan(x, w, b, clip)
+    names = list(found)
+    shape = tuple(x.shape) + tuple(w.shape) + (group,) + tuple(strides) + tuple(dilations) + tuple(pb) + tuple(pe)
+    key = autotune.cache_key("conv", shape, "float32", threads)
+    name = autotune.decide("conv", key, names, "im2col", getattr(ctx, "tune", True))
+    if name is None:
+        made = {n: make() for n, make in found.items()}
+        calls = {n: pl._make_call() for n, pl in made.items()}  # not the plans' own: those are the runs
+        name, _ = autotune.measure(key, {n: (lambda c=c: c(x, None)) for n, c in calls.items()})
+        plan = made[name]
+    else:
+        plan = found[name]()
+    autotune.note(ctx, "x".join(map(str, x.shape)), name)
+    return plan
 
 
 def plan_cache(ctx, w, b):

@@ -1,6 +1,7 @@
 """im2col for the GEMM convolution: the ``[C, KH, KW, N, OH, OW]`` matrix of a 2-D
 convolution in reused scratch memory, read straight from the unpadded input (sized from the
-output, never from the padded extent)."""
+output, never from the padded extent); and :class:`Im2colPlan`, the conv plan of im2col and
+a BLAS GEMM (the library call the compiled plans are measured against)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 
 from ..ops._common import Scratch
 from ..ops._nncommon import _pad_const, _tap_range
+from .plan import ConvPlan
 from .policy import current
 
 
@@ -80,3 +82,38 @@ def im2col_phases(x, ks, strides, pb, out, cols):
             r, c = i // sh, j // sw
             cols[:, i, j] = ph[:, :, r:r + OH, c:c + OW]
     return cols
+
+
+class Im2colPlan(ConvPlan):
+    """im2col and one GEMM a group (numpy's matmul: the BLAS library's sgemm), the numpy
+    depthwise paths for depthwise convolutions, bias, residual and clip after it: the library
+    call every compiled plan is measured against. Any batch, any group."""
+
+    __slots__ = ()
+    KIND = "im2col"
+    #: the GEMM and depthwise convolutions on numpy (False: the compiled ones where they apply)
+    LIBRARY = True
+
+    def __init__(self, x, w, b, clip, native, out, group, strides, dilations, pb, pe, threads):
+        super().__init__(x, w, b, clip, native, threads)
+        self.shape = (x.shape[0], w.shape[0]) + tuple(out)
+        self.args = (int(group), list(strides), list(dilations), list(pb), list(pe))
+
+    def _make_call(self):
+        from ..ops.conv import _conv_core  # the general path (ops/conv.py imports this module)
+
+        w, b, clip, threads, library = self.w, self.b, self.clip, self.threads, self.LIBRARY
+        group, strides, dilations, pb, pe = self.args
+
+        def call(x, z):
+            return _conv_core(x, w, b, group, strides, dilations, pb, pe, clip, z, threads, library=library)
+        return call
+
+
+class Im2colSgemmPlan(Im2colPlan):
+    """im2col for one image and SciPy's sgemm a block on the kernel threads, the epilogue
+    compiled (``_native.pointwise``): the same GEMM without numpy's BLAS threads."""
+
+    __slots__ = ()
+    KIND = "im2col_sgemm"
+    LIBRARY = False

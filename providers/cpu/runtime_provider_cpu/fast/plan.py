@@ -4,7 +4,8 @@ A plan keeps what it derived from the weights (packed copies) with the arrays th
 from, so only weights and bias that are the partition's constants get one (a weight fed at
 run time may be the same array with new values). Later runs with the same shape, weights
 and bias go straight to its kernel. Each algorithm is a subclass (``fast/winograd.py``,
-``direct.py``, ``pointwise.py``, ``depthwise.py``); :func:`~.conv.select_plan` picks one.
+``direct.py``, ``pointwise.py``, ``depthwise.py``, ``im2col.py``); :func:`~.conv.select_plan`
+picks one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ class ConvPlan:
                  "threads", "_call")
     KIND: str | None = None
     #: the kinds whose kernels add a residual in their epilogue
-    Z_KINDS = ("pointwise", "direct", "winograd")
+    Z_KINDS = ("pointwise", "direct", "winograd", "im2col", "im2col_sgemm")
 
     def __init__(self, x, w, b, clip, native=None, threads=1):
         self.xshape, self.w, self.b, self.clip, self.kind = x.shape, w, b, clip, self.KIND

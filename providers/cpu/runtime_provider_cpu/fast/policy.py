@@ -2,24 +2,35 @@
 
 Every threshold and switch the fast paths consult lives in :class:`Policy`; the kernels read
 the installed one (:func:`current`) when they decide, so a test (or a caller comparing paths)
-installs another with :func:`installed` instead of patching modules. The thresholds' history
-and measurements: ``providers/cpu/docs/performance.md``.
+installs another with :func:`installed` instead of patching modules. Which algorithm a node
+takes where a compiled one competes with a library call is not a threshold here: it is
+measured on the machine (``fast/autotune.py``); the fields below say which candidates exist
+and in which layout, or force one. The thresholds' history: ``providers/cpu/docs/performance.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-try:  # the compiled kernels, built with the wheel; without them the numpy paths run
-    from .. import _native as NATIVE  # type: ignore[attr-defined]  # the C extension
-except ImportError as exc:  # pragma: no cover - only a build without a C compiler
-    NATIVE = None
-    NATIVE_ERROR: str | None = f"{type(exc).__name__}: {exc}"
+#: ``RUNTIME_CORE_CPU_NATIVE=0``: behave as a build without the compiled kernels (the numpy
+#: paths everywhere), as on a platform where ``_native`` cannot be built; CI runs the model
+#: tests so (``nox -s nonative``)
+NATIVE_ENV = "RUNTIME_CORE_CPU_NATIVE"
+NATIVE: Any
+NATIVE_ERROR: str | None
+if os.environ.get(NATIVE_ENV, "") == "0":
+    NATIVE, NATIVE_ERROR = None, f"disabled by {NATIVE_ENV}=0"
 else:
-    NATIVE_ERROR = None
+    try:  # the compiled kernels, built with the wheel where a C compiler is found
+        from .. import _native as NATIVE  # type: ignore[attr-defined, no-redef]  # the C extension
+    except ImportError as exc:  # a build without a C compiler (the extension is optional)
+        NATIVE, NATIVE_ERROR = None, f"{type(exc).__name__}: {exc}"
+    else:
+        NATIVE_ERROR = None
 
 _FAST = NATIVE is not None and bool(getattr(NATIVE, "CONV_FAST", 0))  # the AVX-512 build
 
@@ -30,13 +41,24 @@ class Policy:
 
     #: the compiled kernels (``runtime_provider_cpu._native``), or None: the numpy paths only
     native: Any = NATIVE
-    #: float32 MatMul / Gemm by a constant weight on ``_native.linear`` (the AVX-512 build)
+    #: where a compiled path competes with a library call, measure the candidates on this
+    #: machine and keep the faster (``fast/autotune.py``); False: the library call (as a
+    #: session's ``session.cpu.autotune`` = "0")
+    tune: bool = True
+    #: force one candidate wherever it applies ("": chosen as above; "a,b": the first of them
+    #: that applies; elsewhere the library call): Linear "blas", "packed", "stream" or "rows"
+    #: (``fast/linear.py``) ...
+    linear_kernel: str = ""
+    #: ... Conv "im2col", "im2col_sgemm", "winograd", "direct", "pointwise" or "depthwise"
+    #: (``fast/conv.py``) ...
+    conv_kernel: str = ""
+    #: ... Attention's heads "numpy" or "native" (``ops/fused.py``)
+    mha_kernel: str = ""
+    #: float32 MatMul / Gemm by a constant weight: ``_native.linear`` is a candidate (the AVX-512 build)
     linear: bool = _FAST
-    #: ... from this many multiply-adds
-    linear_min_macs: int = 1 << 18
     #: Gemm products of fewer multiply-adds skip BLAS (its woken threads spin past the call)
     blas_min_macs: int = 1 << 19
-    #: float32 Gemms of at most this many rows of A take ``_native.gemm_rows``
+    #: products of at most this many rows: ``_native.gemm_rows`` is a candidate
     rows_max: int = 8
     #: the compiled kernels call SciPy's sgemm where it is found (False: numpy's matmul)
     sgemm: bool = True
@@ -44,21 +66,21 @@ class Policy:
     dw_einsum_max_pixels: int = 1600
     #: a strided im2col splits the input into phases from this many taps a phase
     phase_taps: int = 4
-    #: the compiled direct convolution (``_native.conv2d``; elsewhere im2col and BLAS win)
+    #: the compiled direct convolution and Winograd are candidates (the AVX-512 build; the
+    #: portable clones keep their accumulators in memory)
     direct: bool = _FAST
-    #: ... for dense convolutions of at least this many terms a sum (C * KH * KW)
-    direct_min_k: int = 16
-    #: the direct kernel with the output channels in the vector lanes: outputs at most this wide
+    #: the direct kernel with the output channels in the vector lanes (a layout, not an
+    #: algorithm): outputs at most this wide ...
     lanes_max_ow: int = 32
     #: ... with at least this many terms a sum
     lanes_min_k: int = 256
-    #: Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions at least this wide ...
-    wino_min_ow: int = 24
+    #: Winograd F(2x2, 3x3) in the wide layout for outputs at least this wide ...
+    wino_min_ow: int = 1
     #: ... with at least this many input channels
-    wino_min_c: int = 32
+    wino_min_c: int = 1
     #: Winograd with the output channels in the lanes for widths in this closed range ...
     wino_lanes_ow: tuple = (10, 16)
-    #: ... with at least this many input channels
+    #: ... with at least this many input channels (the lanes layout wins where both apply)
     wino_lanes_min_c: int = 128
     #: 1x1 convolutions on ``_native.pointwise_lanes`` (needs ``linear``)
     pw_lanes: bool = True

@@ -18,3 +18,147 @@ static int cv_fast(void)
 }
 
 void rc_cpu_init(void) { rc_conv_fast = cv_fast(); }
+
+/* ---------------------------------------------------------------------------------------
+ * fma_peak: this CPU's float32 multiply-add peak as measured, not looked up: each of
+ * `threads` threads runs a loop of 12 independent accumulator chains of fused multiply-adds
+ * in the widest vectors it has (12 chains cover 4-cycle latency on two FMA pipes), so the
+ * rate is cores x clock x FMA pipes x lanes x 2, double-pumped AVX-512 (Zen 4) counted as
+ * it runs. Each thread's time is its own CPU time (CLOCK_THREAD_CPUTIME_ID), so that other
+ * processes on the cores do not lower the figure. Returns (flop/s of all threads together,
+ * lanes a vector, the longest thread's CPU seconds).
+ * --------------------------------------------------------------------------------------- */
+#include <pthread.h>
+#include <time.h>
+
+#define FP_CHAINS 12
+
+typedef struct {
+    long iters;
+    int lanes;
+    double secs;
+    float sink;
+} fp_job;
+
+#if DWF_OK
+DWF_TARGET static float fp_avx512(long iters)
+{
+    __m512 acc[FP_CHAINS];
+    const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < FP_CHAINS; i++)
+        acc[i] = _mm512_set1_ps((float)i);
+    for (long n = 0; n < iters; n++)
+        for (int i = 0; i < FP_CHAINS; i++)
+            acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    __m512 s = acc[0];
+    for (int i = 1; i < FP_CHAINS; i++)
+        s = _mm512_add_ps(s, acc[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"))) static float fp_avx2(long iters)
+{
+    __m256 acc[FP_CHAINS];
+    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+    for (int i = 0; i < FP_CHAINS; i++)
+        acc[i] = _mm256_set1_ps((float)i);
+    for (long n = 0; n < iters; n++)
+        for (int i = 0; i < FP_CHAINS; i++)
+            acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+    __m256 s = acc[0];
+    for (int i = 1; i < FP_CHAINS; i++)
+        s = _mm256_add_ps(s, acc[i]);
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+#endif
+
+/* the portable loop: 4-lane vectors, a multiply and an add (what it runs counts as one FMA) */
+static float fp_portable(long iters)
+{
+    typedef float v4f __attribute__((vector_size(16)));
+    v4f acc[FP_CHAINS];
+    const v4f a = (v4f){0.999999f, 0.999999f, 0.999999f, 0.999999f}, b = (v4f){1e-7f, 1e-7f, 1e-7f, 1e-7f};
+    for (int i = 0; i < FP_CHAINS; i++)
+        acc[i] = (v4f){(float)i, (float)i, (float)i, (float)i};
+    for (long n = 0; n < iters; n++)
+        for (int i = 0; i < FP_CHAINS; i++)
+            acc[i] = acc[i] * a + b;
+    float s = 0;
+    for (int i = 0; i < FP_CHAINS; i++)
+        s += acc[i][0] + acc[i][1] + acc[i][2] + acc[i][3];
+    return s;
+}
+
+static int fp_lanes(void)
+{
+#if DWF_OK
+    if (rc_conv_fast)
+        return 16;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return 8;
+#endif
+    return 4;
+}
+
+static void *fp_run(void *arg)
+{
+    fp_job *j = (fp_job *)arg;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+#if DWF_OK
+    if (j->lanes == 16)
+        j->sink = fp_avx512(j->iters);
+    else if (j->lanes == 8)
+        j->sink = fp_avx2(j->iters);
+    else
+#endif
+        j->sink = fp_portable(j->iters);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    j->secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    return NULL;
+}
+
+PyObject *rc_py_fma_peak(PyObject *self, PyObject *args)
+{
+    int threads;
+    long iters;
+    if (!PyArg_ParseTuple(args, "il:fma_peak", &threads, &iters))
+        return NULL;
+    if (threads < 1 || threads > 1024 || iters < 1 || iters > (1L << 40)) {
+        PyErr_SetString(PyExc_ValueError, "fma_peak: threads must be in [1, 1024] and iters in [1, 2**40]");
+        return NULL;
+    }
+    fp_job *jobs = calloc((size_t)threads, sizeof(fp_job));
+    pthread_t *tids = calloc((size_t)threads, sizeof(pthread_t));
+    if (!jobs || !tids) {
+        free(jobs);
+        free(tids);
+        return PyErr_NoMemory();
+    }
+    const int lanes = fp_lanes();
+    int started = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int t = 0; t < threads; t++) {
+        jobs[t].iters = iters;
+        jobs[t].lanes = lanes;
+        if (t == 0 || pthread_create(&tids[t], NULL, fp_run, &jobs[t]) == 0)
+            started = t + 1;
+        else
+            break;
+    }
+    fp_run(&jobs[0]);
+    for (int t = 1; t < started; t++)
+        pthread_join(tids[t], NULL);
+    Py_END_ALLOW_THREADS
+    double secs = 0, rate = 0;
+    for (int t = 0; t < started; t++) {
+        secs = jobs[t].secs > secs ? jobs[t].secs : secs;
+        rate += jobs[t].secs > 0 ? 2.0 * lanes * FP_CHAINS * (double)iters / jobs[t].secs : 0.0;
+    }
+    free(jobs);
+    free(tids);
+    return Py_BuildValue("(did)", rate, lanes, secs);
+}

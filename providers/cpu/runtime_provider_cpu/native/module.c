@@ -146,6 +146,11 @@ static PyMethodDef methods[] = {
      "ov): softmax(q k^T * scale + mask [causal cut] + bias) v into y (B, S, H * dv); mask and bias\n"
      "(or None) are float32 (db, dh, ds, S) with each d 1 or full. Single-threaded sgemm calls\n"
      "(set_sgemm's) on the kernel threads, a unit a (batch, head, block of rows)."},
+    {"fma_peak", rc_py_fma_peak, METH_VARARGS,
+     "fma_peak(threads, iters) -> (flops, lanes, seconds)\n"
+     "This CPU's float32 multiply-add rate, measured: threads threads each run iters steps of 12\n"
+     "independent FMA chains in the widest vectors it has (lanes floats); flop/s of all together,\n"
+     "each thread timed by its own CPU time (other processes on the cores do not lower it)."},
     {"softmax", rc_py_softmax, METH_VARARGS,
      "softmax(z, (rows, t))\n"
      "The softmax of every row of t floats of the C-contiguous float32 buffer z, in place."},

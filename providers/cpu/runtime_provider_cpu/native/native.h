@@ -179,6 +179,7 @@ static inline Py_ssize_t rc_pf_share(const char *nx, Py_ssize_t nbytes, Py_ssize
 /* whether this machine runs the AVX-512 kernels (the module's CONV_FAST), set once at load */
 extern int rc_conv_fast;
 void rc_cpu_init(void);
+PyObject *rc_py_fma_peak(PyObject *self, PyObject *args);
 
 /* ---- SciPy's sgemm (sgemm_bridge.c) ---------------------------------------------------- */
 

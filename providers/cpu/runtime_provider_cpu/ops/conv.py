@@ -40,10 +40,11 @@ def _conv_check(node):
 
 
 
-def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, threads=1):
+def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, threads=1, library=False):
     """The convolution of padded ``x`` by ``w`` plus ``b`` (plus ``z``, of the result's shape:
     a fused residual sum); ``clip`` = (lo, hi) then clips it (a fused Relu or Clip). Where the
-    extension is built these are one pass over the result."""
+    extension is built these are one pass over the result. ``library``: the GEMM on numpy's
+    matmul and depthwise convolutions on numpy (the im2col plan, ``fast/im2col.py``)."""
     pol = current()
     nat = pol.native
     N, C = x.shape[:2]
@@ -64,7 +65,7 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
     nonneg = nd == 2 and min(pb) >= 0 and min(pe) >= 0
     taps = nonneg and K > 1 and Cg * group == C and not (Cg == 1 and group > 1)
     dw_einsum = nonneg and Cg == 1 and Mg == 1 and group > 1 and P <= pol.dw_einsum_max_pixels
-    native_dw = (nat is not None and nonneg and Cg == 1 and Mg == 1 and group > 1
+    native_dw = (nat is not None and not library and nonneg and Cg == 1 and Mg == 1 and group > 1
                  and x.dtype == _F32 and z is None
                  and _native_geometry_ok(x.shape[2:], ks, strides, dilations, pb, pe, out))
     # the im2col copies, the einsum and the compiled depthwise kernel pad themselves; every
@@ -119,7 +120,7 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
             perm = (1,) + tuple(range(2 + nd, 2 + 2 * nd)) + (0,) + tuple(range(2, 2 + nd))
             cols = np.ascontiguousarray(win.transpose(perm)).reshape(group, Cg * K, N * P)
         wm = w.reshape(group, Mg, Cg * K)
-        if (group == 1 and N == 1 and type(x) is np.ndarray and type(w) is np.ndarray  # host arrays only
+        if (group == 1 and N == 1 and not library and type(x) is np.ndarray and type(w) is np.ndarray  # host arrays only
                 and x.dtype == _F32 and w.dtype == _F32 and sgemm_ready()):
             # one image: the compiled pointwise kernel on the GEMM (single-threaded sgemm a
             # block on the kernel threads, bias, sum and clip in its epilogue; numpy's threaded
@@ -161,7 +162,7 @@ def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, s
     cache = plan_cache(ctx, w, b)
     y = conv_clipped(x, w, b, None, auto_pad=auto_pad, dilations=dilations, group=group,
                      kernel_shape=kernel_shape, pads=pads, strides=strides, cache=cache,
-                     threads=getattr(ctx, "threads", 1))
+                     threads=getattr(ctx, "threads", 1), ctx=ctx)
     bind_plan(cache, conv, dict(auto_pad=auto_pad, dilations=dilations, group=group,
                                 kernel_shape=kernel_shape, pads=pads, strides=strides))
     return y
@@ -169,10 +170,11 @@ def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, s
 
 
 def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pads, strides, z=None,
-                 cache=None, threads=1):
+                 cache=None, threads=1, ctx=None):
     """Conv plus ``z`` when given, then clipped to ``clip`` = (lo, hi) when given (FusedConv's
     sum and Relu / Clip). ``cache`` (the node's) keeps what the first run decided for the
-    input's shape (``fast/conv.py``); ``threads`` bounds the compiled kernels' threads."""
+    input's shape (``fast/conv.py``); ``threads`` bounds the compiled kernels' threads;
+    ``ctx`` (the node's) says whether its session measures kernels and records the choice."""
     if cache is not None:
         plan = cache.get("conv_plan")
         if plan is None or plan.xshape != x.shape or plan.w is not w or plan.b is not b or plan.clip != clip:
@@ -181,7 +183,7 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
                 st, dl = _ints(strides, 2, 1), _ints(dilations, 2, 1)
                 k_eff = [(w.shape[2 + i] - 1) * dl[i] + 1 for i in range(2)]
                 pb, pe = _conv_pads(x.shape[2:], k_eff, st, pads, auto_pad)
-                plan = select_plan(x, w, b, clip, group, st, dl, pb, pe, threads)
+                plan = select_plan(x, w, b, clip, group, st, dl, pb, pe, threads, ctx)
                 cache["conv_plan"] = plan
         if plan is not None and plan.takes(x, w, b, z):
             return plan.run(x, z)

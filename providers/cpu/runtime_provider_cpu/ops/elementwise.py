@@ -23,10 +23,8 @@ import numpy as np
 from ..executable import inplace_variant
 from ._dtypes import _F16, _F32, _F64, _IGNORE, _ML_FLOATS, _formula, _is_float, _lowp, _ufunc1, _up, reg
 
-try:  # the compiled kernels (see fast/policy.py); without them the numpy blocks below run
-    from .. import _native
-except ImportError:  # pragma: no cover - only a build without a C compiler
-    _native = None
+# the compiled kernels (None without them, or with RUNTIME_CORE_CPU_NATIVE=0: the numpy blocks below)
+from ..fast.policy import NATIVE as _native
 
 # -- unary math --------------------------------------------------------------
 

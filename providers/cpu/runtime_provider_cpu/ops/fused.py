@@ -15,6 +15,7 @@ import numpy as np
 
 from ..executable import binds, inplace_variant
 from ..registry import kernel
+from ..fast import autotune as _autotune
 from ..fast.conv import bind_plan, plan_cache
 from ..fast.linear import linear as _linear
 from ..fast.sgemm import sgemm_ready as _sgemm_ready
@@ -171,7 +172,7 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
     cache = plan_cache(ctx, w, b)
     y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
                          kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
-                         cache=cache, threads=getattr(ctx, "threads", 1))
+                         cache=cache, threads=getattr(ctx, "threads", 1), ctx=ctx)
     if act is not None:
         return _activate(y, act, params)
     bind_plan(cache, fused_conv, dict(activation=activation, activation_params=activation_params,
@@ -336,7 +337,8 @@ def _add_into(z, other):
 
 
 #: Attention after its projection on ``_native.mha`` (a unit a head on the kernel threads,
-#: single-threaded sgemm calls) where SciPy's BLAS is found; else numpy below
+#: single-threaded sgemm calls) is a candidate where SciPy's BLAS is found (measured against
+#: numpy's batched matmuls: ``_mha_kernel``)
 _MHA_NATIVE = True
 
 
@@ -396,11 +398,50 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     sc = np.float32(scale if scale else 1.0 / math.sqrt(dq))
     if attention_bias is not None:
         _check_attention_bias(attention_bias, (b, h, s, s))
-    if (_MHA_NATIVE and _native is not None and type(proj) is np.ndarray and proj.dtype == np.float32
-            and b * s and sizes[0] % h == 0 and sizes[2] % h == 0 and _sgemm_ready()):
-        y = _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, mask_filter_value,
-                        unidirectional, attention_bias)
-        return y.astype(x.dtype, copy=False)
+    heads = (proj, b, s, sizes, h, dq, dv, sc, mask_index, mask_filter_value, unidirectional, attention_bias)
+    if _native is not None and type(proj) is np.ndarray and proj.dtype == np.float32 and b * s:
+        if _mha_kernel(ctx, *heads) == "native":
+            return _mha_native(ctx, *heads).astype(x.dtype, copy=False)
+    return _mha_numpy(*heads).astype(x.dtype, copy=False)
+
+
+def _mha_kernel(ctx, proj, b, s, sizes, h, dq, dv, *rest):
+    """"native" (``_native.mha``) or "numpy" (batched matmuls, the library call) for this
+    node's shape: forced by the policy, cached, or measured on ``proj`` (each candidate on a
+    copy: numpy's path scales q in place)."""
+    cache = getattr(ctx, "cache", None)
+    shape = (b, s, h, dq, dv, int(rest[1] is not None), int(bool(rest[3])), int(rest[4] is not None))
+    known = None if cache is None else cache.get("mha", {}).get(shape)
+    if known is not None:
+        return known
+    names = ["numpy"]
+    if (_MHA_NATIVE and proj.flags.c_contiguous and sizes[0] % h == 0 and sizes[2] % h == 0
+            and _sgemm_ready()):
+        names.append("native")
+    threads = getattr(ctx, "threads", 1)
+    key = _autotune.cache_key("mha", shape, "float32", threads)
+    name = _autotune.decide("mha", key, names, "numpy", getattr(ctx, "tune", True))
+    if name is None:
+        copies = [proj.copy() for _ in range(2 * (1 + _autotune.ROUNDS))]
+
+        def runner(fn):
+            def run():
+                p = copies.pop() if copies else proj.copy()
+                fn(p)
+            return run
+
+        name, _ = _autotune.measure(key, {
+            "numpy": runner(lambda p: _mha_numpy(p, b, s, sizes, h, dq, dv, *rest)),
+            "native": runner(lambda p: _mha_native(ctx, p, b, s, sizes, h, dq, dv, *rest))})
+    _autotune.note(ctx, f"batch {b} sequence {s}", name)
+    if cache is not None:
+        cache.setdefault("mha", {})[shape] = name
+    return name
+
+
+def _mha_numpy(proj, b, s, sizes, h, dq, dv, sc, mask_index, mask_filter_value, unidirectional, attention_bias):
+    """Attention after its projection in numpy: one batched matmul for the scores and one for
+    the values (``proj`` is ours: q is scaled in place)."""
     q, k, v = np.split(proj, [sizes[0], sizes[0] + sizes[1]], axis=-1)
     q = q.reshape(b, s, h, dq).transpose(0, 2, 1, 3)
     k = k.reshape(b, s, h, dq).transpose(0, 2, 3, 1)
@@ -419,10 +460,9 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     if unidirectional:
         future = np.triu(np.ones((s, t), dtype=bool), 1)
         z = np.where(future, np.float32(np.finfo(np.float32).min), z)
-    if attention_bias is not None:  # checked above
+    if attention_bias is not None:  # checked by the caller
         z = _add_into(z, attention_bias)
     with np.errstate(all="ignore"):
         # z is ours (a fresh matmul result, or np.where's): normalised in place
         p = _softmax_inplace(z) if z.dtype == np.float32 else _softmax(z.astype(np.float32))
-    y = (p @ v).transpose(0, 2, 1, 3).reshape(b, s, h * dv)
-    return y.astype(x.dtype, copy=False)
+    return (p @ v).transpose(0, 2, 1, 3).reshape(b, s, h * dv)

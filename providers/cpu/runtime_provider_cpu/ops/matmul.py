@@ -1,10 +1,11 @@
 """CPU kernels: MatMul and Gemm.
 
-Float16 / bfloat16 are computed in float32 and cast back; float32 products by a constant
-weight take the Linear kernel (``fast/linear.py``) where the policy has it, batch 1-8
-Gemms the compiled row kernel (``_native.gemm_rows``), small products numpy's own loop
-(BLAS's woken threads would spin past the call), the rest float32 single-threaded sgemm tiles
-on the kernel pool (``fast/sgemm.pooled_matmul``), other dtypes BLAS.
+Float16 / bfloat16 are computed in float32 and cast back; float32 products by a 2-D weight
+take the Linear plan chosen for their shape on this machine (``fast/linear.py``: BLAS as
+sgemm tiles on the kernel pool, the packed compiled kernel or the few-rows one), small Gemm
+products without the compiled kernels numpy's own loop (BLAS's woken threads would spin past
+the call), other float32 products single-threaded sgemm tiles on the kernel pool
+(``fast/sgemm.pooled_matmul``), other dtypes BLAS.
 """
 
 from __future__ import annotations
@@ -72,18 +73,10 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
     use_c = c is not None and beta != 0.0
     if dt.kind == "f":
         pol = current()
-        nat = pol.native
         cd = _cdtype(dt)
         A, B = _as(A, cd), _as(B, cd)
-        src = b if transB else B  # B as stored: [N, K] with transB, else [K, N]
-        if (nat is not None and cd == _F32 and 0 < A.shape[0] <= pol.rows_max and A.size and B.size
-                and src.dtype == _F32 and src.flags.c_contiguous):
-            # a classifier head at batch 1-8: the compiled kernel on the session's threads
-            y = np.empty((A.shape[0], B.shape[1]), _F32)
-            nat.gemm_rows(np.ascontiguousarray(A), src, y, (A.shape[0], A.shape[1], B.shape[1]),
-                          bool(transB), getattr(ctx, "threads", 1))
-        elif not transA and (y := _linear(ctx, A, b, bool(transB))) is not None:
-            pass  # a weight packed once, on the kernel threads
+        if cd == _F32 and (y := _linear(ctx, A, _as(b, cd), bool(transB))) is not None:
+            pass  # the Linear plan of this shape (fast/linear.py)
         elif A.shape[0] * A.shape[1] * B.shape[1] < pol.blas_min_macs:
             # a small product of more rows: a BLAS call would wake its worker threads, which
             # then spin on the cores, taking them from the compiled kernels of the next run;

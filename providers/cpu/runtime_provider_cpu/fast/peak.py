@@ -1,0 +1,94 @@
+"""GEMM rates on this machine against its FMA peak: what ``runtime-core bench --gemm`` prints
+(through :func:`runtime_provider_cpu.api.gemm_benchmark`).
+
+The peak is measured, not looked up: ``_native.fma_peak`` runs 12 independent chains of
+fused multiply-adds in the widest vectors the CPU has on each thread, timed by the thread's
+own CPU time; its rate is cores x clock x FMA units x lanes x 2 (double-pumped AVX-512 counted
+as it runs), and the clock in ``/proc/cpuinfo`` gives the FMA units that implies. GEMMs are
+timed by wall clock (best of the repeats) and by the process's CPU time over the threads
+(less sensitive to other processes on the cores; a BLAS whose idle threads spin counts them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+
+import numpy as np
+
+from . import autotune
+from .packing import pack_linear
+from .policy import current
+
+
+def cpu_mhz() -> float | None:
+    """The clock ``/proc/cpuinfo`` states (the first core's; a VM's is often the nominal one)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("cpu MHz"):
+                    return float(line.split(":", 1)[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def fma_peak(threads: int) -> dict:
+    """The measured float32 FMA peak of ``threads`` cores: flop/s, lanes a vector, the stated
+    clock and the FMA vectors a cycle that it implies (None without the compiled kernels)."""
+    nat = current().native
+    if nat is None or not hasattr(nat, "fma_peak"):
+        return {"flops": None, "lanes": None, "mhz": cpu_mhz(), "fma_per_cycle": None}
+    best = (0.0, 0, 0.0)
+    for _ in range(3):
+        got = nat.fma_peak(int(threads), 5_000_000)
+        best = max(best, got)
+    flops, lanes, _ = best
+    mhz = cpu_mhz()
+    per_cycle = flops / threads / (2 * lanes * mhz * 1e6) if mhz else None
+    return {"flops": flops, "lanes": lanes, "mhz": mhz, "fma_per_cycle": per_cycle}
+
+
+def _rate(fn, flops: float, threads: int, repeats: int) -> dict:
+    fn()
+    walls, cpus = [], []
+    for _ in range(repeats):
+        c0, t0 = time.process_time(), time.perf_counter()
+        fn()
+        t1, c1 = time.perf_counter(), time.process_time()
+        walls.append(t1 - t0)
+        cpus.append(c1 - c0)
+    wall = min(walls)
+    cpu = sorted(cpus)[len(cpus) // 2] / max(1, threads)
+    return {"gflops_wall": flops / wall / 1e9, "gflops_cpu": flops / cpu / 1e9 if cpu > 0 else None,
+            "seconds": wall}
+
+
+def gemm_rates(sizes, threads: int = 1, repeats: int = 5) -> dict:
+    """For each (M, K, N) of ``sizes``: numpy's matmul (BLAS, held at ``threads`` threads) and
+    ours (``_native.linear`` on a packed weight, where built) in GFLOP/s; plus the machine."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # numpy's BLAS at its own thread count (said in the result)
+        def threadpool_limits(**_):
+            return contextlib.nullcontext()
+    nat = current().native
+    rng = np.random.default_rng(0)
+    rows = []
+    with threadpool_limits(limits=int(threads), user_api="blas"):
+        for M, K, N in sizes:
+            a = rng.standard_normal((M, K)).astype(np.float32)
+            w = rng.standard_normal((K, N)).astype(np.float32)
+            flops = 2.0 * M * K * N
+            row = {"size": (M, K, N), "numpy": _rate(lambda: np.matmul(a, w), flops, threads, repeats), "ours": None}
+            if nat is not None and current().linear:
+                wp = pack_linear(w, False)
+                y = np.empty((M, N), np.float32)
+                row["ours"] = _rate(lambda: nat.linear(a, wp, None, y, (M, K, N), int(threads), True), flops,
+                                    threads, repeats)
+                np.testing.assert_allclose(y, a @ w, rtol=1e-3, atol=1e-3 * math.sqrt(K))
+            rows.append(row)
+        blas = autotune.blas_info()
+    return {"cpu": autotune.cpu_model(), "isa": autotune.isa_level(), "threads": int(threads),
+            "blas": blas, "peak": fma_peak(threads), "rows": rows}

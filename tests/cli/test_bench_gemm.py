@@ -1,0 +1,54 @@
+"""``runtime-core bench --gemm``: GFLOP/s of our GEMM and numpy's, with its BLAS kernel and the
+measured FMA peak; its mistakes are one ``error:`` line and exit status 2."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from runtime_core.cli import main
+
+
+def run(*argv):
+    out = io.StringIO()
+    import contextlib
+
+    with contextlib.redirect_stdout(out):
+        code = main(list(argv))
+    return code, out.getvalue()
+
+
+def test_bench_gemm_table():
+    code, text = run("bench", "--gemm", "--sizes", "16x32x48,5x7x9", "--threads", "1", "--gemm-repeat", "1")
+    assert code == 0
+    assert "numpy BLAS:" in text and "FMA peak:" in text
+    rows = [line.split() for line in text.splitlines() if line.startswith(("16x32x48", "5x7x9"))]
+    assert [r[0] for r in rows] == ["16x32x48", "5x7x9"]
+    assert all(float(r[1]) > 0 for r in rows)  # numpy's GFLOP/s
+
+
+def test_bench_gemm_json_against_the_api():
+    from runtime_provider_cpu.api import gemm_benchmark
+
+    code, text = run("bench-gemm", "--sizes", "8x8x8", "--threads", "1", "--gemm-repeat", "1", "--json")
+    res = json.loads(text)
+    assert code == 0 and res["threads"] == 1 and [r["size"] for r in res["rows"]] == [[8, 8, 8]]
+    direct = gemm_benchmark([(8, 8, 8)], 1, 1)
+    assert set(direct) == set(res) and direct["cpu"] == res["cpu"]
+    from runtime_provider_cpu.fast import policy
+
+    if policy.NATIVE is not None:
+        assert direct["peak"]["flops"] > 0 and direct["peak"]["lanes"] in (4, 8, 16)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["bench", "--gemm", "--sizes", "8x8"], "--sizes takes MxKxN"),
+    (["bench", "--gemm", "--sizes", "8x0x8"], "--sizes takes MxKxN"),
+    (["bench"], "bench needs a MODEL"),
+])
+def test_bench_gemm_mistakes(argv, msg, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and msg in err and err.count("\n") == 1

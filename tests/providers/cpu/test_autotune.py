@@ -1,0 +1,211 @@
+"""Kernels chosen on this machine (``fast/autotune.py``): every candidate, forced, gives the
+library call's result; a measured choice is cached on disk per machine and shape and read
+back; a corrupt cache is ignored; ``session.cpu.autotune`` = "0" takes the library call."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from onnx import helper
+
+import runtime_core as rt
+from oracle import assert_close, make_model, run_oracle
+
+RNG = np.random.default_rng(27)
+
+
+def rnd(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def session(model, tune="1", threads=2):
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.add_session_config_entry("session.cpu.autotune", tune)
+    return rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    from runtime_provider_cpu.fast import autotune
+
+    monkeypatch.setenv(autotune.DIR_ENV, str(tmp_path))
+    autotune.forget()
+    yield tmp_path
+    autotune.forget()
+
+
+def _linear_models():
+    a = rnd(3, 5, 48)
+    yield "matmul", make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a}, ["y"],
+                               initializers={"b": rnd(48, 40)}), {"a": a}
+    a = rnd(6, 64)
+    yield "gemm", make_model([helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1, alpha=0.5)], {"a": a},
+                             ["y"], opset=13, initializers={"b": rnd(33, 64), "c": rnd(33)}), {"a": a}
+    a, b = rnd(20, 30), rnd(30, 50)
+    yield "fed", make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a, "b": b}, ["y"]), \
+        {"a": a, "b": b}
+
+
+@pytest.mark.parametrize("case", ["matmul", "gemm", "fed"])
+@pytest.mark.parametrize("name", ["packed", "stream", "rows"])
+def test_every_linear_candidate_gives_the_library_result(case, name, cpu_policy):
+    from runtime_provider_cpu.fast import policy
+
+    if policy.NATIVE is None:
+        pytest.skip(policy.NATIVE_ERROR)
+    model, feeds = next((m, f) for c, m, f in _linear_models() if c == case)
+    cpu_policy(linear_kernel="blas")
+    want = session(model).run(None, feeds)
+    cpu_policy(linear_kernel=name)
+    sess = session(model)
+    got = sess.run(None, feeds)
+    applies = (name == "packed" and case != "fed" and policy.current().linear) or (
+        name == "stream" and case == "fed" and policy.current().linear) or (name == "rows" and case == "gemm")
+    assert set(sess.get_partition_report().kernels.values()) == {name if applies else "blas"}
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert_close(got, run_oracle(model, feeds), rtol=1e-4, atol=1e-4)
+
+
+CONVS = [  # (x shape, w shape, group, strides, pads): each algorithm applies to one at least
+    ((1, 16, 12, 12), (24, 16, 3, 3), 1, [1, 1], [1, 1, 1, 1]),    # winograd, direct
+    ((2, 8, 11, 9), (12, 8, 5, 5), 1, [2, 2], [2, 1, 2, 1]),       # direct at batch 2
+    ((1, 24, 10, 10), (40, 24, 1, 1), 1, [1, 1], [0, 0, 0, 0]),    # pointwise
+    ((1, 24, 10, 10), (40, 24, 1, 1), 1, [2, 2], [0, 0, 0, 0]),    # strided pointwise
+    ((2, 16, 9, 9), (16, 1, 3, 3), 16, [2, 2], [1, 1, 1, 1]),      # depthwise
+]
+
+
+@pytest.mark.parametrize("conv", range(len(CONVS)))
+@pytest.mark.parametrize("name", ["im2col_sgemm", "winograd", "direct", "pointwise", "depthwise"])
+def test_every_conv_candidate_gives_the_library_result(conv, name, cpu_policy):
+    from runtime_provider_cpu.fast import policy
+
+    if policy.NATIVE is None:
+        pytest.skip(policy.NATIVE_ERROR)
+    xs, ws, group, strides, pads = CONVS[conv]
+    x = rnd(*xs)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, strides=strides, pads=pads)
+    model = make_model([node], {"x": x}, ["y"], opset=11, initializers={"w": rnd(*ws) * 0.2, "b": rnd(ws[0])})
+    cpu_policy(conv_kernel="im2col", direct=True)
+    want = session(model).run(None, {"x": x})
+    cpu_policy(conv_kernel=name)
+    sess = session(model)
+    got = sess.run(None, {"x": x})
+    assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)
+    chosen = sess.get_partition_report().kernels
+    assert list(chosen.values())[0] in (name, "im2col")
+
+
+def test_every_attention_candidate_gives_the_library_result(cpu_policy):
+    from runtime_provider_cpu.fast import policy
+
+    if policy.NATIVE is None:
+        pytest.skip(policy.NATIVE_ERROR)
+    B, S, D, H = 2, 9, 32, 4
+    x, mask = rnd(B, S, D), (RNG.random((B, S)) > 0.3).astype(np.int32)
+    node = helper.make_node("Attention", ["x", "w", "bias", "m"], ["y"], domain="com.microsoft", num_heads=H)
+    model = make_model([node], {"x": x, "m": mask}, ["y"], opset=13,
+                       initializers={"w": rnd(D, 3 * D) * 0.2, "bias": rnd(3 * D)},
+                       extra_opsets={"com.microsoft": 1})
+    cpu_policy(mha_kernel="numpy", linear_kernel="blas")
+    want = session(model).run(None, {"x": x, "m": mask})
+    cpu_policy(mha_kernel="native")
+    got = session(model).run(None, {"x": x, "m": mask})
+    assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _mlp():
+    a = rnd(16, 96)
+    nodes = [helper.make_node("MatMul", ["a", "w1"], ["h"], name="first"),
+             helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"], name="second")]
+    return make_model(nodes, {"a": a}, ["y"], initializers={"w1": rnd(96, 128), "w2": rnd(128, 64)}), {"a": a}
+
+
+@pytest.mark.native  # a choice among compiled candidates and the library call
+def test_a_measured_choice_is_cached_on_disk_and_read_back(cache_dir, monkeypatch):
+    from runtime_provider_cpu.fast import autotune
+
+    model, feeds = _mlp()
+    want = run_oracle(model, feeds)
+    sess = session(model)
+    assert_close(sess.run(None, feeds), want, rtol=1e-4, atol=1e-4)
+    chosen = sess.get_partition_report().kernels
+    assert set(chosen) == {"first", "second"} and set(chosen.values()) <= {"blas", "packed", "rows"}
+    files = [p for p in os.listdir(cache_dir) if p.startswith("autotune-")]
+    assert len(files) == 1 and files[0].endswith(".json")  # no temporary file left behind
+    data = json.loads((cache_dir / files[0]).read_text())
+    assert data["machine"] == autotune.machine() and len(data["choices"]) == 2
+    assert "kernels chosen on this machine" in str(sess.get_partition_report())
+    # a new process (memory forgotten) takes the file's choices without measuring
+    autotune.forget()
+
+    def no_measuring(*args):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(autotune, "measure", no_measuring)
+    again = session(model)
+    assert_close(again.run(None, feeds), want, rtol=1e-4, atol=1e-4)
+    assert again.get_partition_report().kernels == chosen
+
+
+@pytest.mark.native  # a choice among compiled candidates and the library call
+def test_a_corrupt_cache_is_ignored_with_a_warning(cache_dir, caplog):
+    from runtime_provider_cpu.fast import autotune
+
+    path = autotune.cache_path()
+    with open(path, "w") as f:
+        f.write('{"choices": [1, 2')
+    model, feeds = _mlp()
+    with caplog.at_level(logging.WARNING, logger="runtime_provider_cpu"):
+        out = session(model).run(None, feeds)
+    assert any("ignoring the kernel choice cache" in r.getMessage() for r in caplog.records)
+    assert_close(out, run_oracle(model, feeds), rtol=1e-4, atol=1e-4)
+    assert len(json.loads(open(path).read())["choices"]) == 2  # replaced by a valid file
+
+
+@pytest.mark.native  # a choice among compiled candidates and the library call
+def test_tuning_off_takes_the_library_calls(cache_dir):
+    model, feeds = _mlp()
+    sess = session(model, tune="0")
+    assert_close(sess.run(None, feeds), run_oracle(model, feeds), rtol=1e-4, atol=1e-4)
+    assert sess.get_partition_report().kernels == {"first": "blas", "second": "blas"}
+    assert not os.listdir(cache_dir)  # nothing measured, nothing written
+    with pytest.raises(rt.errors.InvalidArgumentError, match="session.cpu.autotune"):
+        session(model, tune="yes")
+
+
+def test_without_the_compiled_kernels(tmp_path):
+    """``RUNTIME_CORE_CPU_NATIVE=0``: the provider behaves as a build without ``_native``:
+    the probe says so and a model with Linear, Conv and Gelu runs on the numpy paths."""
+    code = """if True:
+        import numpy as np, runtime_core as rt
+        from onnx import helper
+        from oracle import make_model, run_oracle, assert_close
+        from runtime_provider_cpu.fast import policy
+        assert policy.NATIVE is None and "RUNTIME_CORE_CPU_NATIVE" in policy.NATIVE_ERROR
+        r = np.random.default_rng(0)
+        x = r.standard_normal((1, 4, 8, 8)).astype(np.float32)
+        nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+                 helper.make_node("Flatten", ["c"], ["f"]), helper.make_node("MatMul", ["f", "m"], ["y"])]
+        inits = {"w": r.standard_normal((6, 4, 3, 3)).astype(np.float32),
+                 "m": r.standard_normal((384, 10)).astype(np.float32)}
+        model = make_model(nodes, {"x": x}, ["y"], opset=13, initializers=inits)
+        s = rt.InferenceSession(model.SerializeToString(), providers=["cpu"])
+        assert_close(s.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+        print(rt.get_provider_info())
+    """
+    env = dict(os.environ, RUNTIME_CORE_CPU_NATIVE="0")
+    tests = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = tests + os.pathsep + env.get("PYTHONPATH", "")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "no compiled kernels (disabled by RUNTIME_CORE_CPU_NATIVE=0)" in out.stdout
