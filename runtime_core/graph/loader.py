@@ -621,17 +621,22 @@ def _sort_sparse(view: onnx.ModelProto) -> None:
 def _checker_view(model: onnx.ModelProto, weights: dict) -> bytes:
     """The model as the checker sees it: each split-off initializer becomes a 0-element
     tensor of its name and type (the checker verdicts on names, types, graph inputs and
-    nodes are the same; its data was validated when it was split off), and graph inputs and
-    outputs of unknown rank are accepted (:func:`_accept_unknown_rank`)."""
+    nodes are the same; its data was validated when it was split off), graph inputs and
+    outputs of unknown rank are accepted (:func:`_accept_unknown_rank`), and so is a main graph
+    without a name (onnxmltools writes ``name=""``; onnxruntime accepts it there, not on a
+    subgraph)."""
     shapeless = any(True for g in _subgraphs(model.graph) for _ in _shapeless_tensor_io(g)) or any(
         _untyped_outputs(g) for g in _subgraphs(model.graph))
     unsorted = bool(_unsorted_sparse(model))
-    if not weights and not shapeless and not unsorted:
+    unnamed = not model.graph.name
+    if not weights and not shapeless and not unsorted and not unnamed:
         return model.SerializeToString()
     view = onnx.ModelProto()
     view.CopyFrom(model)
     if shapeless:
         _accept_unknown_rank(view)
+    if unnamed:
+        view.graph.name = "unnamed"
     if unsorted:
         _sort_sparse(view)
     for t in view.graph.initializer:

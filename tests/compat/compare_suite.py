@@ -1,5 +1,5 @@
 """Run a converter library's own test suite twice, with onnxruntime and with ``import onnxruntime``
-resolved to runtime_core (the shim in ``onnxruntime_shim/``), and compare the per-test outcomes.
+resolved to runtime_core (the shim in ``tests/shim``), and compare the per-test outcomes.
 
     python tests/compat/compare_suite.py --sdist skl2onnx==1.20.0 --work /tmp/suite
     python tests/compat/compare_suite.py --tests /path/to/src --pytest-args tests/xgboost
@@ -18,7 +18,7 @@ import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-SHIM = Path(__file__).resolve().parent / "onnxruntime_shim"
+SHIM = Path(__file__).resolve().parents[1] / "shim"
 
 
 def download_sdist(spec: str, work: Path) -> Path:

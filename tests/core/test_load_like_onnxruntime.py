@@ -205,3 +205,29 @@ def test_sparse_initializer_with_unordered_indices_loads():
     assert list(loaded.graph.sparse_initializer[0].indices.int64_data) == [5, 0, 2]  # the model is unchanged
     with pytest.raises(InvalidModelError):  # a repeated index stays a defect
         load(_sparse_model([2, 0, 2]).SerializeToString())
+
+
+def test_main_graph_without_a_name_loads_a_subgraph_without_one_does_not():
+    # onnxmltools' convert_lightgbm(model, "", ...) writes graph.name = ""; the checker requires a
+    # name on every graph, onnxruntime on subgraphs only
+    def model_of(main_name, branch_name):
+        body = h.make_graph([h.make_node("Neg", ["X"], ["B"])], branch_name, [],
+                            [h.make_tensor_value_info("B", T.FLOAT, [2])])
+        other = h.make_graph([h.make_node("Identity", ["X"], ["E"])], "else", [],
+                             [h.make_tensor_value_info("E", T.FLOAT, [2])])
+        g = h.make_graph([h.make_node("If", ["C"], ["Y"], then_branch=body, else_branch=other)], main_name,
+                         [h.make_tensor_value_info("C", T.BOOL, []), h.make_tensor_value_info("X", T.FLOAT, [2])],
+                         [h.make_tensor_value_info("Y", T.FLOAT, [2])])
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+
+    model = model_of("", "then")
+    with pytest.raises(onnx.checker.ValidationError, match="name"):
+        onnx.checker.check_model(model)  # what the strict checker says
+    for c in (True, False):
+        _both(model, {"C": np.array(c), "X": np.array([1, -2], np.float32)})
+    assert model.graph.name == ""  # the caller's model is left as it was
+    data = model_of("g", "").SerializeToString()
+    with pytest.raises(Exception, match="name"):
+        ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    with pytest.raises(InvalidModelError, match="name"):
+        rt.InferenceSession(data)

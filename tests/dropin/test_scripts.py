@@ -1,6 +1,6 @@
 """Typical onnxruntime user scripts (``scripts/``), each run twice in its own process: with
 onnxruntime, which shows the script is a correct onnxruntime script, and with runtime_core
-substituted for onnxruntime through ``shim/`` (``import onnxruntime`` gives runtime_core),
+substituted for onnxruntime through ``tests/shim`` (``import onnxruntime`` gives runtime_core),
 unchanged. Each script checks its own results (numpy, scikit-learn or torch references)."""
 
 import os
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
+SHIM = HERE.parent / "shim"
 SCRIPTS = sorted((HERE / "scripts").glob("s*.py"))
 
 #: scripts that use what runtime-core does not have yet, each with what is missing
@@ -22,18 +23,22 @@ NOT_BUILT = {
 def run_script(path: Path, shim: bool) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     if shim:
-        env["PYTHONPATH"] = os.pathsep.join([str(HERE / "shim"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join([str(SHIM), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=600,
                           cwd=str(path.parent))
 
 
 def test_the_shim_substitutes_runtime_core():
-    env = dict(os.environ, PYTHONPATH=str(HERE / "shim"))
+    env = dict(os.environ, PYTHONPATH=str(SHIM))
     code = ("import onnxruntime, runtime_core; "
             "from onnxruntime.capi.onnxruntime_pybind11_state import Fail; "
             "import runtime_core.capi.onnxruntime_pybind11_state as s; "
-            "assert onnxruntime is runtime_core and Fail is s.Fail; print('shim ok')")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+            "import onnxruntime.errors; "
+            "assert onnxruntime.InferenceSession is runtime_core.InferenceSession and Fail is s.Fail; "
+            "assert onnxruntime.errors is runtime_core.errors and s.__spec__.name == s.__name__; "
+            "assert onnxruntime.__file__.startswith(sys.argv[1]); print('shim ok')")
+    proc = subprocess.run([sys.executable, "-c", "import sys; " + code, str(SHIM)], capture_output=True,
+                          text=True, env=env, timeout=120)
     assert proc.returncode == 0 and "shim ok" in proc.stdout, proc.stderr
 
 

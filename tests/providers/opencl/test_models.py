@@ -186,3 +186,26 @@ def test_int64_shape_computation_stays_on_cpu():
     # the shape crosses as 24 bytes; the activation never leaves the device
     assert ("shp", OCL, CPU) in copies and ("r", OCL, CPU) not in copies
     assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), 1e-3, 1e-3)
+
+
+def test_knn_imputer_from_skl2onnx_matches_onnxruntime():
+    # skl2onnx's KNNImputer graph (model-local functions, NaN-aware distances, Gather/ScatterND on
+    # NaN-holding rows), with the data of skl2onnx's own test: split between OpenCL and CPU, no NaN
+    # may leak into the imputed values
+    pytest.importorskip("sklearn")
+    pytest.importorskip("skl2onnx")
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.data_types import FloatTensorType
+    from sklearn.impute import KNNImputer
+
+    nan = np.nan
+    x_train = np.array([[1, 2, nan, 12], [3, nan, 3, 13], [1, 4, nan, 1], [nan, 4, 3, 12]], dtype=np.float32)
+    x_test = np.array([[1.3, 2.4, nan, 1], [-1.3, nan, 3.1, nan]], dtype=np.float32)
+    imputer = KNNImputer(n_neighbors=3, metric="nan_euclidean").fit(x_train)
+    model = convert_sklearn(imputer, "knn", [("input", FloatTensorType((None, 4)))])
+    sess = session(model)
+    assert OCL in placement(sess).values()
+    (ours,) = sess.run(None, {"input": x_test})
+    assert not np.isnan(ours).any()
+    assert_close([ours], run_oracle(model, {"input": x_test}), 1e-5, 1e-5)
+    np.testing.assert_allclose(ours, imputer.transform(x_test), rtol=1e-5, atol=1e-5)
