@@ -155,12 +155,8 @@ def test_block_dynamic(block_path, tmp_path, per_channel):
     assert op_counts(ours)["MatMulInteger"] == 4
 
 
-def test_block_static_qdq(block_path, tmp_path, request):
-    path, (kind, exporter) = block_path
-    if exporter == "torchscript":  # its scalar Constants get Q/DQ (as in onnxruntime)
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="CPU provider bug: QuantizeLinear of a 0-d tensor fails in _quantize "
-                                "(np.rint(q, out=q) on a numpy scalar)"))
+def test_block_static_qdq(block_path, tmp_path):
+    path, _ = block_path  # torchscript's scalar Constants get Q/DQ (as in onnxruntime): 0-d QuantizeLinear
     ours, theirs = quantize_both(path, tmp_path, "static", M.block_feeds(4), quant_format="QDQ", per_channel=True)
     a, b = ort_run(ours, M.block_feeds(1, seed=9)[0]), ort_run(theirs, M.block_feeds(1, seed=9)[0])
     assert np.abs(a - b).max() <= out_step(theirs, "y") + 1e-5
