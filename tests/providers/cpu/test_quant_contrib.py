@@ -3,6 +3,9 @@ by runtime_core.quantization (QOperator, MatMulNBits) running on runtime_core.""
 
 from __future__ import annotations
 
+import os
+import zlib
+
 import numpy as np
 import onnx
 import pytest
@@ -14,6 +17,13 @@ ort = pytest.importorskip("onnxruntime")
 
 MS = "com.microsoft"
 RNG = np.random.default_rng(31)
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    """Each test draws the same data whatever the selection (exact comparisons stay stable)."""
+    global RNG
+    RNG = np.random.default_rng(zlib.crc32(os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0].encode()))
 
 
 def _model(nodes, inputs, outputs, inits):
@@ -46,12 +56,15 @@ def _params(dt, scale):
     return np.array(scale, np.float32), zp
 
 
-def _close_codes(got, want, steps=1):
+def _close_codes(got, want, steps=0):
     d = np.abs(got.astype(np.int32) - want.astype(np.int32))
     assert d.max() <= steps, (d.max(), np.argwhere(d > steps)[:5])
 
 
 DTS = [np.uint8, np.int8]
+# pools: an average that is an exact tie in real arithmetic (sum * sx / (cnt * sy) = k + 0.5) lands
+# either side of it in float32 depending on the order of operations; one code apart at most
+POOL_STEPS = 1
 
 
 @pytest.mark.parametrize("dt", DTS, ids=["u8", "s8"])
@@ -90,7 +103,7 @@ def test_global_average_pool(dt, channels_last):
                          channels_last=channels_last)
     got, want = _run_both([n], {"x": x}, dict(sx=sx, zx=zx, sy=sy, zy=zy),
                           helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
-    _close_codes(got, want)
+    _close_codes(got, want, POOL_STEPS)
 
 
 @pytest.mark.parametrize("kw", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
@@ -106,7 +119,7 @@ def test_average_pool(dt, kw):
     n = helper.make_node("QLinearAveragePool", ["x", "sx", "zx", "sy", "zy"], ["y"], domain=MS, **kw)
     got, want = _run_both([n], {"x": x}, dict(sx=sx, zx=zx, sy=sy, zy=zy),
                           helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
-    _close_codes(got, want)
+    _close_codes(got, want, POOL_STEPS)
 
 
 @pytest.mark.parametrize("dt", DTS, ids=["u8", "s8"])
@@ -276,7 +289,7 @@ def test_qoperator_model_runs_on_runtime_core(tmp_path):
     r = rt.InferenceSession(str(dst))
     for f in feeds:
         want, got = o.run(None, f)[0], r.run(None, f)[0]
-        assert np.abs(got - want).max() <= 2 / 256 + 1e-6  # softmax output step is 1/256
+        assert np.abs(got - want).max() <= 1 / 256 + 1e-6  # one step of the softmax output (1/256)
 
 
 @pytest.mark.parametrize("sym", [True, False])

@@ -58,27 +58,40 @@ def _out_dtype(y_zp, x):
 
 # -- binary element-wise ---------------------------------------------------------------
 
-def _qbinary(op, fn, a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp):
-    sa, za = _scalar(a_scale, "A_scale", op), _scalar(a_zp, "A_zero_point", op)
-    sb, zb = _scalar(b_scale, "B_scale", op), _scalar(b_zp, "B_zero_point", op)
-    sc, zc = _scalar(c_scale, "C_scale", op), _scalar(c_zp, "C_zero_point", op)
+def _binary_params(op, a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp):
     if a.dtype != b.dtype:
         raise ValueError(f"{op}: A ({a.dtype}) and B ({b.dtype}) must have the same type")
-    return _req(fn(_deq(a, sa, za), _deq(b, sb, zb)), sc, zc, _out_dtype(zc, a))
+    return (_scalar(a_scale, "A_scale", op), _scalar(a_zp, "A_zero_point", op), _scalar(b_scale, "B_scale", op),
+            _scalar(b_zp, "B_zero_point", op), _scalar(c_scale, "C_scale", op), _scalar(c_zp, "C_zero_point", op))
 
 
 @kernel("QLinearAdd", 1, domain=MS, dtypes=_Q8)
 def qlinear_add(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
-    """C = quantize(dequantize(A) + dequantize(B)), numpy broadcasting."""
-    return _qbinary("QLinearAdd", np.add, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale,
-                    c_zero_point)
+    """C = quantize(dequantize(A) + dequantize(B)), numpy broadcasting. Computed as onnxruntime
+    does, (A - za) * (sa / sc) + (B - zb) * (sb / sc) + zc in float32, so ties round alike."""
+    op = "QLinearAdd"
+    sa, za, sb, zb, sc, zc = _binary_params(op, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale,
+                                            c_zero_point)
+    ra = sa.astype(_F32) / sc.astype(_F32)
+    rb = sb.astype(_F32) / sc.astype(_F32)
+    v = _deq(a, ra, za) + _deq(b, rb, zb)
+    if zc is not None:
+        v += zc.astype(_F32)
+    return _req(v, np.float32(1), None, _out_dtype(zc, a))
 
 
 @kernel("QLinearMul", 1, domain=MS, dtypes=_Q8)
 def qlinear_mul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
-    """C = quantize(dequantize(A) * dequantize(B)), numpy broadcasting."""
-    return _qbinary("QLinearMul", np.multiply, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale,
-                    c_zero_point)
+    """C = quantize(dequantize(A) * dequantize(B)), numpy broadcasting; as onnxruntime,
+    (A - za) * (B - zb) * (sa * sb / sc) + zc in float32."""
+    op = "QLinearMul"
+    sa, za, sb, zb, sc, zc = _binary_params(op, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale,
+                                            c_zero_point)
+    r = sa.astype(_F32) * sb.astype(_F32) / sc.astype(_F32)
+    v = _deq(a, np.float32(1), za) * _deq(b, np.float32(1), zb) * r
+    if zc is not None:
+        v += zc.astype(_F32)
+    return _req(v, np.float32(1), None, _out_dtype(zc, a))
 
 
 # -- unary (lookup table) ----------------------------------------------------------------
