@@ -311,3 +311,34 @@ def test_matmul_nbits_model_runs_on_runtime_core(tmp_path, sym):
     want = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     got = rt.InferenceSession(str(dst)).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("wt,at", [("QInt8", "QUInt8"), ("QInt4", "QUInt16")])
+def test_contrib_qdq_model_runs_on_runtime_core(tmp_path, wt, at):
+    """quantize_static(QDQ, UseQDQContribOps): com.microsoft Q/DQ, 4-bit weights / 16-bit activations."""
+    from runtime_core import quantization as rq
+
+    src = _float_model(tmp_path)
+    feeds = [{"x": RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
+
+    class Reader(rq.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    dst = tmp_path / "qdq.onnx"
+    rq.quantize_static(str(src), str(dst), Reader(), quant_format=rq.QuantFormat.QDQ, per_channel=True,
+                       activation_type=getattr(rq.QuantType, at), weight_type=getattr(rq.QuantType, wt),
+                       extra_options={"UseQDQContribOps": True})
+    domains = {(n.domain, n.op_type) for n in onnx.load(str(dst)).graph.node}
+    assert (MS, "DequantizeLinear") in domains and (MS, "QuantizeLinear") in domains, domains
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    o = ort.InferenceSession(str(dst), so, providers=["CPUExecutionProvider"])
+    r = rt.InferenceSession(str(dst))
+    step = 1 / (255 if at == "QUInt8" else 65535)  # the softmax output's range is within [0, 1]
+    for f in feeds:
+        want, got = o.run(None, f)[0], r.run(None, f)[0]
+        assert np.abs(got - want).max() <= step + 1e-7, (np.abs(got - want).max(), step)
