@@ -342,3 +342,31 @@ def test_contrib_qdq_model_runs_on_runtime_core(tmp_path, wt, at):
     for f in feeds:
         want, got = o.run(None, f)[0], r.run(None, f)[0]
         assert np.abs(got - want).max() <= step + 1e-7, (np.abs(got - want).max(), step)
+
+
+def test_bad_inputs_give_typed_errors():
+    from runtime_core.errors import ExecutionError, PartitionError
+
+    inits = _nbits_inputs(64, 4, 32, None)
+
+    def session(**kw):
+        args = dict(K=64, N=4, bits=4, block_size=32)
+        args.update(kw)
+        n = helper.make_node("MatMulNBits", ["a", "b", "s"], ["y"], domain=MS, **args)
+        return rt.InferenceSession(_model([n], [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)],
+                                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits))
+
+    with pytest.raises(PartitionError, match="bits=8 is not implemented"):
+        session(bits=8)
+    with pytest.raises(PartitionError, match="block_size=8"):
+        session(block_size=8)
+    with pytest.raises(ExecutionError, match="differs from K=64"):
+        session().run(None, {"a": np.zeros((1, 60), np.float32)})
+    a = _q(np.uint8, (3,))
+    n = helper.make_node("QLinearAdd", ["a", "s", "z", "b", "s", "z8", "s", "z"], ["y"], domain=MS)
+    m = _model([n], [helper.make_tensor_value_info("a", TensorProto.UINT8, None),
+                     helper.make_tensor_value_info("b", TensorProto.INT8, None)],
+               [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+               dict(s=np.array(0.1, np.float32), z=np.array(0, np.uint8), z8=np.array(0, np.int8)))
+    with pytest.raises(ExecutionError, match="same type"):
+        rt.InferenceSession(m).run(None, {"a": a, "b": a.astype(np.int8)})
