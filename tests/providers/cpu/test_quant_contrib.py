@@ -370,3 +370,28 @@ def test_bad_inputs_give_typed_errors():
                dict(s=np.array(0.1, np.float32), z=np.array(0, np.uint8), z8=np.array(0, np.int8)))
     with pytest.raises(ExecutionError, match="same type"):
         rt.InferenceSession(m).run(None, {"a": a, "b": a.astype(np.int8)})
+
+
+def test_matmul_nbits_weight_kept_only_when_constant(monkeypatch):
+    from runtime_provider_cpu.ops import quant_contrib as qc
+
+    calls = []
+    real = qc._nbits_weight
+    monkeypatch.setattr(qc, "_nbits_weight", lambda *a: calls.append(1) or real(*a))
+    K, N, bs = 64, 8, 32
+    inits = _nbits_inputs(K, N, bs, "packed")
+    n = helper.make_node("MatMulNBits", ["a", "b", "s", "z"], ["y"], domain=MS, K=K, N=N, bits=4, block_size=bs)
+    a = RNG.standard_normal((3, K)).astype(np.float32)
+    got, want = _run_both([n], {"a": a}, inits, TensorProto.FLOAT)  # constant B: dequantized once
+    sess = rt.InferenceSession(_model([n], [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)],
+                                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits))
+    calls.clear()
+    for _ in range(3):
+        np.testing.assert_allclose(sess.run(None, {"a": a})[0], want, rtol=1e-4, atol=1e-4)
+    assert len(calls) == 1
+    # B fed at run time: read afresh every run
+    b = inits.pop("b")
+    for _ in range(2):
+        b = RNG.integers(0, 256, b.shape).astype(np.uint8)
+        got, want = _run_both([n], {"a": a, "b": b}, inits, TensorProto.FLOAT)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..registry import kernel
 from ._common import normalize_axis
+from ._nncommon import _is_const
 from .quant import _centered, _dequantize, _int_matmul, _quantize, _to_int32
 
 MS = "com.microsoft"
@@ -262,6 +263,24 @@ def _nbits_check(node):
     return None
 
 
+def _nbits_weight(b, scales, zero_points, K, N, nb, block_size, op):
+    """The dequantized weight, transposed: float32 [K, N]."""
+    q = _unpack4(b.reshape(N, nb, block_size // 2), block_size).astype(_F32)  # [N, nb, bs]
+    s = scales.reshape(N, nb, 1).astype(_F32)
+    if zero_points is None:
+        z = np.float32(8)
+    elif zero_points.dtype == np.uint8:
+        zb = -(-nb // 2)
+        if zero_points.size != N * zb:
+            raise ValueError(f"{op}: packed zero_points has {zero_points.size} bytes, expected {N * zb}")
+        z = _unpack4(zero_points.reshape(N, zb), nb).astype(_F32).reshape(N, nb, 1)
+    else:
+        if zero_points.size != N * nb:
+            raise ValueError(f"{op}: zero_points has {zero_points.size} elements, expected {N * nb}")
+        z = zero_points.reshape(N, nb, 1).astype(_F32)
+    return np.ascontiguousarray(((q - z) * s).reshape(N, nb * block_size)[:, :K].T)
+
+
 @kernel("MatMulNBits", 1, domain=MS, dtypes={"float32"}, check=_nbits_check)
 def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4, block_size,
                  accuracy_level=0):
@@ -278,21 +297,15 @@ def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, 
         raise ValueError(f"{op}: scales has {scales.size} elements, expected N * n_blocks = {N * nb}")
     if a.shape[-1] != K:
         raise ValueError(f"{op}: A's last dim {a.shape[-1]} differs from K={K}")
-    q = _unpack4(b.reshape(N, nb, block_size // 2), block_size).astype(_F32)  # [N, nb, bs]
-    s = scales.reshape(N, nb, 1).astype(_F32)
-    if zero_points is None:
-        z = np.float32(8)
-    elif zero_points.dtype == np.uint8:
-        zb = -(-nb // 2)
-        if zero_points.size != N * zb:
-            raise ValueError(f"{op}: packed zero_points has {zero_points.size} bytes, expected {N * zb}")
-        z = _unpack4(zero_points.reshape(N, zb), nb).astype(_F32).reshape(N, nb, 1)
-    else:
-        if zero_points.size != N * nb:
-            raise ValueError(f"{op}: zero_points has {zero_points.size} elements, expected {N * nb}")
-        z = zero_points.reshape(N, nb, 1).astype(_F32)
-    w = ((q - z) * s).reshape(N, nb * block_size)[:, :K]
-    y = np.matmul(a.astype(_F32, copy=False), w.T)
+    cache = getattr(ctx, "cache", None)
+    const = cache is not None and all(_is_const(ctx, i, v) for i, v in ((1, b), (2, scales), (3, zero_points))
+                                      if v is not None)
+    wt = cache.get("nbits_wt") if const else None
+    if wt is None:
+        wt = _nbits_weight(b, scales, zero_points, K, N, nb, block_size, op)
+        if const:  # constant weights: dequantized once per session (float32, the float model's size)
+            cache["nbits_wt"] = wt
+    y = np.matmul(a.astype(_F32, copy=False), wt)
     if bias is not None:
         if bias.size != N:
             raise ValueError(f"{op}: bias has {bias.size} elements, expected N={N}")
