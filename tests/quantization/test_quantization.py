@@ -111,8 +111,7 @@ def test_cnn_static_qdq(cnn_path, tmp_path, per_channel):
 def test_cnn_static_qoperator(cnn_path, tmp_path, per_channel):
     ours, theirs = quantize_both(cnn_path, tmp_path, "static", M.cnn_feeds(4), quant_format="QOperator",
                                  per_channel=per_channel, activation_type=rq.QuantType.QUInt8)
-    # QGemm / QLinearAdd are com.microsoft ops the CPU provider has no kernel for yet
-    check_pair(ours, theirs, M.cnn_feeds(1, seed=7)[0], ours_on_rt=False)
+    check_pair(ours, theirs, M.cnn_feeds(1, seed=7)[0])  # QGemm / QLinearAdd: ops/quant_contrib.py
     assert {"QLinearConv", "QGemm", "QLinearAdd"} <= set(op_counts(ours))
 
 
@@ -155,12 +154,8 @@ def test_block_dynamic(block_path, tmp_path, per_channel):
     assert op_counts(ours)["MatMulInteger"] == 4
 
 
-def test_block_static_qdq(block_path, tmp_path, request):
-    path, (kind, exporter) = block_path
-    if exporter == "torchscript":  # its scalar Constants get Q/DQ (as in onnxruntime)
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="CPU provider bug: QuantizeLinear of a 0-d tensor fails in _quantize "
-                                "(np.rint(q, out=q) on a numpy scalar)"))
+def test_block_static_qdq(block_path, tmp_path):
+    path, _ = block_path  # torchscript's scalar Constants get Q/DQ (as in onnxruntime): 0-d QuantizeLinear
     ours, theirs = quantize_both(path, tmp_path, "static", M.block_feeds(4), quant_format="QDQ", per_channel=True)
     a, b = ort_run(ours, M.block_feeds(1, seed=9)[0]), ort_run(theirs, M.block_feeds(1, seed=9)[0])
     assert np.abs(a - b).max() <= out_step(theirs, "y") + 1e-5
@@ -171,7 +166,7 @@ def test_block_static_qoperator_matches_ort(block_path, tmp_path):
     path, _ = block_path
     ours, theirs = quantize_both(path, tmp_path, "static", M.block_feeds(3), quant_format="QOperator",
                                  activation_type=rq.QuantType.QUInt8)
-    check_pair(ours, theirs, M.block_feeds(1, seed=9)[0], ours_on_rt=False)
+    check_pair(ours, theirs, M.block_feeds(1, seed=9)[0])
     assert {"QLinearMatMul", "QLinearSoftmax", "QLinearAdd"} <= set(op_counts(ours))
 
 
@@ -182,7 +177,7 @@ def test_qoperator_activation_and_pool_ops(tmp_path, act):
     feeds = M.unary_feeds(4)
     ours, theirs = quantize_both(path, tmp_path, "static", feeds, quant_format="QOperator",
                                  activation_type=getattr(rq.QuantType, act))
-    check_pair(ours, theirs, M.unary_feeds(1, seed=3)[0], ours_on_rt=False)
+    check_pair(ours, theirs, M.unary_feeds(1, seed=3)[0])
     assert {"QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat", "QLinearAveragePool",
             "QLinearGlobalAveragePool", "QLinearSoftmax", "Split", "Pad"} <= set(op_counts(ours))
 
@@ -330,7 +325,7 @@ def test_torch_cnn_all_forms(tmp_path, exporter):
     for mode, kw, on_rt in [("dynamic", {"per_channel": True}, True),
                             ("static", {"quant_format": "QDQ", "per_channel": True}, True),
                             ("static", {"quant_format": "QOperator", "per_channel": True,
-                                        "activation_type": rq.QuantType.QUInt8}, False)]:
+                                        "activation_type": rq.QuantType.QUInt8}, True)]:
         ours, theirs = quantize_both(path, tmp_path, mode, M.torch_cnn_feeds(3), **kw)
         check_pair(ours, theirs, feed, ours_on_rt=on_rt)
 

@@ -21,7 +21,7 @@ import models as M  # noqa: E402
 
 import runtime_core as rt  # noqa: E402
 from runtime_core import quantization as rq  # noqa: E402
-from runtime_core.errors import InvalidArgumentError, PartitionError  # noqa: E402
+from runtime_core.errors import InvalidArgumentError  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -79,12 +79,9 @@ def test_matmul_nbits_matches_onnxruntime(gpt, fmt, symmetric):
     feed = M.block_feeds(1)[0]
     a, b = run_ort(mo, feed), run_ort(mt, feed)
     np.testing.assert_array_equal(a, b)
-    if fmt == "QDQ":  # standard ops: runs on runtime_core, as onnxruntime computes the same graph
-        r = rt.InferenceSession(mo.SerializeToString()).run(None, feed)[0]
-        np.testing.assert_allclose(r, run_ort(mo, feed, optimize=False), atol=2e-5)
-    else:
-        with pytest.raises(PartitionError, match="MatMulNBits"):  # no CPU kernel yet
-            rt.InferenceSession(mo.SerializeToString())
+    # both forms run on runtime_core (QOperator: the CPU provider's MatMulNBits kernel)
+    r = rt.InferenceSession(mo.SerializeToString()).run(None, feed)[0]
+    np.testing.assert_allclose(r, run_ort(mo, feed, optimize=False), atol=2e-5)
 
 
 def test_matmul_nbits_arguments(gpt, tmp_path):
