@@ -155,9 +155,7 @@ def lowest(session: nox.Session) -> None:
                 *session.posargs, env={"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"})
 
 
-#: what the nonative session runs: the model tests and the CPU provider's own (its tests of the
-#: compiled kernels themselves, marked ``native``, skip there)
-#: the model tests (issue: "CI runs the model tests once with the extension disabled"); the CPU
+#: what the nonative session runs: the model tests (issue: "CI runs the model tests once with the extension disabled"); the CPU
 #: provider's op tests too with ``nox -s nonative -- providers/cpu`` (about half an hour on 2 cores)
 NONATIVE_TESTS = ["models"]
 
