@@ -8,6 +8,7 @@ speaks the Open Inference Protocol v2 JSON body. Ray is imported on first use, n
 
 from __future__ import annotations
 
+import difflib
 import os
 import socket
 from typing import Any
@@ -458,7 +459,9 @@ def decode_infer_request(body: dict, inputs: dict) -> tuple[dict, list[str] | No
             raise InvalidArgumentError('each input needs "name", "shape", "datatype" and "data"')
         name, dt = t["name"], t["datatype"]
         if name not in inputs:
-            raise InputNameError(f"{name!r} is not an input of this model (inputs: {', '.join(inputs)})")
+            close = difflib.get_close_matches(str(name), list(inputs), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise InputNameError(f"{name!r} is not an input of this model{hint} (inputs: {', '.join(inputs)})")
         if dt not in _OIP_TO_NP:
             raise InputTypeError(f"input {name!r}: datatype {dt!r} is not one of {', '.join(_OIP_TO_NP)}")
         try:
