@@ -8,6 +8,7 @@ speaks the Open Inference Protocol v2 JSON body. Ray is imported on first use, n
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 import socket
@@ -84,6 +85,8 @@ def _make_session(model, providers, sess_options, provider_options):
         sess_options = opts
     elif sess_options is None:
         sess_options = SessionOptions()
+    else:  # the thread count below must not change the caller's object
+        sess_options = copy.copy(sess_options)
     threads = int(sess_options.intra_op_num_threads or 0)
     if threads == 0:  # size the pool from the actor's share, not the whole node
         cpus = _actor_cpus()
