@@ -248,3 +248,11 @@ def test_pandas_batches_and_a_missing_column(cnn_model, lgb_model):
     np.testing.assert_array_equal(out["label"].to_numpy(), rt.InferenceSession(lgb_model).run(["label"], {"input": x})[0])
     with pytest.raises(rt.errors.InputNameError, match="no column 'input'"):
         Predictor(cnn_model, publish_report=False)({"pixels": np.zeros((2, 1, 16, 16), np.float32)})
+
+
+def test_a_device_provider_asks_ray_for_a_gpu():
+    from runtime_core.integrations.ray import resources_for
+
+    assert resources_for(["CUDAExecutionProvider", "cpu"]) == {"num_cpus": 1, "num_gpus": 1}
+    assert resources_for([("cuda", {"device_id": 0})], num_cpus=2) == {"num_cpus": 2, "num_gpus": 1}
+    assert resources_for(["cpu"]) == {"num_cpus": 1} and resources_for(None) == {"num_cpus": 1}
