@@ -5,7 +5,8 @@
 Builds a LightGBM classifier (onnxmltools converter) and a Parquet file of its features, then
 scores the file three ways and prints rows/s for each:
   - one in-process session, 1 intra-op thread, reading and writing Parquet with pyarrow;
-  - Ray Data on a local cluster: read_parquet -> map_batches(Predictor, concurrency=2 actors with
+  - Ray Data on a local cluster (actors + 1 logical CPUs, the extra one for the read/write
+    tasks): read_parquet -> map_batches(Predictor, concurrency=2 actors with
     1 CPU and 1 intra-op thread each) -> write_parquet (the actors' start-up is inside the timing);
 and checks that both wrote the same predictions. Needs `pip install 'runtime-core[ray]' lightgbm onnxmltools`.
 """
@@ -63,7 +64,8 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int) -> float:
 
     from runtime_core.integrations.ray import Predictor, partition_reports
 
-    ray.init(num_cpus=actors, include_dashboard=False, log_to_driver=False)
+    # one logical CPU beyond the actors' for the read/write tasks: with none left, they never run
+    ray.init(num_cpus=actors + 1, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     try:
         t = time.perf_counter()
@@ -73,7 +75,7 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int) -> float:
          .write_parquet(out))
         took = time.perf_counter() - t
         threads = sorted(r["intra_op_num_threads"] for r in partition_reports().values())
-        print(f"  actors' intra-op threads (from their 1 CPU each): {threads}")
+        print(f"  actors' intra-op threads (from their 1 CPU each): {threads}", flush=True)
         return took
     finally:
         ray.shutdown()
@@ -89,7 +91,7 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     model, data = make(args.out, args.rows, args.trees)
     one = in_process(model, data, os.path.join(args.out, "predictions_in_process.parquet"), args.batch)
-    print(f"in-process, 1 session x 1 thread: {args.rows / one:,.0f} rows/s ({one:.1f} s)")
+    print(f"in-process, 1 session x 1 thread: {args.rows / one:,.0f} rows/s ({one:.1f} s)", flush=True)
     ray_dir = os.path.join(args.out, "predictions_ray")
     two = with_ray(model, data, ray_dir, args.batch, actors=2)
     print(f"Ray Data, 2 actors x 1 thread:    {args.rows / two:,.0f} rows/s ({two:.1f} s), {one / two:.2f}x")
