@@ -1,0 +1,1 @@
+"""Integrations with distributed engines; each submodule imports its engine lazily (an extra)."""

@@ -1,0 +1,258 @@
+"""runtime_core.integrations.ray on a local Ray cluster this module starts (2 CPUs, loopback):
+Ray Data scoring equals an in-process session, a killed actor loses no rows, Ray Serve answers
+OIP v2 JSON over HTTP with the session's outputs; the Predictor's rules run in-process too."""
+
+import json
+import os
+import socket
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+try:
+    import ray
+except ImportError:
+    if os.environ.get("RUNTIME_CORE_EXPECT_INSTALLED") == "1":
+        raise
+    pytest.skip("ray is not installed (extra runtime-core[ray])", allow_module_level=True)
+
+import runtime_core as rt
+from runtime_core.integrations.ray import (BatchRowShapeError, BatchRowTypeError, Predictor, deployment,
+                                           partition_reports)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, namespace="runtime-core-tests",
+             _temp_dir=None)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    yield
+    try:
+        from ray import serve
+        serve.shutdown()
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def lgb_model():
+    import lightgbm as lgb
+    from onnxmltools import convert_lightgbm
+    from onnxmltools.convert.common.data_types import FloatTensorType
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, 6)).astype(np.float32)
+    y = (x[:, 0] + x[:, 1] > 0).astype(int) + (x[:, 2] > 1)
+    clf = lgb.LGBMClassifier(n_estimators=12, num_leaves=8, verbose=-1).fit(x, y)
+    onx = convert_lightgbm(clf, initial_types=[("input", FloatTensorType([None, 6]))], target_opset=15, zipmap=True)
+    return onx.SerializeToString()
+
+
+def _cnn(batch):
+    """input [batch, 1, 16, 16] -> Conv(4, 3x3) -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> Softmax"""
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.normal(size=(4, 1, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.normal(size=(4,)).astype(np.float32), "b")
+    g = numpy_helper.from_array(rng.normal(size=(4, 3)).astype(np.float32), "g")
+    nodes = [helper.make_node("Conv", ["input", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+             helper.make_node("Flatten", ["p"], ["f"]), helper.make_node("Gemm", ["f", "g"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["probs"], axis=1)]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [batch, 1, 16, 16])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, 3])], [w, b, g])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(m)
+    return m.SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def cnn_model():
+    return _cnn("N")
+
+
+def _features(n, seed=2):
+    import pandas as pd
+
+    x = np.random.default_rng(seed).normal(size=(n, 6)).astype(np.float32)
+    df = pd.DataFrame({f"f{i}": x[:, i] for i in range(6)})
+    df.insert(0, "id", np.arange(n))
+    return df, x
+
+
+def _check_lgb(out, x, model):
+    out = out.sort_values("id").reset_index(drop=True)
+    assert list(out["id"]) == list(range(len(x)))  # every row once, none dropped
+    label, probs = rt.InferenceSession(model).run(None, {"input": x})
+    np.testing.assert_array_equal(out["label"].to_numpy(), label)
+    for k in probs[0]:
+        np.testing.assert_allclose(out[f"probabilities_{k}"].to_numpy(), [p[k] for p in probs], rtol=1e-6)
+
+
+# -- Ray Data ------------------------------------------------------------------------------------
+def test_lightgbm_100k_rows_through_ray_data(cluster, lgb_model):
+    df, x = _features(100_000)
+    ds = ray.data.from_pandas([df.iloc[i:i + 25_000] for i in range(0, 100_000, 25_000)])
+    out = ds.map_batches(Predictor, fn_constructor_kwargs={"model": lgb_model, "id_column": "id"},
+                         concurrency=2, batch_size=10_000, num_cpus=1, batch_format="pandas").to_pandas()
+    _check_lgb(out, x, lgb_model)
+    reports = partition_reports()
+    assert reports, "no actor published its partition report"
+    for r in reports.values():  # threads sized from the actor's 1 CPU, not the node's 2
+        assert r["intra_op_num_threads"] == 1, r
+        assert all(n["provider"] == "CPUExecutionProvider" for n in r["report"]["nodes"])
+
+
+def test_cnn_2000_images_through_ray_data(cluster, cnn_model):
+    images = np.random.default_rng(3).random((2000, 1, 16, 16), dtype=np.float32)
+    ds = ray.data.from_numpy(images)  # one tensor column, "data"
+    out = ds.map_batches(Predictor, fn_constructor_kwargs={"model": cnn_model, "input_columns": {"input": "data"},
+                                                           "keep_columns": False},
+                         concurrency=2, batch_size=250, num_cpus=1).take_all()
+    # row order is kept within blocks; compare as a set of (image checksum -> probs) via the input
+    got = np.stack([r["probs"] for r in out])
+    assert got.shape == (2000, 3)
+    want = rt.InferenceSession(cnn_model).run(None, {"input": images})[0]
+    np.testing.assert_allclose(np.sort(got, axis=0), np.sort(want, axis=0), rtol=1e-5, atol=1e-6)
+    ordered = ds.map_batches(Predictor, fn_constructor_kwargs={"model": cnn_model, "input_columns": {"input": "data"}},
+                             concurrency=1, batch_size=250, num_cpus=1).take(300)
+    for r in ordered[:300:37]:  # each row's output belongs to its own image
+        np.testing.assert_allclose(r["probs"], rt.InferenceSession(cnn_model).run(None, {"input": r["data"][None]})[0][0],
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_an_actor_killed_mid_job_loses_no_rows(cluster, lgb_model, tmp_path):
+    marker = str(tmp_path / "died")
+
+    class DiesOnce(Predictor):  # a local class: pickled by value to the workers
+        def __call__(self, batch):
+            try:
+                os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return super().__call__(batch)
+            os._exit(1)  # the first batch any actor sees kills that actor's process
+
+    df, x = _features(6000, seed=4)
+    ds = ray.data.from_pandas([df.iloc[i:i + 1000] for i in range(0, 6000, 1000)])
+    out = ds.map_batches(DiesOnce, fn_constructor_kwargs={"model": lgb_model, "id_column": "id"},
+                         concurrency=2, batch_size=500, num_cpus=1, batch_format="pandas",
+                         max_restarts=-1, max_task_retries=-1).to_pandas()
+    assert os.path.exists(marker), "no actor died: the test did not test anything"
+    _check_lgb(out, x, lgb_model)
+
+
+# -- Ray Serve -----------------------------------------------------------------------------------
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_serve_answers_oip_v2_http_with_the_sessions_outputs(cluster, lgb_model):
+    from ray import serve
+
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    serve.run(deployment(lgb_model, name="lgb", max_batch_size=4, batch_wait_timeout_s=0.05,
+                         ray_actor_options={"num_cpus": 1}), name="lgb", route_prefix="/")
+    url = f"http://127.0.0.1:{port}/v2/models/lgb/infer"
+    rng = np.random.default_rng(5)
+    xs = [rng.normal(size=(k, 6)).astype(np.float32) for k in (1, 3, 2, 5, 1, 4, 2, 3)]
+    bodies = [{"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
+              for x in xs]
+    bodies[2]["outputs"] = [{"name": "label"}]
+    with ThreadPoolExecutor(8) as pool:  # concurrent requests, so @serve.batch groups some of them
+        answers = list(pool.map(lambda b: _post(url, b), bodies))
+    sess = rt.InferenceSession(lgb_model)
+    for x, body, (status, ans) in zip(xs, bodies, answers):
+        assert status == 200, ans
+        assert ans["model_name"] == "lgb"
+        label, probs = sess.run(None, {"input": x})
+        outs = {o["name"]: o for o in ans["outputs"]}
+        assert outs["label"]["datatype"] == "INT64" and outs["label"]["shape"] == [len(x)]
+        np.testing.assert_array_equal(outs["label"]["data"], label)
+        if "outputs" in body:
+            assert list(outs) == ["label"]
+            continue
+        p = outs["probabilities"]
+        keys = p["parameters"]["classes"]
+        np.testing.assert_allclose(np.reshape(p["data"], p["shape"]), [[m[k] for k in keys] for m in probs], rtol=1e-6)
+    status, ans = _post(url, {"inputs": [{"name": "inptu", "shape": [1, 6], "datatype": "FP32", "data": [0] * 6}]})
+    assert status == 400 and "'input'" in ans["error"], ans
+    status, ans = _post(url, {"inputs": [{"name": "input", "shape": [1, 5], "datatype": "FP32", "data": [0] * 5}]})
+    assert status == 400 and "InputShapeError" in ans["error"], ans
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/lgb", timeout=60) as r:
+        meta = json.loads(r.read())
+    assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 6]}]
+    serve.delete("lgb")
+
+
+# -- the Predictor's rules, in-process -----------------------------------------------------------
+def test_fixed_batch_dim_is_split_and_padded(cnn_model):
+    images = np.random.default_rng(6).random((21, 1, 16, 16), dtype=np.float32)
+    p = Predictor(_cnn(8), publish_report=False)
+    out = p({"input": images})
+    want = rt.InferenceSession(cnn_model).run(None, {"input": images})[0]
+    assert out["probs"].shape == (21, 3)
+    np.testing.assert_allclose(out["probs"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_rows_raise_a_typed_error_naming_them(cnn_model):
+    rows = [np.zeros((1, 16, 16), np.float32) for _ in range(6)]
+    rows[3] = np.zeros((1, 15, 16), np.float32)
+    rows[4] = np.zeros((1, 15, 16), np.float32)
+    col = np.empty(6, dtype=object)
+    col[:] = rows
+    p = Predictor(cnn_model, id_column="key", publish_report=False)
+    with pytest.raises(BatchRowShapeError, match=r"rows 3-4 \(key \[13, 14\]\)") as e:
+        p({"input": col, "key": np.arange(10, 16)})
+    assert e.value.rows == [3, 4] and isinstance(e.value, rt.capi.onnxruntime_pybind11_state.InvalidArgument)
+
+
+def test_bad_rows_go_to_the_error_column_when_asked(lgb_model):
+    df, x = _features(8, seed=7)
+    data = {c: df[c].to_numpy() for c in df.columns}
+    f2 = data["f2"].astype(object)
+    f2[5] = "n/a"
+    data["f2"] = f2
+    with pytest.raises(BatchRowTypeError, match="rows 5"):
+        Predictor(lgb_model, id_column="id", publish_report=False)(dict(data))
+    out = Predictor(lgb_model, id_column="id", on_error="column", zipmap="array", publish_report=False)(dict(data))
+    assert list(out["id"]) == list(range(8))
+    assert [bool(e) for e in out["error"]] == [i == 5 for i in range(8)] and "'f2'" in out["error"][5]
+    good = [i for i in range(8) if i != 5]
+    label, probs = rt.InferenceSession(lgb_model).run(None, {"input": x[good]})
+    np.testing.assert_array_equal(out["label"][good].astype(np.int64), label)
+    assert out["label"][5] is None and np.isnan(out["probabilities"][5]).all()
+    np.testing.assert_allclose(out["probabilities"][good], [list(m.values()) for m in probs], rtol=1e-6)
+
+
+def test_pandas_batches_and_a_missing_column(cnn_model, lgb_model):
+    df, x = _features(10, seed=8)
+    out = Predictor(lgb_model, feature_columns=[f"f{i}" for i in range(6)], keep_columns=["id"],
+                    publish_report=False)(df)
+    assert list(out.columns)[:2] == ["id", "label"]
+    np.testing.assert_array_equal(out["label"].to_numpy(), rt.InferenceSession(lgb_model).run(["label"], {"input": x})[0])
+    with pytest.raises(rt.errors.InputNameError, match="no column 'input'"):
+        Predictor(cnn_model, publish_report=False)({"pixels": np.zeros((2, 1, 16, 16), np.float32)})
+
+
+def test_a_device_provider_asks_ray_for_a_gpu():
+    from runtime_core.integrations.ray import resources_for
+
+    assert resources_for(["CUDAExecutionProvider", "cpu"]) == {"num_cpus": 1, "num_gpus": 1}
+    assert resources_for([("cuda", {"device_id": 0})], num_cpus=2) == {"num_cpus": 2, "num_gpus": 1}
+    assert resources_for(["cpu"]) == {"num_cpus": 1} and resources_for(None) == {"num_cpus": 1}
