@@ -81,7 +81,7 @@ def tests(session: nox.Session) -> None:
     built = build_wheels(session)
     # opencl with its [pocl] extra: a real CPU OpenCL device from PyPI, so its tests run for real
     # the CPU provider with its [image] extra (Pillow, for ImageDecoder)
-    session.install(f"{built['runtime-provider-cpu']}[image]", f"{built['runtime-core']}[serve]",
+    session.install(f"{built['runtime-provider-cpu']}[image]", f"{built['runtime-core']}[serve,ray]",
                     f"{built['runtime-provider-opencl']}[pocl]", str(built["runtime-provider-cuda"]))
     session.install(*TEST_DEPS, *SERVE_TEST_DEPS)
     env = {"RUNTIME_CORE_EXPECT_INSTALLED": "1", "RUNTIME_CORE_OPENCL_REQUIRED": "1"}

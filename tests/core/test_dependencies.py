@@ -40,6 +40,7 @@ KNOWN = {
     "starlette": {"starlette"},
     "uvicorn": {"uvicorn"},
     "prometheus_client": {"prometheus-client"},
+    "ray": {"ray"},
 }
 #: modules that exist only for one extra and are imported only behind a check that names it
 #: (module -> extra): their top-level imports of that extra's requirements are fine
@@ -57,6 +58,8 @@ PROVIDED = {
     ("runtime_core.testing", "pytest"): "the provider kit is a pytest plugin (entry point pytest11): pytest loads it",
     ("runtime_core.quantization.calibrate", "tqdm"): "optional: the calibration progress bar uses tqdm when the "
                                                      "user has it, a stderr line otherwise (never required)",
+    ("runtime_core.integrations.ray", "pandas"): "only to hand back a pandas batch in the form Ray Data handed it "
+                                                 "over: pandas is loaded already",
 }
 
 
