@@ -158,8 +158,20 @@ def _single(op, domain, ins, outs, attrs, opsets):
     return h.make_model(g, opset_imports=[h.make_opsetid(d, v) for d, v in opsets.items()])
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def kernel_path(request, monkeypatch):
+    """Each kernel test runs on the compiled row kernel (where it is built) and on the numpy path."""
+    from runtime_provider_cpu.ops import fused
+
+    if request.param == "numpy":
+        monkeypatch.setattr(fused, "_native", None)
+    elif fused._native is None:
+        pytest.skip("the compiled extension is not built here")
+    return request.param
+
+
 @pytest.mark.parametrize("case", ["bias-all-outputs", "batch1-skip", "2d-default-eps", "fp16"])
-def test_skip_simplified_layer_norm_matches_onnxruntime(case):
+def test_skip_simplified_layer_norm_matches_onnxruntime(case, kernel_path):
     rng = np.random.default_rng(6)
     shape = (6, D) if case.startswith("2d") else (3, 4, D)
     skip_shape = (1, 4, D) if case == "batch1-skip" else shape
@@ -182,7 +194,7 @@ def test_skip_simplified_layer_norm_matches_onnxruntime(case):
 
 
 @pytest.mark.parametrize("axis", [-1, 1])
-def test_simplified_layer_norm_matches_onnxruntime(axis):
+def test_simplified_layer_norm_matches_onnxruntime(axis, kernel_path):
     """onnxruntime registers its SimplifiedLayerNormalization in the ai.onnx domain; ours is the
     com.microsoft op the fusion writes: the same node under each name."""
     rng = np.random.default_rng(7)
@@ -199,7 +211,7 @@ def test_simplified_layer_norm_matches_onnxruntime(axis):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
-def test_skip_that_does_not_fit_is_a_typed_error():
+def test_skip_that_does_not_fit_is_a_typed_error(kernel_path):
     ins = [("x", T.FLOAT, [2, 4, D]), ("s", T.FLOAT, None), ("g", T.FLOAT, [D])]
     model = _single("SkipSimplifiedLayerNormalization", MS, ins, ["y"], {"epsilon": 1e-6}, {"": 17, MS: 1})
     feeds = {"x": np.ones((2, 4, D), np.float32), "s": np.ones((2, 3, D), np.float32),

@@ -291,6 +291,11 @@ def simplified_layer_norm(ctx, x, scale, *, axis=-1, epsilon=1e-5, stash_type=1)
     if scale.size != d or np.broadcast_shapes(scale.shape, x.shape) != x.shape:
         raise ValueError(f"SimplifiedLayerNormalization: scale of shape {scale.shape} does not fit the "
                          f"normalized shape {x.shape[ax:]}")
+    if st == np.float32 and x.dtype == np.float32 and scale.dtype == np.float32 and d:
+        # rows of d with the scale flattened: inv_std_var is the kernel's third output
+        fast = _native_rms(x, None, scale, None, epsilon, None, d, 3 if ctx.n_outputs > 1 else 1)
+        if fast is not None:
+            return (fast[0],) if ctx.n_outputs <= 1 else (fast[0], fast[2].reshape(x.shape[:ax] + (1,) * (x.ndim - ax)))
     xs = np.ascontiguousarray(x, dtype=st)
     if d == 0 or xs.size == 0:
         y, inv = xs.copy(), np.empty(x.shape[:ax] + (1,) * (x.ndim - ax), st)
@@ -320,10 +325,31 @@ def skip_simplified_layer_norm_inplace(ctx, owned, x, skip, gamma, bias=None, *,
     return _skip_rms(ctx, x, skip, gamma, bias, epsilon, t)
 
 
+def _native_rms(x, skip, gamma, bias, epsilon, out, d, n_out):
+    """The compiled row kernel (``skip_layer_norm`` with ``rms``): one pass a row where numpy
+    takes four; outputs as ``_skip_rms``. None where it does not apply."""
+    f32 = np.float32
+    if _native is None or not x.size or not all(v is None or v.dtype == f32 for v in (x, skip, gamma, bias)):
+        return None
+    y = out if out is not None and out.flags.c_contiguous else np.empty(x.shape, f32)
+    stat = (x.size // d,)  # one per row; the callers shape them
+    mean = np.empty(stat, f32) if n_out > 1 else None
+    inv = np.empty(stat, f32) if n_out > 2 else None
+    s = np.empty(x.shape, f32) if n_out > 3 and skip is not None else None
+    _native.skip_layer_norm(np.ascontiguousarray(x), None if skip is None else np.ascontiguousarray(skip),
+                            np.ascontiguousarray(gamma).reshape(-1), None,
+                            None if bias is None else np.ascontiguousarray(bias), y, mean, inv, s,
+                            (x.size // d, d, 1 if skip is None else max(skip.size // d, 1)), float(epsilon), True)
+    return (y, mean, inv, s)[:n_out]
+
+
 def _skip_rms(ctx, x, skip, gamma, bias, epsilon, out):
     f32 = np.float32
     n_out = max(ctx.n_outputs, 1)
     d = x.shape[-1]
+    fast = _native_rms(x, skip, gamma, bias, epsilon, out, d, n_out)
+    if fast is not None:
+        return tuple(v.reshape(x.shape[:-1] + (1,)) if k in (1, 2) else v for k, v in enumerate(fast))
     s = np.add(x.astype(f32, copy=False), skip.astype(f32, copy=False), out=out)
     if bias is not None:
         s += bias.astype(f32, copy=False)
