@@ -87,8 +87,10 @@ FORMS = [("pow", "div1", "left", "none"), ("mul", "recip", "right", "none"), ("p
          ("pow", "recip", "none", "add"), ("pow", "divx", "right", "bias")]
 
 
-@pytest.mark.parametrize("form", FORMS, ids=lambda f: "-".join(f))
+@pytest.mark.parametrize("form", FORMS + [("pow", "recip", "left", "add", 18)], ids=lambda f: "-".join(map(str, f)))
 def test_decomposed_forms_fuse_and_match_onnxruntime(form):
+    """The last form is the dynamo exporter's (opset 18: ReduceMean's axes an input; rsqrt as
+    Reciprocal(Sqrt))."""
     model = _rms_model(*form)
     rng = np.random.default_rng(1)
     feeds = {"a": rng.standard_normal((2, 5, D)).astype(np.float32),
