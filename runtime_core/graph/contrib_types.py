@@ -2,7 +2,8 @@
 the optimizer emits, and everything downstream of them.
 
 onnx knows no schema for ``com.microsoft`` ops (``Attention``, ``SkipLayerNormalization``,
-``FusedConv``, ``Gelu``, ``FastGelu``, ``BiasGelu``) nor for the core's channels-last
+``SimplifiedLayerNormalization``, ``SkipSimplifiedLayerNormalization``, ``FusedConv``, ``Gelu``,
+``FastGelu``, ``BiasGelu``) nor for the core's channels-last
 ``runtime_core.nhwc`` ops, so after them every value has an unknown type, and providers that
 need types decline correct work. :func:`fill_types` walks the graph once, in order, and
 types each untyped output: a contrib op by its rule here, any other op by onnx's inference of
@@ -77,6 +78,18 @@ def _skip_layer_norm(node, types, opset) -> list:
     return [x, stat, stat, x]
 
 
+def _simplified_layer_norm(node, types, opset) -> list:
+    """Y as X; inv_std_var in the stash type with 1s over the normalized axes."""
+    x = types.get(node.inputs[0])
+    dims = _dims(x)
+    stash = TensorProto.DOUBLE if node.attrs.get("stash_type", 1) == 11 else TensorProto.FLOAT
+    axis = node.attrs.get("axis", -1)
+    if dims is not None:
+        ax = axis + len(dims) if axis < 0 else axis
+        dims = dims[:ax] + [1] * (len(dims) - ax) if 0 <= ax < len(dims) else None
+    return [x, _tensor(stash, dims)]
+
+
 def _attention(node, types, opset) -> list:
     x, w = types.get(node.inputs[0]), types.get(node.inputs[1]) if len(node.inputs) > 1 else None
     xd, wd = _dims(x), _dims(w)
@@ -119,6 +132,8 @@ RULES: dict[tuple[str, str], Callable] = {
     (MS, "FastGelu"): _bias_gelu,
     (MS, "BiasGelu"): _bias_gelu,
     (MS, "SkipLayerNormalization"): _skip_layer_norm,
+    (MS, "SkipSimplifiedLayerNormalization"): _skip_layer_norm,
+    (MS, "SimplifiedLayerNormalization"): _simplified_layer_norm,
     (MS, "Attention"): _attention,
     (MS, "FusedConv"): _fused_conv,
     **{(NHWC, op): _nhwc for op in ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")},

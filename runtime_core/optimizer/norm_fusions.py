@@ -1,6 +1,8 @@
 """Extended passes for layer normalization: the decomposed form becomes
 ``LayerNormalization`` (opset >= 17) or ``com.microsoft.SkipLayerNormalization``, and a
-``LayerNormalization`` of a residual ``Add`` becomes ``SkipLayerNormalization``."""
+``LayerNormalization`` of a residual ``Add`` becomes ``SkipLayerNormalization``. The same for
+RMSNorm (T5's ``x * rsqrt(mean(x^2) + eps) * w``): ``com.microsoft.SimplifiedLayerNormalization``,
+or ``com.microsoft.SkipSimplifiedLayerNormalization`` of a residual ``Add``."""
 
 from __future__ import annotations
 
@@ -8,16 +10,19 @@ import numpy as np
 
 from ..graph.ir import Node
 from .editor import EXTENDED, MS_DOMAIN, Editor, same_dim
-from .match import F32, FLOATS, const_vector, last_axis, op_of, only_reader, other_input, reduce_axes, scalar_operand
+from .match import (F32, FLOATS, const_vector, last_axis, near, op_of, only_reader, other_input, reduce_axes,
+                    scalar_operand)
 from .rewrite import RewriteRule
 
 
 def _skip_layer_norm(ed: Editor, s: str, gamma: str, beta: str | None, eps: float, out: str,
-                     pattern: list[Node], base: str) -> bool:
+                     pattern: list[Node], base: str, simplified: bool = False) -> bool:
     """Replace ``LN(s)`` (its nodes: ``pattern``) by ``SkipLayerNormalization`` when ``s`` is
     an ``Add`` whose operands fit it (onnxruntime's shape rules: input rank 2 or 3, skip
     with the same last two dims, skip's batch equal or 1). A constant-vector ``Add`` on one
-    operand becomes the ``bias`` input. ``s`` may have other readers: it is output 3."""
+    operand becomes the ``bias`` input. ``s`` may have other readers: it is output 3.
+    ``simplified``: ``RMSNorm(s)`` -> ``SkipSimplifiedLayerNormalization`` (no beta)."""
+    op = "SkipSimplifiedLayerNormalization" if simplified else "SkipLayerNormalization"
     add = op_of(ed, s, "Add")
     if add is None or len(add.inputs) != 2 or ed.dtype(s) != F32:
         return False
@@ -38,7 +43,8 @@ def _skip_layer_norm(ed: Editor, s: str, gamma: str, beta: str | None, eps: floa
         if ed.const(inp) is not None or ed.const(skip) is not None:
             continue
         remove = [add, *pattern]
-        inputs = [inp, skip, gamma, beta or ""]
+        params = [gamma] if simplified else [gamma, beta or ""]
+        inputs = [inp, skip, *params]
         b_add = op_of(ed, skip, "Add")
         if b_add is not None and ed.single_use(skip, add):
             for m, c in ((b_add.inputs[0], b_add.inputs[1]), (b_add.inputs[1], b_add.inputs[0])):
@@ -47,17 +53,17 @@ def _skip_layer_norm(ed: Editor, s: str, gamma: str, beta: str | None, eps: floa
                 if (cv is not None and cv.shape == (d,) and cv.dtype == F32 and sm is not None
                         and len(sm) == len(sk) and all(same_dim(a, b) for a, b in zip(sm, sk))
                         and ed.const(m) is None):
-                    inputs = [inp, m, gamma, beta or "", c]
+                    inputs = [inp, m, *params, c]
                     remove.append(b_add)
                     break
         while inputs and not inputs[-1]:
             inputs.pop()
         readers_outside = [c for c in ed.consumers(s) if all(c is not p for p in pattern)]
         outputs = [out] if not readers_outside and not ed.is_output(s) else [out, "", "", s]
-        new = ed.new_node("SkipLayerNormalization", inputs, outputs, base=base + "_skipln", domain=MS_DOMAIN,
+        new = ed.new_node(op, inputs, outputs, base=base + "_skipln", domain=MS_DOMAIN,
                           attrs={"epsilon": float(eps)})
         if ed.replace(remove, [new]):
-            ed.log("%s -> SkipLayerNormalization %s%s", base, new.name, " (+bias)" if len(inputs) == 5 else "")
+            ed.log("%s -> %s %s%s", base, op, new.name, " (+bias)" if len(inputs) == 3 + len(params) else "")
             return True
     return False
 
@@ -188,3 +194,124 @@ class SkipLayerNormFusion(RewriteRule):
             return False
         return _skip_layer_norm(ed, ln.inputs[0], gamma, beta, ln.attrs.get("epsilon", 1e-5), ln.outputs[0],
                                 [ln], ln.name)
+
+
+def _is_centered(ed: Editor, x: str) -> bool:
+    """``x`` is ``Sub(a, ReduceMean(a))``: the variance half of a layer norm, left to LayerNormFusion."""
+    sub = op_of(ed, x, "Sub")
+    r = op_of(ed, sub.inputs[1], "ReduceMean") if sub is not None and len(sub.inputs) == 2 else None
+    return r is not None and r.inputs[0] == sub.inputs[0]
+
+
+class RMSNormFusion(RewriteRule):
+    """The decomposed RMSNorm ``x * 1 / sqrt(mean(x^2) + eps) * w`` over the last axis ->
+    ``com.microsoft.SimplifiedLayerNormalization``, or, when ``x`` is an ``Add`` that fits,
+    ``com.microsoft.SkipSimplifiedLayerNormalization``. Accepted forms (what TorchScript,
+    dynamo and hand-written exports write): the square as ``Pow(x, 2)`` or ``Mul(x, x)``;
+    ``ReduceMean`` (keepdims) then ``Add(eps)``; then ``Sqrt`` with ``Div(1, .)``,
+    ``Reciprocal`` or ``Div(x, .)``, or ``Pow(., -0.5)``; a ``Mul`` by
+    ``x`` on either side, and an optional ``Mul`` by a constant weight vector on either side."""
+
+    name = "RMSNormFusion"
+    level = EXTENDED
+    targets = frozenset({"ReduceMean"})
+
+    def rewrite(self, ed: Editor, r: Node) -> bool:
+        got = self._match(ed, r)
+        if got is None:
+            return False
+        x, gamma, eps, out, nodes = got
+        shape = ed.shape(x)
+        d = shape[-1] if shape else None
+        params = _ln_params(ed, d, gamma, None, ed.dtype(x))
+        if params is None:
+            return False
+        g = params[0]
+        if _skip_layer_norm(ed, x, g, None, eps, out, nodes, r.name, simplified=True):
+            return True
+        new = ed.new_node("SimplifiedLayerNormalization", [x, g], [out], base=r.name + "_rms", domain=MS_DOMAIN,
+                          attrs={"axis": -1, "epsilon": float(eps), "stash_type": 1})
+        if ed.replace(nodes, [new]):
+            ed.log("decomposed form -> SimplifiedLayerNormalization %s", new.name)
+            return True
+        return False
+
+    @staticmethod
+    def _match(ed: Editor, r: Node):
+        sq = op_of(ed, r.inputs[0], "Pow") or op_of(ed, r.inputs[0], "Mul")
+        if sq is None or len(sq.inputs) != 2 or not ed.single_use(sq.outputs[0], r):
+            return None
+        x = sq.inputs[0]
+        if not (sq.inputs[1] == x if sq.op_type == "Mul" else ed.scalar(sq.inputs[1]) == 2.0):
+            return None
+        rank = ed.rank(x)
+        if (ed.dtype(x) not in FLOATS or not last_axis(reduce_axes(ed, r), rank) or not r.attrs.get("keepdims", 1)
+                or _is_centered(ed, x)):
+            return None
+        ae = only_reader(ed, r.outputs[0], "Add")
+        eps = None if ae is None else scalar_operand(ed, ae, r.outputs[0])
+        if eps is None or not eps >= 0:
+            return None
+        nodes = [sq, r, ae]
+        nxt = only_reader(ed, ae.outputs[0], ("Sqrt", "Pow"))
+        if nxt is None:
+            return None
+        nodes.append(nxt)
+        v = nxt.outputs[0]
+        if nxt.op_type == "Pow":  # (ms + eps) ^ -0.5: the inverse itself
+            if nxt.inputs[0] != ae.outputs[0] or not near(ed.scalar(nxt.inputs[1]), -0.5):
+                return None
+            inv = v
+        else:
+            inv_node = only_reader(ed, v, ("Reciprocal", "Div"))
+            if inv_node is None:
+                return None
+            if inv_node.op_type == "Div" and inv_node.inputs == [x, v]:  # x / sqrt(..): already normalized
+                nodes.append(inv_node)
+                return RMSNormFusion._weight(ed, x, eps, inv_node.outputs[0], nodes)
+            if inv_node.op_type == "Div" and (inv_node.inputs[1] != v or ed.scalar(inv_node.inputs[0]) != 1.0):
+                return None
+            nodes.append(inv_node)
+            inv = inv_node.outputs[0]
+        mul = only_reader(ed, inv, "Mul")
+        if mul is None or other_input(mul, inv) != x:
+            return None
+        nodes.append(mul)
+        return RMSNormFusion._weight(ed, x, eps, mul.outputs[0], nodes)
+
+    @staticmethod
+    def _weight(ed: Editor, x: str, eps: float, out: str, nodes: list[Node]):
+        # a constant weight vector (a scalar or a broadcast tensor stays an outside Mul)
+        gamma = None
+        shape = ed.shape(x)
+        wmul = only_reader(ed, out, "Mul")
+        if wmul is not None and shape:
+            g = other_input(wmul, out)
+            if g is not None and const_vector(ed, g, shape[-1]) is not None:
+                gamma, out = g, wmul.outputs[0]
+                nodes.append(wmul)
+        return x, gamma, eps, out, nodes
+
+
+class SkipSimplifiedLayerNormFusion(RewriteRule):
+    """``SimplifiedLayerNormalization`` or ``RMSNormalization`` (opset 23) of ``a + b`` over the
+    last axis (constant vector scale, stash_type 1, only output 0 used) ->
+    ``com.microsoft.SkipSimplifiedLayerNormalization`` (shape rules as ``_skip_layer_norm``)."""
+
+    name = "SkipSimplifiedLayerNormFusion"
+    level = EXTENDED
+    targets = frozenset({f"{MS_DOMAIN}::SimplifiedLayerNormalization", "RMSNormalization"})
+
+    def condition(self, ed: Editor, ln: Node) -> bool:
+        if any(o and (ed.consumers(o) or ed.is_output(o)) for o in ln.outputs[1:]):
+            return False
+        return ln.attrs.get("stash_type", 1) == 1 and last_axis([ln.attrs.get("axis", -1)], ed.rank(ln.inputs[0]))
+
+    def rewrite(self, ed: Editor, ln: Node) -> bool:
+        shape = ed.shape(ln.inputs[0])
+        d = shape[-1] if shape else None
+        gamma = ln.inputs[1]
+        if const_vector(ed, gamma, d) is None or ed.const(gamma).ndim != 1:
+            return False
+        eps = ln.attrs.get("epsilon", 1e-5)
+        return _skip_layer_norm(ed, ln.inputs[0], gamma, None, eps, ln.outputs[0], [ln], ln.name, simplified=True)

@@ -44,7 +44,7 @@ from .linear_fusions import (
     FlattenedGemmFusion,
     MatMulAddFusion,
 )
-from .norm_fusions import LayerNormFusion, SkipLayerNormFusion
+from .norm_fusions import LayerNormFusion, RMSNormFusion, SkipLayerNormFusion, SkipSimplifiedLayerNormFusion
 from .rewrite import RewriteRule, walk
 from .shapes import fill_missing_shapes, refine_symbols
 
@@ -53,7 +53,8 @@ from .shapes import fill_missing_shapes, refine_symbols
 #: attention before SkipLN (its output feeds the residual Add)
 EXTENDED_PASSES: list[Pass] = [
     FlattenedGemmFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(),
-    GeluFusion(), FastGeluFusion(), LayerNormFusion(), AttentionFusion(), SkipLayerNormFusion(), BiasGeluFusion(),
+    GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
+    SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
     MatMulAddFusion(),
 ]
 

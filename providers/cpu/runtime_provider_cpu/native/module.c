@@ -125,10 +125,11 @@ static PyMethodDef methods[] = {
      "y[M][P] = clip(w[M][K] @ x[K][P] + b (+ z), lo, hi) in float32, blocks of y split between\n"
      "the kernel threads, each one single-threaded sgemm (set_sgemm's) and its epilogue."},
     {"skip_layer_norm", rc_py_skip_layer_norm, METH_VARARGS,
-     "skip_layer_norm(x, skip, gamma, beta, bias, y, mean, inv_std_var, sum, (rows, d, skip_rows), eps)\n"
+     "skip_layer_norm(x, skip, gamma, beta, bias, y, mean, inv_std_var, sum, (rows, d, skip_rows), eps, rms=False)\n"
      "SkipLayerNormalization of C-contiguous float32 rows (skip, beta, bias and the outputs mean,\n"
      "inv_std_var and sum may be None: without skip, LayerNormalization; skip row r % skip_rows\n"
-     "goes with row r; y may be x or skip)."},
+     "goes with row r; y may be x or skip). rms: SkipSimplifiedLayerNormalization (no centering,\n"
+     "mean written as 0)."},
     {"maxpool2d", rc_py_maxpool2d, METH_VARARGS,
      "maxpool2d(x, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), threads)\n"
      "MaxPool values of C-contiguous float32 NCHW x into y (taps in the padding skipped)."},

@@ -160,12 +160,13 @@ PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args)
  * variance from 16 float running sums added in double, then y = (s - mean) / sqrt(var + eps) * gamma (+ beta). numpy
  * needed ~9 passes over the activations. skip may
  * hold fewer rows than x (a rank-3 skip of batch 1): row r reads skip row r % skip_rows. y
- * may be x or skip (each element is read before it is written). */
+ * may be x or skip (each element is read before it is written). rms: the RMSNorm variant
+ * (SkipSimplifiedLayerNormalization): no centering, the mean output written as 0 (as onnxruntime). */
 RC_CLONES
 static void sln_rows(const float *x, const float *skip, const float *restrict gamma,
                      const float *restrict beta, const float *restrict bias, float *y,
                      float *restrict mean_out, float *restrict inv_out, float *sum_out,
-                     Py_ssize_t rows, Py_ssize_t d, Py_ssize_t skip_rows, float eps)
+                     Py_ssize_t rows, Py_ssize_t d, Py_ssize_t skip_rows, float eps, int rms)
 {
     for (Py_ssize_t r = 0; r < rows; r++) {
         const float *xr = x + r * d, *sr = skip ? skip + (r % skip_rows) * d : NULL;
@@ -213,7 +214,7 @@ static void sln_rows(const float *x, const float *skip, const float *restrict ga
         }
         for (int k = 0; k < 16; k++)
             acc += part[k];
-        const float mean = (float)(acc / (double)d);
+        const float mean = rms ? 0.0f : (float)(acc / (double)d);
         for (i = 0; i + 16 <= d; i += 16)
             for (int k = 0; k < 16; k++) {
                 const float dv = s[i + k] - mean;
@@ -246,8 +247,9 @@ PyObject *rc_py_skip_layer_norm(PyObject *self, PyObject *args)
     PyObject *xo, *so, *go, *bo, *bio, *yo, *mo, *io, *sumo;
     Py_ssize_t rows, d, skip_rows;
     float eps;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO(nnn)f:skip_layer_norm", &xo, &so, &go, &bo, &bio, &yo, &mo,
-                          &io, &sumo, &rows, &d, &skip_rows, &eps))
+    int rms = 0;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO(nnn)f|p:skip_layer_norm", &xo, &so, &go, &bo, &bio, &yo, &mo,
+                          &io, &sumo, &rows, &d, &skip_rows, &eps, &rms))
         return NULL;
     if (rows < 0 || d < 1 || skip_rows < 1 || (rows > 0 && rows % skip_rows != 0)) {
         PyErr_SetString(PyExc_ValueError,
@@ -270,7 +272,7 @@ PyObject *rc_py_skip_layer_norm(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     sln_rows((const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
              (const float *)v[3].buf, (const float *)v[4].buf, (float *)v[5].buf, (float *)v[6].buf,
-             (float *)v[7].buf, (float *)v[8].buf, rows, d, skip_rows, eps);
+             (float *)v[7].buf, (float *)v[8].buf, rows, d, skip_rows, eps, rms);
     Py_END_ALLOW_THREADS
     release_buffers(v, 9);
     Py_RETURN_NONE;

@@ -2,7 +2,8 @@
 
 Semantics are onnxruntime's contrib ops (checked against onnxruntime in
 ``tests/core/test_fusions.py``): ``Gelu``, ``FastGelu``, ``BiasGelu``,
-``SkipLayerNormalization`` and ``Attention``. These ops have no ONNX schema, so
+``SkipLayerNormalization``, ``SimplifiedLayerNormalization`` (RMSNorm),
+``SkipSimplifiedLayerNormalization`` and ``Attention``. These ops have no ONNX schema, so
 the core passes only the attributes a node carries; the keyword defaults below
 are onnxruntime's documented defaults (the fusions always set every attribute).
 """
@@ -192,16 +193,16 @@ def skip_layer_norm(ctx, x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12)
     return _skip_ln(ctx, x, skip, gamma, beta, bias, epsilon, None)
 
 
-def _skip_ln_shapes(x, skip, gamma, beta, bias):
+def _skip_ln_shapes(x, skip, gamma, beta, bias, op="SkipLayerNormalization"):
     if x.ndim not in (2, 3):
-        raise ValueError(f"SkipLayerNormalization input must be 2-D or 3-D, got shape {x.shape}")
+        raise ValueError(f"{op} input must be 2-D or 3-D, got shape {x.shape}")
     if skip.ndim not in (2, 3) or skip.shape[-2:] != x.shape[-2:] or skip.ndim > x.ndim or (
             skip.ndim == 3 and skip.shape[0] not in (1, x.shape[0])):
-        raise ValueError(f"SkipLayerNormalization skip of shape {skip.shape} does not fit input {x.shape}")
+        raise ValueError(f"{op} skip of shape {skip.shape} does not fit input {x.shape}")
     d = x.shape[-1]
     for name, v in (("gamma", gamma), ("beta", beta), ("bias", bias)):
         if v is not None and v.shape != (d,):
-            raise ValueError(f"SkipLayerNormalization {name} must have shape ({d},), got {v.shape}")
+            raise ValueError(f"{op} {name} must have shape ({d},), got {v.shape}")
 
 
 @inplace_variant(skip_layer_norm, 0, 1)
@@ -251,6 +252,118 @@ def _skip_ln(ctx, x, skip, gamma, beta, bias, epsilon, out):
         outs.append(mean.astype(f32, copy=False))
     if n_out > 2:
         outs.append(inv.astype(f32, copy=False))
+    if n_out > 3:
+        outs.append(s.astype(x.dtype, copy=False))
+    return tuple(outs)
+
+
+# -- SimplifiedLayerNormalization / SkipSimplifiedLayerNormalization (RMSNorm) ---------------
+
+def _rms_rows(s, d, epsilon, out=None):
+    """``s / sqrt(mean(s^2) + eps)`` over rows of ``d`` (float32 or float64, C-contiguous)
+    and the per-row inverse; the sum of squares is one einsum pass (no squared temporary;
+    numpy's BLAS matrix-vector product is slower here under load)."""
+    rows = s.reshape(-1, d)
+    ms = np.einsum("ij,ij->i", rows, rows)
+    ms /= d
+    inv = 1.0 / np.sqrt(ms + s.dtype.type(epsilon))
+    y = np.multiply(rows, inv[:, None], out=None if out is None else out.reshape(-1, d))
+    return y.reshape(s.shape), inv
+
+
+def _stash(stash_type):
+    if stash_type not in (1, 11):
+        raise ValueError(f"SimplifiedLayerNormalization: stash_type={stash_type} is not implemented "
+                         "(1 = float32, 11 = double)")
+    return np.float32 if stash_type == 1 else np.float64
+
+
+@kernel("SimplifiedLayerNormalization", 1, domain=MS, dtypes={"float32", "float16", "float64"})
+def simplified_layer_norm(ctx, x, scale, *, axis=-1, epsilon=1e-5, stash_type=1):
+    """RMSNorm over axes ``axis..-1``: ``x / sqrt(mean(x^2) + epsilon) * scale`` computed in the
+    stash type; outputs: Y (x's type) and inv_std_var (stash type, x's shape with 1s over the
+    normalized axes). onnxruntime's op of this name (it registers it in the ai.onnx domain)."""
+    st = _stash(stash_type)
+    ax = axis + x.ndim if axis < 0 else axis
+    if not 0 <= ax < x.ndim:
+        raise ValueError(f"SimplifiedLayerNormalization: axis {axis} is out of range for rank {x.ndim}")
+    d = math.prod(x.shape[ax:])
+    if scale.size != d or np.broadcast_shapes(scale.shape, x.shape) != x.shape:
+        raise ValueError(f"SimplifiedLayerNormalization: scale of shape {scale.shape} does not fit the "
+                         f"normalized shape {x.shape[ax:]}")
+    if st == np.float32 and x.dtype == np.float32 and scale.dtype == np.float32 and d:
+        # rows of d with the scale flattened: inv_std_var is the kernel's third output
+        fast = _native_rms(x, None, scale, None, epsilon, None, d, 3 if ctx.n_outputs > 1 else 1)
+        if fast is not None:
+            return (fast[0],) if ctx.n_outputs <= 1 else (fast[0], fast[2].reshape(x.shape[:ax] + (1,) * (x.ndim - ax)))
+    xs = np.ascontiguousarray(x, dtype=st)
+    if d == 0 or xs.size == 0:
+        y, inv = xs.copy(), np.empty(x.shape[:ax] + (1,) * (x.ndim - ax), st)
+    else:
+        y, inv = _rms_rows(xs, d, epsilon, out=xs if xs is not x else None)
+        y *= scale.reshape(x.shape[ax:]).astype(st, copy=False)
+    outs = (y.astype(x.dtype, copy=False), inv.reshape(x.shape[:ax] + (1,) * (x.ndim - ax)))
+    return outs[:max(ctx.n_outputs, 1)]
+
+
+@kernel("SkipSimplifiedLayerNormalization", 1, domain=MS, dtypes={"float32", "float16"})
+def skip_simplified_layer_norm(ctx, x, skip, gamma, bias=None, *, epsilon=1e-12):
+    """RMSNorm over the last axis of ``x + skip (+ bias)`` scaled by gamma; outputs: output,
+    mean (unused: zeros, as onnxruntime), inv_std_var and the sum itself. Shapes as
+    ``SkipLayerNormalization``."""
+    _skip_ln_shapes(x, skip, gamma, None, bias, "SkipSimplifiedLayerNormalization")
+    return _skip_rms(ctx, x, skip, gamma, bias, epsilon, None)
+
+
+@inplace_variant(skip_simplified_layer_norm, 0, 1)
+def skip_simplified_layer_norm_inplace(ctx, owned, x, skip, gamma, bias=None, *, epsilon=1e-12):
+    """``skip_simplified_layer_norm`` with ``x + skip`` written into the input handed over."""
+    t = skip if owned else x
+    if t.dtype != np.float32 or t.shape != x.shape or x.dtype != np.float32 or skip.dtype != np.float32:
+        return skip_simplified_layer_norm(ctx, x, skip, gamma, bias, epsilon=epsilon)
+    _skip_ln_shapes(x, skip, gamma, None, bias, "SkipSimplifiedLayerNormalization")
+    return _skip_rms(ctx, x, skip, gamma, bias, epsilon, t)
+
+
+def _native_rms(x, skip, gamma, bias, epsilon, out, d, n_out):
+    """The compiled row kernel (``skip_layer_norm`` with ``rms``): one pass a row where numpy
+    takes four; outputs as ``_skip_rms``. None where it does not apply."""
+    f32 = np.float32
+    if _native is None or not x.size or not all(v is None or v.dtype == f32 for v in (x, skip, gamma, bias)):
+        return None
+    y = out if out is not None and out.flags.c_contiguous else np.empty(x.shape, f32)
+    stat = (x.size // d,)  # one per row; the callers shape them
+    mean = np.empty(stat, f32) if n_out > 1 else None
+    inv = np.empty(stat, f32) if n_out > 2 else None
+    s = np.empty(x.shape, f32) if n_out > 3 and skip is not None else None
+    _native.skip_layer_norm(np.ascontiguousarray(x), None if skip is None else np.ascontiguousarray(skip),
+                            np.ascontiguousarray(gamma).reshape(-1), None,
+                            None if bias is None else np.ascontiguousarray(bias), y, mean, inv, s,
+                            (x.size // d, d, 1 if skip is None else max(skip.size // d, 1)), float(epsilon), True)
+    return (y, mean, inv, s)[:n_out]
+
+
+def _skip_rms(ctx, x, skip, gamma, bias, epsilon, out):
+    f32 = np.float32
+    n_out = max(ctx.n_outputs, 1)
+    d = x.shape[-1]
+    fast = _native_rms(x, skip, gamma, bias, epsilon, out, d, n_out)
+    if fast is not None:
+        return tuple(v.reshape(x.shape[:-1] + (1,)) if k in (1, 2) else v for k, v in enumerate(fast))
+    s = np.add(x.astype(f32, copy=False), skip.astype(f32, copy=False), out=out)
+    if bias is not None:
+        s += bias.astype(f32, copy=False)
+    if s.size == 0:
+        y, inv = s.copy(), np.empty(x.shape[:-1], f32)
+    else:
+        # y overwrites the sum unless the sum itself is an output
+        y, inv = _rms_rows(s, d, epsilon, out=None if n_out > 3 else s)
+        y *= gamma.astype(f32, copy=False)
+    outs = [y.astype(x.dtype, copy=False)]
+    if n_out > 1:
+        outs.append(np.zeros(x.shape[:-1] + (1,), f32))
+    if n_out > 2:
+        outs.append(inv.reshape(x.shape[:-1] + (1,)))
     if n_out > 3:
         outs.append(s.astype(x.dtype, copy=False))
     return tuple(outs)
