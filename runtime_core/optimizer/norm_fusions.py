@@ -229,10 +229,14 @@ class RMSNormFusion(RewriteRule):
         g = params[0]
         if _skip_layer_norm(ed, x, g, None, eps, out, nodes, r.name, simplified=True):
             return True
-        new = ed.new_node("SimplifiedLayerNormalization", [x, g], [out], base=r.name + "_rms", domain=MS_DOMAIN,
+        if ed.opset("") < 23:
+            # onnxruntime has SimplifiedLayerNormalization only in its own ai.onnx registry, not in
+            # com.microsoft: emitting it would make a saved optimized model unloadable there
+            return False
+        new = ed.new_node("RMSNormalization", [x, g], [out], base=r.name + "_rms",
                           attrs={"axis": -1, "epsilon": float(eps), "stash_type": 1})
         if ed.replace(nodes, [new]):
-            ed.log("decomposed form -> SimplifiedLayerNormalization %s", new.name)
+            ed.log("decomposed form -> RMSNormalization %s", new.name)
             return True
         return False
 

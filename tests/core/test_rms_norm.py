@@ -91,6 +91,8 @@ FORMS = [("pow", "div1", "left", "none"), ("mul", "recip", "right", "none"), ("p
 def test_decomposed_forms_fuse_and_match_onnxruntime(form):
     """The last form is the dynamo exporter's (opset 18: ReduceMean's axes an input; rsqrt as
     Reciprocal(Sqrt))."""
+    if form[3] == "none" and len(form) == 4:
+        form = form + (23,)  # without a residual Add: the standard RMSNormalization (opset 23)
     model = _rms_model(*form)
     rng = np.random.default_rng(1)
     feeds = {"a": rng.standard_normal((2, 5, D)).astype(np.float32),
@@ -98,7 +100,7 @@ def test_decomposed_forms_fuse_and_match_onnxruntime(form):
     if form[3] == "none":
         del feeds["b"]
     got, ops, _ = _ours(model, feeds)
-    want = "SimplifiedLayerNormalization" if form[3] == "none" else "SkipSimplifiedLayerNormalization"
+    want = "RMSNormalization" if form[3] == "none" else "SkipSimplifiedLayerNormalization"
     assert ops == [want], ops  # every node of the pattern (and the residual Adds) went in
     for a, b in zip(got, _oracle(model, feeds), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
@@ -123,14 +125,32 @@ def test_a_layer_norm_is_not_taken_for_an_rms_norm():
 
 def test_weight_that_is_not_a_vector_stays_outside():
     """A scalar after the normalization is no RMSNorm weight: fused without it, kept as a Mul."""
-    model = _rms_model("pow", "div1", "left", "none")
+    model = _rms_model("pow", "div1", "left", "none", 23)
     for t in model.graph.initializer:
         if t.name == "w":
             t.CopyFrom(_c("w", 1.5))
     feeds = {"a": np.random.default_rng(3).standard_normal((2, 5, D)).astype(np.float32)}
     got, ops, _ = _ours(model, feeds)
-    assert sorted(ops) == ["Mul", "SimplifiedLayerNormalization"]
+    assert sorted(ops) == ["Mul", "RMSNormalization"]
     np.testing.assert_allclose(got[0], _oracle(model, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_without_a_residual_add_below_opset_23_it_stays_as_written(tmp_path):
+    """No op for it that onnxruntime loads from com.microsoft: the optimized model, saved, still
+    loads in onnxruntime."""
+    import onnx
+
+    import runtime_core as rt
+
+    model = _rms_model("pow", "div1", "left", "none")
+    feeds = {"a": np.random.default_rng(6).standard_normal((2, 5, D)).astype(np.float32)}
+    got, ops, _ = _ours(model, feeds)
+    assert "ReduceMean" in ops and "SimplifiedLayerNormalization" not in ops, ops
+    so = rt.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    rt.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    saved = onnx.load(str(tmp_path / "opt.onnx"))
+    np.testing.assert_allclose(_oracle(saved, feeds)[0], _oracle(model, feeds)[0], rtol=1e-5, atol=1e-5)
 
 
 def test_rms_normalization_23_of_a_residual_add_becomes_skip():
@@ -262,6 +282,7 @@ def test_t5_encoder_rms_norms_fuse_and_match_onnxruntime(opset, dynamic):
 
     ex = V.export("t5", "torchscript", opset, dynamic)
     got, ops, _ = _ours(ex.model, ex.feeds)
-    assert ops.count("SkipSimplifiedLayerNormalization") == 4 and ops.count("SimplifiedLayerNormalization") == 1
-    assert "ReduceMean" not in ops and "Sqrt" not in ops and "Pow" not in ops, ops
+    # the first norm has no residual Add and, below opset 23, stays as written (see above)
+    assert ops.count("SkipSimplifiedLayerNormalization") == 4 and "SimplifiedLayerNormalization" not in ops
+    assert ops.count("ReduceMean") == 1 and ops.count("Sqrt") <= 1, ops
     np.testing.assert_allclose(got[0], run_oracle(ex.model, ex.feeds)[0], rtol=1e-4, atol=1e-4)
