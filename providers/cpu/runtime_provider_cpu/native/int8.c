@@ -1,0 +1,361 @@
+/* int8 GEMM with int32 accumulation (MatMulInteger, QLinearMatMul) and DynamicQuantizeLinear.
+ *
+ * Every product runs as u8 x s8: A (u8, or s8 + 128) against B (s8, or u8 - 128), packed in
+ * the VNNI layout (panels of 16 columns, K in groups of 4 bytes); the offsets and both zero
+ * points are folded into a row-sum / column-sum correction afterwards, so the int32 results
+ * are exact (mod 2^32, as the spec allows) whatever the inner loop. Three inner loops read the
+ * same layout, chosen once at load by the CPU: AVX-512 VNNI (vpdpbusd), AVX2 (bytes widened to
+ * int16 pairs, vpmaddwd: exact, no vpmaddubsw saturation) and portable C. */
+#include "native.h"
+
+#define QG_MR 8  /* rows a tile */
+#define QG_NR 32 /* columns a tile: two 16-column panels */
+
+/* which inner loop runs here: 2 VNNI, 1 AVX2, 0 portable (set by rc_int8_init) */
+static int qg_path;
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#include <immintrin.h>
+#define QG_X86 1
+#else
+#define QG_X86 0
+#endif
+
+void rc_int8_init(void)
+{
+#if QG_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
+        qg_path = 2;
+    else if (__builtin_cpu_supports("avx2"))
+        qg_path = 1;
+    else
+#endif
+        qg_path = 0;
+}
+
+/* packed B: Np = N rounded up to QG_NR, Kq = ceil(K / 4): Np / 16 panels of Kq x 16 x 4 bytes,
+ * then Np int32 column sums of the (signed) bytes */
+static Py_ssize_t qg_np(Py_ssize_t N) { return (N + QG_NR - 1) / QG_NR * QG_NR; }
+static Py_ssize_t qg_kq(Py_ssize_t K) { return (K + 3) / 4; }
+
+/* c[8][32] = sum over kq of the packed rows ap[kq][8] (4 bytes each) x the two panels b0, b1 */
+#if QG_X86
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+qg_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1, Py_ssize_t Kq,
+             int32_t *restrict c)
+{
+    __m512i acc[QG_MR][2];
+    for (int r = 0; r < QG_MR; r++)
+        acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    for (Py_ssize_t q = 0; q < Kq; q++) {
+        const __m512i w0 = _mm512_loadu_si512((const void *)(b0 + q * 64));
+        const __m512i w1 = _mm512_loadu_si512((const void *)(b1 + q * 64));
+        for (int r = 0; r < QG_MR; r++) {
+            const __m512i a = _mm512_set1_epi32(ap[q * QG_MR + r]);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a, w0);
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a, w1);
+        }
+    }
+    for (int r = 0; r < QG_MR; r++) {
+        _mm512_storeu_si512((void *)(c + r * QG_NR), acc[r][0]);
+        _mm512_storeu_si512((void *)(c + r * QG_NR + 16), acc[r][1]);
+    }
+}
+
+/* 4 rows x one 16-column panel: each 4-byte group split into its even and odd bytes as int16
+ * (A zero-extended, B sign-extended) and multiplied pairwise by vpmaddwd */
+__attribute__((target("avx2"))) static void qg_quad_avx2(const int32_t *restrict ap, const int8_t *restrict b,
+                                                         Py_ssize_t Kq, int32_t *restrict c)
+{
+    __m256i acc[4][2];
+    for (int r = 0; r < 4; r++)
+        acc[r][0] = acc[r][1] = _mm256_setzero_si256();
+    const __m256i lo8 = _mm256_set1_epi16(0xff);
+    for (Py_ssize_t q = 0; q < Kq; q++) {
+        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(b + q * 64));
+        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(b + q * 64 + 32));
+        const __m256i e0 = _mm256_srai_epi16(_mm256_slli_epi16(w0, 8), 8), o0 = _mm256_srai_epi16(w0, 8);
+        const __m256i e1 = _mm256_srai_epi16(_mm256_slli_epi16(w1, 8), 8), o1 = _mm256_srai_epi16(w1, 8);
+        for (int r = 0; r < 4; r++) {
+            const __m256i a = _mm256_set1_epi32(ap[q * QG_MR + r]);
+            const __m256i ae = _mm256_and_si256(a, lo8), ao = _mm256_srli_epi16(a, 8);
+            acc[r][0] = _mm256_add_epi32(acc[r][0], _mm256_add_epi32(_mm256_madd_epi16(ae, e0), _mm256_madd_epi16(ao, o0)));
+            acc[r][1] = _mm256_add_epi32(acc[r][1], _mm256_add_epi32(_mm256_madd_epi16(ae, e1), _mm256_madd_epi16(ao, o1)));
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        _mm256_storeu_si256((__m256i *)(c + r * QG_NR), acc[r][0]);
+        _mm256_storeu_si256((__m256i *)(c + r * QG_NR + 8), acc[r][1]);
+    }
+}
+
+__attribute__((target("avx2"))) static void qg_tile_avx2(const int32_t *restrict ap, const int8_t *restrict b0,
+                                                         const int8_t *restrict b1, Py_ssize_t Kq, int32_t *restrict c)
+{
+    qg_quad_avx2(ap, b0, Kq, c);
+    qg_quad_avx2(ap + 4, b0, Kq, c + 4 * QG_NR);
+    qg_quad_avx2(ap, b1, Kq, c + 16);
+    qg_quad_avx2(ap + 4, b1, Kq, c + 4 * QG_NR + 16);
+}
+#endif
+
+static void qg_tile_c(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1, Py_ssize_t Kq,
+                      int32_t *restrict c)
+{
+    uint32_t acc[QG_MR][QG_NR];
+    memset(acc, 0, sizeof acc);
+    for (Py_ssize_t q = 0; q < Kq; q++)
+        for (int r = 0; r < QG_MR; r++) {
+            const uint8_t *a = (const uint8_t *)(ap + q * QG_MR + r);
+            for (int n = 0; n < QG_NR; n++) {
+                const int8_t *w = (n < 16 ? b0 + n * 4 : b1 + (n - 16) * 4) + q * 64;
+                acc[r][n] += (uint32_t)(a[0] * w[0] + a[1] * w[1] + a[2] * w[2] + a[3] * w[3]);
+            }
+        }
+    memcpy(c, acc, sizeof acc);
+}
+
+typedef struct {
+    const int32_t *ap;  /* packed A: [Mb][Kq][8] groups of 4 unsigned bytes */
+    const int32_t *rs;  /* the row sums of A's unsigned bytes [Mb * 8] */
+    const int8_t *bp;   /* packed B */
+    const int32_t *cs;  /* B's column sums [Np] */
+    const int32_t *zb;  /* B's zero point per column [N] (NULL: 0) */
+    const float *mult;  /* the requantizing multiplier per column [N] (mode != 0) */
+    void *y;
+    Py_ssize_t M, K, N, Kq, Mb, nunits;
+    int32_t ZA, ob, yz;  /* A's zero point plus its offset, B's offset, Y's zero point */
+    int mode;            /* 0: int32 out; 1: uint8; 2: int8 */
+} qg_job;
+
+static void qg_part(void *arg, int part, int parts)
+{
+    const qg_job *j = (const qg_job *)arg;
+    int32_t c[QG_MR * QG_NR] __attribute__((aligned(64)));
+    const Py_ssize_t u0 = j->nunits * part / parts, u1 = j->nunits * (part + 1) / parts;
+    const uint32_t K = (uint32_t)j->K, ZA = (uint32_t)j->ZA;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        /* a unit: one 32-column tile column x all row blocks (B's panels stay in cache) */
+        const Py_ssize_t n0 = u * QG_NR;
+        const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
+        const Py_ssize_t nn = j->N - n0 < QG_NR ? j->N - n0 : QG_NR;
+        for (Py_ssize_t mb = 0; mb < j->Mb; mb++) {
+            const int32_t *ap = j->ap + mb * j->Kq * QG_MR;
+#if QG_X86
+            if (qg_path == 2)
+                qg_tile_vnni(ap, b0, b1, j->Kq, c);
+            else if (qg_path == 1)
+                qg_tile_avx2(ap, b0, b1, j->Kq, c);
+            else
+#endif
+                qg_tile_c(ap, b0, b1, j->Kq, c);
+            const Py_ssize_t m0 = mb * QG_MR, mm = j->M - m0 < QG_MR ? j->M - m0 : QG_MR;
+            for (Py_ssize_t r = 0; r < mm; r++) {
+                const uint32_t rs = (uint32_t)j->rs[m0 + r];
+                for (Py_ssize_t n = 0; n < nn; n++) {
+                    /* sum (a - za)(b - zb) = sum a_u b_s - ZB sum a_u - ZA sum b_s + K ZA ZB, with
+                       a_u = a + oa, b_s = b - ob, ZA = za + oa, ZB = zb - ob (wrapping) */
+                    const uint32_t ZB = (uint32_t)((j->zb ? j->zb[n0 + n] : 0) - j->ob);
+                    const uint32_t v = (uint32_t)c[r * QG_NR + n] - ZB * rs - ZA * (uint32_t)j->cs[n0 + n] + K * ZA * ZB;
+                    const Py_ssize_t at = (m0 + r) * j->N + n0 + n;
+                    if (j->mode == 0) {
+                        ((int32_t *)j->y)[at] = (int32_t)v;
+                        continue;
+                    }
+                    float f = rintf((float)(int32_t)v * j->mult[n0 + n]) + (float)j->yz;
+                    const float lo = j->mode == 1 ? 0.0f : -128.0f, hi = j->mode == 1 ? 255.0f : 127.0f;
+                    f = f < lo ? lo : (f > hi ? hi : f);
+                    if (j->mode == 1)
+                        ((uint8_t *)j->y)[at] = (uint8_t)f;
+                    else
+                        ((int8_t *)j->y)[at] = (int8_t)f;
+                }
+            }
+        }
+    }
+}
+
+PyObject *rc_py_qgemm_packed_size(PyObject *self, PyObject *args)
+{
+    Py_ssize_t K, N;
+    if (!PyArg_ParseTuple(args, "(nn):qgemm_packed_size", &K, &N))
+        return NULL;
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_add(&sz, "the packed size", sz_mul3(&sz, "the packed size", qg_np(N), qg_kq(K), 4),
+                                sz_mul(&sz, "the packed size", qg_np(N), 4));
+    if (K < 1 || N < 1) {
+        PyErr_SetString(PyExc_ValueError, "qgemm_packed_size: sizes must be positive");
+        return NULL;
+    }
+    if (sz_check(&sz, "qgemm_packed_size", PyExc_ValueError) < 0)
+        return NULL;
+    return PyLong_FromSsize_t(n);
+}
+
+PyObject *rc_py_qgemm_pack(PyObject *self, PyObject *args)
+{
+    PyObject *bo, *po;
+    Py_ssize_t K, N;
+    int bsigned;
+    if (!PyArg_ParseTuple(args, "OO(nn)p:qgemm_pack", &bo, &po, &K, &N, &bsigned))
+        return NULL;
+    if (K < 1 || N < 1) {
+        PyErr_SetString(PyExc_ValueError, "qgemm_pack: sizes must be positive");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t Np = qg_np(N), Kq = qg_kq(K);
+    const Py_ssize_t bn = sz_mul(&sz, "B's size", K, N);
+    const Py_ssize_t body = sz_mul3(&sz, "the packed size", Np, Kq, 4);
+    const Py_ssize_t pn = sz_add(&sz, "the packed size", body, sz_mul(&sz, "the packed size", Np, 4));
+    if (sz_check(&sz, "qgemm_pack", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{bo, bn, 1, 0, 0, "B"}, {po, pn, 1, 1, 0, "packed"}};
+    if (get_buffers("qgemm_pack", spec, v, 2) < 0)
+        return NULL;
+    const uint8_t *b = (const uint8_t *)v[0].buf;
+    int8_t *p = (int8_t *)v[1].buf;
+    int32_t cs_local;
+    Py_BEGIN_ALLOW_THREADS
+    memset(p, 0, (size_t)pn);
+    int8_t *csb = p + body;
+    for (Py_ssize_t n = 0; n < N; n++) {
+        int8_t *panel = p + (n / 16) * Kq * 64 + (n % 16) * 4;
+        uint32_t s = 0;
+        for (Py_ssize_t k = 0; k < K; k++) {
+            /* a u8 B is stored as b - 128 (the offset comes back in the correction) */
+            const int8_t w = bsigned ? (int8_t)b[k * N + n] : (int8_t)((int)b[k * N + n] - 128);
+            panel[(k / 4) * 64 + (k % 4)] = w;
+            s += (uint32_t)(int32_t)w;
+        }
+        cs_local = (int32_t)s;
+        memcpy(csb + 4 * n, &cs_local, 4);
+    }
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
+    Py_RETURN_NONE;
+}
+
+/* qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads) */
+PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
+{
+    PyObject *ao, *po, *zbo, *yo, *mo;
+    Py_ssize_t M, K, N;
+    int asigned, bsigned, za, mode, yz, threads;
+    if (!PyArg_ParseTuple(args, "OpiOpOO(nnn)iOii:qgemm", &ao, &asigned, &za, &po, &bsigned, &zbo, &yo, &M, &K, &N,
+                          &mode, &mo, &yz, &threads))
+        return NULL;
+    if (M < 1 || K < 1 || N < 1 || mode < 0 || mode > 2) {
+        PyErr_SetString(PyExc_ValueError, "qgemm: sizes must be positive and mode 0, 1 or 2");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t Np = qg_np(N), Kq = qg_kq(K), Mb = (M + QG_MR - 1) / QG_MR;
+    const Py_ssize_t an = sz_mul(&sz, "A's size", M, K), yn = sz_mul(&sz, "Y's size", M, N);
+    const Py_ssize_t body = sz_mul3(&sz, "the packed size", Np, Kq, 4);
+    const Py_ssize_t pn = sz_add(&sz, "the packed size", body, sz_mul(&sz, "the packed size", Np, 4));
+    if (sz_check(&sz, "qgemm", PyExc_ValueError) < 0)
+        return NULL;
+    const Py_ssize_t apn = sz_mul4(&sz, "the packed rows", Mb, Kq, QG_MR, 4);
+    if (sz_check(&sz, "qgemm", PyExc_MemoryError) < 0)
+        return NULL;
+    Py_buffer v[5];
+    const rc_buf spec[5] = {{ao, an, 1, 0, 0, "A"}, {po, pn, 1, 0, 0, "packed"}, {zbo, N, 4, 0, 1, "zb"},
+                            {yo, yn, mode == 0 ? 4 : 1, 1, 0, "Y"}, {mo, N, RC_F32, 0, mode == 0, "mult"}};
+    if (get_buffers("qgemm", spec, v, 5) < 0)
+        return NULL;
+    const size_t abytes = (size_t)apn + sizeof(int32_t) * (size_t)Mb * QG_MR;
+    int32_t *ap = (int32_t *)rc_work(abytes);
+    int oom = ap == NULL;
+    qg_job j = {ap, ap ? ap + Mb * Kq * QG_MR : NULL, (const int8_t *)v[1].buf,
+                (const int32_t *)((const int8_t *)v[1].buf + body), (const int32_t *)v[2].buf, (const float *)v[4].buf,
+                v[3].buf, M, K, N, Kq, Mb, Np / QG_NR, (int32_t)za + (asigned ? 128 : 0), bsigned ? 0 : 128, yz, mode};
+    if (!oom) {
+        const uint8_t *a = (const uint8_t *)v[0].buf;
+        Py_BEGIN_ALLOW_THREADS
+        /* A as unsigned bytes (an s8 A shifted by 128), zeros past K and M, and its row sums */
+        uint8_t *pa = (uint8_t *)ap;
+        int32_t *rs = ap + Mb * Kq * QG_MR;
+        memset(pa, 0, (size_t)apn);
+        for (Py_ssize_t m = 0; m < Mb * QG_MR; m++) {
+            uint32_t s = 0;
+            if (m < M) {
+                const uint8_t *row = a + m * K;
+                uint8_t *dst = pa + ((m / QG_MR) * Kq * QG_MR + m % QG_MR) * 4;
+                for (Py_ssize_t k = 0; k < K; k++) {
+                    const uint8_t x = asigned ? (uint8_t)(row[k] ^ 0x80) : row[k];
+                    dst[(k / 4) * QG_MR * 4 + (k % 4)] = x;
+                    s += x;
+                }
+            }
+            rs[m] = (int32_t)s;
+        }
+        const int parts = rc_parts_fine(2.0 * (double)M * (double)K * (double)N, 2.5e5, j.nunits, &threads);
+        rc_parallel(qg_part, &j, parts, threads);
+        Py_END_ALLOW_THREADS
+        rc_work_done(ap, abytes);
+    }
+    release_buffers(v, 5);
+    if (oom)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* qgemm_path(force=-1) -> the inner loop's name; force (0 portable, 1 AVX2, 2 VNNI, at most
+ * what this CPU runs) sets it, so that tests reach every loop on one machine */
+PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args)
+{
+    static const char *names[] = {"portable", "avx2", "avx512vnni"};
+    int force = -1;
+    if (!PyArg_ParseTuple(args, "|i:qgemm_path", &force))
+        return NULL;
+    if (force >= 0) {
+        rc_int8_init();
+        if (force < qg_path)
+            qg_path = force;
+    }
+    return PyUnicode_FromString(names[qg_path]);
+}
+
+/* DynamicQuantizeLinear of n float32: the range (with 0) in one pass, then the uint8 values;
+ * returns (scale, zero point) */
+PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOn:dyn_quantize", &xo, &yo, &n))
+        return NULL;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "dyn_quantize: size must be positive");
+        return NULL;
+    }
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{xo, n, RC_F32, 0, 0, "x"}, {yo, n, 1, 1, 0, "y"}};
+    if (get_buffers("dyn_quantize", spec, v, 2) < 0)
+        return NULL;
+    const float *x = (const float *)v[0].buf;
+    uint8_t *y = (uint8_t *)v[1].buf;
+    float scale, zpf;
+    int nan = 0;
+    Py_BEGIN_ALLOW_THREADS
+    float lo = 0.0f, hi = 0.0f;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const float t = x[i];
+        lo = t < lo ? t : lo;
+        hi = t > hi ? t : hi;
+        nan |= t != t;
+    }
+    if (nan) /* the reference's max / min of a tensor holding NaN: a range of 0 */
+        lo = hi = 0.0f;
+    scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
+    zpf = rintf(clipf(0.0f - lo / scale, 0.0f, 255.0f));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const float t = rintf(x[i] / scale) + zpf;
+        y[i] = t != t ? (uint8_t)zpf : (uint8_t)clipf(t, 0.0f, 255.0f);
+    }
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
+    return Py_BuildValue("(fi)", scale, (int)zpf);
+}
