@@ -67,6 +67,25 @@ def _q(ed: Editor, q: Node):
     return scale.reshape(()), zp.reshape(()), out_dt
 
 
+def feeds_qdq_group(ed: Editor, dq: Node) -> bool:
+    """Whether ``dq``, a DequantizeLinear, gives the weight or bias of a Conv / MatMul whose output
+    only a QuantizeLinear reads: a group these passes fuse, so constant folding leaves it (as
+    onnxruntime's folding leaves DequantizeLinear to its QDQ transformers)."""
+    if dq.op_type != "DequantizeLinear" or dq.domain or not dq.outputs or not dq.outputs[0]:
+        return False
+    readers = ed.consumers(dq.outputs[0])
+    if not readers or ed.is_output(dq.outputs[0]):
+        return False
+    for r in readers:
+        if r.domain or r.op_type not in ("Conv", "MatMul") or r.inputs[0] == dq.outputs[0]:
+            return False
+        if not ed.single_use(r.outputs[0]) or op_of(ed, r.inputs[0], "DequantizeLinear") is None:
+            return False
+        if ed.consumers(r.outputs[0])[0].op_type != "QuantizeLinear":
+            return False
+    return True
+
+
 class _QDQFusion(RewriteRule):
     level = EXTENDED
     targets = frozenset({"QuantizeLinear"})
@@ -158,9 +177,8 @@ class QDQConvFusion(_QDQFusion):
             if not np.all(np.isfinite(bq)) or np.any(np.abs(bq) >= 2 ** 31):
                 return False
             ins.append(self._const_in(ed, conv.name + "_bias_int32", bq.astype(np.int32)))
-        attrs = {k: v for k, v in conv.attrs.items() if k in ("auto_pad", "dilations", "group", "kernel_shape",
-                                                               "pads", "strides")}
-        node = ed.new_node("QLinearConv", ins, [q.outputs[0]], base=conv.name + "_qlinear", attrs=attrs)
+        node = ed.g.make_node("QLinearConv", ins, [q.outputs[0]], name=ed.fresh(conv.name + "_qlinear"),
+                              proto_attrs=conv.proto_attrs)
         return self._emit(ed, conv, q, dqs, node)
 
     @staticmethod
