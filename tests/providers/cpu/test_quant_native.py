@@ -96,6 +96,36 @@ def test_qlinear_matmul_exact(path, M, K, N, t, per_column, monkeypatch):
     assert M * N < 4 or 0 < np.count_nonzero((native[0] != np.iinfo(t).min) & (native[0] != np.iinfo(t).max))
 
 
+CONVS = [  # (x shape, w shape, attributes)
+    ((1, 3, 9, 8), (5, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 4, 11, 10), (7, 4, 3, 2), {"strides": [2, 1], "dilations": [1, 2], "pads": [0, 1, 2, 0]}),
+    ((1, 6, 7, 7), (33, 6, 1, 1), {}),
+    ((1, 4, 6, 6), (4, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # grouped: the numpy path
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", CONVS)
+@pytest.mark.parametrize("t", [U8, I8])
+@pytest.mark.parametrize("per_channel,bias", [(False, False), (True, True)])
+def test_qlinear_conv_exact(path, xs, ws, attrs, t, per_channel, bias, monkeypatch):
+    x, w = ints(xs, t), ints(ws, I8)
+    m = ws[0]
+    feeds = {"x": x, "sx": np.array(0.02, F32), "zx": ints((), t), "w": w,
+             "sw": RNG.uniform(0.002, 0.02, (m,)).astype(F32) if per_channel else np.array(0.01, F32),
+             "zw": np.zeros(m if per_channel else (), I8), "sy": np.array(0.02 * 0.01 * 60 * np.sqrt(np.prod(ws[1:])), F32),
+             "zy": np.array(128 if t == U8 else 0, t)}
+    if bias:
+        feeds["B"] = RNG.integers(-5000, 5000, (m,)).astype(np.int32)
+    node = helper.make_node("QLinearConv", list(feeds), ["y"], **attrs)
+    inits = {"w": feeds.pop("w")}
+    model = make_model([node], feeds, ["y"], opset=10, initializers=inits)
+    for _ in range(2):  # the second run reuses the packed weight
+        native, ref = both(model, feeds, monkeypatch)
+        assert native[0].dtype == t and native[0].shape == ref[0].shape
+        np.testing.assert_array_equal(native[0], ref[0])
+        feeds["x"] = ints(xs, t)
+
+
 @pytest.mark.parametrize("case", ["mixed", "zeros", "nan", "inf", "positive"])
 def test_dynamic_quantize_exact(case, monkeypatch):
     x = RNG.uniform(-4, 7, (5, 77)).astype(F32)

@@ -122,6 +122,7 @@ typedef struct {
     const int8_t *bp;   /* packed B */
     const int32_t *cs;  /* B's column sums [Np] */
     const int32_t *zb;  /* B's zero point per column [N] (NULL: 0) */
+    const int32_t *bias; /* added to the int32 sums per column [N] (NULL: none): QLinearConv's B */
     const float *mult;  /* the requantizing multiplier per column [N] (mode != 0) */
     void *y;
     Py_ssize_t M, K, N, Kq, Mb, nunits;
@@ -129,15 +130,59 @@ typedef struct {
     int mode;            /* 0: int32 out; 1: uint8; 2: int8 */
 } qg_job;
 
+/* a tile's rows [m0, m0 + mm) x columns [n0, n0 + nn) of Y from the raw sums c: the zero-point
+ * and offset correction sum (a - za)(b - zb) = sum a_u b_s - ZB sum a_u - ZA sum b_s + K ZA ZB
+ * (a_u = a + oa, b_s = b - ob, ZA = za + oa, ZB = zb - ob, wrapping), zbv[n] = ZB and
+ * ct[n] = K ZA ZB - ZA sum b_s, then int32 out or the requantized bytes; branch-free inner
+ * loops, vectorized in the clones */
+RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, const uint32_t *restrict zbv,
+                                  const uint32_t *restrict ct, Py_ssize_t m0, Py_ssize_t mm, Py_ssize_t n0,
+                                  Py_ssize_t nn)
+{
+    const float *restrict mult = j->mult ? j->mult + n0 : NULL;
+    const float yz = (float)j->yz, lo = j->mode == 1 ? 0.0f : -128.0f, hi = j->mode == 1 ? 255.0f : 127.0f;
+    for (Py_ssize_t r = 0; r < mm; r++) {
+        const uint32_t rs = (uint32_t)j->rs[m0 + r];
+        const uint32_t *restrict cr = (const uint32_t *)c + r * QG_NR;
+        const Py_ssize_t at = (m0 + r) * j->N + n0;
+        if (j->mode == 0) {
+            int32_t *restrict y = (int32_t *)j->y + at;
+            for (Py_ssize_t n = 0; n < nn; n++)
+                y[n] = (int32_t)(cr[n] - zbv[n] * rs + ct[n]);
+            continue;
+        }
+        float f[QG_NR];
+        for (Py_ssize_t n = 0; n < nn; n++) {
+            const float t = rintf((float)(int32_t)(cr[n] - zbv[n] * rs + ct[n]) * mult[n]) + yz;
+            f[n] = t < lo ? lo : (t > hi ? hi : t);
+        }
+        if (j->mode == 1) {
+            uint8_t *restrict y = (uint8_t *)j->y + at;
+            for (Py_ssize_t n = 0; n < nn; n++)
+                y[n] = (uint8_t)(int32_t)f[n];
+        } else {
+            int8_t *restrict y = (int8_t *)j->y + at;
+            for (Py_ssize_t n = 0; n < nn; n++)
+                y[n] = (int8_t)(int32_t)f[n];
+        }
+    }
+}
+
 static void qg_part(void *arg, int part, int parts)
 {
     const qg_job *j = (const qg_job *)arg;
     int32_t c[QG_MR * QG_NR] __attribute__((aligned(64)));
+    uint32_t zbv[QG_NR], ct[QG_NR];
     const Py_ssize_t u0 = j->nunits * part / parts, u1 = j->nunits * (part + 1) / parts;
     const uint32_t K = (uint32_t)j->K, ZA = (uint32_t)j->ZA;
     for (Py_ssize_t u = u0; u < u1; u++) {
         /* a unit: one 32-column tile column x all row blocks (B's panels stay in cache) */
         const Py_ssize_t n0 = u * QG_NR;
+        for (Py_ssize_t n = 0; n < QG_NR; n++) {
+            const Py_ssize_t col = n0 + n < j->N ? n0 + n : j->N - 1;
+            zbv[n] = (uint32_t)((j->zb ? j->zb[col] : 0) - j->ob);
+            ct[n] = K * ZA * zbv[n] - ZA * (uint32_t)j->cs[col] + (j->bias ? (uint32_t)j->bias[col] : 0u);
+        }
         const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
         const Py_ssize_t nn = j->N - n0 < QG_NR ? j->N - n0 : QG_NR;
         for (Py_ssize_t mb = 0; mb < j->Mb; mb++) {
@@ -151,27 +196,7 @@ static void qg_part(void *arg, int part, int parts)
 #endif
                 qg_tile_c(ap, b0, b1, j->Kq, c);
             const Py_ssize_t m0 = mb * QG_MR, mm = j->M - m0 < QG_MR ? j->M - m0 : QG_MR;
-            for (Py_ssize_t r = 0; r < mm; r++) {
-                const uint32_t rs = (uint32_t)j->rs[m0 + r];
-                for (Py_ssize_t n = 0; n < nn; n++) {
-                    /* sum (a - za)(b - zb) = sum a_u b_s - ZB sum a_u - ZA sum b_s + K ZA ZB, with
-                       a_u = a + oa, b_s = b - ob, ZA = za + oa, ZB = zb - ob (wrapping) */
-                    const uint32_t ZB = (uint32_t)((j->zb ? j->zb[n0 + n] : 0) - j->ob);
-                    const uint32_t v = (uint32_t)c[r * QG_NR + n] - ZB * rs - ZA * (uint32_t)j->cs[n0 + n] + K * ZA * ZB;
-                    const Py_ssize_t at = (m0 + r) * j->N + n0 + n;
-                    if (j->mode == 0) {
-                        ((int32_t *)j->y)[at] = (int32_t)v;
-                        continue;
-                    }
-                    float f = rintf((float)(int32_t)v * j->mult[n0 + n]) + (float)j->yz;
-                    const float lo = j->mode == 1 ? 0.0f : -128.0f, hi = j->mode == 1 ? 255.0f : 127.0f;
-                    f = f < lo ? lo : (f > hi ? hi : f);
-                    if (j->mode == 1)
-                        ((uint8_t *)j->y)[at] = (uint8_t)f;
-                    else
-                        ((int8_t *)j->y)[at] = (int8_t)f;
-                }
-            }
+            qg_epilogue(j, c, zbv, ct, m0, mm, n0, nn);
         }
     }
 }
@@ -238,14 +263,14 @@ PyObject *rc_py_qgemm_pack(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads) */
+/* qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None) */
 PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
 {
-    PyObject *ao, *po, *zbo, *yo, *mo;
+    PyObject *ao, *po, *zbo, *yo, *mo, *bo = Py_None;
     Py_ssize_t M, K, N;
     int asigned, bsigned, za, mode, yz, threads;
-    if (!PyArg_ParseTuple(args, "OpiOpOO(nnn)iOii:qgemm", &ao, &asigned, &za, &po, &bsigned, &zbo, &yo, &M, &K, &N,
-                          &mode, &mo, &yz, &threads))
+    if (!PyArg_ParseTuple(args, "OpiOpOO(nnn)iOii|O:qgemm", &ao, &asigned, &za, &po, &bsigned, &zbo, &yo, &M, &K,
+                          &N, &mode, &mo, &yz, &threads, &bo))
         return NULL;
     if (M < 1 || K < 1 || N < 1 || mode < 0 || mode > 2) {
         PyErr_SetString(PyExc_ValueError, "qgemm: sizes must be positive and mode 0, 1 or 2");
@@ -261,16 +286,17 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
     const Py_ssize_t apn = sz_mul4(&sz, "the packed rows", Mb, Kq, QG_MR, 4);
     if (sz_check(&sz, "qgemm", PyExc_MemoryError) < 0)
         return NULL;
-    Py_buffer v[5];
-    const rc_buf spec[5] = {{ao, an, 1, 0, 0, "A"}, {po, pn, 1, 0, 0, "packed"}, {zbo, N, 4, 0, 1, "zb"},
-                            {yo, yn, mode == 0 ? 4 : 1, 1, 0, "Y"}, {mo, N, RC_F32, 0, mode == 0, "mult"}};
-    if (get_buffers("qgemm", spec, v, 5) < 0)
+    Py_buffer v[6];
+    const rc_buf spec[6] = {{ao, an, 1, 0, 0, "A"}, {po, pn, 1, 0, 0, "packed"}, {zbo, N, 4, 0, 1, "zb"},
+                            {yo, yn, mode == 0 ? 4 : 1, 1, 0, "Y"}, {mo, N, RC_F32, 0, mode == 0, "mult"},
+                            {bo, N, 4, 0, 1, "bias"}};
+    if (get_buffers("qgemm", spec, v, 6) < 0)
         return NULL;
     const size_t abytes = (size_t)apn + sizeof(int32_t) * (size_t)Mb * QG_MR;
     int32_t *ap = (int32_t *)rc_work(abytes);
     int oom = ap == NULL;
     qg_job j = {ap, ap ? ap + Mb * Kq * QG_MR : NULL, (const int8_t *)v[1].buf,
-                (const int32_t *)((const int8_t *)v[1].buf + body), (const int32_t *)v[2].buf, (const float *)v[4].buf,
+                (const int32_t *)((const int8_t *)v[1].buf + body), (const int32_t *)v[2].buf, (const int32_t *)v[5].buf, (const float *)v[4].buf,
                 v[3].buf, M, K, N, Kq, Mb, Np / QG_NR, (int32_t)za + (asigned ? 128 : 0), bsigned ? 0 : 128, yz, mode};
     if (!oom) {
         const uint8_t *a = (const uint8_t *)v[0].buf;
@@ -297,7 +323,7 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
         rc_work_done(ap, abytes);
     }
-    release_buffers(v, 5);
+    release_buffers(v, 6);
     if (oom)
         return PyErr_NoMemory();
     Py_RETURN_NONE;

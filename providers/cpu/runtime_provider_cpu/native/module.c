@@ -71,8 +71,8 @@ static PyMethodDef methods[] = {
     {"qgemm_pack", rc_py_qgemm_pack, METH_VARARGS,
      "qgemm_pack(b, packed, (K, N), b_signed)\nB (K x N uint8/int8) packed for qgemm."},
     {"qgemm", rc_py_qgemm, METH_VARARGS,
-     "qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads)\n"
-     "sum_k (a - za)(b - zb[n]) of 8-bit A (M x K) and packed B into y: int32 (mode 0), or\n"
+     "qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None)\n"
+     "sum_k (a - za)(b - zb[n]) (+ bias[n]) of 8-bit A (M x K) and packed B into y: int32 (mode 0), or\n"
      "saturate(rint(acc * mult[n]) + yz) as uint8 (mode 1) / int8 (mode 2). zb may be None."},
     {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
      "qgemm_path(force=-1) -> the inner loop this CPU runs (force: 0 portable, 1 avx2, 2 vnni, for tests)."},

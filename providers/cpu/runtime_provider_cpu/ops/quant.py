@@ -18,8 +18,9 @@ sum of absolute products provably stays below 2**24 (exact), else in float64 (ex
 With the compiled extension, MatMulInteger and QLinearMatMul of 8-bit A [..., M, K] by a 2-D B
 (per-tensor A parameters, B's per tensor or per column) run on ``_native.qgemm``: an int8 GEMM
 with int32 accumulation and the requantizing epilogue, B packed once when it is a constant;
-DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``). Both give the
-numpy paths' results bit for bit.
+a 2-D ungrouped QLinearConv is im2col and the same GEMM (bias and per-channel requantization in
+its epilogue); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
+All give the numpy paths' results bit for bit.
 """
 
 from __future__ import annotations
@@ -402,7 +403,7 @@ def _matmul_shapes_ok(a, b, op):
 _I8, _U8 = np.dtype(np.int8), np.dtype(np.uint8)
 
 
-def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0):
+def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pack_key="qgemm_b", const=None):
     """``_native.qgemm`` for 8-bit ``a`` [..., M, K] @ 2-D ``b`` [K, N] (``b`` the node's input
     ``bi``), a scalar ``za`` and a scalar or [N] ``zb``: int32 (``out_dt`` None) or requantized
     by ``mult`` [N] and ``yz`` into ``out_dt``; None where the compiled GEMM does not apply."""
@@ -412,19 +413,19 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0):
         return None
     K, N = b.shape
     M = a.size // K
-    packed = ctx.cache.get("qgemm_b")
+    packed = ctx.cache.get(pack_key)
     if packed is None or packed[0] is not b:
         # a constant B is packed once per node; one computed at run time every run
         buf = np.empty(_native.qgemm_packed_size((K, N)), np.int8)
         _native.qgemm_pack(np.ascontiguousarray(b), buf, (K, N), b.dtype == _I8)
         packed = (b, buf)
-        if _is_const(ctx, bi, b):
-            ctx.cache["qgemm_b"] = packed
+        if _is_const(ctx, bi, b) if const is None else const:
+            ctx.cache[pack_key] = packed
     zbv = None if zb is None else np.ascontiguousarray(np.broadcast_to(zb.astype(np.int32), (N,)))
     y = np.empty(a.shape[:-1] + (N,), np.int32 if out_dt is None else out_dt)
     mode = 0 if out_dt is None else (1 if out_dt == _U8 else 2)
     _native.qgemm(np.ascontiguousarray(a), a.dtype == _I8, 0 if za is None else int(za), packed[1],
-                  b.dtype == _I8, zbv, y, (M, K, N), mode, mult, int(yz), max(1, int(ctx.threads)))
+                  b.dtype == _I8, zbv, y, (M, K, N), mode, mult, int(yz), max(1, int(ctx.threads)), bias)
     return y
 
 
@@ -578,6 +579,42 @@ def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, d
     return _to_int32(_int_conv(xc, wc, group, st, dl, pb, pe))
 
 
+def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
+    """A 2-D, ungrouped QLinearConv as im2col (numpy, padded with x's zero point: zeros after
+    centering, as the numpy path pads) and ``_native.qgemm`` against the weight as a packed
+    [C*KH*KW, M] B, bias and per-channel requantization in its epilogue; None where it does not
+    apply (grouped and depthwise convolutions take the numpy path)."""
+    if (_native is None or group != 1 or x.ndim != 4 or x.dtype not in (_I8, _U8) or w.dtype not in (_I8, _U8)
+            or yz is None or yz.dtype not in (_I8, _U8) or 0 in x.shape or 0 in w.shape
+            or (wz is not None and wz.size != 1 and wz.shape != (w.shape[0],))
+            or (w_scale.size != 1 and w_scale.shape != (w.shape[0],)) or (B is not None and B.size != w.shape[0])):
+        return None
+    M = w.shape[0]
+    with np.errstate(all="ignore"):
+        mult = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
+    if not np.all(np.isfinite(mult)):
+        return None
+    mult = np.ascontiguousarray(np.broadcast_to(mult, (M,)), dtype=_F32)
+    n, c, kh, kw = x.shape[0], x.shape[1], w.shape[2], w.shape[3]
+    eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
+    pad = ((0, 0), (0, 0), (pb[0], pe[0]), (pb[1], pe[1]))
+    xp = np.pad(x, pad, constant_values=0 if xz is None else xz.reshape(())) if any(pb) or any(pe) else x
+    if xp.shape[2] < eh or xp.shape[3] < ew:
+        return None
+    win = np.lib.stride_tricks.sliding_window_view(xp, (eh, ew), axis=(2, 3))[:, :, ::st[0], ::st[1], ::dl[0], ::dl[1]]
+    oh, ow = win.shape[2], win.shape[3]
+    cols = np.ascontiguousarray(win.transpose(0, 2, 3, 1, 4, 5)).reshape(n * oh * ow, c * kh * kw)
+    b = ctx.cache.get("qconv_w")
+    if b is None or b[0] is not w:
+        b = (w, np.ascontiguousarray(w.reshape(M, -1).T))
+        if _is_const(ctx, 3, w):
+            ctx.cache["qconv_w"] = b
+    bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
+    y = _qgemm(ctx, 3, cols, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
+               const=_is_const(ctx, 3, w))
+    return np.ascontiguousarray(y.reshape(n, oh, ow, M).transpose(0, 3, 1, 2))
+
+
 @kernel("QLinearConv", 10, check=_checker(_int_conv_check))
 def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
                  auto_pad, dilations, group, kernel_shape, pads, strides):
@@ -587,6 +624,10 @@ def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scal
         if v is not None and v.size != 1:
             raise ValueError(f"{op}: {name} must be a scalar (per tensor), got shape {v.shape}")
     st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op)
+    y = _qlinear_conv_native(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
+                             group, st, dl, pb, pe)
+    if y is not None:
+        return y
     xc = _centered(x, x_zero_point)
     wc = _centered(w, _w_channel_param(w_zero_point, w, "w_zero_point", op))
     acc = _int_conv(xc, wc, group, st, dl, pb, pe)
