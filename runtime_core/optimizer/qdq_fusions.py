@@ -100,6 +100,9 @@ class _QDQFusion(RewriteRule):
             return False
         return self._fuse(ed, prod, q, *qy)
 
+    def _fuse(self, ed: Editor, prod: Node, q: Node, sy, zy, out_dt) -> bool:  # pragma: no cover - interface
+        raise NotImplementedError
+
     @staticmethod
     def _const_in(ed: Editor, base: str, v: np.ndarray) -> str:
         return ed.add_const(np.asarray(v), base)
@@ -121,11 +124,9 @@ class QDQMatMulFusion(_QDQFusion):
 
     def _fuse(self, ed: Editor, mm: Node, q: Node, sy, zy, out_dt) -> bool:
         a = _dq(ed, mm.inputs[0])
-        wshape = None
         dqw = op_of(ed, mm.inputs[1], "DequantizeLinear")
-        if dqw is not None and ed.const(dqw.inputs[0]) is not None:
-            wshape = ed.const(dqw.inputs[0]).shape
-        if a is None or wshape is None or len(wshape) != 2:
+        wv = ed.const(dqw.inputs[0]) if dqw is not None else None
+        if a is None or wv is None or wv.ndim != 2:
             return False
         w = _dq(ed, mm.inputs[1], rank=2, per_axis=1)
         if w is None:

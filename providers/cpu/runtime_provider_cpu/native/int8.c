@@ -10,6 +10,7 @@
 
 #define QG_MR 8  /* rows a tile */
 #define QG_NR 32 /* columns a tile: two 16-column panels */
+#define QG_RB 32 /* row blocks a unit of work: 256 rows of A, in L2 while the unit's tiles pass */
 
 /* which inner loop runs here: 2 VNNI, 1 AVX2, 0 portable (set by rc_int8_init) */
 static int qg_path;
@@ -125,7 +126,7 @@ typedef struct {
     const int32_t *bias; /* added to the int32 sums per column [N] (NULL: none): QLinearConv's B */
     const float *mult;  /* the requantizing multiplier per column [N] (mode != 0) */
     void *y;
-    Py_ssize_t M, K, N, Kq, Mb, nunits;
+    Py_ssize_t M, K, N, Kq, Mb, ncols, nunits;
     int32_t ZA, ob, yz;  /* A's zero point plus its offset, B's offset, Y's zero point */
     int mode;            /* 0: int32 out; 1: uint8; 2: int8 */
 } qg_job;
@@ -176,8 +177,9 @@ static void qg_part(void *arg, int part, int parts)
     const Py_ssize_t u0 = j->nunits * part / parts, u1 = j->nunits * (part + 1) / parts;
     const uint32_t K = (uint32_t)j->K, ZA = (uint32_t)j->ZA;
     for (Py_ssize_t u = u0; u < u1; u++) {
-        /* a unit: one 32-column tile column x all row blocks (B's panels stay in cache) */
-        const Py_ssize_t n0 = u * QG_NR;
+        /* a unit: one 32-column tile column x up to QG_RB row blocks (B's panels in L1) */
+        const Py_ssize_t n0 = (u % j->ncols) * QG_NR, rb0 = (u / j->ncols) * QG_RB;
+        const Py_ssize_t rb1 = rb0 + QG_RB < j->Mb ? rb0 + QG_RB : j->Mb;
         for (Py_ssize_t n = 0; n < QG_NR; n++) {
             const Py_ssize_t col = n0 + n < j->N ? n0 + n : j->N - 1;
             zbv[n] = (uint32_t)((j->zb ? j->zb[col] : 0) - j->ob);
@@ -185,7 +187,7 @@ static void qg_part(void *arg, int part, int parts)
         }
         const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
         const Py_ssize_t nn = j->N - n0 < QG_NR ? j->N - n0 : QG_NR;
-        for (Py_ssize_t mb = 0; mb < j->Mb; mb++) {
+        for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
             const int32_t *ap = j->ap + mb * j->Kq * QG_MR;
 #if QG_X86
             if (qg_path == 2)
@@ -263,6 +265,51 @@ PyObject *rc_py_qgemm_pack(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* A's rows as unsigned bytes (an s8 A shifted by 128) in groups of 4 a row, [Mb][Kq][8], zeros
+ * past K and M, and their sums: a part's share of the row blocks */
+typedef struct {
+    const uint8_t *a;
+    int32_t *ap, *rs;
+    Py_ssize_t M, K, Kq, Mb;
+    uint32_t flip; /* 0x80808080 for an s8 A */
+} qg_pack_job;
+
+RC_CLONES static void qg_pack_part(void *arg, int part, int parts)
+{
+    const qg_pack_job *j = (const qg_pack_job *)arg;
+    const Py_ssize_t b0 = j->Mb * part / parts, b1 = j->Mb * (part + 1) / parts, kf = j->K / 4;
+    for (Py_ssize_t mb = b0; mb < b1; mb++) {
+        uint32_t *restrict dst = (uint32_t *)j->ap + mb * j->Kq * QG_MR;
+        for (int r = 0; r < QG_MR; r++) {
+            const Py_ssize_t m = mb * QG_MR + r;
+            if (m >= j->M) {
+                for (Py_ssize_t q = 0; q < j->Kq; q++)
+                    dst[q * QG_MR + r] = 0;
+                j->rs[m] = 0;
+                continue;
+            }
+            const uint8_t *restrict row = j->a + m * j->K;
+            uint32_t s = 0;
+            for (Py_ssize_t k = 0; k < j->K; k++)
+                s += (uint32_t)(uint8_t)(row[k] ^ (uint8_t)j->flip);
+            j->rs[m] = (int32_t)s;
+            for (Py_ssize_t q = 0; q < kf; q++) {
+                uint32_t w;
+                memcpy(&w, row + 4 * q, 4);
+                dst[q * QG_MR + r] = w ^ j->flip;
+            }
+            if (kf < j->Kq) {
+                uint8_t t[4] = {0, 0, 0, 0};
+                for (Py_ssize_t k = 4 * kf; k < j->K; k++)
+                    t[k - 4 * kf] = row[k] ^ (uint8_t)j->flip;
+                uint32_t w;
+                memcpy(&w, t, 4);
+                dst[kf * QG_MR + r] = w;
+            }
+        }
+    }
+}
+
 /* qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None) */
 PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
 {
@@ -297,27 +344,14 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
     int oom = ap == NULL;
     qg_job j = {ap, ap ? ap + Mb * Kq * QG_MR : NULL, (const int8_t *)v[1].buf,
                 (const int32_t *)((const int8_t *)v[1].buf + body), (const int32_t *)v[2].buf, (const int32_t *)v[5].buf, (const float *)v[4].buf,
-                v[3].buf, M, K, N, Kq, Mb, Np / QG_NR, (int32_t)za + (asigned ? 128 : 0), bsigned ? 0 : 128, yz, mode};
+                v[3].buf, M, K, N, Kq, Mb, Np / QG_NR, Np / QG_NR * ((Mb + QG_RB - 1) / QG_RB), (int32_t)za + (asigned ? 128 : 0), bsigned ? 0 : 128, yz, mode};
     if (!oom) {
         const uint8_t *a = (const uint8_t *)v[0].buf;
         Py_BEGIN_ALLOW_THREADS
-        /* A as unsigned bytes (an s8 A shifted by 128), zeros past K and M, and its row sums */
-        uint8_t *pa = (uint8_t *)ap;
-        int32_t *rs = ap + Mb * Kq * QG_MR;
-        memset(pa, 0, (size_t)apn);
-        for (Py_ssize_t m = 0; m < Mb * QG_MR; m++) {
-            uint32_t s = 0;
-            if (m < M) {
-                const uint8_t *row = a + m * K;
-                uint8_t *dst = pa + ((m / QG_MR) * Kq * QG_MR + m % QG_MR) * 4;
-                for (Py_ssize_t k = 0; k < K; k++) {
-                    const uint8_t x = asigned ? (uint8_t)(row[k] ^ 0x80) : row[k];
-                    dst[(k / 4) * QG_MR * 4 + (k % 4)] = x;
-                    s += x;
-                }
-            }
-            rs[m] = (int32_t)s;
-        }
+        qg_pack_job pj = {a, ap, ap + Mb * Kq * QG_MR, M, K, Kq, Mb, asigned ? 0x80808080u : 0u};
+        int pth = threads;
+        const int pparts = rc_parts((double)M * (double)K * 4.0, 2.5e5, Mb, &pth);
+        rc_parallel(qg_pack_part, &pj, pparts, pth);
         const int parts = rc_parts_fine(2.0 * (double)M * (double)K * (double)N, 2.5e5, j.nunits, &threads);
         rc_parallel(qg_part, &j, parts, threads);
         Py_END_ALLOW_THREADS
