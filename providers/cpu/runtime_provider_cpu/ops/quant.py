@@ -597,16 +597,21 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
     mult = np.ascontiguousarray(np.broadcast_to(mult, (M,)), dtype=_F32)
     n, c, kh, kw = x.shape[0], x.shape[1], w.shape[2], w.shape[3]
     eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
-    pad = ((0, 0), (0, 0), (pb[0], pe[0]), (pb[1], pe[1]))
-    xp = np.pad(x, pad, constant_values=0 if xz is None else xz.reshape(())) if any(pb) or any(pe) else x
-    if xp.shape[2] < eh or xp.shape[3] < ew:
+    pad = ((0, 0), (pb[0], pe[0]), (pb[1], pe[1]), (0, 0))
+    # channels last, so that each tap's copy moves rows of C contiguous bytes
+    xp = np.pad(x.transpose(0, 2, 3, 1), pad, constant_values=0 if xz is None else xz.reshape(()))
+    if xp.shape[1] < eh or xp.shape[2] < ew:
         return None
-    win = np.lib.stride_tricks.sliding_window_view(xp, (eh, ew), axis=(2, 3))[:, :, ::st[0], ::st[1], ::dl[0], ::dl[1]]
-    oh, ow = win.shape[2], win.shape[3]
-    cols = np.ascontiguousarray(win.transpose(0, 2, 3, 1, 4, 5)).reshape(n * oh * ow, c * kh * kw)
+    oh, ow = (xp.shape[1] - eh) // st[0] + 1, (xp.shape[2] - ew) // st[1] + 1
+    cols = np.empty((n, oh, ow, kh, kw, c), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, :, :, i, j] = xp[:, i * dl[0]:i * dl[0] + (oh - 1) * st[0] + 1:st[0],
+                                     j * dl[1]:j * dl[1] + (ow - 1) * st[1] + 1:st[1]]
+    cols = cols.reshape(n * oh * ow, kh * kw * c)
     b = ctx.cache.get("qconv_w")
     if b is None or b[0] is not w:
-        b = (w, np.ascontiguousarray(w.reshape(M, -1).T))
+        b = (w, np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(M, -1).T))  # rows in (kh, kw, c) order
         if _is_const(ctx, 3, w):
             ctx.cache["qconv_w"] = b
     bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
