@@ -379,8 +379,50 @@ PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args)
     return PyUnicode_FromString(names[qg_path]);
 }
 
-/* DynamicQuantizeLinear of n float32: the range (with 0) in one pass, then the uint8 values;
- * returns (scale, zero point) */
+/* the range of n floats with 0 in it, 16 lanes at a time (vectorized in the clones); a NaN
+ * anywhere gives the reference's range of 0 (numpy's max / min of it are NaN) */
+RC_CLONES static void dq_range(const float *restrict x, Py_ssize_t n, float *lo_out, float *hi_out)
+{
+    float lo[16] = {0}, hi[16] = {0};
+    int bad[16] = {0};
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) {
+            const float t = x[i + l];
+            lo[l] = t < lo[l] ? t : lo[l];
+            hi[l] = t > hi[l] ? t : hi[l];
+            bad[l] |= t != t;
+        }
+    for (int l = 0; i + l < n; l++) {
+        const float t = x[i + l];
+        lo[l] = t < lo[l] ? t : lo[l];
+        hi[l] = t > hi[l] ? t : hi[l];
+        bad[l] |= t != t;
+    }
+    float a = 0.0f, b = 0.0f;
+    int nan = 0;
+    for (int l = 0; l < 16; l++) {
+        a = lo[l] < a ? lo[l] : a;
+        b = hi[l] > b ? hi[l] : b;
+        nan |= bad[l];
+    }
+    *lo_out = nan ? 0.0f : a;
+    *hi_out = nan ? 0.0f : b;
+}
+
+/* y = saturate(rint(x / scale) + zp) as uint8, NaN -> zp (the numpy path's float32 steps) */
+RC_CLONES static void dq_apply(const float *restrict x, uint8_t *restrict y, Py_ssize_t n, float scale, float zpf)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float t = rintf(x[i] / scale) + zpf;
+        t = t != t ? zpf : t;
+        t = t < 0.0f ? 0.0f : (t > 255.0f ? 255.0f : t);
+        y[i] = (uint8_t)(int32_t)t;
+    }
+}
+
+/* DynamicQuantizeLinear of n float32: the range (with 0), then the uint8 values; returns
+ * (scale, zero point) */
 PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args)
 {
     PyObject *xo, *yo;
@@ -397,24 +439,12 @@ PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args)
         return NULL;
     const float *x = (const float *)v[0].buf;
     uint8_t *y = (uint8_t *)v[1].buf;
-    float scale, zpf;
-    int nan = 0;
+    float scale, zpf, lo, hi;
     Py_BEGIN_ALLOW_THREADS
-    float lo = 0.0f, hi = 0.0f;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const float t = x[i];
-        lo = t < lo ? t : lo;
-        hi = t > hi ? t : hi;
-        nan |= t != t;
-    }
-    if (nan) /* the reference's max / min of a tensor holding NaN: a range of 0 */
-        lo = hi = 0.0f;
+    dq_range(x, n, &lo, &hi);
     scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
     zpf = rintf(clipf(0.0f - lo / scale, 0.0f, 255.0f));
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const float t = rintf(x[i] / scale) + zpf;
-        y[i] = t != t ? (uint8_t)zpf : (uint8_t)clipf(t, 0.0f, 255.0f);
-    }
+    dq_apply(x, y, n, scale, zpf);
     Py_END_ALLOW_THREADS
     release_buffers(v, 2);
     return Py_BuildValue("(fi)", scale, (int)zpf);
