@@ -25,6 +25,7 @@ SOURCES = [
     "linear.c",            # linear, pointwise_lanes
     "attention.c",         # mha
     "pairs.c",             # conv_maxpool, expand_dw: fused pairs
+    "int8.c",              # qgemm (MatMulInteger, QLinearMatMul), dyn_quantize
 ]
 HEADERS = ["native.h", "simd.h"]  # in the sdist through MANIFEST.in
 

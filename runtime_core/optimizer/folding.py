@@ -16,6 +16,7 @@ from ..graph.types import elem_to_dtype
 from .editor import BASIC, NONDETERMINISTIC, Editor
 from .elimination import has_subgraph
 from .fallback import current as fallback_provider
+from .qdq_fusions import feeds_qdq_group
 from .rewrite import RewriteRule
 from .shapes import scalar_dim, shape_tensor
 
@@ -127,7 +128,9 @@ class ConstantFolding(RewriteRule):
         if n.implicit_inputs or has_subgraph(n):
             return False
         ins = [i for i in n.inputs if i]
-        return bool(ins) and all(ed.const(i) is not None for i in ins)
+        if not (bool(ins) and all(ed.const(i) is not None for i in ins)):
+            return False
+        return not feeds_qdq_group(ed, n)  # kept for the EXTENDED QDQ fusions (qdq_fusions.py)
 
     def rewrite(self, ed: Editor, n: Node) -> bool:
         view = ed.g.node_view(n)

@@ -11,7 +11,7 @@ Levels are onnxruntime's: BASIC (1) passes preserve every value bit for bit
 redundant Cast/Transpose/Reshape/Dropout removal); EXTENDED (2) passes fuse subgraphs
 into single ops (a standard ONNX op where the opset has one, else a ``com.microsoft`` op
 the CPU provider implements; ``linear_fusions.py``, ``gelu_fusions.py``,
-``norm_fusions.py``, ``attention.py``); ALL (99) adds the channels-last layout for
+``norm_fusions.py``, ``attention.py``, ``qdq_fusions.py``); ALL (99) adds the channels-last layout for
 providers that ask for it (``layout.py``). The passes of one level run in order,
 repeatedly, until none changes anything.
 """
@@ -45,6 +45,7 @@ from .linear_fusions import (
     MatMulAddFusion,
 )
 from .norm_fusions import LayerNormFusion, RMSNormFusion, SkipLayerNormFusion, SkipSimplifiedLayerNormFusion
+from .qdq_fusions import QDQConvFusion, QDQMatMulFusion
 from .rewrite import RewriteRule, walk
 from .shapes import fill_missing_shapes, refine_symbols
 
@@ -55,7 +56,7 @@ EXTENDED_PASSES: list[Pass] = [
     FlattenedGemmFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(),
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
-    MatMulAddFusion(),
+    MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(),
 ]
 
 _dce_after_fusions = DeadNodeElimination()

@@ -66,6 +66,18 @@ int get_buffers(const char *fn, const rc_buf *spec, Py_buffer *v, int k)
 }
 
 static PyMethodDef methods[] = {
+    {"qgemm_packed_size", rc_py_qgemm_packed_size, METH_VARARGS,
+     "qgemm_packed_size((K, N)) -> bytes qgemm_pack writes for a K x N int8 B."},
+    {"qgemm_pack", rc_py_qgemm_pack, METH_VARARGS,
+     "qgemm_pack(b, packed, (K, N), b_signed)\nB (K x N uint8/int8) packed for qgemm."},
+    {"qgemm", rc_py_qgemm, METH_VARARGS,
+     "qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None)\n"
+     "sum_k (a - za)(b - zb[n]) (+ bias[n]) of 8-bit A (M x K) and packed B into y: int32 (mode 0), or\n"
+     "saturate(rint(acc * mult[n]) + yz) as uint8 (mode 1) / int8 (mode 2). zb may be None."},
+    {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
+     "qgemm_path(force=-1) -> the inner loop this CPU runs (force: 0 portable, 1 avx2, 2 vnni, for tests)."},
+    {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,
+     "dyn_quantize(x, y, n) -> (scale, zero_point): DynamicQuantizeLinear of n float32 into uint8 y."},
     {"depthwise2d", rc_py_depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
      "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},
@@ -187,6 +199,7 @@ PyMODINIT_FUNC PyInit__native(void)
 {
     pthread_atfork(NULL, NULL, rc_pool_forked);
     rc_cpu_init();
+    rc_int8_init();
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "RECURRENCE_UNITS", RC_U) < 0 ||
               PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0 ||

@@ -15,6 +15,12 @@ Inf or NaN per type); float4e2m1/float6 have no Inf/NaN and saturate (NaN -> -0 
 Integer products (MatMulInteger, ConvInteger, QLinear*) run through BLAS in float32 when the
 sum of absolute products provably stays below 2**24 (exact), else in float64 (exact below
 2**53); int32 results wrap as the spec allows ("accumulation may overflow in 32 bits").
+With the compiled extension, MatMulInteger and QLinearMatMul of 8-bit A [..., M, K] by a 2-D B
+(per-tensor A parameters, B's per tensor or per column) run on ``_native.qgemm``: an int8 GEMM
+with int32 accumulation and the requantizing epilogue, B packed once when it is a constant;
+a 2-D ungrouped QLinearConv is im2col and the same GEMM (bias and per-channel requantization in
+its epilogue); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
+All give the numpy paths' results bit for bit.
 """
 
 from __future__ import annotations
@@ -25,8 +31,10 @@ import ml_dtypes
 import numpy as np
 from onnx import TensorProto, helper
 
+from ..fast.policy import NATIVE as _native
 from ..registry import kernel
 from ._common import normalize_axis
+from ._nncommon import _is_const
 from ._dtypes import _allowed, _checker, _fmt_dtypes, _in_dtype, _schema_types
 
 _F16 = np.dtype(np.float16)
@@ -306,6 +314,11 @@ def dequantize_linear_23(ctx, x, x_scale, x_zero_point=None, *, axis, block_size
 
 @kernel("DynamicQuantizeLinear", 11, check=_checker())
 def dynamic_quantize_linear(ctx, x):
+    if _native is not None and x.dtype == _F32 and x.size:
+        xc = np.ascontiguousarray(x)
+        y = np.empty(x.shape, np.uint8)
+        scale, zp = _native.dyn_quantize(xc, y, xc.size)
+        return y, np.array(scale, dtype=_F32), np.array(zp, dtype=np.uint8)
     qmin, qmax = 0.0, 255.0
     x = x.astype(_F32, copy=False)
     if x.size:
@@ -387,10 +400,43 @@ def _matmul_shapes_ok(a, b, op):
         raise ValueError(f"{op}: inner dimensions differ: {a.shape} @ {b.shape}")
 
 
+_I8, _U8 = np.dtype(np.int8), np.dtype(np.uint8)
+
+
+def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pack_key="qgemm_b", const=None):
+    """``_native.qgemm`` for 8-bit ``a`` [..., M, K] @ 2-D ``b`` [K, N] (``b`` the node's input
+    ``bi``), a scalar ``za`` and a scalar or [N] ``zb``: int32 (``out_dt`` None) or requantized
+    by ``mult`` [N] and ``yz`` into ``out_dt``; None where the compiled GEMM does not apply."""
+    if (_native is None or a.dtype not in (_I8, _U8) or b.dtype not in (_I8, _U8) or b.ndim != 2
+            or a.ndim < 1 or 0 in a.shape or 0 in b.shape or (za is not None and za.size != 1)
+            or (zb is not None and zb.size != 1 and zb.shape != (b.shape[1],))):
+        return None
+    K, N = b.shape
+    M = a.size // K
+    packed = ctx.cache.get(pack_key)
+    if packed is None or packed[0] is not b:
+        # a constant B is packed once per node; one computed at run time every run
+        buf = np.empty(_native.qgemm_packed_size((K, N)), np.int8)
+        _native.qgemm_pack(np.ascontiguousarray(b), buf, (K, N), b.dtype == _I8)
+        packed = (b, buf)
+        if _is_const(ctx, bi, b) if const is None else const:
+            ctx.cache[pack_key] = packed
+    zbv = None if zb is None else np.ascontiguousarray(np.broadcast_to(zb.astype(np.int32), (N,)))
+    y = np.empty(a.shape[:-1] + (N,), np.int32 if out_dt is None else out_dt)
+    mode = 0 if out_dt is None else (1 if out_dt == _U8 else 2)
+    _native.qgemm(np.ascontiguousarray(a), a.dtype == _I8, 0 if za is None else int(za), packed[1],
+                  b.dtype == _I8, zbv, y, (M, K, N), mode, mult, int(yz), max(1, int(ctx.threads)), bias)
+    return y
+
+
 @kernel("MatMulInteger", 10, check=_checker())
 def matmul_integer(ctx, a, b, a_zero_point=None, b_zero_point=None):
     op = "MatMulInteger"
     _matmul_shapes_ok(a, b, op)
+    if a.ndim >= 2:
+        y = _qgemm(ctx, 1, a, b, a_zero_point, b_zero_point)
+        if y is not None:
+            return y
     za = _row_param(a_zero_point, a, "a_zero_point", op)
     zb = _col_param(b_zero_point, b, "b_zero_point", op)
     return _to_int32(_int_matmul(_centered(a, za), _centered(b, zb)))
@@ -428,6 +474,9 @@ def _qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_s
     za = _row_param(a_zero_point, a, "a_zero_point", op)
     sb = _col_param(b_scale, b, "b_scale", op)
     zb = _col_param(b_zero_point, b, "b_zero_point", op)
+    y = _qlinear_native(ctx, a, sa, za, b, sb, zb, y_scale, y_zero_point)
+    if y is not None:
+        return y
     if a.dtype in _F8 or b.dtype in _F8:
         fa = a.astype(_F32) - (0 if za is None else za.astype(_F32))
         fb = b.astype(_F32) - (0 if zb is None else zb.astype(_F32))
@@ -446,6 +495,23 @@ def _qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_s
     elif yz is not None:
         yz = yz.reshape(())
     return _requantize(acc, mult, yz, y_zero_point.dtype, op)
+
+
+def _qlinear_native(ctx, a, sa, za, b, sb, zb, y_scale, y_zero_point):
+    """QLinearMatMul on ``_native.qgemm`` where A's parameters and Y's zero point are per tensor
+    and the multiplier is finite (the numpy path's float32 arithmetic, bit for bit); else None."""
+    if (_native is None or a.ndim < 2 or b.ndim != 2 or y_zero_point is None
+            or y_zero_point.dtype not in (_I8, _U8) or y_zero_point.size != 1
+            or sa is None or sa.size != 1 or (za is not None and za.size != 1)
+            or not (y_scale.size == 1 or y_scale.shape == (b.shape[-1],))):
+        return None
+    ys = y_scale.reshape(()) if y_scale.size == 1 else y_scale.reshape(-1)
+    with np.errstate(all="ignore"):
+        mult = (_scale32(sa) * _scale32(sb)) / _scale32(ys)
+    if not np.all(np.isfinite(mult)):
+        return None
+    mult = np.ascontiguousarray(np.broadcast_to(mult, (b.shape[-1],)), dtype=_F32)
+    return _qgemm(ctx, 3, a, b, za, zb, y_zero_point.dtype, mult, int(y_zero_point.reshape(())))
 
 
 @kernel("QLinearMatMul", 10, 21, check=_checker())
@@ -513,6 +579,47 @@ def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, d
     return _to_int32(_int_conv(xc, wc, group, st, dl, pb, pe))
 
 
+def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
+    """A 2-D, ungrouped QLinearConv as im2col (numpy, padded with x's zero point: zeros after
+    centering, as the numpy path pads) and ``_native.qgemm`` against the weight as a packed
+    [C*KH*KW, M] B, bias and per-channel requantization in its epilogue; None where it does not
+    apply (grouped and depthwise convolutions take the numpy path)."""
+    if (_native is None or group != 1 or x.ndim != 4 or x.dtype not in (_I8, _U8) or w.dtype not in (_I8, _U8)
+            or yz is None or yz.dtype not in (_I8, _U8) or 0 in x.shape or 0 in w.shape
+            or (wz is not None and wz.size != 1 and wz.shape != (w.shape[0],))
+            or (w_scale.size != 1 and w_scale.shape != (w.shape[0],)) or (B is not None and B.size != w.shape[0])):
+        return None
+    M = w.shape[0]
+    with np.errstate(all="ignore"):
+        mult = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
+    if not np.all(np.isfinite(mult)):
+        return None
+    mult = np.ascontiguousarray(np.broadcast_to(mult, (M,)), dtype=_F32)
+    n, c, kh, kw = x.shape[0], x.shape[1], w.shape[2], w.shape[3]
+    eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
+    pad = ((0, 0), (pb[0], pe[0]), (pb[1], pe[1]), (0, 0))
+    # channels last, so that each tap's copy moves rows of C contiguous bytes
+    xp = np.pad(x.transpose(0, 2, 3, 1), pad, constant_values=0 if xz is None else xz.reshape(()))
+    if xp.shape[1] < eh or xp.shape[2] < ew:
+        return None
+    oh, ow = (xp.shape[1] - eh) // st[0] + 1, (xp.shape[2] - ew) // st[1] + 1
+    cols = np.empty((n, oh, ow, kh, kw, c), x.dtype)
+    for i in range(kh):
+        for j in range(kw):
+            cols[:, :, :, i, j] = xp[:, i * dl[0]:i * dl[0] + (oh - 1) * st[0] + 1:st[0],
+                                     j * dl[1]:j * dl[1] + (ow - 1) * st[1] + 1:st[1]]
+    cols = cols.reshape(n * oh * ow, kh * kw * c)
+    b = ctx.cache.get("qconv_w")
+    if b is None or b[0] is not w:
+        b = (w, np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(M, -1).T))  # rows in (kh, kw, c) order
+        if _is_const(ctx, 3, w):
+            ctx.cache["qconv_w"] = b
+    bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
+    y = _qgemm(ctx, 3, cols, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
+               const=_is_const(ctx, 3, w))
+    return np.ascontiguousarray(y.reshape(n, oh, ow, M).transpose(0, 3, 1, 2))
+
+
 @kernel("QLinearConv", 10, check=_checker(_int_conv_check))
 def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
                  auto_pad, dilations, group, kernel_shape, pads, strides):
@@ -522,6 +629,10 @@ def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scal
         if v is not None and v.size != 1:
             raise ValueError(f"{op}: {name} must be a scalar (per tensor), got shape {v.shape}")
     st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op)
+    y = _qlinear_conv_native(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
+                             group, st, dl, pb, pe)
+    if y is not None:
+        return y
     xc = _centered(x, x_zero_point)
     wc = _centered(w, _w_channel_param(w_zero_point, w, "w_zero_point", op))
     acc = _int_conv(xc, wc, group, st, dl, pb, pe)

@@ -1,0 +1,155 @@
+"""The compiled int8 kernels of the CPU provider (``_native.qgemm``, ``_native.dyn_quantize``)
+against the numpy paths they replace, bit for bit: every inner loop this machine runs (VNNI,
+AVX2, portable), odd K and N, signed and unsigned operands, scalar and per-column B zero
+points, int32 wrap-around, a constant (packed once) and a run-time B."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from oracle import make_model, run_ours
+
+quant = pytest.importorskip("runtime_provider_cpu.ops.quant")
+if quant._native is None:
+    pytest.skip("the compiled extension is not built here", allow_module_level=True)
+
+RNG = np.random.default_rng(97)
+F32, I8, U8 = np.float32, np.int8, np.uint8
+PATHS = ["portable", "avx2", "avx512vnni"]
+
+
+@pytest.fixture(params=range(3), ids=PATHS)
+def path(request):
+    got = quant._native.qgemm_path(request.param)
+    if got != PATHS[request.param]:
+        quant._native.qgemm_path(9)
+        pytest.skip(f"this CPU does not run the {PATHS[request.param]} loop")
+    yield got
+    quant._native.qgemm_path(9)  # back to the best this CPU runs
+
+
+def ints(shape, dtype):
+    info = np.iinfo(dtype)
+    return RNG.integers(int(info.min), int(info.max) + 1, size=shape).astype(dtype)
+
+
+def both(model, feeds, monkeypatch):
+    """The model's outputs on the compiled kernels, then on the numpy paths."""
+    native, _ = run_ours(model, feeds)
+    with monkeypatch.context() as m:
+        m.setattr(quant, "_native", None)
+        ref, _ = run_ours(model, feeds)
+    return native, ref
+
+
+SHAPES = [(1, 1, 1), (3, 5, 7), (9, 33, 31), (17, 64, 48), (2, 130, 70)]
+
+
+@pytest.mark.parametrize("M,K,N", SHAPES)
+@pytest.mark.parametrize("a_t,b_t", [(U8, I8), (U8, U8), (I8, I8), (I8, U8)])
+@pytest.mark.parametrize("const_b", [True, False])
+def test_matmul_integer_exact(path, M, K, N, a_t, b_t, const_b, monkeypatch):
+    b = ints((K, N), b_t)
+    zb = ints((N,), b_t) if N > 1 and K % 2 else ints((), b_t)
+    feeds = {"a": ints((2, M, K), a_t), "za": ints((), a_t), "zb": zb}
+    inits = {}
+    (inits if const_b else feeds)["b"] = b
+    node = helper.make_node("MatMulInteger", ["a", "b", "za", "zb"], ["y"])
+    model = make_model([node], {k: v for k, v in feeds.items()}, ["y"], opset=10, initializers=inits)
+    for _ in range(2):  # the second run reuses a constant B's packing
+        native, ref = both(model, feeds, monkeypatch)
+        assert native[0].dtype == np.int32
+        np.testing.assert_array_equal(native[0], ref[0])
+        np.testing.assert_array_equal(
+            native[0], (feeds["a"].astype(np.int64) - feeds["za"].astype(np.int64)) @ (b.astype(np.int64) - zb.astype(np.int64)))
+        feeds["a"] = ints((2, M, K), a_t)
+
+
+def test_matmul_integer_wraps_like_int32(path, monkeypatch):
+    # 255 * 255 * 40000 > 2**31: the accumulator wraps, as the spec allows and numpy's path does
+    a, b = np.full((2, 40000), 255, U8), np.full((40000, 3), 255, U8)
+    feeds = {"a": a, "b": b, "za": np.array(0, U8), "zb": np.array(0, U8)}
+    model = make_model([helper.make_node("MatMulInteger", list(feeds), ["y"])], feeds, ["y"], opset=10)
+    native, ref = both(model, feeds, monkeypatch)
+    np.testing.assert_array_equal(native[0], ref[0])
+    assert int(native[0][0, 0]) == np.int64(255 * 255 * 40000).astype(np.int32)
+
+
+@pytest.mark.parametrize("M,K,N", SHAPES)
+@pytest.mark.parametrize("t", [U8, I8])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_qlinear_matmul_exact(path, M, K, N, t, per_column, monkeypatch):
+    a, b = ints((M, K), t), ints((K, N), t)
+    sb = RNG.uniform(0.002, 0.02, (N,)).astype(F32) if per_column else np.array(0.01, F32)
+    zb = ints((N,), t) if per_column else ints((), t)
+    za = ints((), t)
+    acc = (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb)
+    sy = np.float32(0.03 * float(np.max(sb)) * max(1, int(np.max(np.abs(acc)))) / 100)  # outputs mostly in range
+    feeds = {"a": a, "sa": np.array(0.03, F32), "za": za, "b": b, "sb": sb, "zb": zb,
+             "sy": np.array(sy, F32), "zy": np.array(128 if t == U8 else 3, t)}
+    model = make_model([helper.make_node("QLinearMatMul", list(feeds), ["y"])], feeds, ["y"], opset=21)
+    native, ref = both(model, feeds, monkeypatch)
+    assert native[0].dtype == t
+    np.testing.assert_array_equal(native[0], ref[0])
+    assert M * N < 4 or 0 < np.count_nonzero((native[0] != np.iinfo(t).min) & (native[0] != np.iinfo(t).max))
+
+
+CONVS = [  # (x shape, w shape, attributes)
+    ((1, 3, 9, 8), (5, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 4, 11, 10), (7, 4, 3, 2), {"strides": [2, 1], "dilations": [1, 2], "pads": [0, 1, 2, 0]}),
+    ((1, 6, 7, 7), (33, 6, 1, 1), {}),
+    ((1, 4, 6, 6), (4, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # grouped: the numpy path
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", CONVS)
+@pytest.mark.parametrize("t", [U8, I8])
+@pytest.mark.parametrize("per_channel,bias", [(False, False), (True, True)])
+def test_qlinear_conv_exact(path, xs, ws, attrs, t, per_channel, bias, monkeypatch):
+    x, w = ints(xs, t), ints(ws, I8)
+    m = ws[0]
+    feeds = {"x": x, "sx": np.array(0.02, F32), "zx": ints((), t), "w": w,
+             "sw": RNG.uniform(0.002, 0.02, (m,)).astype(F32) if per_channel else np.array(0.01, F32),
+             "zw": np.zeros(m if per_channel else (), I8), "sy": np.array(0.02 * 0.01 * 60 * np.sqrt(np.prod(ws[1:])), F32),
+             "zy": np.array(128 if t == U8 else 0, t)}
+    if bias:
+        feeds["B"] = RNG.integers(-5000, 5000, (m,)).astype(np.int32)
+    node = helper.make_node("QLinearConv", list(feeds), ["y"], **attrs)
+    inits = {"w": feeds.pop("w")}
+    model = make_model([node], feeds, ["y"], opset=10, initializers=inits)
+    for _ in range(2):  # the second run reuses the packed weight
+        native, ref = both(model, feeds, monkeypatch)
+        assert native[0].dtype == t and native[0].shape == ref[0].shape
+        np.testing.assert_array_equal(native[0], ref[0])
+        feeds["x"] = ints(xs, t)
+
+
+@pytest.mark.parametrize("case", ["mixed", "zeros", "nan", "inf", "positive"])
+def test_dynamic_quantize_exact(case, monkeypatch):
+    x = RNG.uniform(-4, 7, (5, 77)).astype(F32)
+    if case == "zeros":
+        x[:] = 0
+    elif case == "nan":
+        x[1, 3] = np.nan
+    elif case == "inf":
+        x[2, 2] = np.inf
+    elif case == "positive":
+        x = np.abs(x) + 1
+    model = make_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], {"x": x},
+                       ["y", "s", "z"], opset=11)
+    with np.errstate(all="ignore"):
+        native, ref = both(model, {"x": x}, monkeypatch)
+    for got, want in zip(native, ref):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+def test_qgemm_rejects_bad_buffers():
+    nat = quant._native
+    with pytest.raises(ValueError):
+        nat.qgemm(np.zeros(5, U8), False, 0, np.zeros(3, I8), True, None, np.zeros(4, np.int32),
+                  (2, 3, 2), 0, None, 0, 1)
+    with pytest.raises(ValueError):
+        nat.qgemm_pack(np.zeros(6, I8), np.zeros(4, I8), (3, 2), True)

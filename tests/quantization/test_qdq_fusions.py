@@ -1,0 +1,113 @@
+"""The EXTENDED-level QDQ fusions (``runtime_core/optimizer/qdq_fusions.py``): on QDQ models made
+by ``runtime_core.quantization.quantize_static`` (a tiny CNN, per tensor and per channel, and a
+tiny MatMul model), ``DQ -> Conv/MatMul -> Q`` groups become QLinearConv / QLinearMatMul and the
+outputs stay within one quantization step of the unfused model and of onnxruntime."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the test oracle")
+
+sys.path.insert(0, str(Path(__file__).parent))
+import models as M  # noqa: E402
+
+import runtime_core as rt  # noqa: E402
+from runtime_core import quantization as rq  # noqa: E402
+
+L = rt.GraphOptimizationLevel
+
+
+class Reader:
+    def __init__(self, feeds):
+        self.it = iter(feeds)
+
+    def get_next(self):
+        return next(self.it, None)
+
+
+def matmul_model() -> onnx.ModelProto:
+    """MatMul by a constant [16, 12] weight, Relu, MatMul by [12, 5]."""
+    r = np.random.default_rng(3)
+    inits = [nh.from_array(r.normal(0, 0.4, (16, 12)).astype(np.float32), "W1"),
+             nh.from_array(r.normal(0, 0.4, (12, 5)).astype(np.float32), "W2")]
+    nodes = [h.make_node("MatMul", ["x", "W1"], ["m1"], "mm1"), h.make_node("Relu", ["m1"], ["r"], "relu"),
+             h.make_node("MatMul", ["r", "W2"], ["y"], "mm2")]
+    g = h.make_graph(nodes, "mm", [h.make_tensor_value_info("x", T.FLOAT, ["N", 16])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 5])], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+def mm_feeds(n, seed=5):
+    r = np.random.default_rng(seed)
+    return [{"x": r.normal(0, 1, (3, 16)).astype(np.float32)} for _ in range(n)]
+
+
+def out_scale(model: onnx.ModelProto, out: str) -> float:
+    """The scale of the DequantizeLinear producing the graph output ``out``."""
+    inits = {t.name: nh.to_array(t) for t in model.graph.initializer}
+    dq = next(n for n in model.graph.node if out in n.output)
+    assert dq.op_type == "DequantizeLinear"
+    return float(np.max(inits[dq.input[1]]))
+
+
+def session(path, level):
+    so = rt.SessionOptions()
+    so.graph_optimization_level = level
+    return rt.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("kind,per_channel", [("cnn", False), ("cnn", True), ("matmul", False), ("matmul", True)])
+def test_qdq_groups_fuse_within_a_step(kind, per_channel, tmp_path):
+    src, feeds = (M.cnn(), M.cnn_feeds(5)) if kind == "cnn" else (matmul_model(), mm_feeds(5))
+    q = tmp_path / "q.onnx"
+    logging.disable(logging.WARNING)
+    try:
+        rq.quantize_static(src, q, Reader(feeds[:4]), quant_format=rq.QuantFormat.QDQ, per_channel=per_channel,
+                           activation_type=rq.QuantType.QUInt8, weight_type=rq.QuantType.QInt8)
+    finally:
+        logging.disable(logging.NOTSET)
+    model = onnx.load(str(q))
+    step = out_scale(model, "y")
+    fused = session(q, L.ORT_ENABLE_EXTENDED)
+    ops = [n.op_type for n in fused._graph.nodes]
+    want = {"cnn": ("QLinearConv", 2), "matmul": ("QLinearMatMul", 2)}[kind]
+    assert ops.count(want[0]) == want[1], ops
+    assert "Conv" not in ops and "MatMul" not in ops
+    plain = session(q, L.ORT_DISABLE_ALL)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    oracle = ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"])  # ORT fuses these too
+    for feed in feeds:
+        got, unfused, theirs = fused.run(None, feed)[0], plain.run(None, feed)[0], oracle.run(None, feed)[0]
+        assert np.max(np.abs(got - unfused)) <= step * 1.001
+        assert np.max(np.abs(got - theirs)) <= step * 1.001
+
+
+def test_not_fused_when_the_product_has_another_reader(tmp_path):
+    # the first MatMul's float output is also a graph output: that group stays as written
+    q = tmp_path / "q.onnx"
+    logging.disable(logging.WARNING)
+    try:
+        rq.quantize_static(matmul_model(), q, Reader(mm_feeds(2)), quant_format=rq.QuantFormat.QDQ)
+    finally:
+        logging.disable(logging.NOTSET)
+    m = onnx.load(str(q))
+    mm = next(n for n in m.graph.node if n.op_type == "MatMul")
+    m.graph.output.append(h.make_tensor_value_info(mm.output[0], T.FLOAT, None))
+    q2 = tmp_path / "q2.onnx"
+    onnx.save(m, str(q2))
+    ops = [n.op_type for n in session(q2, L.ORT_ENABLE_EXTENDED)._graph.nodes]
+    assert ops.count("MatMul") == 1 and ops.count("QLinearMatMul") == 1, ops
+    feed = mm_feeds(1)[0]
+    got, want = session(q2, L.ORT_ENABLE_EXTENDED).run(None, feed), session(q2, L.ORT_DISABLE_ALL).run(None, feed)
+    np.testing.assert_array_equal(got[1], want[1])
