@@ -19,7 +19,7 @@ from onnx import numpy_helper as nh
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the test oracle")
 
 sys.path.insert(0, str(Path(__file__).parent))
-import models as M  # noqa: E402
+import quant_models as M  # noqa: E402
 
 import runtime_core as rt  # noqa: E402
 from runtime_core import quantization as rq  # noqa: E402

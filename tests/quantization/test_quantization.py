@@ -17,7 +17,7 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the test oracle"
 oq = pytest.importorskip("onnxruntime.quantization")
 
 sys.path.insert(0, str(Path(__file__).parent))
-import models as M  # noqa: E402
+import quant_models as M  # noqa: E402
 
 import runtime_core as rt  # noqa: E402
 from runtime_core import quantization as rq  # noqa: E402
