@@ -56,7 +56,8 @@ def cmd_bench(args, out) -> int:
             raise UsageError(f"--compare takes 'onnxruntime', got {args.compare!r}")
         compare = True
     if not args.model and not args.corpus:
-        raise UsageError("name a model (or several), or --corpus tune|report|all with --compare onnxruntime")
+        raise UsageError("name a model (or several), or --corpus tune|report|all with --compare onnxruntime, "
+                         "or --gemm")
     if args.corpus and not (compare and not args.in_process):
         raise UsageError("--corpus runs the protocol: use it with --compare onnxruntime (without --in-process)")
     for m in args.model:

@@ -90,16 +90,17 @@ def register(subparsers) -> None:
     bench.add_argument("--gemm", action="store_true",
                        help="no model: GEMM GFLOP/s of ours, numpy's BLAS and this CPU's FMA peak (see --sizes)")
     _gemm_options(bench, False)
+    single = False
     for action in bench._actions:
-        if action.dest == "model":
-            action.nargs, action.required = "?", False
+        if action.dest == "model" and action.nargs is None:  # one MODEL: make it optional
+            action.nargs, action.required, single = "?", False, True
     model_fn = bench.get_default("fn")
 
     def fn(args, out):
         if args.gemm:
             return cmd_gemm(args, out)
-        if not args.model:
+        if single and not args.model:
             raise UsageError("bench needs a MODEL (or --gemm)")
-        return model_fn(args, out)
+        return model_fn(args, out)  # bench's own checks (several models, --corpus, ...)
 
     bench.set_defaults(fn=fn)

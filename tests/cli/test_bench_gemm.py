@@ -46,7 +46,7 @@ def test_bench_gemm_json_against_the_api():
 @pytest.mark.parametrize("argv,msg", [
     (["bench", "--gemm", "--sizes", "8x8"], "--sizes takes MxKxN"),
     (["bench", "--gemm", "--sizes", "8x0x8"], "--sizes takes MxKxN"),
-    (["bench"], "bench needs a MODEL"),
+    (["bench"], "name a model (or several), or --corpus"),
 ])
 def test_bench_gemm_mistakes(argv, msg, capsys):
     assert main(argv) == 2
