@@ -58,7 +58,8 @@ def metric(url: str, name: str, **labels) -> float:
 
 def test_timeout_terminates_the_run_and_the_model_keeps_serving(model_dir):
     cfg = ServerConfig(models=[ModelConfig(str(model_dir / "slow.onnx"), timeout_s=0.2)])
-    x = np.random.default_rng(0).standard_normal((700, 700)).astype(np.float32) / 30
+    # 12 products of 1400^3: ~66 GFLOP, seconds on any CPU (700 finished within the timeout)
+    x = np.random.default_rng(0).standard_normal((1400, 1400)).astype(np.float32) / 40
     small = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32) / 3
     with BackgroundServer(cfg) as s:
         status, _, raw = http(s.url + "/v2/models/slow/infer", *binary_request(x))
