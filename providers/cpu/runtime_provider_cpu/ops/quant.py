@@ -136,7 +136,9 @@ def _default_precision(scale_dt):
 def _quantize(x, scale, zp, *, axis, block_size, out_dt, saturate, prec, op):
     _check_zp_shape(scale, zp, op)
     s = _expand(scale, x.shape, axis, block_size, "y_scale", op)
-    q = np.asarray(_divide(x, s, prec))  # a 0-d input gives a numpy scalar: in-place ops need an array
+    q = _divide(x, s, prec)
+    if isinstance(q, np.generic):  # a 0-d input gives a numpy scalar: in-place ops need an array
+        q = np.asarray(q)  # (only then: the kernel also runs on device arrays for the CUDA provider)
     with np.errstate(invalid="ignore", over="ignore"):
         if out_dt in _INT_TARGETS:
             lo, hi = _irange(out_dt)
