@@ -15,6 +15,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import InvalidArgumentError
+from ..graph.validate import infer_shapes  # the one door to onnx's shape inference
 
 __all__ = ["convert_float_to_float16", "DEFAULT_OP_BLOCK_LIST"]
 
@@ -49,7 +50,7 @@ def convert_float_to_float16(model, min_positive_val: float = 1e-7, max_finite_v
     m.CopyFrom(model)
     if not disable_shape_infer:
         try:
-            m = onnx.shape_inference.infer_shapes(m)
+            m = infer_shapes(m)
         except Exception:  # types of declared values still guide the conversion
             pass
     g = m.graph

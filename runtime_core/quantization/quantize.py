@@ -16,6 +16,7 @@ from ._quantizer import Settings, topological_sort
 from .calibrate import create_calibrator
 from .qdq import QDQQuantizer
 from .qoperator import QOperatorQuantizer, gemm_to_matmul
+from ..graph.validate import infer_shapes  # the one door to onnx's shape inference
 
 logger = logging.getLogger("runtime_core.quantization")
 
@@ -48,7 +49,7 @@ def load_model(model_input) -> onnx.ModelProto:
         except Exception as e:
             raise InvalidArgumentError(f"cannot read {str(p)!r} as an ONNX model: {e}") from e
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        return infer_shapes(model)
     except Exception as e:  # shape inference is a help, not a requirement
         logger.warning("shape inference failed (%s); element types come from the graph's declarations", e)
         return model
@@ -81,7 +82,7 @@ def _update_opset(model: onnx.ModelProto, types: tuple[int, ...]) -> onnx.ModelP
     try:
         from onnx import version_converter
 
-        return onnx.shape_inference.infer_shapes(version_converter.convert_version(model, need))
+        return infer_shapes(version_converter.convert_version(model, need), data_prop=False)
     except Exception as e:
         raise InvalidArgumentError(f"the model's opset {cur} is below the {need} these quantization types need, "
                                    f"and onnx could not convert it: {e}") from e
@@ -255,7 +256,7 @@ def quant_pre_process(input_model=None, output_model_path=None, skip_optimizatio
             InferenceSession(model.SerializeToString(), so, providers=["cpu"])
             model = onnx.load(so.optimized_model_filepath)
     if not skip_onnx_shape:
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        model = infer_shapes(model)
     props = {p.key: p.value for p in model.metadata_props}
     props[PRE_PROCESS_KEY] = "onnxruntime.quant"
     onnx.helper.set_model_props(model, props)
