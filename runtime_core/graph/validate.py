@@ -235,6 +235,15 @@ def _split_outputs(n: _Node):
     return None
 
 
+def _known_attrs(op: str, known: frozenset[str]) -> Rule:
+    """A contrib op's schema in onnxruntime: an attribute it does not declare is refused at load
+    (onnx's checker does not know these schemas), in onnxruntime's words."""
+    def rule(n: _Node):
+        extra = sorted(a for a in n.attrs if a not in known)
+        return f"Unrecognized attribute: {extra[0]} for operator {op}" if extra else None
+    return rule
+
+
 _CONV = (_positive("strides"), _positive("dilations"), _positive("kernel_shape"), _non_negative("pads"),
          _extent_fits)
 _POOL = _CONV + (_pads_rank, _pads_smaller_than_kernel)
@@ -260,6 +269,8 @@ RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
     ("", "LRN"): (_positive("size"),),
     # onnx 1.23.2's inference crashes (SIGSEGV) on axis = 2**31
     ("", "LayerNormalization"): (_axis_in_rank,),
+    # skl2onnx writes p for a minkowski CDist: onnxruntime's schema has metric only
+    ("com.microsoft", "CDist"): (_known_attrs("CDist", frozenset({"metric"})),),
 }
 
 

@@ -54,6 +54,16 @@ def test_cdist_other_metric_declined_by_name():
         rt.InferenceSession(model, providers=["CPUExecutionProvider"])
 
 
+def test_cdist_with_an_attribute_its_schema_lacks_is_refused_at_load_as_by_onnxruntime():
+    # skl2onnx writes p=3 beside metric="minkowski"; onnxruntime's schema has metric only
+    model, _ = _model("CDist", [(T.FLOAT, None)] * 2, T.FLOAT, metric="minkowski", p=3.0)
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidGraph, match="Unrecognized attribute: p"):
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    with pytest.raises(rt.errors.InvalidModelError, match="Unrecognized attribute: p for operator CDist") as info:
+        rt.InferenceSession(model, providers=["CPUExecutionProvider"])
+    assert isinstance(info.value, rt.capi.onnxruntime_pybind11_state.InvalidGraph)
+
+
 def test_cdist_mismatched_columns_is_a_typed_error():
     model, _ = _model("CDist", [(T.FLOAT, None), (T.FLOAT, None)], T.FLOAT)
     sess = rt.InferenceSession(model, providers=["CPUExecutionProvider"])
