@@ -117,6 +117,9 @@ def _convert_map(name: str, type_str: str, value) -> dict:
             elif isinstance(v, (str, bytes)):
                 raise TypeError(f"{type(v).__name__} is not a number")
             elif vtype == "int64":
+                if isinstance(v, np.ndarray):  # onnxruntime reads a dict of arrays as map(K,tensor(float))
+                    raise TypeError("a numpy array is not an int64 value (pass an int or a numpy integer "
+                                    "scalar, as onnxruntime requires)")
                 v = int(v)
             else:
                 v = float(v)

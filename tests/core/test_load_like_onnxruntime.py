@@ -144,6 +144,20 @@ def test_bad_map_feed_is_input_type_error(bad):
                              providers=["CPUExecutionProvider"]).run(None, {"feats": bad})
 
 
+def test_int64_map_values_as_numpy_arrays_are_refused_as_by_onnxruntime():
+    # onnxruntime reads a dict of numpy arrays as map(string,tensor(float)) and refuses it for an
+    # int64 map (skl2onnx's dict_vectorizer_pipeline_int relies on that)
+    model = _dict_vectorizer(T.INT64).SerializeToString()
+    feed = {"a": np.array(1, np.int64), "c": np.array(2, np.int64)}
+    with pytest.raises(_OrtInvalidArgument):
+        ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"feats": feed})
+    with pytest.raises(InputTypeError, match="numpy array is not an int64 value"):
+        rt.InferenceSession(model).run(None, {"feats": feed})
+    # Python ints: onnxruntime's binding feeds no int64 map at all; we do
+    (got,) = rt.InferenceSession(model).run(None, {"feats": {"a": 1, "c": 2}})
+    np.testing.assert_array_equal(got, np.array([[1, 0, 2]], np.int64))
+
+
 def test_list_of_dicts_feeds_a_sequence_of_maps():
     # no standard op reads seq(map) (ZipMap writes it) and onnxruntime cannot feed a graph output
     # straight from its input: the pass-through graph checks the conversion itself
