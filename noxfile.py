@@ -342,7 +342,7 @@ def gpu(session: nox.Session) -> None:
 def skl2onnx(session: nox.Session) -> None:
     """skl2onnx 1.20.0's own test suite, from its sdist, run with onnxruntime and with runtime-core
     behind ``tests/shim``; prints both pass counts and the tests whose outcome
-    differs. Long (about an hour on 2 cores), so not in the default run. Runs in the current
+    differs. Long (the two runs take about 10 minutes on 2 cores), so not in the default run. Runs in the current
     environment: onnxruntime, runtime-core, scikit-learn and the suite's deps (pandas) installed.
     Arguments go to tests/compat/compare_suite.py: ``-- --arg=-k --arg="not issue_789"`` leaves out the two
     tests whose scikit-learn fit (a 7500-sample Gaussian process) takes over half an hour on a loaded
