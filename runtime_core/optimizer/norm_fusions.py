@@ -177,6 +177,7 @@ class SkipLayerNormFusion(RewriteRule):
     name = "SkipLayerNormFusion"
     level = EXTENDED
     targets = frozenset({"LayerNormalization"})
+    simplified = False  # the norm has no centering (and no beta): the Skip op is the simplified one
 
     def condition(self, ed: Editor, ln: Node) -> bool:
         if any(o and (ed.consumers(o) or ed.is_output(o)) for o in ln.outputs[1:]):
@@ -193,7 +194,7 @@ class SkipLayerNormFusion(RewriteRule):
         if beta is not None and (const_vector(ed, beta, d) is None or ed.const(beta).ndim != 1):
             return False
         return _skip_layer_norm(ed, ln.inputs[0], gamma, beta, ln.attrs.get("epsilon", 1e-5), ln.outputs[0],
-                                [ln], ln.name)
+                                [ln], ln.name, simplified=self.simplified)
 
 
 def _is_centered(ed: Editor, x: str) -> bool:
@@ -297,25 +298,11 @@ class RMSNormFusion(RewriteRule):
         return x, gamma, eps, out, nodes
 
 
-class SkipSimplifiedLayerNormFusion(RewriteRule):
+class SkipSimplifiedLayerNormFusion(SkipLayerNormFusion):
     """``SimplifiedLayerNormalization`` or ``RMSNormalization`` (opset 23) of ``a + b`` over the
     last axis (constant vector scale, stash_type 1, only output 0 used) ->
     ``com.microsoft.SkipSimplifiedLayerNormalization`` (shape rules as ``_skip_layer_norm``)."""
 
     name = "SkipSimplifiedLayerNormFusion"
-    level = EXTENDED
     targets = frozenset({f"{MS_DOMAIN}::SimplifiedLayerNormalization", "RMSNormalization"})
-
-    def condition(self, ed: Editor, ln: Node) -> bool:
-        if any(o and (ed.consumers(o) or ed.is_output(o)) for o in ln.outputs[1:]):
-            return False
-        return ln.attrs.get("stash_type", 1) == 1 and last_axis([ln.attrs.get("axis", -1)], ed.rank(ln.inputs[0]))
-
-    def rewrite(self, ed: Editor, ln: Node) -> bool:
-        shape = ed.shape(ln.inputs[0])
-        d = shape[-1] if shape else None
-        gamma = ln.inputs[1]
-        if const_vector(ed, gamma, d) is None or ed.const(gamma).ndim != 1:
-            return False
-        eps = ln.attrs.get("epsilon", 1e-5)
-        return _skip_layer_norm(ed, ln.inputs[0], gamma, None, eps, ln.outputs[0], [ln], ln.name, simplified=True)
+    simplified = True
