@@ -56,6 +56,24 @@ def _ids(batch, seq, vocab, seed=0):
 
 # -- BERT (HF BertModel) ----------------------------------------------------------------------
 
+def _export_ids_mask(cls, path, batch, seq, vocab, *, exporter, opset, dynamic, std=None):
+    """Seeded ``cls()``, its weights initialised, exported with ``input_ids`` and ``attention_mask``
+    in and ``last_hidden_state`` out; returns the feeds."""
+    import torch
+
+    torch.manual_seed(0)
+    m = cls()
+    if std is None:
+        init_transformer(m)
+    else:
+        init_transformer(m, std=std)
+    ids, mask = _ids(batch, seq, vocab)
+    names = ["input_ids", "attention_mask"]
+    export(m, (torch.from_numpy(ids), torch.from_numpy(mask)), path, inputs=names, outputs=["last_hidden_state"],
+           exporter=exporter, opset=opset, dynamic=_axes(dynamic, names, ["last_hidden_state"]))
+    return {"input_ids": ids, "attention_mask": mask}
+
+
 def _bert_modules():
     import torch
     from torch import nn
@@ -162,14 +180,7 @@ def albert(path, size, *, exporter, opset, dynamic, batch, seq, cfg="base"):
                 x = self.layer(x, ext)
             return x
 
-    torch.manual_seed(0)
-    m = Albert()
-    init_transformer(m)
-    ids, mask = _ids(batch, seq, vocab)
-    names = ["input_ids", "attention_mask"]
-    export(m, (torch.from_numpy(ids), torch.from_numpy(mask)), path, inputs=names, outputs=["last_hidden_state"],
-           exporter=exporter, opset=opset, dynamic=_axes(dynamic, names, ["last_hidden_state"]))
-    return {"input_ids": ids, "attention_mask": mask}
+    return _export_ids_mask(Albert, path, batch, seq, vocab, exporter=exporter, opset=opset, dynamic=dynamic)
 
 
 # -- DistilBERT (HF DistilBertModel) ------------------------------------------------------------
@@ -221,14 +232,7 @@ def distilbert(path, size, *, exporter, opset, dynamic, batch, seq, cfg="base"):
                 x = b(x, attention_mask)
             return x
 
-    torch.manual_seed(0)
-    m = DistilBert()
-    init_transformer(m)
-    ids, mask = _ids(batch, seq, vocab)
-    names = ["input_ids", "attention_mask"]
-    export(m, (torch.from_numpy(ids), torch.from_numpy(mask)), path, inputs=names, outputs=["last_hidden_state"],
-           exporter=exporter, opset=opset, dynamic=_axes(dynamic, names, ["last_hidden_state"]))
-    return {"input_ids": ids, "attention_mask": mask}
+    return _export_ids_mask(DistilBert, path, batch, seq, vocab, exporter=exporter, opset=opset, dynamic=dynamic)
 
 
 # -- GPT-2 (HF GPT2LMHeadModel) -------------------------------------------------------------------
@@ -442,14 +446,8 @@ def t5_encoder(path, size, *, exporter, opset, dynamic, batch, seq, cfg="t5_smal
                 x = layer(x, bias)
             return self.final(x)
 
-    torch.manual_seed(0)
-    m = Encoder()
-    init_transformer(m, std=0.05)
-    ids, mask = _ids(batch, seq, vocab)
-    names = ["input_ids", "attention_mask"]
-    export(m, (torch.from_numpy(ids), torch.from_numpy(mask)), path, inputs=names, outputs=["last_hidden_state"],
-           exporter=exporter, opset=opset, dynamic=_axes(dynamic, names, ["last_hidden_state"]))
-    return {"input_ids": ids, "attention_mask": mask}
+    return _export_ids_mask(Encoder, path, batch, seq, vocab, exporter=exporter, opset=opset, dynamic=dynamic,
+                            std=0.05)
 
 
 # -- Whisper encoder (HF WhisperEncoder) ------------------------------------------------------------
