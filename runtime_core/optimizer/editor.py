@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from ..graph.ir import Graph, Node
+from ..graph.order import stable_order
 from ..graph.types import dtype_to_elem
 
 logger = logging.getLogger("runtime_core.optimizer")
@@ -331,24 +332,8 @@ class Editor:
             deps.append(d)
         if all(all(p < idx for p in d) for idx, d in enumerate(deps)):
             return True
-        import heapq
-
-        users: dict[int, list[int]] = {}
-        indeg = [len(d) for d in deps]
-        for idx, d in enumerate(deps):
-            for p in d:
-                users.setdefault(p, []).append(idx)
-        ready = [i for i, k in enumerate(indeg) if k == 0]
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            i = heapq.heappop(ready)
-            order.append(i)
-            for u in users.get(i, ()):
-                indeg[u] -= 1
-                if indeg[u] == 0:
-                    heapq.heappush(ready, u)
-        if len(order) != len(nodes):
+        order = stable_order(deps)
+        if order is None:
             return False
         self.g.nodes = [nodes[i] for i in order]
         self.touch()

@@ -11,6 +11,7 @@ from onnx import TensorProto
 
 from ..errors import InvalidArgumentError
 from ._common import ModelView, QParams, compute_scale_zp, qrange
+from ..graph.order import stable_order
 
 
 @dataclass
@@ -113,24 +114,8 @@ def topological_sort(graph: onnx.GraphProto) -> None:
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                 d |= {produced[i] for sn in g.node for i in sn.input if i in produced}
         deps.append(d)
-    users: dict[int, list[int]] = {}
-    for i, d in enumerate(deps):
-        for j in d:
-            users.setdefault(j, []).append(i)
-    indeg = [len(d) for d in deps]
-    import heapq
-
-    ready = [i for i, k in enumerate(indeg) if k == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users.get(i, []):
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(ready, u)
-    if len(order) != len(nodes):
+    order = stable_order(deps)
+    if order is None:
         raise InvalidArgumentError("the quantized graph has a cycle; this is a bug in the quantizer")
     del graph.node[:]
     graph.node.extend(nodes[i] for i in order)
