@@ -316,7 +316,7 @@ def dequantize_linear_23(ctx, x, x_scale, x_zero_point=None, *, axis, block_size
 
 @kernel("DynamicQuantizeLinear", 11, check=_checker())
 def dynamic_quantize_linear(ctx, x):
-    if _native is not None and x.dtype == _F32 and x.size:
+    if _native is not None and type(x) is np.ndarray and x.dtype == _F32 and x.size:
         xc = np.ascontiguousarray(x)
         y = np.empty(x.shape, np.uint8)
         scale, zp = _native.dyn_quantize(xc, y, xc.size)
@@ -409,7 +409,9 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pa
     """``_native.qgemm`` for 8-bit ``a`` [..., M, K] @ 2-D ``b`` [K, N] (``b`` the node's input
     ``bi``), a scalar ``za`` and a scalar or [N] ``zb``: int32 (``out_dt`` None) or requantized
     by ``mult`` [N] and ``yz`` into ``out_dt``; None where the compiled GEMM does not apply."""
-    if (_native is None or a.dtype not in (_I8, _U8) or b.dtype not in (_I8, _U8) or b.ndim != 2
+    # numpy arrays only: the kernels also run on the CUDA provider's device arrays (numpy path)
+    if (_native is None or type(a) is not np.ndarray or type(b) is not np.ndarray
+            or a.dtype not in (_I8, _U8) or b.dtype not in (_I8, _U8) or b.ndim != 2
             or a.ndim < 1 or 0 in a.shape or 0 in b.shape or (za is not None and za.size != 1)
             or (zb is not None and zb.size != 1 and zb.shape != (b.shape[1],))):
         return None
@@ -426,7 +428,7 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pa
     zbv = None if zb is None else np.ascontiguousarray(np.broadcast_to(zb.astype(np.int32), (N,)))
     y = np.empty(a.shape[:-1] + (N,), np.int32 if out_dt is None else out_dt)
     mode = 0 if out_dt is None else (1 if out_dt == _U8 else 2)
-    _native.qgemm(np.ascontiguousarray(a), a.dtype == _I8, 0 if za is None else int(za), packed[1],
+    _native.qgemm(np.ascontiguousarray(a), a.dtype == _I8, 0 if za is None else int(za.reshape(())), packed[1],
                   b.dtype == _I8, zbv, y, (M, K, N), mode, mult, int(yz), max(1, int(ctx.threads)), bias)
     return y
 
@@ -502,7 +504,8 @@ def _qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_s
 def _qlinear_native(ctx, a, sa, za, b, sb, zb, y_scale, y_zero_point):
     """QLinearMatMul on ``_native.qgemm`` where A's parameters and Y's zero point are per tensor
     and the multiplier is finite (the numpy path's float32 arithmetic, bit for bit); else None."""
-    if (_native is None or a.ndim < 2 or b.ndim != 2 or y_zero_point is None
+    if (_native is None or type(a) is not np.ndarray or type(y_scale) is not np.ndarray
+            or a.ndim < 2 or b.ndim != 2 or y_zero_point is None
             or y_zero_point.dtype not in (_I8, _U8) or y_zero_point.size != 1
             or sa is None or sa.size != 1 or (za is not None and za.size != 1)
             or not (y_scale.size == 1 or y_scale.shape == (b.shape[-1],))):
@@ -586,7 +589,8 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
     centering, as the numpy path pads) and ``_native.qgemm`` against the weight as a packed
     [C*KH*KW, M] B, bias and per-channel requantization in its epilogue; None where it does not
     apply (grouped and depthwise convolutions take the numpy path)."""
-    if (_native is None or group != 1 or x.ndim != 4 or x.dtype not in (_I8, _U8) or w.dtype not in (_I8, _U8)
+    if (_native is None or type(x) is not np.ndarray or type(w) is not np.ndarray or type(x_scale) is not np.ndarray
+            or group != 1 or x.ndim != 4 or x.dtype not in (_I8, _U8) or w.dtype not in (_I8, _U8)
             or yz is None or yz.dtype not in (_I8, _U8) or 0 in x.shape or 0 in w.shape
             or (wz is not None and wz.size != 1 and wz.shape != (w.shape[0],))
             or (w_scale.size != 1 and w_scale.shape != (w.shape[0],)) or (B is not None and B.size != w.shape[0])):
