@@ -7,7 +7,11 @@
   with its default settings in its own fresh process, rounds alternating between the runtimes;
   the median over rounds and the median of the per-round ratios (our wall time / onnxruntime's);
 * latency: p10 / p50 / p90 of single runs in turn while ``--busy`` (2) other processes spin on
-  the cores, at the default thread count and at ``intra_op_num_threads=1``.
+  the cores, at the default thread count and at ``intra_op_num_threads=1``; ``--models`` runs
+  this part on other models (each ``NAME.onnx`` with its feeds in ``NAME.npz``, e.g. the corpus
+  cache: ``--part latency --models ~/.cache/rcb/*.onnx --latency-runtimes runtime_core``) and
+  checks each against the targets (default-thread median no worse than one thread's, p90 at
+  most 3x the median).
 
 Both runtimes run without ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` (users do not have them)
 unless ``--keep-openblas-env``. The CPU model, core count and load average are printed: the
@@ -90,7 +94,7 @@ def worker(args) -> None:
     else:
         lat = []
         end = time.perf_counter() + args.seconds
-        while time.perf_counter() < end:
+        while time.perf_counter() < end or len(lat) < args.min_runs:
             t0 = time.perf_counter()
             sess.run(None, feeds)
             lat.append(time.perf_counter() - t0)
@@ -129,6 +133,9 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=400, help="runs per throughput measurement, over all clients")
     ap.add_argument("--seconds", type=float, default=5.0, help="length of one latency measurement")
     ap.add_argument("--busy", type=int, default=2, help="busy background processes during the latency part")
+    ap.add_argument("--models", nargs="*", help="latency part: these models instead of the BERT-tiny encoder")
+    ap.add_argument("--latency-runtimes", default="runtime_core,onnxruntime")
+    ap.add_argument("--min-runs", type=int, default=10, help="latency part: at least this many runs")
     ap.add_argument("--keep-openblas-env", action="store_true")
     ap.add_argument("--cache", default=os.environ.get("RUNTIME_CORE_BENCH_CACHE",
                                                       str(Path.home() / ".cache" / "runtime-core-bench")))
@@ -171,25 +178,37 @@ def main(argv=None) -> int:
                   f"{np.median(ratios):.2f} | {np.median(cpus['runtime_core']):.2f}, "
                   f"{np.median(cpus['onnxruntime']):.2f} |", flush=True)
     if args.part in ("latency", "all"):
-        print(f"\n## latency: {MODEL}, runs in turn for {args.seconds:.0f} s beside {args.busy} busy processes (ms)\n")
-        print("| runtime | intra_op_num_threads | p10 | p50 | p90 |")
-        print("|---|---|---|---|---|")
+        lat_models = [Path(m) for m in args.models] if args.models else [model]
+        lat_runtimes = tuple(args.latency_runtimes.split(","))
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
         try:
-            res: dict = {}
-            for _ in range(args.rounds):
-                for r in runtimes:
-                    for t in (0, 1):
-                        got = _child(env, model, "--worker", "latency", "--runtime", r, "--threads", t,
-                                     "--seconds", args.seconds)
-                        res.setdefault((r, t), []).append(got)
+            for m in lat_models:
+                name = MODEL if m == model else m.stem
+                print(f"\n## latency: {name}, runs in turn for {args.seconds:.0f} s (at least {args.min_runs}) "
+                      f"beside {args.busy} busy processes (ms)\n")
+                print("| runtime | intra_op_num_threads | p10 | p50 | p90 |")
+                print("|---|---|---|---|---|", flush=True)
+                res: dict = {}
+                for _ in range(args.rounds):
+                    for r in lat_runtimes:
+                        for t in (0, 1):
+                            got = _child(env, m, "--worker", "latency", "--runtime", r, "--threads", t,
+                                         "--seconds", args.seconds, "--min-runs", args.min_runs)
+                            res.setdefault((r, t), []).append(got)
+                med = {key: {k: np.median([g[k] for g in got]) for k in ("p10", "p50", "p90")}
+                       for key, got in res.items()}
+                for (r, t), v in med.items():
+                    print(f"| {r} | {t or 'default'} | {v['p10']:.2f} | {v['p50']:.2f} | {v['p90']:.2f} |")
+                if ("runtime_core", 0) in med:
+                    d, one = med[("runtime_core", 0)], med[("runtime_core", 1)]
+                    ok = d["p50"] <= one["p50"] * 1.05 and d["p90"] <= 3 * d["p50"]
+                    print(f"\nruntime-core default / one thread p50: {d['p50'] / one['p50']:.2f}; default p90 / p50: "
+                          f"{d['p90'] / d['p50']:.2f} ({'meets' if ok else 'MISSES'} the targets <= 1 (5% noise "
+                          "allowed) and <= 3)", flush=True)
         finally:
             for p in busy:
                 p.kill()
                 p.wait()
-        for (r, t), got in res.items():
-            med = {k: np.median([g[k] for g in got]) for k in ("p10", "p50", "p90")}
-            print(f"| {r} | {t or 'default'} | {med['p10']:.2f} | {med['p50']:.2f} | {med['p90']:.2f} |")
     print(f"\n# after: {_machine()}")
     return 0
 
