@@ -114,3 +114,19 @@ def row_sum(path) -> str:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(m, str(path))
     return str(path)
+
+
+def log_scale(path, dtype=TensorProto.FLOAT) -> str:
+    """x[N,4] -> y = Log(x) and z = 2 * x: Log makes NaN (x < 0) and -Infinity (x = 0) from finite
+    inputs; z carries the non-finite values a request sends."""
+    np_dt = helper.tensor_dtype_to_np_dtype(dtype)
+    g = helper.make_graph([helper.make_node("Log", ["x"], ["y"], name="log"),
+                           helper.make_node("Mul", ["x", "two"], ["z"], name="twice")], "logscale",
+                          [helper.make_tensor_value_info("x", dtype, ["N", 4])],
+                          [helper.make_tensor_value_info("y", dtype, ["N", 4]),
+                           helper.make_tensor_value_info("z", dtype, ["N", 4])],
+                          [_init("two", np.array(2, np_dt))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return str(path)
+
