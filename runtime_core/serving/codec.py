@@ -113,8 +113,8 @@ def _with_nonfinite(name: str, data, datatype: str) -> np.ndarray:
     for v in flat:
         if isinstance(v, str):
             if v not in NONFINITE:
-                raise RequestError(f"input {name!r}: datatype {datatype} takes numbers or the strings "
-                                   f"\"NaN\", \"Infinity\", \"-Infinity\" in 'data', got {v[:40]!r}")
+                raise RequestError(f"input {name!r}: datatype {datatype} needs numbers (or the strings "
+                                   f"\"NaN\", \"Infinity\", \"-Infinity\") in 'data', got {v[:40]!r}")
             vals.append(NONFINITE[v])
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             vals.append(v)
