@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import RunTerminatedError
-from ..session.inputs import validate_feeds
 from .codec import datatype_of_onnx
 from .config import ModelConfig
 from .errors import RequestError, RequestTimeoutError, ServerBusyError
@@ -73,8 +72,6 @@ class ServedModel:
             logger.warning("model %r: dynamic batching is off: its inputs and outputs do not share a free "
                            "first (batch) dimension", self.name)
         self._pool = ThreadPoolExecutor(max_workers=cfg.max_concurrency, thread_name_prefix=f"serve-{self.name}")
-        self._specs = session._specs  # the session's own input checks, run before a request joins a batch
-        self._max_bytes = session._max_tensor_bytes
         self._sem: asyncio.Semaphore | None = None
         self._items: deque[_Item] = deque()
         self._wake: asyncio.Event | None = None
@@ -137,12 +134,8 @@ class ServedModel:
         deadline = now + self.cfg.timeout_s
         names = list(output_names) if output_names else list(self.output_names)
         if self.batching:
-            feeds = validate_feeds(feeds, self._specs, self._max_bytes)
-            unknown = [n for n in names if n not in self.output_names]
-            if unknown:
-                # the session's own message (OutputNameError lists the outputs)
-                from ..session.inputs import check_output_names
-                check_output_names(unknown, self.output_names)
+            # the session's own checks and messages, before the request joins a batch
+            feeds = self.session.validate_inputs(feeds, names)
             rows = {int(v.shape[0]) for v in feeds.values()}
             if len(rows) == 1 and (r := rows.pop()) <= self.cfg.max_batch_size:
                 if len(self._items) >= self.cfg.max_queue:
