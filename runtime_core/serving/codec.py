@@ -13,6 +13,7 @@ accepted in requests, as are the bare ``NaN``/``Infinity`` tokens that Python's 
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ _ONNX_TYPES = {
     "tensor(int64)": "INT64", "tensor(float16)": "FP16", "tensor(float)": "FP32", "tensor(double)": "FP64",
     "tensor(string)": "BYTES",
 }
+_OF_DTYPE = {dt: name for name, dt in DATATYPES.items() if name != "BYTES"}
 HEADER_LENGTH = "inference-header-content-length"
 #: the strings that stand for the IEEE values JSON cannot write
 NONFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
@@ -49,9 +51,9 @@ def datatype_of_array(value: np.ndarray) -> str:
     """The OIP datatype of a numpy array."""
     if value.dtype.kind in "OSU":
         return "BYTES"
-    for name, dt in DATATYPES.items():
-        if dt == value.dtype:
-            return name
+    name = _OF_DTYPE.get(value.dtype)
+    if name is not None:
+        return name
     raise RequestError(f"output dtype {value.dtype} has no Open Inference Protocol datatype")
 
 
@@ -75,7 +77,7 @@ def _shape(name: str, raw) -> tuple[int, ...]:
 
 def _from_json(name: str, data, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
     dt = DATATYPES[datatype]
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if datatype == "BYTES":
         flat = _flatten(name, data)
         if not all(isinstance(v, str) for v in flat):
@@ -146,7 +148,7 @@ def _flatten(name: str, data) -> list:
 
 
 def _from_bytes(name: str, chunk: memoryview, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if datatype == "BYTES":
         items, pos = [], 0
         while pos < len(chunk):

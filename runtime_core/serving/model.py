@@ -146,22 +146,25 @@ class ServedModel:
                 self._items.append(item)
                 assert self._wake is not None
                 self._wake.set()
-                try:
-                    return await asyncio.wait_for(asyncio.shield(item.future), max(deadline - now, 0))
-                except asyncio.TimeoutError:
-                    item.future.cancel()
-                    raise RequestTimeoutError(f"model {self.name!r}: the request took longer than "
-                                              f"timeout_s={self.cfg.timeout_s:g} s") from None
+                await asyncio.wait((item.future,), timeout=max(deadline - now, 0))
+                if item.future.done():
+                    return item.future.result()
+                item.future.cancel()
+                raise RequestTimeoutError(f"model {self.name!r}: the request took longer than "
+                                          f"timeout_s={self.cfg.timeout_s:g} s")
         return await self._run_single(feeds, names, deadline, now)
 
     async def _run_single(self, feeds, names, deadline, arrived) -> tuple[list, RunInfo]:
         loop = asyncio.get_running_loop()
         assert self._sem is not None
-        try:
-            await asyncio.wait_for(self._sem.acquire(), max(deadline - loop.time(), 0))
-        except asyncio.TimeoutError:
-            raise RequestTimeoutError(f"model {self.name!r}: no run slot within timeout_s="
-                                      f"{self.cfg.timeout_s:g} s") from None
+        if self._sem.locked():  # a free slot is taken at once, without a timer
+            try:
+                await asyncio.wait_for(self._sem.acquire(), max(deadline - loop.time(), 0))
+            except asyncio.TimeoutError:
+                raise RequestTimeoutError(f"model {self.name!r}: no run slot within timeout_s="
+                                          f"{self.cfg.timeout_s:g} s") from None
+        else:
+            await self._sem.acquire()
         task = asyncio.current_task()
         assert task is not None
         self._running.add(task)
@@ -182,18 +185,19 @@ class ServedModel:
         loop = asyncio.get_running_loop()
         ro = rt.RunOptions()
         fut = loop.run_in_executor(self._pool, self.session.run, names, feeds, ro)
+        # asyncio.wait leaves the run's future alone at the timeout (no shield, no extra task)
+        await asyncio.wait((fut,), timeout=max(deadline - loop.time(), 0))
+        if fut.done():
+            return fut.result()
+        ro.terminate = True
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), max(deadline - loop.time(), 0))
-        except asyncio.TimeoutError:
-            ro.terminate = True
-            try:
-                await fut
-            except RunTerminatedError:
-                self.on_terminated(self.name)
-            except Exception:  # the run failed on its own while being stopped: the timeout is the answer
-                pass
-            raise RequestTimeoutError(f"model {self.name!r}: the run took longer than timeout_s="
-                                      f"{self.cfg.timeout_s:g} s and was terminated") from None
+            await fut
+        except RunTerminatedError:
+            self.on_terminated(self.name)
+        except Exception:  # the run failed on its own while being stopped: the timeout is the answer
+            pass
+        raise RequestTimeoutError(f"model {self.name!r}: the run took longer than timeout_s="
+                                  f"{self.cfg.timeout_s:g} s and was terminated") from None
 
     async def _batch_loop(self) -> None:
         """Take a run slot, then gather queued requests of the first one's signature (waiting at
