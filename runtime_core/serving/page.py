@@ -40,6 +40,8 @@ def partition_colours(report) -> dict[int, str]:
 #: the fewest nodes a run of repeated blocks must cover to be collapsed; the most items one run
 #: becomes in the main picture (more repetitions share an item)
 MIN_RUN, MAX_RUN_ITEMS = 12, 40
+#: the longest block looked for (the search costs one pass over the nodes per length)
+MAX_BLOCK = 2000
 
 
 def repeated_blocks(ops: list[str]) -> list[tuple[int, int, int]]:
@@ -54,7 +56,7 @@ def repeated_blocks(ops: list[str]) -> list[tuple[int, int, int]]:
         lo, hi = todo.pop()
         seg = codes[lo:hi]
         best = (0, 0, 0, 0)  # (covered, -length, start, count)
-        for p in range(1, (hi - lo) // 2 + 1):
+        for p in range(1, min((hi - lo) // 2, MAX_BLOCK) + 1):
             eq = np.concatenate(([False], seg[:-p] == seg[p:], [False]))
             edges = np.flatnonzero(np.diff(eq.astype(np.int8)))  # starts and ends of runs of matches
             starts, counts = edges[::2], (edges[1::2] - edges[::2] + p) // p  # the periodic stretch is p longer
