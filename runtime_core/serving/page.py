@@ -216,14 +216,13 @@ def graph_view(session) -> dict:
         if nv is not None and nv.subgraphs:
             it["bodies"] = _body_views(it, nv, e.name, copies, colours, extra_views)
         items.append(it)
-    outputs = [v for v in session.get_outputs()]
+    outputs = session.get_outputs()
     # main view: the nodes of one block are one item, placed where its last node is
-    last = {}
+    last: dict[str, int] = {}
     for i, it in enumerate(items):
         if it["id"] in blocks:
             last[blocks[it["id"]][0]] = i
     main: list[dict] = []
-    block_items: dict[str, dict] = {}
     members: dict[str, list[dict]] = {}
     for it in items:
         b = blocks.get(it["id"])
@@ -239,7 +238,7 @@ def graph_view(session) -> dict:
             for m in mem:
                 counts[m["partition"]] = counts.get(m["partition"], 0) + 1
             part = max(counts, key=counts.get)
-            provs = {}
+            provs: dict[str, int] = {}
             for m in mem:
                 provs[m["provider"]] = provs.get(m["provider"], 0) + 1
             g = {"id": f"block:{b[0]}", "kind": "block", "label": f"block {b[0]} ({len(mem)})",
@@ -247,7 +246,6 @@ def graph_view(session) -> dict:
                           + ", ".join(f"{p}: {c}" for p, c in provs.items()) + "); click to expand",
                  "provider": mem[0]["provider"] if len(provs) == 1 else None, "partition": part,
                  "fill": colours.get(part, "#ccc"), "parts": counts, "members": len(mem)}
-            block_items[b[0]] = g
             main.append(g)
     where = {it["id"]: (f"block:{blocks[it['id']][0]}" if it["id"] in blocks else it["id"])
              for it in items if it["kind"] == "node"}
