@@ -141,10 +141,12 @@ def create_app(config: ServerConfig, models: list[ServedModel] | None = None) ->
     served = {m.name: m for m in (models if models is not None else [ServedModel(c) for c in config.models])}
     metrics = Metrics()
     for m in served.values():
-        m.on_batch = lambda name, rows: metrics.batch.labels(name).observe(rows)
-        m.on_queue = lambda name, s: metrics.queue.labels(name).observe(s)
+        # each model's series looked up once, not on every request
+        m.on_batch = lambda name, rows, h=metrics.batch.labels(m.name): h.observe(rows)
+        m.on_queue = lambda name, s, h=metrics.queue.labels(m.name): h.observe(s)
         m.on_terminated = lambda name: metrics.terminated.labels(name).inc()
     state = {"ready": False, "page": None}
+    per_model: dict[str, tuple] = {}  # label -> (request counter, latency histogram)
 
     def model_of(request: Request) -> ServedModel:
         name = request.path_params["name"]
@@ -188,7 +190,10 @@ def create_app(config: ServerConfig, models: list[ServedModel] | None = None) ->
     async def infer(request: Request) -> Response:
         t0 = time.perf_counter()
         label = request.path_params["name"] if request.path_params["name"] in served else "(unknown)"
-        metrics.requests.labels(label).inc()
+        series = per_model.get(label)
+        if series is None:
+            series = per_model[label] = (metrics.requests.labels(label), metrics.latency.labels(label))
+        series[0].inc()
         try:
             m = model_of(request)
             body = await read_body(request, config.max_request_bytes)
@@ -206,7 +211,7 @@ def create_app(config: ServerConfig, models: list[ServedModel] | None = None) ->
                 logger.exception("model %r: the request failed", label)
             return _error(exc)
         finally:
-            metrics.latency.labels(label).observe(time.perf_counter() - t0)
+            series[1].observe(time.perf_counter() - t0)
         headers = {"X-Queue-Ms": f"{info.queue_s * 1e3:.3f}", "X-Batch-Rows": str(info.batch_size)}
         if hlen is None:
             return Response(payload, media_type="application/json", headers=headers)
@@ -235,21 +240,23 @@ def create_app(config: ServerConfig, models: list[ServedModel] | None = None) ->
                 await m.stop()
             logger.info("stopped")
 
-    model_routes = []
+    # inference first: the router tries routes in order, and nearly every request is one
+    model_routes = [Route(prefix + "/infer", infer, methods=["POST"]) for prefix in
+                    ("/v2/models/{name}", "/v2/models/{name}/versions/{version}")]
     for prefix in ("/v2/models/{name}", "/v2/models/{name}/versions/{version}"):
         model_routes += [
             Route(prefix, model_meta, methods=["GET"]),
             Route(prefix + "/ready", model_ready, methods=["GET"]),
             Route(prefix + "/config", model_config, methods=["GET"]),
-            Route(prefix + "/infer", infer, methods=["POST"]),
         ]
     routes = [
+        *model_routes[:2],
         Route("/", page, methods=["GET"]),
         Route("/metrics", metrics_route, methods=["GET"]),
         Route("/v2", server_meta, methods=["GET"]),
         Route("/v2/health/live", live, methods=["GET"]),
         Route("/v2/health/ready", ready, methods=["GET"]),
-        *model_routes,
+        *model_routes[2:],
     ]
 
     async def not_found(request: Request, exc) -> Response:

@@ -4,11 +4,16 @@ A request body is a JSON header, optionally followed by raw tensor bytes; the
 ``Inference-Header-Content-Length`` header says where the JSON ends, and each input that
 travels as bytes says how many in ``parameters.binary_data_size`` (in input order). ``BYTES``
 elements travel as a 4-byte little-endian length and the bytes.
+
+JSON has no NaN or infinities: in ``data`` of FP16/FP32/FP64 tensors they travel as the strings
+``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (written so in responses, which stay strict JSON;
+accepted in requests, as are the bare ``NaN``/``Infinity`` tokens that Python's json writes).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 
@@ -30,7 +35,10 @@ _ONNX_TYPES = {
     "tensor(int64)": "INT64", "tensor(float16)": "FP16", "tensor(float)": "FP32", "tensor(double)": "FP64",
     "tensor(string)": "BYTES",
 }
+_OF_DTYPE = {dt: name for name, dt in DATATYPES.items() if name != "BYTES"}
 HEADER_LENGTH = "inference-header-content-length"
+#: the strings that stand for the IEEE values JSON cannot write
+NONFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 
 
 def datatype_of_onnx(type_str: str) -> str:
@@ -43,9 +51,9 @@ def datatype_of_array(value: np.ndarray) -> str:
     """The OIP datatype of a numpy array."""
     if value.dtype.kind in "OSU":
         return "BYTES"
-    for name, dt in DATATYPES.items():
-        if dt == value.dtype:
-            return name
+    name = _OF_DTYPE.get(value.dtype)
+    if name is not None:
+        return name
     raise RequestError(f"output dtype {value.dtype} has no Open Inference Protocol datatype")
 
 
@@ -69,7 +77,7 @@ def _shape(name: str, raw) -> tuple[int, ...]:
 
 def _from_json(name: str, data, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
     dt = DATATYPES[datatype]
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if datatype == "BYTES":
         flat = _flatten(name, data)
         if not all(isinstance(v, str) for v in flat):
@@ -80,6 +88,8 @@ def _from_json(name: str, data, datatype: str, shape: tuple[int, ...]) -> np.nda
             arr = np.asarray(data)
         except ValueError as exc:  # ragged nesting
             raise RequestError(f"input {name!r}: 'data' is not a regular array: {exc}") from None
+        if arr.dtype.kind == "U" and dt.kind == "f":
+            arr = _with_nonfinite(name, data, datatype)
         if arr.size == 0:
             arr = arr.astype(dt)
         elif arr.dtype.kind not in "biuf" or (dt.kind == "b" and arr.dtype.kind != "b") or (
@@ -96,6 +106,24 @@ def _from_json(name: str, data, datatype: str, shape: tuple[int, ...]) -> np.nda
     if arr.size != count:
         raise RequestError(f"input {name!r}: shape {list(shape)} needs {count} element(s), 'data' has {arr.size}")
     return arr.reshape(shape)
+
+
+def _with_nonfinite(name: str, data, datatype: str) -> np.ndarray:
+    """FP ``data`` that holds strings: each must be a number or one of :data:`NONFINITE`."""
+    flat = _flatten(name, data)
+    vals = []
+    for v in flat:
+        if isinstance(v, str):
+            if v not in NONFINITE:
+                raise RequestError(f"input {name!r}: datatype {datatype} needs numbers (or the strings "
+                                   f"\"NaN\", \"Infinity\", \"-Infinity\") in 'data', got {v[:40]!r}")
+            vals.append(NONFINITE[v])
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            vals.append(v)
+        else:
+            raise RequestError(f"input {name!r}: datatype {datatype} needs numbers in 'data', "
+                               f"got {type(v).__name__}")
+    return np.array(vals, dtype=np.float64)
 
 
 def _kind_word(arr: np.ndarray) -> str:
@@ -120,7 +148,7 @@ def _flatten(name: str, data) -> list:
 
 
 def _from_bytes(name: str, chunk: memoryview, datatype: str, shape: tuple[int, ...]) -> np.ndarray:
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if datatype == "BYTES":
         items, pos = [], 0
         while pos < len(chunk):
@@ -226,7 +254,14 @@ def _bytes_of(value: np.ndarray) -> bytes:
 def _json_data(value: np.ndarray) -> list:
     if value.dtype.kind in "OSU":
         return [v.decode(errors="replace") if isinstance(v, bytes) else str(v) for v in value.reshape(-1)]
-    return value.reshape(-1).tolist()
+    flat = value.reshape(-1)
+    out = flat.tolist()
+    if flat.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(flat))
+        for i in bad.tolist():  # strict JSON: the few non-finite values as their strings
+            v = out[i]
+            out[i] = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    return out
 
 
 def encode_response(model: str, version: str, request_id: str | None,
@@ -246,7 +281,7 @@ def encode_response(model: str, version: str, request_id: str | None,
     head: dict = {"model_name": model, "model_version": version, "outputs": tensors}
     if request_id is not None:
         head["id"] = request_id
-    header = json.dumps(head, separators=(",", ":")).encode()
+    header = json.dumps(head, separators=(",", ":"), allow_nan=False).encode()
     if not chunks:
         return header, None
     return header + b"".join(chunks), len(header)

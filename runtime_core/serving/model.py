@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import RunTerminatedError
-from ..session.inputs import validate_feeds
 from .codec import datatype_of_onnx
 from .config import ModelConfig
 from .errors import RequestError, RequestTimeoutError, ServerBusyError
@@ -73,8 +72,6 @@ class ServedModel:
             logger.warning("model %r: dynamic batching is off: its inputs and outputs do not share a free "
                            "first (batch) dimension", self.name)
         self._pool = ThreadPoolExecutor(max_workers=cfg.max_concurrency, thread_name_prefix=f"serve-{self.name}")
-        self._specs = session._specs  # the session's own input checks, run before a request joins a batch
-        self._max_bytes = session._max_tensor_bytes
         self._sem: asyncio.Semaphore | None = None
         self._items: deque[_Item] = deque()
         self._wake: asyncio.Event | None = None
@@ -137,12 +134,8 @@ class ServedModel:
         deadline = now + self.cfg.timeout_s
         names = list(output_names) if output_names else list(self.output_names)
         if self.batching:
-            feeds = validate_feeds(feeds, self._specs, self._max_bytes)
-            unknown = [n for n in names if n not in self.output_names]
-            if unknown:
-                # the session's own message (OutputNameError lists the outputs)
-                from ..session.inputs import check_output_names
-                check_output_names(unknown, self.output_names)
+            # the session's own checks and messages, before the request joins a batch
+            feeds = self.session.validate_inputs(feeds, names)
             rows = {int(v.shape[0]) for v in feeds.values()}
             if len(rows) == 1 and (r := rows.pop()) <= self.cfg.max_batch_size:
                 if len(self._items) >= self.cfg.max_queue:
@@ -153,22 +146,25 @@ class ServedModel:
                 self._items.append(item)
                 assert self._wake is not None
                 self._wake.set()
-                try:
-                    return await asyncio.wait_for(asyncio.shield(item.future), max(deadline - now, 0))
-                except asyncio.TimeoutError:
-                    item.future.cancel()
-                    raise RequestTimeoutError(f"model {self.name!r}: the request took longer than "
-                                              f"timeout_s={self.cfg.timeout_s:g} s") from None
+                await asyncio.wait((item.future,), timeout=max(deadline - now, 0))
+                if item.future.done():
+                    return item.future.result()
+                item.future.cancel()
+                raise RequestTimeoutError(f"model {self.name!r}: the request took longer than "
+                                          f"timeout_s={self.cfg.timeout_s:g} s")
         return await self._run_single(feeds, names, deadline, now)
 
     async def _run_single(self, feeds, names, deadline, arrived) -> tuple[list, RunInfo]:
         loop = asyncio.get_running_loop()
         assert self._sem is not None
-        try:
-            await asyncio.wait_for(self._sem.acquire(), max(deadline - loop.time(), 0))
-        except asyncio.TimeoutError:
-            raise RequestTimeoutError(f"model {self.name!r}: no run slot within timeout_s="
-                                      f"{self.cfg.timeout_s:g} s") from None
+        if self._sem.locked():  # a free slot is taken at once, without a timer
+            try:
+                await asyncio.wait_for(self._sem.acquire(), max(deadline - loop.time(), 0))
+            except asyncio.TimeoutError:
+                raise RequestTimeoutError(f"model {self.name!r}: no run slot within timeout_s="
+                                          f"{self.cfg.timeout_s:g} s") from None
+        else:
+            await self._sem.acquire()
         task = asyncio.current_task()
         assert task is not None
         self._running.add(task)
@@ -189,18 +185,19 @@ class ServedModel:
         loop = asyncio.get_running_loop()
         ro = rt.RunOptions()
         fut = loop.run_in_executor(self._pool, self.session.run, names, feeds, ro)
+        # asyncio.wait leaves the run's future alone at the timeout (no shield, no extra task)
+        await asyncio.wait((fut,), timeout=max(deadline - loop.time(), 0))
+        if fut.done():
+            return fut.result()
+        ro.terminate = True
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), max(deadline - loop.time(), 0))
-        except asyncio.TimeoutError:
-            ro.terminate = True
-            try:
-                await fut
-            except RunTerminatedError:
-                self.on_terminated(self.name)
-            except Exception:  # the run failed on its own while being stopped: the timeout is the answer
-                pass
-            raise RequestTimeoutError(f"model {self.name!r}: the run took longer than timeout_s="
-                                      f"{self.cfg.timeout_s:g} s and was terminated") from None
+            await fut
+        except RunTerminatedError:
+            self.on_terminated(self.name)
+        except Exception:  # the run failed on its own while being stopped: the timeout is the answer
+            pass
+        raise RequestTimeoutError(f"model {self.name!r}: the run took longer than timeout_s="
+                                  f"{self.cfg.timeout_s:g} s and was terminated") from None
 
     async def _batch_loop(self) -> None:
         """Take a run slot, then gather queued requests of the first one's signature (waiting at

@@ -382,6 +382,30 @@ class InferenceSession:
         self._report.kernels = _kernel_choices(self._plan)
         return self._report
 
+    def get_graph_nodes(self) -> list:
+        """The nodes of the optimized graph that :meth:`get_partition_report` describes (same
+        names), in graph order, as read-only ``runtime_core.plugin.NodeView`` objects: inputs and
+        outputs by value name, resolved attributes, and If/Loop/Scan bodies in ``subgraphs``
+        (for pictures of the graph, such as the partition page). A new list on each call."""
+        cache: dict = {}
+        return [self._graph.node_view(n, i, cache) for i, n in enumerate(self._graph.nodes)]
+
+    def validate_inputs(self, input_feed, output_names=None) -> dict:
+        """Check ``input_feed`` (and ``output_names``, when given) as :meth:`run` would, without
+        running: the feeds as ``run`` would use them (native, C-contiguous numpy arrays; an
+        optional input not fed is None), or the same typed error. For callers that check a
+        request before queueing it (the server's dynamic batcher)."""
+        if output_names is not None:
+            check_output_names(output_names, self._output_names)
+        if not hasattr(input_feed, "items"):
+            raise InputTypeError(f"input_feed must be a dict of input name to array, "
+                                 f"got {type(input_feed).__name__}")
+        if self._overridable_names and not self._overridable_names.isdisjoint(input_feed.keys()):
+            sess = self._overriding_session()
+            return sess.validate_inputs({**{k: v for k, v in sess._defaults.items() if k not in input_feed},
+                                         **input_feed})
+        return validate_feeds(input_feed, self._specs, self._max_tensor_bytes)
+
     def run(self, output_names, input_feed, run_options: RunOptions | None = None) -> list:
         """Run the model; returns numpy arrays in ``output_names`` order (all outputs if None).
 

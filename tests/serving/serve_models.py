@@ -114,3 +114,76 @@ def row_sum(path) -> str:
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(m, str(path))
     return str(path)
+
+
+def log_scale(path, dtype=TensorProto.FLOAT) -> str:
+    """x[N,4] -> y = Log(x) and z = 2 * x: Log makes NaN (x < 0) and -Infinity (x = 0) from finite
+    inputs; z carries the non-finite values a request sends."""
+    np_dt = helper.tensor_dtype_to_np_dtype(dtype)
+    g = helper.make_graph([helper.make_node("Log", ["x"], ["y"], name="log"),
+                           helper.make_node("Mul", ["x", "two"], ["z"], name="twice")], "logscale",
+                          [helper.make_tensor_value_info("x", dtype, ["N", 4])],
+                          [helper.make_tensor_value_info("y", dtype, ["N", 4]),
+                           helper.make_tensor_value_info("z", dtype, ["N", 4])],
+                          [_init("two", np.array(2, np_dt))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def control_flow(path) -> str:
+    """x[4] -> If(ReduceSum(x) > 0: then Mul(x, 2) -> Sin; else Neg) -> y, then Loop (3 trips) whose body
+    adds x and holds a nested If: If, Loop and nested bodies to draw."""
+    f = TensorProto.FLOAT
+    then_g = helper.make_graph([helper.make_node("Mul", ["x", "two"], ["t0"], name="t_mul"),
+                                helper.make_node("Sin", ["t0"], ["t_out"], name="t_sin")], "then", [],
+                               [helper.make_tensor_value_info("t_out", f, [4])],
+                               [_init("two", np.array(2, np.float32))])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e_out"], name="e_neg")], "else", [],
+                               [helper.make_tensor_value_info("e_out", f, [4])])
+    in_then = helper.make_graph([helper.make_node("Add", ["acc", "x"], ["n_a"], name="n_add")], "nthen", [],
+                                [helper.make_tensor_value_info("n_a", f, [4])])
+    in_else = helper.make_graph([helper.make_node("Sub", ["acc", "x"], ["n_s"], name="n_sub")], "nelse", [],
+                                [helper.make_tensor_value_info("n_s", f, [4])])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"], name="b_cond"),
+         helper.make_node("If", ["cond_in"], ["acc_out"], name="b_if", then_branch=in_then, else_branch=in_else)],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc", f, [4])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", f, [4])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="positive"),
+             helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=else_g),
+             helper.make_node("Loop", ["trips", "c", "y"], ["z"], name="repeat", body=body)]
+    g = helper.make_graph(nodes, "control", [helper.make_tensor_value_info("x", f, [4])],
+                          [helper.make_tensor_value_info("z", f, [4])],
+                          [_init("zero", np.array(0, np.float32)), _init("trips", np.array(3, np.int64))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, str(path))
+    return str(path)
+
+
+def bert_layers(path, layers: int = 12, d: int = 32) -> str:
+    """A BERT-style encoder of ``layers`` identical blocks exported from PyTorch (TorchScript exporter,
+    opset 17): the repeated blocks of a real transformer export."""
+    import io
+    import warnings
+    from pathlib import Path
+
+    import torch
+    from models.builders import _cls
+
+    torch.manual_seed(0)
+    m = _cls("Bert")(vocab=100, d=d, heads=4, layers=layers, max_len=32).eval()
+    ids = torch.randint(1, 100, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(m, (ids, mask), buf, dynamo=False, opset_version=17,
+                          input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state", "pooler"],
+                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}})
+    Path(path).write_bytes(buf.getvalue())
+    return str(path)
