@@ -81,6 +81,7 @@ class CPUExecutable:
         hold_blas(kernel_threads)  # BLAS's own threads, set once for the process
         cap = int(getattr(partition, "max_tensor_bytes", 0) or 0)
         tune = autotune_enabled(partition)
+        weights: dict = {}  # one packed copy per (constant, layout) for the partition's nodes
         for node in partition.nodes:
             spec = REGISTRY.lookup(node.domain, node.op_type, node.since_version)
             if spec is None:  # the provider never claims such a node
@@ -96,6 +97,7 @@ class CPUExecutable:
                 threads=kernel_threads,
                 max_tensor_bytes=cap,
                 tune=tune,
+                weights=weights,
             )
             in_slots = tuple(slot(n) for n in ins)
             out_slots = tuple(slot(n) if n else -1 for n in node.outputs)
