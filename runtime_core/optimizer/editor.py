@@ -219,8 +219,23 @@ class Editor:
         return cand
 
     def add_const(self, array: np.ndarray, base: str) -> str:
+        """A new initializer holding ``array``; or the one a pass added before with equal
+        contents (the same fusion applied to each of several layers that share their weights,
+        as ALBERT's do, must not make one copy of the fused weight per layer)."""
+        array = np.asarray(array)
+        added = self.g.__dict__.setdefault("_added_consts", {})  # the graph's, across passes
+        key = None
+        if array.dtype != object and array.size:
+            flat = array.reshape(-1)
+            key = (array.dtype.str, array.shape, flat[::max(1, flat.size // 256)].tobytes())
+            for name in added.get(key, ()):
+                if (self.g.initializers.get(name) is not None and name not in self._inputs
+                        and np.array_equal(self.g.initializers[name], array)):
+                    return name
         name = self.fresh(base)
-        self.g.initializers[name] = np.asarray(array)
+        self.g.initializers[name] = array
+        if key is not None:
+            added.setdefault(key, []).append(name)
         return name
 
     def set_type(self, name: str, dtype, shape: Iterable | None = None) -> None:

@@ -57,6 +57,9 @@ class KernelContext:
     #: control-flow kernels only: the node's GRAPH attributes compiled to
     #: :class:`~runtime_provider_cpu.execution.subgraph.Subgraph` objects, by attribute name
     subgraphs: dict = field(default_factory=dict, compare=False)
+    #: what kernels derive from constant weights, shared by every node of the partition
+    #: (one dict per compiled partition; see :func:`~runtime_provider_cpu.fast.packing.shared`)
+    weights: dict = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:

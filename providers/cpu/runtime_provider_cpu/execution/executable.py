@@ -21,7 +21,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
-from ..fast.sgemm import hold_blas
+from ..fast.sgemm import hold_blas, uses_blas
 from ..registry import REGISTRY, KernelContext
 from . import fusion, inplace
 from .parallel import ParallelRun
@@ -78,9 +78,11 @@ class CPUExecutable:
         self.input_slots = [slot(n) for n in partition.inputs]
         steps = []
         kernel_threads = intra_op_threads(partition)
-        hold_blas(kernel_threads)  # BLAS's own threads, set once for the process
+        if uses_blas((n.domain, n.op_type) for n in partition.nodes):
+            hold_blas(kernel_threads)  # BLAS's own threads, set once for the process
         cap = int(getattr(partition, "max_tensor_bytes", 0) or 0)
         tune = autotune_enabled(partition)
+        weights: dict = {}  # one packed copy per (constant, layout) for the partition's nodes
         for node in partition.nodes:
             spec = REGISTRY.lookup(node.domain, node.op_type, node.since_version)
             if spec is None:  # the provider never claims such a node
@@ -96,6 +98,7 @@ class CPUExecutable:
                 threads=kernel_threads,
                 max_tensor_bytes=cap,
                 tune=tune,
+                weights=weights,
             )
             in_slots = tuple(slot(n) for n in ins)
             out_slots = tuple(slot(n) if n else -1 for n in node.outputs)

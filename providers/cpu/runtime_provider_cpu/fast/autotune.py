@@ -19,7 +19,6 @@ wherever it applies; with tuning off
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -121,6 +120,8 @@ def cache_path() -> str | None:
     if not folder:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         folder = os.path.join(base, "runtime-core")
+    import hashlib  # on first use: it loads OpenSSL (about 3 MiB resident)
+
     digest = hashlib.sha256(json.dumps(machine(), sort_keys=True).encode()).hexdigest()[:16]
     return os.path.join(folder, f"autotune-{digest}.json")
 

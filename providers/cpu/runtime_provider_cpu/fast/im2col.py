@@ -104,9 +104,42 @@ class Im2colPlan(ConvPlan):
 
         w, b, clip, threads, library = self.w, self.b, self.clip, self.threads, self.LIBRARY
         group, strides, dilations, pb, pe = self.args
+        if (self.LIBRARY and group == 1 and w.shape[2:] == (1, 1) and strides == [1, 1]
+                and not any(pb) and not any(pe) and self.xshape[0] > 1):
+            return self._pointwise_batch_call()
 
         def call(x, z):
             return _conv_core(x, w, b, group, strides, dilations, pb, pe, clip, z, threads, library=library)
+        return call
+
+    def _pointwise_batch_call(self):
+        """A 1x1 stride-1 unpadded convolution of a batch: one GEMM per image written straight
+        into the [N, M, H*W] result (numpy's batched matmul), then bias, sum and clip in place;
+        the general path's [M, N*H*W] product and its transposed copy would hold two more
+        result-sized arrays at once (MobileNet's 1x1 expansions at batch 8)."""
+        N, M = self.shape[:2]
+        C = self.w.shape[1]
+        P = self.shape[2] * self.shape[3]
+        wm = np.ascontiguousarray(self.w.reshape(M, C))
+        b2, nat, shape = self.b2, self.native, self.shape
+        lo, hi = self.lo, self.hi
+        clip = self.clip is not None
+
+        def call(x, z):
+            y = np.matmul(wm, x.reshape(N, C, P))
+            if nat is not None:
+                zz = None if z is None else np.ascontiguousarray(z, dtype=np.float32).reshape(N, M, P)
+                if b2 is not None or clip or zz is not None:
+                    for n in range(N):  # bias, sum and clip in one pass
+                        nat.bias_clip(y[n], b2, (M, P), lo, hi, None if zz is None else zz[n])
+            else:
+                if b2 is not None:
+                    y += b2.reshape(M, 1)
+                if z is not None:
+                    y += z.reshape(N, M, P)
+                if clip:
+                    np.clip(y, np.float32(lo), np.float32(hi), out=y)
+            return y.reshape(shape)
         return call
 
 

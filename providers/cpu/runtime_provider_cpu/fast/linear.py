@@ -17,7 +17,7 @@ import numpy as np
 
 from ..ops._nncommon import _F32, _is_const
 from . import autotune
-from .packing import pack_linear
+from .packing import pack_linear, shared
 from .policy import current
 from .sgemm import pooled_matmul
 
@@ -109,7 +109,7 @@ def linear_weight(ctx, w, trans):
         return None
     packed = cache.get("linear")
     if packed is None:
-        packed = cache["linear"] = pack_linear(w, trans)
+        packed = cache["linear"] = shared(ctx, w, ("linear", bool(trans)), lambda: pack_linear(w, trans))
     return packed
 
 

@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
 from .policy import NATIVE as _native  # the build's layout constants (CONV_MR, CONV_LANES)
 
 _F32 = np.float32
+
+
+def shared(ctx, w, layout, make):
+    """``make()``, the layout ``layout`` (a hashable key) of the constant ``w``, made once for
+    every node of the partition that reads ``w`` (``ctx.weights``): a weight shared by many
+    nodes (ALBERT's one layer run 12 times) is packed once. The store holds both weakly: a
+    copy lives while a node's plan holds it, and dies with the last one."""
+    store = getattr(ctx, "weights", None)
+    if store is None:
+        return make()
+    key = (id(w), layout)
+    hit = store.get(key)
+    if hit is not None and hit[0]() is w:
+        out = hit[1]()
+        if out is not None:
+            return out
+    out = make()
+    store[key] = (weakref.ref(w), weakref.ref(out))
+    return out
 
 
 def blocked(w, mr):

@@ -62,6 +62,24 @@ def sgemm_ready():
 
 _BLAS: list = []  # [the thread count numpy's BLAS was set to], once decided
 
+#: ops whose CPU kernels never call a matrix product (BLAS or SciPy's sgemm): a partition made
+#: only of these (a tree ensemble with its casts) has no BLAS threads to hold, and deciding would
+#: import SciPy's BLAS (about 14 MiB resident) for nothing
+BLAS_FREE_OPS = frozenset({
+    ("ai.onnx.ml", "TreeEnsembleClassifier"), ("ai.onnx.ml", "TreeEnsembleRegressor"),
+    ("ai.onnx.ml", "TreeEnsemble"), ("ai.onnx.ml", "ZipMap"), ("ai.onnx.ml", "LabelEncoder"),
+    ("ai.onnx.ml", "Normalizer"), ("ai.onnx.ml", "Scaler"), ("ai.onnx.ml", "ArrayFeatureExtractor"),
+    *(("", op) for op in ("Identity", "Cast", "CastLike", "Add", "Sub", "Mul", "Div", "Neg", "Abs",
+                          "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat", "Slice", "Gather",
+                          "Transpose", "ArgMax", "ArgMin", "Softmax", "Sigmoid", "Exp", "Log", "Where",
+                          "Equal", "Greater", "Less", "Shape", "Constant")),
+})
+
+
+def uses_blas(ops) -> bool:
+    """Whether a partition of these ``(domain, op_type)`` may reach a matrix product."""
+    return any(op not in BLAS_FREE_OPS for op in ops)
+
 
 def hold_blas(threads: int) -> None:
     """Set the BLAS libraries' own threads for the process, once, when a CPU partition

@@ -17,16 +17,22 @@ Design notes
 
 from __future__ import annotations
 
+import importlib.util
 import io
 
 import numpy as np
 
 from ..registry import kernel
 
-try:
-    import PIL.Image as _PILImage
-except ImportError:  # pragma: no cover - depends on the environment
-    _PILImage = None
+
+def _pil():
+    """Pillow's Image module, imported on first use (a session without ImageDecoder does not
+    pay for it), or None where Pillow is not installed."""
+    try:
+        import PIL.Image
+    except ImportError:  # pragma: no cover - depends on the environment
+        return None
+    return PIL.Image
 
 _CHANNELS = {"RGB": 3, "BGR": 3, "Grayscale": 1}
 # the spec's formats, by Pillow's names (PPM covers PBM/PGM/PPM/PNM); others decode as empty
@@ -34,7 +40,7 @@ _FORMATS = ("BMP", "JPEG", "JPEG2000", "TIFF", "PNG", "WEBP", "PPM")
 
 
 def _check(node):
-    if _PILImage is None:
+    if importlib.util.find_spec("PIL") is None:
         return ("ImageDecoder needs Pillow: install runtime-provider-cpu[image] "
                 "(pip install pillow)")
     fmt = node.attrs.get("pixel_format")
@@ -46,8 +52,9 @@ def _check(node):
 @kernel("ImageDecoder", 20, check=_check, dtypes={"uint8"})
 def image_decoder(ctx, encoded, *, pixel_format):
     data = np.ascontiguousarray(encoded, dtype=np.uint8).tobytes()
+    pil = _pil()  # present: the node was claimed only where Pillow is installed
     try:
-        with _PILImage.open(io.BytesIO(data), formats=_FORMATS) as img:
+        with pil.open(io.BytesIO(data), formats=_FORMATS) as img:
             img.load()
             if pixel_format == "Grayscale":
                 out = np.asarray(img.convert("L"), dtype=np.uint8)[:, :, None]
