@@ -260,7 +260,7 @@ def test_native_recurrence_checks_buffers():
     dims = (seq, nd, b, h, nd * 3 * h)
 
     def call(xw=xw, xb=None, p1=p1, rbn=rbn, ys=ys, dims=dims):
-        nat.recurrence(False, True, False, xw, xb, p1, None, rbn, h0, None, ys, dims, 2)
+        nat.recurrence(False, True, False, xw, xb, p1, None, rbn, h0, None, ys, dims, False, 2)
 
     with pytest.raises(ValueError, match="p1"):
         call(p1=p1[:-1])

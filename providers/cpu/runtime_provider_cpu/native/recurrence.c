@@ -18,35 +18,49 @@ typedef struct {
     const float *rbn;  /* GRU, linear_before_reset=1: [ndir, H], Rb of the n gate */
     const float *h0;   /* [ndir, B, H] */
     float *c;          /* LSTM: [ndir, B, H], c0 in, the last cell state out */
-    float *ys;         /* [seq, ndir, B, H]: Y as the op lays it out */
+    float *ys;         /* [seq, ndir, B, H] (Y as the op lays it out) or [seq, B, ndir, H] */
+    Py_ssize_t ysd, ysb; /* floats between the directions and the batch rows of a step of ys */
     float *scratch;    /* GRU, linear_before_reset=0: [ndir, 2, B, H] (z, r * h) */
     int nbmax[5];      /* rows a block, by gates in the product: what keeps its sums in registers */
 } rc_job;
 
 /* out[r][g][0 .. RC_U) = sum_k hr[r][k] * p[k][g][0 .. RC_U) for NB rows and G gates: G vector
-   loads a k feed G * NB FMAs (NB * G <= 24 sums: in registers with AVX-512's 32) */
+   loads a k feed G * NB FMAs (NB * G <= 24 sums: in registers with AVX-512's 32). Up to 8
+   sums, even and odd k go to separate sums: enough FMAs in flight to hide their latency. */
 RC_INLINE void rc_block(const float *const *hr, const float *restrict p, Py_ssize_t K, const int G,
                         const int NB, float *restrict out)
 {
+    const int S = NB * G <= 8 ? 2 : 1; /* sets of sums */
     const float *h[8];
-    v16f acc[32];
+    v16f acc[2][24];
     for (int r = 0; r < NB; r++)
         h[r] = hr[r];
-    for (int i = 0; i < NB * G; i++)
-        acc[i] = (v16f){0};
-    for (Py_ssize_t k = 0; k < K; k++) {
+    for (int u = 0; u < S; u++)
+        for (int i = 0; i < NB * G; i++)
+            acc[u][i] = (v16f){0};
+    Py_ssize_t k = 0;
+    for (; k + S <= K; k += S)
+        for (int u = 0; u < S; u++) {
+            const float *q = p + (k + u) * (G * RC_U);
+            v16f w[4];
+            for (int g = 0; g < G; g++)
+                w[g] = *(const v16f_u *)(q + RC_U * g);
+            for (int r = 0; r < NB; r++) {
+                const v16f hb = cv_bcast(h[r][k + u]);
+                for (int g = 0; g < G; g++)
+                    acc[u][r * G + g] += hb * w[g];
+            }
+        }
+    for (; k < K; k++) {
         const float *q = p + k * (G * RC_U);
-        v16f w[4];
-        for (int g = 0; g < G; g++)
-            w[g] = *(const v16f_u *)(q + RC_U * g);
         for (int r = 0; r < NB; r++) {
             const v16f hb = cv_bcast(h[r][k]);
             for (int g = 0; g < G; g++)
-                acc[r * G + g] += hb * w[g];
+                acc[0][r * G + g] += hb * *(const v16f_u *)(q + RC_U * g);
         }
     }
     for (int i = 0; i < NB * G; i++)
-        *(v16f_u *)(out + RC_U * i) = acc[i];
+        *(v16f_u *)(out + RC_U * i) = S == 2 ? acc[0][i] + acc[1][i] : acc[0][i];
 }
 
 /* rc_block with G and NB constants (nb one of 1, 2, 4, 6, 8) */
@@ -124,7 +138,7 @@ static void rc_direction(const rc_job *j, int d)
     const Py_ssize_t H = j->H, B = j->B, seq = j->seq, nc = j->nchunk, xld = j->xld;
     const int G = j->lstm ? 4 : 3, G1 = j->lstm ? 4 : (j->lbr ? 3 : 2);
     const int rev = j->ndir == 2 ? d == 1 : j->reverse;
-    const Py_ssize_t ystep = j->ndir * B * H; /* floats between time steps of Y */
+    const Py_ssize_t ystep = j->ndir * B * H, ysb = j->ysb; /* floats between steps, rows of ys */
     const float *p1 = j->p1 + d * nc * H * G1 * RC_U;
     const float *p2 = j->p2 ? j->p2 + d * nc * H * RC_U : NULL;
     const float *xb = j->xb ? j->xb + d * G * H : NULL;
@@ -138,14 +152,16 @@ static void rc_direction(const rc_job *j, int d)
     for (Py_ssize_t s = 0; s < seq; s++) {
         const Py_ssize_t t = rev ? seq - 1 - s : s;
         const Py_ssize_t tp = rev ? t + 1 : t - 1;
-        const float *hprev = s == 0 ? h0 : j->ys + tp * ystep + d * B * H; /* [B, H] */
-        float *hnew = j->ys + t * ystep + d * B * H;
+        /* the previous state: row b at hprev + b * hs */
+        const float *hprev = s == 0 ? h0 : j->ys + tp * ystep + d * j->ysd;
+        const Py_ssize_t hs = s == 0 ? H : ysb;
+        float *hnew = j->ys + t * ystep + d * j->ysd;
         const float *xt = j->xw + t * B * xld + d * G * H;
         for (Py_ssize_t b0 = 0; b0 < B; ) {
             const int nb = rc_nb(B - b0, j->nbmax[G1]);
             const Py_ssize_t n = B - b0 < nb ? B - b0 : nb; /* real rows of the block */
             for (int r = 0; r < nb; r++)
-                hr[r] = hprev + (b0 + (r < n ? r : n - 1)) * H;
+                hr[r] = hprev + (b0 + (r < n ? r : n - 1)) * hs;
             for (Py_ssize_t ci = 0; ci < nc; ci++) {
                 /* every other step walks the chunks backwards: the weights read last are
                    still in L2 and are read first, where a same-order sweep of a matrix
@@ -173,20 +189,20 @@ static void rc_direction(const rc_job *j, int d)
                             out[q] = og * v8_tanh(hv[q]);
                         }
                         rc_store16(cu, nu, hv[0], hv[1]);
-                        rc_store16(hnew + b * H + j0, nu, out[0], out[1]);
+                        rc_store16(hnew + b * ysb + j0, nu, out[0], out[1]);
                     } else if (j->lbr) {
                         rc_xin(x, xb, 2 * H + j0, nu, x2);
                         rc_load16(rbn + j0, nu, &x3[0], &x3[1]);
-                        rc_load16(hprev + b * H + j0, nu, &hv[0], &hv[1]);
+                        rc_load16(hprev + b * hs + j0, nu, &hv[0], &hv[1]);
                         for (int q = 0; q < 2; q++) {
                             const v8f z = v8_sigmoid(v8_load(a + 8 * q) + x0[q]);
                             const v8f rg = v8_sigmoid(v8_load(a + RC_U + 8 * q) + x1[q]);
                             const v8f nn = v8_tanh(x2[q] + rg * (v8_load(a + 2 * RC_U + 8 * q) + x3[q]));
                             out[q] = nn + z * (hv[q] - nn);
                         }
-                        rc_store16(hnew + b * H + j0, nu, out[0], out[1]);
+                        rc_store16(hnew + b * ysb + j0, nu, out[0], out[1]);
                     } else {
-                        rc_load16(hprev + b * H + j0, nu, &hv[0], &hv[1]);
+                        rc_load16(hprev + b * hs + j0, nu, &hv[0], &hv[1]);
                         v8f z[2];
                         for (int q = 0; q < 2; q++) {
                             z[q] = v8_sigmoid(v8_load(a + 8 * q) + x0[q]);
@@ -214,13 +230,13 @@ static void rc_direction(const rc_job *j, int d)
                 for (Py_ssize_t r = 0; r < n; r++) {
                     const Py_ssize_t b = b0 + r;
                     rc_xin(xt + b * xld, xb, 2 * H + j0, nu, x2);
-                    rc_load16(hprev + b * H + j0, nu, &hv[0], &hv[1]);
+                    rc_load16(hprev + b * hs + j0, nu, &hv[0], &hv[1]);
                     rc_load16(zbuf + b * H + j0, nu, &x0[0], &x0[1]);
                     for (int q = 0; q < 2; q++) {
                         const v8f nn = v8_tanh(x2[q] + v8_load(acc + r * RC_U + 8 * q));
                         out[q] = nn + x0[q] * (hv[q] - nn);
                     }
-                    rc_store16(hnew + b * H + j0, nu, out[0], out[1]);
+                    rc_store16(hnew + b * ysb + j0, nu, out[0], out[1]);
                 }
             }
             b0 += n;
@@ -238,9 +254,10 @@ PyObject *rc_py_recurrence(PyObject *self, PyObject *args)
 {
     int lstm, lbr, reverse, threads;
     PyObject *xo, *xbo, *p1o, *p2o, *rbo, *h0o, *co, *yo;
+    int batch_major;
     Py_ssize_t seq, ndir, B, H, xld;
-    if (!PyArg_ParseTuple(args, "pppOOOOOOOO(nnnnn)i:recurrence", &lstm, &lbr, &reverse, &xo, &xbo, &p1o,
-                          &p2o, &rbo, &h0o, &co, &yo, &seq, &ndir, &B, &H, &xld, &threads))
+    if (!PyArg_ParseTuple(args, "pppOOOOOOOO(nnnnn)pi:recurrence", &lstm, &lbr, &reverse, &xo, &xbo, &p1o,
+                          &p2o, &rbo, &h0o, &co, &yo, &seq, &ndir, &B, &H, &xld, &batch_major, &threads))
         return NULL;
     if (seq < 0 || B < 0 || H < 1 || (ndir != 1 && ndir != 2)) {
         PyErr_SetString(PyExc_ValueError,
@@ -298,6 +315,8 @@ PyObject *rc_py_recurrence(PyObject *self, PyObject *args)
     job.h0 = (const float *)v[5].buf;
     job.c = (float *)v[6].buf;
     job.ys = (float *)v[7].buf;
+    job.ysd = batch_major ? H : B * H;
+    job.ysb = batch_major ? ndir * H : H;
     /* rows a block: 24 sums in the 32 AVX-512 registers, 12 halves of 16 in AVX2's 16 */
     static const int wide[5] = {0, 8, 8, 8, 6}, narrow[5] = {0, 6, 4, 2, 2};
     memcpy(job.nbmax, rc_conv_fast ? wide : narrow, sizeof job.nbmax);

@@ -364,8 +364,10 @@ def _packed(ctx, R, gates):
 def _native_node(ctx, x, W, R, B, h0, c0, ndir, rev, lstm, lbr, layout):
     """Every direction of an LSTM (``lstm``) or GRU node through the compiled loop: one
     product projects the input of every step and direction, the biases are added as the
-    loop reads it, and the loop writes Y in its [seq, dir, batch, H] layout. ``h0``/``c0``:
-    [dir, batch, H] or None. Returns (Y or None when not wanted, Y_h, Y_c or None)."""
+    loop reads it. Y is returned as a [seq, dir, batch, H] view of a [seq, batch, dir, H]
+    buffer: the Transpose(0, 2, 1, 3) and Reshape to [seq, batch, dir * H] that exporters put
+    after a bidirectional layer are then views too. ``h0``/``c0``: [dir, batch, H] or None.
+    Returns (Y or None when not wanted, Y_h, Y_c or None)."""
     seq, batch, H = x.shape[0], x.shape[1], R.shape[-1]
     g = 4 if lstm else 3
     # W of every direction as one [input, dir * gates * H] operand: one product for the node
@@ -397,13 +399,13 @@ def _native_node(ctx, x, W, R, B, h0, c0, ndir, rev, lstm, lbr, layout):
     if lstm:
         c = (np.zeros((ndir, batch, H), np.float32) if c0 is None
              else np.array(c0, dtype=np.float32, order="C", copy=True))
-    ys = np.empty((seq, ndir, batch, H), np.float32)
+    ys = np.empty((seq, batch, ndir, H), np.float32)
     _native.recurrence(lstm, bool(lbr), rev, xw, xb, p1, p2, rbn, h, c, ys,
-                       (seq, ndir, batch, H, ndir * g * H), int(getattr(ctx, "threads", 1)))
+                       (seq, ndir, batch, H, ndir * g * H), True, int(getattr(ctx, "threads", 1)))
     # the last state of each direction: forward's at the last step, reverse's at the first
-    last = [ys[0 if (rev if ndir == 1 else d == 1) else seq - 1, d] for d in range(ndir)]
+    last = [ys[0 if (rev if ndir == 1 else d == 1) else seq - 1, :, d] for d in range(ndir)]
     yh = np.stack(last, axis=0)
-    y = ys if ctx.outputs_wanted[0] else None
+    y = np.transpose(ys, (0, 2, 1, 3)) if ctx.outputs_wanted[0] else None
     if layout == 1:
         if y is not None:
             y = np.transpose(y, (2, 0, 1, 3))
