@@ -286,3 +286,35 @@ def test_native_recurrence_checks_buffers():
     # zero input and state with zero weights: z = r = 0.5, n = 0, so every state stays 0
     call()
     assert (ys == 0.0).all()
+
+
+@pytest.mark.parametrize("op,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stacked_bidirectional_as_exported(op, lbr, threads, loop):
+    # two bidirectional layers joined as TorchScript exports them: Transpose(0, 2, 1, 3) and a
+    # Reshape to [seq, batch, 2H] (the compiled loop's Y is a view of a batch-major buffer, so
+    # both are views); one thread runs the directions one after the other, two in parallel
+    from onnx import helper
+
+    from oracle import assert_close, cpu_session, make_model, run_oracle
+
+    g, seq, batch, inp, hid = GATES[op], 9, 5, 7, 20
+    init = {}
+    nodes = []
+    src = "x"
+    for layer, width in enumerate((inp, 2 * hid)):
+        init[f"W{layer}"] = (rng.standard_normal((2, g * hid, width)) * 0.4).astype(np.float32)
+        init[f"R{layer}"] = (rng.standard_normal((2, g * hid, hid)) * 0.4).astype(np.float32)
+        init[f"B{layer}"] = (rng.standard_normal((2, 2 * g * hid)) * 0.2).astype(np.float32)
+        kw = {"linear_before_reset": lbr} if op == "GRU" else {}
+        nodes += [helper.make_node(op, [src, f"W{layer}", f"R{layer}", f"B{layer}"], [f"Y{layer}", f"H{layer}"],
+                                   hidden_size=hid, direction="bidirectional", **kw),
+                  helper.make_node("Transpose", [f"Y{layer}"], [f"T{layer}"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", [f"T{layer}", "shape"], [f"S{layer}"])]
+        src = f"S{layer}"
+    init["shape"] = np.array([seq, batch, 2 * hid], np.int64)
+    x = rng.standard_normal((seq, batch, inp)).astype(np.float32)
+    outs = ["S1", "H0", "H1"]
+    model = make_model(nodes, {"x": x}, outs, opset=14, initializers=init)
+    ours = cpu_session(model, threads=threads).run(None, {"x": x})
+    assert_close(ours, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)
