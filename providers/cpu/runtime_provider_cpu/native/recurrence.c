@@ -169,6 +169,16 @@ static void rc_direction(const rc_job *j, int d)
                 const Py_ssize_t c = (s & 1) ? nc - 1 - ci : ci;
                 const Py_ssize_t j0 = c * RC_U;
                 const int nu = H - j0 < RC_U ? (int)(H - j0) : RC_U;
+                if (s + 1 < seq) {
+                    /* the next step's input terms of this chunk, asked for while the sums
+                       take their time: xw streams from memory, a line a gate and row */
+                    const float *xn = j->xw + (rev ? t - 1 : t + 1) * B * xld + d * G * H + j0;
+                    for (Py_ssize_t r = 0; r < n; r++)
+                        for (int g = 0; g < G; g++) {
+                            __builtin_prefetch(xn + (b0 + r) * xld + g * H);
+                            __builtin_prefetch(xn + (b0 + r) * xld + g * H + nu - 1);
+                        }
+                }
                 rc_block_any(hr, p1 + c * H * G1 * RC_U, H, G1, nb, acc);
                 for (Py_ssize_t r = 0; r < n; r++) {
                     const Py_ssize_t b = b0 + r;
