@@ -204,11 +204,11 @@ def test_recurrence_cache_and_saturation(op, lbr, loop):
 
 
 @pytest.mark.parametrize("op,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1)])
-@pytest.mark.parametrize("hidden,batch", [(16, 1), (37, 4), (70, 2), (20, 7), (33, 11), (24, 17)])
+@pytest.mark.parametrize("hidden,batch", [(16, 1), (37, 4), (70, 2), (20, 7), (33, 11), (24, 17), (8, 257)])
 @pytest.mark.native
 def test_native_recurrence_shapes(op, lbr, hidden, batch, monkeypatch):
     # hidden sizes that fill, miss and overrun the 16-unit chunks; batches that fill a block of
-    # rows, pad one and need a second; a batch past NATIVE_MAX_BATCH takes the numpy loop.
+    # rows, pad one and need a second or third; a batch past NATIVE_MAX_BATCH takes the numpy loop.
     # Both directions go to one compiled call.
     from onnx import helper
     from oracle import assert_close, make_model, run_oracle, run_ours

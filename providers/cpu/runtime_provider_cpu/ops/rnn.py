@@ -21,12 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..fast.policy import NATIVE as _native  # the compiled time loop (None without the extension: the numpy loops)
-from ..fast.sgemm import pooled_matmul
+from ..fast.sgemm import pooled_matmul, sgemm_ready
 from ..registry import kernel
 
-#: the compiled loop runs a direction on one thread; past this batch the numpy loop's GEMM a
-#: step is not slower
-NATIVE_MAX_BATCH = 16
+#: the batches up to which the compiled loop was measured against the numpy loop's GEMM a step
+#: (a direction on one thread each, the weights read once a block of rows: faster throughout)
+NATIVE_MAX_BATCH = 256
 
 
 def _sigmoid(x, a, b):
@@ -400,8 +400,11 @@ def _native_node(ctx, x, W, R, B, h0, c0, ndir, rev, lstm, lbr, layout):
         c = (np.zeros((ndir, batch, H), np.float32) if c0 is None
              else np.array(c0, dtype=np.float32, order="C", copy=True))
     ys = np.empty((seq, batch, ndir, H), np.float32)
+    # the directions in parallel only where BLAS is held at one thread (its spinning workers
+    # would hold the cores right after the projection otherwise)
+    threads = int(getattr(ctx, "threads", 1)) if sgemm_ready() else 1
     _native.recurrence(lstm, bool(lbr), rev, xw, xb, p1, p2, rbn, h, c, ys,
-                       (seq, ndir, batch, H, ndir * g * H), True, int(getattr(ctx, "threads", 1)))
+                       (seq, ndir, batch, H, ndir * g * H), True, threads)
     # the last state of each direction: forward's at the last step, reverse's at the first
     last = [ys[0 if (rev if ndir == 1 else d == 1) else seq - 1, :, d] for d in range(ndir)]
     yh = np.stack(last, axis=0)
