@@ -94,42 +94,67 @@ static int rc_nb(Py_ssize_t n, int nbmax)
 
 /* RC_U floats of a row that may end early (the last chunk when H % RC_U != 0): loaded
    through a zero-padded copy so nothing past the row is read */
-RC_INLINE void rc_load16(const float *p, int nu, v8f *lo, v8f *hi)
+RC_INLINE v16f rc_ld(const float *p, int nu)
 {
-    if (nu == RC_U) {
-        *lo = v8_load(p);
-        *hi = v8_load(p + 8);
-        return;
-    }
+    if (nu == RC_U)
+        return *(const v16f_u *)p;
     float tmp[RC_U] = {0};
     memcpy(tmp, p, (size_t)nu * sizeof(float));
-    *lo = v8_load(tmp);
-    *hi = v8_load(tmp + 8);
+    return *(const v16f_u *)tmp;
 }
 
-RC_INLINE void rc_store16(float *p, int nu, v8f lo, v8f hi)
+RC_INLINE void rc_st(float *p, int nu, v16f v)
 {
     if (nu == RC_U) {
-        v8_store(p, lo);
-        v8_store(p + 8, hi);
+        *(v16f_u *)p = v;
         return;
     }
     float tmp[RC_U];
-    v8_store(tmp, lo);
-    v8_store(tmp + 8, hi);
+    *(v16f_u *)tmp = v;
     memcpy(p, tmp, (size_t)nu * sizeof(float));
 }
 
-/* the input term of gate g for one chunk: xw plus its bias */
-RC_INLINE void rc_xin(const float *x, const float *xb, Py_ssize_t off, int nu, v8f *v)
+/* the input term of one chunk of a gate: xw plus its bias */
+RC_INLINE v16f rc_xin(const float *x, const float *xb, Py_ssize_t off, int nu)
 {
-    rc_load16(x + off, nu, &v[0], &v[1]);
-    if (xb) {
-        v8f b[2];
-        rc_load16(xb + off, nu, &b[0], &b[1]);
-        v[0] += b[0];
-        v[1] += b[1];
-    }
+    const v16f v = rc_ld(x + off, nu);
+    return xb ? v + rc_ld(xb + off, nu) : v;
+}
+
+RC_INLINE v16f rc_sel(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) | (~m & (v16i)b)); }
+
+/* v8_exp, v8_sigmoid and v8_tanh (simd.h) on 16 lanes: one AVX-512 register a gate chunk */
+RC_INLINE v16f rc_exp(v16f x)
+{
+    const v16f lo = cv_bcast(-87.3f), hi = cv_bcast(88.3f), magic = cv_bcast(12582912.0f);
+    x = rc_sel(x < lo, lo, x);
+    x = rc_sel(x > hi, hi, x);
+    const v16f n = (x * 1.44269504088896341f + magic) - magic;
+    v16f r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    v16f q = cv_bcast(1.9875691500e-4f);
+    q = q * r + 1.3981999507e-3f;
+    q = q * r + 8.3334519073e-3f;
+    q = q * r + 4.1665795894e-2f;
+    q = q * r + 1.6666665459e-1f;
+    q = q * r + 5.0000001201e-1f;
+    q = q * r * r + r + 1.0f;
+    const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
+    return q * (v16f)e;
+}
+
+RC_INLINE v16f rc_sigmoid(v16f x) { return 1.0f / (1.0f + rc_exp(-x)); }
+
+RC_INLINE v16f rc_tanh(v16f x)
+{
+    const v16i sign = (v16i)x & (int32_t)0x80000000;
+    const v16f a = (v16f)((v16i)x & (int32_t)0x7fffffff);
+    const v16f e = rc_exp(-2.0f * a);
+    const v16f big = (v16f)((v16i)((1.0f - e) / (1.0f + e)) | sign);
+    const v16f x2 = x * x;
+    const v16f small = x * (1.0f + x2 * (-0.333333333333f + x2 * (0.133333333333f
+                       + x2 * (-0.0539682539683f + x2 * 0.0218694885362f))));
+    return rc_sel(a < 0.25f, small, big);
 }
 
 RC_CLONES
@@ -148,7 +173,6 @@ static void rc_direction(const rc_job *j, int d)
     float *zbuf = j->scratch ? j->scratch + d * 2 * B * H : NULL, *rh = zbuf ? zbuf + B * H : NULL;
     float acc[8 * 4 * RC_U];
     const float *hr[8];
-    v8f x0[2], x1[2], x2[2], x3[2], hv[2], out[2];
     for (Py_ssize_t s = 0; s < seq; s++) {
         const Py_ssize_t t = rev ? seq - 1 - s : s;
         const Py_ssize_t tp = rev ? t + 1 : t - 1;
@@ -183,43 +207,24 @@ static void rc_direction(const rc_job *j, int d)
                 for (Py_ssize_t r = 0; r < n; r++) {
                     const Py_ssize_t b = b0 + r;
                     const float *x = xt + b * xld, *a = acc + r * G1 * RC_U;
-                    rc_xin(x, xb, j0, nu, x0);
-                    rc_xin(x, xb, H + j0, nu, x1);
+                    const v16f s0 = *(const v16f_u *)a + rc_xin(x, xb, j0, nu);
+                    const v16f s1 = *(const v16f_u *)(a + RC_U) + rc_xin(x, xb, H + j0, nu);
                     if (j->lstm) {
                         float *cu = cst + b * H + j0;
-                        rc_xin(x, xb, 2 * H + j0, nu, x2);
-                        rc_xin(x, xb, 3 * H + j0, nu, x3);
-                        rc_load16(cu, nu, &hv[0], &hv[1]);
-                        for (int q = 0; q < 2; q++) {
-                            const v8f ig = v8_sigmoid(v8_load(a + 8 * q) + x0[q]);
-                            const v8f og = v8_sigmoid(v8_load(a + RC_U + 8 * q) + x1[q]);
-                            const v8f fg = v8_sigmoid(v8_load(a + 2 * RC_U + 8 * q) + x2[q]);
-                            const v8f cg = v8_tanh(v8_load(a + 3 * RC_U + 8 * q) + x3[q]);
-                            hv[q] = fg * hv[q] + ig * cg; /* the new cell state */
-                            out[q] = og * v8_tanh(hv[q]);
-                        }
-                        rc_store16(cu, nu, hv[0], hv[1]);
-                        rc_store16(hnew + b * ysb + j0, nu, out[0], out[1]);
+                        const v16f ig = rc_sigmoid(s0), og = rc_sigmoid(s1);
+                        const v16f fg = rc_sigmoid(*(const v16f_u *)(a + 2 * RC_U) + rc_xin(x, xb, 2 * H + j0, nu));
+                        const v16f cg = rc_tanh(*(const v16f_u *)(a + 3 * RC_U) + rc_xin(x, xb, 3 * H + j0, nu));
+                        const v16f cn = fg * rc_ld(cu, nu) + ig * cg; /* the new cell state */
+                        rc_st(cu, nu, cn);
+                        rc_st(hnew + b * ysb + j0, nu, og * rc_tanh(cn));
                     } else if (j->lbr) {
-                        rc_xin(x, xb, 2 * H + j0, nu, x2);
-                        rc_load16(rbn + j0, nu, &x3[0], &x3[1]);
-                        rc_load16(hprev + b * hs + j0, nu, &hv[0], &hv[1]);
-                        for (int q = 0; q < 2; q++) {
-                            const v8f z = v8_sigmoid(v8_load(a + 8 * q) + x0[q]);
-                            const v8f rg = v8_sigmoid(v8_load(a + RC_U + 8 * q) + x1[q]);
-                            const v8f nn = v8_tanh(x2[q] + rg * (v8_load(a + 2 * RC_U + 8 * q) + x3[q]));
-                            out[q] = nn + z * (hv[q] - nn);
-                        }
-                        rc_store16(hnew + b * ysb + j0, nu, out[0], out[1]);
+                        const v16f z = rc_sigmoid(s0), rg = rc_sigmoid(s1);
+                        const v16f rn = *(const v16f_u *)(a + 2 * RC_U) + rc_ld(rbn + j0, nu);
+                        const v16f nn = rc_tanh(rc_xin(x, xb, 2 * H + j0, nu) + rg * rn);
+                        rc_st(hnew + b * ysb + j0, nu, nn + z * (rc_ld(hprev + b * hs + j0, nu) - nn));
                     } else {
-                        rc_load16(hprev + b * hs + j0, nu, &hv[0], &hv[1]);
-                        v8f z[2];
-                        for (int q = 0; q < 2; q++) {
-                            z[q] = v8_sigmoid(v8_load(a + 8 * q) + x0[q]);
-                            out[q] = v8_sigmoid(v8_load(a + RC_U + 8 * q) + x1[q]) * hv[q];
-                        }
-                        rc_store16(zbuf + b * H + j0, nu, z[0], z[1]);
-                        rc_store16(rh + b * H + j0, nu, out[0], out[1]);
+                        rc_st(zbuf + b * H + j0, nu, rc_sigmoid(s0));
+                        rc_st(rh + b * H + j0, nu, rc_sigmoid(s1) * rc_ld(hprev + b * hs + j0, nu));
                     }
                 }
             }
@@ -239,14 +244,9 @@ static void rc_direction(const rc_job *j, int d)
                 rc_block_any(hr, p2 + c * H * RC_U, H, 1, nb, acc);
                 for (Py_ssize_t r = 0; r < n; r++) {
                     const Py_ssize_t b = b0 + r;
-                    rc_xin(xt + b * xld, xb, 2 * H + j0, nu, x2);
-                    rc_load16(hprev + b * hs + j0, nu, &hv[0], &hv[1]);
-                    rc_load16(zbuf + b * H + j0, nu, &x0[0], &x0[1]);
-                    for (int q = 0; q < 2; q++) {
-                        const v8f nn = v8_tanh(x2[q] + v8_load(acc + r * RC_U + 8 * q));
-                        out[q] = nn + x0[q] * (hv[q] - nn);
-                    }
-                    rc_store16(hnew + b * ysb + j0, nu, out[0], out[1]);
+                    const v16f nn = rc_tanh(rc_xin(xt + b * xld, xb, 2 * H + j0, nu) + *(const v16f_u *)(acc + r * RC_U));
+                    const v16f z = rc_ld(zbuf + b * H + j0, nu);
+                    rc_st(hnew + b * ysb + j0, nu, nn + z * (rc_ld(hprev + b * hs + j0, nu) - nn));
                 }
             }
             b0 += n;
