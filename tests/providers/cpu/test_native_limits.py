@@ -264,7 +264,7 @@ def test_sizes_that_overflow_are_typed_errors():
         ("gemm_rows", nv.gemm_rows, z, z, z, (big, 4, 4), True, 1),
         ("linear", nv.linear, z, a64, None, z, (2 ** 40, 2 ** 40, 4), 1, False),
         ("pointwise_lanes", nv.pointwise_lanes, z, z, None, None, z, (2 ** 40, 2, 2 ** 40), 0.0, 1.0, 1),
-        ("recurrence", nv.recurrence, True, False, False, z, z, None, None, z, z, z, (big, 2, 4)),
+        ("recurrence", nv.recurrence, True, False, False, z, None, z, None, None, z, z, z, (big, 1, 2, 4, 16), False, 1),
         ("maxpool2d", nv.maxpool2d, z, z, (big, 4, 1, 1), (1, 1), (1, 1), (1, 1), (1, 1), (0, 0), 1),
         ("maxpool2d", nv.maxpool2d, z, z, (1, 1, 4, 4), (2 ** 40, 2 ** 40), (1, 1), (1, 1), (1, 1), (0, 0), 1),
         ("depthwise2d", nv.depthwise2d, z, z, None, z, (1, big, 4, 4), (1, 1), (1, 1), (1, 1), (1, 1), (0, 0),

@@ -204,11 +204,12 @@ def test_recurrence_cache_and_saturation(op, lbr, loop):
 
 
 @pytest.mark.parametrize("op,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1)])
-@pytest.mark.parametrize("hidden,batch", [(16, 1), (37, 4), (70, 2), (24, 17)])
+@pytest.mark.parametrize("hidden,batch", [(16, 1), (37, 4), (70, 2), (20, 7), (33, 11), (24, 17), (8, 257)])
 @pytest.mark.native
 def test_native_recurrence_shapes(op, lbr, hidden, batch, monkeypatch):
-    # hidden sizes that fill, miss and overrun the 16-unit chunks; a batch past
-    # NATIVE_MAX_BATCH takes the numpy loop (its GEMM reads the weights once a step)
+    # hidden sizes that fill, miss and overrun the 16-unit chunks; batches that fill a block of
+    # rows, pad one and need a second or third; a batch past NATIVE_MAX_BATCH takes the numpy loop.
+    # Both directions go to one compiled call.
     from onnx import helper
     from oracle import assert_close, make_model, run_oracle, run_ours
     from runtime_provider_cpu.ops import rnn
@@ -237,7 +238,7 @@ def test_native_recurrence_shapes(op, lbr, hidden, batch, monkeypatch):
     ours, _ = run_ours(model, {"x": x})
     assert_close(ours, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)
     if batch <= rnn.NATIVE_MAX_BATCH:
-        assert calls == [(op == "LSTM", bool(lbr), False), (op == "LSTM", bool(lbr), True)]
+        assert calls == [(op == "LSTM", bool(lbr), False)]
     else:
         assert calls == []
 
@@ -249,28 +250,71 @@ def test_native_recurrence_checks_buffers():
     nat = rnn._native
     assert nat is not None, "runtime_provider_cpu._native did not build"
     u = nat.RECURRENCE_UNITS
-    seq, b, h = 3, 2, 20
+    seq, nd, b, h = 3, 2, 2, 20
     nc = -(-h // u)
-    xw = np.zeros((seq, b, 3 * h), np.float32)
-    p1 = np.zeros(nc * h * 3 * u, np.float32)
-    h0 = np.zeros((b, h), np.float32)
-    ys = np.full((seq, b, h), 7.0, np.float32)
-    rbn = np.zeros(h, np.float32)
+    xw = np.zeros((seq, b, nd * 3 * h), np.float32)
+    p1 = np.zeros(nd * nc * h * 3 * u, np.float32)
+    h0 = np.zeros((nd, b, h), np.float32)
+    ys = np.full((seq, nd, b, h), 7.0, np.float32)
+    rbn = np.zeros((nd, h), np.float32)
+    dims = (seq, nd, b, h, nd * 3 * h)
+
+    def call(xw=xw, xb=None, p1=p1, rbn=rbn, ys=ys, dims=dims):
+        nat.recurrence(False, True, False, xw, xb, p1, None, rbn, h0, None, ys, dims, False, 2)
+
     with pytest.raises(ValueError, match="p1"):
-        nat.recurrence(False, True, False, xw, p1[:-1], None, rbn, h0, None, ys, (seq, b, h))
+        call(p1=p1[:-1])
     with pytest.raises(ValueError, match="xw"):
-        nat.recurrence(False, True, False, xw[:-1], p1, None, rbn, h0, None, ys, (seq, b, h))
+        call(xw=xw[:-1])
+    with pytest.raises(ValueError, match="xb"):
+        call(xb=np.zeros(3 * h, np.float32))  # one direction's biases for two directions
     with pytest.raises(ValueError, match="pass None"):  # linear_before_reset=1 needs rbn
-        nat.recurrence(False, True, False, xw, p1, None, None, h0, None, ys, (seq, b, h))
+        call(rbn=None)
     with pytest.raises(ValueError, match="ys"):
-        nat.recurrence(False, True, False, xw, p1, None, rbn, h0, None, ys.astype(np.float64), (seq, b, h))
+        call(ys=ys.astype(np.float64))
     with pytest.raises(ValueError, match="read-only"):  # ys must be writable
         ro = ys.copy()
         ro.flags.writeable = False
-        nat.recurrence(False, True, False, xw, p1, None, rbn, h0, None, ro, (seq, b, h))
+        call(ys=ro)
     with pytest.raises(ValueError, match="negative"):
-        nat.recurrence(False, True, False, xw, p1, None, rbn, h0, None, ys, (-1, b, h))
+        call(dims=(-1, nd, b, h, nd * 3 * h))
+    with pytest.raises(ValueError, match="directions"):
+        call(dims=(seq, 3, b, h, nd * 3 * h))
+    with pytest.raises(ValueError, match="cannot hold"):  # rows too short for every direction's gates
+        call(dims=(seq, nd, b, h, 3 * h))
     assert (ys == 7.0).all()  # nothing was written by any refused call
     # zero input and state with zero weights: z = r = 0.5, n = 0, so every state stays 0
-    nat.recurrence(False, True, False, xw, p1, None, rbn, h0, None, ys, (seq, b, h))
+    call()
     assert (ys == 0.0).all()
+
+
+@pytest.mark.parametrize("op,lbr", [("LSTM", 0), ("GRU", 0), ("GRU", 1)])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_stacked_bidirectional_as_exported(op, lbr, threads, loop):
+    # two bidirectional layers joined as TorchScript exports them: Transpose(0, 2, 1, 3) and a
+    # Reshape to [seq, batch, 2H] (the compiled loop's Y is a view of a batch-major buffer, so
+    # both are views); one thread runs the directions one after the other, two in parallel
+    from onnx import helper
+
+    from oracle import assert_close, cpu_session, make_model, run_oracle
+
+    g, seq, batch, inp, hid = GATES[op], 9, 5, 7, 20
+    init = {}
+    nodes = []
+    src = "x"
+    for layer, width in enumerate((inp, 2 * hid)):
+        init[f"W{layer}"] = (rng.standard_normal((2, g * hid, width)) * 0.4).astype(np.float32)
+        init[f"R{layer}"] = (rng.standard_normal((2, g * hid, hid)) * 0.4).astype(np.float32)
+        init[f"B{layer}"] = (rng.standard_normal((2, 2 * g * hid)) * 0.2).astype(np.float32)
+        kw = {"linear_before_reset": lbr} if op == "GRU" else {}
+        nodes += [helper.make_node(op, [src, f"W{layer}", f"R{layer}", f"B{layer}"], [f"Y{layer}", f"H{layer}"],
+                                   hidden_size=hid, direction="bidirectional", **kw),
+                  helper.make_node("Transpose", [f"Y{layer}"], [f"T{layer}"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", [f"T{layer}", "shape"], [f"S{layer}"])]
+        src = f"S{layer}"
+    init["shape"] = np.array([seq, batch, 2 * hid], np.int64)
+    x = rng.standard_normal((seq, batch, inp)).astype(np.float32)
+    outs = ["S1", "H0", "H1"]
+    model = make_model(nodes, {"x": x}, outs, opset=14, initializers=init)
+    ours = cpu_session(model, threads=threads).run(None, {"x": x})
+    assert_close(ours, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)

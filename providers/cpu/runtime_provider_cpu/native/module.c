@@ -86,10 +86,15 @@ static PyMethodDef methods[] = {
      "y[m, p] = clip(y[m, p] + b[m] + z[m, p], lo, hi) in place over C-contiguous float32 buffers\n"
      "(b and z may be None)."},
     {"recurrence", rc_py_recurrence, METH_VARARGS,
-     "recurrence(lstm, linear_before_reset, reverse, xw, p1, p2, rbn, h0, c, ys, (seq, B, H))\n"
+     "recurrence(lstm, linear_before_reset, reverse, xw, xb, p1, p2, rbn, h0, c, ys,\n"
+     "           (seq, ndir, B, H, xld), batch_major, threads)\n"
      "The LSTM (gates i, o, f, c) or GRU (z, r, h) time loop with default activations over\n"
-     "C-contiguous float32 buffers; p1/p2 are the recurrence weights packed by unit chunks of\n"
-     "RECURRENCE_UNITS. Writes every hidden state into ys (and the last cell state into c)."},
+     "C-contiguous float32 buffers, every direction (ndir 2: forward then reverse, in parallel;\n"
+     "ndir 1: reverse says which): xw [seq, B, xld] holds direction d's input terms from column\n"
+     "d * gates * H, xb (or None) their biases [ndir, gates * H]; p1/p2 are the recurrence\n"
+     "weights packed by unit chunks of RECURRENCE_UNITS, per direction. Writes every hidden\n"
+     "state into ys [seq, ndir, B, H] ([seq, B, ndir, H] with batch_major) (and the last cell\n"
+     "states into c [ndir, B, H])."},
     {"gelu_erf", rc_py_gelu_erf, METH_VARARGS,
      "gelu_erf(x, b, y, (rows, d), tanh_form=False)\n"
      "y = Gelu(x + b) (erf form, or with tanh_form its tanh approximation; b a vector of the d\n"

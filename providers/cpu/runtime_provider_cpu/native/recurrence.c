@@ -1,98 +1,191 @@
 /* recurrence: the time loop of LSTM and GRU (default activations, no clip, peepholes or
- * sequence lengths) in float32, a step one pass over the recurrence matrix packed by chunks of
- * hidden units, the gate nonlinearities applied while the chunk's sums are in registers. One
- * thread: BLAS's spinning workers made a second thread of ours slower right after a BLAS call
- * (docs/performance.md). */
+ * sequence lengths) in float32, every direction of a node in one call. A step is one pass
+ * over the recurrence matrix packed by chunks of hidden units for a block of batch rows at
+ * once (each weight vector loaded once feeds every row of the block), the gate
+ * nonlinearities applied to the chunk's sums while they are hot. The directions of a
+ * bidirectional node are independent: one part each on the kernel pool. */
 #include "native.h"
 
+_Static_assert(RC_U == 16, "a chunk's gate is one 16-float vector");
+
 typedef struct {
-    int lstm, lbr, reverse;
-    Py_ssize_t seq, B, H, nchunk;
-    const float *xw;   /* [seq, B, G*H]: input projection with the biases folded in */
-    const float *p1;   /* [nchunk, H, G1, RC_U]: the gates of the first product */
-    const float *p2;   /* GRU, linear_before_reset=0: [nchunk, H, 1, RC_U], the n gate */
-    const float *rbn;  /* GRU, linear_before_reset=1: [H], Rb of the n gate */
-    const float *h0;   /* [B, H] */
-    float *c;          /* LSTM: [B, H], c0 in, the last cell state out */
-    float *ys;         /* [seq, B, H] */
-    float *zbuf, *rh;  /* GRU, linear_before_reset=0: [B, H] each */
+    int lstm, lbr, reverse, ndir;
+    Py_ssize_t seq, B, H, nchunk, xld;
+    const float *xw;   /* [seq, B, xld]: input projection, direction d's gates from d * G * H */
+    const float *xb;   /* [ndir, G * H]: biases added to the input term (NULL: none) */
+    const float *p1;   /* [ndir, nchunk, H, G1, RC_U]: the gates of the first product */
+    const float *p2;   /* GRU, linear_before_reset=0: [ndir, nchunk, H, RC_U], the n gate */
+    const float *rbn;  /* GRU, linear_before_reset=1: [ndir, H], Rb of the n gate */
+    const float *h0;   /* [ndir, B, H] */
+    float *c;          /* LSTM: [ndir, B, H], c0 in, the last cell state out */
+    float *ys;         /* [seq, ndir, B, H] (Y as the op lays it out) or [seq, B, ndir, H] */
+    Py_ssize_t ysd, ysb; /* floats between the directions and the batch rows of a step of ys */
+    float *scratch;    /* GRU, linear_before_reset=0: [ndir, 2, B, H] (z, r * h) */
+    int nbmax[5];      /* rows a block, by gates in the product: what keeps its sums in registers */
 } rc_job;
 
-/* out[i] = sum_k h[k] * p[k, i] for the G * RC_U outputs of one chunk; products of
-   even and odd k go to separate accumulators so that G = 1, 2 still keep eight FMAs in
-   flight */
-#define RC_GEMV(G)                                                                          \
-    RC_INLINE void rc_gemv##G(const float *restrict h, const float *restrict p, Py_ssize_t K, \
-                              float *restrict out)                                          \
-    {                                                                                       \
-        v8f a0[2 * G], a1[2 * G];                                                           \
-        for (int i = 0; i < 2 * G; i++)                                                     \
-            a0[i] = a1[i] = v8_set1(0.0f);                                                  \
-        Py_ssize_t k = 0;                                                                   \
-        for (; k + 1 < K; k += 2) {                                                         \
-            const v8f h0 = v8_set1(h[k]), h1 = v8_set1(h[k + 1]);                           \
-            const float *q = p + k * (G * RC_U);                                            \
-            for (int i = 0; i < 2 * G; i++) {                                               \
-                a0[i] += h0 * v8_load(q + 8 * i);                                           \
-                a1[i] += h1 * v8_load(q + G * RC_U + 8 * i);                                \
-            }                                                                               \
-        }                                                                                   \
-        if (k < K) {                                                                        \
-            const v8f h0 = v8_set1(h[k]);                                                   \
-            const float *q = p + k * (G * RC_U);                                            \
-            for (int i = 0; i < 2 * G; i++)                                                 \
-                a0[i] += h0 * v8_load(q + 8 * i);                                           \
-        }                                                                                   \
-        for (int i = 0; i < 2 * G; i++)                                                     \
-            v8_store(out + 8 * i, a0[i] + a1[i]);                                           \
+/* out[r][g][0 .. RC_U) = sum_k hr[r][k] * p[k][g][0 .. RC_U) for NB rows and G gates: G vector
+   loads a k feed G * NB FMAs (NB * G <= 24 sums: in registers with AVX-512's 32). Up to 8
+   sums, even and odd k go to separate sums: enough FMAs in flight to hide their latency. */
+RC_INLINE void rc_block(const float *const *hr, const float *restrict p, Py_ssize_t K, const int G,
+                        const int NB, float *restrict out)
+{
+    const int S = NB * G <= 8 ? 2 : 1; /* sets of sums */
+    const float *h[8];
+    v16f acc[2][24];
+    for (int r = 0; r < NB; r++)
+        h[r] = hr[r];
+    for (int u = 0; u < S; u++)
+        for (int i = 0; i < NB * G; i++)
+            acc[u][i] = (v16f){0};
+    Py_ssize_t k = 0;
+    for (; k + S <= K; k += S)
+        for (int u = 0; u < S; u++) {
+            const float *q = p + (k + u) * (G * RC_U);
+            v16f w[4];
+            for (int g = 0; g < G; g++)
+                w[g] = *(const v16f_u *)(q + RC_U * g);
+            for (int r = 0; r < NB; r++) {
+                const v16f hb = cv_bcast(h[r][k + u]);
+                for (int g = 0; g < G; g++)
+                    acc[u][r * G + g] += hb * w[g];
+            }
+        }
+    for (; k < K; k++) {
+        const float *q = p + k * (G * RC_U);
+        for (int r = 0; r < NB; r++) {
+            const v16f hb = cv_bcast(h[r][k]);
+            for (int g = 0; g < G; g++)
+                acc[0][r * G + g] += hb * *(const v16f_u *)(q + RC_U * g);
+        }
     }
-RC_GEMV(1)
-RC_GEMV(2)
-RC_GEMV(3)
-RC_GEMV(4)
+    for (int i = 0; i < NB * G; i++)
+        *(v16f_u *)(out + RC_U * i) = S == 2 ? acc[0][i] + acc[1][i] : acc[0][i];
+}
+
+/* rc_block with G and NB constants (nb one of 1, 2, 4, 6, 8) */
+RC_INLINE void rc_block_any(const float *const *hr, const float *p, Py_ssize_t K, int G, int nb,
+                            float *out)
+{
+#define RC_NB(G)                                                  \
+    switch (nb) {                                                 \
+    case 1: rc_block(hr, p, K, G, 1, out); break;                 \
+    case 2: rc_block(hr, p, K, G, 2, out); break;                 \
+    case 4: rc_block(hr, p, K, G, 4, out); break;                 \
+    case 6: rc_block(hr, p, K, G, 6, out); break;                 \
+    default: rc_block(hr, p, K, G, (G) == 4 ? 6 : 8, out); break; \
+    }
+    switch (G) {
+    case 1: RC_NB(1) break;
+    case 2: RC_NB(2) break;
+    case 3: RC_NB(3) break;
+    default: RC_NB(4) break;
+    }
+#undef RC_NB
+}
+
+/* the block size for n rows left (at most nbmax of them): the smallest of 1, 2, 4, 6, 8 that
+   holds them (the rows past n repeat a real row; their sums are dropped) */
+static int rc_nb(Py_ssize_t n, int nbmax)
+{
+    const int m = n < nbmax ? (int)n : nbmax;
+    return m <= 2 ? m : m <= 4 ? 4 : m <= 6 ? 6 : 8;
+}
 
 /* RC_U floats of a row that may end early (the last chunk when H % RC_U != 0): loaded
    through a zero-padded copy so nothing past the row is read */
-RC_INLINE void rc_load16(const float *p, int nu, v8f *lo, v8f *hi)
+RC_INLINE v16f rc_ld(const float *p, int nu)
 {
-    if (nu == RC_U) {
-        *lo = v8_load(p);
-        *hi = v8_load(p + 8);
-        return;
-    }
+    if (nu == RC_U)
+        return *(const v16f_u *)p;
     float tmp[RC_U] = {0};
     memcpy(tmp, p, (size_t)nu * sizeof(float));
-    *lo = v8_load(tmp);
-    *hi = v8_load(tmp + 8);
+    return *(const v16f_u *)tmp;
 }
 
-RC_INLINE void rc_store16(float *p, int nu, v8f lo, v8f hi)
+RC_INLINE void rc_st(float *p, int nu, v16f v)
 {
     if (nu == RC_U) {
-        v8_store(p, lo);
-        v8_store(p + 8, hi);
+        *(v16f_u *)p = v;
         return;
     }
     float tmp[RC_U];
-    v8_store(tmp, lo);
-    v8_store(tmp + 8, hi);
+    *(v16f_u *)tmp = v;
     memcpy(p, tmp, (size_t)nu * sizeof(float));
 }
 
-RC_CLONES
-static void rc_loop(rc_job *j)
+/* the input term of one chunk of a gate: xw plus its bias */
+RC_INLINE v16f rc_xin(const float *x, const float *xb, Py_ssize_t off, int nu)
 {
-    const Py_ssize_t H = j->H, B = j->B, seq = j->seq, nc = j->nchunk;
-    const Py_ssize_t XW = (j->lstm ? 4 : 3) * H;
-    float acc[4 * RC_U];
-    v8f x0[2], x1[2], x2[2], x3[2], hv[2], out[2];
+    const v16f v = rc_ld(x + off, nu);
+    return xb ? v + rc_ld(xb + off, nu) : v;
+}
+
+RC_INLINE v16f rc_sel(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) | (~m & (v16i)b)); }
+
+/* v8_exp, v8_sigmoid and v8_tanh (simd.h) on 16 lanes: one AVX-512 register a gate chunk */
+RC_INLINE v16f rc_exp(v16f x)
+{
+    const v16f lo = cv_bcast(-87.3f), hi = cv_bcast(88.3f), magic = cv_bcast(12582912.0f);
+    x = rc_sel(x < lo, lo, x);
+    x = rc_sel(x > hi, hi, x);
+    const v16f n = (x * 1.44269504088896341f + magic) - magic;
+    v16f r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    v16f q = cv_bcast(1.9875691500e-4f);
+    q = q * r + 1.3981999507e-3f;
+    q = q * r + 8.3334519073e-3f;
+    q = q * r + 4.1665795894e-2f;
+    q = q * r + 1.6666665459e-1f;
+    q = q * r + 5.0000001201e-1f;
+    q = q * r * r + r + 1.0f;
+    const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
+    return q * (v16f)e;
+}
+
+RC_INLINE v16f rc_sigmoid(v16f x) { return 1.0f / (1.0f + rc_exp(-x)); }
+
+RC_INLINE v16f rc_tanh(v16f x)
+{
+    const v16i sign = (v16i)x & (int32_t)0x80000000;
+    const v16f a = (v16f)((v16i)x & (int32_t)0x7fffffff);
+    const v16f e = rc_exp(-2.0f * a);
+    const v16f big = (v16f)((v16i)((1.0f - e) / (1.0f + e)) | sign);
+    const v16f x2 = x * x;
+    const v16f small = x * (1.0f + x2 * (-0.333333333333f + x2 * (0.133333333333f
+                       + x2 * (-0.0539682539683f + x2 * 0.0218694885362f))));
+    return rc_sel(a < 0.25f, small, big);
+}
+
+RC_CLONES
+static void rc_direction(const rc_job *j, int d)
+{
+    const Py_ssize_t H = j->H, B = j->B, seq = j->seq, nc = j->nchunk, xld = j->xld;
+    const int G = j->lstm ? 4 : 3, G1 = j->lstm ? 4 : (j->lbr ? 3 : 2);
+    const int rev = j->ndir == 2 ? d == 1 : j->reverse;
+    const Py_ssize_t ystep = j->ndir * B * H, ysb = j->ysb; /* floats between steps, rows of ys */
+    const float *p1 = j->p1 + d * nc * H * G1 * RC_U;
+    const float *p2 = j->p2 ? j->p2 + d * nc * H * RC_U : NULL;
+    const float *xb = j->xb ? j->xb + d * G * H : NULL;
+    const float *rbn = j->rbn ? j->rbn + d * H : NULL;
+    const float *h0 = j->h0 + d * B * H;
+    float *cst = j->c ? j->c + d * B * H : NULL;
+    float *zbuf = j->scratch ? j->scratch + d * 2 * B * H : NULL, *rh = zbuf ? zbuf + B * H : NULL;
+    float acc[8 * 4 * RC_U];
+    const float *hr[8];
     for (Py_ssize_t s = 0; s < seq; s++) {
-        const Py_ssize_t t = j->reverse ? seq - 1 - s : s;
-        const Py_ssize_t tp = j->reverse ? t + 1 : t - 1;
-        for (Py_ssize_t b = 0; b < B; b++) {
-            const float *hp = s == 0 ? j->h0 + b * H : j->ys + (tp * B + b) * H;
-            const float *x = j->xw + (t * B + b) * XW;
-            float *hn = j->ys + (t * B + b) * H;
+        const Py_ssize_t t = rev ? seq - 1 - s : s;
+        const Py_ssize_t tp = rev ? t + 1 : t - 1;
+        /* the previous state: row b at hprev + b * hs */
+        const float *hprev = s == 0 ? h0 : j->ys + tp * ystep + d * j->ysd;
+        const Py_ssize_t hs = s == 0 ? H : ysb;
+        float *hnew = j->ys + t * ystep + d * j->ysd;
+        const float *xt = j->xw + t * B * xld + d * G * H;
+        for (Py_ssize_t b0 = 0; b0 < B; ) {
+            const int nb = rc_nb(B - b0, j->nbmax[G1]);
+            const Py_ssize_t n = B - b0 < nb ? B - b0 : nb; /* real rows of the block */
+            for (int r = 0; r < nb; r++)
+                hr[r] = hprev + (b0 + (r < n ? r : n - 1)) * hs;
             for (Py_ssize_t ci = 0; ci < nc; ci++) {
                 /* every other step walks the chunks backwards: the weights read last are
                    still in L2 and are read first, where a same-order sweep of a matrix
@@ -100,83 +193,85 @@ static void rc_loop(rc_job *j)
                 const Py_ssize_t c = (s & 1) ? nc - 1 - ci : ci;
                 const Py_ssize_t j0 = c * RC_U;
                 const int nu = H - j0 < RC_U ? (int)(H - j0) : RC_U;
-                const float *xu = x + j0;
-                rc_load16(xu, nu, &x0[0], &x0[1]);
-                rc_load16(xu + H, nu, &x1[0], &x1[1]);
-                if (j->lstm) {
-                    float *cu = j->c + b * H + j0;
-                    rc_gemv4(hp, j->p1 + c * H * 4 * RC_U, H, acc);
-                    rc_load16(xu + 2 * H, nu, &x2[0], &x2[1]);
-                    rc_load16(xu + 3 * H, nu, &x3[0], &x3[1]);
-                    rc_load16(cu, nu, &hv[0], &hv[1]);
-                    for (int q = 0; q < 2; q++) {
-                        const v8f ig = v8_sigmoid(v8_load(acc + 8 * q) + x0[q]);
-                        const v8f og = v8_sigmoid(v8_load(acc + RC_U + 8 * q) + x1[q]);
-                        const v8f fg = v8_sigmoid(v8_load(acc + 2 * RC_U + 8 * q) + x2[q]);
-                        const v8f cg = v8_tanh(v8_load(acc + 3 * RC_U + 8 * q) + x3[q]);
-                        hv[q] = fg * hv[q] + ig * cg;  /* the new cell state */
-                        out[q] = og * v8_tanh(hv[q]);
+                if (s + 1 < seq) {
+                    /* the next step's input terms of this chunk, asked for while the sums
+                       take their time: xw streams from memory, a line a gate and row */
+                    const float *xn = j->xw + (rev ? t - 1 : t + 1) * B * xld + d * G * H + j0;
+                    for (Py_ssize_t r = 0; r < n; r++)
+                        for (int g = 0; g < G; g++) {
+                            __builtin_prefetch(xn + (b0 + r) * xld + g * H);
+                            __builtin_prefetch(xn + (b0 + r) * xld + g * H + nu - 1);
+                        }
+                }
+                rc_block_any(hr, p1 + c * H * G1 * RC_U, H, G1, nb, acc);
+                for (Py_ssize_t r = 0; r < n; r++) {
+                    const Py_ssize_t b = b0 + r;
+                    const float *x = xt + b * xld, *a = acc + r * G1 * RC_U;
+                    const v16f s0 = *(const v16f_u *)a + rc_xin(x, xb, j0, nu);
+                    const v16f s1 = *(const v16f_u *)(a + RC_U) + rc_xin(x, xb, H + j0, nu);
+                    if (j->lstm) {
+                        float *cu = cst + b * H + j0;
+                        const v16f ig = rc_sigmoid(s0), og = rc_sigmoid(s1);
+                        const v16f fg = rc_sigmoid(*(const v16f_u *)(a + 2 * RC_U) + rc_xin(x, xb, 2 * H + j0, nu));
+                        const v16f cg = rc_tanh(*(const v16f_u *)(a + 3 * RC_U) + rc_xin(x, xb, 3 * H + j0, nu));
+                        const v16f cn = fg * rc_ld(cu, nu) + ig * cg; /* the new cell state */
+                        rc_st(cu, nu, cn);
+                        rc_st(hnew + b * ysb + j0, nu, og * rc_tanh(cn));
+                    } else if (j->lbr) {
+                        const v16f z = rc_sigmoid(s0), rg = rc_sigmoid(s1);
+                        const v16f rn = *(const v16f_u *)(a + 2 * RC_U) + rc_ld(rbn + j0, nu);
+                        const v16f nn = rc_tanh(rc_xin(x, xb, 2 * H + j0, nu) + rg * rn);
+                        rc_st(hnew + b * ysb + j0, nu, nn + z * (rc_ld(hprev + b * hs + j0, nu) - nn));
+                    } else {
+                        rc_st(zbuf + b * H + j0, nu, rc_sigmoid(s0));
+                        rc_st(rh + b * H + j0, nu, rc_sigmoid(s1) * rc_ld(hprev + b * hs + j0, nu));
                     }
-                    rc_store16(cu, nu, hv[0], hv[1]);
-                    rc_store16(hn + j0, nu, out[0], out[1]);
-                } else if (j->lbr) {
-                    rc_gemv3(hp, j->p1 + c * H * 3 * RC_U, H, acc);
-                    rc_load16(xu + 2 * H, nu, &x2[0], &x2[1]);
-                    rc_load16(j->rbn + j0, nu, &x3[0], &x3[1]);
-                    rc_load16(hp + j0, nu, &hv[0], &hv[1]);
-                    for (int q = 0; q < 2; q++) {
-                        const v8f z = v8_sigmoid(v8_load(acc + 8 * q) + x0[q]);
-                        const v8f r = v8_sigmoid(v8_load(acc + RC_U + 8 * q) + x1[q]);
-                        const v8f n = v8_tanh(x2[q] + r * (v8_load(acc + 2 * RC_U + 8 * q) + x3[q]));
-                        out[q] = n + z * (hv[q] - n);
-                    }
-                    rc_store16(hn + j0, nu, out[0], out[1]);
-                } else {
-                    rc_gemv2(hp, j->p1 + c * H * 2 * RC_U, H, acc);
-                    rc_load16(hp + j0, nu, &hv[0], &hv[1]);
-                    v8f z[2];
-                    for (int q = 0; q < 2; q++) {
-                        z[q] = v8_sigmoid(v8_load(acc + 8 * q) + x0[q]);
-                        out[q] = v8_sigmoid(v8_load(acc + RC_U + 8 * q) + x1[q]) * hv[q];
-                    }
-                    rc_store16(j->zbuf + b * H + j0, nu, z[0], z[1]);
-                    rc_store16(j->rh + b * H + j0, nu, out[0], out[1]);
                 }
             }
+            b0 += n;
         }
-        if (!j->lstm && !j->lbr) {
-            for (Py_ssize_t b = 0; b < B; b++) {
-                const float *hp = s == 0 ? j->h0 + b * H : j->ys + (tp * B + b) * H;
-                const float *x = j->xw + (t * B + b) * XW;
-                float *hn = j->ys + (t * B + b) * H;
-                for (Py_ssize_t c = 0; c < nc; c++) {
-                    const Py_ssize_t j0 = c * RC_U;
-                    const int nu = H - j0 < RC_U ? (int)(H - j0) : RC_U;
-                    rc_gemv1(j->rh + b * H, j->p2 + c * H * RC_U, H, acc);
-                    rc_load16(x + 2 * H + j0, nu, &x2[0], &x2[1]);
-                    rc_load16(hp + j0, nu, &hv[0], &hv[1]);
-                    rc_load16(j->zbuf + b * H + j0, nu, &x0[0], &x0[1]);
-                    for (int q = 0; q < 2; q++) {
-                        const v8f n = v8_tanh(x2[q] + v8_load(acc + 8 * q));
-                        out[q] = n + x0[q] * (hv[q] - n);
-                    }
-                    rc_store16(hn + j0, nu, out[0], out[1]);
+        if (j->lstm || j->lbr)
+            continue;
+        /* GRU, linear_before_reset=0: the n gate's product takes r * h of the whole row */
+        for (Py_ssize_t b0 = 0; b0 < B; ) {
+            const int nb = rc_nb(B - b0, j->nbmax[1]);
+            const Py_ssize_t n = B - b0 < nb ? B - b0 : nb;
+            for (int r = 0; r < nb; r++)
+                hr[r] = rh + (b0 + (r < n ? r : n - 1)) * H;
+            for (Py_ssize_t c = 0; c < nc; c++) {
+                const Py_ssize_t j0 = c * RC_U;
+                const int nu = H - j0 < RC_U ? (int)(H - j0) : RC_U;
+                rc_block_any(hr, p2 + c * H * RC_U, H, 1, nb, acc);
+                for (Py_ssize_t r = 0; r < n; r++) {
+                    const Py_ssize_t b = b0 + r;
+                    const v16f nn = rc_tanh(rc_xin(xt + b * xld, xb, 2 * H + j0, nu) + *(const v16f_u *)(acc + r * RC_U));
+                    const v16f z = rc_ld(zbuf + b * H + j0, nu);
+                    rc_st(hnew + b * ysb + j0, nu, nn + z * (rc_ld(hprev + b * hs + j0, nu) - nn));
                 }
             }
+            b0 += n;
         }
     }
 }
 
+static void rc_part(void *arg, int part, int parts)
+{
+    (void)parts;
+    rc_direction((const rc_job *)arg, part);
+}
+
 PyObject *rc_py_recurrence(PyObject *self, PyObject *args)
 {
-    int lstm, lbr, reverse;
-    PyObject *xo, *p1o, *p2o, *rbo, *h0o, *co, *yo;
-    Py_ssize_t seq, B, H;
-    if (!PyArg_ParseTuple(args, "pppOOOOOOO(nnn):recurrence", &lstm, &lbr, &reverse,
-                          &xo, &p1o, &p2o, &rbo, &h0o, &co, &yo, &seq, &B, &H))
+    int lstm, lbr, reverse, threads;
+    PyObject *xo, *xbo, *p1o, *p2o, *rbo, *h0o, *co, *yo;
+    int batch_major;
+    Py_ssize_t seq, ndir, B, H, xld;
+    if (!PyArg_ParseTuple(args, "pppOOOOOOOO(nnnnn)pi:recurrence", &lstm, &lbr, &reverse, &xo, &xbo, &p1o,
+                          &p2o, &rbo, &h0o, &co, &yo, &seq, &ndir, &B, &H, &xld, &batch_major, &threads))
         return NULL;
-    if (seq < 0 || B < 0 || H < 1) {
-        PyErr_SetString(PyExc_ValueError, "recurrence: negative sequence or batch, or no hidden units");
+    if (seq < 0 || B < 0 || H < 1 || (ndir != 1 && ndir != 2)) {
+        PyErr_SetString(PyExc_ValueError,
+                        "recurrence: negative sequence or batch, no hidden units, or not 1 or 2 directions");
         return NULL;
     }
     if (lstm)
@@ -191,52 +286,68 @@ PyObject *rc_py_recurrence(PyObject *self, PyObject *args)
         return NULL;
     }
     rc_sz sz = {NULL};
-    const Py_ssize_t xn = sz_mul4(&sz, "xw's size", seq, B, G, H), p1n = sz_mul4(&sz, "p1's size", nchunk, H, G1, RC_U);
-    const Py_ssize_t p2n = sz_mul3(&sz, "p2's size", nchunk, H, RC_U), bh = sz_mul3(&sz, "h0's size", B, H, 2);
-    const Py_ssize_t yn = sz_mul3(&sz, "ys's size", seq, B, H);
+    const Py_ssize_t gates = sz_mul3(&sz, "xw's row", ndir, G, H);
+    if (!sz.what && xld < gates) {
+        PyErr_Format(PyExc_ValueError, "recurrence: xw's rows of %zd floats cannot hold %zd gates", xld, gates);
+        return NULL;
+    }
+    const Py_ssize_t xn = sz_mul3(&sz, "xw's size", seq, B, xld);
+    const Py_ssize_t p1n = sz_mul(&sz, "p1's size", sz_mul4(&sz, "p1's size", ndir, nchunk, H, G1), RC_U);
+    const Py_ssize_t p2n = sz_mul4(&sz, "p2's size", ndir, nchunk, H, RC_U);
+    const Py_ssize_t bh = sz_mul3(&sz, "h0's size", ndir, B, H), rbn = sz_mul(&sz, "rbn's size", ndir, H);
+    const Py_ssize_t yn = sz_mul(&sz, "ys's size", seq, bh), scr = sz_mul(&sz, "the work buffer", bh, 2);
     if (sz_check(&sz, "recurrence", PyExc_ValueError) < 0)
         return NULL;
-    Py_buffer v[7];
+    Py_buffer v[8];
     /* p2, rbn and c were checked above: None exactly where the variant has none */
-    const rc_buf spec[7] = {
-        {xo, xn, RC_F32, 0, 0, "xw"}, {p1o, p1n, RC_F32, 0, 0, "p1"},
-        {p2o, p2n, RC_F32, 0, 1, "p2"}, {rbo, H, RC_F32, 0, 1, "rbn"},
-        {h0o, bh / 2, RC_F32, 0, 0, "h0"}, {co, bh / 2, RC_F32, 1, 1, "c"},
-        {yo, yn, RC_F32, 1, 0, "ys"}};
-    if (get_buffers("recurrence", spec, v, 7) < 0)
+    const rc_buf spec[8] = {
+        {xo, xn, RC_F32, 0, 0, "xw"}, {xbo, gates, RC_F32, 0, 1, "xb"}, {p1o, p1n, RC_F32, 0, 0, "p1"},
+        {p2o, p2n, RC_F32, 0, 1, "p2"}, {rbo, rbn, RC_F32, 0, 1, "rbn"}, {h0o, bh, RC_F32, 0, 0, "h0"},
+        {co, bh, RC_F32, 1, 1, "c"}, {yo, yn, RC_F32, 1, 0, "ys"}};
+    if (get_buffers("recurrence", spec, v, 8) < 0)
         return NULL;
     rc_job job;
     memset(&job, 0, sizeof job);
     job.lstm = lstm;
     job.lbr = lbr;
     job.reverse = reverse;
+    job.ndir = (int)ndir;
     job.seq = seq;
     job.B = B;
     job.H = H;
     job.nchunk = nchunk;
+    job.xld = xld;
     job.xw = (const float *)v[0].buf;
-    job.p1 = (const float *)v[1].buf;
-    job.p2 = (const float *)v[2].buf; /* NULL where absent */
-    job.rbn = (const float *)v[3].buf;
-    job.h0 = (const float *)v[4].buf;
-    job.c = (float *)v[5].buf;
-    job.ys = (float *)v[6].buf;
-    float *scratch = NULL;
-    int ok = 1;
-    if (has_p2 && B > 0) {
-        scratch = (float *)malloc((size_t)(2 * B * H) * sizeof(float));
-        ok = scratch != NULL;
-        job.zbuf = scratch;
-        job.rh = scratch ? scratch + B * H : NULL;
+    job.xb = (const float *)v[1].buf; /* NULL where absent */
+    job.p1 = (const float *)v[2].buf;
+    job.p2 = (const float *)v[3].buf;
+    job.rbn = (const float *)v[4].buf;
+    job.h0 = (const float *)v[5].buf;
+    job.c = (float *)v[6].buf;
+    job.ys = (float *)v[7].buf;
+    job.ysd = batch_major ? H : B * H;
+    job.ysb = batch_major ? ndir * H : H;
+    /* rows a block: 24 sums in the 32 AVX-512 registers, 12 halves of 16 in AVX2's 16 */
+    static const int wide[5] = {0, 8, 8, 8, 6}, narrow[5] = {0, 6, 4, 2, 2};
+    memcpy(job.nbmax, rc_conv_fast ? wide : narrow, sizeof job.nbmax);
+    int oom = 0;
+    if (has_p2 && B > 0 && seq > 0) {
+        job.scratch = (float *)malloc((size_t)scr * sizeof(float));
+        oom = job.scratch == NULL;
     }
-    if (ok && seq > 0 && B > 0) {
+    if (!oom && seq > 0 && B > 0) {
+        const int th = threads < 1 ? 1 : (threads > (int)ndir ? (int)ndir : threads);
         Py_BEGIN_ALLOW_THREADS
-        rc_loop(&job);
+        if (th > 1)
+            rc_parallel(rc_part, &job, (int)ndir, th);
+        else
+            for (int d = 0; d < (int)ndir; d++)
+                rc_direction(&job, d);
         Py_END_ALLOW_THREADS
     }
-    free(scratch);
-    release_buffers(v, 7);
-    if (!ok)
+    free(job.scratch);
+    release_buffers(v, 8);
+    if (oom)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }

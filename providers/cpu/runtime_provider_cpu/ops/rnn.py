@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..fast.policy import NATIVE as _native  # the compiled time loop (None without the extension: the numpy loops)
+from ..fast.sgemm import pooled_matmul, sgemm_ready
 from ..registry import kernel
 
-from ..fast.policy import NATIVE as _native  # the compiled time loop (None without the extension: the numpy loops)
-
-#: the compiled loop reads each hidden unit's weights once per batch row; past this batch the
-#: numpy loop's one GEMM a step (which reads them once) is as fast
-NATIVE_MAX_BATCH = 16
+#: the batches up to which the compiled loop was measured against the numpy loop's GEMM a step
+#: (a direction on one thread each, the weights read once a block of rows: faster throughout)
+NATIVE_MAX_BATCH = 256
 
 
 def _sigmoid(x, a, b):
@@ -165,6 +165,8 @@ def _lstm(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
     # default activations, no clip, peepholes or masking: the loop below runs ~10 ufuncs a step
     fast = (lens is None and clip is None and P is None and not input_forget
             and _defaults(acts, ["sigmoid", "tanh", "tanh"]))
+    if fast and _native_ok(dt, seq, batch):
+        return _native_node(ctx, x, W, R, B, initial_h, initial_c, len(dirs), dirs[0], True, 0, layout)
     ys, hs, cs = [], [], []
     for d, rev in enumerate(dirs):
         (f, fa, fb), (g, ga, gb), (hh, ha, hb) = acts[3 * d:3 * d + 3]
@@ -172,12 +174,6 @@ def _lstm(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, initial_c=No
         xw = (x.reshape(seq * batch, -1) @ W[d].T).reshape(seq, batch, 4 * H) + (b[:4 * H] + b[4 * H:])
         h0 = np.zeros((batch, H), dt) if initial_h is None else initial_h[d]
         c0 = np.zeros((batch, H), dt) if initial_c is None else initial_c[d]
-        if fast and _native_ok(dt, seq, batch):
-            y, h, c = _native_loop(ctx, xw, R, d, h0, c0, rev, True, 0, None)
-            ys.append(y)
-            hs.append(h)
-            cs.append(c)
-            continue
         if fast:
             y, h, c = _lstm_fast(xw, _recurrence(ctx, R, d, 3 * H), h0, c0, rev, dt, H)
             ys.append(y)
@@ -224,6 +220,10 @@ def gru(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
     if layout == 1 and initial_h is not None:
         initial_h = np.swapaxes(initial_h, 0, 1)
     fast = lens is None and clip is None and _defaults(acts, ["sigmoid", "tanh"])
+    if fast and _native_ok(dt, seq, batch):
+        y, yh, _ = _native_node(ctx, x, W, R, B, initial_h, None, len(dirs), dirs[0], False,
+                                linear_before_reset, layout)
+        return y, yh
     ys, hs = [], []
     for d, rev in enumerate(dirs):
         (f, fa, fb), (g, ga, gb) = acts[2 * d:2 * d + 2]
@@ -235,12 +235,6 @@ def gru(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
             xw[..., :2 * H] += rb[:2 * H]
             if not linear_before_reset:
                 xw[..., 2 * H:] += rb[2 * H:]  # outside the reset product: a constant of the input term
-        if fast and _native_ok(dt, seq, batch):
-            y, h, _ = _native_loop(ctx, xw, R, d, h0, None, rev, False, linear_before_reset,
-                                   rb[2 * H:] if linear_before_reset else None)
-            ys.append(y)
-            hs.append(h)
-            continue
         if fast:
             y, h = _gru_fast(xw, _recurrence(ctx, R, d, 2 * H), rb, h0, rev, dt, H, linear_before_reset)
             ys.append(y)
@@ -322,17 +316,21 @@ def rnn(ctx, X, W, R, B=None, sequence_lens=None, initial_h=None, *, activation_
 # (``ctx.cache``), else once per run.
 # ---------------------------------------------------------------------------------------
 
-def _from_r(ctx, R, key, make):
-    """``make()``, a matrix prepared from R, made once per node when R is an initializer
-    (``ctx.cache``) and once per run when it is a graph input."""
-    info = ctx.node.input_info[2] if len(ctx.node.input_info) > 2 else None
+def _from_input(ctx, index, key, make):
+    """``make()``, an array prepared from the node's input ``index``, made once per node when
+    that input is an initializer (``ctx.cache``) and once per run when it is a graph input."""
+    info = ctx.node.input_info[index] if len(ctx.node.input_info) > index else None
     if info is None or not info.is_constant:
         return make()
-    key = key + (R.dtype.str,)
     out = ctx.cache.get(key)
     if out is None:
         out = ctx.cache[key] = make()
     return out
+
+
+def _from_r(ctx, R, key, make):
+    """``make()``, a matrix prepared from R (input 2), cached as :func:`_from_input` does."""
+    return _from_input(ctx, 2, key + (R.dtype.str,), make)
 
 
 def _recurrence(ctx, R, d, rows):
@@ -348,36 +346,76 @@ def _native_ok(dt, seq, batch):
     return _native is not None and dt == np.float32 and seq > 0 and 0 < batch <= NATIVE_MAX_BATCH
 
 
-def _packed(ctx, R, d, gates):
-    """``R[d]``'s rows of ``gates`` packed for ``_native.recurrence``: [chunk, k, gate, unit]
-    for chunks of ``RECURRENCE_UNITS`` hidden units (the last one zero-padded), so one chunk's
-    gates for one k are contiguous. Cached per node when R is an initializer."""
+def _packed(ctx, R, gates):
+    """The rows of ``gates`` of every direction's R packed for ``_native.recurrence``:
+    [dir, chunk, k, gate, unit] for chunks of ``RECURRENCE_UNITS`` hidden units (the last one
+    zero-padded), so one chunk's gates for one k are contiguous. Cached per node when R is an
+    initializer."""
     def make():
-        H = R.shape[-1]
+        nd, H = R.shape[0], R.shape[-1]
         u = _native.RECURRENCE_UNITS
         nc = -(-H // u)
-        pad = np.zeros((len(gates), nc * u, H), np.float32)
-        pad[:, :H] = R[d].reshape(-1, H, H)[list(gates)]  # [gate, unit, k]
-        return np.ascontiguousarray(pad.reshape(len(gates), nc, u, H).transpose(1, 3, 0, 2))
-    return _from_r(ctx, R, ("packed", d, gates), make)
+        pad = np.zeros((nd, len(gates), nc * u, H), np.float32)
+        pad[:, :, :H] = R.reshape(nd, -1, H, H)[:, list(gates)]  # [dir, gate, unit, k]
+        return np.ascontiguousarray(pad.reshape(nd, len(gates), nc, u, H).transpose(0, 2, 4, 1, 3))
+    return _from_r(ctx, R, ("packed", gates), make)
 
 
-def _native_loop(ctx, xw, R, d, h0, c0, rev, lstm, lbr, rbn):
-    """The compiled loop: ``xw`` has every bias folded in but GRU's Rb of the n gate when
-    ``linear_before_reset`` (passed as ``rbn``). Returns (ys, h, c)."""
-    seq, batch, H = xw.shape[0], xw.shape[1], R.shape[-1]
-    if lstm:
-        p1, p2 = _packed(ctx, R, d, (0, 1, 2, 3)), None
+def _native_node(ctx, x, W, R, B, h0, c0, ndir, rev, lstm, lbr, layout):
+    """Every direction of an LSTM (``lstm``) or GRU node through the compiled loop: one
+    product projects the input of every step and direction, the biases are added as the
+    loop reads it. Y is returned as a [seq, dir, batch, H] view of a [seq, batch, dir, H]
+    buffer: the Transpose(0, 2, 1, 3) and Reshape to [seq, batch, dir * H] that exporters put
+    after a bidirectional layer are then views too. ``h0``/``c0``: [dir, batch, H] or None.
+    Returns (Y or None when not wanted, Y_h, Y_c or None)."""
+    seq, batch, H = x.shape[0], x.shape[1], R.shape[-1]
+    g = 4 if lstm else 3
+    # W of every direction as one [input, dir * gates * H] operand: one product for the node
+    wt = _from_input(ctx, 1, ("wt",), lambda: np.ascontiguousarray(
+        W.astype(np.float32, copy=False).reshape(ndir * g * H, -1).T))
+    x2 = x.reshape(seq * batch, -1)
+    xw = pooled_matmul(getattr(ctx, "threads", 1), x2, wt)
+    if xw is None:
+        xw = np.matmul(x2, wt)
+    xb = rbn = None
+    if B is not None:
+        b = B.reshape(ndir, 2, g, H).astype(np.float32)
+        xb = b[:, 0] + b[:, 1]
+        if lbr:  # Rb of the n gate is inside the reset product
+            xb[:, 2] = b[:, 0, 2]
+            rbn = np.ascontiguousarray(b[:, 1, 2])
+        xb = np.ascontiguousarray(xb)
     elif lbr:
-        p1, p2 = _packed(ctx, R, d, (0, 1, 2)), None
+        rbn = np.zeros((ndir, H), np.float32)
+    if lstm:
+        p1, p2 = _packed(ctx, R, (0, 1, 2, 3)), None
+    elif lbr:
+        p1, p2 = _packed(ctx, R, (0, 1, 2)), None
     else:
-        p1, p2 = _packed(ctx, R, d, (0, 1)), _packed(ctx, R, d, (2,))
-    ys = np.empty((seq, batch, H), np.float32)
-    c = np.array(c0, dtype=np.float32, order="C", copy=True) if lstm else None
-    _native.recurrence(lstm, bool(lbr), rev, np.ascontiguousarray(xw), p1, p2,
-                       None if rbn is None else np.ascontiguousarray(rbn, np.float32),
-                       np.ascontiguousarray(h0, np.float32), c, ys, (seq, batch, H))
-    return ys, ys[0 if rev else seq - 1], c  # h is a row of ys: _finish's np.stack copies it
+        p1, p2 = _packed(ctx, R, (0, 1)), _packed(ctx, R, (2,))
+    h = (np.zeros((ndir, batch, H), np.float32) if h0 is None
+         else np.ascontiguousarray(h0, np.float32))
+    c = None
+    if lstm:
+        c = (np.zeros((ndir, batch, H), np.float32) if c0 is None
+             else np.array(c0, dtype=np.float32, order="C", copy=True))
+    ys = np.empty((seq, batch, ndir, H), np.float32)
+    # the directions in parallel only where BLAS is held at one thread (its spinning workers
+    # would hold the cores right after the projection otherwise)
+    threads = int(getattr(ctx, "threads", 1)) if sgemm_ready() else 1
+    _native.recurrence(lstm, bool(lbr), rev, xw, xb, p1, p2, rbn, h, c, ys,
+                       (seq, ndir, batch, H, ndir * g * H), True, threads)
+    # the last state of each direction: forward's at the last step, reverse's at the first
+    last = [ys[0 if (rev if ndir == 1 else d == 1) else seq - 1, :, d] for d in range(ndir)]
+    yh = np.stack(last, axis=0)
+    y = np.transpose(ys, (0, 2, 1, 3)) if ctx.outputs_wanted[0] else None
+    if layout == 1:
+        if y is not None:
+            y = np.transpose(y, (2, 0, 1, 3))
+        yh = np.swapaxes(yh, 0, 1)
+        if c is not None:
+            c = np.swapaxes(c, 0, 1)
+    return y, yh, c
 
 
 def _lstm_fast(xw, rt, h0, c0, rev, dt, H):
