@@ -9,7 +9,7 @@
  * the causal cut a block of rows s0..s1 reads keys t < s1 only: the keys every row of it
  * masks are neither scored nor summed (exp of a masked score is 0 either way). */
 /* rows a causal block: smaller skips more of the masked keys, larger keeps the sgemm calls long */
-#define MH_CAUSAL_ROWS 64
+#define MH_CAUSAL_ROWS 32
 
 typedef struct {
     const float *q, *k, *v;  /* element (b, s, h, d) at q[b * xb + s * xs + h * dq + d] */
