@@ -166,3 +166,21 @@ def test_where_mask_with_a_small_fill_is_not_fused(exports):
     s = rt.InferenceSession(m.SerializeToString(), so, providers=CPU)
     assert "Attention" not in [n.op_type for n in s._graph.nodes]
     np.testing.assert_allclose(s.run(None, feeds)[0], run_oracle(m, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_dynamo_sdpa_upper_triangle_is_not_causal(exports):
+    """The same bias with Trilu(upper=1) masks the past, not the future: kept as a bias."""
+    import onnx
+
+    ex = exports("gpt2_sdpa", "dynamo", 18, True)
+    m = onnx.ModelProto()
+    m.CopyFrom(ex.model)
+    for n in m.graph.node:
+        if n.op_type == "Trilu":
+            del n.attribute[:]
+            n.attribute.append(onnx.helper.make_attribute("upper", 1))
+    so = rt.SessionOptions()
+    so.graph_optimization_level = L.ORT_ENABLE_ALL
+    s = rt.InferenceSession(m.SerializeToString(), so, providers=CPU)
+    assert not any(n.attrs.get("unidirectional") for n in s._graph.nodes if n.op_type == "Attention")
+    np.testing.assert_allclose(s.run(None, ex.feeds)[0], run_oracle(m, ex.feeds)[0], rtol=1e-4, atol=1e-4)
