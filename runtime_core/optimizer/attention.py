@@ -29,8 +29,10 @@ batch and sequence dims. The mask becomes
   ``m != 0`` when cond is DistilBERT's ``Equal(m, 0)`` laid out as [B, 1, 1, S], else
   ``attention_bias = Where(cond, 0, fill)`` (GPT-2's causal buffer sliced to the length);
 
-and otherwise the subgraph is left alone. Also matched: a scalar scale on the q (and k)
-heads, GPT-2's Conv1D projection ``Reshape(Gemm(Reshape(x, [*, D])), [B, S, N])``, dynamo's
+and otherwise the subgraph is left alone. SDPA's is_causal bias (dynamo: ``Where(Trilu(ones [S, S]) == 0,
+fill, 0)``) becomes ``unidirectional``. Also matched: a scalar scale on the q (and k)
+heads or on the q (and k) projection before its heads are split (Whisper's ``q_proj(x) * scaling``),
+GPT-2's Conv1D projection ``Reshape(Gemm(Reshape(x, [*, D])), [B, S, N])``, dynamo's
 SDPA K^T (``Reshape(Transpose(Reshape(K, [B*H, S, dk]), [0, 2, 1]), [B, H, dk, S])``) and
 a context flattened to [B*S, hidden] (that Reshape stays). With dynamic axes the exporters
 size every Reshape from ``Shape`` of the value reshaped: those shape computations go with
@@ -177,6 +179,19 @@ class AttentionFusion(RewriteRule):
              and not ed.is_output(tr.outputs[0]), "context not reshaped back")
         rs = rs[0]
         nodes += [tr, rs]
+        # a scalar scale on a projection before its heads are split (Whisper's q_proj(x) * scaling)
+        parts = []
+        for part, head in ((q_part, q_nodes[0]), (k_part, k_nodes[0])):
+            ps = _op(ed, part, "Mul") or _op(ed, part, "Div")
+            c, other = (None, None) if ps is None else (ed.scalar(ps.inputs[1]), ps.inputs[0])
+            if ps is not None and c is None and ps.op_type == "Mul":
+                c, other = ed.scalar(ps.inputs[0]), ps.inputs[1]
+            if c not in (None, 0.0) and np.isfinite(c) and ed.single_use(part, head) and not ed.is_output(part):
+                scale *= 1.0 / c if ps.op_type == "Div" else c
+                nodes.append(ps)
+                part = other
+            parts.append(part)
+        q_part, k_part = parts
         # projections
         x, w, bias, proj_nodes = self._projections(ed, q_part, k_part, v_part, hidden)
         nodes += proj_nodes
@@ -221,7 +236,10 @@ class AttentionFusion(RewriteRule):
                 attrs["mask_filter_value"] = float(filt)
         elif mask is not None:
             raw = self._raw_mask(ed, mask, bdim, sdim)
-            if raw is not None:
+            if self._causal_mask(ed, mask, sdim):
+                # the kernel's own causal cut, which also skips the masked half of the work
+                attrs["unidirectional"] = 1
+            elif raw is not None:
                 m2d, filt = raw
                 inputs += [self._int32_mask(ed, m2d, extra), ""]
                 attrs["mask_filter_value"] = float(filt)
@@ -401,6 +419,27 @@ class AttentionFusion(RewriteRule):
                 continue
             return u, filt
         return None
+
+    @classmethod
+    def _causal_mask(cls, ed: Editor, mask: str, sdim) -> bool:
+        """True for dynamo's SDPA ``is_causal`` bias ``Where(Equal(Trilu(Expand(1, [S, S]),
+        upper=0), 0), fill, 0)`` with S the sequence length and fill at most _FILL_MAX: key t
+        masked for query s exactly where t > s, i.e. Attention's ``unidirectional``."""
+        w = _op(ed, mask, "Where")
+        if w is None or ed.scalar(w.inputs[2]) != 0.0 or ed.dtype(mask) != _F32:
+            return False
+        fill = ed.scalar(w.inputs[1])
+        eq = _op(ed, w.inputs[0], "Equal")
+        if fill is None or fill > cls._FILL_MAX or eq is None:
+            return False
+        tri = next((_op(ed, a, "Trilu") for a, b in (eq.inputs, eq.inputs[::-1]) if ed.scalar(b) == 0.0), None)
+        if tri is None or tri.attrs.get("upper", 1) != 0:
+            return False
+        if len(tri.inputs) > 1 and tri.inputs[1] and ed.scalar(tri.inputs[1]) != 0.0:
+            return False
+        ex = _op(ed, tri.inputs[0], "Expand")
+        one = None if ex is None else ed.scalar(ex.inputs[0])
+        return one not in (None, 0.0) and shape_tensor(ed, ex.inputs[1]) == [sdim, sdim]
 
     #: a fill at most this (or -inf) absorbs any score below 1e22 in magnitude (s + fill
     #: rounds to fill in float32), so the kernel's additive mask gives Where's exact values

@@ -35,6 +35,8 @@ EXPECT = {
     "gpt2_sdpa": {"Attention": 2, "SkipLayerNormalization": 4, "gelu": 2},
     "vit": {"Attention": 2, "SkipLayerNormalization": 4, "gelu": 2},
     "t5": {"Attention": 2},
+    "whisper": {"Attention": 2, "SkipLayerNormalization": 4, "gelu": 4},  # (2 in the front end)
+    "whisper_sdpa": {"Attention": 2, "SkipLayerNormalization": 4, "gelu": 4},
 }
 
 
@@ -96,9 +98,24 @@ def test_variant_fuses_and_matches_onnxruntime(exports, case):
     _assert_expected(case[0], case[2], *_check(exports(*case)))
 
 
-@pytest.mark.parametrize("name", ["gpt2_sdpa"])  # its K^T layout is dynamo's own (one export: ~10 s)
+@pytest.mark.parametrize("name", ["gpt2_sdpa", "whisper", "whisper_sdpa"])  # dynamo's K^T (an export: ~10 s)
 def test_variant_from_dynamo_dynamic(exports, name):
     _assert_expected(name, 18, *_check(exports(name, "dynamo", 18, True)))
+
+
+def test_dynamo_sdpa_is_causal_becomes_unidirectional(exports):
+    """SDPA's is_causal bias (Where(Trilu(ones [S, S]) == 0, fill, 0), rebuilt from the shapes
+    in every layer) is the fused op's own causal cut: no mask input, nothing of it left."""
+    ex = exports("gpt2_sdpa", "dynamo", 18, True)
+    assert "Trilu" in [n.op_type for n in ex.model.graph.node]
+    so = rt.SessionOptions()
+    so.graph_optimization_level = L.ORT_ENABLE_ALL
+    s = rt.InferenceSession(ex.model.SerializeToString(), so, providers=CPU)
+    att = [n for n in s._graph.nodes if n.op_type == "Attention"]
+    assert len(att) == 2 and all(n.attrs.get("unidirectional") == 1 and len(n.inputs) == 3 for n in att)
+    assert not {"Trilu", "Where", "Expand"} & {n.op_type for n in s._graph.nodes}
+    feeds = {"input_ids": np.random.default_rng(3).integers(1, V.VOCAB, (2, 30)).astype(np.int64)}
+    np.testing.assert_allclose(s.run(None, feeds)[0], run_oracle(ex.model, feeds)[0], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("name", ["distilbert", "bert_finfo", "t5"])
@@ -149,3 +166,21 @@ def test_where_mask_with_a_small_fill_is_not_fused(exports):
     s = rt.InferenceSession(m.SerializeToString(), so, providers=CPU)
     assert "Attention" not in [n.op_type for n in s._graph.nodes]
     np.testing.assert_allclose(s.run(None, feeds)[0], run_oracle(m, feeds)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_dynamo_sdpa_upper_triangle_is_not_causal(exports):
+    """The same bias with Trilu(upper=1) masks the past, not the future: kept as a bias."""
+    import onnx
+
+    ex = exports("gpt2_sdpa", "dynamo", 18, True)
+    m = onnx.ModelProto()
+    m.CopyFrom(ex.model)
+    for n in m.graph.node:
+        if n.op_type == "Trilu":
+            del n.attribute[:]
+            n.attribute.append(onnx.helper.make_attribute("upper", 1))
+    so = rt.SessionOptions()
+    so.graph_optimization_level = L.ORT_ENABLE_ALL
+    s = rt.InferenceSession(m.SerializeToString(), so, providers=CPU)
+    assert not any(n.attrs.get("unidirectional") for n in s._graph.nodes if n.op_type == "Attention")
+    np.testing.assert_allclose(s.run(None, ex.feeds)[0], run_oracle(m, ex.feeds)[0], rtol=1e-4, atol=1e-4)

@@ -12,7 +12,10 @@ library's source line by line where the exporters see a difference:
   ``torch.where(causal, w, finfo.min)``, pre-LN, the tanh "gelu_new";
 * ``gpt2_sdpa``: the same with ``F.scaled_dot_product_attention(is_causal=True)``;
 * ``vit``: Conv2d patches, cls token, pre-LN, no mask;
-* ``t5``: RMSNorm (T5LayerNorm), relative position bias added to the scores, no scaling.
+* ``t5``: RMSNorm (T5LayerNorm), relative position bias added to the scores, no scaling;
+* ``whisper``: WhisperEncoder (Conv1d + GELU front end, pre-LN), eager attention with
+  ``q_proj(x) * scaling`` before the heads are split and a k_proj without bias;
+* ``whisper_sdpa``: the same with ``F.scaled_dot_product_attention`` (no mask, not causal).
 
 ``python tests/models/hf_variants.py`` prints, for every variant x exporter x opset x axes,
 the fused ops ``optimize()`` leaves (the survey in the fusion report).
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 
 import onnx
 
-VARIANTS = ["bert", "bert_finfo", "distilbert", "gpt2", "gpt2_sdpa", "vit", "t5"]
+VARIANTS = ["bert", "bert_finfo", "distilbert", "gpt2", "gpt2_sdpa", "vit", "t5", "whisper", "whisper_sdpa"]
 D, H, LAYERS, VOCAB, MAXLEN = 64, 4, 2, 50, 32
 
 
@@ -301,8 +304,52 @@ def _define():
                 x = x + wo(F.relu(wi(ln2(x))))
             return self.final(x)
 
+    class WhisperAttention(nn.Module):
+        def __init__(self, sdpa):
+            super().__init__()
+            self.num_heads, self.head_dim, self.scaling, self.sdpa = H, D // H, (D // H) ** -0.5, sdpa
+            self.k_proj = nn.Linear(D, D, bias=False)
+            self.v_proj, self.q_proj, self.out_proj = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+
+        def _shape(self, t, seq, bsz):
+            return t.view(bsz, seq, self.num_heads, self.head_dim).transpose(1, 2).contiguous()
+
+        def forward(self, x):
+            bsz, tgt_len, _ = x.size()
+            if self.sdpa:
+                q = self._shape(self.q_proj(x), tgt_len, bsz)
+                k, v = self._shape(self.k_proj(x), -1, bsz), self._shape(self.v_proj(x), -1, bsz)
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False)
+            else:
+                q = self._shape(self.q_proj(x) * self.scaling, tgt_len, bsz)
+                k, v = self._shape(self.k_proj(x), -1, bsz), self._shape(self.v_proj(x), -1, bsz)
+                w = nn.functional.softmax(torch.matmul(q, k.transpose(2, 3)), dim=-1)
+                a = torch.matmul(w, v)
+            return self.out_proj(a.transpose(1, 2).reshape(bsz, tgt_len, D))
+
+    class Whisper(nn.Module):
+        def __init__(self, sdpa=False):
+            super().__init__()
+            self.conv1, self.conv2 = nn.Conv1d(8, D, 3, padding=1), nn.Conv1d(D, D, 3, stride=2, padding=1)
+            self.embed_positions = nn.Parameter(torch.randn(MAXLEN, D) * 0.02)
+            self.ln1 = nn.ModuleList(nn.LayerNorm(D) for _ in range(LAYERS))
+            self.attn = nn.ModuleList(WhisperAttention(sdpa) for _ in range(LAYERS))
+            self.ln2 = nn.ModuleList(nn.LayerNorm(D) for _ in range(LAYERS))
+            self.fc1 = nn.ModuleList(nn.Linear(D, 4 * D) for _ in range(LAYERS))
+            self.fc2 = nn.ModuleList(nn.Linear(4 * D, D) for _ in range(LAYERS))
+            self.ln = nn.LayerNorm(D)
+
+        def forward(self, input_features):
+            x = F.gelu(self.conv2(F.gelu(self.conv1(input_features)))).permute(0, 2, 1)
+            x = x + self.embed_positions[: x.size(1)]
+            for ln1, att, ln2, fc1, fc2 in zip(self.ln1, self.attn, self.ln2, self.fc1, self.fc2):
+                x = x + att(ln1(x))
+                x = x + fc2(F.gelu(fc1(ln2(x))))
+            return self.ln(x)
+
     return {"bert": lambda: Bert(), "bert_finfo": lambda: Bert(finfo=True), "distilbert": DistilBert,
-            "gpt2": lambda: GPT2(), "gpt2_sdpa": lambda: GPT2(sdpa=True), "vit": ViT, "t5": T5}
+            "gpt2": lambda: GPT2(), "gpt2_sdpa": lambda: GPT2(sdpa=True), "vit": ViT, "t5": T5,
+            "whisper": lambda: Whisper(), "whisper_sdpa": lambda: Whisper(sdpa=True)}
 
 
 _CLASSES: dict = {}
@@ -331,6 +378,8 @@ def _inputs(name, batch, seq, seed):
     g = torch.Generator().manual_seed(seed)
     if name == "vit":
         return {"pixel_values": torch.randn(batch, 3, 16, 16, generator=g)}
+    if name.startswith("whisper"):  # 8 mel bins, 2 * seq frames (the stride-2 conv halves them)
+        return {"input_features": torch.randn(batch, 8, 2 * seq, generator=g)}
     ids = torch.randint(1, VOCAB, (batch, seq), generator=g)
     if name.startswith("gpt2"):
         return {"input_ids": ids}
@@ -362,7 +411,8 @@ def export(name: str, exporter: str, opset: int, dynamic: bool) -> Export:
     m = _module(name)
     ex = _inputs(name, 2, 8, 1)
     names = list(ex)
-    axes = {n: ({0: "batch"} if n == "pixel_values" else {0: "batch", 1: "seq"}) for n in names}
+    # (Whisper's frames are fixed, as in the model: its positions are a parameter of that length)
+    axes = {n: ({0: "batch"} if n in ("pixel_values", "input_features") else {0: "batch", 1: "seq"}) for n in names}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         if exporter == "torchscript":
@@ -379,7 +429,7 @@ def export(name: str, exporter: str, opset: int, dynamic: bool) -> Export:
             prog = torch.onnx.export(m, tuple(ex.values()), dynamo=True, opset_version=opset, input_names=names,
                                      output_names=["y"], dynamic_shapes=shapes, verbose=False)
             model = prog.model_proto
-    run = _inputs(name, 3, 7, 2) if dynamic else _inputs(name, 2, 8, 2)
+    run = _inputs(name, 3, 8 if "input_features" in ex else 7, 2) if dynamic else _inputs(name, 2, 8, 2)
     return Export(name, exporter, opset, dynamic, model, {k: v.numpy() for k, v in run.items()})
 
 

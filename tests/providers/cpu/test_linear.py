@@ -83,6 +83,32 @@ def test_gemm_by_an_initializer(transB, bias_shape, calls):
     assert calls == [((19, 300, 70), 2, True)]
 
 
+def test_matmul_by_a_transposed_weight_reads_it_in_place(spy_native, cpu_policy):
+    """MatMul(a, Transpose(W)) with the Transpose not folded (a tied LM head over the
+    constant-folding cap): the pooled sgemm reads W [N, K] transposed, no copy of W^T a run."""
+    import runtime_core as rt
+
+    seen = []
+    spy_native("sgemm", lambda args: seen.append((args[3], args[5] if len(args) > 5 else False)))
+    cpu_policy(linear_kernel="blas")
+    a, w = rnd(2, 37, 96), rnd(300, 96)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"], perm=[1, 0]), helper.make_node("MatMul", ["a", "wt"], ["y"])]
+    model = make_model(nodes, {"a": a}, ["y"], initializers={"w": w})
+    so = rt.SessionOptions()
+    so.add_session_config_entry("optimization.constant_folding_max_bytes", "0")
+    sess = rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
+    assert "Transpose" in [n.op_type for n in sess._graph.nodes]
+    for _ in range(2):
+        assert_close(sess.run(None, {"a": a}), run_oracle(model, {"a": a}), rtol=1e-4, atol=1e-4)
+    assert seen == [((74, 96, 300), True)] * 2
+    from runtime_provider_cpu import _native
+
+    y = np.empty((74, 300), np.float32)
+    for threads in (1, 3):
+        _native.sgemm(a.reshape(74, 96), w, y, (74, 96, 300), threads, True)
+        np.testing.assert_allclose(y, a.reshape(74, 96) @ w.T, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("R,K,N", [(1, 7, 5), (12, 256, 32), (13, 257, 33), (25, 600, 70), (130, 1000, 96)])
 def test_linear_against_float64_on_any_thread_count(R, K, N, packed):

@@ -49,6 +49,10 @@ CASES = [
     (2, 6, 16, 4, ("", "", "ab"), lambda B, S: {"ab": rnd(1, 4, S, S)}, {}),
     (2, 6, 16, 4, ("m", "", "ab"), lambda B, S: {"m": np.array([[1] * 6, [1, 1, 1, 0, 0, 0]], np.int32),
                                                  "ab": rnd(2, 1, 1, S)}, {"mask_filter_value": -50.0}),
+    # causal over more than one block of rows: each block skips the keys past its last row
+    (1, 150, 32, 2, (), None, {"unidirectional": 1}),
+    (2, 130, 16, 2, ("m", "", "ab"), lambda B, S: {"m": (RNG.random((B, S)) > 0.2).astype(np.int32),
+                                                   "ab": rnd(1, 2, S, S)}, {"unidirectional": 1}),
 ]
 
 
@@ -75,6 +79,10 @@ def test_mha_matches_the_numpy_path_and_onnxruntime(case, threads, spy_native, m
 def test_mha_same_bits_on_any_thread_count(cpu_policy):
     cpu_policy(mha_kernel="native")
     m, inputs = _model(2, 50, 64, 2, unidirectional=1)  # 4 heads: rows split at 3+ threads
+    outs = [_run(m, inputs, t) for t in (1, 2, 3, 8)]
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])
+    m, inputs = _model(1, 200, 32, 2, unidirectional=1)  # causal: blocks of rows on any count
     outs = [_run(m, inputs, t) for t in (1, 2, 3, 8)]
     for y in outs[1:]:
         assert np.array_equal(y, outs[0])

@@ -45,8 +45,9 @@ class BlasLinear(LinearPlan):
 
     def run(self, a2, bias):
         # numpy's BLAS is held at one thread (fast/sgemm.hold_blas): its sgemm runs as tiles on
-        # the kernel pool where it can, so this candidate is the library at our thread count
-        y = None if self.trans else pooled_matmul(self.threads, a2, self.w)
+        # the kernel pool where it can (a transposed weight read in place), so this candidate is
+        # the library at our thread count
+        y = pooled_matmul(self.threads, a2, self.w.T if self.trans else self.w)
         if y is None:
             y = np.matmul(a2, self.w.T if self.trans else self.w)
         if bias is not None:
@@ -147,6 +148,8 @@ def linear(ctx, a, w, trans=False, bias=None):
             or a.dtype != _F32 or w.dtype != _F32 or w.ndim != 2 or a.ndim < 1
             or (bias is not None and (bias.dtype != _F32 or not bias.flags.c_contiguous))):
         return None
+    if not trans and not w.flags.c_contiguous and w.T.flags.c_contiguous:
+        w, trans = w.T, True  # a Transpose view (a tied weight too large to fold): read in place
     N, K = w.shape if trans else w.shape[::-1]
     if a.shape[-1] != K or a.size == 0 or N == 0:
         return None

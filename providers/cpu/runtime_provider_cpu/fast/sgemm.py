@@ -103,7 +103,8 @@ def pooled_matmul(threads: int, a, b):
     """``a @ b`` for float32 ``a`` [..., K] and 2-D ``b`` [K, N] as tiles of single-threaded
     sgemm on the kernel pool (``_native.sgemm``: a stopped run ends within one tile), or None
     where that is not the path: another dtype or layout, a product under the policy's
-    ``blas_min_macs``, or no SciPy sgemm."""
+    ``blas_min_macs``, or no SciPy sgemm. A ``b`` that is the transpose of a C-contiguous
+    array (a tied weight's ``Transpose`` view) is read in place, not copied."""
     import numpy as np
 
     if (type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != np.float32
@@ -118,5 +119,8 @@ def pooled_matmul(threads: int, a, b):
         return None
     a2 = np.ascontiguousarray(a.reshape(M, K))
     y = np.empty((M, N), np.float32)
-    p.native.sgemm(a2, np.ascontiguousarray(b), y, (M, K, N), int(threads))
+    if not b.flags.c_contiguous and b.T.flags.c_contiguous:
+        p.native.sgemm(a2, b.T, y, (M, K, N), int(threads), True)
+    else:
+        p.native.sgemm(a2, np.ascontiguousarray(b), y, (M, K, N), int(threads))
     return y.reshape(*a.shape[:-1], N)

@@ -5,7 +5,12 @@
  * q k^T * scale as one single-threaded sgemm (set_sgemm's) into a per-thread buffer, the
  * additive mask, the causal cut and the attention bias added row by row, softmax_rows, and
  * p v as a second sgemm written straight into the head's columns of y (numpy looped over
- * the heads with threaded BLAS calls whose workers then spun through the next nodes). */
+ * the heads with threaded BLAS calls whose workers then spun through the next nodes). With
+ * the causal cut a block of rows s0..s1 reads keys t < s1 only: the keys every row of it
+ * masks are neither scored nor summed (exp of a masked score is 0 either way). */
+/* rows a causal block: smaller skips more of the masked keys, larger keeps the sgemm calls long */
+#define MH_CAUSAL_ROWS 32
+
 typedef struct {
     const float *q, *k, *v;  /* element (b, s, h, d) at q[b * xb + s * xs + h * dq + d] */
     Py_ssize_t xb, xs;
@@ -24,8 +29,8 @@ static void mh_part(void *arg, int part, int parts)
     const Py_ssize_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
     if (u0 >= u1)
         return;
-    const Py_ssize_t T = j->S, yw = j->H * j->dv;
-    const size_t zn = sizeof(float) * (size_t)j->rb * (size_t)T;
+    const Py_ssize_t yw = j->H * j->dv;
+    const size_t zn = sizeof(float) * (size_t)j->rb * (size_t)j->S;
     float *z = (float *)rc_work(zn);
     if (!z) {
         __atomic_store_n(&((mh_job *)arg)->oom, 1, __ATOMIC_RELAXED);
@@ -33,12 +38,13 @@ static void mh_part(void *arg, int part, int parts)
     }
     char tn = 'T', nn = 'N';
     float one = 1.0f, zero = 0.0f, sc = j->scale;
-    int iT = (int)T, idq = (int)j->dq, idv = (int)j->dv, lx = (int)j->xs, ly = (int)yw;
+    int idq = (int)j->dq, idv = (int)j->dv, lx = (int)j->xs, ly = (int)yw;
     for (Py_ssize_t u = u0; u < u1; u++) {
         const Py_ssize_t bh = u / nrb, b = bh / j->H, h = bh - b * j->H;
         const Py_ssize_t s0 = (u - bh * nrb) * j->rb;
         const Py_ssize_t s1 = s0 + j->rb < j->S ? s0 + j->rb : j->S;
-        int n = (int)(s1 - s0);
+        const Py_ssize_t T = j->causal ? s1 : j->S; /* the keys this block reads */
+        int n = (int)(s1 - s0), iT = (int)T;
         const float *q = j->q + b * j->xb + s0 * j->xs + h * j->dq;
         const float *k = j->k + b * j->xb + h * j->dq;
         const float *v = j->v + b * j->xb + h * j->dv;
@@ -142,14 +148,17 @@ PyObject *rc_py_mha(PyObject *self, PyObject *args)
     j.B = B, j.H = H, j.S = S, j.dq = dq, j.dv = dv;
     j.scale = scale;
     j.causal = causal;
-    /* whole heads when there are 8 or more, else blocks of rows, 8 units or more: not a
-       function of the thread count, so that any number of threads gives the same bits */
+    /* whole heads when there are 8 or more, else blocks of rows, 8 units or more (causal:
+       blocks of at most MH_CAUSAL_ROWS rows, the finer the more masked work is skipped): not
+       a function of the thread count, so that any number of threads gives the same bits */
     const Py_ssize_t heads = B * H;
     Py_ssize_t nrb = heads >= 8 ? 1 : (8 + heads - 1) / heads;
+    if (causal && nrb < (S + MH_CAUSAL_ROWS - 1) / MH_CAUSAL_ROWS)
+        nrb = (S + MH_CAUSAL_ROWS - 1) / MH_CAUSAL_ROWS;
     if (nrb > S)
         nrb = S;
     j.rb = (S + nrb - 1) / nrb;
-    const double work = 2.0 * (double)heads * (double)S * (double)S * (double)(dq + dv);
+    const double work = (causal ? 1.0 : 2.0) * (double)heads * (double)S * (double)S * (double)(dq + dv);
     const int parts = rc_parts(work, 2.5e5, heads * ((S + j.rb - 1) / j.rb), &threads);
     return rc_run_job(mh_part, &j, parts, threads, v, 4, &j.oom);
 }

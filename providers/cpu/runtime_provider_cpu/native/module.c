@@ -183,8 +183,9 @@ static PyMethodDef methods[] = {
      "first byte is nonzero (flag: a writable buffer, or None to keep the enclosing scope's);\n"
      "a thread's outermost scope counts as a run in flight, which the pool shares its cores with."},
     {"sgemm", rc_py_sgemm, METH_VARARGS,
-     "sgemm(a, b, y, (M, K, N), threads)\n"
-     "y[M][N] = a[M][K] @ b[K][N] in float32 (C-contiguous) as tiles of y on the kernel threads,\n"
+     "sgemm(a, b, y, (M, K, N), threads, trans_b=False)\n"
+     "y[M][N] = a[M][K] @ b[K][N] in float32 (C-contiguous; b given as [N][K] with trans_b) as tiles of y\n"
+     "on the kernel threads,\n"
      "each one single-threaded sgemm (set_sgemm's)."},
     {"run_exit", rc_py_run_exit, METH_O,
      "run_exit(scope)\n"

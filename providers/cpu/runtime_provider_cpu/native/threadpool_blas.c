@@ -13,6 +13,7 @@ typedef struct {
     float *y;
     Py_ssize_t M, K, N;
     int gm, gn; /* tiles down, across */
+    int tb;     /* b given as [N][K] (a transposed weight read in place) */
 } sg_job;
 
 static void sg_part(void *arg, int part, int parts)
@@ -29,22 +30,25 @@ static void sg_part(void *arg, int part, int parts)
         c1 = j->N;
     if (r1 <= r0 || c1 <= c0)
         return;
-    /* row-major y = a b is column-major y^T = b^T a^T: b^T is N x K (ld N), a^T K x M (ld K) */
-    char nn = 'N';
+    /* row-major y = a b is column-major y^T = b^T a^T: b^T is N x K (ld N), a^T K x M (ld K);
+       with tb, b [N][K] is column-major K x N (ld K), read transposed */
+    char nn = 'N', tt = j->tb ? 'T' : 'N';
     float one = 1.0f, zero = 0.0f;
-    int n = (int)(c1 - c0), m = (int)(r1 - r0), K = (int)j->K, ldb = (int)j->N, lda = (int)j->K, ldy = (int)j->N;
-    rc_sgemm(&nn, &nn, &n, &m, &K, &one, (float *)j->b + c0, &ldb, (float *)j->a + r0 * j->K, &lda, &zero,
-             j->y + r0 * j->N + c0, &ldy);
+    int n = (int)(c1 - c0), m = (int)(r1 - r0), K = (int)j->K, ldb = (int)(j->tb ? j->K : j->N), lda = (int)j->K;
+    int ldy = (int)j->N;
+    rc_sgemm(&tt, &nn, &n, &m, &K, &one, (float *)j->b + (j->tb ? c0 * j->K : c0), &ldb, (float *)j->a + r0 * j->K,
+             &lda, &zero, j->y + r0 * j->N + c0, &ldy);
 }
 
-/* sgemm(a, b, y, (M, K, N), threads): y[M][N] = a[M][K] @ b[K][N], C-contiguous float32 */
+/* sgemm(a, b, y, (M, K, N), threads[, trans_b]): y[M][N] = a[M][K] @ b[K][N] (b given as
+   [N][K] with trans_b), C-contiguous float32 */
 PyObject *rc_py_sgemm(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *ao, *bo, *yo;
     Py_ssize_t M, K, N;
-    int threads;
-    if (!PyArg_ParseTuple(args, "OOO(nnn)i:sgemm", &ao, &bo, &yo, &M, &K, &N, &threads))
+    int threads, tb = 0;
+    if (!PyArg_ParseTuple(args, "OOO(nnn)i|p:sgemm", &ao, &bo, &yo, &M, &K, &N, &threads, &tb))
         return NULL;
     if (!rc_sgemm) {
         PyErr_SetString(PyExc_RuntimeError, "sgemm: no sgemm (set_sgemm was not called)");
@@ -82,7 +86,7 @@ PyObject *rc_py_sgemm(PyObject *self, PyObject *args)
         else
             break;
     }
-    sg_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (float *)v[2].buf, M, K, N, gm, gn};
+    sg_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (float *)v[2].buf, M, K, N, gm, gn, tb};
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(sg_part, &j, gm * gn, t);
     Py_END_ALLOW_THREADS
