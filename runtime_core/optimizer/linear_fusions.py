@@ -174,7 +174,7 @@ def _activation(ed: Editor, n: Node):
     if n.domain != "":
         return None
     op = n.op_type
-    if op in ("Relu", "Tanh", "Sigmoid"):
+    if op in ("Relu", "Tanh", "Sigmoid", "HardSwish"):
         return op, []
     if op == "LeakyRelu":
         a = n.attrs.get("alpha")
@@ -214,12 +214,12 @@ def _residual_conv(ed: Editor, add: Node):
     return None, None
 
 
-_ACTIVATIONS = frozenset({"Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Clip"})
+_ACTIVATIONS = frozenset({"Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish", "Clip"})
 
 
 class ConvActivationFusion(RewriteRule):
     """``Conv`` (float32) whose only reader is an activation (Relu, Clip with constant bounds,
-    LeakyRelu, HardSigmoid, Sigmoid, Tanh), optionally through an ``Add`` of a tensor of the
+    LeakyRelu, HardSigmoid, HardSwish, Sigmoid, Tanh), optionally through an ``Add`` of a tensor of the
     output's exact shape (a residual: ``act(Conv(x) + z)``) -> onnxruntime's
     ``com.microsoft.FusedConv`` (its ``Z`` input is the residual). The activation then runs
     in place on the convolution's result instead of as a node of its own. A residual

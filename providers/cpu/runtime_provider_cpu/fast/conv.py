@@ -105,10 +105,11 @@ def plan_cache(ctx, w, b):
     return cache
 
 
-def bind_plan(cache, kernel_fn, attrs):
+def bind_plan(cache, kernel_fn, attrs, post=None):
     """Once per node (``cache`` from :func:`plan_cache`, None: nothing): ``cache["bound"]``
     (see :func:`~runtime_provider_cpu.executable.binds`), the node's plan run straight on
-    the inputs it takes (:meth:`ConvPlan.takes`, conv_clipped's own test), else
+    the inputs it takes (:meth:`ConvPlan.takes`, conv_clipped's own test) and then ``post``
+    on its result when given (FusedConv's activation past the epilogue's clip), else
     ``kernel_fn(ctx, *inputs, **attrs)``. None when the first run made no plan."""
     if cache is None or "bound" in cache:
         return
@@ -128,6 +129,17 @@ def bind_plan(cache, kernel_fn, attrs):
                 return fast(x, z[0])
         return kernel_fn(ctx, x, w, b, *z, **attrs)
 
+    if post is not None:
+        def bound_post(ctx, x, w, b=None, *z):
+            if x.shape == xshape and w is W and b is B:
+                if not z:
+                    return post(fast(x, None))
+                if takes_z and len(z) == 1 and z[0].shape == shape and z[0].dtype == _F32:
+                    return post(fast(x, z[0]))
+            return kernel_fn(ctx, x, w, b, *z, **attrs)
+        cache["bound"] = bound_post
+        cache["conv_post"] = True  # the pair fusers (fast/pairs.py) must not take it
+        return
     cache["bound"] = bound
 
 
