@@ -3,8 +3,8 @@
 The candidates of a float32 2-D convolution are the algorithms whose kernels take its
 geometry: im2col and a GEMM (the library call: :class:`~.im2col.Im2colPlan`; for one image
 also on SciPy's sgemm a block on the kernel threads, ``Im2colSgemmPlan``), Winograd
-(dense 3x3 stride 1), the direct kernel (dense, stride at most 2), and for one image the
-pointwise kernel (1x1, no pads) and the compiled depthwise one (any batch). Which of them a
+(dense 3x3 stride 1), the direct kernel (dense, stride at most 2), the pointwise kernel
+(1x1, no pads; a batch one image at a time) and the compiled depthwise one (any batch). Which of them a
 shape takes is measured on this machine on the node's weights and first input
 (``fast/autotune.py``), or forced by the policy; a plan of kind None takes the general path
 (``ops/conv.py``). The layouts (output channels in the vector lanes or not) are the policy's.
@@ -57,7 +57,7 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
     if p.direct and dense and (ks != (1, 1) or max(strides) > 1) and max(strides) <= 2:
         lanes = out[1] <= p.lanes_max_ow and terms >= p.lanes_min_k
         found["direct"] = lambda lanes=lanes: DirectPlan(x, w, b, clip, nat, out, strides, dilations, pb, lanes, threads)
-    if N == 1 and ks == (1, 1) and group == 1 and not any(pb) and not any(pe):
+    if ks == (1, 1) and group == 1 and not any(pb) and not any(pe):
         if list(strides) == [1, 1]:
             found["pointwise"] = lambda: PointwisePlan(x, w, b, clip, nat, (H, W), None, p.pw_lanes and p.linear,
                                                        threads)
