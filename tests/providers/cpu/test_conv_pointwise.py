@@ -225,3 +225,24 @@ def test_pointwise_batch_one_image_at_a_time(path, strides, cpu_policy, spy_nati
         assert seen == [(40, 24, out[0] * out[1])] * 9  # 3 images x 3 runs
     else:
         assert seen == []
+
+
+@pytest.mark.parametrize("C,M,H,W,k,s,p", [
+    (3, 24, 32, 32, 4, 4, 0),    # ConvNeXt's stem (patches: im2col is one transpose)
+    (16, 32, 14, 14, 2, 2, 0),   # its downsampling
+    (3, 16, 23, 21, 3, 2, 1),    # MobileNet's stem (padded, overlapping)
+])
+def test_im2col_on_the_pointwise_tiles(C, M, H, W, k, s, p, cpu_policy, lane_calls):
+    # im2col for one image and the lanes kernel's packed tiles, residual and clip in its epilogue
+    cpu_policy(conv_kernel="im2col_lanes")
+    x, w, b = rnd(1, C, H, W), rnd(M, C, k, k) * 0.2, rnd(M)
+    oh, ow = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    r = rnd(1, M, oh, ow)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=[s, s], pads=[p] * 4),
+             helper.make_node("Add", ["c", "r"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
+    model = make_model(nodes, {"x": x, "r": r}, ["y"], opset=13, initializers={"w": w, "b": b})
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    ref = run_oracle(model, {"x": x, "r": r})
+    for _ in range(2):
+        assert_close(sess.run(None, {"x": x, "r": r}), ref, rtol=1e-4, atol=1e-5)
+    assert [c[0] for c in lane_calls] == [(M, C * k * k, oh * ow)] * 2

@@ -2,10 +2,11 @@
 
 The candidates of a float32 2-D convolution are the algorithms whose kernels take its
 geometry: im2col and a GEMM (the library call: :class:`~.im2col.Im2colPlan`; for one image
-also on SciPy's sgemm a block on the kernel threads, ``Im2colSgemmPlan``), Winograd
+also on SciPy's sgemm a block on the kernel threads, ``Im2colSgemmPlan``, or on the pointwise
+kernel's packed tiles, ``Im2colLanesPlan``), Winograd
 (dense 3x3 stride 1), the direct kernel (dense, stride at most 2), the pointwise kernel
-(1x1, no pads; a batch one image at a time) and the compiled depthwise one (any batch). Which of them a
-shape takes is measured on this machine on the node's weights and first input
+(1x1, no pads; a batch one image at a time) and the compiled depthwise one (any batch).
+Which of them a shape takes is measured on this machine on the node's weights and first input
 (``fast/autotune.py``), or forced by the policy; a plan of kind None takes the general path
 (``ops/conv.py``). The layouts (output channels in the vector lanes or not) are the policy's.
 """
@@ -18,7 +19,7 @@ from ..ops._nncommon import _F32, _conv_out, _is_const, _native_geometry_ok
 from . import autotune
 from .depthwise import DepthwisePlan
 from .direct import DirectPlan
-from .im2col import Im2colPlan, Im2colSgemmPlan
+from .im2col import Im2colLanesPlan, Im2colPlan, Im2colSgemmPlan
 from .plan import ConvPlan
 from .pointwise import PointwisePlan
 from .policy import current
@@ -48,6 +49,8 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
     if N == 1 and group == 1 and sgemm_ready():
         found["im2col_sgemm"] = lambda: Im2colSgemmPlan(x, w, b, clip, nat, out, group, strides, dilations, pb, pe,
                                                         threads)
+    if N == 1 and dense and ks != (1, 1) and p.pw_lanes and p.linear:
+        found["im2col_lanes"] = lambda: Im2colLanesPlan(x, w, b, clip, nat, out, strides, dilations, pb, threads)
     if p.direct and dense and ks == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
         wide = C >= p.wino_min_c and out[1] >= p.wino_min_ow
         lanes = C >= p.wino_lanes_min_c and p.wino_lanes_ow[0] <= out[1] <= p.wino_lanes_ow[1]
