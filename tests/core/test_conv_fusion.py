@@ -349,3 +349,26 @@ def test_native_activate_matches_numpy():
         nat.activate(np.zeros(4, np.float32), np.zeros(4, np.float32), 4, 9)
     with pytest.raises((ValueError, TypeError)):
         nat.activate(np.zeros(4, np.float32), np.zeros(3, np.float32), 4, 0)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_conv_times_its_sigmoid_becomes_fused_conv_silu(swap):
+    # SiLU as the exporters write it (EfficientNet): c * Sigmoid(c), c read only by the two
+    ins = ["s", "c"] if swap else ["c", "s"]
+    nodes = [conv(), helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ins, ["y"])]
+    m = make_model(nodes, {"x": X}, ["y"], opset=17, initializers={"w": W, "b": B})
+    ops, graph_nodes = optimized(m, {"x": X})
+    assert ops == ["FusedConv"]
+    assert graph_nodes[0].attrs["activation"] in ("SiLU", b"SiLU")
+    s = rt.InferenceSession(m.SerializeToString(), providers=CPU)  # the bound plan on later runs
+    ref = run_oracle(m, {"x": X})
+    for _ in range(3):
+        assert_close(s.run(None, {"x": X}), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_silu_stays_apart_where_the_conv_output_has_another_reader():
+    nodes = [conv(), helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),
+             helper.make_node("Add", ["m", "c"], ["y"])]
+    m = make_model(nodes, {"x": X}, ["y"], opset=17, initializers={"w": W, "b": B})
+    ops, _ = optimized(m, {"x": X})
+    assert "Sigmoid" in ops and "Mul" in ops

@@ -116,9 +116,9 @@ def bias_gelu_inplace(ctx, owned, a, b):
 
 #: activation name -> number of activation_params it takes (onnxruntime's FusedConv)
 FUSED_CONV_ACTIVATIONS = {"Relu": 0, "Tanh": 0, "Sigmoid": 0, "LeakyRelu": 1, "Clip": 2, "HardSigmoid": 2,
-                          "HardSwish": 0}  # HardSwish: ours, beyond onnxruntime's list (MobileNetV3)
+                          "HardSwish": 0, "SiLU": 0}  # the last two ours, beyond onnxruntime's list
 #: activations of _native.activate: name -> its kind
-_NATIVE_ACT = {"HardSwish": 0, "HardSigmoid": 1, "Sigmoid": 2}
+_NATIVE_ACT = {"HardSwish": 0, "HardSigmoid": 1, "Sigmoid": 2, "SiLU": 3}
 
 
 def _fused_conv_check(node):
@@ -153,6 +153,8 @@ def _activate(y, act, params):
         h += np.float32(0.5)
         np.clip(h, np.float32(0), np.float32(1), out=h)
         y *= h
+    elif act == "SiLU":
+        y *= 1 / (1 + np.exp(-y, dtype=np.float32))
     elif act == "LeakyRelu":
         np.multiply(y, np.where(y < 0, np.float32(params[0]), np.float32(1)), out=y)
     elif act == "Tanh":
