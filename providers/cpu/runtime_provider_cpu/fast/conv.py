@@ -72,6 +72,18 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
     return found
 
 
+def _unmeasured(found, w, strides, dilations) -> set:
+    """The candidates not worth timing: numpy's K*K passes over each plane (the im2col plan of
+    a depthwise convolution) against the AVX-512 phase planes (3x3, 5x5, 7x7, stride 1 or 2:
+    4-16x apart on every shape measured). Timed on a loaded machine, a run on the kernel
+    threads could lose to the single-threaded numpy one, and that choice is cached for good."""
+    ks = tuple(w.shape[2:])
+    if ("depthwise" in found and getattr(current().native, "CONV_FAST", 0) and ks[0] == ks[1]
+            and ks[0] in (3, 5, 7) and strides[0] == strides[1] and strides[0] <= 2 and tuple(dilations) == (1, 1)):
+        return {"im2col"}
+    return set()
+
+
 def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx=None) -> ConvPlan:
     """The plan of a float32 2-D convolution of ``x`` by ``w`` (plus ``b``, clipped to
     ``clip``) with these resolved strides, dilations and pads: the candidate forced by the
@@ -86,9 +98,13 @@ def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx
     key = autotune.cache_key("conv", shape, "float32", threads)
     name = autotune.decide("conv", key, names, "im2col", getattr(ctx, "tune", True))
     if name is None:
-        made = {n: make() for n, make in found.items()}
-        calls = {n: pl._make_call() for n, pl in made.items()}  # not the plans' own: those are the runs
-        name, _ = autotune.measure(key, {n: (lambda c=c: c(x, None)) for n, c in calls.items()})
+        skip = _unmeasured(found, w, strides, dilations)
+        made = {n: make() for n, make in found.items() if n not in skip}
+        if len(made) == 1:
+            name = next(iter(made))
+        else:
+            calls = {n: pl._make_call() for n, pl in made.items()}  # not the plans' own: those are the runs
+            name, _ = autotune.measure(key, {n: (lambda c=c: c(x, None)) for n, c in calls.items()})
         plan = made[name]
     else:
         plan = found[name]()
