@@ -174,7 +174,7 @@ def _activation(ed: Editor, n: Node):
     if n.domain != "":
         return None
     op = n.op_type
-    if op in ("Relu", "Tanh", "Sigmoid"):
+    if op in ("Relu", "Tanh", "Sigmoid", "HardSwish"):
         return op, []
     if op == "LeakyRelu":
         a = n.attrs.get("alpha")
@@ -214,24 +214,54 @@ def _residual_conv(ed: Editor, add: Node):
     return None, None
 
 
-_ACTIVATIONS = frozenset({"Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "Clip"})
+_ACTIVATIONS = frozenset({"Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish", "Clip"})
 
 
 class ConvActivationFusion(RewriteRule):
     """``Conv`` (float32) whose only reader is an activation (Relu, Clip with constant bounds,
-    LeakyRelu, HardSigmoid, Sigmoid, Tanh), optionally through an ``Add`` of a tensor of the
+    LeakyRelu, HardSigmoid, HardSwish, Sigmoid, Tanh), optionally through an ``Add`` of a tensor of the
     output's exact shape (a residual: ``act(Conv(x) + z)``) -> onnxruntime's
     ``com.microsoft.FusedConv`` (its ``Z`` input is the residual). The activation then runs
     in place on the convolution's result instead of as a node of its own. A residual
-    ``Add`` with no activation after it becomes a ``FusedConv`` without ``activation``."""
+    ``Add`` with no activation after it becomes a ``FusedConv`` without ``activation``;
+    ``Conv(x) * Sigmoid(Conv(x))`` one with ``activation`` ``SiLU`` (ours, as ``HardSwish``:
+    not in onnxruntime's list)."""
 
     name = "ConvActivationFusion"
     level = EXTENDED
-    targets = _ACTIVATIONS | {"Add"}
+    targets = _ACTIVATIONS | {"Add", "Mul"}
     stage = 1  # after the Conv folds: a BatchNormalization after a residual Add folds first
 
     def rewrite(self, ed: Editor, n: Node) -> bool:
+        if n.op_type == "Mul":
+            return self._silu(ed, n)
         return self._residual(ed, n) if n.op_type == "Add" else self._activation(ed, n)
+
+    @staticmethod
+    def _silu(ed: Editor, mul: Node) -> bool:
+        """``c * Sigmoid(c)``, ``c`` a Conv's output read only by the two (SiLU as the
+        exporters write it: EfficientNet's) -> FusedConv with our ``SiLU`` activation."""
+        if len(mul.inputs) != 2 or mul.domain != "":
+            return False
+        for c, s in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
+            sig, conv = op_of(ed, s, "Sigmoid"), op_of(ed, c, "Conv")
+            if sig is None or conv is None or sig.inputs[:1] != [c] or not ed.single_use(s, mul):
+                continue
+            readers = ed.consumers(c)
+            if (len(readers) != 2 or {id(r) for r in readers} != {id(sig), id(mul)} or ed.is_output(c)
+                    or ed.is_implicit(c) or ed.dtype(c) != F32 or ed.rank(c) is None):
+                continue
+            ins = list(conv.inputs)
+            while ins and not ins[-1]:
+                ins.pop()
+            attrs = list(conv.proto_attrs) + [onnx.helper.make_attribute("activation", "SiLU")]
+            ed.ensure_opset(MS_DOMAIN)
+            new = ed.g.make_node("FusedConv", ins, [mul.outputs[0]], name=ed.fresh(conv.name + "_fused"),
+                                 domain=MS_DOMAIN, proto_attrs=attrs)
+            if ed.replace([conv, sig, mul], [new]):
+                ed.log("%s + %s + %s -> FusedConv (SiLU)", conv.name, sig.name, mul.name)
+                return True
+        return False
 
     @staticmethod
     def _activation(ed: Editor, act: Node) -> bool:

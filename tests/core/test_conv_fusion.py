@@ -56,6 +56,7 @@ ACTIVATIONS = [
     ("LeakyRelu", {"alpha": 0.2}, {}, 17, "LeakyRelu", [0.2]),
     ("LeakyRelu", {}, {}, 17, "LeakyRelu", [0.01]),
     ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, {}, 17, "HardSigmoid", [0.3, 0.4]),
+    ("HardSwish", {}, {}, 17, "HardSwish", []),
     ("Clip", {}, {"lo": np.float32(0), "hi": np.float32(6)}, 17, "Clip", [0.0, 6.0]),
     ("Clip", {}, {"lo": np.float32(-1)}, 17, "Clip", [-1.0, float(np.finfo(np.float32).max)]),
     ("Clip", {"min": 0.0, "max": 6.0}, {}, 6, "Clip", [0.0, 6.0]),
@@ -303,3 +304,71 @@ def test_conv_plan_follows_weights_fed_at_run_time(kind):
     for seed in range(3):
         feeds = {"x": x, "w": np.random.default_rng(seed).standard_normal(wshape).astype(np.float32)}
         assert_close(sess.run(None, feeds), run_oracle(m, feeds), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("act", ["HardSwish", "Sigmoid", "HardSigmoid"])
+def test_activation_after_the_plan_survives_binding_and_pair_fusion(act):
+    # an inverted-residual pair (1x1 expansion + Relu, 3x3 depthwise + act): from the second
+    # run the steps are bound and may be fused (fast/pairs.py); the activation applied after
+    # the depthwise plan must stay in every run
+    x = f32(1, 16, 20, 20)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["e"]), helper.make_node("Relu", ["e"], ["r"]),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["d"], group=32, pads=[1, 1, 1, 1]),
+             helper.make_node(act, ["d"], ["y"])]
+    m = make_model(nodes, {"x": x}, ["y"], opset=17,
+                   initializers={"w1": f32(32, 16, 1, 1), "b1": f32(32), "w2": f32(32, 1, 3, 3), "b2": f32(32)})
+    ref = run_oracle(m, {"x": x})
+    s = rt.InferenceSession(m.SerializeToString(), providers=CPU)
+    assert [n.op_type for n in s._graph.nodes] == ["FusedConv", "FusedConv"]
+    for _ in range(3):
+        assert_close(s.run(None, {"x": x}), ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.native
+def test_native_activate_matches_numpy():
+    # every vector tail length, NaN and both clip bounds of the hard forms
+    from runtime_provider_cpu.fast.policy import NATIVE as nat
+
+    assert nat is not None
+    for n in (0, 1, 7, 8, 9, 31, 100):
+        x = (RNG.standard_normal(n) * 6).astype(np.float32)
+        if n > 3:
+            x[3] = np.nan
+        x64 = x.astype(np.float64)
+        hs = np.clip(x64 * 0.2 + 0.4, 0, 1)
+        sig = 1 / (1 + np.exp(-x64))
+        for kind, ab, ref in ((0, (1 / 6, 0.5), x64 * np.clip(x64 / 6 + 0.5, 0, 1)), (1, (0.2, 0.4), hs),
+                              (2, (), sig), (3, (), x64 * sig)):
+            y = np.full(n, 7.0, np.float32)
+            nat.activate(x, y, n, kind, *ab)
+            np.testing.assert_allclose(y, ref, rtol=2e-6, atol=1e-6, err_msg=f"kind {kind} n {n}")
+            z = x.copy()
+            nat.activate(z, z, n, kind, *ab)  # in place
+            np.testing.assert_array_equal(z, y)
+    with pytest.raises(ValueError):
+        nat.activate(np.zeros(4, np.float32), np.zeros(4, np.float32), 4, 9)
+    with pytest.raises((ValueError, TypeError)):
+        nat.activate(np.zeros(4, np.float32), np.zeros(3, np.float32), 4, 0)
+
+
+@pytest.mark.parametrize("swap", [False, True])
+def test_conv_times_its_sigmoid_becomes_fused_conv_silu(swap):
+    # SiLU as the exporters write it (EfficientNet): c * Sigmoid(c), c read only by the two
+    ins = ["s", "c"] if swap else ["c", "s"]
+    nodes = [conv(), helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ins, ["y"])]
+    m = make_model(nodes, {"x": X}, ["y"], opset=17, initializers={"w": W, "b": B})
+    ops, graph_nodes = optimized(m, {"x": X})
+    assert ops == ["FusedConv"]
+    assert graph_nodes[0].attrs["activation"] in ("SiLU", b"SiLU")
+    s = rt.InferenceSession(m.SerializeToString(), providers=CPU)  # the bound plan on later runs
+    ref = run_oracle(m, {"x": X})
+    for _ in range(3):
+        assert_close(s.run(None, {"x": X}), ref, rtol=1e-4, atol=1e-5)
+
+
+def test_silu_stays_apart_where_the_conv_output_has_another_reader():
+    nodes = [conv(), helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["m"]),
+             helper.make_node("Add", ["m", "c"], ["y"])]
+    m = make_model(nodes, {"x": X}, ["y"], opset=17, initializers={"w": W, "b": B})
+    ops, _ = optimized(m, {"x": X})
+    assert "Sigmoid" in ops and "Mul" in ops

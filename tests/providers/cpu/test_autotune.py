@@ -209,3 +209,24 @@ def test_without_the_compiled_kernels(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "no compiled kernels (disabled by RUNTIME_CORE_CPU_NATIVE=0)" in out.stdout
+
+
+@pytest.mark.parametrize("k,s", [(3, 1), (5, 2), (7, 1)])
+def test_depthwise_on_the_phase_planes_is_not_timed_against_numpy(k, s, cache_dir, monkeypatch):
+    # the AVX-512 depthwise kernel is taken without timing numpy's per-tap passes against it
+    # (a loaded machine could cache the slow one): no other candidate, nothing timed
+    from runtime_provider_cpu.fast import autotune, policy
+
+    if not getattr(policy.NATIVE, "CONV_FAST", 0):
+        pytest.skip("the phase-plane depthwise kernel needs the AVX-512 build (CONV_FAST)")
+    timed = []
+    real = autotune.measure
+    monkeypatch.setattr(autotune, "measure", lambda key, runners: (timed.append(sorted(runners)), real(key, runners))[1])
+    x = rnd(1, 8, 15, 15)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=8, strides=[s, s], pads=[k // 2] * 4)
+    model = make_model([node], {"x": x}, ["y"], opset=11, initializers={"w": rnd(8, 1, k, k), "b": rnd(8)})
+    sess = session(model)
+    for _ in range(2):
+        assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)
+    assert list(sess.get_partition_report().kernels.values()) == ["depthwise"]
+    assert timed == []

@@ -1,4 +1,4 @@
-"""1x1 stride-1 convolutions of one image: ``_native.pointwise_lanes`` (the compiled Linear's
+"""1x1 stride-1 convolutions, a batch one image at a time: ``_native.pointwise_lanes`` (the compiled Linear's
 tiles, the weights packed once) where the AVX-512 build runs; else ``_native.pointwise``,
 blocks of the output split between the kernel threads, each one single-threaded sgemm of
 SciPy's BLAS and its bias, residual and clip, that library kept at one thread; numpy's
@@ -194,3 +194,55 @@ def test_pointwise_without_scipy_blas_uses_matmul(cpu_policy, calls):
     sess = rt.InferenceSession(model.SerializeToString(), providers=["cpu"])
     assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)
     assert calls == []
+
+
+# a strided 1x1 is a pointwise plan on the lanes kernel only
+@pytest.mark.parametrize("path,strides", [("lanes", [1, 1]), ("lanes", [2, 2]), ("sgemm", [1, 1]),
+                                          ("matmul", [1, 1])])
+def test_pointwise_batch_one_image_at_a_time(path, strides, cpu_policy, spy_native):
+    # a batch (MobileNetV3 at b8) runs each image on the NCHW tensor as it is, with the residual
+    # and clip of that image; every run after the first on the bound plan
+    from runtime_provider_cpu.fast import policy
+
+    if path == "lanes" and not policy.current().linear:
+        pytest.skip("the lanes kernel needs the AVX-512 build (CONV_FAST)")
+    cpu_policy(pw_lanes=path == "lanes", sgemm=path != "matmul")
+    seen = []
+    spy_native("pointwise_lanes" if path == "lanes" else "pointwise", lambda args: seen.append(args[5]))
+    x, w, b = rnd(3, 24, 13, 11), rnd(40, 24, 1, 1) * 0.2, rnd(40)
+    out = [len(range(0, 13, strides[0])), len(range(0, 11, strides[1]))]
+    r = rnd(3, 40, *out)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=strides),
+             helper.make_node("Add", ["c", "r"], ["s"]),
+             helper.make_node("Clip", ["s", "lo", "hi"], ["y"])]
+    inits = {"w": w, "b": b, "lo": np.array(-0.5, np.float32), "hi": np.array(1.0, np.float32)}
+    model = make_model(nodes, {"x": x, "r": r}, ["y"], opset=13, initializers=inits)
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    ref = run_oracle(model, {"x": x, "r": r})
+    for _ in range(3):
+        assert_close(sess.run(None, {"x": x, "r": r}), ref, rtol=1e-4, atol=1e-5)
+    if path != "matmul":
+        assert seen == [(40, 24, out[0] * out[1])] * 9  # 3 images x 3 runs
+    else:
+        assert seen == []
+
+
+@pytest.mark.parametrize("C,M,H,W,k,s,p", [
+    (3, 24, 32, 32, 4, 4, 0),    # ConvNeXt's stem (patches: im2col is one transpose)
+    (16, 32, 14, 14, 2, 2, 0),   # its downsampling
+    (3, 16, 23, 21, 3, 2, 1),    # MobileNet's stem (padded, overlapping)
+])
+def test_im2col_on_the_pointwise_tiles(C, M, H, W, k, s, p, cpu_policy, lane_calls):
+    # im2col for one image and the lanes kernel's packed tiles, residual and clip in its epilogue
+    cpu_policy(conv_kernel="im2col_lanes")
+    x, w, b = rnd(1, C, H, W), rnd(M, C, k, k) * 0.2, rnd(M)
+    oh, ow = (H + 2 * p - k) // s + 1, (W + 2 * p - k) // s + 1
+    r = rnd(1, M, oh, ow)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=[s, s], pads=[p] * 4),
+             helper.make_node("Add", ["c", "r"], ["t"]), helper.make_node("Relu", ["t"], ["y"])]
+    model = make_model(nodes, {"x": x, "r": r}, ["y"], opset=13, initializers={"w": w, "b": b})
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    ref = run_oracle(model, {"x": x, "r": r})
+    for _ in range(2):
+        assert_close(sess.run(None, {"x": x, "r": r}), ref, rtol=1e-4, atol=1e-5)
+    assert [c[0] for c in lane_calls] == [(M, C * k * k, oh * ow)] * 2

@@ -103,14 +103,15 @@ def test_depthwise_native_threads(stride, fast):
 
 
 def _dw_reference(x, w, b, s, pads, lo, hi):
-    """float64 3x3 depthwise convolution by shifted slices, then the clip"""
+    """float64 k x k depthwise convolution by shifted slices, then the clip"""
     pt, pl, pb, pr = pads
     N, C, H, W = x.shape
-    OH, OW = (H + pt + pb - 3) // s + 1, (W + pl + pr - 3) // s + 1
+    k = w.shape[-1]
+    OH, OW = (H + pt + pb - k) // s + 1, (W + pl + pr - k) // s + 1
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
     ref = np.zeros((N, C, OH, OW))
-    for ky in range(3):
-        for kx in range(3):
+    for ky in range(k):
+        for kx in range(k):
             ref += w[None, :, 0, ky, kx, None, None] * xp[:, :, ky:ky + s * (OH - 1) + 1:s,
                                                           kx:kx + s * (OW - 1) + 1:s]
     if b is not None:
@@ -118,31 +119,33 @@ def _dw_reference(x, w, b, s, pads, lo, hi):
     return np.clip(ref, lo, hi)
 
 
+@pytest.mark.parametrize("k", [3, 5, 7])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.native
-def test_depthwise_native_phase_planes(stride):
-    # the AVX-512 3x3 path (phase planes, flat-index vectors below 16 outputs a row, row
-    # vectors from 16) against float64 and the 8-float path (fast=False), over plane sizes
-    # around 16 and 32 columns, odd sizes and every padding the kernel is given
+def test_depthwise_native_phase_planes(stride, k):
+    # the AVX-512 k x k path (phase planes, flat-index vectors below 16 outputs a row, row
+    # vectors from 16; 5x5 and 7x7 four vectors at once) against float64 and the portable
+    # path (fast=False), over plane sizes around 16 and 32 columns, odd sizes and every
+    # padding the kernel is given
     from runtime_provider_cpu import _native
 
     rng = np.random.default_rng(6)
     for H, W in [(1, 1), (2, 3), (7, 7), (14, 14), (13, 17), (16, 15), (31, 33), (4, 40), (40, 4),
                  (9, 64), (3, 65)]:
         for pads in [(1, 1, 1, 1), (0, 0, 0, 0), (1, 0, 0, 1), (0, 1, 1, 0), (2, 2, 2, 2),
-                     (2, 1, 0, 2)]:
+                     (2, 1, 0, 2), (3, 3, 3, 3), (3, 0, 2, 1)]:
             pt, pl, pb, pr = pads
-            OH, OW = (H + pt + pb - 3) // stride + 1, (W + pl + pr - 3) // stride + 1
+            OH, OW = (H + pt + pb - k) // stride + 1, (W + pl + pr - k) // stride + 1
             if OH < 1 or OW < 1:
                 continue
             x = rng.standard_normal((2, 3, H, W)).astype(np.float32)
-            w = rng.standard_normal((3, 1, 3, 3)).astype(np.float32)
+            w = rng.standard_normal((3, 1, k, k)).astype(np.float32)
             b = rng.standard_normal(3).astype(np.float32)
             for bias, lo, hi in ((None, -np.inf, np.inf), (b, 0.0, 0.5)):
                 ys = []
                 for fast in (True, False):
                     y = np.full((2, 3, OH, OW), np.nan, np.float32)
-                    _native.depthwise2d(x, w, bias, y, x.shape, (OH, OW), (3, 3), (stride, stride),
+                    _native.depthwise2d(x, w, bias, y, x.shape, (OH, OW), (k, k), (stride, stride),
                                         (1, 1), (pt, pl), lo, hi, 2, fast)
                     ys.append(y)
                 ref = _dw_reference(x, w, bias, stride, pads, lo, hi)
@@ -151,14 +154,15 @@ def test_depthwise_native_phase_planes(stride):
     # a NaN input stays NaN through the clip on both paths; every other output is clipped
     x = np.ones((1, 2, 7, 7), np.float32)
     x[0, 1, 3, 3] = np.nan
-    w = np.ones((2, 1, 3, 3), np.float32)
-    OH = (7 + 2 - 3) // stride + 1
+    w = np.ones((2, 1, k, k), np.float32)
+    p = k // 2
+    OH = (7 + 2 * p - k) // stride + 1
     for fast in (True, False):
         y = np.zeros((1, 2, OH, OH), np.float32)
-        _native.depthwise2d(x, w, None, y, x.shape, (OH, OH), (3, 3), (stride, stride), (1, 1), (1, 1),
+        _native.depthwise2d(x, w, None, y, x.shape, (OH, OH), (k, k), (stride, stride), (1, 1), (p, p),
                             0.0, 5.0, 1, fast)
-        ref = _dw_reference(np.nan_to_num(x, nan=0.0), w, None, stride, (1, 1, 1, 1), 0.0, 5.0)
-        nan = np.isnan(_dw_reference(x, w, None, stride, (1, 1, 1, 1), -np.inf, np.inf))
+        ref = _dw_reference(np.nan_to_num(x, nan=0.0), w, None, stride, (p,) * 4, 0.0, 5.0)
+        nan = np.isnan(_dw_reference(x, w, None, stride, (p,) * 4, -np.inf, np.inf))
         assert nan.any() and np.array_equal(np.isnan(y), nan)
         np.testing.assert_allclose(y[~nan], ref[~nan])
 

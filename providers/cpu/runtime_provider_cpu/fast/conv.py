@@ -2,10 +2,11 @@
 
 The candidates of a float32 2-D convolution are the algorithms whose kernels take its
 geometry: im2col and a GEMM (the library call: :class:`~.im2col.Im2colPlan`; for one image
-also on SciPy's sgemm a block on the kernel threads, ``Im2colSgemmPlan``), Winograd
-(dense 3x3 stride 1), the direct kernel (dense, stride at most 2), and for one image the
-pointwise kernel (1x1, no pads) and the compiled depthwise one (any batch). Which of them a
-shape takes is measured on this machine on the node's weights and first input
+also on SciPy's sgemm a block on the kernel threads, ``Im2colSgemmPlan``, or on the pointwise
+kernel's packed tiles, ``Im2colLanesPlan``), Winograd
+(dense 3x3 stride 1), the direct kernel (dense, stride at most 2), the pointwise kernel
+(1x1, no pads; a batch one image at a time) and the compiled depthwise one (any batch).
+Which of them a shape takes is measured on this machine on the node's weights and first input
 (``fast/autotune.py``), or forced by the policy; a plan of kind None takes the general path
 (``ops/conv.py``). The layouts (output channels in the vector lanes or not) are the policy's.
 """
@@ -18,7 +19,7 @@ from ..ops._nncommon import _F32, _conv_out, _is_const, _native_geometry_ok
 from . import autotune
 from .depthwise import DepthwisePlan
 from .direct import DirectPlan
-from .im2col import Im2colPlan, Im2colSgemmPlan
+from .im2col import Im2colLanesPlan, Im2colPlan, Im2colSgemmPlan
 from .plan import ConvPlan
 from .pointwise import PointwisePlan
 from .policy import current
@@ -48,6 +49,8 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
     if N == 1 and group == 1 and sgemm_ready():
         found["im2col_sgemm"] = lambda: Im2colSgemmPlan(x, w, b, clip, nat, out, group, strides, dilations, pb, pe,
                                                         threads)
+    if N == 1 and dense and ks != (1, 1) and p.pw_lanes and p.linear:
+        found["im2col_lanes"] = lambda: Im2colLanesPlan(x, w, b, clip, nat, out, strides, dilations, pb, threads)
     if p.direct and dense and ks == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
         wide = C >= p.wino_min_c and out[1] >= p.wino_min_ow
         lanes = C >= p.wino_lanes_min_c and p.wino_lanes_ow[0] <= out[1] <= p.wino_lanes_ow[1]
@@ -57,7 +60,7 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
     if p.direct and dense and (ks != (1, 1) or max(strides) > 1) and max(strides) <= 2:
         lanes = out[1] <= p.lanes_max_ow and terms >= p.lanes_min_k
         found["direct"] = lambda lanes=lanes: DirectPlan(x, w, b, clip, nat, out, strides, dilations, pb, lanes, threads)
-    if N == 1 and ks == (1, 1) and group == 1 and not any(pb) and not any(pe):
+    if ks == (1, 1) and group == 1 and not any(pb) and not any(pe):
         if list(strides) == [1, 1]:
             found["pointwise"] = lambda: PointwisePlan(x, w, b, clip, nat, (H, W), None, p.pw_lanes and p.linear,
                                                        threads)
@@ -67,6 +70,18 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
     if w.shape[1] == 1 and M == C == group and group > 1 and nonneg:
         found["depthwise"] = lambda: DepthwisePlan(x, w, b, clip, nat, out, ks, strides, dilations, pb, threads)
     return found
+
+
+def _unmeasured(found, w, strides, dilations) -> set:
+    """The candidates not worth timing: numpy's K*K passes over each plane (the im2col plan of
+    a depthwise convolution) against the AVX-512 phase planes (3x3, 5x5, 7x7, stride 1 or 2:
+    4-16x apart on every shape measured). Timed on a loaded machine, a run on the kernel
+    threads could lose to the single-threaded numpy one, and that choice is cached for good."""
+    ks = tuple(w.shape[2:])
+    if ("depthwise" in found and getattr(current().native, "CONV_FAST", 0) and ks[0] == ks[1]
+            and ks[0] in (3, 5, 7) and strides[0] == strides[1] and strides[0] <= 2 and tuple(dilations) == (1, 1)):
+        return {"im2col"}
+    return set()
 
 
 def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx=None) -> ConvPlan:
@@ -83,9 +98,13 @@ def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx
     key = autotune.cache_key("conv", shape, "float32", threads)
     name = autotune.decide("conv", key, names, "im2col", getattr(ctx, "tune", True))
     if name is None:
-        made = {n: make() for n, make in found.items()}
-        calls = {n: pl._make_call() for n, pl in made.items()}  # not the plans' own: those are the runs
-        name, _ = autotune.measure(key, {n: (lambda c=c: c(x, None)) for n, c in calls.items()})
+        skip = _unmeasured(found, w, strides, dilations)
+        made = {n: make() for n, make in found.items() if n not in skip}
+        if len(made) == 1:
+            name = next(iter(made))
+        else:
+            calls = {n: pl._make_call() for n, pl in made.items()}  # not the plans' own: those are the runs
+            name, _ = autotune.measure(key, {n: (lambda c=c: c(x, None)) for n, c in calls.items()})
         plan = made[name]
     else:
         plan = found[name]()
@@ -105,10 +124,11 @@ def plan_cache(ctx, w, b):
     return cache
 
 
-def bind_plan(cache, kernel_fn, attrs):
+def bind_plan(cache, kernel_fn, attrs, post=None):
     """Once per node (``cache`` from :func:`plan_cache`, None: nothing): ``cache["bound"]``
     (see :func:`~runtime_provider_cpu.executable.binds`), the node's plan run straight on
-    the inputs it takes (:meth:`ConvPlan.takes`, conv_clipped's own test), else
+    the inputs it takes (:meth:`ConvPlan.takes`, conv_clipped's own test) and then ``post``
+    on its result when given (FusedConv's activation past the epilogue's clip), else
     ``kernel_fn(ctx, *inputs, **attrs)``. None when the first run made no plan."""
     if cache is None or "bound" in cache:
         return
@@ -128,6 +148,17 @@ def bind_plan(cache, kernel_fn, attrs):
                 return fast(x, z[0])
         return kernel_fn(ctx, x, w, b, *z, **attrs)
 
+    if post is not None:
+        def bound_post(ctx, x, w, b=None, *z):
+            if x.shape == xshape and w is W and b is B:
+                if not z:
+                    return post(fast(x, None))
+                if takes_z and len(z) == 1 and z[0].shape == shape and z[0].dtype == _F32:
+                    return post(fast(x, z[0]))
+            return kernel_fn(ctx, x, w, b, *z, **attrs)
+        cache["bound"] = bound_post
+        cache["conv_post"] = True  # the pair fusers (fast/pairs.py) must not take it
+        return
     cache["bound"] = bound
 
 

@@ -1,7 +1,8 @@
 """im2col for the GEMM convolution: the ``[C, KH, KW, N, OH, OW]`` matrix of a 2-D
 convolution in reused scratch memory, read straight from the unpadded input (sized from the
 output, never from the padded extent); and :class:`Im2colPlan`, the conv plan of im2col and
-a BLAS GEMM (the library call the compiled plans are measured against)."""
+a BLAS GEMM (the library call the compiled plans are measured against), and its compiled
+variants (SciPy's sgemm a block, or the pointwise kernel's packed tiles)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 
 from ..ops._common import Scratch
 from ..ops._nncommon import _pad_const, _tap_range
+from .packing import pack_rows
 from .plan import ConvPlan
 from .policy import current
 
@@ -150,3 +152,32 @@ class Im2colSgemmPlan(Im2colPlan):
     __slots__ = ()
     KIND = "im2col_sgemm"
     LIBRARY = False
+
+
+class Im2colLanesPlan(ConvPlan):
+    """im2col for one image (dense, group 1) and ``_native.pointwise_lanes`` on it: the
+    weights packed once as the pointwise kernel's tiles, bias, residual and clip in its
+    epilogue (ConvNeXt's 4x4/4 stem and 2x2/2 downsampling, whose im2col is one transpose)."""
+
+    __slots__ = ("w12",)
+    KIND = "im2col_lanes"
+
+    def __init__(self, x, w, b, clip, native, out, strides, dilations, pb, threads):
+        super().__init__(x, w, b, clip, native, threads)
+        M = w.shape[0]
+        self.w12 = pack_rows(np.ascontiguousarray(w.reshape(M, -1)))
+        self.shape = (1, M) + tuple(out)
+        self.args = (tuple(w.shape[2:]), list(strides), list(dilations), list(pb), tuple(out))
+
+    def _make_call(self):
+        empty, contig, fn, w12, b2 = np.empty, np.ascontiguousarray, self.native.pointwise_lanes, self.w12, self.b2
+        ks, strides, dilations, pb, out = self.args
+        shape, lo, hi, th = self.shape, self.lo, self.hi, self.threads
+        dims = (shape[1], self.xshape[1] * ks[0] * ks[1], out[0] * out[1])
+
+        def call(x, z):
+            cols = im2col_2d(x, ks, strides, dilations, pb, out)  # [C*KH*KW, P] for one image
+            y = empty(shape, np.float32)
+            fn(w12, cols, b2, None if z is None else contig(z), y, dims, lo, hi, th)
+            return y
+        return call

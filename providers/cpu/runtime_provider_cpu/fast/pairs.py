@@ -19,6 +19,12 @@ from .policy import current
 _F32 = np.float32
 
 
+def _plan(ctx):
+    """The node's conv plan, or None where its result is more than the plan's (a FusedConv
+    activation applied after it, :func:`~.conv.bind_plan`'s ``post``): no fused call has it."""
+    return None if ctx.cache.get("conv_post") else ctx.cache.get("conv_plan")
+
+
 @pairs
 def _fuse_expand_depthwise(ca, cb):
     """An inverted-residual block's expansion and depthwise convolution as one call of
@@ -28,7 +34,7 @@ def _fuse_expand_depthwise(ca, cb):
     written and read back whole."""
     pol = current()
     _native = pol.native
-    pa, pb = ca.cache.get("conv_plan"), cb.cache.get("conv_plan")
+    pa, pb = _plan(ca), _plan(cb)
     if (not pol.expand_dw or pa is None or pb is None or not getattr(_native, "CONV_FAST", 0)
             or not hasattr(_native, "expand_dw") or pa.kind != "pointwise" or pa.sub is not None
             or pa.w12 is None or pb.kind != "depthwise" or pa.xshape[0] != 1 or pb.xshape != pa.shape):
@@ -61,7 +67,7 @@ def _fuse_conv_maxpool(ca, cb):
     and read back whole."""
     pol = current()
     _native = pol.native
-    pa = ca.cache.get("conv_plan")
+    pa = _plan(ca)
     node = cb.node
     if (not pol.conv_maxpool or pa is None or pa.kind != "direct" or pa.args[-1] or pa.xshape[0] != 1
             or tuple(pa.args[3]) != (1, 1) or node.op_type != "MaxPool" or node.domain not in ("", "ai.onnx")
@@ -97,7 +103,7 @@ def _fuse_conv_shortcut(ca, cb):
     input (0, 0) (its top and left pads), instead of numpy's strided copy of the input and a
     kernel of its own. Bit-identical to the two steps."""
     pol = current()
-    pa, pb = ca.cache.get("conv_plan"), cb.cache.get("conv_plan")
+    pa, pb = _plan(ca), _plan(cb)
     if (not pol.conv_shortcut or pol.native is None or pa is None or pb is None or pa.kind != "direct"
             or pb.kind != "pointwise" or pb.sub is None or pa.xshape != pb.xshape or pa.xshape[0] != 1
             or pa.shape[2:] != pb.shape[2:] or tuple(pa.args[2]) != tuple(pb.sub)):

@@ -24,7 +24,7 @@ class ConvPlan:
                  "threads", "_call")
     KIND: str | None = None
     #: the kinds whose kernels add a residual in their epilogue
-    Z_KINDS = ("pointwise", "direct", "winograd", "im2col", "im2col_sgemm")
+    Z_KINDS = ("pointwise", "direct", "winograd", "im2col", "im2col_sgemm", "im2col_lanes")
 
     def __init__(self, x, w, b, clip, native=None, threads=1):
         self.xshape, self.w, self.b, self.clip, self.kind = x.shape, w, b, clip, self.KIND

@@ -1,4 +1,4 @@
-"""Pointwise (1x1) convolutions of one image: ``_native.pointwise_lanes`` (the output
+"""Pointwise (1x1) convolutions, one image at a time: ``_native.pointwise_lanes`` (the output
 channels in the vector lanes), else SciPy's sgemm a block on the kernel threads
 (``_native.pointwise``), else one numpy GEMM and the compiled epilogue."""
 
@@ -31,39 +31,59 @@ class PointwisePlan(ConvPlan):
         self.args = ((M, out[0] * out[1]), self.lo, self.hi)
 
     def _make_call(self):
-        empty, contig, shape, nat = np.empty, np.ascontiguousarray, self.shape, self.native
+        one, N = self._make_call_one(), self.xshape[0]
+        if N == 1:
+            return lambda x, z: one(x, z, None)
+        empty, contig, shape = np.empty, np.ascontiguousarray, self.shape
+
+        def call(x, z):  # a batch: one GEMM an image on NCHW as it is (no [C, N*P] copy)
+            if not x.flags.c_contiguous:
+                x = contig(x)
+            if z is not None and not z.flags.c_contiguous:
+                z = contig(z)
+            y = empty(shape, _F32)
+            for n in range(N):
+                one(x[n:n + 1], None if z is None else z[n:n + 1], y[n:n + 1])
+            return y
+        return call
+
+    def _make_call_one(self):
+        """``call(x, z, y)``: one image's result, into ``y`` (contiguous) when given."""
+        empty, contig, nat = np.empty, np.ascontiguousarray, self.native
+        shape = (1,) + self.shape[1:]
         w2, b2, args, w12, th, sub = self.w2, self.b2, self.args, self.w12, self.threads, self.sub
         (M, P), lo, hi = args
         dims = (M, self.xshape[1], P)
         if w12 is not None and sub is None:
             fn = nat.pointwise_lanes
 
-            def call(x, z):
+            def call(x, z, y):
                 if not x.flags.c_contiguous:
                     x = contig(x)
-                y = empty(shape, _F32)
+                if y is None:
+                    y = empty(shape, _F32)
                 fn(w12, x, b2, None if z is None else contig(z), y, dims, lo, hi, th)
                 return y
             return call
 
-        def call(x, z):
+        def call(x, z, y):
             if sub is not None:  # a strided 1x1: the subsampled image
                 x = x[:, :, ::sub[0], ::sub[1]]
             if not x.flags.c_contiguous:
                 x = contig(x)
             zz = None if z is None else contig(z)
-            if w12 is not None:
-                y = empty(shape, _F32)
-                nat.pointwise_lanes(w12, x, b2, zz, y, dims, lo, hi, th)
+            if w12 is not None or sgemm_ready():
+                if y is None:
+                    y = empty(shape, _F32)
+                if w12 is not None:
+                    nat.pointwise_lanes(w12, x, b2, zz, y, dims, lo, hi, th)
+                else:
+                    nat.pointwise(w2, x, b2, zz, y, dims, lo, hi, th)
                 return y
-            if sgemm_ready():
-                y = empty(shape, _F32)
-                nat.pointwise(w2, x, b2, zz, y, dims, lo, hi, th)
-                return y
-            y = np.matmul(w2, x.reshape(dims[1], P))
+            r = np.matmul(w2, x.reshape(dims[1], P), out=None if y is None else y.reshape(M, P))
             if zz is None:
-                nat.bias_clip(y, b2, *args)
+                nat.bias_clip(r, b2, *args)
             else:
-                nat.bias_clip(y, b2, *args, zz)
-            return y.reshape(shape)
+                nat.bias_clip(r, b2, *args, zz)
+            return r.reshape(shape)
         return call

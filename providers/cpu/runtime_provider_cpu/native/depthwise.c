@@ -2,8 +2,8 @@
  * float32 with the bias and a clip (Relu, Clip/ReLU6, or none) fused into the same pass: each
  * channel padded once into a small scratch plane that stays in cache, every output finished in
  * registers. 3x3 kernels of stride 1 or 2 run 8 outputs a vector (the stride-2 plane split
- * into its even and odd columns so that all loads are unit-stride); on AVX-512 machines 3x3
- * windows of stride 1 or 2 both ways go to depthwise_avx512.c instead. */
+ * into its even and odd columns so that all loads are unit-stride); on AVX-512 machines 3x3,
+ * 5x5 and 7x7 windows of stride 1 or 2 both ways go to depthwise_avx512.c instead. */
 #include "native.h"
 
 /* 3x3, dilation 1, stride 1 or 2, over planes whose rows are at least OWr + 2 floats
@@ -203,9 +203,10 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     if (get_buffers("depthwise2d", spec, v, 4) < 0)
         return NULL;
 #if DWF_OK
-    if (fast && dwf_takes(KH, KW, sh, sw, dh, dw, OH, OW, N * C)) {
+    if (fast && dwf_takes_k(KH, KW, sh, sw, dh, dw, OH, OW, N * C)) {
         dwf_job fj = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
                       (float *)v[3].buf, N * C, C, H, W, OH, OW, sh, pt, pl, 0, 0, 0, 0, lo, hi, NULL, 0, 0};
+        fj.k = KH;
         return dwf_run(&fj, threads, v, 4);
     }
 #endif

@@ -2,14 +2,15 @@
 
 #if DWF_OK
 
-/* The AVX-512 depthwise path: 3x3, dilation 1, stride 1 or 2 both ways. Each channel's input
+/* The AVX-512 depthwise path: 3x3, 5x5 or 7x7, dilation 1, stride 1 or 2 both ways. Each channel's input
  * goes once into zero-padded phase planes (stride 1: the padded plane; stride 2: its four
  * even / odd row x column phases, the column split by two-register permutes), each Wq floats
  * wide. The output is then computed over the flat index oy * Wq + ox, 16 at a time, every tap
  * one unaligned load at a fixed offset into its phase plane: the two (stride 1) or one
  * (stride 2) columns past OW a row are computed and dropped when the rows are copied out.
  * A 7 x 7 plane is 4 vectors a tap instead of 7 row vectors, and no row is copied with scalar
- * code (see docs/performance.md). */
+ * code (see docs/performance.md). Windows larger than 3x3 (MobileNetV3's 5x5, ConvNeXt's 7x7)
+ * sum four output vectors at once, each tap's weight broadcast once for the four. */
 
 /* channel p's input into its phase planes ph (zero-padded: only the data region is written) */
 DWF_TARGET static void dwf_fill(const dwf_job *j, const float *xc, float *ph)
@@ -96,6 +97,54 @@ DWF_TARGET static void dwf_max(const dwf_job *j, Py_ssize_t p, const float *cons
         _mm512_store_ps(out + v * 16, dwf_max16(tp, v * 16));
 }
 
+/* dwf_compute for a k x k window (k > 3): the outputs in groups of four vectors (row: four
+ * (row, column) vectors of y, the last of each row masked; else four of the flat index into
+ * out), each tap one weight broadcast and four multiply-adds on independent sums */
+DWF_TARGET static void dwf_compute_k(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *ph, float *out,
+                                     int row)
+{
+    const Py_ssize_t Wq = j->Wq, OH = j->OH, OW = j->OW, kk = j->k * j->k;
+    const float *wk = j->w + c * kk;
+    const __m512 vb = _mm512_set1_ps(j->b ? j->b[c] : 0.0f);
+    const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+    const Py_ssize_t *toff = j->toff;
+    const Py_ssize_t nvr = (OW + 15) / 16; /* vectors a row (row) */
+    const Py_ssize_t n = row ? OH * nvr : j->nv;
+    float *yc = j->y + p * OH * OW;
+    for (Py_ssize_t v0 = 0; v0 < n; v0 += 4) {
+        const int m = n - v0 < 4 ? (int)(n - v0) : 4;
+        Py_ssize_t f[4];
+        float *d[4];
+        __mmask16 mk[4];
+        for (int i = 0; i < 4; i++) {
+            const Py_ssize_t v = v0 + (i < m ? i : 0);
+            if (row) {
+                const Py_ssize_t oy = v / nvr, ox = (v - oy * nvr) * 16;
+                f[i] = oy * Wq + ox;
+                d[i] = yc + oy * OW + ox;
+                mk[i] = dwf_mask(OW - ox);
+            } else {
+                f[i] = v * 16;
+                d[i] = out + v * 16;
+                mk[i] = 0xffff;
+            }
+        }
+        __m512 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+        for (Py_ssize_t t = 0; t < kk; t++) {
+            const float *q = ph + toff[t];
+            const __m512 wv = _mm512_set1_ps(wk[t]);
+            a0 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(q + f[0]), a0);
+            a1 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(q + f[1]), a1);
+            a2 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(q + f[2]), a2);
+            a3 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(q + f[3]), a3);
+        }
+        /* max, then min, with the bound first: a NaN stays NaN as clipf keeps it */
+        const __m512 r[4] = {a0, a1, a2, a3};
+        for (int i = 0; i < m; i++)
+            _mm512_mask_storeu_ps(d[i], mk[i], _mm512_min_ps(hi, _mm512_max_ps(lo, r[i])));
+    }
+}
+
 /* channel p's outputs from its phase planes ph: rows of 16-float vectors straight into y when
  * a row holds at least 16 (row), else over the flat index into out (the caller copies the rows
  * out) */
@@ -105,6 +154,10 @@ DWF_TARGET static void dwf_compute(const dwf_job *j, Py_ssize_t p, Py_ssize_t c,
     /* the tap offsets come from the job: nine divisions by s a channel were a third of a
        7 x 7 plane's time */
     const Py_ssize_t Wq = j->Wq, OH = j->OH, OW = j->OW;
+    if (j->k > 3 && !j->max) {
+        dwf_compute_k(j, p, c, ph, out, row);
+        return;
+    }
     const float *tp[9];
     __m512 w[9];
     const float *wk = j->w ? j->w + c * 9 : NULL;
@@ -202,19 +255,28 @@ int dwf_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw, Py_ssi
            planes > 0 && rc_conv_fast;
 }
 
+int dwf_takes_k(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh,
+                Py_ssize_t dw, Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t planes)
+{
+    return KH == KW && (KH == 3 || KH == 5 || KH == 7) && dh == 1 && dw == 1 && sh == sw && sh <= 2 && OH > 0 &&
+           OW > 0 && planes > 0 && rc_conv_fast;
+}
+
 /* j's phase-plane geometry from its sizes: plane width and rows, floats a plane (with slack),
  * output vectors, scratch floats a part and the taps' offsets */
 int dwf_setup(dwf_job *j, const char *fn)
 {
-    const Py_ssize_t s = j->s, OH = j->OH, OW = j->OW;
+    if (j->k == 0)
+        j->k = 3;
+    const Py_ssize_t s = j->s, OH = j->OH, OW = j->OW, k = j->k, halo = (k - 1) / s; /* k odd */
     rc_sz sz = {NULL};
-    j->Wq = sz_add(&sz, "a phase plane's width", OW, 2 / s);
-    j->Hq = sz_add(&sz, "a phase plane's rows", OH, 2 / s);
+    j->Wq = sz_add(&sz, "a phase plane's width", OW, halo);
+    j->Hq = sz_add(&sz, "a phase plane's rows", OH, halo);
     j->nv = sz_add(&sz, "the output vectors", sz_mul(&sz, "the output vectors", OH, j->Wq), 15) / 16;
-    /* the last vector of each tap reads up to 2 rows + 2 columns + 15 floats past the flat
-       domain: slack after each plane, never written */
+    /* the last vector of each tap reads up to halo rows + halo columns + 15 floats past the
+       flat domain: slack after each plane, never written */
     const Py_ssize_t need = sz_add(&sz, "a phase plane", sz_mul(&sz, "a phase plane", j->nv, 16),
-                                   sz_add(&sz, "a phase plane", sz_mul(&sz, "a phase plane", 2, j->Wq), 2));
+                                   sz_add(&sz, "a phase plane", sz_mul(&sz, "a phase plane", halo, j->Wq), halo));
     const Py_ssize_t hw = sz_mul(&sz, "a phase plane", j->Hq, j->Wq);
     j->pn = sz_add(&sz, "a phase plane", hw > need ? hw : need, 16 + 15) / 16 * 16;
     const Py_ssize_t planes = sz_mul3(&sz, "the phase planes", s, s, j->pn);
@@ -229,9 +291,9 @@ int dwf_setup(dwf_job *j, const char *fn)
         j->pt = s * j->Hq;
     if (j->pl > s * j->Wq)
         j->pl = s * j->Wq;
-    for (int ky = 0; ky < 3; ky++)
-        for (int kx = 0; kx < 3; kx++)
-            j->toff[ky * 3 + kx] = ((ky % s) * s + kx % s) * j->pn + (ky / s) * j->Wq + kx / s;
+    for (Py_ssize_t ky = 0; ky < k; ky++)
+        for (Py_ssize_t kx = 0; kx < k; kx++)
+            j->toff[ky * k + kx] = ((ky % s) * s + kx % s) * j->pn + (ky / s) * j->Wq + kx / s;
     return 0;
 }
 
@@ -244,7 +306,8 @@ PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf)
         release_buffers(v, nbuf);
         return NULL;
     }
-    const int parts = rc_parts((double)j->planes * (double)j->OH * (double)j->OW * (j->max ? 9.0 / 8.0 : 1.0), 8192.0,
+    const int parts = rc_parts((double)j->planes * (double)j->OH * (double)j->OW * (j->max ? 9.0 / 8.0 : 1.0)
+                                   * (double)(j->k * j->k) / 9.0, 8192.0,
                                j->planes, &threads);
     rc_sz sz = {NULL};
     const Py_ssize_t bytes = sz_mul3(&sz, "the phase planes", parts, j->scratch_n, RC_F32);

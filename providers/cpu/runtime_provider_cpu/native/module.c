@@ -99,6 +99,10 @@ static PyMethodDef methods[] = {
      "gelu_erf(x, b, y, (rows, d), tanh_form=False)\n"
      "y = Gelu(x + b) (erf form, or with tanh_form its tanh approximation; b a vector of the d\n"
      "columns, or None) over C-contiguous float32 buffers; y may be x."},
+    {"activate", rc_py_activate, METH_VARARGS,
+     "activate(x, y, n, kind, alpha=1/6, beta=0.5)\n"
+     "y = act(x) over n C-contiguous float32 (y may be x): kind 0 HardSwish (x * hardsigmoid),\n"
+     "1 HardSigmoid clip(alpha x + beta, 0, 1), 2 Sigmoid, 3 SiLU (x * sigmoid(x))."},
     {"conv2d", rc_py_conv2d, METH_VARARGS,
      "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads,\n"
      "       lanes=False, extra=None)\n"

@@ -265,10 +265,11 @@ extern const ln_tile_f ln_tiles[LN_RP + 1];
 /* rows of nn floats (at most 32) from src, ld apart, into dst [rows][32], zeros past nn */
 void pl_pack32(float *restrict dst, const float *restrict src, Py_ssize_t rows, Py_ssize_t ld, Py_ssize_t nn);
 
-/* ---- the AVX-512 3x3 windows over phase planes (depthwise_avx512.c) -------------------- */
+/* ---- the AVX-512 square windows over phase planes (depthwise_avx512.c) ------------------ */
 
 #if DWF_OK
 #define DWF_SETS 4 /* sets of phase planes and outputs a part (a power of 2) */
+#define DWF_KMAX 7 /* the largest window side the phase planes take (ConvNeXt's 7x7) */
 
 typedef struct {
     const float *x, *w, *b;
@@ -280,8 +281,14 @@ typedef struct {
                        outputs (one set of planes alone when rows hold 16 or more) */
     Py_ssize_t scratch_n;
     int max; /* maxpool2d's 3x3: the window's maximum (w, b, lo and hi unused), padding -inf */
-    Py_ssize_t toff[9]; /* each tap's offset from a set of phase planes (dwf_run) */
+    Py_ssize_t toff[DWF_KMAX * DWF_KMAX]; /* each tap's offset from a set of phase planes (dwf_setup) */
+    Py_ssize_t k; /* the window's side (3, 5 or 7; 0 reads as 3: the callers that name only 3x3) */
 } dwf_job;
+
+/* whether a k x k depthwise window (k 3, 5 or 7) of these strides and dilations, on this
+   machine, goes to dwf_run (set the job's k) */
+int dwf_takes_k(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t dw,
+                Py_ssize_t OH, Py_ssize_t OW, Py_ssize_t planes);
 
 /* whether a 3x3 window of these strides and dilations, on this machine, goes to dwf_run */
 int dwf_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t dh, Py_ssize_t dw,
@@ -304,6 +311,7 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args);
 PyObject *rc_py_bias_clip(PyObject *self, PyObject *args);
 PyObject *rc_py_recurrence(PyObject *self, PyObject *args);
 PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args);
+PyObject *rc_py_activate(PyObject *self, PyObject *args);
 PyObject *rc_py_conv2d(PyObject *self, PyObject *args);
 PyObject *rc_py_winograd3x3(PyObject *self, PyObject *args);
 PyObject *rc_py_gemm_rows(PyObject *self, PyObject *args);

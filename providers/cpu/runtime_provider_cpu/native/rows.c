@@ -1,5 +1,6 @@
 /* Row kernels, one pass a row where numpy needs several: bias_clip (a GEMM's epilogue),
- * gelu_erf (Gelu, erf and tanh forms), skip_layer_norm (also LayerNormalization), softmax. */
+ * gelu_erf (Gelu, erf and tanh forms), activate (HardSwish, HardSigmoid, Sigmoid, SiLU),
+ * skip_layer_norm (also LayerNormalization), softmax. */
 #include "native.h"
 
 /* bias_clip: y[m, p] = clip(y[m, p] + b[m] (+ z[m, p]), lo, hi) in place, one pass (the
@@ -152,6 +153,60 @@ PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args)
     gelu_rows((const float *)v[0].buf, (const float *)v[1].buf, (float *)v[2].buf, rows, d, tanh_form);
     Py_END_ALLOW_THREADS
     release_buffers(v, 3);
+    Py_RETURN_NONE;
+}
+
+/* activate: a convolution's activation in one pass, in place or into y (numpy needs 3-4
+ * passes and a temporary): kind 0 HardSwish, 1 HardSigmoid (alpha, beta), 2 Sigmoid, 3 SiLU
+ * (x * sigmoid(x)). NaN stays NaN. */
+RC_INLINE v8f rc_act8(v8f x, int kind, float alpha, float beta)
+{
+    if (kind == 2)
+        return v8_sigmoid(x);
+    if (kind == 3)
+        return x * v8_sigmoid(x);
+    v8f h = x * v8_set1(alpha) + v8_set1(beta);
+    h = v8_select(h < v8_set1(0.0f), v8_set1(0.0f), h);
+    h = v8_select(h > v8_set1(1.0f), v8_set1(1.0f), h);
+    return kind == 0 ? x * h : h;
+}
+
+RC_CLONES
+static void act_run(const float *x, float *y, Py_ssize_t n, int kind, float alpha, float beta)
+{
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        v8_store(y + i, rc_act8(v8_load(x + i), kind, alpha, beta));
+    if (i < n) {
+        float t[8];
+        for (Py_ssize_t j = 0; j < 8; j++)
+            t[j] = i + j < n ? x[i + j] : 0.0f;
+        v8_store(t, rc_act8(v8_load(t), kind, alpha, beta));
+        for (Py_ssize_t j = 0; i + j < n; j++)
+            y[i + j] = t[j];
+    }
+}
+
+PyObject *rc_py_activate(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    Py_ssize_t n;
+    int kind;
+    float alpha = 1.0f / 6.0f, beta = 0.5f;
+    if (!PyArg_ParseTuple(args, "OOni|ff:activate", &xo, &yo, &n, &kind, &alpha, &beta))
+        return NULL;
+    if (n < 0 || kind < 0 || kind > 3) {
+        PyErr_SetString(PyExc_ValueError, "activate: negative size or kind not in 0..3");
+        return NULL;
+    }
+    Py_buffer v[2]; /* X, Y */
+    const rc_buf spec[2] = {{xo, n, RC_F32, 0, 0, "X"}, {yo, n, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("activate", spec, v, 2) < 0)
+        return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    act_run((const float *)v[0].buf, (float *)v[1].buf, n, kind, alpha, beta);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
     Py_RETURN_NONE;
 }
 

@@ -105,10 +105,12 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
         if K == 1:
             sl = xp[(slice(None), slice(None)) + tuple(
                 _tap_slice(0, strides[i], out[i]) for i in range(nd))]
-            if N == 1:
-                cols = sl.reshape(group, Cg, P)
-            else:
-                cols = sl.reshape(N, group, Cg, P).transpose(1, 2, 0, 3).reshape(group, Cg, N * P)
+            if N > 1:
+                # a GEMM an image and group on the NCHW tensor as it is ([N, group, Mg, P]):
+                # no [C, N*P] copy of the input and no transpose of the result back
+                y = np.matmul(w.reshape(group, Mg, Cg), sl.reshape(N, group, Cg, P))
+                return _epilogue(y.reshape(N, M, *out), b, clip, z, nat, N, M, P, nd)
+            cols = sl.reshape(group, Cg, P)
         elif taps:
             cols = im2col_2d(x, ks, strides, dilations, pb, out).reshape(group, Cg * K, N * P)
         else:
@@ -137,7 +139,11 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
             y = y.reshape(1, M, *out)
         else:
             y = np.ascontiguousarray(y.reshape(M, N, P).transpose(1, 0, 2)).reshape(N, M, *out)
-    y = y.reshape(N, M, *out)
+    return _epilogue(y.reshape(N, M, *out), b, clip, z, nat, N, M, P, nd)
+
+
+def _epilogue(y, b, clip, z, nat, N, M, P, nd):
+    """``y`` [N, M, *out] (ours) plus the bias and ``z``, clipped: in place, one pass where compiled."""
     if b is None and clip is None and z is None:
         return y
     if nat is not None and y.dtype == _F32 and y.flags.c_contiguous:  # z has y's dtype

@@ -115,7 +115,10 @@ def bias_gelu_inplace(ctx, owned, a, b):
 # -- FusedConv --------------------------------------------------------------------------
 
 #: activation name -> number of activation_params it takes (onnxruntime's FusedConv)
-FUSED_CONV_ACTIVATIONS = {"Relu": 0, "Tanh": 0, "Sigmoid": 0, "LeakyRelu": 1, "Clip": 2, "HardSigmoid": 2}
+FUSED_CONV_ACTIVATIONS = {"Relu": 0, "Tanh": 0, "Sigmoid": 0, "LeakyRelu": 1, "Clip": 2, "HardSigmoid": 2,
+                          "HardSwish": 0, "SiLU": 0}  # the last two ours, beyond onnxruntime's list
+#: activations of _native.activate: name -> its kind
+_NATIVE_ACT = {"HardSwish": 0, "HardSigmoid": 1, "Sigmoid": 2, "SiLU": 3}
 
 
 def _fused_conv_check(node):
@@ -139,7 +142,20 @@ def _fused_conv_check(node):
 def _activate(y, act, params):
     """Apply ``act`` to ``y`` in place (y is this call's own array). Relu and Clip are not
     here: the convolution's epilogue applies them."""
-    if act == "LeakyRelu":
+    kind = _NATIVE_ACT.get(act)
+    if kind is not None and _native is not None and y.dtype == np.float32 and y.flags.c_contiguous:
+        # one pass instead of numpy's three or four
+        ab = (float(params[0]), float(params[1])) if act == "HardSigmoid" else ()
+        _native.activate(y, y, y.size, kind, *ab)
+        return y
+    if act == "HardSwish":
+        h = y * np.float32(1.0 / 6.0)
+        h += np.float32(0.5)
+        np.clip(h, np.float32(0), np.float32(1), out=h)
+        y *= h
+    elif act == "SiLU":
+        y *= 1 / (1 + np.exp(-y, dtype=np.float32))
+    elif act == "LeakyRelu":
         np.multiply(y, np.where(y < 0, np.float32(params[0]), np.float32(1)), out=y)
     elif act == "Tanh":
         np.tanh(y, out=y)
@@ -174,11 +190,15 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
     y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
                          kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
                          cache=cache, threads=getattr(ctx, "threads", 1), ctx=ctx)
+    post = None
     if act is not None:
-        return _activate(y, act, params)
+        y = _activate(y, act, params)
+
+        def post(r):
+            return _activate(r, act, params)
     bind_plan(cache, fused_conv, dict(activation=activation, activation_params=activation_params,
                                           auto_pad=auto_pad, dilations=dilations, group=group,
-                                          kernel_shape=kernel_shape, pads=pads, strides=strides))
+                                          kernel_shape=kernel_shape, pads=pads, strides=strides), post)
     return y
 
 
