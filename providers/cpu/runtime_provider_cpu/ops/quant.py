@@ -19,7 +19,8 @@ With the compiled extension, MatMulInteger and QLinearMatMul of 8-bit A [..., M,
 (per-tensor A parameters, B's per tensor or per column) run on ``_native.qgemm``: an int8 GEMM
 with int32 accumulation and the requantizing epilogue, B packed once when it is a constant;
 a 2-D ungrouped QLinearConv is im2col and the same GEMM (bias and per-channel requantization in
-its epilogue); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
+its epilogue); a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (per channel plane, padded at
+the zero point); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
 All give the numpy paths' results bit for bit.
 """
 
@@ -626,6 +627,38 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
     return np.ascontiguousarray(y.reshape(n, oh, ow, M).transpose(0, 3, 1, 2))
 
 
+def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
+    """A 2-D depthwise QLinearConv (group == C == M) on ``_native.qdwconv``: per channel plane,
+    padded with x's zero point, requantized as the numpy path does (bit for bit); None where it
+    does not apply."""
+    if (_native is None or type(x) is not np.ndarray or type(w) is not np.ndarray or type(x_scale) is not np.ndarray
+            or x.ndim != 4 or group == 1 or group != x.shape[1] or w.shape[0] != group or w.shape[1] != 1
+            or x.dtype not in (_I8, _U8) or w.dtype not in (_I8, _U8) or yz is None or yz.dtype not in (_I8, _U8)
+            or 0 in x.shape or 0 in w.shape or (wz is not None and wz.size != 1 and wz.shape != (group,))
+            or (w_scale.size != 1 and w_scale.shape != (group,)) or (B is not None and B.size != group)
+            or w.shape[2] * w.shape[3] >= 33000):
+        return None
+    C = group
+    with np.errstate(all="ignore"):
+        mult = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
+    if not np.all(np.isfinite(mult)):
+        return None
+    kh, kw = w.shape[2], w.shape[3]
+    oh = (x.shape[2] + pb[0] + pe[0] - ((kh - 1) * dl[0] + 1)) // st[0] + 1
+    ow = (x.shape[3] + pb[1] + pe[1] - ((kw - 1) * dl[1] + 1)) // st[1] + 1
+    if oh < 1 or ow < 1:
+        return None
+    y = np.empty((x.shape[0], C, oh, ow), yz.dtype)
+    wzv = None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (C,)))
+    bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
+    _native.qdwconv(np.ascontiguousarray(x), x.dtype == _I8, 0 if xz is None else int(xz.reshape(())),
+                    np.ascontiguousarray(w), w.dtype == _I8, wzv, bias,
+                    np.ascontiguousarray(np.broadcast_to(mult, (C,)), dtype=_F32), y, yz.dtype == _I8,
+                    int(yz.reshape(())), x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]),
+                    max(1, int(ctx.threads)))
+    return y
+
+
 @kernel("QLinearConv", 10, check=_checker(_int_conv_check))
 def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
                  auto_pad, dilations, group, kernel_shape, pads, strides):
@@ -637,6 +670,9 @@ def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scal
     st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op)
     y = _qlinear_conv_native(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
                              group, st, dl, pb, pe)
+    if y is None:
+        y = _qlinear_conv_depthwise(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
+                                    B, group, st, dl, pb, pe)
     if y is not None:
         return y
     xc = _centered(x, x_zero_point)
