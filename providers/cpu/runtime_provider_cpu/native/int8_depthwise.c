@@ -1,9 +1,12 @@
 /* Depthwise int8 convolution (QLinearConv with group == C, one output channel per group) on
- * NCHW planes: each plane is widened once into a zero-padded int16 plane of (x - zero point)
- * (padding then contributes 0, as zero-point padding does), every tap adds w[c] x a shifted row
- * into an int32 row accumulator, and the row is requantized as the numpy path does it:
- * saturate(rint((float)(acc + bias) * mult[c]) + yz). Results are bit for bit the numpy path's
- * while sum |x - xz| |w - wz| fits in int32 (KH * KW < 33000: always for real kernels). */
+ * NCHW planes. Each plane is widened once into zero-padded int16 phase planes of (x - zero
+ * point) (padding then contributes 0, as zero-point padding does): sh x sw planes, the padded
+ * pixel (r, c) in plane (r % sh, c % sw) at (r / sh, c / sw), so that every tap of a strided
+ * kernel reads unit-stride rows. With the output rows laid at the phase planes' pitch, a tap is
+ * one long multiply-add over the whole plane (a few columns past OW computed and dropped), and
+ * the rows are requantized as the numpy path does it: saturate(rint((float)(acc + bias) *
+ * mult[c]) + yz). Bit for bit the numpy path's while sum |x - xz| |w - wz| fits in int32
+ * (KH * KW < 33000: always for real kernels). */
 #include "native.h"
 
 typedef struct {
@@ -13,23 +16,18 @@ typedef struct {
     const int32_t *bias;   /* C, or NULL */
     const float *mult;     /* C */
     uint8_t *y;            /* N x C x OH x OW bytes */
-    int16_t *work;         /* parts x (PH * PW int16 + OW int32 + KH * KW int16) */
-    Py_ssize_t wstride;    /* int16 items a part's work area */
+    int16_t *work;         /* parts x wstride int16: phase planes, weights, the accumulator */
+    Py_ssize_t wstride;
     Py_ssize_t N, C, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl, PH, PW;
+    Py_ssize_t PHs, PWs, phase; /* a phase plane's rows, pitch and items (with a pitch of slack) */
     int xsigned, wsigned, ysigned, xz, yz;
 } qdw_job;
 
-/* acc[ow] += wv * r[ow * sw] over one output row; the unit-stride case is its own loop so that
- * it vectorizes (int16 x int16 widened to int32 lanes) */
-RC_CLONES static void qdw_tap(int32_t *restrict acc, const int16_t *restrict r, int32_t wv, Py_ssize_t ow,
-                              Py_ssize_t sw)
+/* acc[q] += wv * r[q] over the plane's n outputs at the phase pitch */
+RC_CLONES static void qdw_tap(int32_t *restrict acc, const int16_t *restrict r, int32_t wv, Py_ssize_t n)
 {
-    if (sw == 1)
-        for (Py_ssize_t o = 0; o < ow; o++)
-            acc[o] += (int32_t)r[o] * wv;
-    else
-        for (Py_ssize_t o = 0; o < ow; o++)
-            acc[o] += (int32_t)r[o * sw] * wv;
+    for (Py_ssize_t q = 0; q < n; q++)
+        acc[q] += (int32_t)r[q] * wv;
 }
 
 /* y[o] = saturate(rint((float)(acc[o] + bias) * mult) + yz) as uint8 or int8 */
@@ -43,24 +41,29 @@ RC_CLONES static void qdw_store(const int32_t *restrict acc, uint8_t *restrict y
     }
 }
 
-/* the plane (x - xz) as int16 into the zero-padded PH x PW plane p */
+/* the plane (x - xz) as int16 into the zeroed phase planes p */
 RC_CLONES static void qdw_fill(const uint8_t *restrict x, int16_t *restrict p, const qdw_job *j)
 {
-    memset(p, 0, sizeof(int16_t) * (size_t)(j->PH * j->PW));
-    const int16_t xz = (int16_t)j->xz;
-    const Py_ssize_t w0 = j->pl, wn = j->W < j->PW - j->pl ? j->W : j->PW - j->pl;
+    memset(p, 0, sizeof(int16_t) * (size_t)(j->sh * j->sw * j->phase));
+    const int16_t xz = (int16_t)j->xz, flip = j->xsigned ? 128 : 0;
+    const Py_ssize_t wn = j->W < j->PW - j->pl ? j->W : j->PW - j->pl;
     for (Py_ssize_t h = 0; h < j->H; h++) {
         const Py_ssize_t r = h + j->pt;
         if (r >= j->PH)
             break;
         const uint8_t *xr = x + h * j->W;
-        int16_t *pr = p + r * j->PW + w0;
-        if (j->xsigned)
-            for (Py_ssize_t i = 0; i < wn; i++)
-                pr[i] = (int16_t)((int8_t)xr[i] - xz);
-        else
-            for (Py_ssize_t i = 0; i < wn; i++)
-                pr[i] = (int16_t)(xr[i] - xz);
+        int16_t *pr = p + (r % j->sh) * j->sw * j->phase + (r / j->sh) * j->PWs;
+        if (j->sw == 1) {
+            pr += j->pl;
+            for (Py_ssize_t i = 0; i < wn; i++)  /* an s8 byte read as (b ^ 0x80) - 128 */
+                pr[i] = (int16_t)((int16_t)(uint8_t)(xr[i] ^ (uint8_t)flip) - flip - xz);
+        } else
+            for (Py_ssize_t ph = 0; ph < j->sw; ph++) {  /* column phase ph: no division per pixel */
+                Py_ssize_t i = ((ph - j->pl) % j->sw + j->sw) % j->sw;
+                int16_t *d = pr + ph * j->phase + (i + j->pl) / j->sw;
+                for (; i < wn; i += j->sw)
+                    *d++ = (int16_t)((int16_t)(uint8_t)(xr[i] ^ (uint8_t)flip) - flip - xz);
+            }
     }
 }
 
@@ -68,9 +71,9 @@ static void qdw_part(void *arg, int part, int parts)
 {
     const qdw_job *j = (const qdw_job *)arg;
     const Py_ssize_t planes = j->N * j->C, p0 = planes * part / parts, p1 = planes * (part + 1) / parts;
-    const Py_ssize_t KK = j->KH * j->KW;
+    const Py_ssize_t KK = j->KH * j->KW, nq = j->OH * j->PWs;
     int16_t *pad = j->work + (Py_ssize_t)part * j->wstride;
-    int16_t *wc = pad + j->PH * j->PW;
+    int16_t *wc = pad + j->sh * j->sw * j->phase;
     int32_t *acc = (int32_t *)(wc + ((KK + 1) & ~(Py_ssize_t)1));
     const float lo = j->ysigned ? -128.0f : 0.0f, hi = j->ysigned ? 127.0f : 255.0f;
     for (Py_ssize_t pl = p0; pl < p1; pl++) {
@@ -80,18 +83,18 @@ static void qdw_part(void *arg, int part, int parts)
         const uint8_t *wr = j->w + c * KK;
         for (Py_ssize_t k = 0; k < KK; k++)
             wc[k] = (int16_t)((j->wsigned ? (int32_t)(int8_t)wr[k] : (int32_t)wr[k]) - wz);
-        const uint32_t b = j->bias ? (uint32_t)j->bias[c] : 0u;
-        const float m = j->mult[c], yz = (float)j->yz;
-        uint8_t *y = j->y + pl * j->OH * j->OW;
-        for (Py_ssize_t oh = 0; oh < j->OH; oh++) {
-            memset(acc, 0, sizeof(int32_t) * (size_t)j->OW);
-            for (Py_ssize_t i = 0; i < j->KH; i++) {
-                const int16_t *row = pad + (oh * j->sh + i * j->dh) * j->PW;
-                for (Py_ssize_t t = 0; t < j->KW; t++)
-                    qdw_tap(acc, row + t * j->dw, wc[i * j->KW + t], j->OW, j->sw);
+        memset(acc, 0, sizeof(int32_t) * (size_t)nq);
+        for (Py_ssize_t i = 0; i < j->KH; i++)
+            for (Py_ssize_t t = 0; t < j->KW; t++) {
+                const Py_ssize_t r = i * j->dh, q = t * j->dw;
+                const int16_t *src = pad + ((r % j->sh) * j->sw + q % j->sw) * j->phase + (r / j->sh) * j->PWs
+                                     + q / j->sw;
+                qdw_tap(acc, src, wc[i * j->KW + t], nq);
             }
-            qdw_store(acc, y + oh * j->OW, j->OW, b, m, yz, lo, hi, j->ysigned);
-        }
+        const uint32_t b = j->bias ? (uint32_t)j->bias[c] : 0u;
+        uint8_t *y = j->y + pl * j->OH * j->OW;
+        for (Py_ssize_t oh = 0; oh < j->OH; oh++)
+            qdw_store(acc + oh * j->PWs, y + oh * j->OW, j->OW, b, j->mult[c], (float)j->yz, lo, hi, j->ysigned);
     }
 }
 
@@ -120,10 +123,16 @@ PyObject *rc_py_qdwconv(PyObject *self, PyObject *args)
     const Py_ssize_t xn = sz_mul4(&sz, "X's size", j.N, j.C, j.H, j.W);
     const Py_ssize_t yn = sz_mul4(&sz, "Y's size", j.N, j.C, j.OH, j.OW);
     const Py_ssize_t wn = sz_mul3(&sz, "W's size", j.C, j.KH, j.KW);
-    /* the padded plane, the weights (even count: the accumulator stays 4-byte aligned), the row */
-    j.wstride = sz_add(&sz, "the work size", sz_add(&sz, "the work size", sz_mul(&sz, "the work size", j.PH, j.PW),
-                                                    ((j.KH * j.KW + 1) & ~(Py_ssize_t)1)),
-                       sz_mul(&sz, "the work size", j.OW, 2));
+    j.PHs = (j.PH + j.sh - 1) / j.sh;
+    j.PWs = (j.PW + j.sw - 1) / j.sw;
+    /* a phase plane, with a row of slack: the dropped columns of the last output row read past it */
+    j.phase = sz_mul(&sz, "the work size", j.PHs + 1, j.PWs);
+    /* the phase planes, the weights (even count: the accumulator stays 4-byte aligned), the
+     * accumulator of OH rows at the phase pitch */
+    j.wstride = sz_add(&sz, "the work size",
+                       sz_add(&sz, "the work size", sz_mul3(&sz, "the work size", j.sh, j.sw, j.phase),
+                              ((j.KH * j.KW + 1) & ~(Py_ssize_t)1)),
+                       sz_mul3(&sz, "the work size", j.OH, j.PWs, 2));
     j.wstride = (j.wstride + 31) & ~(Py_ssize_t)31; /* each part's area on its own cache lines */
     if (sz_check(&sz, "qdwconv", PyExc_ValueError) < 0)
         return NULL;
