@@ -275,36 +275,7 @@ typedef struct {
     int32_t *ap, *rs;
     Py_ssize_t M, K, Kq, Mb;
     uint32_t flip; /* 0x80808080 for an s8 A */
-    Py_ssize_t P;  /* 0: A is M x K; else A is (M / P) x K x P (NCHW planes: row m is a pixel) */
 } qg_pack_job;
-
-/* a block of 8 rows of an A in planes: row m's byte k at a[(m / P) K P + k P + m % P]; the 8
- * rows of a block read 8 neighbouring bytes of each plane where they are one image's pixels */
-static void qg_pack_planes(const qg_pack_job *j, Py_ssize_t mb, uint32_t *restrict dst)
-{
-    const uint8_t *rows[QG_MR];
-    const uint8_t f = (uint8_t)j->flip;
-    uint32_t s[QG_MR] = {0};
-    int live = 0;
-    for (int r = 0; r < QG_MR; r++) {
-        const Py_ssize_t m = mb * QG_MR + r;
-        rows[r] = m < j->M ? j->a + (m / j->P) * j->K * j->P + m % j->P : NULL;
-        live += rows[r] != NULL;
-    }
-    for (Py_ssize_t q = 0; q < j->Kq; q++)
-        for (int r = 0; r < QG_MR; r++) {
-            uint32_t w = 0;
-            if (r < live)
-                for (int i = 0; i < 4 && 4 * q + i < j->K; i++) {
-                    const uint8_t b = rows[r][(4 * q + i) * j->P] ^ f;
-                    w |= (uint32_t)b << (8 * i);
-                    s[r] += b;
-                }
-            dst[q * QG_MR + r] = w;
-        }
-    for (int r = 0; r < QG_MR; r++)
-        j->rs[mb * QG_MR + r] = (int32_t)s[r];
-}
 
 RC_CLONES static void qg_pack_part(void *arg, int part, int parts)
 {
@@ -312,10 +283,6 @@ RC_CLONES static void qg_pack_part(void *arg, int part, int parts)
     const Py_ssize_t b0 = j->Mb * part / parts, b1 = j->Mb * (part + 1) / parts, kf = j->K / 4;
     for (Py_ssize_t mb = b0; mb < b1; mb++) {
         uint32_t *restrict dst = (uint32_t *)j->ap + mb * j->Kq * QG_MR;
-        if (j->P) {
-            qg_pack_planes(j, mb, dst);
-            continue;
-        }
         for (int r = 0; r < QG_MR; r++) {
             const Py_ssize_t m = mb * QG_MR + r;
             if (m >= j->M) {
@@ -347,20 +314,18 @@ RC_CLONES static void qg_pack_part(void *arg, int part, int parts)
 }
 
 /* qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None,
- *       a_planes=0, y_planes=0): with a_planes P, A is (M / P) x K x P (an NCHW input, row m a
- * pixel), with y_planes P, Y is (M / P) x N x P (an NCHW output), so that a convolution needs
- * no layout transposes */
+ *       y_planes=0): with y_planes P, Y is (M / P) x N x P (a convolution's NCHW output, row m
+ * of A a pixel), so that the result needs no layout transpose */
 PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
 {
     PyObject *ao, *po, *zbo, *yo, *mo, *bo = Py_None;
-    Py_ssize_t M, K, N, aP = 0, yP = 0;
+    Py_ssize_t M, K, N, yP = 0;
     int asigned, bsigned, za, mode, yz, threads;
-    if (!PyArg_ParseTuple(args, "OpiOpOO(nnn)iOii|Onn:qgemm", &ao, &asigned, &za, &po, &bsigned, &zbo, &yo, &M, &K,
-                          &N, &mode, &mo, &yz, &threads, &bo, &aP, &yP))
+    if (!PyArg_ParseTuple(args, "OpiOpOO(nnn)iOii|On:qgemm", &ao, &asigned, &za, &po, &bsigned, &zbo, &yo, &M, &K,
+                          &N, &mode, &mo, &yz, &threads, &bo, &yP))
         return NULL;
-    if (M < 1 || K < 1 || N < 1 || mode < 0 || mode > 2 || aP < 0 || yP < 0 || (aP && M % aP) || (yP && M % yP)) {
-        PyErr_SetString(PyExc_ValueError, "qgemm: sizes must be positive, mode 0, 1 or 2 and the planes "
-                                          "(a_planes, y_planes) divide M");
+    if (M < 1 || K < 1 || N < 1 || mode < 0 || mode > 2 || yP < 0 || (yP && M % yP)) {
+        PyErr_SetString(PyExc_ValueError, "qgemm: sizes must be positive, mode 0, 1 or 2 and y_planes divide M");
         return NULL;
     }
     rc_sz sz = {NULL};
@@ -388,7 +353,7 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
     if (!oom) {
         const uint8_t *a = (const uint8_t *)v[0].buf;
         Py_BEGIN_ALLOW_THREADS
-        qg_pack_job pj = {a, ap, ap + Mb * Kq * QG_MR, M, K, Kq, Mb, asigned ? 0x80808080u : 0u, aP};
+        qg_pack_job pj = {a, ap, ap + Mb * Kq * QG_MR, M, K, Kq, Mb, asigned ? 0x80808080u : 0u};
         int pth = threads;
         const int pparts = rc_parts((double)M * (double)K * 4.0, 2.5e5, Mb, &pth);
         rc_parallel(qg_pack_part, &pj, pparts, pth);

@@ -72,10 +72,10 @@ static PyMethodDef methods[] = {
      "qgemm_pack(b, packed, (K, N), b_signed)\nB (K x N uint8/int8) packed for qgemm."},
     {"qgemm", rc_py_qgemm, METH_VARARGS,
      "qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None,\n"
-     "      a_planes=0, y_planes=0)\n"
+     "      y_planes=0)\n"
      "sum_k (a - za)(b - zb[n]) (+ bias[n]) of 8-bit A (M x K) and packed B into y: int32 (mode 0), or\n"
-     "saturate(rint(acc * mult[n]) + yz) as uint8 (mode 1) / int8 (mode 2). zb may be None. With a_planes P, A is\n"
-     "(M / P) x K x P (NCHW), with y_planes P, Y is (M / P) x N x P."},
+     "saturate(rint(acc * mult[n]) + yz) as uint8 (mode 1) / int8 (mode 2). zb may be None. With y_planes P, Y is\n"
+     "(M / P) x N x P (NCHW)."},
     {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
      "qgemm_path(force=-1) -> the inner loop this CPU runs (force: 0 portable, 1 avx2, 2 vnni, for tests)."},
     {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,

@@ -20,7 +20,7 @@ With the compiled extension, MatMulInteger and QLinearMatMul of 8-bit A [..., M,
 with int32 accumulation and the requantizing epilogue, B packed once when it is a constant;
 a 2-D ungrouped QLinearConv is the same GEMM (bias and per-channel requantization in its
 epilogue, the output written in NCHW planes) on im2col rows, or for a pointwise (1x1, stride 1)
-one on the NCHW input itself; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (per channel plane, padded at
+one on the input's pixels; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (per channel plane, padded at
 the zero point); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
 All give the numpy paths' results bit for bit.
 """
@@ -412,8 +412,7 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pa
     """``_native.qgemm`` for 8-bit ``a`` [..., M, K] @ 2-D ``b`` [K, N] (``b`` the node's input
     ``bi``), a scalar ``za`` and a scalar or [N] ``zb``: int32 (``out_dt`` None) or requantized
     by ``mult`` [N] and ``yz`` into ``out_dt``; None where the compiled GEMM does not apply.
-    ``planes`` = (a_planes, y_planes): an NCHW ``a`` [n, K, P] (a_planes P, rows are its pixels)
-    and/or an NCHW result [n, N, P] (y_planes P), a convolution's layout without transposes."""
+    ``planes`` P: the result in NCHW planes [M / P, N, P] (a convolution's output, no transpose)."""
     # numpy arrays only: the kernels also run on the CUDA provider's device arrays (numpy path)
     if (_native is None or type(a) is not np.ndarray or type(b) is not np.ndarray
             or a.dtype not in (_I8, _U8) or b.dtype not in (_I8, _U8) or b.ndim != 2
@@ -422,7 +421,7 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pa
         return None
     K, N = b.shape
     M = a.size // K
-    ap, yp = planes or (0, 0)
+    yp = planes or 0
     packed = ctx.cache.get(pack_key)
     if packed is None or packed[0] is not b:
         # a constant B is packed once per node; one computed at run time every run
@@ -436,7 +435,7 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pa
     y = np.empty((M // yp, N, yp) if yp else a.shape[:-1] + (N,), ydt)
     mode = 0 if out_dt is None else (1 if out_dt == _U8 else 2)
     _native.qgemm(np.ascontiguousarray(a), a.dtype == _I8, 0 if za is None else int(za.reshape(())), packed[1],
-                  b.dtype == _I8, zbv, y, (M, K, N), mode, mult, int(yz), max(1, int(ctx.threads)), bias, ap, yp)
+                  b.dtype == _I8, zbv, y, (M, K, N), mode, mult, int(yz), max(1, int(ctx.threads)), bias, yp)
     return y
 
 
@@ -594,7 +593,7 @@ def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, d
 def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
     """A 2-D, ungrouped QLinearConv on ``_native.qgemm`` against the weight as a packed
     [C*KH*KW, M] B, bias and per-channel requantization in its epilogue, Y written in NCHW
-    planes; A is the NCHW input itself for a pointwise convolution, else im2col rows (numpy,
+    planes; A is the input's pixels as rows for a pointwise convolution, else im2col rows (numpy,
     padded with x's zero point: zeros after centering, as the numpy path pads). None where it does
     not apply (depthwise convolutions: ``_qlinear_conv_depthwise``; other grouped ones: numpy)."""
     if (_native is None or type(x) is not np.ndarray or type(w) is not np.ndarray or type(x_scale) is not np.ndarray
@@ -617,10 +616,11 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
             ctx.cache["qconv_w"] = b
     bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
     if kh == kw == 1 and tuple(st) == (1, 1) and not any(pb) and not any(pe):
-        # a pointwise convolution: NCHW x is A in planes and Y is written in planes (no im2col)
+        # a pointwise convolution: no im2col, no padding; x's pixels are A's rows
         P = x.shape[2] * x.shape[3]
-        y = _qgemm(ctx, 3, x.reshape(n * P, c), b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias,
-                   pack_key="qconv_b", const=_is_const(ctx, 3, w), planes=(P, P))
+        a = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).reshape(n * P, c)
+        y = _qgemm(ctx, 3, a, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias,
+                   pack_key="qconv_b", const=_is_const(ctx, 3, w), planes=P)
         return y.reshape(n, M, x.shape[2], x.shape[3])
     eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
     pad = ((0, 0), (pb[0], pe[0]), (pb[1], pe[1]), (0, 0))
@@ -636,7 +636,7 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
                                      j * dl[1]:j * dl[1] + (ow - 1) * st[1] + 1:st[1]]
     cols = cols.reshape(n * oh * ow, kh * kw * c)
     y = _qgemm(ctx, 3, cols, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
-               const=_is_const(ctx, 3, w), planes=(0, oh * ow))  # Y written in NCHW planes
+               const=_is_const(ctx, 3, w), planes=oh * ow)  # Y written in NCHW planes
     return y.reshape(n, M, oh, ow)
 
 
