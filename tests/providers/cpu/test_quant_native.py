@@ -1,4 +1,5 @@
-"""The compiled int8 kernels of the CPU provider (``_native.qgemm``, ``_native.dyn_quantize``)
+"""The compiled int8 kernels of the CPU provider (``_native.qgemm``, ``_native.qdwconv``,
+``_native.dyn_quantize``)
 against the numpy paths they replace, bit for bit: every inner loop this machine runs (VNNI,
 AVX2, portable), odd K and N, signed and unsigned operands, scalar and per-column B zero
 points, int32 wrap-around, a constant (packed once) and a run-time B."""
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from oracle import make_model, run_ours
+from oracle import make_model, run_oracle, run_ours
 
 quant = pytest.importorskip("runtime_provider_cpu.ops.quant")
 if quant._native is None:
@@ -101,6 +102,8 @@ CONVS = [  # (x shape, w shape, attributes)
     ((2, 4, 11, 10), (7, 4, 3, 2), {"strides": [2, 1], "dilations": [1, 2], "pads": [0, 1, 2, 0]}),
     ((1, 6, 7, 7), (33, 6, 1, 1), {}),
     ((1, 4, 6, 6), (4, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # grouped: the numpy path
+    ((3, 7, 5, 3), (9, 7, 1, 1), {}),  # pointwise: 15 pixels an image, row blocks span images
+    ((2, 5, 7, 6), (6, 5, 1, 1), {"strides": [2, 2]}),  # strided 1x1: im2col
 ]
 
 
@@ -126,6 +129,51 @@ def test_qlinear_conv_exact(path, xs, ws, attrs, t, per_channel, bias, monkeypat
         feeds["x"] = ints(xs, t)
 
 
+DEPTHWISE = [  # (x shape, kernel, attributes): MobileNet's 3x3 s1 / s2, and odd geometries
+    ((1, 8, 10, 9), (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 5, 11, 12), (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 3, 13, 9), (5, 5), {"strides": [2, 1], "pads": [2, 0, 1, 2]}),
+    ((1, 4, 9, 10), (3, 2), {"dilations": [2, 3], "pads": [0, 1, 2, 0]}),
+    ((1, 6, 7, 7), (3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+]
+
+
+@pytest.mark.parametrize("xs,k,attrs", DEPTHWISE)
+@pytest.mark.parametrize("t,wt", [(U8, I8), (I8, I8), (U8, U8)])
+@pytest.mark.parametrize("per_channel,bias", [(False, False), (True, True)])
+def test_qlinear_conv_depthwise_exact(xs, k, attrs, t, wt, per_channel, bias, monkeypatch):
+    """``_native.qdwconv`` against the numpy path bit for bit, and within one step of onnxruntime."""
+    c = xs[1]
+    x, w = ints(xs, t), ints((c, 1) + k, wt)
+    zw = ints((c,) if per_channel else (), wt) if wt == U8 else np.zeros(c if per_channel else (), I8)
+    feeds = {"x": x, "sx": np.array(0.02, F32), "zx": ints((), t), "w": w,
+             "sw": RNG.uniform(0.002, 0.02, (c,)).astype(F32) if per_channel else np.array(0.01, F32), "zw": zw,
+             "sy": np.array(0.02 * 0.01 * 40 * np.sqrt(np.prod(k)), F32), "zy": np.array(128 if t == U8 else 0, t)}
+    if bias:
+        feeds["B"] = RNG.integers(-5000, 5000, (c,)).astype(np.int32)
+    node = helper.make_node("QLinearConv", list(feeds), ["y"], group=c, **attrs)
+    inits = {"w": feeds.pop("w")}
+    model = make_model([node], feeds, ["y"], opset=10, initializers=inits)
+    native, ref = both(model, feeds, monkeypatch)
+    assert native[0].dtype == t and native[0].shape == ref[0].shape
+    np.testing.assert_array_equal(native[0], ref[0])
+    assert 0 < np.count_nonzero((native[0] != np.iinfo(t).min) & (native[0] != np.iinfo(t).max))
+    if wt == I8:  # onnxruntime's QLinearConv takes int8 weights only
+        ort = run_oracle(model, feeds)
+        assert np.max(np.abs(native[0].astype(np.int32) - ort[0].astype(np.int32))) <= 1
+
+
+def test_qdwconv_rejects_bad_buffers():
+    nat = quant._native
+    args = [np.zeros(2 * 4 * 4, U8), False, 0, np.zeros(2 * 9, I8), True, None, None, np.ones(2, F32),
+            np.zeros(2 * 4 * 4, U8), False, 0, (1, 2, 4, 4), (3, 3), (4, 4), (1, 1), (1, 1), (1, 1), 1]
+    nat.qdwconv(*args)  # the well-formed call runs
+    for i, bad in [(0, np.zeros(5, U8)), (7, np.ones(1, F32)), (8, np.zeros(3, U8)), (2, 300),
+                   (14, (0, 1)), (17 - 1, (1, -1))]:
+        with pytest.raises(ValueError):
+            nat.qdwconv(*[bad if j == i else a for j, a in enumerate(args)])
+
+
 @pytest.mark.parametrize("case", ["mixed", "zeros", "nan", "inf", "positive"])
 def test_dynamic_quantize_exact(case, monkeypatch):
     x = RNG.uniform(-4, 7, (5, 77)).astype(F32)
@@ -144,6 +192,23 @@ def test_dynamic_quantize_exact(case, monkeypatch):
     for got, want in zip(native, ref):
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("P", [5, 8])
+def test_qgemm_y_planes(path, P):
+    """Y written as NCHW planes of P pixels: the row-major product rearranged, rows of A being
+    pixels of n images (row blocks of 8 span images when P is 5)."""
+    n, K, N = 3, 13, 35
+    a = ints((n * P, K), U8)
+    b = ints((K, N), I8)
+    want = a.astype(np.int64) @ b.astype(np.int64) - 3 * b.astype(np.int64).sum(0)  # za = 3
+    buf = np.empty(quant._native.qgemm_packed_size((K, N)), I8)
+    quant._native.qgemm_pack(b, buf, (K, N), True)
+    y = np.empty(n * P * N, np.int32)
+    quant._native.qgemm(a, False, 3, buf, True, None, y, (n * P, K, N), 0, None, 0, 2, None, P)
+    np.testing.assert_array_equal(y.reshape(n, N, P).transpose(0, 2, 1).reshape(n * P, N), want.astype(np.int32))
+    with pytest.raises(ValueError):  # the planes must divide M
+        quant._native.qgemm(a, False, 3, buf, True, None, y, (n * P, K, N), 0, None, 0, 2, None, 7)
 
 
 def test_qgemm_rejects_bad_buffers():

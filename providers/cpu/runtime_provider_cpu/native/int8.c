@@ -128,6 +128,7 @@ typedef struct {
     void *y;
     Py_ssize_t M, K, N, Kq, Mb, ncols, nunits;
     int32_t ZA, ob, yz;  /* A's zero point plus its offset, B's offset, Y's zero point */
+    Py_ssize_t yP;       /* 0: Y is M x N; else Y is (M / yP) x N x yP (NCHW planes of yP pixels) */
     int mode;            /* 0: int32 out; 1: uint8; 2: int8 */
 } qg_job;
 
@@ -145,11 +146,13 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
     for (Py_ssize_t r = 0; r < mm; r++) {
         const uint32_t rs = (uint32_t)j->rs[m0 + r];
         const uint32_t *restrict cr = (const uint32_t *)c + r * QG_NR;
-        const Py_ssize_t at = (m0 + r) * j->N + n0;
+        const Py_ssize_t m = m0 + r, P = j->yP;
+        /* Y's item of column n is at + n * ys: a row of Y, or a pixel of N planes */
+        const Py_ssize_t at = P ? (m / P) * j->N * P + n0 * P + m % P : m * j->N + n0, ys = P ? P : 1;
         if (j->mode == 0) {
             int32_t *restrict y = (int32_t *)j->y + at;
             for (Py_ssize_t n = 0; n < nn; n++)
-                y[n] = (int32_t)(cr[n] - zbv[n] * rs + ct[n]);
+                y[n * ys] = (int32_t)(cr[n] - zbv[n] * rs + ct[n]);
             continue;
         }
         float f[QG_NR];
@@ -160,11 +163,11 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
         if (j->mode == 1) {
             uint8_t *restrict y = (uint8_t *)j->y + at;
             for (Py_ssize_t n = 0; n < nn; n++)
-                y[n] = (uint8_t)(int32_t)f[n];
+                y[n * ys] = (uint8_t)(int32_t)f[n];
         } else {
             int8_t *restrict y = (int8_t *)j->y + at;
             for (Py_ssize_t n = 0; n < nn; n++)
-                y[n] = (int8_t)(int32_t)f[n];
+                y[n * ys] = (int8_t)(int32_t)f[n];
         }
     }
 }
@@ -310,17 +313,19 @@ RC_CLONES static void qg_pack_part(void *arg, int part, int parts)
     }
 }
 
-/* qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None) */
+/* qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None,
+ *       y_planes=0): with y_planes P, Y is (M / P) x N x P (a convolution's NCHW output, row m
+ * of A a pixel), so that the result needs no layout transpose */
 PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
 {
     PyObject *ao, *po, *zbo, *yo, *mo, *bo = Py_None;
-    Py_ssize_t M, K, N;
+    Py_ssize_t M, K, N, yP = 0;
     int asigned, bsigned, za, mode, yz, threads;
-    if (!PyArg_ParseTuple(args, "OpiOpOO(nnn)iOii|O:qgemm", &ao, &asigned, &za, &po, &bsigned, &zbo, &yo, &M, &K,
-                          &N, &mode, &mo, &yz, &threads, &bo))
+    if (!PyArg_ParseTuple(args, "OpiOpOO(nnn)iOii|On:qgemm", &ao, &asigned, &za, &po, &bsigned, &zbo, &yo, &M, &K,
+                          &N, &mode, &mo, &yz, &threads, &bo, &yP))
         return NULL;
-    if (M < 1 || K < 1 || N < 1 || mode < 0 || mode > 2) {
-        PyErr_SetString(PyExc_ValueError, "qgemm: sizes must be positive and mode 0, 1 or 2");
+    if (M < 1 || K < 1 || N < 1 || mode < 0 || mode > 2 || yP < 0 || (yP && M % yP)) {
+        PyErr_SetString(PyExc_ValueError, "qgemm: sizes must be positive, mode 0, 1 or 2 and y_planes divide M");
         return NULL;
     }
     rc_sz sz = {NULL};
@@ -344,7 +349,7 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
     int oom = ap == NULL;
     qg_job j = {ap, ap ? ap + Mb * Kq * QG_MR : NULL, (const int8_t *)v[1].buf,
                 (const int32_t *)((const int8_t *)v[1].buf + body), (const int32_t *)v[2].buf, (const int32_t *)v[5].buf, (const float *)v[4].buf,
-                v[3].buf, M, K, N, Kq, Mb, Np / QG_NR, Np / QG_NR * ((Mb + QG_RB - 1) / QG_RB), (int32_t)za + (asigned ? 128 : 0), bsigned ? 0 : 128, yz, mode};
+                v[3].buf, M, K, N, Kq, Mb, Np / QG_NR, Np / QG_NR * ((Mb + QG_RB - 1) / QG_RB), (int32_t)za + (asigned ? 128 : 0), bsigned ? 0 : 128, yz, yP, mode};
     if (!oom) {
         const uint8_t *a = (const uint8_t *)v[0].buf;
         Py_BEGIN_ALLOW_THREADS

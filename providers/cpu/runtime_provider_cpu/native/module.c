@@ -71,13 +71,20 @@ static PyMethodDef methods[] = {
     {"qgemm_pack", rc_py_qgemm_pack, METH_VARARGS,
      "qgemm_pack(b, packed, (K, N), b_signed)\nB (K x N uint8/int8) packed for qgemm."},
     {"qgemm", rc_py_qgemm, METH_VARARGS,
-     "qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None)\n"
+     "qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None,\n"
+     "      y_planes=0)\n"
      "sum_k (a - za)(b - zb[n]) (+ bias[n]) of 8-bit A (M x K) and packed B into y: int32 (mode 0), or\n"
-     "saturate(rint(acc * mult[n]) + yz) as uint8 (mode 1) / int8 (mode 2). zb may be None."},
+     "saturate(rint(acc * mult[n]) + yz) as uint8 (mode 1) / int8 (mode 2). zb may be None. With y_planes P, Y is\n"
+     "(M / P) x N x P (NCHW)."},
     {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
      "qgemm_path(force=-1) -> the inner loop this CPU runs (force: 0 portable, 1 avx2, 2 vnni, for tests)."},
     {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,
      "dyn_quantize(x, y, n) -> (scale, zero_point): DynamicQuantizeLinear of n float32 into uint8 y."},
+    {"qdwconv", rc_py_qdwconv, METH_VARARGS,
+     "qdwconv(x, x_signed, xz, w, w_signed, wz, bias, mult, y, y_signed, yz, (N, C, H, W), (KH, KW), (OH, OW),\n"
+     "        (sh, sw), (dh, dw), (pt, pl), threads)\n"
+     "Depthwise int8 convolution of NCHW bytes: y = saturate(rint((sum (x - xz)(w[c] - wz[c]) + bias[c]) * mult[c])\n"
+     "+ yz), padding at the zero point. wz and bias may be None."},
     {"depthwise2d", rc_py_depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
      "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},

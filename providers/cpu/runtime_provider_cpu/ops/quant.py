@@ -18,8 +18,10 @@ sum of absolute products provably stays below 2**24 (exact), else in float64 (ex
 With the compiled extension, MatMulInteger and QLinearMatMul of 8-bit A [..., M, K] by a 2-D B
 (per-tensor A parameters, B's per tensor or per column) run on ``_native.qgemm``: an int8 GEMM
 with int32 accumulation and the requantizing epilogue, B packed once when it is a constant;
-a 2-D ungrouped QLinearConv is im2col and the same GEMM (bias and per-channel requantization in
-its epilogue); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
+a 2-D ungrouped QLinearConv is the same GEMM (bias and per-channel requantization in its
+epilogue, the output written in NCHW planes) on im2col rows, or for a pointwise (1x1, stride 1)
+one on the input's pixels; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (per channel plane, padded at
+the zero point); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
 All give the numpy paths' results bit for bit.
 """
 
@@ -405,10 +407,12 @@ def _matmul_shapes_ok(a, b, op):
 _I8, _U8 = np.dtype(np.int8), np.dtype(np.uint8)
 
 
-def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pack_key="qgemm_b", const=None):
+def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pack_key="qgemm_b", const=None,
+           planes=None):
     """``_native.qgemm`` for 8-bit ``a`` [..., M, K] @ 2-D ``b`` [K, N] (``b`` the node's input
     ``bi``), a scalar ``za`` and a scalar or [N] ``zb``: int32 (``out_dt`` None) or requantized
-    by ``mult`` [N] and ``yz`` into ``out_dt``; None where the compiled GEMM does not apply."""
+    by ``mult`` [N] and ``yz`` into ``out_dt``; None where the compiled GEMM does not apply.
+    ``planes`` P: the result in NCHW planes [M / P, N, P] (a convolution's output, no transpose)."""
     # numpy arrays only: the kernels also run on the CUDA provider's device arrays (numpy path)
     if (_native is None or type(a) is not np.ndarray or type(b) is not np.ndarray
             or a.dtype not in (_I8, _U8) or b.dtype not in (_I8, _U8) or b.ndim != 2
@@ -417,6 +421,7 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pa
         return None
     K, N = b.shape
     M = a.size // K
+    yp = planes or 0
     packed = ctx.cache.get(pack_key)
     if packed is None or packed[0] is not b:
         # a constant B is packed once per node; one computed at run time every run
@@ -426,10 +431,11 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pa
         if _is_const(ctx, bi, b) if const is None else const:
             ctx.cache[pack_key] = packed
     zbv = None if zb is None else np.ascontiguousarray(np.broadcast_to(zb.astype(np.int32), (N,)))
-    y = np.empty(a.shape[:-1] + (N,), np.int32 if out_dt is None else out_dt)
+    ydt = np.int32 if out_dt is None else out_dt
+    y = np.empty((M // yp, N, yp) if yp else a.shape[:-1] + (N,), ydt)
     mode = 0 if out_dt is None else (1 if out_dt == _U8 else 2)
     _native.qgemm(np.ascontiguousarray(a), a.dtype == _I8, 0 if za is None else int(za.reshape(())), packed[1],
-                  b.dtype == _I8, zbv, y, (M, K, N), mode, mult, int(yz), max(1, int(ctx.threads)), bias)
+                  b.dtype == _I8, zbv, y, (M, K, N), mode, mult, int(yz), max(1, int(ctx.threads)), bias, yp)
     return y
 
 
@@ -585,10 +591,11 @@ def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, d
 
 
 def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
-    """A 2-D, ungrouped QLinearConv as im2col (numpy, padded with x's zero point: zeros after
-    centering, as the numpy path pads) and ``_native.qgemm`` against the weight as a packed
-    [C*KH*KW, M] B, bias and per-channel requantization in its epilogue; None where it does not
-    apply (grouped and depthwise convolutions take the numpy path)."""
+    """A 2-D, ungrouped QLinearConv on ``_native.qgemm`` against the weight as a packed
+    [C*KH*KW, M] B, bias and per-channel requantization in its epilogue, Y written in NCHW
+    planes; A is the input's pixels as rows for a pointwise convolution, else im2col rows (numpy,
+    padded with x's zero point: zeros after centering, as the numpy path pads). None where it does
+    not apply (depthwise convolutions: ``_qlinear_conv_depthwise``; other grouped ones: numpy)."""
     if (_native is None or type(x) is not np.ndarray or type(w) is not np.ndarray or type(x_scale) is not np.ndarray
             or group != 1 or x.ndim != 4 or x.dtype not in (_I8, _U8) or w.dtype not in (_I8, _U8)
             or yz is None or yz.dtype not in (_I8, _U8) or 0 in x.shape or 0 in w.shape
@@ -602,6 +609,19 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
         return None
     mult = np.ascontiguousarray(np.broadcast_to(mult, (M,)), dtype=_F32)
     n, c, kh, kw = x.shape[0], x.shape[1], w.shape[2], w.shape[3]
+    b = ctx.cache.get("qconv_w")
+    if b is None or b[0] is not w:
+        b = (w, np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(M, -1).T))  # rows in (kh, kw, c) order
+        if _is_const(ctx, 3, w):
+            ctx.cache["qconv_w"] = b
+    bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
+    if kh == kw == 1 and tuple(st) == (1, 1) and not any(pb) and not any(pe):
+        # a pointwise convolution: no im2col, no padding; x's pixels are A's rows
+        P = x.shape[2] * x.shape[3]
+        a = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).reshape(n * P, c)
+        y = _qgemm(ctx, 3, a, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias,
+                   pack_key="qconv_b", const=_is_const(ctx, 3, w), planes=P)
+        return y.reshape(n, M, x.shape[2], x.shape[3])
     eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
     pad = ((0, 0), (pb[0], pe[0]), (pb[1], pe[1]), (0, 0))
     # channels last, so that each tap's copy moves rows of C contiguous bytes
@@ -615,15 +635,41 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
             cols[:, :, :, i, j] = xp[:, i * dl[0]:i * dl[0] + (oh - 1) * st[0] + 1:st[0],
                                      j * dl[1]:j * dl[1] + (ow - 1) * st[1] + 1:st[1]]
     cols = cols.reshape(n * oh * ow, kh * kw * c)
-    b = ctx.cache.get("qconv_w")
-    if b is None or b[0] is not w:
-        b = (w, np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(M, -1).T))  # rows in (kh, kw, c) order
-        if _is_const(ctx, 3, w):
-            ctx.cache["qconv_w"] = b
-    bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
     y = _qgemm(ctx, 3, cols, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
-               const=_is_const(ctx, 3, w))
-    return np.ascontiguousarray(y.reshape(n, oh, ow, M).transpose(0, 3, 1, 2))
+               const=_is_const(ctx, 3, w), planes=oh * ow)  # Y written in NCHW planes
+    return y.reshape(n, M, oh, ow)
+
+
+def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
+    """A 2-D depthwise QLinearConv (group == C == M) on ``_native.qdwconv``: per channel plane,
+    padded with x's zero point, requantized as the numpy path does (bit for bit); None where it
+    does not apply."""
+    if (_native is None or type(x) is not np.ndarray or type(w) is not np.ndarray or type(x_scale) is not np.ndarray
+            or x.ndim != 4 or group == 1 or group != x.shape[1] or w.shape[0] != group or w.shape[1] != 1
+            or x.dtype not in (_I8, _U8) or w.dtype not in (_I8, _U8) or yz is None or yz.dtype not in (_I8, _U8)
+            or 0 in x.shape or 0 in w.shape or (wz is not None and wz.size != 1 and wz.shape != (group,))
+            or (w_scale.size != 1 and w_scale.shape != (group,)) or (B is not None and B.size != group)
+            or w.shape[2] * w.shape[3] >= 33000):
+        return None
+    C = group
+    with np.errstate(all="ignore"):
+        mult = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
+    if not np.all(np.isfinite(mult)):
+        return None
+    kh, kw = w.shape[2], w.shape[3]
+    oh = (x.shape[2] + pb[0] + pe[0] - ((kh - 1) * dl[0] + 1)) // st[0] + 1
+    ow = (x.shape[3] + pb[1] + pe[1] - ((kw - 1) * dl[1] + 1)) // st[1] + 1
+    if oh < 1 or ow < 1:
+        return None
+    y = np.empty((x.shape[0], C, oh, ow), yz.dtype)
+    wzv = None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (C,)))
+    bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
+    _native.qdwconv(np.ascontiguousarray(x), x.dtype == _I8, 0 if xz is None else int(xz.reshape(())),
+                    np.ascontiguousarray(w), w.dtype == _I8, wzv, bias,
+                    np.ascontiguousarray(np.broadcast_to(mult, (C,)), dtype=_F32), y, yz.dtype == _I8,
+                    int(yz.reshape(())), x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]),
+                    max(1, int(ctx.threads)))
+    return y
 
 
 @kernel("QLinearConv", 10, check=_checker(_int_conv_check))
@@ -637,6 +683,9 @@ def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scal
     st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op)
     y = _qlinear_conv_native(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
                              group, st, dl, pb, pe)
+    if y is None:
+        y = _qlinear_conv_depthwise(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
+                                    B, group, st, dl, pb, pe)
     if y is not None:
         return y
     xc = _centered(x, x_zero_point)

@@ -1,0 +1,170 @@
+"""Quantized whole models, runtime-core against onnxruntime, by the protocol of
+``runtime-core bench --compare onnxruntime`` (``runtime_core.bench_protocol``: each runtime alone
+in a fresh process per round, alternating, median of the per-round ratios, OPENBLAS pins removed).
+
+Five float models are built at benchmark time (torch exports with random weights, the builders of
+``benchmarks/models.py``) and each is quantized twice, by onnxruntime's quantization tool and by
+``runtime_core.quantization`` with the same settings (calibration data random, seeded):
+
+* ``bert_base_dyn_b1``: BERT-base-sized encoder, ``quantize_dynamic`` int8 weights, batch 1;
+* ``bert_tiny_dyn_b8``: BERT-tiny-sized encoder, ``quantize_dynamic`` int8 weights, batch 8;
+* ``resnet18_qdq_b1``: ResNet-18, ``quantize_static`` QDQ, int8 per-channel weights, batch 1;
+* ``mobilenet_v2_qdq_b1``: MobileNetV2, ``quantize_static`` QDQ, int8 per-channel weights, batch 1;
+* ``gpt2_nbits_b1``: GPT-2-small-sized decoder, MatMul weights as 4-bit ``MatMulNBits``
+  (block 32, symmetric), batch 1, 128 tokens.
+
+Both runtimes run both quantizers' models (a row per model and quantizer). Run::
+
+    python benchmarks/quant_models.py [--cache DIR] [--rounds 3] [--threads 2] [--float] [NAME ...]
+
+``--float`` adds the float originals (a quantized model should beat its float original on
+runtime-core). Models are built once into the cache folder (``$RUNTIME_CORE_BENCH_CACHE``/quant by
+default); delete it to rebuild. torch and onnxruntime are benchmark-only dependencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import models as float_models  # noqa: E402  (benchmarks/models.py: the float builders)
+
+CALIB_SAMPLES = 8
+
+
+def _reader_class(base):
+    """A CalibrationDataReader (onnxruntime's or ours: ``base``) of seeded random samples shaped
+    like the model's benchmark feeds (standard normal floats, as the feeds themselves)."""
+
+    class Reader(base):
+        def __init__(self, feeds: dict):
+            self.feeds, self.i = feeds, 0
+            self.rng = np.random.default_rng(0)
+
+        def get_next(self):
+            if self.i >= CALIB_SAMPLES:
+                return None
+            self.i += 1
+            return {k: self.rng.standard_normal(v.shape).astype(v.dtype) for k, v in self.feeds.items()}
+
+    return Reader
+
+
+def _dynamic(tool, src: Path, dst: Path, feeds: dict) -> None:
+    q = _tool(tool)
+    q.quantize_dynamic(str(src), str(dst), weight_type=q.QuantType.QInt8)
+
+
+def _static_qdq(tool, src: Path, dst: Path, feeds: dict) -> None:
+    q = _tool(tool)
+    q.quantize_static(str(src), str(dst), _reader_class(q.CalibrationDataReader)(feeds),
+                      quant_format=q.QuantFormat.QDQ, per_channel=True, activation_type=q.QuantType.QInt8,
+                      weight_type=q.QuantType.QInt8, calibrate_method=q.CalibrationMethod.MinMax)
+
+
+def _nbits(tool, src: Path, dst: Path, feeds: dict) -> None:
+    if tool == "ort":
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    else:
+        from runtime_core.quantization import MatMulNBitsQuantizer
+    import onnx
+
+    q = MatMulNBitsQuantizer(onnx.load(str(src)), block_size=32, is_symmetric=True)
+    q.process()
+    q.model.save_model_to_file(str(dst))
+
+
+def _tool(tool):
+    if tool == "ort":
+        import onnxruntime.quantization as q
+    else:
+        import runtime_core.quantization as q
+    return q
+
+
+#: name -> (float builder name in benchmarks/models.py, quantizer, description)
+MODELS = {
+    "bert_base_dyn_b1": ("bert_base", _dynamic, "BERT-base-sized, quantize_dynamic int8, b1 s128"),
+    "bert_tiny_dyn_b8": ("bert_tiny_b8", _dynamic, "BERT-tiny-sized, quantize_dynamic int8, b8 s128"),
+    "resnet18_qdq_b1": ("resnet18", _static_qdq, "ResNet-18, quantize_static QDQ per-channel int8, b1"),
+    "mobilenet_v2_qdq_b1": ("mobilenet_v2", _static_qdq, "MobileNetV2, quantize_static QDQ per-channel int8, b1"),
+    "gpt2_nbits_b1": ("gpt2_small", _nbits, "GPT-2-small-sized, MatMulNBits 4-bit block 32 symmetric, b1 s128"),
+}
+TOOLS = ("ort", "ours")
+
+
+def build(name: str, cache: Path, with_float: bool = False) -> list[tuple[str, str, str]]:
+    """Build ``name``'s float model and both quantizers' models into ``cache`` (unless there);
+    returns the protocol's ``(label, model path, feeds path)`` rows."""
+    fname, quantize, _ = MODELS[name]
+    fmodel, feeds_path = float_models.build(fname, cache)
+    rows = [(f"{fname} (float)", str(fmodel), str(feeds_path))] if with_float else []
+    with np.load(feeds_path) as f:
+        feeds = {k: f[k] for k in f.files}
+    for tool in TOOLS:
+        out = cache / f"{name}.{tool}.onnx"
+        if not out.exists():
+            tmp = cache / f"{name}.{tool}.tmp.onnx"
+            quantize(tool, fmodel, tmp, feeds)
+            os.replace(tmp, out)
+        rows.append((f"{name} ({'onnxruntime' if tool == 'ort' else 'runtime-core'}-quantized)", str(out),
+                     str(feeds_path)))
+    return rows
+
+
+def main(argv=None) -> int:
+    from runtime_core import bench_protocol as bp
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*", help=f"models (default: all): {', '.join(MODELS)}")
+    p.add_argument("--cache", default=str(float_models.DEFAULT_CACHE / "quant"), help="cache folder (default %(default)s)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--min-time", type=float, default=1.0)
+    p.add_argument("--tools", default="ort,ours", help="whose quantized models to run (default %(default)s)")
+    p.add_argument("--float", action="store_true", help="also run the float originals")
+    p.add_argument("--build-only", action="store_true", help="build the models and stop")
+    p.add_argument("--json", help="write the report as JSON to this file")
+    args = p.parse_args(argv)
+    names = args.names or list(MODELS)
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        p.error(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+    tools = {t.strip() for t in args.tools.split(",")}
+    if not tools or tools - set(TOOLS):
+        p.error(f"--tools takes a comma-separated subset of {', '.join(TOOLS)}")
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in names:
+        for label, model, feeds in build(name, cache, args.float):
+            if "(float)" in label or any(f".{t}.onnx" in model for t in tools):
+                rows.append((label, model, feeds))
+    if args.build_only:
+        for label, model, _ in rows:
+            print(f"{label}: {model}")
+        return 0
+
+    def show(head, mc):
+        print(bp.format_rows([mc]).splitlines()[1], flush=True)
+
+    print("\n".join(f"{n}: {MODELS[n][2]}" for n in names), flush=True)
+    rep = bp.compare(rows, threads=args.threads, rounds=args.rounds, warmup=args.warmup, repeat=args.repeat,
+                     min_time=args.min_time, on_model=show)
+    print()
+    print(bp.format_report(rep))
+    if args.json:
+        Path(args.json).write_text(json.dumps(rep.to_dict(), indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
