@@ -17,14 +17,12 @@ import numpy as np
 
 from ..ops._nncommon import _F32, _conv_out, _is_const, _native_geometry_ok
 from . import autotune
-from .depthwise import DepthwisePlan
-from .direct import DirectPlan
-from .im2col import Im2colLanesPlan, Im2colPlan, Im2colSgemmPlan
+# the plan modules, not their names: each imports the ops package, whose conv kernels import
+# this module, so any of them may be the first imported
+from . import depthwise, direct, im2col, pointwise, winograd
 from .plan import ConvPlan
-from .pointwise import PointwisePlan
 from .policy import current
 from .sgemm import sgemm_ready
-from .winograd import WinogradPlan
 
 
 def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> dict:
@@ -41,34 +39,34 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
     out = tuple(_conv_out(x.shape[2:], ks, strides, dilations, pb, pe))
     if not _native_geometry_ok(x.shape[2:], ks, strides, dilations, pb, pe, out):
         return {}  # extreme pads, strides or dilations: the general path
-    found = {"im2col": lambda: Im2colPlan(x, w, b, clip, nat, out, group, strides, dilations, pb, pe, threads)}
+    found = {"im2col": lambda: im2col.Im2colPlan(x, w, b, clip, nat, out, group, strides, dilations, pb, pe, threads)}
     if nat is None or N == 0 or min(out) <= 0:
         return found
     nonneg = min(pb) >= 0 and min(pe) >= 0
     dense = group == 1 and nonneg
     if N == 1 and group == 1 and sgemm_ready():
-        found["im2col_sgemm"] = lambda: Im2colSgemmPlan(x, w, b, clip, nat, out, group, strides, dilations, pb, pe,
+        found["im2col_sgemm"] = lambda: im2col.Im2colSgemmPlan(x, w, b, clip, nat, out, group, strides, dilations, pb, pe,
                                                         threads)
     if N == 1 and dense and ks != (1, 1) and p.pw_lanes and p.linear:
-        found["im2col_lanes"] = lambda: Im2colLanesPlan(x, w, b, clip, nat, out, strides, dilations, pb, threads)
+        found["im2col_lanes"] = lambda: im2col.Im2colLanesPlan(x, w, b, clip, nat, out, strides, dilations, pb, threads)
     if p.direct and dense and ks == (3, 3) and list(strides) == [1, 1] and list(dilations) == [1, 1]:
         wide = C >= p.wino_min_c and out[1] >= p.wino_min_ow
         lanes = C >= p.wino_lanes_min_c and p.wino_lanes_ow[0] <= out[1] <= p.wino_lanes_ow[1]
         if wide or lanes:
-            found["winograd"] = lambda lanes=lanes: WinogradPlan(x, w, b, clip, nat, out, pb, lanes, threads)
+            found["winograd"] = lambda lanes=lanes: winograd.WinogradPlan(x, w, b, clip, nat, out, pb, lanes, threads)
     terms = C * ks[0] * ks[1]
     if p.direct and dense and (ks != (1, 1) or max(strides) > 1) and max(strides) <= 2:
         lanes = out[1] <= p.lanes_max_ow and terms >= p.lanes_min_k
-        found["direct"] = lambda lanes=lanes: DirectPlan(x, w, b, clip, nat, out, strides, dilations, pb, lanes, threads)
+        found["direct"] = lambda lanes=lanes: direct.DirectPlan(x, w, b, clip, nat, out, strides, dilations, pb, lanes, threads)
     if ks == (1, 1) and group == 1 and not any(pb) and not any(pe):
         if list(strides) == [1, 1]:
-            found["pointwise"] = lambda: PointwisePlan(x, w, b, clip, nat, (H, W), None, p.pw_lanes and p.linear,
+            found["pointwise"] = lambda: pointwise.PointwisePlan(x, w, b, clip, nat, (H, W), None, p.pw_lanes and p.linear,
                                                        threads)
         elif p.pw_lanes and p.linear:
-            found["pointwise"] = lambda: PointwisePlan(x, w, b, clip, nat, out, (int(strides[0]), int(strides[1])),
+            found["pointwise"] = lambda: pointwise.PointwisePlan(x, w, b, clip, nat, out, (int(strides[0]), int(strides[1])),
                                                        True, threads)
     if w.shape[1] == 1 and M == C == group and group > 1 and nonneg:
-        found["depthwise"] = lambda: DepthwisePlan(x, w, b, clip, nat, out, ks, strides, dilations, pb, threads)
+        found["depthwise"] = lambda: depthwise.DepthwisePlan(x, w, b, clip, nat, out, ks, strides, dilations, pb, threads)
     return found
 
 

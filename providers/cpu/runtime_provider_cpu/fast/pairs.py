@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..executable import pairs, siblings
-from .conv import contig as _contig
-from .conv import plan_takes as _plan_takes
+# the module, not its names: fast.conv imports the ops package, which imports this module
+from . import conv as _fconv
 from .packing import pack_direct, pack_lanes
 from .policy import current
 
@@ -49,10 +49,10 @@ def _fuse_expand_depthwise(ca, cb):
 
     def run(args_a, args_b):
         if (len(args_b) > 2 or args_b[0] is not pb.w or (args_b[1] if len(args_b) > 1 else None) is not pb.b
-                or not _plan_takes(pa, args_a)):
+                or not _fconv.plan_takes(pa, args_a)):
             return None
         y = np.empty(shape, _F32)
-        _native.expand_dw(w12, _contig(args_a[0]), b1, lo1, hi1, wd, bd, y, *geometry)
+        _native.expand_dw(w12, _fconv.contig(args_a[0]), b1, lo1, hi1, wd, bd, y, *geometry)
         return y
 
     return run
@@ -85,10 +85,10 @@ def _fuse_conv_maxpool(ca, cb):
     w2, b2, shape = pa.w2, pa.b2, (1, mk[0]) + pooled
 
     def run(args_a, args_b):
-        if args_b or not _plan_takes(pa, args_a):
+        if args_b or not _fconv.plan_takes(pa, args_a):
             return None
         y = np.empty(shape, _F32)
-        _native.conv_maxpool(_contig(args_a[0]), w2, b2, y, *geometry)
+        _native.conv_maxpool(_fconv.contig(args_a[0]), w2, b2, y, *geometry)
         return y
 
     return run
@@ -118,10 +118,10 @@ def _fuse_conv_shortcut(ca, cb):
     extra_tail = (M2, pads[0], pads[1], pb.args[1], pb.args[2], lanes)
 
     def run(args_a, args_b):
-        if not _plan_takes(pa, args_a) or not _plan_takes(pb, args_b):
+        if not _fconv.plan_takes(pa, args_a) or not _fconv.plan_takes(pb, args_b):
             return None
         ya, yb = np.empty(shape_a, _F32), np.empty(shape_b, _F32)
-        fn(_contig(args_a[0]), w2, b2, None, ya, *args, (wp2, pb.b2, None, yb) + extra_tail)
+        fn(_fconv.contig(args_a[0]), w2, b2, None, ya, *args, (wp2, pb.b2, None, yb) + extra_tail)
         return ya, yb
 
     return run

@@ -18,9 +18,9 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..executable import binds
-from ..fast.conv import bind_plan, plan_cache, select_plan
-from ..fast.depthwise import depthwise_einsum, depthwise_flat
-from ..fast.im2col import im2col_2d
+# the module, not its names: fast.conv imports ops._nncommon, so either may be imported first
+from ..fast import conv as fast_conv
+from ..fast import depthwise as fast_depthwise, im2col as fast_im2col
 from ..fast.policy import current
 from ..fast.sgemm import sgemm_ready
 from ..registry import kernel
@@ -83,10 +83,10 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
                             lo, hi)
         return y
     elif dw_einsum:
-        y = depthwise_einsum(x, w, strides, dilations, pb, pe, out)
+        y = fast_depthwise.depthwise_einsum(x, w, strides, dilations, pb, pe, out)
     elif Cg == 1 and group > 1 and Mg == 1 and nd == 2 and (
             strides == [1, 1] or dilations == [1, 1]):
-        y = depthwise_flat(xp, w.reshape(group, K), ks, strides, dilations, out, b)
+        y = fast_depthwise.depthwise_flat(xp, w.reshape(group, K), ks, strides, dilations, out, b)
         b = None  # added by the crop
     elif Cg == 1 and group > 1:
         # depthwise (channel multiplier Mg): one multiply-add per kernel tap
@@ -112,7 +112,7 @@ def _conv_core(x, w, b, group, strides, dilations, pb, pe, clip=None, z=None, th
                 return _epilogue(y.reshape(N, M, *out), b, clip, z, nat, N, M, P, nd)
             cols = sl.reshape(group, Cg, P)
         elif taps:
-            cols = im2col_2d(x, ks, strides, dilations, pb, out).reshape(group, Cg * K, N * P)
+            cols = fast_im2col.im2col_2d(x, ks, strides, dilations, pb, out).reshape(group, Cg * K, N * P)
         else:
             win = sliding_window_view(xp, k_eff, axis=tuple(range(2, 2 + nd)))
             win = win[(slice(None), slice(None))
@@ -165,11 +165,11 @@ def _epilogue(y, b, clip, z, nat, N, M, P, nd):
 @kernel("Conv", 1, 11, 22, dtypes=_FLOAT, check=_conv_check)
 @binds
 def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, strides):
-    cache = plan_cache(ctx, w, b)
+    cache = fast_conv.plan_cache(ctx, w, b)
     y = conv_clipped(x, w, b, None, auto_pad=auto_pad, dilations=dilations, group=group,
                      kernel_shape=kernel_shape, pads=pads, strides=strides, cache=cache,
                      threads=getattr(ctx, "threads", 1), ctx=ctx)
-    bind_plan(cache, conv, dict(auto_pad=auto_pad, dilations=dilations, group=group,
+    fast_conv.bind_plan(cache, conv, dict(auto_pad=auto_pad, dilations=dilations, group=group,
                                 kernel_shape=kernel_shape, pads=pads, strides=strides))
     return y
 
@@ -189,7 +189,7 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
                 st, dl = _ints(strides, 2, 1), _ints(dilations, 2, 1)
                 k_eff = [(w.shape[2 + i] - 1) * dl[i] + 1 for i in range(2)]
                 pb, pe = _conv_pads(x.shape[2:], k_eff, st, pads, auto_pad)
-                plan = select_plan(x, w, b, clip, group, st, dl, pb, pe, threads, ctx)
+                plan = fast_conv.select_plan(x, w, b, clip, group, st, dl, pb, pe, threads, ctx)
                 cache["conv_plan"] = plan
         if plan is not None and plan.takes(x, w, b, z):
             return plan.run(x, z)

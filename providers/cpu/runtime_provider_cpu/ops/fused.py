@@ -17,8 +17,9 @@ import numpy as np
 from ..executable import binds, inplace_variant
 from ..registry import kernel
 from ..fast import autotune as _autotune
-from ..fast.conv import bind_plan, plan_cache
-from ..fast.linear import linear as _linear
+# the module, not its names: fast.conv imports ops._nncommon, so either may be imported first
+from ..fast import conv as fast_conv
+from ..fast import linear as fast_linear
 from ..fast.sgemm import sgemm_ready as _sgemm_ready
 from .conv import conv_clipped
 from ._common import mean_last, sum_last
@@ -186,7 +187,7 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
         clip, act = (0.0, np.inf), None
     elif act == "Clip":  # _fused_conv_check declined it without its two params
         clip, act = (float(params[0]), float(params[1])), None
-    cache = plan_cache(ctx, w, b)
+    cache = fast_conv.plan_cache(ctx, w, b)
     y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
                          kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
                          cache=cache, threads=getattr(ctx, "threads", 1), ctx=ctx)
@@ -196,7 +197,7 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
 
         def post(r):
             return _activate(r, act, params)
-    bind_plan(cache, fused_conv, dict(activation=activation, activation_params=activation_params,
+    fast_conv.bind_plan(cache, fused_conv, dict(activation=activation, activation_params=activation_params,
                                           auto_pad=auto_pad, dilations=dilations, group=group,
                                           kernel_shape=kernel_shape, pads=pads, strides=strides), post)
     return y
@@ -521,7 +522,7 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
     # one BLAS call over the folded batch (3-D @ 2-D would loop over the batch)
     proj = None
     if bias is None or (bias.shape == (weights.shape[1],) and bias.dtype == np.float32):
-        proj = _linear(ctx, x, weights, bias=None if bias is None else np.ascontiguousarray(bias))
+        proj = fast_linear.linear(ctx, x, weights, bias=None if bias is None else np.ascontiguousarray(bias))
     if proj is None:
         proj = (x.reshape(b * s, x.shape[-1]) @ weights).reshape(b, s, weights.shape[1])
         if bias is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fast.linear import linear as _linear
+from ..fast import linear as fast_linear
 from ..fast.policy import current
 from ..fast.sgemm import pooled_matmul
 from ..registry import kernel
@@ -33,7 +33,7 @@ def matmul(ctx, a, b):
     if a.dtype.name in ("float16", "bfloat16") or b.dtype.name in ("float16", "bfloat16"):
         return _matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
     if a.ndim >= 2 and b.ndim == 2 and a.dtype == _F32:
-        y = _linear(ctx, a, b)
+        y = fast_linear.linear(ctx, a, b)
         if y is None:  # numpy's BLAS is held at one thread: large products go to the pool
             y = pooled_matmul(getattr(ctx, "threads", 1), a, b)
         if y is not None:
@@ -75,7 +75,7 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
         pol = current()
         cd = _cdtype(dt)
         A, B = _as(A, cd), _as(B, cd)
-        if cd == _F32 and (y := _linear(ctx, A, _as(b, cd), bool(transB))) is not None:
+        if cd == _F32 and (y := fast_linear.linear(ctx, A, _as(b, cd), bool(transB))) is not None:
             pass  # the Linear plan of this shape (fast/linear.py)
         elif A.shape[0] * A.shape[1] * B.shape[1] < pol.blas_min_macs:
             # a small product of more rows: a BLAS call would wake its worker threads, which
