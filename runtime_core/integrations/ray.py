@@ -566,10 +566,16 @@ class _ServedModel:
         self.output_names = [o.name for o in self.session.get_outputs()]
         # requests are concatenated along dim 0 only when every input's dim 0 is dynamic
         self.concat = all(i.shape and not isinstance(i.shape[0], int) for i in self.inputs.values())
+        self._batch_sizes: dict[int, int] = {}
 
     def partition_report(self) -> dict:
         """This replica's partition report (``handle.partition_report.remote()``)."""
         return self.session.get_partition_report().to_dict()
+
+    def batch_sizes(self) -> dict[int, int]:
+        """How many ``@serve.batch`` batches of each size (requests per batch) this replica has run
+        (``handle.batch_sizes.remote()``): the evidence for tuning ``max_batch_size`` and the wait."""
+        return dict(self._batch_sizes)
 
     def _metadata(self) -> dict:
         def t(a):
@@ -625,6 +631,7 @@ class _ServedModel:
         """One session run for a batch of requests whose inputs agree in everything but dim 0;
         a request that does not fit (or a batch run that fails) is run alone, so that one bad
         request never fails the others."""
+        self._batch_sizes[len(items)] = self._batch_sizes.get(len(items), 0) + 1
         if not self.concat or len(items) == 1:
             return [self._run_one(f, n) for f, n in items]
         groups: dict[tuple, list[int]] = {}
