@@ -267,3 +267,23 @@ def test_a_device_provider_asks_ray_for_a_gpu():
     assert resources_for(["CUDAExecutionProvider", "cpu"]) == {"num_cpus": 1, "num_gpus": 1}
     assert resources_for([("cuda", {"device_id": 0})], num_cpus=2) == {"num_cpus": 2, "num_gpus": 1}
     assert resources_for(["cpu"]) == {"num_cpus": 1} and resources_for(None) == {"num_cpus": 1}
+
+
+def test_zipmap_outputs_are_read_as_the_probability_tensor():
+    from skl2onnx import to_onnx
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(200, 4)).astype(np.float32)
+    classes = ["cat", "dog", "emu"]
+    y = np.array(classes)[(x[:, 0] > 0).astype(int) + (x[:, 1] > 1)]
+    model = to_onnx(LogisticRegression().fit(x, y), x[:1], target_opset=15).SerializeToString()
+    label, maps = rt.InferenceSession(model).run(None, {"X": x})  # the ZipMap's per-row dicts
+    p = Predictor(model, publish_report=False)
+    assert [n["op_type"] for n in p.report["report"]["nodes"] if n["op_type"] == "ZipMap"] == []
+    out = p({"X": x})
+    assert list(out["output_label"]) == list(label)
+    for k in classes:
+        np.testing.assert_allclose(out[f"output_probability_{k}"], [m[k] for m in maps], rtol=1e-6)
+    arr = Predictor(model, zipmap="array", publish_report=False)({"X": x})["output_probability"]
+    np.testing.assert_allclose(arr, [[m[k] for k in classes] for m in maps], rtol=1e-6)
