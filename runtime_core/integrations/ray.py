@@ -194,6 +194,55 @@ def _ranges(rows: list[int]) -> str:
     return ", ".join(out)
 
 
+def _without_zipmap(model) -> tuple[Any, list[str] | None, dict[str, tuple[str, list]]]:
+    """``model`` with each ZipMap that makes a graph output removed and its input (the [N, K]
+    probability tensor) made a graph output instead: ZipMap builds one Python dict per row, which
+    costs as much as a few hundred trees. Returns (model for the session, the original graph
+    outputs, {ZipMap output: (tensor output, classes)}); the model unchanged when there is nothing
+    to do or it cannot be read here (the session then reports why with its own typed error)."""
+    import onnx
+
+    try:
+        if isinstance(model, (bytes, bytearray)):
+            proto = onnx.load_from_string(bytes(model))
+        elif isinstance(model, (str, os.PathLike)):
+            proto = onnx.load(os.fspath(model), load_external_data=False)
+        else:
+            return model, None, {}
+    except Exception:  # not a model: InferenceSession says so with a typed error
+        return model, None, {}
+    g = proto.graph
+    outs = [o.name for o in g.output]
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in g.initializer):  # must stay beside its file
+        return model, outs, {}
+    consumed = {i for node in g.node for i in node.input}
+    zipmaps: dict[str, tuple[str, list]] = {}
+    for node in g.node:
+        if (node.op_type == "ZipMap" and node.domain == "ai.onnx.ml" and len(node.output) == 1
+                and node.output[0] in outs and node.output[0] not in consumed):
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            classes = ([c.decode() if isinstance(c, bytes) else c for c in attrs.get("classlabels_strings", [])]
+                       or [int(c) for c in attrs.get("classlabels_int64s", [])])
+            if classes:
+                zipmaps[node.output[0]] = (node.input[0], classes)
+    if not zipmaps:
+        return model, outs, {}
+    kept = [node for node in g.node if not (node.op_type == "ZipMap" and node.output and node.output[0] in zipmaps)]
+    del g.node[:]
+    g.node.extend(kept)
+    new_outputs, seen = [], set()
+    for o in g.output:
+        if o.name in zipmaps:
+            tensor = zipmaps[o.name][0]
+            o = onnx.helper.make_tensor_value_info(tensor, onnx.TensorProto.FLOAT, None)
+        if o.name not in seen:
+            seen.add(o.name)
+            new_outputs.append(o)
+    del g.output[:]
+    g.output.extend(new_outputs)
+    return proto.SerializeToString(), outs, zipmaps
+
+
 class BatchRowError(InputError):
     """Rows of a Ray batch do not fit the model (element type or shape). ``rows`` are the bad rows'
     indices in the batch, ``ids`` their values in the Predictor's ``id_column`` (if it has one)."""
@@ -243,13 +292,16 @@ class Predictor:
             raise InvalidArgumentError(f"on_error must be 'raise' or 'column', got {on_error!r}")
         if zipmap not in ("columns", "array"):
             raise InvalidArgumentError(f"zipmap must be 'columns' or 'array', got {zipmap!r}")
+        model, graph_outputs, self._zipmaps = _without_zipmap(model)
         self.session = _make_session(model, providers, sess_options, provider_options)
         self._inputs = {i.name: i for i in self.session.get_inputs()}
         for i in self._inputs.values():
             if i.type not in _TENSOR_DTYPES or not i.shape:
                 raise InvalidArgumentError(f"input {i.name!r} is {i.type} of shape {i.shape}: Predictor feeds "
                                            "tensors whose first dim is the row dim")
-        self._outputs = list(output_names or [o.name for o in self.session.get_outputs()])
+        self._outputs = list(output_names or graph_outputs or [o.name for o in self.session.get_outputs()])
+        # what the session is asked for: a ZipMap output is read as the probability tensor it zipped
+        self._fetch = [self._zipmaps[o][0] if o in self._zipmaps else o for o in self._outputs]
         self._input_columns = dict(input_columns or {})
         unknown = [k for k in self._input_columns if k not in self._inputs]
         if unknown:
@@ -330,14 +382,14 @@ class Predictor:
     # -- running ---------------------------------------------------------------------------------
     def _run(self, feeds: dict, n: int) -> list:
         if self._fixed is None or n == self._fixed:
-            return self.session.run(self._outputs, feeds)
+            return self.session.run(self._fetch, feeds)
         b, pieces = self._fixed, []
         for s in range(0, n, b):  # split into runs of the fixed size; pad the last with its last row
             chunk = {k: v[s:s + b] for k, v in feeds.items()}
             m = len(next(iter(chunk.values())))
             if m < b:
                 chunk = {k: np.concatenate([v, np.repeat(v[-1:], b - m, axis=0)]) for k, v in chunk.items()}
-            res = self.session.run(self._outputs, chunk)
+            res = self.session.run(self._fetch, chunk)
             for o, r in zip(self._outputs, res):
                 if not hasattr(r, "__len__") or len(r) != b:
                     raise ExecutionError(f"output {o!r} has {len(r) if hasattr(r, '__len__') else 'no'} rows for a "
@@ -349,7 +401,13 @@ class Predictor:
     def _output_columns(self, results: list, n: int) -> dict[str, np.ndarray]:
         cols: dict[str, np.ndarray] = {}
         for name, r in zip(self._outputs, results):
-            if isinstance(r, np.ndarray):
+            if name in self._zipmaps:  # the [N, K] probabilities the ZipMap would have made maps of
+                classes = self._zipmaps[name][1]
+                if not (isinstance(r, np.ndarray) and r.ndim == 2 and r.shape == (n, len(classes))):
+                    raise ExecutionError(f"output {name!r}: the ZipMap's input has shape {np.shape(r)}, "
+                                         f"not ({n}, {len(classes)}) for {n} rows and classes {classes}")
+                cols.update(self._zipmap_columns(name, classes, r.astype(np.float32, copy=False)))
+            elif isinstance(r, np.ndarray):
                 if r.ndim == 0 or len(r) != n:
                     raise ExecutionError(f"output {name!r} has shape {r.shape}, not one row per input row ({n})")
                 cols[name] = r
@@ -358,14 +416,15 @@ class Predictor:
                     raise ExecutionError(f"output {name!r} has {len(r)} maps for {n} rows")
                 keys = list(r[0]) if r else []
                 mat = np.array([[m[k] for k in keys] for m in r], dtype=np.float32).reshape(n, len(keys))
-                if self._zipmap == "array":
-                    cols[name] = mat
-                else:
-                    for j, k in enumerate(keys):
-                        cols[f"{name}_{k}"] = mat[:, j]
+                cols.update(self._zipmap_columns(name, keys, mat))
             else:
                 cols[name] = np.array(list(r) if r is not None else [None] * n, dtype=object)
         return cols
+
+    def _zipmap_columns(self, name: str, classes: list, mat: np.ndarray) -> dict[str, np.ndarray]:
+        if self._zipmap == "array":
+            return {name: mat}
+        return {f"{name}_{k}": np.ascontiguousarray(mat[:, j]) for j, k in enumerate(classes)}
 
     def __call__(self, batch):
         pandas = not isinstance(batch, dict)
@@ -434,6 +493,9 @@ class Predictor:
     def _null_outputs(self, n: int) -> dict:
         """Null columns for every output whose shape is known without running (others appear once scored)."""
         res = {}
+        for name, (_, classes) in self._zipmaps.items():
+            if name in self._outputs:
+                res.update(self._zipmap_columns(name, classes, np.full((n, len(classes)), np.nan, np.float32)))
         for o in self.session.get_outputs():
             if o.name not in self._outputs or o.type not in _TENSOR_DTYPES:
                 continue
@@ -504,10 +566,16 @@ class _ServedModel:
         self.output_names = [o.name for o in self.session.get_outputs()]
         # requests are concatenated along dim 0 only when every input's dim 0 is dynamic
         self.concat = all(i.shape and not isinstance(i.shape[0], int) for i in self.inputs.values())
+        self._batch_sizes: dict[int, int] = {}
 
     def partition_report(self) -> dict:
         """This replica's partition report (``handle.partition_report.remote()``)."""
         return self.session.get_partition_report().to_dict()
+
+    def batch_sizes(self) -> dict[int, int]:
+        """How many ``@serve.batch`` batches of each size (requests per batch) this replica has run
+        (``handle.batch_sizes.remote()``): the evidence for tuning ``max_batch_size`` and the wait."""
+        return dict(self._batch_sizes)
 
     def _metadata(self) -> dict:
         def t(a):
@@ -563,6 +631,7 @@ class _ServedModel:
         """One session run for a batch of requests whose inputs agree in everything but dim 0;
         a request that does not fit (or a batch run that fails) is run alone, so that one bad
         request never fails the others."""
+        self._batch_sizes[len(items)] = self._batch_sizes.get(len(items), 0) + 1
         if not self.concat or len(items) == 1:
             return [self._run_one(f, n) for f, n in items]
         groups: dict[tuple, list[int]] = {}

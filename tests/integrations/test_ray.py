@@ -5,6 +5,7 @@ OIP v2 JSON over HTTP with the session's outputs; the Predictor's rules run in-p
 import json
 import os
 import socket
+import threading
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -166,7 +167,8 @@ def test_serve_answers_oip_v2_http_with_the_sessions_outputs(cluster, lgb_model)
 
     port = _free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(deployment(lgb_model, name="lgb", max_batch_size=4, batch_wait_timeout_s=0.05,
+    # a long wait: on a busy machine 8 concurrent requests may reach the replica 100s of ms apart
+    serve.run(deployment(lgb_model, name="lgb", max_batch_size=4, batch_wait_timeout_s=1.0,
                          ray_actor_options={"num_cpus": 1}), name="lgb", route_prefix="/")
     url = f"http://127.0.0.1:{port}/v2/models/lgb/infer"
     rng = np.random.default_rng(5)
@@ -174,8 +176,17 @@ def test_serve_answers_oip_v2_http_with_the_sessions_outputs(cluster, lgb_model)
     bodies = [{"inputs": [{"name": "input", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel().tolist()}]}
               for x in xs]
     bodies[2]["outputs"] = [{"name": "label"}]
-    with ThreadPoolExecutor(8) as pool:  # concurrent requests, so @serve.batch groups some of them
-        answers = list(pool.map(lambda b: _post(url, b), bodies))
+    start = threading.Barrier(len(bodies))
+
+    def post_together(body):
+        start.wait()
+        return _post(url, body)
+
+    with ThreadPoolExecutor(len(bodies)) as pool:  # concurrent requests, so @serve.batch groups them
+        answers = list(pool.map(post_together, bodies))
+    sizes = {int(k): v for k, v in serve.get_app_handle("lgb").batch_sizes.remote().result().items()}
+    assert sum(k * v for k, v in sizes.items()) == len(bodies), sizes  # every request ran, once
+    assert max(sizes) > 1 and max(sizes) <= 4, sizes  # batched, never beyond max_batch_size
     sess = rt.InferenceSession(lgb_model)
     for x, body, (status, ans) in zip(xs, bodies, answers):
         assert status == 200, ans
@@ -256,3 +267,23 @@ def test_a_device_provider_asks_ray_for_a_gpu():
     assert resources_for(["CUDAExecutionProvider", "cpu"]) == {"num_cpus": 1, "num_gpus": 1}
     assert resources_for([("cuda", {"device_id": 0})], num_cpus=2) == {"num_cpus": 2, "num_gpus": 1}
     assert resources_for(["cpu"]) == {"num_cpus": 1} and resources_for(None) == {"num_cpus": 1}
+
+
+def test_zipmap_outputs_are_read_as_the_probability_tensor():
+    from skl2onnx import to_onnx
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=(200, 4)).astype(np.float32)
+    classes = ["cat", "dog", "emu"]
+    y = np.array(classes)[(x[:, 0] > 0).astype(int) + (x[:, 1] > 1)]
+    model = to_onnx(LogisticRegression().fit(x, y), x[:1], target_opset=15).SerializeToString()
+    label, maps = rt.InferenceSession(model).run(None, {"X": x})  # the ZipMap's per-row dicts
+    p = Predictor(model, publish_report=False)
+    assert [n["op_type"] for n in p.report["report"]["nodes"] if n["op_type"] == "ZipMap"] == []
+    out = p({"X": x})
+    assert list(out["output_label"]) == list(label)
+    for k in classes:
+        np.testing.assert_allclose(out[f"output_probability_{k}"], [m[k] for m in maps], rtol=1e-6)
+    arr = Predictor(model, zipmap="array", publish_report=False)({"X": x})["output_probability"]
+    np.testing.assert_allclose(arr, [[m[k] for k in classes] for m in maps], rtol=1e-6)
