@@ -455,12 +455,83 @@ def _infer_in_child(model: onnx.ModelProto, why: str) -> onnx.ModelProto:
     return out
 
 
+_TREES = {("ai.onnx.ml", "TreeEnsembleRegressor"), ("ai.onnx.ml", "TreeEnsembleClassifier")}
+
+
+def _tree_outputs(n: onnx.NodeProto, batch: onnx.TensorShapeProto.Dimension | None) -> list[onnx.ValueInfoProto]:
+    """The types a tree ensemble's outputs have by its schema: the classifier's labels [N]
+    (string or int64) and scores [N, ?], the regressor's [N, n_targets] (N from its input)."""
+    def vi(name, elem, rest):
+        t = onnx.helper.make_tensor_value_info(name, elem, None)
+        dims = t.type.tensor_type.shape.dim
+        first = dims.add()
+        if batch is not None:
+            first.CopyFrom(batch)
+        for d in rest:
+            e = dims.add()
+            if d is not None:
+                e.dim_value = d
+        return t
+
+    attrs = {a.name: a for a in n.attribute}
+    out = []
+    if n.op_type == "TreeEnsembleClassifier":
+        labels = onnx.TensorProto.STRING if "classlabels_strings" in attrs else onnx.TensorProto.INT64
+        if len(n.output) > 0 and n.output[0]:
+            out.append(vi(n.output[0], labels, []))
+        if len(n.output) > 1 and n.output[1]:
+            out.append(vi(n.output[1], onnx.TensorProto.FLOAT, [None]))
+    elif n.output and n.output[0]:
+        targets = attrs["n_targets"].i if "n_targets" in attrs else None
+        out.append(vi(n.output[0], onnx.TensorProto.FLOAT, [targets]))
+    return out
+
+
+def _infer_around_trees(model: onnx.ModelProto, data_prop: bool) -> onnx.ModelProto | None:
+    """onnx's inference in-process for a model that is crash-prone only through the tree
+    ensembles of its main graph (every classic-ML export at ml opset <= 2): the trees are
+    taken out, their outputs become graph inputs typed by :func:`_tree_outputs`, and the rest
+    is inferred. ``model`` with the inferred types, or None where that does not apply (a tree
+    in a subgraph or function, or another crash-prone node: the child process then)."""
+    g = model.graph
+    trees = [n for n in g.node if (n.domain or "ai.onnx", n.op_type) in _TREES]
+    if not trees:
+        return None
+    known = {vi.name: vi for vi in list(g.input) + list(g.value_info)}
+    stub = onnx.ModelProto()
+    stub.CopyFrom(model)
+    del stub.graph.node[:]
+    stub.graph.node.extend(n for n in g.node if (n.domain or "ai.onnx", n.op_type) not in _TREES)
+    typed = []
+    for n in trees:
+        src = known.get(n.input[0]) if n.input else None
+        dims = src.type.tensor_type.shape.dim if src is not None and src.type.HasField("tensor_type") else []
+        typed += _tree_outputs(n, dims[0] if len(dims) else None)
+    listed = {i.name for i in stub.graph.input}
+    stub.graph.input.extend(t for t in typed if t.name not in listed)
+    if crash_prone(stub) is not None:
+        return None
+    inferred = onnx.shape_inference.infer_shapes(stub, check_type=False, strict_mode=False, data_prop=data_prop)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    outputs = {o.name for o in g.output}
+    del out.graph.value_info[:]
+    out.graph.value_info.extend(vi for vi in inferred.graph.value_info)
+    out.graph.value_info.extend(t for t in typed if t.name not in outputs)
+    del out.graph.output[:]
+    out.graph.output.extend(inferred.graph.output)
+    return out
+
+
 def infer_shapes(model: onnx.ModelProto, data_prop: bool = True) -> onnx.ModelProto:
     """``onnx.shape_inference.infer_shapes`` (lenient, with data propagation unless
     ``data_prop`` is False), in a child process when the model holds an op on
-    :data:`KNOWN_CRASHES`. Raises what onnx raises in-process; a crash or failure in the
-    child returns ``model`` as it is. The only door into onnx's shape inference."""
+    :data:`KNOWN_CRASHES` that cannot be taken out of the inference (tree ensembles in the main
+    graph are typed by their schema instead: :func:`_infer_around_trees`). Raises what onnx
+    raises in-process; a crash or failure in the child returns ``model`` as it is. The only
+    door into onnx's shape inference."""
     why = crash_prone(model)
     if why is not None:
-        return _infer_in_child(model, why)
+        around = _infer_around_trees(model, data_prop)
+        return around if around is not None else _infer_in_child(model, why)
     return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)

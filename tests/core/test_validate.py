@@ -292,3 +292,43 @@ def test_onnx_shape_inference_is_called_only_through_validate():
     callers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
                      if "shape_inference.infer_shapes(" in p.read_text())
     assert callers == ["graph/validate.py"], callers
+
+
+def test_tree_ensembles_are_typed_in_process():
+    """ml opset <= 2 tree ensembles crash onnx's inference when something reads their output: they
+    are typed by their schema instead and the rest is inferred in-process (no child process)."""
+    from onnx import TensorProto as TP
+    from onnx import helper
+
+    from runtime_core.graph import validate
+
+    tree = helper.make_node(
+        "TreeEnsembleClassifier", ["X"], ["label", "scores"], domain="ai.onnx.ml", name="t",
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+        nodes_values=[0.5, 0.0, 0.0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+        class_treeids=[0, 0], class_nodeids=[1, 2], class_ids=[0, 1], class_weights=[1.0, 1.0],
+        classlabels_int64s=[0, 1], post_transform="NONE")
+    cast = helper.make_node("Cast", ["scores"], ["s64"], to=TP.DOUBLE)
+    g = helper.make_graph([tree, cast], "g", [helper.make_tensor_value_info("X", TP.FLOAT, ["N", 2])],
+                          [helper.make_tensor_value_info("label", TP.INT64, None),
+                           helper.make_tensor_value_info("s64", TP.DOUBLE, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 1)])
+    m.ir_version = 8
+    assert validate.crash_prone(m) is not None
+    calls = []
+    orig = validate._infer_in_child
+    validate._infer_in_child = lambda model, why: calls.append(why) or orig(model, why)
+    try:
+        sess = rt.InferenceSession(m.SerializeToString())
+    finally:
+        validate._infer_in_child = orig
+    assert calls == []
+    inferred = validate.infer_shapes(m)
+    types = {vi.name: vi.type.tensor_type for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    assert types["scores"].elem_type == TP.FLOAT and types["scores"].shape.dim[0].dim_param == "N"
+    assert types["s64"].elem_type == TP.DOUBLE and types["s64"].shape.dim[0].dim_param == "N"
+    x = np.array([[0.2, 0.0], [0.9, 0.0]], np.float32)
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    got = sess.run(None, {"X": x})
+    assert (got[0] == want[0]).all() and np.allclose(got[1], want[1])
