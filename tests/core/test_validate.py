@@ -292,3 +292,32 @@ def test_onnx_shape_inference_is_called_only_through_validate():
     callers = sorted(str(p.relative_to(root)) for p in root.rglob("*.py")
                      if "shape_inference.infer_shapes(" in p.read_text())
     assert callers == ["graph/validate.py"], callers
+
+
+def _layernorm(axis: int) -> onnx.ModelProto:
+    n = helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean"], axis=axis)
+    g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                                     helper.make_tensor_value_info("s", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "mean")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_inference_child_is_reused_and_survives_a_crash():
+    """Crash-prone models share one long-lived inference child (start-up paid once); when onnx
+    crashes in it, the model comes back uninferred and the next call gets a fresh child."""
+    from runtime_core.graph import validate
+
+    def shape(m):
+        return [d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim]
+
+    wide = _layernorm(-1)
+    wide.graph.node[0].attribute.append(helper.make_attribute("stash_type", 2**40))  # crash-prone, harmless
+    assert validate.crash_prone(wide)
+    assert shape(validate.infer_shapes(wide)) == [2, 3]
+    pid = validate._SERVER._proc.pid
+    assert shape(validate.infer_shapes(wide)) == [2, 3] and validate._SERVER._proc.pid == pid
+    crash = _layernorm(2**31)  # onnx's C++ inference dies on this axis
+    assert validate.infer_shapes(crash) is crash
+    assert shape(validate.infer_shapes(wide)) == [2, 3] and validate._SERVER._proc.pid != pid
