@@ -445,7 +445,7 @@ def _mutate_attr(rng, model: onnx.ModelProto) -> str:
         return ""
     node, a = rng.choice(attrs)
     if a.type == onnx.AttributeProto.INT:
-        a.i = rng.choice(EXTREME + [a.i + 1, a.i - 1])
+        a.i = rng.choice(EXTREME + [min(a.i + 1, 2**63 - 1), max(a.i - 1, -(2**63))])  # int64 bounds
     elif a.type == onnx.AttributeProto.INTS and len(a.ints):
         a.ints[rng.randrange(len(a.ints))] = rng.choice(EXTREME)
     elif a.type == onnx.AttributeProto.INTS:
