@@ -274,7 +274,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def fuzz(session: nox.Session) -> None:
     """runtime_core.testing.fuzz from the wheels: single-op models aimed at the kernels and mutated
-    backend node tests, each batch in a memory-limited child; 600 s and a fresh seed unless
+    backend node tests, in one memory-limited worker child per CPU; 600 s and a fresh seed unless
     posargs say otherwise (``nox -s fuzz -- --seed 7 --seconds 60``). Crashes, hangs and untyped
     errors get a reproducer in fuzz-findings/; the session fails if there are any."""
     built = build_wheels(session)
@@ -282,6 +282,8 @@ def fuzz(session: nox.Session) -> None:
     args = list(session.posargs)
     if not any(a.startswith("--seconds") for a in args):
         args += ["--seconds", "600"]
+    if not any(a.startswith("--jobs") for a in args):
+        args += ["--jobs", str(os.cpu_count() or 1)]
     if not any(a.startswith("--out") for a in args):
         args += ["--out", str(ROOT / "fuzz-findings")]
     session.chdir(session.create_tmp())  # not the source tree: the installed packages are fuzzed

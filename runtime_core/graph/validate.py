@@ -11,18 +11,24 @@ these values also crash onnx's C++ shape inference (LayerNormalization ``axis = 
 :func:`infer_shapes` is the loader's call into ``onnx.shape_inference.infer_shapes``. For a
 model holding an op on :data:`KNOWN_CRASHES` (patterns on which onnx 1.23.2's inference
 crashes the interpreter even on a valid model), or with an int attribute outside int32 (the
-class of values its inference was seen to crash on), it runs in a child process; a crash
-there means "no inferred shapes" (inference is advisory: every kernel checks what it gets).
+class of values its inference was seen to crash on), it runs in a long-lived child process
+(started on first need, restarted after a crash or a timeout); a crash there means "no inferred shapes" (inference is advisory: every kernel checks what it gets).
 Other models are inferred in-process, as before (no start-up cost).
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
+import select
+import struct
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from collections.abc import Callable
 
 import onnx
@@ -423,36 +429,117 @@ def crash_prone(model: onnx.ModelProto) -> str | None:
 
 
 _CHILD = """\
-import sys, onnx
-m = onnx.ModelProto()
-m.ParseFromString(sys.stdin.buffer.read())
-out = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=True)
-sys.stdout.buffer.write(out.SerializeToString())
+import struct, sys, onnx
+r, w = sys.stdin.buffer, sys.stdout.buffer
+while True:
+    head = r.read(9)
+    if len(head) < 9:
+        break
+    n, data_prop = struct.unpack("<QB", head)
+    m = onnx.ModelProto()
+    m.ParseFromString(r.read(n))
+    try:
+        out, ok = onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False,
+                                                    data_prop=bool(data_prop)).SerializeToString(), 1
+    except Exception as exc:
+        out, ok = f"{type(exc).__name__}: {exc}".encode("utf-8", "replace"), 0
+    w.write(struct.pack("<QB", len(out), ok))
+    w.write(out)
+    w.flush()
 """
 
 
-def _infer_in_child(model: onnx.ModelProto, why: str) -> onnx.ModelProto:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    try:
-        proc = subprocess.run([sys.executable, "-c", _CHILD], input=model.SerializeToString(),
-                              capture_output=True, timeout=INFER_TIMEOUT_S, env=env, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        logger.warning("shape inference in a child process (model has %s) failed to run: %s; "
-                       "continuing without it", why, exc)
+class _InferServer:
+    """One long-lived child process that runs onnx's shape inference for crash-prone models:
+    a session (or a fuzzer running thousands) pays the interpreter start-up once, not per
+    model. A crash or a timeout there kills only the child; the next call starts a new one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen | None = None
+        self._pid = 0  # the process that started the child: a forked copy starts its own
+        self._err = None
+
+    def _start(self) -> subprocess.Popen:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self._err = tempfile.TemporaryFile()
+        self._proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=self._err, env=env, bufsize=0)
+        self._pid = os.getpid()
+        return self._proc
+
+    def _stop(self) -> str:
+        """Kill the child; the last line it wrote on stderr."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return ""
+        proc.kill()
+        proc.wait()
+        for f in (proc.stdin, proc.stdout):
+            f.close()
+        last = ""
+        if self._err is not None:
+            self._err.seek(0)
+            lines = self._err.read().decode("utf-8", "replace").strip().splitlines()
+            last = lines[-1] if lines else ""
+            self._err.close()
+            self._err = None
+        return f"exit code {proc.returncode}" + (f": {last}" if last else "")
+
+    def _read(self, fd: int, n: int, deadline: float) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise TimeoutError(f"no answer within {INFER_TIMEOUT_S:.0f} s")
+            chunk = os.read(fd, min(n - len(buf), 1 << 20))
+            if not chunk:
+                raise EOFError("the child process died")
+            buf += chunk
+        return bytes(buf)
+
+    def infer(self, data: bytes, data_prop: bool) -> tuple[bytes | None, str]:
+        """(the inferred model's bytes, "") or (None, why not)."""
+        with self._lock:
+            proc = self._proc
+            if proc is None or self._pid != os.getpid() or proc.poll() is not None:
+                if proc is not None and self._pid == os.getpid():
+                    self._stop()
+                proc = self._start()
+            try:
+                proc.stdin.write(struct.pack("<QB", len(data), int(data_prop)) + data)
+                fd = proc.stdout.fileno()
+                deadline = time.monotonic() + INFER_TIMEOUT_S
+                n, ok = struct.unpack("<QB", self._read(fd, 9, deadline))
+                out = self._read(fd, n, deadline)
+            except (OSError, EOFError, TimeoutError, struct.error) as exc:
+                return None, f"{exc}; {self._stop()}"
+            return (out, "") if ok else (None, out.decode("utf-8", "replace"))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None and self._pid == os.getpid():
+                self._stop()
+
+
+_SERVER = _InferServer()
+atexit.register(_SERVER.close)
+
+
+def _infer_in_child(model: onnx.ModelProto, why: str, data_prop: bool = True) -> onnx.ModelProto:
+    out, err = _SERVER.infer(model.SerializeToString(), data_prop)
+    if out is None:
+        logger.warning("onnx shape inference failed in its child process (model has %s: %s); "
+                       "continuing without it", why, err)
         return model
-    if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        logger.warning("onnx shape inference failed in its child process (model has %s, exit code %s%s); "
-                       "continuing without it", why, proc.returncode, f": {err[-1]}" if err else "")
-        return model
-    out = onnx.ModelProto()
+    inferred = onnx.ModelProto()
     try:
-        out.ParseFromString(proc.stdout)
+        inferred.ParseFromString(out)
     except Exception as exc:  # noqa: BLE001 - a garbled reply is the same as no reply
         logger.warning("shape inference's child process answered garbage (%s); continuing without it", exc)
         return model
-    return out
+    return inferred
 
 
 _TREES = {("ai.onnx.ml", "TreeEnsembleRegressor"), ("ai.onnx.ml", "TreeEnsembleClassifier")}
@@ -533,5 +620,5 @@ def infer_shapes(model: onnx.ModelProto, data_prop: bool = True) -> onnx.ModelPr
     why = crash_prone(model)
     if why is not None:
         around = _infer_around_trees(model, data_prop)
-        return around if around is not None else _infer_in_child(model, why)
+        return around if around is not None else _infer_in_child(model, why, data_prop)
     return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)

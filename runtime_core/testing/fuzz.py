@@ -12,14 +12,16 @@ Two families of cases, both a pure function of ``(seed, index)`` (:func:`make_ca
 * ``mutate``: the ONNX backend node-test models shipped with onnx (generated once into the
   conformance cache), one attribute or one feed changed (extreme ints, NaN/inf, shapes).
 
-Sessions use ``--providers`` (default: the CPU provider alone). Cases run in batches in a
-child process (``--worker``) under a memory limit
-(``resource.setrlimit(RLIMIT_AS)``, default 4 GiB) with one intra-op thread. A case ends as
+Sessions use ``--providers`` (default: the CPU provider alone). Cases run in slices of
+``--batch`` in ``--jobs`` worker children (``--worker``) at once, each under a memory limit
+(``resource.setrlimit(RLIMIT_AS)``, default 4 GiB) with one intra-op thread and a per-case
+tensor-size cap (``--max-tensor-mb``, default 256: a size bomb fails fast). A case ends as
 ``ok`` (a result, or an exception from :mod:`runtime_core.errors`), ``untyped`` (any other
 exception), ``crash`` (the child died: a signal or an exit) or ``hang`` (no answer within
 ``--case-timeout``). The parent restarts the child after a crash or hang. For each finding it
 writes a self-contained reproducer, ``<out>/<kind>-<seed>-<index>.py`` (the model and feeds
-embedded; ``python FILE`` runs the case), and ``<out>/summary.json`` holds the counts.
+embedded; ``python FILE`` runs the case), and ``<out>/summary.json`` holds the counts (rewritten
+after each finding and with each ``--progress`` line, so a killed run still reports).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import random
 import select
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -442,7 +445,7 @@ def _mutate_attr(rng, model: onnx.ModelProto) -> str:
         return ""
     node, a = rng.choice(attrs)
     if a.type == onnx.AttributeProto.INT:
-        a.i = rng.choice(EXTREME + [a.i + 1, a.i - 1])
+        a.i = rng.choice(EXTREME + [min(a.i + 1, 2**63 - 1), max(a.i - 1, -(2**63))])  # int64 bounds
     elif a.type == onnx.AttributeProto.INTS and len(a.ints):
         a.ints[rng.randrange(len(a.ints))] = rng.choice(EXTREME)
     elif a.type == onnx.AttributeProto.INTS:
@@ -521,14 +524,17 @@ def make_case(seed: int, index: int) -> Case:
 
 # -- running a case ----------------------------------------------------------------------------
 
-def run_case(case: Case, providers=("CPUExecutionProvider",)) -> tuple[str, str]:
-    """``("ok", what)`` for a result or a typed error, ``("untyped", type: message)`` otherwise."""
+def run_case(case: Case, providers=("CPUExecutionProvider",), max_tensor_bytes: int = 0) -> tuple[str, str]:
+    """``("ok", what)`` for a result or a typed error, ``("untyped", type: message)`` otherwise;
+    ``max_tensor_bytes`` (0: the default) is the session's tensor-size cap."""
     import runtime_core as rt
     from runtime_core.errors import RuntimeCoreError
 
     try:
         so = rt.SessionOptions()
         so.intra_op_num_threads = 1
+        if max_tensor_bytes:
+            so.add_session_config_entry("session.max_tensor_bytes", str(max_tensor_bytes))
         sess = rt.InferenceSession(case.model, so, providers=list(providers))
         sess.run(None, case.feeds)
         return "ok", "result"
@@ -540,7 +546,8 @@ def run_case(case: Case, providers=("CPUExecutionProvider",)) -> tuple[str, str]
         return "untyped", f"{type(exc).__name__}{where}: {str(exc)[:300]}"
 
 
-def _worker(seed: int, start: int, count: int, mem_bytes: int, providers=("CPUExecutionProvider",)) -> None:
+def _worker(seed: int, start: int, count: int, mem_bytes: int, providers=("CPUExecutionProvider",),
+            max_tensor_bytes: int = 0) -> None:
     """Run cases ``start .. start+count-1``; report each on stdout ("S i" before, "R i status detail" after)."""
     import resource
     import warnings
@@ -568,7 +575,7 @@ def _worker(seed: int, start: int, count: int, mem_bytes: int, providers=("CPUEx
             out.write(f"R {i} skip generator {type(exc).__name__}: {exc}\n".replace("\n", " ") + "\n")
             out.flush()
             continue
-        status, detail = run_case(case, providers)
+        status, detail = run_case(case, providers, max_tensor_bytes)
         out.write(f"R {i} {status} {case.family}:{case.what} | {detail}".replace("\n", " ") + "\n")
         out.flush()
 
@@ -586,13 +593,16 @@ if which == "ort":
     import onnxruntime as rt
 else:
     import runtime_core as rt
-sess = rt.InferenceSession(MODEL, providers={providers!r})
+so = rt.SessionOptions()
+if {cap}:  # the fuzz run's tensor-size cap
+    so.add_session_config_entry("session.max_tensor_bytes", "{cap}")
+sess = rt.InferenceSession(MODEL, so, providers={providers!r})
 print([getattr(o, "shape", o) for o in sess.run(None, FEEDS)])
 '''
 
 
 def write_reproducer(out: Path, kind: str, seed: int, index: int, detail: str,
-                     providers=("CPUExecutionProvider",)) -> Path:
+                     providers=("CPUExecutionProvider",), max_tensor_bytes: int = 0) -> Path:
     case = make_case(seed, index)
     buf = io.BytesIO()
     np.savez(buf, **{k: (np.ascontiguousarray(v) if isinstance(v, np.ndarray) else np.asarray(v, dtype=object))
@@ -600,7 +610,7 @@ def write_reproducer(out: Path, kind: str, seed: int, index: int, detail: str,
     name = f"{kind}-{seed}-{index}.py"
     path = out / name
     path.write_text(_REPRO.format(kind=kind, seed=seed, index=index, what=case.what, detail=detail[:2000],
-                                  name=name, providers=list(providers), model=base64.b64encode(case.model).decode(),
+                                  name=name, providers=list(providers), cap=max_tensor_bytes, model=base64.b64encode(case.model).decode(),
                                   feeds=base64.b64encode(buf.getvalue()).decode()))
     return path
 
@@ -617,6 +627,8 @@ class Summary:
     untyped: int = 0
     skipped: int = 0
     seconds: float = 0.0
+    jobs: int = 1
+    done: bool = False
     findings: list = field(default_factory=list)
     by_target: dict = field(default_factory=dict)
 
@@ -624,93 +636,163 @@ class Summary:
         return dict(self.__dict__)
 
 
-def _spawn(seed, start, count, mem_bytes, providers):
+def _spawn(seed, start, count, mem_bytes, providers, max_tensor_bytes=0):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     cmd = [sys.executable, "-m", "runtime_core.testing.fuzz", "--worker", "--seed", str(seed),
            "--start", str(start), "--count", str(count), "--memory-mb", str(mem_bytes >> 20),
-           "--providers", ",".join(providers)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, bufsize=0)
+           "--max-tensor-mb", str(max_tensor_bytes >> 20), "--providers", ",".join(providers)]
+    # stderr goes to a file: a pipe nobody reads fills up over thousands of cases and blocks the child
+    err = tempfile.TemporaryFile()
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env, bufsize=0), err
 
 
-def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, batch: int = 200,
+class _Child:
+    """One worker child and the slice of cases ``[nxt, end)`` it still owes."""
+
+    def __init__(self, spawned, start: int, end: int, case_timeout: float):
+        (self.proc, self.err), self.nxt, self.end = spawned, start, end
+        self.started: int | None = None
+        self.buf = b""
+        self.deadline = time.monotonic() + case_timeout + 60  # the first case also pays the imports
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.err.close()
+        self.proc.stdout.close()
+
+    def last_error(self) -> str:
+        """The last line the child wrote on stderr."""
+        err = self.err
+        err.seek(0)
+        lines = err.read().decode("utf-8", "replace").strip().splitlines()
+        return lines[-1][:300] if lines else ""
+
+
+def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, batch: int = 1000,
          case_timeout: float = 20.0, mem_bytes: int = 4 << 30, providers=("CPUExecutionProvider",),
-         log=print) -> Summary:
-    """Run cases ``0, 1, ...`` of ``seed`` until ``seconds`` pass or ``max_cases`` ran; findings
-    (crashes, hangs, untyped errors) get a reproducer in ``out``; ``out/summary.json``."""
+         jobs: int = 1, max_tensor_bytes: int = 256 << 20, progress: float = 60.0, log=print) -> Summary:
+    """Run cases ``0, 1, ...`` of ``seed`` in ``jobs`` worker children (slices of ``batch`` cases
+    each) until ``seconds`` pass or ``max_cases`` ran. Findings (crashes, hangs, untyped errors)
+    get a reproducer in ``out``; ``out/summary.json`` is rewritten after each finding and every
+    ``progress`` seconds (a killed run still reports), with a progress line to ``log``.
+    ``max_tensor_bytes`` (0: the runtime's default) caps each case's tensors, so that a case
+    aimed at a size bomb fails fast."""
     out.mkdir(parents=True, exist_ok=True)
-    s = Summary(seed)
+    s = Summary(seed, jobs=jobs)
     t0 = time.monotonic()
-    nxt = 0
     limit = max_cases if max_cases is not None else 1 << 62
+    handed = 0  # the next case not yet given to any child
+    children: list[_Child] = []
+    last_note = t0
+
+    def save():
+        s.seconds = round(time.monotonic() - t0, 1)
+        tmp = out / "summary.json.tmp"
+        tmp.write_text(json.dumps(s.to_dict(), indent=1, sort_keys=True))
+        os.replace(tmp, out / "summary.json")
 
     def record(kind, index, detail):
-        path = write_reproducer(out, kind, seed, index, detail, providers)
+        path = write_reproducer(out, kind, seed, index, detail, providers, max_tensor_bytes)
         s.findings.append({"kind": kind, "index": index, "detail": detail, "reproducer": path.name})
+        save()
         log(f"{kind}: case {index}: {detail} -> {path}")
 
-    while nxt < limit and time.monotonic() - t0 < seconds:
-        count = min(batch, limit - nxt)
-        proc = _spawn(seed, nxt, count, mem_bytes, providers)
-        first = nxt
-        started = None
-        buf = b""
-        deadline = time.monotonic() + case_timeout + 30  # the first case also pays the imports
-        while True:
-            left = deadline - time.monotonic()
-            r, _, _ = select.select([proc.stdout], [], [], max(0.0, left))
-            if not r:  # hang (or a start-up that never finished)
-                proc.kill()
-                proc.wait()
-                if started is not None:
+    def spawn(start, end):
+        children.append(_Child(_spawn(seed, start, end - start, mem_bytes, providers, max_tensor_bytes),
+                               start, end, case_timeout))
+
+    def time_up():
+        return time.monotonic() - t0 >= seconds
+
+    def refill():
+        nonlocal handed
+        while len(children) < jobs and handed < limit and not time_up():
+            end = min(handed + batch, limit)
+            spawn(handed, end)
+            handed = end
+
+    def finish(c: _Child, rest_from: int | None):
+        """``c`` is gone; a new child takes what it still owed from ``rest_from``."""
+        children.remove(c)
+        if rest_from is not None and rest_from < c.end and not time_up():
+            spawn(rest_from, c.end)
+
+    def handle(c: _Child, line: str):
+        parts = line.split(" ", 3)
+        if parts[0] == "S":
+            c.started = int(parts[1])
+            c.deadline = time.monotonic() + case_timeout
+        elif parts[0] == "R":
+            i, status, detail = int(parts[1]), parts[2], parts[3] if len(parts) > 3 else ""
+            c.started = None
+            c.nxt = i + 1
+            fam, _, rest = detail.partition(":")
+            target = f"{fam}:{rest.split('/', 1)[0]}" if fam == "op" else fam
+            s.by_target[target] = s.by_target.get(target, 0) + 1
+            if status == "skip":
+                s.skipped += 1
+                return
+            s.cases += 1
+            if status == "ok":
+                s.ok += 1
+            else:
+                s.untyped += 1
+                record("untyped", i, detail)
+
+    save()
+    refill()
+    while children:
+        now = time.monotonic()
+        if progress and now - last_note >= progress:
+            last_note = now
+            el = now - t0
+            log(f"{s.cases} cases in {el:.0f} s ({s.cases / max(el, 1e-9):.1f}/s, {jobs} jobs): "
+                f"{s.crashes} crashes, {s.hangs} hangs, {s.untyped} untyped")
+            save()
+        wait = min(c.deadline for c in children) - now
+        if progress:
+            wait = min(wait, last_note + progress - now)
+        ready, _, _ = select.select([c.proc.stdout for c in children], [], [], max(0.0, wait))
+        now = time.monotonic()
+        for c in list(children):
+            if c.proc.stdout in ready:
+                chunk = os.read(c.proc.stdout.fileno(), 1 << 16)
+                if not chunk:  # the child exited
+                    rc = c.proc.wait()
+                    err = c.last_error()
+                    c.kill()
+                    if c.started is not None:
+                        s.crashes += 1
+                        s.cases += 1
+                        record("crash", c.started, f"child exited with {rc}" + (f": {err}" if err else ""))
+                        finish(c, c.started + 1)
+                    elif c.nxt < c.end:  # died between cases (or before its first): skip one
+                        finish(c, c.nxt + 1)
+                    else:
+                        finish(c, None)
+                    continue
+                c.buf += chunk
+                *lines, c.buf = c.buf.split(b"\n")
+                for line in lines:
+                    handle(c, line.decode("utf-8", "replace"))
+                if time_up() and c.started is None:  # between cases: stop here
+                    c.kill()
+                    finish(c, None)
+                    continue
+            if now >= c.deadline and c in children:  # hang (or a start-up that never finished)
+                c.kill()
+                if c.started is not None:
                     s.hangs += 1
                     s.cases += 1
-                    record("hang", started, f"no answer within {case_timeout:.0f} s")
-                    nxt = started + 1
+                    record("hang", c.started, f"no answer within {case_timeout:.0f} s")
+                    finish(c, c.started + 1)
                 else:
-                    nxt += 1
-                break
-            chunk = os.read(proc.stdout.fileno(), 1 << 16)
-            if not chunk:  # the child exited
-                rc = proc.wait()
-                if started is not None:
-                    s.crashes += 1
-                    s.cases += 1
-                    err = proc.stderr.read().decode("utf-8", "replace").strip().splitlines()
-                    record("crash", started, f"child exited with {rc}" + (f": {err[-1][:300]}" if err else ""))
-                    nxt = started + 1
-                elif nxt == first:  # died before its first case: skip it rather than loop
-                    nxt += 1
-                break
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for line in lines:
-                parts = line.decode("utf-8", "replace").split(" ", 3)
-                if parts[0] == "S":
-                    started = int(parts[1])
-                    deadline = time.monotonic() + case_timeout
-                elif parts[0] == "R":
-                    i, status, detail = int(parts[1]), parts[2], parts[3] if len(parts) > 3 else ""
-                    started = None
-                    nxt = i + 1
-                    fam, _, rest = detail.partition(":")
-                    target = f"{fam}:{rest.split('/', 1)[0]}" if fam == "op" else fam
-                    s.by_target[target] = s.by_target.get(target, 0) + 1
-                    if status == "skip":
-                        s.skipped += 1
-                        continue
-                    s.cases += 1
-                    if status == "ok":
-                        s.ok += 1
-                    else:
-                        s.untyped += 1
-                        record("untyped", i, detail)
-            if time.monotonic() - t0 >= seconds and started is None:
-                proc.kill()
-                proc.wait()
-                break
-    s.seconds = round(time.monotonic() - t0, 1)
-    (out / "summary.json").write_text(json.dumps(s.to_dict(), indent=1, sort_keys=True))
+                    finish(c, c.nxt + 1)
+        refill()
+    s.done = True
+    save()
     return s
 
 
@@ -720,7 +802,11 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=60.0)
     p.add_argument("--cases", type=int, default=None, help="stop after this many cases")
     p.add_argument("--out", default="fuzz-findings")
-    p.add_argument("--batch", type=int, default=200, help="cases per child process")
+    p.add_argument("--batch", type=int, default=1000, help="cases per child process")
+    p.add_argument("--jobs", type=int, default=1, help="worker children running at once")
+    p.add_argument("--max-tensor-mb", type=int, default=256,
+                   help="each case's tensor-size cap (0: the runtime's default); a size bomb fails fast")
+    p.add_argument("--progress", type=float, default=60.0, help="seconds between progress lines")
     p.add_argument("--case-timeout", type=float, default=20.0)
     p.add_argument("--memory-mb", type=int, default=4096)
     p.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated, in priority order")
@@ -731,10 +817,11 @@ def main(argv=None) -> int:
     seed = a.seed if a.seed is not None else int(time.time()) % 1_000_000
     providers = tuple(p for p in a.providers.split(",") if p)
     if a.worker:
-        _worker(seed, a.start, a.count, a.memory_mb << 20, providers)
+        _worker(seed, a.start, a.count, a.memory_mb << 20, providers, a.max_tensor_mb << 20)
         return 0
     s = fuzz(seed, a.seconds, Path(a.out), max_cases=a.cases, batch=a.batch, case_timeout=a.case_timeout,
-             mem_bytes=a.memory_mb << 20, providers=providers)
+             mem_bytes=a.memory_mb << 20, providers=providers, jobs=max(1, a.jobs),
+             max_tensor_bytes=a.max_tensor_mb << 20, progress=a.progress)
     print(f"seed {s.seed}: {s.cases} cases in {s.seconds} s: {s.crashes} crashes, {s.hangs} hangs, "
           f"{s.untyped} untyped errors ({s.skipped} generator skips); findings in {a.out}")
     return 1 if s.crashes or s.hangs or s.untyped else 0

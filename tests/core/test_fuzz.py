@@ -15,12 +15,14 @@ SEED = 20261206
 
 
 def test_short_seeded_run_is_clean(tmp_path):
-    s = fuzz.fuzz(SEED, 50.0, tmp_path, max_cases=600, batch=300, log=lambda *a: None)
+    lines = []
+    s = fuzz.fuzz(SEED, 50.0, tmp_path, max_cases=600, batch=300, progress=1.0, log=lines.append)
+    assert any(" cases in " in line for line in lines), lines  # progress while it runs
     found = "; ".join(f"{f['kind']} {f['index']}: {f['detail']}" for f in s.findings)
     assert (s.crashes, s.hangs, s.untyped) == (0, 0, 0), found
     assert s.cases >= 60, s.to_dict()  # a slow, shared machine still gets through a good number
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["cases"] == s.cases and summary["seed"] == SEED
+    assert summary["cases"] == s.cases and summary["seed"] == SEED and summary["done"]
     families = {k.split(":")[0] for k in summary["by_target"]}
     assert {"op", "mutate"} <= families
 
@@ -28,12 +30,27 @@ def test_short_seeded_run_is_clean(tmp_path):
 def test_every_kind_of_finding_is_recorded_with_a_reproducer(tmp_path, monkeypatch):
     monkeypatch.setenv(fuzz.SELFTEST_ENV, "crash:2,untyped:4,hang:6")
     # the timeout leaves room for an ordinary case on a loaded machine (3 s was hit by one there)
-    s = fuzz.fuzz(SEED, 180.0, tmp_path, max_cases=8, batch=8, case_timeout=12.0, log=lambda *a: None)
+    # two children at once, slices of 3: a finding's child is replaced and the rest of its slice still runs
+    s = fuzz.fuzz(SEED, 180.0, tmp_path, max_cases=8, batch=3, jobs=2, case_timeout=12.0, log=lambda *a: None)
     kinds = {(f["kind"], f["index"]) for f in s.findings}
     assert kinds == {("crash", 2), ("untyped", 4), ("hang", 6)}, s.findings
     assert (s.crashes, s.untyped, s.hangs, s.cases) == (1, 1, 1, 8)
     for f in s.findings:
         assert (tmp_path / f["reproducer"]).is_file()
+    assert sum(s.by_target.values()) == 6  # the other cases, each once
+
+
+def test_summary_is_written_while_running(tmp_path, monkeypatch):
+    """A run killed midway still reports: summary.json is rewritten with each finding."""
+    monkeypatch.setenv(fuzz.SELFTEST_ENV, "untyped:1")
+    seen = []
+
+    def log(line):
+        if line.startswith("untyped"):
+            seen.append(json.loads((tmp_path / "summary.json").read_text()))
+
+    fuzz.fuzz(SEED, 120.0, tmp_path, max_cases=3, batch=3, log=log)
+    assert len(seen) == 1 and seen[0]["untyped"] == 1 and not seen[0]["done"], seen
 
 
 def test_cases_are_a_function_of_seed_and_index():

@@ -318,7 +318,7 @@ def test_tree_ensembles_are_typed_in_process():
     assert validate.crash_prone(m) is not None
     calls = []
     orig = validate._infer_in_child
-    validate._infer_in_child = lambda model, why: calls.append(why) or orig(model, why)
+    validate._infer_in_child = lambda model, why, *rest: calls.append(why) or orig(model, why, *rest)
     try:
         sess = rt.InferenceSession(m.SerializeToString())
     finally:
@@ -332,3 +332,32 @@ def test_tree_ensembles_are_typed_in_process():
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"X": x})
     got = sess.run(None, {"X": x})
     assert (got[0] == want[0]).all() and np.allclose(got[1], want[1])
+
+
+def _layernorm(axis: int) -> onnx.ModelProto:
+    n = helper.make_node("LayerNormalization", ["x", "s"], ["y", "mean"], axis=axis)
+    g = helper.make_graph([n], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+                                     helper.make_tensor_value_info("s", TensorProto.FLOAT, [3])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "mean")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_inference_child_is_reused_and_survives_a_crash():
+    """Crash-prone models share one long-lived inference child (start-up paid once); when onnx
+    crashes in it, the model comes back uninferred and the next call gets a fresh child."""
+    from runtime_core.graph import validate
+
+    def shape(m):
+        return [d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim]
+
+    wide = _layernorm(-1)
+    wide.graph.node[0].attribute.append(helper.make_attribute("stash_type", 2**40))  # crash-prone, harmless
+    assert validate.crash_prone(wide)
+    assert shape(validate.infer_shapes(wide)) == [2, 3]
+    pid = validate._SERVER._proc.pid
+    assert shape(validate.infer_shapes(wide)) == [2, 3] and validate._SERVER._proc.pid == pid
+    crash = _layernorm(2**31)  # onnx's C++ inference dies on this axis
+    assert validate.infer_shapes(crash) is crash
+    assert shape(validate.infer_shapes(wide)) == [2, 3] and validate._SERVER._proc.pid != pid

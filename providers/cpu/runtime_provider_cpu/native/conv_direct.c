@@ -111,6 +111,8 @@ static void cv_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch
 {
     const Py_ssize_t K = j->C * j->T, inner_n = j->tiles_outer ? j->Mb : j->nq;
     for (Py_ssize_t u = u0; u < u1;) {
+        if (rc_stop_requested()) /* the run was cancelled: its output is discarded */
+            return;
         const Py_ssize_t outer = u / inner_n, i0 = u - outer * inner_n;
         Py_ssize_t i1 = outer * inner_n + inner_n <= u1 ? inner_n : u1 - outer * inner_n;
         if (i1 - i0 > CV_SUB)
@@ -209,6 +211,8 @@ static void ct_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch
     const Py_ssize_t K = j->C * j->T, nseg = (j->OW + CT_NP - 1) / CT_NP, S = j->OH * nseg;
     const Py_ssize_t P = j->OH * j->OW;
     for (Py_ssize_t u = u0; u < u1;) {
+        if (rc_stop_requested()) /* the run was cancelled: its output is discarded */
+            return;
         const Py_ssize_t mb = u / S, i0 = u - mb * S;
         Py_ssize_t i1 = mb * S + S <= u1 ? S : u1 - mb * S;
         if (i1 - i0 > CV_SUB)
@@ -398,6 +402,8 @@ CV_CLONES static void cv_direct(const cv_direct_job *d, Py_ssize_t u0, Py_ssize_
 {
     const Py_ssize_t T = d->KH * d->KW, K = d->C * T, P = d->OH * d->OW;
     for (Py_ssize_t u = u0; u < u1; u++) {
+        if (rc_stop_requested()) /* the run was cancelled: its output is discarded */
+            return;
         const Py_ssize_t n = u / d->M, m = u - n * d->M;
         const float *xn = d->x + n * d->C * d->H * d->W;
         const float *wm = d->wp + (m / d->mr) * K * d->mr + m % d->mr;

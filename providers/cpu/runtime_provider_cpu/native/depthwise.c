@@ -105,6 +105,8 @@ static void dw_vec_range(const dw_job *j, float *plane, Py_ssize_t p0, Py_ssize_
     const Py_ssize_t ir1 = H < Hp - pt ? H : (Hp - pt > 0 ? Hp - pt : 0);
     memset(plane, 0, (size_t)(2 * Hp * Ws + 2 * Ws + 2) * sizeof(float));
     for (Py_ssize_t p = p0; p < p1; p++) {
+        if (rc_stop_requested()) /* the run was cancelled: its output is discarded */
+            return;
         const Py_ssize_t c = p % C;
         const float *xc = j->x + p * H * W;
         for (Py_ssize_t xr = 0; xr < ir1; xr++) {
@@ -140,6 +142,8 @@ static void dw_direct(const dw_job *j, Py_ssize_t p0, Py_ssize_t p1)
 {
     const Py_ssize_t H = j->H, W = j->W, OH = j->OH, OW = j->OW, KH = j->KH, KW = j->KW;
     for (Py_ssize_t p = p0; p < p1; p++) {
+        if (rc_stop_requested()) /* the run was cancelled: its output is discarded */
+            return;
         const Py_ssize_t c = p % j->C;
         const float *xc = j->x + p * H * W, *wk = j->w + c * KH * KW;
         float *yc = j->y + p * OH * OW;
@@ -259,7 +263,7 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     if (vec)
         rc_parallel(dw_part, &dj, parts, threads);
     for (Py_ssize_t n = 0; n < N && plane && !vec; n++) {
-        for (Py_ssize_t c = 0; c < C; c++) {
+        for (Py_ssize_t c = 0; c < C && !rc_stop_requested(); c++) { /* stops with its run */
             const float *xc = x + (n * C + c) * H * W;
             if (r0 < r1 && c0 < c1) {
                 memset(plane, 0, (size_t)(r0 * Wp) * sizeof(float));

@@ -136,6 +136,10 @@ typedef void (*rc_part_f)(void *arg, int part, int parts);
  * thread's run scope's stop flag is set, the parts not started are skipped: the kernel's
  * output is then garbage, which the ending run discards. */
 void rc_parallel(rc_part_f fn, void *arg, int parts, int threads);
+/* nonzero once the stop flag of the run whose kernel part this thread is running (or whose
+ * run scope it is in) is set: a long part polls it between its units and returns early (the
+ * ending run discards its output) */
+int rc_stop_requested(void);
 /* how a kernel splits its work over the pool: *threads lowered to one a min_work of work (a
  * thread's wake-up must pay for itself), at least 1; returns the parts, 4 a thread, no more
  * than the kernel's units (channel planes, tiles) */

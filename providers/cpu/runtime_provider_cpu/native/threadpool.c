@@ -48,6 +48,8 @@ static int rc_runs;                   /* atomic: runs in flight (run_enter at de
 static unsigned long rc_skipped;      /* atomic: parts skipped for a stop flag, ever */
 static unsigned long rc_started;      /* atomic: parts started in pooled jobs, ever */
 static _Thread_local const volatile unsigned char *rc_tls_stop;
+/* the stop flag of the job whose part this thread is running (rc_stop_requested's) */
+static _Thread_local const volatile unsigned char *rc_part_stop;
 static _Thread_local int rc_tls_depth;
 
 #define RC_SPIN_NS 100000L
@@ -62,6 +64,13 @@ static long rc_ns_since(const struct timespec *t0)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
+}
+
+int rc_stop_requested(void)
+{
+    /* in a part: its job's flag; on a caller's thread outside rc_parallel: its run scope's */
+    const volatile unsigned char *s = rc_part_stop ? rc_part_stop : rc_tls_stop;
+    return s && __atomic_load_n(s, __ATOMIC_RELAXED);
 }
 
 /* the parts of j this thread can claim, until none is left or the stop flag is set */
@@ -82,7 +91,10 @@ static void rc_job_work(rc_job *j)
         }
         if (j->threads > 1)
             __atomic_add_fetch(&rc_started, 1, __ATOMIC_RELAXED);
+        const volatile unsigned char *outer = rc_part_stop;
+        rc_part_stop = j->stop;
         j->fn(j->arg, p, j->parts);
+        rc_part_stop = outer;
         mine = 1;
     }
     if (mine)

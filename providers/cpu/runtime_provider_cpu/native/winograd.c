@@ -167,6 +167,8 @@ static void wg_part(void *arg, int part, int parts)
     const Py_ssize_t zero = 0;
     Py_ssize_t have = -1; /* the tile block whose V this part holds */
     for (Py_ssize_t u = u0; u < u1; u++) {
+        if (rc_stop_requested()) /* the run was cancelled: its output is discarded */
+            return;
         const Py_ssize_t blk = u / j->Mb, mb = u - blk * j->Mb, q0 = blk * CV_NR;
         if (blk != have) {
             wg_input(j, q0, V);
@@ -266,6 +268,8 @@ static void wl_part(void *arg, int part, int parts)
     const Py_ssize_t units = j->Mb * j->ngrp, C = j->C, NTs = j->NTs;
     const Py_ssize_t zero = 0;
     for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
+        if (rc_stop_requested()) /* the run was cancelled: its output is discarded */
+            return;
         const Py_ssize_t mb = u / j->ngrp, g = u - mb * j->ngrp;
         const Py_ssize_t s0 = j->nseg * g / j->ngrp, s1 = j->nseg * (g + 1) / j->ngrp;
         for (int xi = 0; xi < 16; xi++)

@@ -23,6 +23,7 @@ from ..fast import conv as fast_conv
 from ..fast import depthwise as fast_depthwise, im2col as fast_im2col
 from ..fast.policy import current
 from ..fast.sgemm import sgemm_ready
+from ..limits import check_alloc
 from ..registry import kernel
 from ._nncommon import (
     _F32, _FLOAT, _as, _attr, _cdtype, _conv_out, _conv_pads, _ints, _native_geometry_ok, _pad_const,
@@ -185,6 +186,7 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
         plan = cache.get("conv_plan")
         if plan is None or plan.xshape != x.shape or plan.w is not w or plan.b is not b or plan.clip != clip:
             plan = None
+            _check_output(ctx, x, w, strides, dilations, pads, auto_pad)
             if x.ndim == 4 and x.shape[1] == w.shape[1] * group and w.ndim == 4:
                 st, dl = _ints(strides, 2, 1), _ints(dilations, 2, 1)
                 k_eff = [(w.shape[2 + i] - 1) * dl[i] + 1 for i in range(2)]
@@ -201,6 +203,8 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
     ks = w.shape[2:]
     k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
     pb, pe = _conv_pads(x.shape[2:], k_eff, strides, pads, auto_pad)
+    check_alloc(ctx, "Conv", (x.shape[0], w.shape[0], *_conv_out(x.shape[2:], ks, strides, dilations, pb, pe)),
+                x.dtype.itemsize)
     if x.shape[1] != w.shape[1] * group:
         raise ValueError(f"Conv: input channels {x.shape[1]} != W.shape[1] {w.shape[1]} * group {group}")
     dt = x.dtype
@@ -210,6 +214,19 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
     return _as(y, dt)
 
 
+
+
+def _check_output(ctx, x, w, strides, dilations, pads, auto_pad):
+    """The tensor-size cap on the output, before a plan is chosen (pads or dilations near 2**62
+    give a valid model with a huge output)."""
+    nd = x.ndim - 2
+    if nd < 1 or w.ndim != x.ndim:
+        return
+    st, dl = _ints(strides, nd, 1), _ints(dilations, nd, 1)
+    k_eff = [(w.shape[2 + i] - 1) * dl[i] + 1 for i in range(nd)]
+    pb, pe = _conv_pads(x.shape[2:], k_eff, st, pads, auto_pad)
+    check_alloc(ctx, "Conv", (x.shape[0], w.shape[0], *_conv_out(x.shape[2:], w.shape[2:], st, dl, pb, pe)),
+                x.dtype.itemsize)
 
 
 @kernel("ConvTranspose", 1, 11, 22, dtypes=_FLOAT, check=_conv_check)
@@ -258,6 +275,8 @@ def conv_transpose(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shap
         out = [full[i] - pb[i] - pe[i] for i in range(nd)]
     dt = x.dtype
     cd = _cdtype(dt)
+    # output_shape, strides or pads set the output's size: capped before anything is allocated
+    check_alloc(ctx, "ConvTranspose", (N, M, *[max(o, 0) for o in out]), cd.itemsize)
     xc, wc = _as(x, cd), _as(w, cd)
     P = math.prod(in_sp)
     K = math.prod(ks)

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from ..fast.policy import current
+from ..limits import check_alloc
 from ..registry import kernel
 from ._nncommon import (
     _F32, _FLOAT, _as, _attr, _cdtype, _ints, _native_geometry_ok, _pad_const, _padding_extreme, _spatial_axes,
@@ -153,6 +154,11 @@ def _maxpool_unpadded(x, ks, strides, dilations, pb, pe, out):
     return _separable_pool(x, ks, strides, dilations, out, np.maximum, pads=pb)
 
 
+def _cap(ctx, op, x, out, itemsize):
+    """The tensor-size cap on a pool's output (pads, strides or dilations near 2**62 make it huge)."""
+    check_alloc(ctx, op, (*x.shape[:2], *out), itemsize)
+
+
 def _neg_fill(dt):
     return -np.inf if dt.kind == "f" else np.iinfo(dt).min
 
@@ -161,6 +167,7 @@ def _maxpool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, st
     nd, ks, strides, dilations, pb, pe, out, k_eff = _windows(x, kernel_shape, strides, dilations, pads,
                                                                auto_pad, ceil_mode)
     want_idx = ctx.n_outputs > 1 and ctx.outputs_wanted[1]
+    _cap(ctx, "MaxPool", x, out, max(x.dtype.itemsize, 8 if ctx.n_outputs > 1 else 1))
     N, C = x.shape[:2]
     if N * C * math.prod(out) == 0:
         y = np.zeros((N, C, *out), dtype=x.dtype)
@@ -222,7 +229,7 @@ def maxpool_10(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, pads, st
     return _maxpool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, pads, storage_order, strides)
 
 
-def _avgpool_impl(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides):
+def _avgpool_impl(ctx, x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides):
     nd = x.ndim - 2
     ks = [int(k) for k in kernel_shape]
     strides = _ints(strides, nd, 1)
@@ -233,6 +240,7 @@ def _avgpool_impl(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_s
     dt = x.dtype
     cd = _cdtype(dt)
     N, C = x.shape[:2]
+    _cap(ctx, "AveragePool", x, out, cd.itemsize)
     if N * C * math.prod(out) == 0:
         return np.zeros((N, C, *out), dtype=dt)
     xp, st, dl = _pool_windows(_as(x, cd), ks, strides, dilations, pb, pe, out, k_eff, 0)
@@ -265,31 +273,32 @@ def _avgpool1_check(node):
 @kernel("AveragePool", 1, dtypes=_FLOAT, check=_avgpool1_check)
 def averagepool_1(ctx, x, *, auto_pad, kernel_shape, pads, strides):
     # without padding (see the check) every window lies on the input: a plain mean
-    return _avgpool_impl(x, auto_pad, 0, 0, None, kernel_shape, pads, strides)
+    return _avgpool_impl(ctx, x, auto_pad, 0, 0, None, kernel_shape, pads, strides)
 
 
 @kernel("AveragePool", 7, dtypes=_FLOAT, check=_pool_check)
 def averagepool_7(ctx, x, *, auto_pad, count_include_pad, kernel_shape, pads, strides):
-    return _avgpool_impl(x, auto_pad, 0, count_include_pad, None, kernel_shape, pads, strides)
+    return _avgpool_impl(ctx, x, auto_pad, 0, count_include_pad, None, kernel_shape, pads, strides)
 
 
 @kernel("AveragePool", 10, 11, dtypes=_FLOAT, check=_pool_check)
 def averagepool_10(ctx, x, *, auto_pad, ceil_mode, count_include_pad, kernel_shape, pads, strides):
-    return _avgpool_impl(x, auto_pad, ceil_mode, count_include_pad, None, kernel_shape, pads, strides)
+    return _avgpool_impl(ctx, x, auto_pad, ceil_mode, count_include_pad, None, kernel_shape, pads, strides)
 
 
 @kernel("AveragePool", 19, 22, dtypes=_FLOAT, check=_pool_check)
 def averagepool_19(ctx, x, *, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads,
                    strides):
-    return _avgpool_impl(x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides)
+    return _avgpool_impl(ctx, x, auto_pad, ceil_mode, count_include_pad, dilations, kernel_shape, pads, strides)
 
 
-def _lppool_impl(x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
+def _lppool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
     nd, ks, strides, dilations, pb, pe, out, k_eff = _windows(x, kernel_shape, strides, dilations, pads,
                                                                auto_pad, ceil_mode)
     dt = x.dtype
     cd = _cdtype(dt)
     N, C = x.shape[:2]
+    _cap(ctx, "LpPool", x, out, cd.itemsize)
     if N * C * math.prod(out) == 0:
         return np.zeros((N, C, *out), dtype=dt)
     xa = np.abs(_as(x, cd))
@@ -310,17 +319,17 @@ def _lppool1_check(node):
 @kernel("LpPool", 1, dtypes=_FLOAT, check=_lppool1_check)
 def lppool_1(ctx, x, *, auto_pad, kernel_shape, p, pads, strides):
     # opset 1: as opset 2 except that p is a FLOAT (default 2.0) and kernel_shape is optional
-    return _lppool_impl(x, auto_pad, 0, None, kernel_shape, p, pads, strides)
+    return _lppool_impl(ctx, x, auto_pad, 0, None, kernel_shape, p, pads, strides)
 
 
 @kernel("LpPool", 2, 11, dtypes=_FLOAT, check=_pool_check)
 def lppool_2(ctx, x, *, auto_pad, kernel_shape, p, pads, strides):
-    return _lppool_impl(x, auto_pad, 0, None, kernel_shape, p, pads, strides)
+    return _lppool_impl(ctx, x, auto_pad, 0, None, kernel_shape, p, pads, strides)
 
 
 @kernel("LpPool", 18, 22, dtypes=_FLOAT, check=_pool_check)
 def lppool_18(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
-    return _lppool_impl(x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides)
+    return _lppool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides)
 
 
 @kernel("GlobalAveragePool", 1, 22, dtypes=_FLOAT)

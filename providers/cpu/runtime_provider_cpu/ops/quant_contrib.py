@@ -158,7 +158,7 @@ def qlinear_average_pool(ctx, x, x_scale, x_zero_point, y_scale, y_zero_point=No
     sx, zx = _scalar(x_scale, "x_scale", op), _scalar(x_zero_point, "x_zero_point", op)
     sy, zy = _scalar(y_scale, "y_scale", op), _scalar(y_zero_point, "y_zero_point", op)
     xf = _nchw(_centered(x, zx).astype(_F32), channels_last)
-    y = _avgpool_impl(xf, auto_pad, ceil_mode, count_include_pad, None, list(kernel_shape),
+    y = _avgpool_impl(ctx, xf, auto_pad, ceil_mode, count_include_pad, None, list(kernel_shape),
                       None if pads is None else list(pads), None if strides is None else list(strides))
     y = _req(y * sx.astype(_F32), sy, zy, _out_dtype(zy, x))
     return np.ascontiguousarray(np.moveaxis(y, 1, -1)) if channels_last else y

@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..limits import check_alloc
 from ..registry import kernel
 from ._nncommon import _BF16, _FLOAT, _as, _attr, _cdtype, _in_rank
 
@@ -65,6 +66,11 @@ def max_roi_pool(ctx, x, rois, *, pooled_shape, spatial_scale):
     R = rois.shape[0]
     dt = x.dtype
     cd = np.dtype(np.float32) if dt.name in ("float16", "bfloat16") else dt
+    # pooled_shape sets the output's size, the bins' tables and one RoI's sparse table
+    check_alloc(ctx, "MaxRoiPool", (R, C, PH, PW), cd.itemsize)
+    check_alloc(ctx, "MaxRoiPool bins", (R, PH + PW, 6), 8)
+    check_alloc(ctx, "MaxRoiPool table", (max(1, int(np.floor(np.log2(max(H, 1)))) + 1) + 1, H, PW, C),
+                cd.itemsize)
     if R == 0 or C == 0 or H == 0 or W == 0:
         return np.zeros((R, C, PH, PW), dtype=dt)
     r = rois.astype(np.float32)
@@ -140,12 +146,13 @@ def _roi_axis(start, bin_size, n_bins, grid, L, cd):
     return low, high, hw, lw, valid
 
 
-def _roialign(x, rois, batch_indices, mode, out_h, out_w, sampling_ratio, spatial_scale, half_pixel):
+def _roialign(ctx, x, rois, batch_indices, mode, out_h, out_w, sampling_ratio, spatial_scale, half_pixel):
     Nb, C, H, W = x.shape
     R = rois.shape[0]
     if rois.ndim != 2 or rois.shape[1] != 4 or batch_indices.shape != (R,):
         raise ValueError(f"RoiAlign: rois {rois.shape} / batch_indices {batch_indices.shape} are inconsistent")
     cd = _cdtype(x.dtype)
+    check_alloc(ctx, "RoiAlign", (R, C, out_h, out_w), cd.itemsize)  # output_height/width set it
     y = np.zeros((R, C, out_h, out_w), dtype=cd)
     if R == 0 or C == 0 or out_h * out_w == 0:
         return _as(y, x.dtype)
@@ -166,6 +173,9 @@ def _roialign(x, rois, batch_indices, mode, out_h, out_w, sampling_ratio, spatia
         gw = int(sampling_ratio) if sampling_ratio > 0 else int(math.ceil(rw / out_w))
         if gh <= 0 or gw <= 0:
             continue  # no samples: the output stays 0
+        # sampling_ratio (or a huge RoI) sets the samples per bin: capped before the grids are built
+        check_alloc(ctx, "RoiAlign samples", (C, out_h, gh, out_w, gw) if mode == "max"
+                    else (out_h * gh + out_w * gw, 8), max(cd.itemsize, 8))
         yl, yh, yhw, ylw, yv = _roi_axis(y1, bh, out_h, gh, H, cd)
         xl, xh, xhw, xlw, xv = _roi_axis(x1, bw, out_w, gw, W, cd)
         img = xc[bidx[r]]  # [C, H, W]
@@ -195,12 +205,12 @@ def _roialign(x, rois, batch_indices, mode, out_h, out_w, sampling_ratio, spatia
 @kernel("RoiAlign", 10, dtypes=_FLOAT, check=_roialign_check)
 def roi_align_10(ctx, x, rois, batch_indices, *, mode, output_height, output_width, sampling_ratio,
                  spatial_scale):
-    return _roialign(x, rois, batch_indices, mode, output_height, output_width, sampling_ratio,
+    return _roialign(ctx, x, rois, batch_indices, mode, output_height, output_width, sampling_ratio,
                      spatial_scale, False)
 
 
 @kernel("RoiAlign", 16, 22, dtypes=_FLOAT | _BF16, check=_roialign_check)
 def roi_align_16(ctx, x, rois, batch_indices, *, coordinate_transformation_mode, mode, output_height,
                  output_width, sampling_ratio, spatial_scale):
-    return _roialign(x, rois, batch_indices, mode, output_height, output_width, sampling_ratio,
+    return _roialign(ctx, x, rois, batch_indices, mode, output_height, output_width, sampling_ratio,
                      spatial_scale, coordinate_transformation_mode == "half_pixel")

@@ -1,0 +1,96 @@
+"""``RunOptions.terminate`` inside one long compiled convolution: the kernels' parts poll the
+run's stop flag between their units (``rc_stop_requested``), so a big Conv ends within 100 ms
+of the flag instead of finishing the part it is in (a quarter of the run on one thread).
+
+The flag is set at random times within a run; ``-s`` prints the measured latencies. The bound
+is 100 ms or a twentieth of an uncancelled run, whichever is larger (a loaded machine stretches
+both), where finishing the current part would take a quarter of a run.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import runtime_core as rt
+from oracle import cpu_policy  # noqa: F401 - the fixture
+from runtime_core.errors import RunTerminatedError
+
+pytestmark = pytest.mark.skipif(
+    __import__("runtime_provider_cpu.fast.policy", fromlist=["NATIVE"]).NATIVE is None,
+    reason="the compiled kernels are not built here")
+
+TRIALS = 8
+
+#: kernel -> (input shape, weight shape, group): one run is ~0.3-1 s on one quiet core
+SHAPES = {
+    "direct": ((1, 128, 192, 192), (128, 128, 3, 3), 1),
+    "winograd": ((1, 128, 256, 256), (128, 128, 3, 3), 1),
+    "depthwise": ((1, 512, 200, 200), (512, 1, 5, 5), 512),
+}
+
+
+def _session(xshape, wshape, group):
+    w = np.random.default_rng(0).standard_normal(wshape).astype(np.float32) * 0.05
+    node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[wshape[2] // 2] * 4, group=group)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(xshape))],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 1
+    return rt.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _cancel_at(sess, feeds, delay):
+    ro = rt.RunOptions()
+    set_at = []
+
+    def fire():
+        set_at.append(time.perf_counter())
+        ro.terminate = True
+
+    timer = threading.Timer(delay, fire)
+    timer.start()
+    try:
+        sess.run(None, feeds, ro)
+    except RunTerminatedError:
+        ended = time.perf_counter()
+        timer.join()
+        return ended - set_at[0]
+    finally:
+        timer.cancel()
+    timer.join()
+    return None
+
+
+@pytest.mark.parametrize("kernel", sorted(SHAPES))
+def test_a_big_conv_stops_within_100ms(cpu_policy, kernel):  # noqa: F811
+    cpu_policy(conv_kernel=kernel)
+    xshape, wshape, group = SHAPES[kernel]
+    sess = _session(xshape, wshape, group)
+    x = np.random.default_rng(1).standard_normal(xshape).astype(np.float32)
+    (want,) = sess.run(None, {"x": x})  # first run: the plan is made and bound
+    assert sess.get_partition_report().kernels, "no compiled kernel was chosen"
+    t0 = time.perf_counter()
+    sess.run(None, {"x": x})
+    full = time.perf_counter() - t0
+    rnd = random.Random(7)
+    lat = []
+    for _ in range(TRIALS):
+        got = _cancel_at(sess, {"x": x}, rnd.uniform(0.1, 0.6) * full)
+        if got is not None:
+            lat.append(got)
+    assert len(lat) >= TRIALS // 2, f"only {len(lat)} of {TRIALS} runs were still going at the flag"
+    lat.sort()
+    print(f"\n{kernel} conv ({full * 1e3:.0f} ms a run): latency max {lat[-1] * 1e3:.1f} ms, "
+          f"median {lat[len(lat) // 2] * 1e3:.1f} ms, {sess.get_partition_report().kernels}")
+    assert lat[len(lat) // 2] < max(0.1, full / 20), lat
+    (y,) = sess.run(None, {"x": x})  # the session works afterwards
+    np.testing.assert_array_equal(y, want)
