@@ -17,6 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import runtime_core as rt
+from cancelling import cancel_at
 from runtime_core.errors import ExecutionError, RunTerminatedError, RuntimeCoreError
 
 #: generous: the check is that the run ends, not how fast (see the module docstring)
@@ -121,30 +122,6 @@ def _session(model, parallel=False, profiling=False, tmp_path=None):
     return rt.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def _cancel_at(sess, feeds, delay: float):
-    """Run with the flag set ``delay`` s after the call from another thread: the seconds from
-    the flag to the error, or ``None`` when the run finished before the flag was set."""
-    ro = rt.RunOptions()
-    set_at = []
-
-    def fire():
-        set_at.append(time.perf_counter())
-        ro.terminate = True
-
-    timer = threading.Timer(delay, fire)
-    timer.start()
-    try:
-        sess.run(None, feeds, ro)
-    except RunTerminatedError:
-        ended = time.perf_counter()
-        timer.join()
-        return ended - set_at[0]
-    finally:
-        timer.cancel()
-    timer.join()
-    return None
-
-
 #: long enough to be endless here (seconds to minutes uncancelled) yet finite, so that a run
 #: the flag fails to stop ends the test with a failure instead of a hang
 ENDLESS = {"M": np.array(10**6, np.int64), "c": np.array(True), "v": np.zeros(4, np.float32)}
@@ -163,9 +140,9 @@ def test_transformer_sized_runs_stop_soon_after_the_flag():
     lat = []
     for _ in range(TRIALS):
         # random times within the run; a trial the run outlived (a busy machine) is retried once
-        got = _cancel_at(sess, {"x": x}, rnd.uniform(0.05, 0.7) * full)
+        got = cancel_at(sess, {"x": x}, rnd.uniform(0.05, 0.7) * full)
         if got is None:
-            got = _cancel_at(sess, {"x": x}, rnd.uniform(0.0, 0.2) * full)
+            got = cancel_at(sess, {"x": x}, rnd.uniform(0.0, 0.2) * full)
         if got is not None:
             lat.append(got)
     assert len(lat) >= TRIALS // 2, f"only {len(lat)} of {TRIALS} runs were still going at the flag"
@@ -182,7 +159,7 @@ def test_endless_loops_stop_soon_after_the_flag(kind, parallel):
     rnd = random.Random(28)
     lat = []
     for _ in range(TRIALS):
-        got = _cancel_at(sess, ENDLESS_NESTED if kind == "nested" else ENDLESS, rnd.uniform(0.0, 0.15))
+        got = cancel_at(sess, ENDLESS_NESTED if kind == "nested" else ENDLESS, rnd.uniform(0.0, 0.15))
         assert got is not None, "the run went on to its end: the flag was not seen"
         lat.append(got)
     print(f"\nendless Loop ({kind}{', parallel' if parallel else ''}): latency max "
@@ -221,7 +198,7 @@ def test_the_error_is_typed():
 
 def test_profiled_and_iobinding_runs_are_cancelled_too(tmp_path):
     sess = _session(_loop_model(), profiling=True, tmp_path=tmp_path)
-    assert _cancel_at(sess, ENDLESS, 0.05) is not None
+    assert cancel_at(sess, ENDLESS, 0.05) is not None
     sess.end_profiling()
     sess = _session(_loop_model())
     binding = sess.io_binding()
@@ -255,4 +232,4 @@ def test_a_provider_that_wraps_the_stop_error_still_gives_run_terminated():
     for st in sess._plan.steps:
         if hasattr(st, "executable"):
             st.executable = _Wrapping(st.executable)
-    assert _cancel_at(sess, ENDLESS, 0.05) is not None
+    assert cancel_at(sess, ENDLESS, 0.05) is not None

@@ -10,7 +10,6 @@ both), where finishing the current part would take a quarter of a run.
 from __future__ import annotations
 
 import random
-import threading
 import time
 
 import numpy as np
@@ -18,8 +17,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import runtime_core as rt
+from cancelling import cancel_at
 from oracle import cpu_policy  # noqa: F401 - the fixture
-from runtime_core.errors import RunTerminatedError
 
 pytestmark = pytest.mark.skipif(
     __import__("runtime_provider_cpu.fast.policy", fromlist=["NATIVE"]).NATIVE is None,
@@ -48,28 +47,6 @@ def _session(xshape, wshape, group):
     return rt.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 
-def _cancel_at(sess, feeds, delay):
-    ro = rt.RunOptions()
-    set_at = []
-
-    def fire():
-        set_at.append(time.perf_counter())
-        ro.terminate = True
-
-    timer = threading.Timer(delay, fire)
-    timer.start()
-    try:
-        sess.run(None, feeds, ro)
-    except RunTerminatedError:
-        ended = time.perf_counter()
-        timer.join()
-        return ended - set_at[0]
-    finally:
-        timer.cancel()
-    timer.join()
-    return None
-
-
 @pytest.mark.parametrize("kernel", sorted(SHAPES))
 def test_a_big_conv_stops_within_100ms(cpu_policy, kernel):  # noqa: F811
     cpu_policy(conv_kernel=kernel)
@@ -84,7 +61,7 @@ def test_a_big_conv_stops_within_100ms(cpu_policy, kernel):  # noqa: F811
     rnd = random.Random(7)
     lat = []
     for _ in range(TRIALS):
-        got = _cancel_at(sess, {"x": x}, rnd.uniform(0.1, 0.6) * full)
+        got = cancel_at(sess, {"x": x}, rnd.uniform(0.1, 0.6) * full)
         if got is not None:
             lat.append(got)
     assert len(lat) >= TRIALS // 2, f"only {len(lat)} of {TRIALS} runs were still going at the flag"

@@ -103,6 +103,12 @@ def _finish(ys, hs, cs, layout, wanted):
     y = np.stack(ys, axis=1) if wanted[0] else None
     yh = np.stack(hs, axis=0)
     yc = np.stack(cs, axis=0) if cs is not None else None
+    return _in_layout(y, yh, yc, layout)
+
+
+def _in_layout(y, yh, yc, layout):
+    """Y [seq, num_dir, batch, H] and the last states [num_dir, batch, H] as ``layout`` asks
+    (1: batch first)."""
     if layout == 1:
         if y is not None:
             y = np.transpose(y, (2, 0, 1, 3))
@@ -409,13 +415,7 @@ def _native_node(ctx, x, W, R, B, h0, c0, ndir, rev, lstm, lbr, layout):
     last = [ys[0 if (rev if ndir == 1 else d == 1) else seq - 1, :, d] for d in range(ndir)]
     yh = np.stack(last, axis=0)
     y = np.transpose(ys, (0, 2, 1, 3)) if ctx.outputs_wanted[0] else None
-    if layout == 1:
-        if y is not None:
-            y = np.transpose(y, (2, 0, 1, 3))
-        yh = np.swapaxes(yh, 0, 1)
-        if c is not None:
-            c = np.swapaxes(c, 0, 1)
-    return y, yh, c
+    return _in_layout(y, yh, c, layout)
 
 
 def _lstm_fast(xw, rt, h0, c0, rev, dt, H):
