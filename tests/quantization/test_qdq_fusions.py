@@ -110,4 +110,5 @@ def test_not_fused_when_the_product_has_another_reader(tmp_path):
     assert ops.count("MatMul") == 1 and ops.count("QLinearMatMul") == 1, ops
     feed = mm_feeds(1)[0]
     got, want = session(q2, L.ORT_ENABLE_EXTENDED).run(None, feed), session(q2, L.ORT_DISABLE_ALL).run(None, feed)
-    np.testing.assert_array_equal(got[1], want[1])
+    # the float product's kernel is chosen per session by measurement: equal to float32 rounding
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
