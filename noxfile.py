@@ -50,6 +50,26 @@ nox.options.sessions = ["tests"]
 nox.options.reuse_existing_virtualenvs = False
 
 
+def frees_venv_under_ci(func):
+    """Under CI (``CI`` set), remove the session's venv once the session ends, passed or failed.
+    ``.ci/run`` runs six sessions one after another; their venvs (torch, onnxruntime, Ray: 2-3 GB
+    each for tests, lowest and nonative) would otherwise all stay on disk until the end, and a
+    CI machine with little free disk then fails the later sessions' installs (it did once: "No
+    space left on device" in scaffold and lint). One venv at a time is all CI needs."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(session: nox.Session, *args, **kwargs):
+        try:
+            return func(session, *args, **kwargs)
+        finally:
+            location = getattr(session.virtualenv, "location", None)
+            if os.environ.get("CI") and location and Path(location).is_dir():
+                shutil.rmtree(location, ignore_errors=True)
+
+    return wrapper
+
+
 def build_wheels(session: nox.Session) -> dict[str, Path]:
     """Build one wheel per distribution (real builds, not editable installs)."""
     if DIST.exists():
@@ -76,6 +96,7 @@ def wheels(session: nox.Session) -> None:
 
 
 @nox.session
+@frees_venv_under_ci
 def tests(session: nox.Session) -> None:
     """Install the wheels into a fresh venv and run the whole test suite against them."""
     built = build_wheels(session)
@@ -131,6 +152,7 @@ def lowest_pins() -> list[str]:
 
 
 @nox.session
+@frees_venv_under_ci
 def lowest(session: nox.Session) -> None:
     """The wheels with each dependency at its declared lower bound (pins made by lowest_pins from
     the pyproject files; the test tools resolve against them), then LOWEST_TESTS."""
@@ -161,6 +183,7 @@ NONATIVE_TESTS = ["models"]
 
 
 @nox.session
+@frees_venv_under_ci
 def nonative(session: nox.Session) -> None:
     """The wheels with the CPU provider's compiled kernels disabled (``RUNTIME_CORE_CPU_NATIVE=0``:
     the provider behaves as where ``_native`` cannot be built: no C compiler, aarch64, macOS
@@ -218,6 +241,7 @@ EXAMPLE = ROOT / "examples" / "runtime-provider-numexpr"
 
 
 @nox.session
+@frees_venv_under_ci
 def example(session: nox.Session) -> None:
     """The example provider's wheel + runtime-core wheels in a fresh venv: its tests, then the kit."""
     built = build_wheels(session)
@@ -246,6 +270,7 @@ def example(session: nox.Session) -> None:
 
 
 @nox.session
+@frees_venv_under_ci
 def scaffold(session: nox.Session) -> None:
     """``runtime-core new-provider acme`` from the wheels; pip-install the package; run its tests."""
     built = build_wheels(session)
@@ -263,6 +288,7 @@ def scaffold(session: nox.Session) -> None:
 
 
 @nox.session
+@frees_venv_under_ci
 def lint(session: nox.Session) -> None:
     """ruff over every Python file (the rule set is in pyproject.toml: errors, not style) and
     mypy over the public modules listed in pyproject.toml's [tool.mypy]."""
