@@ -121,42 +121,6 @@ RC_INLINE v16f rc_xin(const float *x, const float *xb, Py_ssize_t off, int nu)
     return xb ? v + rc_ld(xb + off, nu) : v;
 }
 
-RC_INLINE v16f rc_sel(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) | (~m & (v16i)b)); }
-
-/* v8_exp, v8_sigmoid and v8_tanh (simd.h) on 16 lanes: one AVX-512 register a gate chunk */
-RC_INLINE v16f rc_exp(v16f x)
-{
-    const v16f lo = cv_bcast(-87.3f), hi = cv_bcast(88.3f), magic = cv_bcast(12582912.0f);
-    x = rc_sel(x < lo, lo, x);
-    x = rc_sel(x > hi, hi, x);
-    const v16f n = (x * 1.44269504088896341f + magic) - magic;
-    v16f r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    v16f q = cv_bcast(1.9875691500e-4f);
-    q = q * r + 1.3981999507e-3f;
-    q = q * r + 8.3334519073e-3f;
-    q = q * r + 4.1665795894e-2f;
-    q = q * r + 1.6666665459e-1f;
-    q = q * r + 5.0000001201e-1f;
-    q = q * r * r + r + 1.0f;
-    const v16i e = (__builtin_convertvector(n, v16i) + 127) << 23;
-    return q * (v16f)e;
-}
-
-RC_INLINE v16f rc_sigmoid(v16f x) { return 1.0f / (1.0f + rc_exp(-x)); }
-
-RC_INLINE v16f rc_tanh(v16f x)
-{
-    const v16i sign = (v16i)x & (int32_t)0x80000000;
-    const v16f a = (v16f)((v16i)x & (int32_t)0x7fffffff);
-    const v16f e = rc_exp(-2.0f * a);
-    const v16f big = (v16f)((v16i)((1.0f - e) / (1.0f + e)) | sign);
-    const v16f x2 = x * x;
-    const v16f small = x * (1.0f + x2 * (-0.333333333333f + x2 * (0.133333333333f
-                       + x2 * (-0.0539682539683f + x2 * 0.0218694885362f))));
-    return rc_sel(a < 0.25f, small, big);
-}
-
 RC_CLONES
 static void rc_direction(const rc_job *j, int d)
 {
@@ -211,20 +175,20 @@ static void rc_direction(const rc_job *j, int d)
                     const v16f s1 = *(const v16f_u *)(a + RC_U) + rc_xin(x, xb, H + j0, nu);
                     if (j->lstm) {
                         float *cu = cst + b * H + j0;
-                        const v16f ig = rc_sigmoid(s0), og = rc_sigmoid(s1);
-                        const v16f fg = rc_sigmoid(*(const v16f_u *)(a + 2 * RC_U) + rc_xin(x, xb, 2 * H + j0, nu));
-                        const v16f cg = rc_tanh(*(const v16f_u *)(a + 3 * RC_U) + rc_xin(x, xb, 3 * H + j0, nu));
+                        const v16f ig = v16_sigmoid(s0), og = v16_sigmoid(s1);
+                        const v16f fg = v16_sigmoid(*(const v16f_u *)(a + 2 * RC_U) + rc_xin(x, xb, 2 * H + j0, nu));
+                        const v16f cg = v16_tanh(*(const v16f_u *)(a + 3 * RC_U) + rc_xin(x, xb, 3 * H + j0, nu));
                         const v16f cn = fg * rc_ld(cu, nu) + ig * cg; /* the new cell state */
                         rc_st(cu, nu, cn);
-                        rc_st(hnew + b * ysb + j0, nu, og * rc_tanh(cn));
+                        rc_st(hnew + b * ysb + j0, nu, og * v16_tanh(cn));
                     } else if (j->lbr) {
-                        const v16f z = rc_sigmoid(s0), rg = rc_sigmoid(s1);
+                        const v16f z = v16_sigmoid(s0), rg = v16_sigmoid(s1);
                         const v16f rn = *(const v16f_u *)(a + 2 * RC_U) + rc_ld(rbn + j0, nu);
-                        const v16f nn = rc_tanh(rc_xin(x, xb, 2 * H + j0, nu) + rg * rn);
+                        const v16f nn = v16_tanh(rc_xin(x, xb, 2 * H + j0, nu) + rg * rn);
                         rc_st(hnew + b * ysb + j0, nu, nn + z * (rc_ld(hprev + b * hs + j0, nu) - nn));
                     } else {
-                        rc_st(zbuf + b * H + j0, nu, rc_sigmoid(s0));
-                        rc_st(rh + b * H + j0, nu, rc_sigmoid(s1) * rc_ld(hprev + b * hs + j0, nu));
+                        rc_st(zbuf + b * H + j0, nu, v16_sigmoid(s0));
+                        rc_st(rh + b * H + j0, nu, v16_sigmoid(s1) * rc_ld(hprev + b * hs + j0, nu));
                     }
                 }
             }
@@ -244,7 +208,7 @@ static void rc_direction(const rc_job *j, int d)
                 rc_block_any(hr, p2 + c * H * RC_U, H, 1, nb, acc);
                 for (Py_ssize_t r = 0; r < n; r++) {
                     const Py_ssize_t b = b0 + r;
-                    const v16f nn = rc_tanh(rc_xin(xt + b * xld, xb, 2 * H + j0, nu) + *(const v16f_u *)(acc + r * RC_U));
+                    const v16f nn = v16_tanh(rc_xin(xt + b * xld, xb, 2 * H + j0, nu) + *(const v16f_u *)(acc + r * RC_U));
                     const v16f z = rc_ld(zbuf + b * H + j0, nu);
                     rc_st(hnew + b * ysb + j0, nu, nn + z * (rc_ld(hprev + b * hs + j0, nu) - nn));
                 }

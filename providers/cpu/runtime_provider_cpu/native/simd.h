@@ -21,41 +21,43 @@ RC_INLINE v8f v8_select(v8i m, v8f a, v8f b) { return (v8f)((m & (v8i)a) | (~m &
 /* exp in float32 with no branches: Cody-Waite reduction by ln 2 and Cephes's degree-5
    polynomial on [-ln2/2, ln2/2], about 1 ulp. The argument is clamped to the normal
    range, so exp(x < -87.3) is ~1.2e-38 rather than 0 and exp(x > 88.3) is ~2.4e38 rather
-   than inf; NaN stays NaN (both comparisons are false) */
-RC_INLINE v8f v8_exp(v8f x)
-{
-    const v8f lo = v8_set1(-87.3f), hi = v8_set1(88.3f), magic = v8_set1(12582912.0f);
-    x = v8_select(x < lo, lo, x);
-    x = v8_select(x > hi, hi, x);
-    const v8f n = (x * 1.44269504088896341f + magic) - magic; /* round to nearest */
-    v8f r = x - n * 0.693359375f;
-    r = r + n * 2.12194440e-4f;
-    v8f p = v8_set1(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const v8i e = (__builtin_convertvector(n, v8i) + 127) << 23;
-    return p * (v8f)e;
-}
+   than inf; NaN stays NaN (both comparisons are false). tanh: (1 - e) / (1 + e) * sign(x)
+   with e = exp(-2|x|) where that does not cancel (|x| >= 0.25), the odd Taylor polynomial to
+   x^9 below (truncation < 1e-8 relative). Written once for any width: RC_VMATH(P, VF, VI,
+   SET1, SEL) defines P##_exp, P##_sigmoid and P##_tanh on the vector types VF / VI. */
+#define RC_VMATH(P, VF, VI, SET1, SEL)                                                         \
+    RC_INLINE VF P##_exp(VF x)                                                                 \
+    {                                                                                          \
+        const VF lo = SET1(-87.3f), hi = SET1(88.3f), magic = SET1(12582912.0f);               \
+        x = SEL(x < lo, lo, x);                                                                \
+        x = SEL(x > hi, hi, x);                                                                \
+        const VF n = (x * 1.44269504088896341f + magic) - magic; /* round to nearest */        \
+        VF r = x - n * 0.693359375f;                                                           \
+        r = r + n * 2.12194440e-4f;                                                            \
+        VF p = SET1(1.9875691500e-4f);                                                         \
+        p = p * r + 1.3981999507e-3f;                                                          \
+        p = p * r + 8.3334519073e-3f;                                                          \
+        p = p * r + 4.1665795894e-2f;                                                          \
+        p = p * r + 1.6666665459e-1f;                                                          \
+        p = p * r + 5.0000001201e-1f;                                                          \
+        p = p * r * r + r + 1.0f;                                                              \
+        const VI e = (__builtin_convertvector(n, VI) + 127) << 23;                             \
+        return p * (VF)e;                                                                      \
+    }                                                                                          \
+    RC_INLINE VF P##_sigmoid(VF x) { return 1.0f / (1.0f + P##_exp(-x)); }                     \
+    RC_INLINE VF P##_tanh(VF x)                                                                \
+    {                                                                                          \
+        const VI sign = (VI)x & (int32_t)0x80000000;                                           \
+        const VF a = (VF)((VI)x & (int32_t)0x7fffffff);                                        \
+        const VF e = P##_exp(-2.0f * a);                                                       \
+        const VF big = (VF)((VI)((1.0f - e) / (1.0f + e)) | sign);                             \
+        const VF x2 = x * x;                                                                   \
+        const VF small = x * (1.0f + x2 * (-0.333333333333f + x2 * (0.133333333333f            \
+                         + x2 * (-0.0539682539683f + x2 * 0.0218694885362f))));                \
+        return SEL(a < 0.25f, small, big);                                                     \
+    }
 
-RC_INLINE v8f v8_sigmoid(v8f x) { return 1.0f / (1.0f + v8_exp(-x)); }
-
-/* tanh: (1 - e) / (1 + e) * sign(x) with e = exp(-2|x|) where that does not cancel
-   (|x| >= 0.25), the odd Taylor polynomial to x^9 below (truncation < 1e-8 relative) */
-RC_INLINE v8f v8_tanh(v8f x)
-{
-    const v8i sign = (v8i)x & (int32_t)0x80000000;
-    const v8f a = (v8f)((v8i)x & (int32_t)0x7fffffff);
-    const v8f e = v8_exp(-2.0f * a);
-    const v8f big = (v8f)((v8i)((1.0f - e) / (1.0f + e)) | sign);
-    const v8f x2 = x * x;
-    const v8f small = x * (1.0f + x2 * (-0.333333333333f + x2 * (0.133333333333f
-                      + x2 * (-0.0539682539683f + x2 * 0.0218694885362f))));
-    return v8_select(a < 0.25f, small, big);
-}
+RC_VMATH(v8, v8f, v8i, v8_set1, v8_select)
 
 /* 16 floats: one AVX-512 register in the x86-64-v4 clones (CV_CLONES), memory in the others */
 typedef float v16f __attribute__((vector_size(64)));
@@ -76,6 +78,11 @@ RC_INLINE v16f v16_clip(v16f v, v16f lo, v16f hi)
     m = v > hi;
     return (v16f)((m & (v16i)hi) | (~m & (v16i)v));
 }
+
+/* a where m is set, else b (m from a vector comparison) */
+RC_INLINE v16f v16_select(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) | (~m & (v16i)b)); }
+
+RC_VMATH(v16, v16f, v16i, cv_bcast, v16_select)  /* v16_exp, v16_sigmoid, v16_tanh */
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #include <immintrin.h>
