@@ -37,43 +37,44 @@ def _protocol_class():
     except ImportError:
         return "auto"
 
-    class _HeadWithBody:
-        """The connection's transport, holding a response head back until its body (or anything
-        else) is written."""
-
-        def __init__(self, transport):
-            self._t = transport
-            self._head: bytes | None = None
-
-        def write(self, data) -> None:
-            if self._head is not None:
-                data, self._head = self._head + bytes(data), None
-            elif data[:9] == b"HTTP/1.1 " and data[-4:] == b"\r\n\r\n" and data[9:10] != b"1":  # not 100/101
-                self._head = bytes(data)
-                return
-            self._t.write(data)
-
-        def flush(self) -> None:
-            if self._head is not None:
-                head, self._head = self._head, None
-                self._t.write(head)
-
-        def close(self) -> None:
-            self.flush()
-            self._t.close()
-
-        def __getattr__(self, name):
-            return getattr(self._t, name)
-
     class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(_HeadWithBody(transport))
+            super().connection_made(HeadWithBody(transport))
 
         def on_response_complete(self) -> None:
             self.transport.flush()  # a response without a body write (HEAD, 204)
             super().on_response_complete()
 
     return CoalescingHttpToolsProtocol
+
+
+class HeadWithBody:
+    """The connection's transport, holding a response head back until its body (or anything
+    else) is written."""
+
+    def __init__(self, transport):
+        self._t = transport
+        self._head: bytes | None = None
+
+    def write(self, data) -> None:
+        if self._head is not None:
+            data, self._head = self._head + bytes(data), None
+        elif data[:9] == b"HTTP/1.1 " and data[-4:] == b"\r\n\r\n" and data[9:10] != b"1":  # not 100/101
+            self._head = bytes(data)
+            return
+        self._t.write(data)
+
+    def flush(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._t.write(head)
+
+    def close(self) -> None:
+        self.flush()
+        self._t.close()
+
+    def __getattr__(self, name):
+        return getattr(self._t, name)
 
 
 def serve(config: ServerConfig, models=None) -> None:
