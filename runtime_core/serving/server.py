@@ -38,7 +38,7 @@ def _protocol_class():
         return "auto"
 
     class CoalescingHttpToolsProtocol(HttpToolsProtocol):
-        def connection_made(self, transport) -> None:  # type: ignore[override]
+        def connection_made(self, transport) -> None:
             super().connection_made(HeadWithBody(transport))
 
         def on_response_complete(self) -> None:
