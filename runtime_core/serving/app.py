@@ -91,9 +91,12 @@ class AccessLog:
     """ASGI middleware: one JSON line per request (method, path, status, bytes, milliseconds)
     on the ``runtime_core.serving.access`` logger, and the HTTP request counter."""
 
-    def __init__(self, app, metrics: Metrics):
+    def __init__(self, app, metrics: Metrics, fast=None):
         self.app = app
         self.metrics = metrics
+        #: scope -> an ASGI app that answers it past the router, or None (the inference route)
+        self.fast = fast or (lambda scope: None)
+        self._series: dict[tuple, object] = {}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -109,11 +112,15 @@ class AccessLog:
             await send(message)
 
         try:
-            await self.app(scope, receive, wrapped)
+            await (self.fast(scope) or self.app)(scope, receive, wrapped)
         finally:
             path = scope.get("path", "")
             route = _route_of(path)
-            self.metrics.http.labels(route, str(seen["status"])).inc()
+            key = (route, seen["status"])
+            child = self._series.get(key)
+            if child is None:  # a handful of (route, status) pairs: each series looked up once
+                child = self._series[key] = self.metrics.http.labels(route, str(seen["status"]))
+            child.inc()
             client = scope.get("client")
             if not access_logger.disabled and access_logger.isEnabledFor(logging.INFO):
                 access_logger.info(json.dumps({
@@ -264,8 +271,29 @@ def create_app(config: ServerConfig, models: list[ServedModel] | None = None) ->
         return JSONResponse({"error": f"{request.method} {request.url.path}: {getattr(exc, 'detail', 'not found')}"},
                             status_code=status)
 
+    async def infer_asgi(scope, receive, send) -> None:
+        response = await infer(Request(scope, receive, send))
+        await response(scope, receive, send)
+
+    def fast(scope) -> object | None:
+        """``infer_asgi`` for ``POST /v2/models/{name}[/versions/{version}]/infer`` (the routes'
+        own matching: segments without '/'), skipping the router and exception layers that every
+        other route goes through; nearly every request is one."""
+        if scope.get("method") != "POST" or not scope.get("path", "").endswith("/infer"):
+            return None
+        parts = scope["path"].split("/")
+        if parts[:3] != ["", "v2", "models"] or not all(parts[3:-1]):
+            return None
+        if len(parts) == 5:
+            scope["path_params"] = {"name": parts[3]}
+        elif len(parts) == 7 and parts[4] == "versions":
+            scope["path_params"] = {"name": parts[3], "version": parts[5]}
+        else:
+            return None
+        return infer_asgi
+
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: not_found, 405: not_found})
     app.state.models = served
     app.state.metrics = metrics
-    app.add_middleware(AccessLog, metrics=metrics)
+    app.add_middleware(AccessLog, metrics=metrics, fast=fast)
     return app
