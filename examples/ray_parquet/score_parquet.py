@@ -228,7 +228,7 @@ def report(rows: int, one: float, res: dict) -> None:
             need = (took - rows / steady) / (1 / target - 1 / steady)
             print(f"  at these rates the end-to-end ratio reaches 1.6x from about {need:,.0f} rows")
         else:
-            print("  the steady state is below 1.6x: no job size reaches it")
+            print("  the steady state measured here is below 1.6x: at these rates no job size reaches it")
     if res["cpu"]:
         print("  CPU seconds by process (all of Ray, from before ray.init to its shutdown):")
         for kind, sec in sorted(res["cpu"].items(), key=lambda kv: -kv[1]):
