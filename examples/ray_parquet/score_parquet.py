@@ -35,26 +35,28 @@ FEATURES = 20
 
 
 def make(out: str, rows: int, trees: int) -> tuple[str, str]:
-    import lightgbm as lgb
-    from onnxmltools import convert_lightgbm
-    from onnxmltools.convert.common.data_types import FloatTensorType
-
+    """The model and the features, each made only if --out does not hold it yet (training 900
+    trees takes a minute)."""
     model = os.path.join(out, f"model_{trees}.onnx")
     data = os.path.join(out, f"features_{rows}.parquet")
-    if os.path.exists(model) and os.path.exists(data):  # training 900 trees takes a minute
-        return model, data
     rng = np.random.default_rng(0)
     x = rng.normal(size=(20_000, FEATURES)).astype(np.float32)
-    y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(int) + (x[:, 3] > 1)
-    clf = lgb.LGBMClassifier(n_estimators=trees, num_leaves=31, verbose=-1).fit(x, y)
-    onx = convert_lightgbm(clf, initial_types=[("input", FloatTensorType([None, FEATURES]))], target_opset=15)
-    with open(model + ".tmp", "wb") as f:
-        f.write(onx.SerializeToString())
-    os.replace(model + ".tmp", model)
-    feats = rng.normal(size=(rows, FEATURES)).astype(np.float32)
-    table = pa.table({"id": np.arange(rows), **{f"f{i}": feats[:, i] for i in range(FEATURES)}})
-    pq.write_table(table, data + ".tmp", row_group_size=25_000)
-    os.replace(data + ".tmp", data)
+    if not os.path.exists(model):
+        import lightgbm as lgb
+        from onnxmltools import convert_lightgbm
+        from onnxmltools.convert.common.data_types import FloatTensorType
+
+        y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(int) + (x[:, 3] > 1)
+        clf = lgb.LGBMClassifier(n_estimators=trees, num_leaves=31, verbose=-1).fit(x, y)
+        onx = convert_lightgbm(clf, initial_types=[("input", FloatTensorType([None, FEATURES]))], target_opset=15)
+        with open(model + ".tmp", "wb") as f:
+            f.write(onx.SerializeToString())
+        os.replace(model + ".tmp", model)
+    if not os.path.exists(data):
+        feats = rng.normal(size=(rows, FEATURES)).astype(np.float32)
+        table = pa.table({"id": np.arange(rows), **{f"f{i}": feats[:, i] for i in range(FEATURES)}})
+        pq.write_table(table, data + ".tmp", row_group_size=25_000)
+        os.replace(data + ".tmp", data)
     return model, data
 
 
