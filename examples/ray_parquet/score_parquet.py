@@ -1,17 +1,20 @@
 """Parquet of features -> Parquet of predictions with Ray Data, timed against one in-process session.
 
-    python examples/ray_parquet/score_parquet.py --rows 400000 --out /tmp/ray_parquet
+    python examples/ray_parquet/score_parquet.py --rows 1000000 --out /tmp/ray_parquet
 
 Builds a LightGBM classifier as users train them (300 boosting rounds of 31-leaf trees on 20
 features, 3 classes: 900 trees; onnxmltools converter, ZipMap output) and a Parquet file of its
-features, then scores the file two ways and prints rows/s for each and their ratio:
-  - one in-process session, 1 intra-op thread, reading and writing Parquet with pyarrow;
-  - Ray Data on a local cluster (actors + 1 logical CPUs, the extra one for the read/write
-    tasks): read_parquet (blocks of about one batch) -> map_batches(Predictor, batch_format="numpy", concurrency=2 actors with
-    1 CPU and 1 intra-op thread each) -> write_parquet (the actors' start-up is inside the timing);
-checks that both wrote the same predictions, and says where the actors' time went (inside the
-Predictor: scoring; the rest: Ray, Arrow conversions, start-up, waiting for a core).
-Needs `pip install 'runtime-core[ray]' lightgbm onnxmltools`.
+features (both kept in --out and reused by the next run), then does the same job two ways:
+  - one in-process session, 1 intra-op thread: read the Parquet file in batches with pyarrow,
+    score, write the predictions to one Parquet file;
+  - Ray Data on a local cluster started here (2 actors with 1 CPU and 1 intra-op thread each, one
+    logical CPU more for the write tasks): read_parquet -> map_batches(Predictor) ->
+    write_parquet, the read fused into the actors (see "Blocks, batches and throughput" in
+    docs/ray.md);
+checks that both wrote the same predictions, and prints rows/s end to end (Ray's start-up,
+ray.init included, also shown apart), the two actors' steady rate once both score, the rows a
+job needs for the end-to-end ratio to reach 1.6x at these rates, and, on Linux, the CPU seconds
+each kind of Ray process spent. Needs `pip install 'runtime-core[ray]' lightgbm onnxmltools`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import glob
 import os
 import shutil
 import sys
+import threading
 import time
 
 import numpy as np
@@ -31,22 +35,28 @@ FEATURES = 20
 
 
 def make(out: str, rows: int, trees: int) -> tuple[str, str]:
-    import lightgbm as lgb
-    from onnxmltools import convert_lightgbm
-    from onnxmltools.convert.common.data_types import FloatTensorType
-
+    """The model and the features, each made only if --out does not hold it yet (training 900
+    trees takes a minute)."""
+    model = os.path.join(out, f"model_{trees}.onnx")
+    data = os.path.join(out, f"features_{rows}.parquet")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(20_000, FEATURES)).astype(np.float32)
-    y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(int) + (x[:, 3] > 1)
-    clf = lgb.LGBMClassifier(n_estimators=trees, num_leaves=31, verbose=-1).fit(x, y)
-    onx = convert_lightgbm(clf, initial_types=[("input", FloatTensorType([None, FEATURES]))], target_opset=15)
-    model = os.path.join(out, "model.onnx")
-    with open(model, "wb") as f:
-        f.write(onx.SerializeToString())
-    feats = rng.normal(size=(rows, FEATURES)).astype(np.float32)
-    table = pa.table({"id": np.arange(rows), **{f"f{i}": feats[:, i] for i in range(FEATURES)}})
-    data = os.path.join(out, "features.parquet")
-    pq.write_table(table, data, row_group_size=25_000)
+    if not os.path.exists(model):
+        import lightgbm as lgb
+        from onnxmltools import convert_lightgbm
+        from onnxmltools.convert.common.data_types import FloatTensorType
+
+        y = (x[:, 0] + x[:, 1] * x[:, 2] > 0).astype(int) + (x[:, 3] > 1)
+        clf = lgb.LGBMClassifier(n_estimators=trees, num_leaves=31, verbose=-1).fit(x, y)
+        onx = convert_lightgbm(clf, initial_types=[("input", FloatTensorType([None, FEATURES]))], target_opset=15)
+        with open(model + ".tmp", "wb") as f:
+            f.write(onx.SerializeToString())
+        os.replace(model + ".tmp", model)
+    if not os.path.exists(data):
+        feats = rng.normal(size=(rows, FEATURES)).astype(np.float32)
+        table = pa.table({"id": np.arange(rows), **{f"f{i}": feats[:, i] for i in range(FEATURES)}})
+        pq.write_table(table, data + ".tmp", row_group_size=25_000)
+        os.replace(data + ".tmp", data)
     return model, data
 
 
@@ -57,31 +67,99 @@ def in_process(model: str, data: str, out: str, batch: int) -> float:
     t = time.perf_counter()
     pred = Predictor(model, sess_options={"intra_op_num_threads": 1}, id_column="id", keep_columns=["id"],
                      publish_report=False)
-    parts = []
+    writer = None
     for rb in pq.ParquetFile(data).iter_batches(batch_size=batch):
         cols = {name: rb.column(i).to_numpy() for i, name in enumerate(rb.schema.names)}
-        parts.append(pa.table(pred(cols)))
-    pq.write_table(pa.concat_tables(parts), out)
+        table = pa.table(pred(cols))
+        writer = writer or pq.ParquetWriter(out, table.schema)
+        writer.write_table(table)
+    writer.close()
     return time.perf_counter() - t
 
 
-def with_ray(model: str, data: str, out: str, batch: int, actors: int) -> float:
+class _ProcessCPU:
+    """CPU seconds of this process and its descendants (Ray's daemons, workers and actors), read
+    from /proc every half second so that processes which end early are counted too. Linux only:
+    elsewhere it records nothing."""
+
+    def __init__(self):
+        self.seen: dict[int, tuple[str, float]] = {}  # pid -> (most telling title, CPU seconds)
+        self._own = time.process_time()  # this process's CPU before: the in-process job's among it
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self):
+        if os.path.isdir("/proc/self"):
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self):
+        tick, me = os.sysconf("SC_CLK_TCK"), os.getpid()
+        while not self._stop.is_set():
+            procs = {}
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/stat") as f:
+                        stat = f.read()
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+                except OSError:  # ended meanwhile
+                    continue
+                fields = stat[stat.rindex(")") + 2:].split()
+                procs[int(pid)] = (int(fields[1]), cmd, sum(int(x) for x in fields[11:13]) / tick)
+            for pid, (_, cmd, cpu) in procs.items():
+                q = pid
+                while q in procs and q not in (me, 1):
+                    q = procs[q][0]
+                if q != me:
+                    continue
+                title = self.seen.get(pid, ("", 0.0))[0]
+                if "ray::" in cmd and "IDLE" not in cmd or not title:  # a worker's title names its task
+                    title = cmd
+                self.seen[pid] = (title, cpu)
+            self._stop.wait(0.5)
+
+    def by_kind(self) -> dict[str, float]:
+        kinds: dict[str, float] = {}
+        for pid, (cmd, cpu) in self.seen.items():
+            if pid == os.getpid():
+                kind = "driver (this script: Ray Data's executor, ray.init)"
+            elif "ray::" in cmd:
+                task = cmd.split()[0][5:]
+                kind = ("actors (Predictor)" if "MapWorker" in task else
+                        "write tasks" if task.startswith("Write") else
+                        "idle or other workers" if task.startswith("IDLE") else f"Ray Data's {task.split('.')[0]}")
+            else:
+                kind = "Ray's daemons (gcs_server, raylet, agents, log monitor)"
+            kinds[kind] = kinds.get(kind, 0.0) + cpu - (self._own if pid == os.getpid() else 0.0)
+        return kinds
+
+
+def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_file: int) -> dict:
+    """The same job on Ray Data; returns its timings (seconds from the start) and the actors' calls."""
+    t0 = time.perf_counter()
+    cpu = _ProcessCPU()  # counts import ray and ray.init too
     import ray
 
-    from runtime_core.integrations.ray import Predictor, partition_reports
+    from runtime_core.integrations.ray import Predictor
 
     log_dir = os.path.join(out + "_calls")
     os.makedirs(log_dir, exist_ok=True)
 
     class TimedPredictor(Predictor):
-        """The Predictor, logging when it was ready and each call's rows, wall and CPU seconds and
+        """The Predictor, logging when it was built and each call's rows, wall and CPU seconds and
         end (wall clock), so the job's time splits into start-up, scoring and the rest."""
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self._log = os.path.join(log_dir, f"{os.getpid()}.log")
             with open(self._log, "a") as f:
-                f.write(f"0 0 0 {time.time():.3f}\n")
+                f.write(f"{self.report['intra_op_num_threads']} 0 0 {time.time():.3f}\n")
 
         def __call__(self, batch):
             t, c = time.perf_counter(), time.process_time()
@@ -91,33 +169,73 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int) -> float:
                         f"{time.time():.3f}\n")
             return res
 
-    # one logical CPU beyond the actors' for the read/write tasks: with none left, they never run
-    ray.init(num_cpus=actors + 1, include_dashboard=False, log_to_driver=False)
-    ctx = ray.data.DataContext.get_current()
-    ctx.enable_progress_bars = False
-    # Ray gives a whole block to one actor: blocks of about one batch each let every actor work
-    # (the default 128 MiB makes a file of up to ~1.5M rows here a single block: one busy actor)
-    row_bytes = sum(f.type.byte_width for f in pq.read_schema(data))
-    ctx.target_max_block_size = max(1 << 20, batch * row_bytes)
-    try:
-        t, t0 = time.perf_counter(), time.time()
-        (ray.data.read_parquet(data)
-         .map_batches(TimedPredictor, fn_constructor_kwargs={"model": model, "id_column": "id", "keep_columns": ["id"]},
-                      concurrency=actors, num_cpus=1, batch_size=batch, batch_format="numpy")
-         .write_parquet(out))
-        took = time.perf_counter() - t
-        threads = sorted(r["intra_op_num_threads"] for r in partition_reports().values())
-        print(f"  actors' intra-op threads (from their 1 CPU each): {threads}", flush=True)
-        for log in sorted(glob.glob(os.path.join(log_dir, "*.log"))):
-            calls = np.loadtxt(log, ndmin=2)
-            ready, calls = calls[0, 3] - t0, calls[1:]
-            last = calls[-1, 3] - t0 if len(calls) else float("nan")
-            print(f"  actor pid {os.path.basename(log)[:-4]}: ready at {ready:.1f} s, {len(calls)} batches, "
-                  f"{int(calls[:, 0].sum()):,} rows, {calls[:, 1].sum():.1f} s inside the Predictor "
-                  f"({calls[:, 2].sum():.1f} s CPU), last batch done at {last:.1f} s of {took:.1f} s", flush=True)
-        return took
-    finally:
-        ray.shutdown()
+    wall0 = time.time() - (time.perf_counter() - t0)
+    with cpu:
+        # one logical CPU beyond the actors' for the write tasks: with none left, they never run
+        ray.init(num_cpus=actors + 1, include_dashboard=False, log_to_driver=False)
+        try:
+            t_init = time.perf_counter() - t0
+            ctx = ray.data.DataContext.get_current()
+            ctx.enable_progress_bars = False
+            # blocks of one batch: with batch_size=None each block is one Predictor call, which lets
+            # Ray fuse the read into the actors (a batch_size stops the fusion): no read tasks and
+            # no trip of the features through the object store
+            row_bytes = sum(f.type.byte_width for f in pq.read_schema(data))
+            ctx.target_max_block_size = batch * row_bytes
+            # Ray 2.60's Parquet reader packs row groups into read units of up to this many bytes
+            # (128 MiB: the whole file, one actor); units of ~2 batches give every actor work
+            os.environ.setdefault("RAY_DATA_PARQUET_BIN_PACKING_BYTES", str(2 * batch * row_bytes))
+            # and reads the footers on a pool of 32 actors by default: 32 Python processes started
+            # on 2 cores to read one footer (the largest part of the start-up measured here)
+            os.environ.setdefault("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", "1")
+            (ray.data.read_parquet(data)
+             .map_batches(TimedPredictor,
+                          fn_constructor_kwargs={"model": model, "id_column": "id", "keep_columns": ["id"],
+                                                 "publish_report": False},
+                          compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=1, batch_size=None,
+                          batch_format="numpy")
+             .write_parquet(out, min_rows_per_file=rows_per_file))  # a few write tasks, not one per block
+            took = time.perf_counter() - t0
+        finally:
+            ray.shutdown()
+    calls = {}
+    for log in sorted(glob.glob(os.path.join(log_dir, "*.log"))):
+        c = np.loadtxt(log, ndmin=2)
+        c[:, 3] -= wall0
+        calls[os.path.basename(log)[:-4]] = c
+    return {"init": t_init, "total": took, "calls": calls, "cpu": cpu.by_kind()}
+
+
+def report(rows: int, one: float, res: dict) -> None:
+    took, calls = res["total"], res["calls"]
+    print(f"Ray Data, 2 actors x 1 thread:    {rows / took:,.0f} rows/s ({took:.1f} s from the start, "
+          f"ray.init {res['init']:.1f} s; {rows / (took - res['init']):,.0f} rows/s without ray.init)")
+    for pid, c in calls.items():
+        work = c[1:]
+        print(f"  actor pid {pid}: {int(c[0, 0])} intra-op thread, ready at {c[0, 3]:.1f} s, {len(work)} batches, "
+              f"{int(work[:, 0].sum()):,} rows, {work[:, 1].sum():.1f} s inside the Predictor "
+              f"({work[:, 2].sum():.1f} s CPU), last batch done at {work[-1, 3]:.1f} s")
+    # the steady state: from the moment every actor has scored a batch to the first actor's last one
+    works = [c[1:] for c in calls.values() if len(c) > 1]
+    start, end = max(w[0, 3] for w in works), min(w[-1, 3] for w in works)
+    done = sum(w[(w[:, 3] > start) & (w[:, 3] <= end), 0].sum() for w in works)
+    print(f"ratio Ray / in-process, end to end: {one / took:.2f}x (without ray.init {one / (took - res['init']):.2f}x)")
+    if len(works) == len(calls) > 1 and end > start:
+        steady = done / (end - start)
+        print(f"  steady state, {start:.1f}-{end:.1f} s: the actors together {steady:,.0f} rows/s = "
+              f"{steady / (rows / one):.2f}x the in-process rate; the rest of the Ray time ({took - rows / steady:.1f} s) "
+              "is start-up and the tail")
+        target = 1.6 * rows / one
+        if steady > target:
+            need = (took - rows / steady) / (1 / target - 1 / steady)
+            print(f"  at these rates the end-to-end ratio reaches 1.6x from about {need:,.0f} rows")
+        else:
+            print("  the steady state measured here is below 1.6x: at these rates no job size reaches it")
+    if res["cpu"]:
+        print("  CPU seconds by process (all of Ray, from before ray.init to its shutdown):")
+        for kind, sec in sorted(res["cpu"].items(), key=lambda kv: -kv[1]):
+            print(f"    {sec:6.1f}  {kind}")
+        print(f"    {sum(res['cpu'].values()):6.1f}  in all (the in-process job: {res['in_process_cpu']:.1f})")
 
 
 def main() -> None:
@@ -125,20 +243,25 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=400_000)
     ap.add_argument("--trees", type=int, default=300, help="boosting rounds (x3 classes trees)")
     ap.add_argument("--batch", type=int, default=25_000)
+    ap.add_argument("--rows-per-file", type=int, default=250_000, help="Ray's write_parquet(min_rows_per_file=)")
     ap.add_argument("--out", default="ray_parquet_out")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     model, data = make(args.out, args.rows, args.trees)
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start; {args.trees} rounds x 3 "
           f"classes, {args.rows:,} rows, batches of {args.batch:,}", flush=True)
+    c = time.process_time()
     one = in_process(model, data, os.path.join(args.out, "predictions_in_process.parquet"), args.batch)
-    print(f"in-process, 1 session x 1 thread: {args.rows / one:,.0f} rows/s ({one:.1f} s)", flush=True)
+    in_cpu = time.process_time() - c
+    print(f"in-process, 1 session x 1 thread: {args.rows / one:,.0f} rows/s ({one:.1f} s, {in_cpu:.1f} s CPU)",
+          flush=True)
     ray_dir = os.path.join(args.out, "predictions_ray")
     for old in (ray_dir, ray_dir + "_calls"):  # a previous run's files would be read back too
         shutil.rmtree(old, ignore_errors=True)
-    two = with_ray(model, data, ray_dir, args.batch, actors=2)
-    print(f"Ray Data, 2 actors x 1 thread:    {args.rows / two:,.0f} rows/s ({two:.1f} s)")
-    print(f"ratio Ray / in-process: {one / two:.2f}x (load average {os.getloadavg()[0]:.1f} at the end)")
+    res = with_ray(model, data, ray_dir, args.batch, actors=2, rows_per_file=args.rows_per_file)
+    res["in_process_cpu"] = in_cpu
+    report(args.rows, one, res)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
     print("command: python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]))
     a = pq.read_table(os.path.join(args.out, "predictions_in_process.parquet")).to_pandas().sort_values("id")
     b = pq.read_table(ray_dir).to_pandas().sort_values("id")

@@ -319,22 +319,30 @@ class Predictor:
         if self._fixed is None and any(isinstance(d, int) for d in firsts):
             raise InvalidArgumentError(f"inputs disagree on the row dim ({firsts}); Predictor needs one")
         self.report = self._report_info()
-        if publish_report:
-            self._publish()
+        self._publishing = self._publish() if publish_report else None
 
     def _report_info(self) -> dict:
         return {"host": socket.gethostname(), "pid": os.getpid(), "providers": self.session.get_providers(),
                 "intra_op_num_threads": int(self.session._sess_options.intra_op_num_threads or 0),
                 "report": self.session.get_partition_report().to_dict()}
 
-    def _publish(self) -> None:
+    def _publish(self):
+        """Send the report to the registry; the reference to wait on, or None outside Ray. Not
+        waited for here: the registry's process may still be starting, and the actor's first batch
+        need not wait for it (``__call__`` waits once, after scoring its first batch)."""
         ray = _ray()
         if not ray.is_initialized():
-            return
+            return None
         ctx = ray.get_runtime_context()
         key = ctx.get_actor_id() or f"pid-{os.getpid()}"
         key = f"{key}:{ctx.get_worker_id()}"  # a restarted actor keeps its id but gets a new worker
-        ray.get(_report_registry(create=True).put.remote(key, self.report))
+        return _report_registry(create=True).put.remote(key, self.report)
+
+    def _published(self) -> None:
+        """Wait for the report to be stored (once): no batch's result leaves before it is."""
+        if self._publishing is not None:
+            ref, self._publishing = self._publishing, None
+            _ray().get(ref)
 
     # -- columns -> feeds ------------------------------------------------------------------------
     def _columns_for(self, batch: dict) -> dict[str, Any]:
@@ -427,6 +435,12 @@ class Predictor:
         return {f"{name}_{k}": np.ascontiguousarray(mat[:, j]) for j, k in enumerate(classes)}
 
     def __call__(self, batch):
+        try:
+            return self._score(batch)
+        finally:
+            self._published()
+
+    def _score(self, batch):
         pandas = not isinstance(batch, dict)
         if pandas:  # a pandas.DataFrame batch: columns as numpy, the answer as a DataFrame again
             data = {c: batch[c].to_numpy() for c in batch.columns}

@@ -95,12 +95,28 @@ def _check_lgb(out, x, model):
 
 
 # -- Ray Data ------------------------------------------------------------------------------------
-def test_lightgbm_100k_rows_through_ray_data(cluster, lgb_model):
+def test_lightgbm_100k_rows_parquet_to_parquet_through_ray_data(cluster, lgb_model, tmp_path, monkeypatch):
+    """The example's (and docs/ray.md's) throughput set-up: the read fused into the actor (no
+    batch_size, blocks of one batch, read units of a few row groups), a few write tasks. One actor:
+    the write tasks need the cluster's other CPU (with both held by actors they never run)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     df, x = _features(100_000)
-    ds = ray.data.from_pandas([df.iloc[i:i + 25_000] for i in range(0, 100_000, 25_000)])
-    out = ds.map_batches(Predictor, fn_constructor_kwargs={"model": lgb_model, "id_column": "id"},
-                         concurrency=2, batch_size=10_000, num_cpus=1, batch_format="pandas").to_pandas()
-    _check_lgb(out, x, lgb_model)
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "features.parquet",
+                   row_group_size=10_000)
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.target_max_block_size
+    ctx.target_max_block_size = 10_000 * (8 + 6 * 4)  # one row group, one batch
+    monkeypatch.setenv("RAY_DATA_PARQUET_BIN_PACKING_BYTES", str(2 * 10_000 * (8 + 6 * 4)))
+    try:
+        (ray.data.read_parquet(str(tmp_path / "features.parquet"))
+         .map_batches(Predictor, fn_constructor_kwargs={"model": lgb_model, "id_column": "id"},
+                      compute=ray.data.ActorPoolStrategy(size=1), num_cpus=1, batch_size=None, batch_format="numpy")
+         .write_parquet(str(tmp_path / "out"), min_rows_per_file=25_000))
+    finally:
+        ctx.target_max_block_size = saved
+    _check_lgb(pq.read_table(tmp_path / "out").to_pandas(), x, lgb_model)
     reports = partition_reports()
     assert reports, "no actor published its partition report"
     for r in reports.values():  # threads sized from the actor's 1 CPU, not the node's 2
