@@ -36,7 +36,7 @@ class _Forest:
 
     __slots__ = ("feat", "thr", "base1", "bits", "nan_true", "is_branch", "same_mode", "has_nan_true",
                  "slot", "roots", "depth", "n_targets", "agg", "W", "H", "W1", "max_feature",
-                 "thr_dtype", "groups", "const_has", "n_trees", "packed", "native")
+                 "thr_dtype", "groups", "const_has", "dense", "n_trees", "packed", "native")
 
     def _cond(self, v, th, node_bits, node_nan, nan_check):
         mode = self.same_mode
@@ -178,7 +178,8 @@ class _Forest:
         return self.slot.take(idx, mode=_CLIP).reshape(t, n)
 
     def scores(self, X: np.ndarray):
-        """Aggregated leaf weights ``(N, n_targets)`` (threshold dtype) and has-score flags.
+        """Aggregated leaf weights ``(N, n_targets)`` (threshold dtype) and has-score flags
+        (``None`` when every tree writes every target: every row has every score).
 
         Sums run sequentially in tree order in the threshold dtype, as onnxruntime does.
         """
@@ -186,26 +187,36 @@ class _Forest:
         t = self.roots.shape[0]
         k = self.n_targets
         acc = self.thr_dtype
-        out = np.zeros((n, k), dtype=acc)
-        has = np.zeros((n, k), dtype=bool)
+        dense = self.dense
         if t == 0 or n == 0:
-            return out, has
+            return np.zeros((n, k), dtype=acc), (None if dense else np.zeros((n, k), dtype=bool))
         chunk = max(1, (1 << 20) // max(1, t))
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
-            slots = self.leaves(X[start:stop])  # (t, rows)
-            o = out[start:stop]
-            if self.groups is not None:  # every tree writes one target: trees grouped by target
-                vals = self.W1.take(slots, mode=_CLIP)
-                for target, a, b in self.groups:
-                    o[:, target] = _seq_reduce(vals[a:b], self.agg)
-            else:
-                o[:] = _seq_reduce(self.W.take(slots, axis=0, mode=_CLIP), self.agg)  # take: ~4x faster than W[slots]
-            if self.const_has is None:
-                has[start:stop] = self.H.take(slots, axis=0, mode=_CLIP).any(axis=0)
-        if self.const_has is not None:
-            has[:] = self.const_has
-        if self.agg in ("MIN", "MAX"):
+        if n <= chunk and self.groups is None:
+            # one block (a small batch): no preallocated output to copy the reduction into
+            slots = self.leaves(X)
+            out = _seq_reduce(self.W.take(slots, axis=0, mode=_CLIP), self.agg)  # take: ~4x faster than W[slots]
+            if dense:
+                return out, None
+            has = self.H.take(slots, axis=0, mode=_CLIP).any(axis=0) if self.const_has is None else \
+                np.broadcast_to(self.const_has, (n, k)).copy()
+        else:
+            out = np.zeros((n, k), dtype=acc)
+            has = None if dense else np.zeros((n, k), dtype=bool)
+            for start in range(0, n, chunk):
+                stop = min(n, start + chunk)
+                slots = self.leaves(X[start:stop])  # (t, rows)
+                o = out[start:stop]
+                if self.groups is not None:  # every tree writes one target: trees grouped by target
+                    vals = self.W1.take(slots, mode=_CLIP)
+                    for target, a, b in self.groups:
+                        o[:, target] = _seq_reduce(vals[a:b], self.agg)
+                else:
+                    o[:] = _seq_reduce(self.W.take(slots, axis=0, mode=_CLIP), self.agg)
+                if self.const_has is None:
+                    has[start:stop] = self.H.take(slots, axis=0, mode=_CLIP).any(axis=0)
+            if self.const_has is not None and not dense:
+                has[:] = self.const_has
+        if self.agg in ("MIN", "MAX") and has is not None:
             out = np.where(has, out, acc.type(0))
         return out, has
 
@@ -384,6 +395,8 @@ def _build_forest(feat, thr, modes, tchild, fchild, miss, roots, leaf_nodes, lea
     else:
         F.W1 = None
     F.const_has = const_has
+    # every tree writes every target: no row lacks a score, the kernels skip the has-masks
+    F.dense = const_has is not None and bool(const_has.all())
     return F
 
 

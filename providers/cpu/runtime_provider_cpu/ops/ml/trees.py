@@ -43,7 +43,7 @@ def _regression_finalize(score, has, F: _Forest, base, post: str, n_trees: int, 
         elif F.agg == "AVERAGE":
             s = s / acc(n_trees) + origin
         else:
-            s = np.where(has[:, 0], s + origin, origin)
+            s = s + origin if has is None else np.where(has[:, 0], s + origin, origin)
         if post == "PROBIT":
             s = _probit(s.astype(_F32))
         return s.astype(out_dtype).reshape(-1, 1)
@@ -57,7 +57,8 @@ def _regression_finalize(score, has, F: _Forest, base, post: str, n_trees: int, 
     else:
         s = score + base if use_base else score
     # a target no leaf wrote is 0, base value or not (onnxruntime writes has_score ? score : 0)
-    s = np.where(has, s, acc(0))
+    if has is not None:
+        s = np.where(has, s, acc(0))
     if post == "NONE":
         return s.astype(out_dtype)
     return _transform_rows(s.astype(_F32), post).astype(out_dtype)
@@ -137,13 +138,19 @@ def tree_ensemble_classifier(ctx, X, **attrs):
         nb = min(base.size, k)
         if nb:
             score[:, :nb] += base[:nb]
-            has[:, :nb] = True
-        masked = np.where(has, score, -np.inf)
-        maxclass = np.argmax(masked, axis=1)
-        Y = labels[maxclass]
-        z = np.where(has, score, acc(0)).astype(_F32)
+            if has is not None:
+                has[:, :nb] = True
+        if has is None:  # every class scored (a random forest): no masks to build
+            Y = labels.take(score.argmax(axis=1))
+            z = score.astype(_F32, copy=False)
+        else:
+            masked = np.where(has, score, -np.inf)
+            Y = labels.take(np.argmax(masked, axis=1))
+            z = np.where(has, score, acc(0)).astype(_F32)
         Z = z if post == "NONE" else _transform_rows(z, post)
         return Y, Z
+    if has is None:
+        has = np.ones((n, k), dtype=bool)
     if k == 2:
         s0, s1 = score[:, 0].copy(), score[:, 1].copy()
         h0, h1 = has[:, 0].copy(), has[:, 1].copy()
