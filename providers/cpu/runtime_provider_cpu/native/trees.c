@@ -89,6 +89,35 @@ static const rc_walk_f walks_f[7] = {walk_f_mixed, walk_f_leq, walk_f_lt, walk_f
 static const rc_walk_d walks_d[7] = {walk_d_mixed, walk_d_leq, walk_d_lt, walk_d_gte, walk_d_gt,
                                      walk_d_eq, walk_d_neq};
 
+/* every feature id inside a row, then the walk: 0, 1 (a feature id outside [0, c)) or -1 (a root
+ * or child outside the nodes) */
+static int tree_walk(const Py_buffer *v, Py_ssize_t n, Py_ssize_t c, Py_ssize_t L, Py_ssize_t t,
+                     Py_ssize_t isz, Py_ssize_t depth, int mode, int nan_check)
+{
+    int rc = 0;
+    for (Py_ssize_t q = 0; q < L; q++) {
+        int32_t f = isz == 4 ? ((const rc_node_f *)v[1].buf)[q].feat : ((const rc_node_d *)v[1].buf)[q].feat;
+        rc |= f < 0 || f >= c;
+    }
+    if (rc)
+        return 1;
+    Py_BEGIN_ALLOW_THREADS
+    if (isz == 4)
+        rc = walks_f[mode + 1](v[0].buf, n, c, v[1].buf, L, v[2].buf, t, v[3].buf, nan_check != 0, depth);
+    else
+        rc = walks_d[mode + 1](v[0].buf, n, c, v[1].buf, L, v[2].buf, t, v[3].buf, nan_check != 0, depth);
+    Py_END_ALLOW_THREADS
+    return rc;
+}
+
+static PyObject *tree_error(int rc, Py_ssize_t c, Py_ssize_t L, const char *fn)
+{
+    if (rc == 1)
+        return PyErr_Format(PyExc_ValueError, "%s: a feature id is outside [0, %zd)", fn, c);
+    return PyErr_Format(PyExc_ValueError, "%s: a root or child is outside the %zd nodes (out is not "
+                        "meaningful)", fn, L);
+}
+
 PyObject *rc_py_tree_leaves(PyObject *self, PyObject *args)
 {
     PyObject *o[4];
@@ -113,31 +142,77 @@ PyObject *rc_py_tree_leaves(PyObject *self, PyObject *args)
                             {o[2], t, 8, 0, 0, "roots"}, {o[3], on, 8, 1, 0, "out"}};
     const int got = get_buffers("tree_leaves", spec, v, 4) < 0 ? 0 : 4;
     int rc = -2;
-    if (got == 4) {
-        rc = 0;
-        for (Py_ssize_t q = 0; q < L; q++) { /* every feature id inside a row */
-            int32_t f = isz == 4 ? ((const rc_node_f *)v[1].buf)[q].feat
-                                 : ((const rc_node_d *)v[1].buf)[q].feat;
-            rc |= f < 0 || f >= c;
-        }
-        if (rc == 0) {
-            Py_BEGIN_ALLOW_THREADS
-            if (isz == 4)
-                rc = walks_f[mode + 1](v[0].buf, n, c, v[1].buf, L, v[2].buf, t, v[3].buf,
-                                       nan_check != 0, depth);
-            else
-                rc = walks_d[mode + 1](v[0].buf, n, c, v[1].buf, L, v[2].buf, t, v[3].buf,
-                                       nan_check != 0, depth);
-            Py_END_ALLOW_THREADS
+    if (got == 4)
+        rc = tree_walk(v, n, c, L, t, isz, depth, mode, nan_check);
+    release_buffers(v, got);
+    if (rc == -2)
+        return NULL;
+    if (rc != 0)
+        return tree_error(rc, c, L, "tree_leaves");
+    Py_RETURN_NONE;
+}
+
+/* tree_sums: the walk, then each row's leaf weights summed tree after tree (the order
+ * onnxruntime and the numpy path add in), in one call: a small batch's gathers and reduction
+ * cost more in numpy calls than in arithmetic. weights holds k values per node (thr type). */
+PyObject *rc_py_tree_sums(PyObject *self, PyObject *args)
+{
+    PyObject *o[6];
+    int mode, nan_check;
+    Py_ssize_t n, c, L, t, k, depth, isz;
+    if (!PyArg_ParseTuple(args, "OOOOOO(nnnnn)nnii:tree_sums", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &n, &c, &L, &t, &k, &isz, &depth, &mode, &nan_check))
+        return NULL;
+    if (n < 0 || c < 1 || L < 1 || L > 0x7fffffff || t < 0 || k < 1 || depth < 0 || (isz != 4 && isz != 8) ||
+        mode < -1 || mode > 5) {
+        PyErr_SetString(PyExc_ValueError, "tree_sums: bad sizes or mode");
+        return NULL;
+    }
+    const Py_ssize_t nsz = isz == 4 ? (Py_ssize_t)sizeof(rc_node_f) : (Py_ssize_t)sizeof(rc_node_d);
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul(&sz, "X's size", n, c), on = sz_mul(&sz, "reached's size", t, n);
+    const Py_ssize_t wn = sz_mul(&sz, "weights' size", L, k), sn = sz_mul(&sz, "sums' size", n, k);
+    sz_add(&sz, "a block of rows", n, RC_LANES);
+    if (sz_check(&sz, "tree_sums", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[6]; /* X, nodes, roots, reached, weights, sums */
+    const rc_buf spec[6] = {{o[0], xn, isz, 0, 0, "X"}, {o[1], L * nsz, 1, 0, 0, "nodes"},
+                            {o[2], t, 8, 0, 0, "roots"}, {o[3], on, 8, 1, 0, "reached"},
+                            {o[4], wn, isz, 0, 0, "weights"}, {o[5], sn, isz, 1, 0, "sums"}};
+    const int got = get_buffers("tree_sums", spec, v, 6) < 0 ? 0 : 6;
+    int rc = -2;
+    if (got == 6)
+        rc = tree_walk(v, n, c, L, t, isz, depth, mode, nan_check);
+    if (rc == 0) { /* every reached id is a node (the walk checked each step) */
+        const int64_t *reached = v[3].buf;
+        if (isz == 4) {
+            const float *W = v[4].buf;
+            float *S = v[5].buf;
+            memset(S, 0, (size_t)sn * sizeof(float));
+            for (Py_ssize_t q = 0; q < t; q++)
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    const float *w = W + reached[q * n + i] * k;
+                    float *s = S + i * k;
+                    for (Py_ssize_t j = 0; j < k; j++)
+                        s[j] += w[j];
+                }
+        } else {
+            const double *W = v[4].buf;
+            double *S = v[5].buf;
+            memset(S, 0, (size_t)sn * sizeof(double));
+            for (Py_ssize_t q = 0; q < t; q++)
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    const double *w = W + reached[q * n + i] * k;
+                    double *s = S + i * k;
+                    for (Py_ssize_t j = 0; j < k; j++)
+                        s[j] += w[j];
+                }
         }
     }
     release_buffers(v, got);
     if (rc == -2)
         return NULL;
-    if (rc == 1)
-        return PyErr_Format(PyExc_ValueError, "tree_leaves: a feature id is outside [0, %zd)", c);
-    if (rc == -1)
-        return PyErr_Format(PyExc_ValueError, "tree_leaves: a root or child is outside the %zd "
-                            "nodes (out is not meaningful)", L);
+    if (rc != 0)
+        return tree_error(rc, c, L, "tree_sums");
     Py_RETURN_NONE;
 }

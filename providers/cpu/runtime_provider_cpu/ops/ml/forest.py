@@ -177,6 +177,32 @@ class _Forest:
             idx = out
         return self.slot.take(idx, mode=_CLIP).reshape(t, n)
 
+    def _native_sums(self, X: np.ndarray):
+        """Each row's leaf weights summed over the trees, ``(N, n_targets)``, by one
+        ``_native.tree_sums`` call; None where it does not apply (no extension, an input wider
+        than the thresholds, a walk of depth 0, too many targets to copy per node)."""
+        isz = self.thr_dtype.itemsize
+        if _native is None or X.dtype.kind != "f" or X.dtype.itemsize > isz or self.depth == 0 or X.shape[1] == 0:
+            return None
+        lay = self._native_layout(isz)
+        if lay is None:
+            return None
+        nodes, roots, slot = lay
+        k = self.n_targets
+        L = self.feat.shape[0]
+        key = ("weights", isz)
+        if key not in self.native:  # the weights of the leaf at each node of the layout (branches: unused rows)
+            self.native[key] = np.ascontiguousarray(self.W[slot]) if k <= 16 and L * k <= (1 << 24) else None
+        wn = self.native[key]
+        if wn is None:
+            return None
+        n, c = X.shape
+        t = roots.shape[0]
+        out = np.empty((n, k), self.thr_dtype)
+        _native.tree_sums(np.ascontiguousarray(X, dtype=self.thr_dtype), nodes, roots, np.empty((t, n), np.int64),
+                          wn, out, (n, c, L, t, k), isz, self.depth, self.same_mode, int(self.has_nan_true))
+        return out
+
     def scores(self, X: np.ndarray):
         """Aggregated leaf weights ``(N, n_targets)`` (threshold dtype) and has-score flags
         (``None`` when every tree writes every target: every row has every score).
@@ -191,6 +217,10 @@ class _Forest:
         if t == 0 or n == 0:
             return np.zeros((n, k), dtype=acc), (None if dense else np.zeros((n, k), dtype=bool))
         chunk = max(1, (1 << 20) // max(1, t))
+        if dense and n <= chunk and self.agg in ("SUM", "AVERAGE"):
+            out = self._native_sums(X)
+            if out is not None:
+                return out, None
         if n <= chunk and self.groups is None:
             # one block (a small batch): no preallocated output to copy the reduction into
             slots = self.leaves(X)
