@@ -111,14 +111,40 @@ def test_compiled_sums_match_numpy_sums_and_onnxruntime(modes, x_dtype, rows, ag
     X[rng.random(X.shape) < 0.15] = np.nan
     calls = []
     real = forest._Forest._native_sums
-    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X: calls.append(1) or real(self, X))
+    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: calls.append(threads) or real(self, X, threads))
     got = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
     assert calls, "the dense forest did not take the compiled sums"
-    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X: None)
+    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: None)
     numpy_sums = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
     want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
     np.testing.assert_array_equal(got, numpy_sums)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_sums_split_rows_over_threads(monkeypatch):
+    """A walk long enough for the kernel pool: rows split over 2 threads give the bits of one."""
+    if forest._native is None:
+        pytest.skip("the compiled extension is not built (a build without a C compiler)")
+    rng = np.random.default_rng(5)
+    n_feat, n_targets = 6, 3
+    attrs = _random_trees(rng, n_trees=40, n_feat=n_feat, max_depth=9, modes=MODES, n_targets=n_targets,
+                          p_weight=1.0)
+    blob = _model(attrs, n_feat, n_targets, TensorProto.FLOAT)
+    X = (rng.integers(-4, 5, size=(203, n_feat)) + 0.5 * rng.integers(0, 2, size=(203, n_feat))).astype(np.float32)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    calls = []
+    real = forest._Forest._native_sums
+    monkeypatch.setattr(forest._Forest, "_native_sums",
+                        lambda self, X, threads=1: calls.append(threads) or real(self, X, threads))
+    runs = []
+    for threads in (2, 1):
+        so = rt.SessionOptions()
+        so.intra_op_num_threads = threads
+        runs.append(rt.InferenceSession(blob, so, providers=["cpu"]).run(None, {"X": X})[0])
+    assert calls == [2, 1]
+    np.testing.assert_array_equal(runs[0], runs[1])
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
+    np.testing.assert_allclose(runs[0], want, rtol=1e-5, atol=1e-5)
 
 
 def test_compiled_sums_refuse_bad_buffers():
@@ -132,21 +158,21 @@ def test_compiled_sums_refuse_bad_buffers():
     W = np.array([[0, 0], [1, 2], [3, 4]], np.float32)
     reached = np.empty((1, n), np.int64)
     out = np.full((n, k), np.nan, np.float32)
-    sums(X, nodes, roots, reached, W, out, (n, c, L, 1, k), 4, 1, 0, 0)
+    sums(X, nodes, roots, reached, W, out, (n, c, L, 1, k), 4, 1, 0, 0, 4)
     assert out.tolist() == [[1, 2], [3, 4]]
     with pytest.raises(ValueError, match="feature id"):
         sums(X, _node_records([2, 0, 0], [0.5, np.nan, np.nan], [2, 1, 2], [1, 0, 0]), roots, reached, W, out,
-             (n, c, L, 1, k), 4, 1, 0, 0)
+             (n, c, L, 1, k), 4, 1, 0, 0, 1)
     with pytest.raises(ValueError, match="outside the 3 nodes"):
-        sums(X, nodes, np.array([5], np.int64), reached, W, out, (n, c, L, 1, k), 4, 1, 0, 0)
+        sums(X, nodes, np.array([5], np.int64), reached, W, out, (n, c, L, 1, k), 4, 1, 0, 0, 1)
     with pytest.raises(ValueError, match="weights"):  # fewer than L x k weights
-        sums(X, nodes, roots, reached, W[:2], out, (n, c, L, 1, k), 4, 1, 0, 0)
+        sums(X, nodes, roots, reached, W[:2], out, (n, c, L, 1, k), 4, 1, 0, 0, 1)
     with pytest.raises(ValueError, match="sums"):
-        sums(X, nodes, roots, reached, W, out[:1], (n, c, L, 1, k), 4, 1, 0, 0)
+        sums(X, nodes, roots, reached, W, out[:1], (n, c, L, 1, k), 4, 1, 0, 0, 1)
     with pytest.raises(ValueError):  # read-only output
-        sums(X, nodes, roots, reached, W, np.broadcast_to(out, out.shape), (n, c, L, 1, k), 4, 1, 0, 0)
+        sums(X, nodes, roots, reached, W, np.broadcast_to(out, out.shape), (n, c, L, 1, k), 4, 1, 0, 0, 1)
     with pytest.raises(ValueError, match="bad sizes"):
-        sums(X, nodes, roots, reached, W, out, (n, c, L, 1, 0), 4, 1, 0, 0)
+        sums(X, nodes, roots, reached, W, out, (n, c, L, 1, 0), 4, 1, 0, 0, 1)
 
 
 def _node_records(feat, thr, nxt, branch):

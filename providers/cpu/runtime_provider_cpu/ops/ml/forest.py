@@ -177,9 +177,9 @@ class _Forest:
             idx = out
         return self.slot.take(idx, mode=_CLIP).reshape(t, n)
 
-    def _native_sums(self, X: np.ndarray):
+    def _native_sums(self, X: np.ndarray, threads: int = 1):
         """Each row's leaf weights summed over the trees, ``(N, n_targets)``, by one
-        ``_native.tree_sums`` call; None where it does not apply (no extension, an input wider
+        ``_native.tree_sums`` call (rows over up to ``threads`` threads); None where it does not apply (no extension, an input wider
         than the thresholds, a walk of depth 0, too many targets to copy per node)."""
         isz = self.thr_dtype.itemsize
         if _native is None or X.dtype.kind != "f" or X.dtype.itemsize > isz or self.depth == 0 or X.shape[1] == 0:
@@ -200,10 +200,11 @@ class _Forest:
         t = roots.shape[0]
         out = np.empty((n, k), self.thr_dtype)
         _native.tree_sums(np.ascontiguousarray(X, dtype=self.thr_dtype), nodes, roots, np.empty((t, n), np.int64),
-                          wn, out, (n, c, L, t, k), isz, self.depth, self.same_mode, int(self.has_nan_true))
+                          wn, out, (n, c, L, t, k), isz, self.depth, self.same_mode, int(self.has_nan_true),
+                          max(1, int(threads)))
         return out
 
-    def scores(self, X: np.ndarray):
+    def scores(self, X: np.ndarray, threads: int = 1):
         """Aggregated leaf weights ``(N, n_targets)`` (threshold dtype) and has-score flags
         (``None`` when every tree writes every target: every row has every score).
 
@@ -218,7 +219,7 @@ class _Forest:
             return np.zeros((n, k), dtype=acc), (None if dense else np.zeros((n, k), dtype=bool))
         chunk = max(1, (1 << 20) // max(1, t))
         if dense and n <= chunk and self.agg in ("SUM", "AVERAGE"):
-            out = self._native_sums(X)
+            out = self._native_sums(X, threads)
             if out is not None:
                 return out, None
         if n <= chunk and self.groups is None:

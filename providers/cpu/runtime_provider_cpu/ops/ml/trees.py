@@ -93,7 +93,7 @@ def _check_tree_regressor(node):
 def tree_ensemble_regressor(ctx, X, **attrs):
     F = _regressor_forest(ctx, attrs, X.dtype)
     Xc = _tree_input(X, F, "TreeEnsembleRegressor")
-    score, has = F.scores(Xc)
+    score, has = F.scores(Xc, ctx.threads)
     base = _float_or_tensor(attrs, "base_values")
     return _regression_finalize(score, has, F, base, attrs.get("post_transform") or "NONE",
                                 F.n_trees, _F32)
@@ -130,7 +130,7 @@ def tree_ensemble_classifier(ctx, X, **attrs):
     F, labels, use_strings, binary_case, all_positive, base = st
     post = attrs.get("post_transform") or "NONE"
     Xc = _tree_input(X, F, "TreeEnsembleClassifier")
-    score, has = F.scores(Xc)
+    score, has = F.scores(Xc, ctx.threads)
     n = score.shape[0]
     k = F.n_targets
     acc = F.thr_dtype.type
@@ -222,6 +222,6 @@ def tree_ensemble(ctx, X, **attrs):
         F = _forest_v5(attrs, thr_dtype)
         ctx.cache["forest"] = F
     Xc = _tree_input(X, F, "TreeEnsemble")
-    score, has = F.scores(Xc)
+    score, has = F.scores(Xc, ctx.threads)
     post = _V5_POST[attrs["post_transform"]]
     return _regression_finalize(score, has, F, [], post, F.n_trees, X.dtype)
