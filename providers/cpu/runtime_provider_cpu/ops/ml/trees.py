@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...executable import binds
 from ...registry import kernel
 from ._common import ML, _F32, _F64, _as_2d, _binary_expand, _check_post, _labels_array, _probit, _transform_rows
 from .forest import _AGGREGATES, _V5_AGG, _Forest, _forest_v3, _forest_v5
@@ -90,13 +91,20 @@ def _check_tree_regressor(node):
 
 @kernel("TreeEnsembleRegressor", 1, 3, 5, domain=ML, check=_check_tree_regressor,
         dtypes={"float32", "float64", "int64", "int32"})
+@binds
 def tree_ensemble_regressor(ctx, X, **attrs):
-    F = _regressor_forest(ctx, attrs, X.dtype)
+    if ctx.cache.get("reg") is None:
+        F = _regressor_forest(ctx, attrs, X.dtype)
+        ctx.cache["reg"] = (F, _float_or_tensor(attrs, "base_values"), attrs.get("post_transform") or "NONE")
+        ctx.cache["bound"] = _regress  # the attributes live in the cache: later runs skip them
+    return _regress(ctx, X)
+
+
+def _regress(ctx, X):
+    F, base, post = ctx.cache["reg"]
     Xc = _tree_input(X, F, "TreeEnsembleRegressor")
     score, has = F.scores(Xc, ctx.threads)
-    base = _float_or_tensor(attrs, "base_values")
-    return _regression_finalize(score, has, F, base, attrs.get("post_transform") or "NONE",
-                                F.n_trees, _F32)
+    return _regression_finalize(score, has, F, base, post, F.n_trees, _F32)
 
 
 def _check_tree_classifier(node):
@@ -111,6 +119,7 @@ def _check_tree_classifier(node):
 
 @kernel("TreeEnsembleClassifier", 1, 3, 5, domain=ML, check=_check_tree_classifier,
         dtypes={"float32", "float64", "int64", "int32"})
+@binds
 def tree_ensemble_classifier(ctx, X, **attrs):
     st = ctx.cache.get("clf")
     if st is None:
@@ -125,10 +134,14 @@ def tree_ensemble_classifier(ctx, X, **attrs):
         binary_case = k == 2 and len(set(cids)) == 1
         all_positive = not (cw < 0).any()
         base = _float_or_tensor(attrs, "base_values").astype(F.thr_dtype)
-        st = (F, labels, use_strings, binary_case, all_positive, base)
-        ctx.cache["clf"] = st
-    F, labels, use_strings, binary_case, all_positive, base = st
-    post = attrs.get("post_transform") or "NONE"
+        ctx.cache["clf"] = (F, labels, use_strings, binary_case, all_positive, base,
+                            attrs.get("post_transform") or "NONE")
+        ctx.cache["bound"] = _classify  # the attributes live in the cache: later runs skip them
+    return _classify(ctx, X)
+
+
+def _classify(ctx, X):
+    F, labels, use_strings, binary_case, all_positive, base, post = ctx.cache["clf"]
     Xc = _tree_input(X, F, "TreeEnsembleClassifier")
     score, has = F.scores(Xc, ctx.threads)
     n = score.shape[0]
