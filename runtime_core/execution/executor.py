@@ -80,15 +80,19 @@ class TransferStats:
     def __init__(self, keep_copies: bool = True):
         self._lock = threading.Lock()
         self._keep = keep_copies
-        self.reset()
+        self._zero()
 
     def reset(self) -> None:
         """Set every count to zero and forget the listed copies."""
         with self._lock:
-            for f in self.FIELDS:
-                setattr(self, f, 0)
-            self.runs = 0
-            self.copies: list[CopyEntry] = []
+            self._zero()
+
+    def _zero(self) -> None:
+        # plain stores, not a loop over FIELDS: every run makes one of these
+        self.to_device = self.to_host = self.bytes_to_device = self.bytes_to_host = 0
+        self.device_to_device = self.bytes_device_to_device = 0
+        self.runs = 0
+        self.copies: list[CopyEntry] = []
 
     @property
     def transfers(self) -> int:
@@ -116,9 +120,16 @@ class TransferStats:
     def merge(self, other: "TransferStats") -> None:
         """Add the counts (and, when these keep them, the copies) of ``other``."""
         with other._lock:
-            counts = {f: getattr(other, f) for f in self.FIELDS}
-            runs, copies = other.runs, list(other.copies)
+            runs = other.runs
+            if not (other.copies or other.to_device or other.to_host or other.device_to_device):
+                counts = None  # a host-only run (the common case) adds only itself
+            else:
+                counts = {f: getattr(other, f) for f in self.FIELDS}
+                copies = list(other.copies)
         with self._lock:
+            if counts is None:
+                self.runs += runs
+                return
             for f, n in counts.items():
                 setattr(self, f, getattr(self, f) + n)
             self.runs += runs

@@ -26,7 +26,7 @@ def _fmt_shape(shape) -> str:
 class InputSpec:
     """What one model input accepts, precomputed at session creation."""
 
-    __slots__ = ("dtype", "kind", "name", "optional", "shape", "type_str")
+    __slots__ = ("dtype", "kind", "name", "optional", "plain", "shape", "type_str")
 
     def __init__(self, name, dtype, shape, kind, type_str, optional=False):
         self.name = name
@@ -35,6 +35,9 @@ class InputSpec:
         self.kind = kind
         self.type_str = type_str
         self.optional = optional
+        # a plain numeric tensor: a feed of exactly its dtype needs only the shape check
+        self.plain = (kind == "tensor" and dtype is not None and dtype != np.dtype(object)
+                      and not type_str.startswith(("map(", "seq(map(")))
 
 
 def check_output_names(names, known: list[str]) -> list[str]:
@@ -159,6 +162,8 @@ def _to_string_tensor(name: str, type_str: str, value: np.ndarray) -> np.ndarray
 
 
 def _convert(spec: InputSpec, value, max_bytes: int | None = None):
+    if spec.plain and type(value) is np.ndarray and value.dtype is spec.dtype and value.flags.c_contiguous:
+        return _check_shape(spec, value)  # the common feed, checked once per run
     name = spec.name
     if spec.type_str.startswith(("map(", "seq(map(")):
         return _convert_maps(spec, value)
@@ -211,6 +216,16 @@ def _convert(spec: InputSpec, value, max_bytes: int | None = None):
     if not value.dtype.isnative:
         _check_copy(name, value, max_bytes)
         value = value.astype(value.dtype.newbyteorder("="))
+    value = _check_shape(spec, value)
+    if not value.flags.c_contiguous:
+        _check_copy(name, value, max_bytes)
+        value = np.ascontiguousarray(value)
+    return value
+
+
+def _check_shape(spec: InputSpec, value: np.ndarray) -> np.ndarray:
+    """``value``, or the typed error for a rank or fixed dimension the input does not have."""
+    name = spec.name
     if spec.shape is not None:
         if value.ndim != len(spec.shape):
             raise InputShapeError(
@@ -221,9 +236,6 @@ def _convert(spec: InputSpec, value, max_bytes: int | None = None):
                 raise InputShapeError(
                     f"input {name!r} dim {axis} must be {d} (expected shape {_fmt_shape(spec.shape)}), "
                     f"got {g} (shape {tuple(value.shape)})")
-    if not value.flags.c_contiguous:
-        _check_copy(name, value, max_bytes)
-        value = np.ascontiguousarray(value)
     return value
 
 

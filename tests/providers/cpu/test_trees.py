@@ -16,7 +16,7 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the test oracle"
 MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
 
 
-def _random_trees(rng, n_trees, n_feat, max_depth, modes, n_targets):
+def _random_trees(rng, n_trees, n_feat, max_depth, modes, n_targets, p_weight=0.8):
     a = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes",
                          "nodes_values", "nodes_truenodeids", "nodes_falsenodeids",
                          "nodes_missing_value_tracks_true", "target_treeids", "target_nodeids",
@@ -36,7 +36,7 @@ def _random_trees(rng, n_trees, n_feat, max_depth, modes, n_targets):
             if depth >= max_depth or (depth > 0 and rng.random() < 0.33):
                 a["nodes_modes"][slot] = "LEAF"
                 for k in range(n_targets):
-                    if rng.random() < 0.8:
+                    if rng.random() < p_weight:
                         a["target_treeids"].append(t)
                         a["target_nodeids"].append(nid)
                         a["target_ids"].append(k)
@@ -54,9 +54,9 @@ def _random_trees(rng, n_trees, n_feat, max_depth, modes, n_targets):
     return a
 
 
-def _model(attrs, n_feat, n_targets, x_type):
+def _model(attrs, n_feat, n_targets, x_type, agg="SUM"):
     node = helper.make_node("TreeEnsembleRegressor", ["X"], ["Y"], domain="ai.onnx.ml",
-                            n_targets=n_targets, aggregate_function="SUM", **attrs)
+                            n_targets=n_targets, aggregate_function=agg, **attrs)
     g = helper.make_graph([node], "trees", [helper.make_tensor_value_info("X", x_type, [None, n_feat])],
                           [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, n_targets])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
@@ -90,6 +90,89 @@ def test_compiled_walk_matches_numpy_walk_and_onnxruntime(modes, x_dtype, rows, 
     assert walks == [True, False]
     np.testing.assert_array_equal(got, numpy_walk)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("modes", [["BRANCH_LEQ"], MODES], ids=["leq", "mixed"])
+@pytest.mark.parametrize("x_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [1, 37])
+@pytest.mark.parametrize("agg", ["SUM", "AVERAGE"])
+def test_compiled_sums_match_numpy_sums_and_onnxruntime(modes, x_dtype, rows, agg, monkeypatch):
+    """Every leaf weighs every target (a random forest): one ``_native.tree_sums`` call walks and
+    sums, in the numpy path's order (the same bits)."""
+    if forest._native is None:
+        pytest.skip("the compiled extension is not built (a build without a C compiler)")
+    rng = np.random.default_rng(rows + (7 if x_dtype == np.float64 else 0) + 50 * len(modes))
+    n_feat, n_targets = 5, 3
+    attrs = _random_trees(rng, n_trees=12, n_feat=n_feat, max_depth=9, modes=modes, n_targets=n_targets,
+                          p_weight=1.0)
+    x_type = TensorProto.DOUBLE if x_dtype == np.float64 else TensorProto.FLOAT
+    blob = _model(attrs, n_feat, n_targets, x_type, agg)
+    X = (rng.integers(-4, 5, size=(rows, n_feat)) + 0.5 * rng.integers(0, 2, size=(rows, n_feat))).astype(x_dtype)
+    X[rng.random(X.shape) < 0.15] = np.nan
+    calls = []
+    real = forest._Forest._native_sums
+    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: calls.append(threads) or real(self, X, threads))
+    got = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
+    assert calls, "the dense forest did not take the compiled sums"
+    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: None)
+    numpy_sums = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
+    np.testing.assert_array_equal(got, numpy_sums)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_sums_split_rows_over_threads(monkeypatch):
+    """A walk long enough for the kernel pool: rows split over 2 threads give the bits of one."""
+    if forest._native is None:
+        pytest.skip("the compiled extension is not built (a build without a C compiler)")
+    rng = np.random.default_rng(5)
+    n_feat, n_targets = 6, 3
+    attrs = _random_trees(rng, n_trees=40, n_feat=n_feat, max_depth=9, modes=MODES, n_targets=n_targets,
+                          p_weight=1.0)
+    blob = _model(attrs, n_feat, n_targets, TensorProto.FLOAT)
+    X = (rng.integers(-4, 5, size=(203, n_feat)) + 0.5 * rng.integers(0, 2, size=(203, n_feat))).astype(np.float32)
+    X[rng.random(X.shape) < 0.1] = np.nan
+    calls = []
+    real = forest._Forest._native_sums
+    monkeypatch.setattr(forest._Forest, "_native_sums",
+                        lambda self, X, threads=1: calls.append(threads) or real(self, X, threads))
+    runs = []
+    for threads in (2, 1):
+        so = rt.SessionOptions()
+        so.intra_op_num_threads = threads
+        runs.append(rt.InferenceSession(blob, so, providers=["cpu"]).run(None, {"X": X})[0])
+    assert calls == [2, 1]
+    np.testing.assert_array_equal(runs[0], runs[1])
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
+    np.testing.assert_allclose(runs[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_compiled_sums_refuse_bad_buffers():
+    if forest._native is None:
+        pytest.skip("the compiled extension is not built (a build without a C compiler)")
+    sums = forest._native.tree_sums
+    L, n, c, k = 3, 2, 2, 2
+    nodes = _node_records([1, 0, 0], [0.5, np.nan, np.nan], [2, 1, 2], [1, 0, 0])
+    roots = np.array([0], np.int64)
+    X = np.array([[0.0, 0.0], [0.0, 1.0]], np.float32)
+    W = np.array([[0, 0], [1, 2], [3, 4]], np.float32)
+    reached = np.empty((1, n), np.int64)
+    out = np.full((n, k), np.nan, np.float32)
+    sums(X, nodes, roots, reached, W, out, (n, c, L, 1, k), 4, 1, 0, 0, 4)
+    assert out.tolist() == [[1, 2], [3, 4]]
+    with pytest.raises(ValueError, match="feature id"):
+        sums(X, _node_records([2, 0, 0], [0.5, np.nan, np.nan], [2, 1, 2], [1, 0, 0]), roots, reached, W, out,
+             (n, c, L, 1, k), 4, 1, 0, 0, 1)
+    with pytest.raises(ValueError, match="outside the 3 nodes"):
+        sums(X, nodes, np.array([5], np.int64), reached, W, out, (n, c, L, 1, k), 4, 1, 0, 0, 1)
+    with pytest.raises(ValueError, match="weights"):  # fewer than L x k weights
+        sums(X, nodes, roots, reached, W[:2], out, (n, c, L, 1, k), 4, 1, 0, 0, 1)
+    with pytest.raises(ValueError, match="sums"):
+        sums(X, nodes, roots, reached, W, out[:1], (n, c, L, 1, k), 4, 1, 0, 0, 1)
+    with pytest.raises(ValueError):  # read-only output
+        sums(X, nodes, roots, reached, W, np.broadcast_to(out, out.shape), (n, c, L, 1, k), 4, 1, 0, 0, 1)
+    with pytest.raises(ValueError, match="bad sizes"):
+        sums(X, nodes, roots, reached, W, out, (n, c, L, 1, 0), 4, 1, 0, 0, 1)
 
 
 def _node_records(feat, thr, nxt, branch):

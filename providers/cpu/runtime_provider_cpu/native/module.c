@@ -206,6 +206,12 @@ static PyMethodDef methods[] = {
      "The node every row of X reaches in every tree (out[tree, row]) over C-contiguous buffers:\n"
      "X of the item size (4: float32, 8: float64), nodes L packed nodes (16 or 24 bytes: see\n"
      "rc_node_f / rc_node_d), roots and out int64."},
+    {"tree_sums", rc_py_tree_sums, METH_VARARGS,
+     "tree_sums(X, nodes, roots, reached, weights, sums, (n, c, L, t, k), itemsize, depth, mode, nan_check,\n"
+     "threads)\n"
+     "tree_leaves into reached (t x n int64), then sums[row, :] = the weights[node, :] (L x k, the\n"
+     "item size's float) of the node the row reaches, added tree after tree; rows split over up to\n"
+     "threads threads of the kernel pool where the walk is long enough to pay for them."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -332,6 +332,7 @@ PyObject *rc_py_run_enter(PyObject *self, PyObject *flag);
 PyObject *rc_py_run_exit(PyObject *self, PyObject *scope);
 PyObject *rc_py_sgemm(PyObject *self, PyObject *args);
 PyObject *rc_py_tree_leaves(PyObject *self, PyObject *args);
+PyObject *rc_py_tree_sums(PyObject *self, PyObject *args);
 /* int8.c: the int8 GEMM and DynamicQuantizeLinear; rc_int8_init picks the inner loop at load */
 void rc_int8_init(void);
 PyObject *rc_py_qgemm_packed_size(PyObject *self, PyObject *args);

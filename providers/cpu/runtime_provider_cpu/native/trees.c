@@ -31,14 +31,14 @@ typedef struct { double thr; int32_t feat; int32_t next; uint8_t branch, nan_tru
 #define RC_TREE_WALK(T, NODE, NAME, MODE)                                                        \
     static int NAME(const T *restrict X, Py_ssize_t n, Py_ssize_t c, const NODE *restrict nd,   \
                     Py_ssize_t L, const int64_t *restrict roots, Py_ssize_t t,                  \
-                    int64_t *restrict out, int nan_check, Py_ssize_t depth)                     \
+                    int64_t *restrict out, int nan_check, Py_ssize_t depth, Py_ssize_t ldo)     \
     {                                                                                            \
         const int mode = (MODE); /* a constant: each mode has its own loop */                   \
         for (Py_ssize_t k = 0; k < t; k++) {                                                     \
             const int64_t r = roots[k];                                                          \
             if ((uint64_t)r >= (uint64_t)L)                                                      \
                 return -1;                                                                       \
-            int64_t *o = out + k * n;                                                            \
+            int64_t *o = out + k * ldo;                                                          \
             for (Py_ssize_t i0 = 0; i0 < n; i0 += RC_LANES) {                                    \
                 const int m = n - i0 < RC_LANES ? (int)(n - i0) : RC_LANES;                      \
                 const T *xr = X + i0 * c;                                                        \
@@ -70,9 +70,9 @@ typedef struct { double thr; int32_t feat; int32_t next; uint8_t branch, nan_tru
     }
 
 typedef int (*rc_walk_f)(const float *, Py_ssize_t, Py_ssize_t, const rc_node_f *, Py_ssize_t,
-                         const int64_t *, Py_ssize_t, int64_t *, int, Py_ssize_t);
+                         const int64_t *, Py_ssize_t, int64_t *, int, Py_ssize_t, Py_ssize_t);
 typedef int (*rc_walk_d)(const double *, Py_ssize_t, Py_ssize_t, const rc_node_d *, Py_ssize_t,
-                         const int64_t *, Py_ssize_t, int64_t *, int, Py_ssize_t);
+                         const int64_t *, Py_ssize_t, int64_t *, int, Py_ssize_t, Py_ssize_t);
 #define RC_TREE_MODES(T, NODE, P)                                                                \
     RC_TREE_WALK(T, NODE, P##_mixed, -1)                                                         \
     RC_TREE_WALK(T, NODE, P##_leq, 0)                                                            \
@@ -88,6 +88,103 @@ static const rc_walk_f walks_f[7] = {walk_f_mixed, walk_f_leq, walk_f_lt, walk_f
                                      walk_f_eq, walk_f_neq};
 static const rc_walk_d walks_d[7] = {walk_d_mixed, walk_d_leq, walk_d_lt, walk_d_gte, walk_d_gt,
                                      walk_d_eq, walk_d_neq};
+
+/* one walk over rows split in parts of whole RC_LANES blocks; reached (t x n) and, with
+ * weights, the per-row sums of the rows' leaf weights (k a node) added tree after tree */
+typedef struct {
+    const void *X, *nodes, *W;
+    const int64_t *roots;
+    int64_t *reached;
+    void *S;
+    Py_ssize_t n, c, L, t, k, isz, depth;
+    int mode, nan_check, blocks, err;
+} tw_job;
+
+static void tw_part(void *arg, int part, int parts)
+{
+    tw_job *j = arg;
+    const Py_ssize_t b0 = (Py_ssize_t)j->blocks * part / parts, b1 = (Py_ssize_t)j->blocks * (part + 1) / parts;
+    const Py_ssize_t r0 = b0 * RC_LANES, r1 = b1 * RC_LANES < j->n ? b1 * RC_LANES : j->n;
+    if (r1 <= r0)
+        return;
+    int rc;
+    if (j->isz == 4)
+        rc = walks_f[j->mode + 1]((const float *)j->X + r0 * j->c, r1 - r0, j->c, j->nodes, j->L, j->roots, j->t,
+                                  j->reached + r0, j->nan_check, j->depth, j->n);
+    else
+        rc = walks_d[j->mode + 1]((const double *)j->X + r0 * j->c, r1 - r0, j->c, j->nodes, j->L, j->roots,
+                                  j->t, j->reached + r0, j->nan_check, j->depth, j->n);
+    if (rc) {
+        __atomic_store_n(&j->err, rc, __ATOMIC_RELAXED);
+        return;
+    }
+    if (!j->W) /* every reached id below is a node: the walk checked each step */
+        return;
+    const Py_ssize_t n = j->n, k = j->k;
+    if (j->isz == 4) {
+        const float *W = j->W;
+        float *S = (float *)j->S + r0 * k;
+        memset(S, 0, (size_t)((r1 - r0) * k) * sizeof(float));
+        for (Py_ssize_t q = 0; q < j->t; q++) {
+            const int64_t *rq = j->reached + q * n;
+            for (Py_ssize_t i = r0; i < r1; i++) {
+                const float *w = W + rq[i] * k;
+                float *s = S + (i - r0) * k;
+                for (Py_ssize_t m = 0; m < k; m++)
+                    s[m] += w[m];
+            }
+        }
+    } else {
+        const double *W = j->W;
+        double *S = (double *)j->S + r0 * k;
+        memset(S, 0, (size_t)((r1 - r0) * k) * sizeof(double));
+        for (Py_ssize_t q = 0; q < j->t; q++) {
+            const int64_t *rq = j->reached + q * n;
+            for (Py_ssize_t i = r0; i < r1; i++) {
+                const double *w = W + rq[i] * k;
+                double *s = S + (i - r0) * k;
+                for (Py_ssize_t m = 0; m < k; m++)
+                    s[m] += w[m];
+            }
+        }
+    }
+}
+
+/* every feature id inside a row, then the walk (and the sums where v[4] is given) on up to
+ * threads threads: 0, 1 (a feature id outside [0, c)) or -1 (a root or child outside the nodes) */
+static int tree_walk(const Py_buffer *v, Py_ssize_t n, Py_ssize_t c, Py_ssize_t L, Py_ssize_t t,
+                     Py_ssize_t k, Py_ssize_t isz, Py_ssize_t depth, int mode, int nan_check, int threads)
+{
+    int rc = 0;
+    for (Py_ssize_t q = 0; q < L; q++) {
+        int32_t f = isz == 4 ? ((const rc_node_f *)v[1].buf)[q].feat : ((const rc_node_d *)v[1].buf)[q].feat;
+        rc |= f < 0 || f >= c;
+    }
+    if (rc)
+        return 1;
+    const Py_ssize_t blocks = (n + RC_LANES - 1) / RC_LANES;
+    if (blocks > INT_MAX)
+        return -1;
+    tw_job j = {v[0].buf, v[1].buf, k ? v[4].buf : NULL, v[2].buf, v[3].buf, k ? v[5].buf : NULL,
+                n, c, L, t, k, isz, depth, mode, nan_check != 0, (int)blocks, 0};
+    /* a node step is a few ns: a helper's wake-up pays from about 2^15 steps */
+    const int parts = rc_parts((double)n * (double)t * (double)(depth ? depth : 1), 32768.0, blocks, &threads);
+    Py_BEGIN_ALLOW_THREADS
+    if (threads > 1)
+        rc_parallel(tw_part, &j, parts, threads);
+    else
+        tw_part(&j, 0, 1);
+    Py_END_ALLOW_THREADS
+    return j.err;
+}
+
+static PyObject *tree_error(int rc, Py_ssize_t c, Py_ssize_t L, const char *fn)
+{
+    if (rc == 1)
+        return PyErr_Format(PyExc_ValueError, "%s: a feature id is outside [0, %zd)", fn, c);
+    return PyErr_Format(PyExc_ValueError, "%s: a root or child is outside the %zd nodes (out is not "
+                        "meaningful)", fn, L);
+}
 
 PyObject *rc_py_tree_leaves(PyObject *self, PyObject *args)
 {
@@ -113,31 +210,51 @@ PyObject *rc_py_tree_leaves(PyObject *self, PyObject *args)
                             {o[2], t, 8, 0, 0, "roots"}, {o[3], on, 8, 1, 0, "out"}};
     const int got = get_buffers("tree_leaves", spec, v, 4) < 0 ? 0 : 4;
     int rc = -2;
-    if (got == 4) {
-        rc = 0;
-        for (Py_ssize_t q = 0; q < L; q++) { /* every feature id inside a row */
-            int32_t f = isz == 4 ? ((const rc_node_f *)v[1].buf)[q].feat
-                                 : ((const rc_node_d *)v[1].buf)[q].feat;
-            rc |= f < 0 || f >= c;
-        }
-        if (rc == 0) {
-            Py_BEGIN_ALLOW_THREADS
-            if (isz == 4)
-                rc = walks_f[mode + 1](v[0].buf, n, c, v[1].buf, L, v[2].buf, t, v[3].buf,
-                                       nan_check != 0, depth);
-            else
-                rc = walks_d[mode + 1](v[0].buf, n, c, v[1].buf, L, v[2].buf, t, v[3].buf,
-                                       nan_check != 0, depth);
-            Py_END_ALLOW_THREADS
-        }
-    }
+    if (got == 4)
+        rc = tree_walk(v, n, c, L, t, 0, isz, depth, mode, nan_check, 1);
     release_buffers(v, got);
     if (rc == -2)
         return NULL;
-    if (rc == 1)
-        return PyErr_Format(PyExc_ValueError, "tree_leaves: a feature id is outside [0, %zd)", c);
-    if (rc == -1)
-        return PyErr_Format(PyExc_ValueError, "tree_leaves: a root or child is outside the %zd "
-                            "nodes (out is not meaningful)", L);
+    if (rc != 0)
+        return tree_error(rc, c, L, "tree_leaves");
+    Py_RETURN_NONE;
+}
+
+/* tree_sums: the walk, then each row's leaf weights summed tree after tree (the order
+ * onnxruntime and the numpy path add in), in one call: a small batch's gathers and reduction
+ * cost more in numpy calls than in arithmetic. weights holds k values per node (thr type). */
+PyObject *rc_py_tree_sums(PyObject *self, PyObject *args)
+{
+    PyObject *o[6];
+    int mode, nan_check, threads;
+    Py_ssize_t n, c, L, t, k, depth, isz;
+    if (!PyArg_ParseTuple(args, "OOOOOO(nnnnn)nniii:tree_sums", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5],
+                          &n, &c, &L, &t, &k, &isz, &depth, &mode, &nan_check, &threads))
+        return NULL;
+    if (n < 0 || c < 1 || L < 1 || L > 0x7fffffff || t < 0 || k < 1 || depth < 0 || threads < 1 || (isz != 4 && isz != 8) ||
+        mode < -1 || mode > 5) {
+        PyErr_SetString(PyExc_ValueError, "tree_sums: bad sizes or mode");
+        return NULL;
+    }
+    const Py_ssize_t nsz = isz == 4 ? (Py_ssize_t)sizeof(rc_node_f) : (Py_ssize_t)sizeof(rc_node_d);
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul(&sz, "X's size", n, c), on = sz_mul(&sz, "reached's size", t, n);
+    const Py_ssize_t wn = sz_mul(&sz, "weights' size", L, k), sn = sz_mul(&sz, "sums' size", n, k);
+    sz_add(&sz, "a block of rows", n, RC_LANES);
+    if (sz_check(&sz, "tree_sums", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[6]; /* X, nodes, roots, reached, weights, sums */
+    const rc_buf spec[6] = {{o[0], xn, isz, 0, 0, "X"}, {o[1], L * nsz, 1, 0, 0, "nodes"},
+                            {o[2], t, 8, 0, 0, "roots"}, {o[3], on, 8, 1, 0, "reached"},
+                            {o[4], wn, isz, 0, 0, "weights"}, {o[5], sn, isz, 1, 0, "sums"}};
+    const int got = get_buffers("tree_sums", spec, v, 6) < 0 ? 0 : 6;
+    int rc = -2;
+    if (got == 6)
+        rc = tree_walk(v, n, c, L, t, k, isz, depth, mode, nan_check, threads);
+    release_buffers(v, got);
+    if (rc == -2)
+        return NULL;
+    if (rc != 0)
+        return tree_error(rc, c, L, "tree_sums");
     Py_RETURN_NONE;
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...executable import binds
 from ...registry import kernel
 from ._common import ML, _F32, _F64, _as_2d, _binary_expand, _check_post, _labels_array, _probit, _transform_rows
 from .forest import _AGGREGATES, _V5_AGG, _Forest, _forest_v3, _forest_v5
@@ -43,7 +44,7 @@ def _regression_finalize(score, has, F: _Forest, base, post: str, n_trees: int, 
         elif F.agg == "AVERAGE":
             s = s / acc(n_trees) + origin
         else:
-            s = np.where(has[:, 0], s + origin, origin)
+            s = s + origin if has is None else np.where(has[:, 0], s + origin, origin)
         if post == "PROBIT":
             s = _probit(s.astype(_F32))
         return s.astype(out_dtype).reshape(-1, 1)
@@ -57,7 +58,8 @@ def _regression_finalize(score, has, F: _Forest, base, post: str, n_trees: int, 
     else:
         s = score + base if use_base else score
     # a target no leaf wrote is 0, base value or not (onnxruntime writes has_score ? score : 0)
-    s = np.where(has, s, acc(0))
+    if has is not None:
+        s = np.where(has, s, acc(0))
     if post == "NONE":
         return s.astype(out_dtype)
     return _transform_rows(s.astype(_F32), post).astype(out_dtype)
@@ -89,13 +91,20 @@ def _check_tree_regressor(node):
 
 @kernel("TreeEnsembleRegressor", 1, 3, 5, domain=ML, check=_check_tree_regressor,
         dtypes={"float32", "float64", "int64", "int32"})
+@binds
 def tree_ensemble_regressor(ctx, X, **attrs):
-    F = _regressor_forest(ctx, attrs, X.dtype)
+    if ctx.cache.get("reg") is None:
+        F = _regressor_forest(ctx, attrs, X.dtype)
+        ctx.cache["reg"] = (F, _float_or_tensor(attrs, "base_values"), attrs.get("post_transform") or "NONE")
+        ctx.cache["bound"] = _regress  # the attributes live in the cache: later runs skip them
+    return _regress(ctx, X)
+
+
+def _regress(ctx, X):
+    F, base, post = ctx.cache["reg"]
     Xc = _tree_input(X, F, "TreeEnsembleRegressor")
-    score, has = F.scores(Xc)
-    base = _float_or_tensor(attrs, "base_values")
-    return _regression_finalize(score, has, F, base, attrs.get("post_transform") or "NONE",
-                                F.n_trees, _F32)
+    score, has = F.scores(Xc, ctx.threads)
+    return _regression_finalize(score, has, F, base, post, F.n_trees, _F32)
 
 
 def _check_tree_classifier(node):
@@ -110,6 +119,7 @@ def _check_tree_classifier(node):
 
 @kernel("TreeEnsembleClassifier", 1, 3, 5, domain=ML, check=_check_tree_classifier,
         dtypes={"float32", "float64", "int64", "int32"})
+@binds
 def tree_ensemble_classifier(ctx, X, **attrs):
     st = ctx.cache.get("clf")
     if st is None:
@@ -124,12 +134,16 @@ def tree_ensemble_classifier(ctx, X, **attrs):
         binary_case = k == 2 and len(set(cids)) == 1
         all_positive = not (cw < 0).any()
         base = _float_or_tensor(attrs, "base_values").astype(F.thr_dtype)
-        st = (F, labels, use_strings, binary_case, all_positive, base)
-        ctx.cache["clf"] = st
-    F, labels, use_strings, binary_case, all_positive, base = st
-    post = attrs.get("post_transform") or "NONE"
+        ctx.cache["clf"] = (F, labels, use_strings, binary_case, all_positive, base,
+                            attrs.get("post_transform") or "NONE")
+        ctx.cache["bound"] = _classify  # the attributes live in the cache: later runs skip them
+    return _classify(ctx, X)
+
+
+def _classify(ctx, X):
+    F, labels, use_strings, binary_case, all_positive, base, post = ctx.cache["clf"]
     Xc = _tree_input(X, F, "TreeEnsembleClassifier")
-    score, has = F.scores(Xc)
+    score, has = F.scores(Xc, ctx.threads)
     n = score.shape[0]
     k = F.n_targets
     acc = F.thr_dtype.type
@@ -137,13 +151,19 @@ def tree_ensemble_classifier(ctx, X, **attrs):
         nb = min(base.size, k)
         if nb:
             score[:, :nb] += base[:nb]
-            has[:, :nb] = True
-        masked = np.where(has, score, -np.inf)
-        maxclass = np.argmax(masked, axis=1)
-        Y = labels[maxclass]
-        z = np.where(has, score, acc(0)).astype(_F32)
+            if has is not None:
+                has[:, :nb] = True
+        if has is None:  # every class scored (a random forest): no masks to build
+            Y = labels.take(score.argmax(axis=1))
+            z = score.astype(_F32, copy=False)
+        else:
+            masked = np.where(has, score, -np.inf)
+            Y = labels.take(np.argmax(masked, axis=1))
+            z = np.where(has, score, acc(0)).astype(_F32)
         Z = z if post == "NONE" else _transform_rows(z, post)
         return Y, Z
+    if has is None:
+        has = np.ones((n, k), dtype=bool)
     if k == 2:
         s0, s1 = score[:, 0].copy(), score[:, 1].copy()
         h0, h1 = has[:, 0].copy(), has[:, 1].copy()
@@ -215,6 +235,6 @@ def tree_ensemble(ctx, X, **attrs):
         F = _forest_v5(attrs, thr_dtype)
         ctx.cache["forest"] = F
     Xc = _tree_input(X, F, "TreeEnsemble")
-    score, has = F.scores(Xc)
+    score, has = F.scores(Xc, ctx.threads)
     post = _V5_POST[attrs["post_transform"]]
     return _regression_finalize(score, has, F, [], post, F.n_trees, X.dtype)
