@@ -105,11 +105,12 @@ class DepthwisePlan(ConvPlan):
         self.w2 = np.ascontiguousarray(w)
         self.shape = (x.shape[0], w.shape[0]) + out
         self.args = (x.shape, out, ks, tuple(strides), tuple(dilations), (pb[0], pb[1]),
-                     self.lo, self.hi, self.threads, True, self.LANES)
+                     self.lo, self.hi, self.threads)
 
     def _make_call(self):
         empty, f32, contig = np.empty, np.float32, np.ascontiguousarray
-        fn, w2, b2, shape, args = self.native.depthwise2d, self.w2, self.b2, self.shape, self.args
+        fn, w2, b2, shape = self.native.depthwise2d, self.w2, self.b2, self.shape
+        args = self.args + (True, self.LANES)  # fast (the phase planes where they apply), the layout
 
         def call(x, z):
             if not x.flags.c_contiguous:
