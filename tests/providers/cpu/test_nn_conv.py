@@ -167,6 +167,67 @@ def test_depthwise_native_phase_planes(stride, k):
         np.testing.assert_allclose(y[~nan], ref[~nan])
 
 
+def _dw_reference_k(x, w, b, s, pads, lo, hi):
+    """float64 KH x KW depthwise convolution by shifted slices, then the clip"""
+    pt, pl, pb, pr = pads
+    N, C, H, W = x.shape
+    KH, KW = w.shape[-2:]
+    OH, OW = (H + pt + pb - KH) // s + 1, (W + pl + pr - KW) // s + 1
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    ref = np.zeros((N, C, OH, OW)) + (0 if b is None else b[None, :, None, None])
+    for ky in range(KH):
+        for kx in range(KW):
+            ref += w[None, :, 0, ky, kx, None, None] * xp[:, :, ky:ky + s * (OH - 1) + 1:s, kx:kx + s * (OW - 1) + 1:s]
+    return np.clip(ref, lo, hi)
+
+
+@pytest.mark.parametrize("ks", [(3, 3), (5, 5), (7, 7), (1, 1), (3, 5)])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.native
+def test_depthwise_native_lanes(stride, ks):
+    # the channels-in-lanes kernel (lanes=True: 16 channels of an image a block, register
+    # transposes in and out) against float64: channel counts around 16, plane widths around
+    # 16, every padding, bias and clip, one thread and two (the same bits)
+    from runtime_provider_cpu import _native
+
+    if not getattr(_native, "CONV_FAST", 0):
+        pytest.skip("the lanes depthwise kernel needs the AVX-512 build (CONV_FAST)")
+    rng = np.random.default_rng(7)
+    KH, KW = ks
+    for C, (H, W) in [(3, (7, 7)), (16, (14, 14)), (17, (1, 1)), (33, (13, 17)), (20, (16, 15)), (5, (3, 40))]:
+        for pads in [(KH // 2, KW // 2, KH // 2, KW // 2), (0, 0, 0, 0), (1, 0, 0, 1), (3, 2, 0, 3)]:
+            pt, pl, pb, pr = pads
+            OH, OW = (H + pt + pb - KH) // stride + 1, (W + pl + pr - KW) // stride + 1
+            if OH < 1 or OW < 1:
+                continue
+            x = rng.standard_normal((2, C, H, W)).astype(np.float32)
+            w = rng.standard_normal((C, 1, KH, KW)).astype(np.float32)
+            b = rng.standard_normal(C).astype(np.float32)
+            for bias, lo, hi in ((None, -np.inf, np.inf), (b, 0.0, 0.5)):
+                ys = []
+                for threads in (1, 2):
+                    y = np.full((2, C, OH, OW), np.nan, np.float32)
+                    _native.depthwise2d(x, w, bias, y, x.shape, (OH, OW), ks, (stride, stride), (1, 1), (pt, pl),
+                                        lo, hi, threads, True, True)
+                    ys.append(y)
+                np.testing.assert_allclose(ys[0], _dw_reference_k(x, w, bias, stride, pads, lo, hi), rtol=1e-5,
+                                           atol=1e-5, err_msg=f"C={C} {H}x{W} {pads}")
+                assert np.array_equal(ys[0], ys[1])
+    # a NaN input stays NaN through the clip; every other output is clipped
+    x = np.ones((1, 18, 7, 7), np.float32)
+    x[0, 17, 2, 2] = np.nan
+    w = np.ones((18, 1, KH, KW), np.float32)
+    pads = (KH // 2, KW // 2, KH // 2, KW // 2)
+    OH, OW = (7 + 2 * pads[0] - KH) // stride + 1, (7 + 2 * pads[1] - KW) // stride + 1
+    y = np.zeros((1, 18, OH, OW), np.float32)
+    _native.depthwise2d(x, w, None, y, x.shape, (OH, OW), ks, (stride, stride), (1, 1), pads[:2], 0.0, 5.0, 1,
+                        True, True)
+    nan = np.isnan(_dw_reference_k(x, w, None, stride, pads, -np.inf, np.inf))
+    assert nan.any() and np.array_equal(np.isnan(y), nan)
+    ref = _dw_reference_k(np.nan_to_num(x, nan=0.0), w, None, stride, pads, 0.0, 5.0)
+    np.testing.assert_allclose(y[~nan], ref[~nan])
+
+
 @pytest.mark.native
 def test_depthwise_native_checks_buffers():
     # a buffer that does not hold what the shape says is a ValueError, never a read past it

@@ -92,6 +92,16 @@ def test_reduce_max_min_bool_20(op):
     reduce_case(op, x, None, 1, 20)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64])
+@pytest.mark.parametrize("keepdims", [1, 0])
+@pytest.mark.parametrize("axes", [[2, 3], [-1, -2], [1, 2, 3], [3]])
+def test_reduce_mean_trailing_axes(axes, keepdims, dtype):
+    # squeeze-excite's spatial mean: the trailing axes as rows of one contiguous axis
+    # (pool.row_means), planes below and above einsum's 4096-float limit
+    for shape in [(2, 5, 7, 7), (1, 3, 70, 65)]:
+        reduce_case("ReduceMean", rand(shape, dtype), axes, keepdims, 18)
+
+
 def test_reduce_mean_int_truncates():
     x = np.array([[-7, 2, 0], [7, 1, 1], [-1, -1, 0]], np.int32)
     reduce_case("ReduceMean", x, [1], 0, 18)

@@ -5,7 +5,8 @@ geometry: im2col and a GEMM (the library call: :class:`~.im2col.Im2colPlan`; for
 also on SciPy's sgemm a block on the kernel threads, ``Im2colSgemmPlan``, or on the pointwise
 kernel's packed tiles, ``Im2colLanesPlan``), Winograd
 (dense 3x3 stride 1), the direct kernel (dense, stride at most 2), the pointwise kernel
-(1x1, no pads; a batch one image at a time) and the compiled depthwise one (any batch).
+(1x1, no pads; a batch one image at a time) and the compiled depthwise ones (any batch; one
+channel plane at a time, or 16 channels in the vector lanes).
 Which of them a shape takes is measured on this machine on the node's weights and first input
 (``fast/autotune.py``), or forced by the policy; a plan of kind None takes the general path
 (``ops/conv.py``). The layouts (output channels in the vector lanes or not) are the policy's.
@@ -67,6 +68,9 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
                                                        True, threads)
     if w.shape[1] == 1 and M == C == group and group > 1 and nonneg:
         found["depthwise"] = lambda: depthwise.DepthwisePlan(x, w, b, clip, nat, out, ks, strides, dilations, pb, threads)
+        if getattr(nat, "CONV_FAST", 0) and max(ks) <= 7 and tuple(dilations) == (1, 1):
+            found["depthwise_lanes"] = lambda: depthwise.DepthwiseLanesPlan(x, w, b, clip, nat, out, ks, strides,
+                                                                            dilations, pb, threads)
     return found
 
 

@@ -92,11 +92,13 @@ def depthwise_einsum(x, w, strides, dilations, pb, pe, out):
 
 
 class DepthwisePlan(ConvPlan):
-    """``_native.depthwise2d`` for one image: any kernel size, stride and dilation, bias and
-    clip in the same pass, channel planes split between the kernel threads."""
+    """``_native.depthwise2d`` for the whole batch in one call: any kernel size, stride and
+    dilation, bias and clip in the same pass, channel planes split between the kernel threads."""
 
     __slots__ = ()
     KIND = "depthwise"
+    #: the kernel's layout: False one channel plane at a time, True 16 channels in the lanes
+    LANES = False
 
     def __init__(self, x, w, b, clip, native, out, ks, strides, dilations, pb, threads):
         super().__init__(x, w, b, clip, native, threads)
@@ -107,7 +109,8 @@ class DepthwisePlan(ConvPlan):
 
     def _make_call(self):
         empty, f32, contig = np.empty, np.float32, np.ascontiguousarray
-        fn, w2, b2, shape, args = self.native.depthwise2d, self.w2, self.b2, self.shape, self.args
+        fn, w2, b2, shape = self.native.depthwise2d, self.w2, self.b2, self.shape
+        args = self.args + (True, self.LANES)  # fast (the phase planes where they apply), the layout
 
         def call(x, z):
             if not x.flags.c_contiguous:
@@ -116,3 +119,13 @@ class DepthwisePlan(ConvPlan):
             fn(x, w2, b2, y, *args)
             return y
         return call
+
+
+class DepthwiseLanesPlan(DepthwisePlan):
+    """The same call with 16 channels of an image in the vector lanes (dilation 1, windows up
+    to 7x7, the AVX-512 build): no halo or row tail computed, which a small plane is mostly
+    (7x7 under 5x5), for two register transposes a block. Chosen per shape by measurement."""
+
+    __slots__ = ()
+    KIND = "depthwise_lanes"
+    LANES = True

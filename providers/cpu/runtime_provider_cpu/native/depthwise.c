@@ -182,10 +182,10 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     PyObject *xo, *wo, *bo, *yo;
     Py_ssize_t N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl;
     float lo, hi;
-    int threads = 1, fast = 1;
-    if (!PyArg_ParseTuple(args, "OOOO(nnnn)(nn)(nn)(nn)(nn)(nn)ff|ip:depthwise2d", &xo, &wo, &bo, &yo,
+    int threads = 1, fast = 1, lanes = 0;
+    if (!PyArg_ParseTuple(args, "OOOO(nnnn)(nn)(nn)(nn)(nn)(nn)ff|ipp:depthwise2d", &xo, &wo, &bo, &yo,
                           &N, &C, &H, &W, &OH, &OW, &KH, &KW, &sh, &sw, &dh, &dw, &pt, &pl, &lo, &hi,
-                          &threads, &fast))
+                          &threads, &fast, &lanes))
         return NULL;
     if (N < 0 || C < 0 || H < 0 || W < 0 || OH < 0 || OW < 0 || KH < 1 || KW < 1 || sh < 1 ||
         sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0) {
@@ -207,6 +207,12 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     if (get_buffers("depthwise2d", spec, v, 4) < 0)
         return NULL;
 #if DWF_OK
+    /* lanes: 16 channels of an image in the vector lanes (small planes, chosen by measurement) */
+    if (lanes && dwl_takes(KH, KW, dh, dw) && OH > 0 && OW > 0 && N * C > 0) {
+        const Py_ssize_t g[12] = {N, C, H, W, OH, OW, KH, KW, sh, sw, pt, pl};
+        return dwl_run((const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, (float *)v[3].buf,
+                       g, lo, hi, threads, v, 4);
+    }
     if (fast && dwf_takes_k(KH, KW, sh, sw, dh, dw, OH, OW, N * C)) {
         dwf_job fj = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
                       (float *)v[3].buf, N * C, C, H, W, OH, OW, sh, pt, pl, 0, 0, 0, 0, lo, hi, NULL, 0, 0};

@@ -321,4 +321,167 @@ PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf)
     free(j->scratch);
     return r;
 }
+/* ---- channels in the vector lanes: 16 channels of one image a block ------------------------
+ * A small plane (MobileNetV3's and EfficientNet's 7x7 and 14x14 maps under a 5x5 window) is
+ * mostly halo and tail in the phase planes above: a 7 x 7 output under 5 x 5 is 5 vectors of
+ * 25 taps for 49 outputs a channel. Here a block's input goes once into a zero-padded
+ * [Hp][Wp][16] scratch (channel c in lane c), every output pixel is one vector of 16 channels
+ * (KH * KW multiply-adds, four pixels on independent sums), and the [OH * OW][16] result goes
+ * back to the NCHW planes, bias and clip applied on the way. */
+
+typedef struct {
+    const float *x, *w, *b;
+    float *y;
+    Py_ssize_t N, C, H, W, OH, OW, KH, KW, sh, sw, pt, pl, Hp, Wp;
+    float lo, hi;
+    float *scratch;
+    Py_ssize_t scratch_n; /* floats a part: the padded input, then the outputs */
+} dwl_job;
+
+/* r[i][k] -> r[k][i]: unpacks within 128-bit lanes, then lanes across four rows at a time */
+DWF_TARGET static inline void dwl_tr16(__m512 *r)
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    /* r[4g + q], 128-bit lane L: rows 4g..4g+3 of column 4L + q */
+    for (int q = 0; q < 4; q++) {
+        const __m512 u0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), u1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
+        const __m512 u2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
+                     u3 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
+        t[q] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+        t[8 + q] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
+        t[4 + q] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+        t[12 + q] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
+    }
+    for (int i = 0; i < 16; i++)
+        r[i] = t[i];
+}
+
+/* block q (image q / CB, channels (q % CB) * 16 ...): fill, taps, copy-out */
+DWF_TARGET static void dwl_block(const dwl_job *j, float *in, float *out, Py_ssize_t q)
+{
+    const Py_ssize_t CB = (j->C + 15) / 16, n = q / CB, c0 = (q % CB) * 16;
+    const Py_ssize_t nc = j->C - c0 < 16 ? j->C - c0 : 16, H = j->H, W = j->W, OH = j->OH, OW = j->OW;
+    const Py_ssize_t KH = j->KH, KW = j->KW, sh = j->sh, sw = j->sw, Wp = j->Wp, kk = KH * KW;
+    const Py_ssize_t hr = H < j->Hp - j->pt ? H : j->Hp - j->pt, wc = W < Wp - j->pl ? W : Wp - j->pl;
+    const float *xb = j->x + (n * j->C + c0) * H * W;
+    /* the data region only: the padding was zeroed once a part, and lanes past nc are never
+       stored. 16 channels x 16 columns a register transpose. */
+    const __mmask16 cm = dwf_mask(nc);
+    __m512 t[16];
+    for (Py_ssize_t r = 0; r < hr; r++) {
+        float *d = in + ((r + j->pt) * Wp + j->pl) * 16;
+        for (Py_ssize_t col = 0; col < wc; col += 16) {
+            const __mmask16 m = dwf_mask(wc - col);
+            for (Py_ssize_t c = 0; c < 16; c++)
+                t[c] = c < nc ? _mm512_maskz_loadu_ps(m, xb + c * H * W + r * W + col) : _mm512_setzero_ps();
+            dwl_tr16(t);
+            const Py_ssize_t e = wc - col < 16 ? wc - col : 16;
+            for (Py_ssize_t i = 0; i < e; i++)
+                _mm512_store_ps(d + (col + i) * 16, t[i]);
+        }
+    }
+    __m512 wt[DWF_KMAX * DWF_KMAX];
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)kk));
+    const float *wb = j->w + c0 * kk;
+    for (Py_ssize_t t = 0; t < kk; t++)
+        wt[t] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), cm, idx, wb + t, 4);
+    const __m512 vb = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
+    const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+    for (Py_ssize_t oy = 0; oy < OH; oy++) {
+        for (Py_ssize_t ox = 0; ox < OW; ox += 4) {
+            /* four pixels: a tail's extra ones read inside the scratch (its slack) and are dropped */
+            __m512 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
+            for (Py_ssize_t ky = 0; ky < KH; ky++) {
+                const float *rp = in + ((oy * sh + ky) * Wp + ox * sw) * 16;
+                const __m512 *wr = wt + ky * KW;
+                for (Py_ssize_t kx = 0; kx < KW; kx++) {
+                    const float *p = rp + kx * 16;
+                    a0 = _mm512_fmadd_ps(wr[kx], _mm512_load_ps(p), a0);
+                    a1 = _mm512_fmadd_ps(wr[kx], _mm512_load_ps(p + sw * 16), a1);
+                    a2 = _mm512_fmadd_ps(wr[kx], _mm512_load_ps(p + 2 * sw * 16), a2);
+                    a3 = _mm512_fmadd_ps(wr[kx], _mm512_load_ps(p + 3 * sw * 16), a3);
+                }
+            }
+            const __m512 r[4] = {a0, a1, a2, a3};
+            const int m = OW - ox < 4 ? (int)(OW - ox) : 4;
+            for (int i = 0; i < m; i++) {
+                /* max, then min, with the bound first: a NaN stays NaN as clipf keeps it */
+                _mm512_store_ps(out + (oy * OW + ox + i) * 16, _mm512_min_ps(hi, _mm512_max_ps(lo, r[i])));
+            }
+        }
+    }
+    const Py_ssize_t P = OH * OW;
+    float *yb = j->y + (n * j->C + c0) * P;
+    for (Py_ssize_t p = 0; p < P; p += 16) {
+        const Py_ssize_t e = P - p < 16 ? P - p : 16;
+        for (Py_ssize_t i = 0; i < 16; i++)
+            t[i] = i < e ? _mm512_load_ps(out + (p + i) * 16) : _mm512_setzero_ps();
+        dwl_tr16(t);
+        const __mmask16 m = dwf_mask(e);
+        for (Py_ssize_t c = 0; c < nc; c++)
+            _mm512_mask_storeu_ps(yb + c * P + p, m, t[c]);
+    }
+}
+
+static void dwl_part(void *arg, int part, int parts)
+{
+    const dwl_job *j = (const dwl_job *)arg;
+    float *in = j->scratch + part * j->scratch_n, *out = in + j->Hp * j->Wp * 16 + (4 * j->sw + j->KW) * 16;
+    memset(in, 0, sizeof(float) * (size_t)j->scratch_n);
+    const Py_ssize_t blocks = j->N * ((j->C + 15) / 16);
+    const Py_ssize_t q0 = blocks * part / parts, q1 = blocks * (part + 1) / parts;
+    for (Py_ssize_t q = q0; q < q1 && !rc_stop_requested(); q++)
+        dwl_block(j, in, out, q);
+}
+
+/* whether the lanes kernel takes this window (dilation 1, up to 7 x 7, this machine) */
+int dwl_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t dh, Py_ssize_t dw)
+{
+    return KH >= 1 && KW >= 1 && KH <= DWF_KMAX && KW <= DWF_KMAX && dh == 1 && dw == 1 && rc_conv_fast;
+}
+
+PyObject *dwl_run(const float *x, const float *w, const float *b, float *y, const Py_ssize_t *g, float lo, float hi,
+                  int threads, Py_buffer *v, int nbuf)
+{
+    /* g: N, C, H, W, OH, OW, KH, KW, sh, sw, pt, pl */
+    dwl_job j = {x, w, b, y, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], 0, 0,
+                 lo, hi, NULL, 0};
+    rc_sz sz = {NULL};
+    j.Hp = sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.OH - 1, j.sh), j.KH);
+    j.Wp = sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.OW - 1, j.sw), j.KW);
+    /* the input, a tail's reads past it, then the outputs: 16 floats a pixel */
+    const Py_ssize_t px = sz_add(&sz, "the padded block", sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.Hp, j.Wp),
+                                                              4 * j.sw + j.KW),
+                                 sz_mul(&sz, "the padded block", j.OH, j.OW));
+    j.scratch_n = sz_mul(&sz, "the padded block", px, 16);
+    const Py_ssize_t blocks = sz_mul(&sz, "the blocks", j.N, (j.C + 15) / 16);
+    if (j.pt > j.Hp)
+        j.pt = j.Hp;
+    if (j.pl > j.Wp)
+        j.pl = j.Wp;
+    const int parts = sz.what ? 1
+                              : rc_parts((double)j.N * (double)j.C * (double)j.OH * (double)j.OW * (double)(j.KH * j.KW) / 9.0,
+                                         8192.0, blocks, &threads);
+    const Py_ssize_t bytes = sz_mul3(&sz, "the padded block", parts, j.scratch_n, RC_F32);
+    if (sz_check(&sz, "depthwise2d", PyExc_MemoryError) < 0) {
+        release_buffers(v, nbuf);
+        return NULL;
+    }
+    j.scratch = (float *)aligned_alloc(64, (size_t)(bytes + 63) / 64 * 64);
+    const int oom = !j.scratch;
+    PyObject *r = rc_run_job(dwl_part, &j, parts, threads, v, nbuf, &oom);
+    free(j.scratch);
+    return r;
+}
 #endif

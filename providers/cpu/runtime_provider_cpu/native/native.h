@@ -303,6 +303,12 @@ int dwf_setup(dwf_job *j, const char *fn);
 void dwf_range(const dwf_job *j, const float *xs, Py_ssize_t pbase, float *scratch, Py_ssize_t p0, Py_ssize_t p1);
 /* j on up to threads threads, then the caller's nbuf buffers released: None, or NULL with an error */
 PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf);
+/* whether the channels-in-lanes depthwise kernel takes a window of these sizes and dilations */
+int dwl_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t dh, Py_ssize_t dw);
+/* depthwise2d with 16 channels of an image in the vector lanes; g: N, C, H, W, OH, OW, KH, KW,
+   sh, sw, pt, pl. Then the caller's nbuf buffers released */
+PyObject *dwl_run(const float *x, const float *w, const float *b, float *y, const Py_ssize_t *g, float lo, float hi,
+                  int threads, Py_buffer *v, int nbuf);
 #endif
 
 /* ---- the entry points (module.c lists them) -------------------------------------------- */

@@ -332,20 +332,27 @@ def lppool_18(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, 
     return _lppool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides)
 
 
+def row_means(xc, n):
+    """The mean of each of the ``n`` rows of the C-contiguous, non-empty float ``xc`` read as
+    ``[n, -1]`` (GlobalAveragePool; ReduceMean over trailing axes, squeeze-excite's): one
+    contiguous axis, where np.mean over two axes is slower (the same pairwise sum)."""
+    r = xc.reshape(n, -1)
+    if r.shape[1] <= 4096:
+        # einsum's SIMD row sums for small planes (a sequential sum in 8-16 lanes; numpy's
+        # pairwise one is kept for larger planes)
+        s = np.einsum("ij->i", r)
+    else:
+        s = np.add.reduce(r, axis=1)
+    s /= xc.dtype.type(r.shape[1])
+    return s
+
+
 @kernel("GlobalAveragePool", 1, 22, dtypes=_FLOAT)
 def global_average_pool(ctx, x):
     cd = _cdtype(x.dtype)
     xc = _as(x, cd)
     if x.ndim >= 3 and xc.flags.c_contiguous and x.size:
-        # one contiguous axis: np.mean over two axes is slower (the same pairwise sum)
-        n = xc.shape[0] * xc.shape[1]
-        if x.size // n <= 4096:
-            # einsum's SIMD row sums for small planes (a sequential sum in 8-16 lanes;
-            # numpy's pairwise one is kept for larger planes)
-            s = np.einsum("ij->i", xc.reshape(n, -1))
-        else:
-            s = np.add.reduce(xc.reshape(n, -1), axis=1)
-        s /= cd.type(x.size // n)
+        s = row_means(xc, xc.shape[0] * xc.shape[1])
         return _as(s.reshape(x.shape[:2] + (1,) * (x.ndim - 2)), x.dtype)
     return _as(np.mean(xc, axis=_spatial_axes(x), keepdims=True), x.dtype)
 

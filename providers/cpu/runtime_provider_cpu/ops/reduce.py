@@ -12,10 +12,13 @@ float64 and are cast back. float16 / bfloat16 accumulate in float32.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._common import normalize_axes, normalize_axis
 from ._dtypes import _ML_FLOATS, reg
+from .pool import row_means
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -64,6 +67,10 @@ def _r_sum(x, axes, keepdims):
     return _sum(x, axes, keepdims)
 
 
+#: the dtypes whose mean over trailing axes takes pool.row_means
+_ROW_MEAN = (np.dtype(np.float32), np.dtype(np.float64))
+
+
 def _r_mean(x, axes, keepdims):
     n = _count(x, axes)
     if x.dtype.kind in "iu":
@@ -75,6 +82,12 @@ def _r_mean(x, axes, keepdims):
         if x.dtype.kind == "i":
             q = q + ((s % wide(n) != 0) & (s < 0)).astype(wide)  # truncate toward zero
         return q
+    k = x.ndim - len(axes) if axes is not None else 0
+    if (n and x.dtype in _ROW_MEAN and x.flags.c_contiguous and axes and 0 < k
+            and sorted(axes) == list(range(k, x.ndim))):
+        # the trailing axes (squeeze-excite's spatial mean): rows of one contiguous axis
+        s = row_means(x, math.prod(x.shape[:k]))
+        return s.reshape(x.shape[:k] + (1,) * len(axes) if keepdims else x.shape[:k])
     s = _sum(x, axes, keepdims)
     return s / s.dtype.type(n) if n else s * s.dtype.type(np.nan)
 
