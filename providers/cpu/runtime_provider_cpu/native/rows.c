@@ -338,7 +338,8 @@ PyObject *rc_py_skip_layer_norm(PyObject *self, PyObject *args)
  * transpose never made. LN_CF positions a step, their channel values read side by side
  * (contiguous in x); two passes for the mean and the centred squares, then the normalised
  * rows. Split over blocks of positions on the kernel threads. */
-#define LN_CF 16
+#define LN_CF 64 /* positions a step: 256 contiguous bytes of each channel row */
+#define LN_CT 16 /* channels a tile of the transposed write */
 typedef struct {
     const float *x, *gamma, *beta;
     float *y, *mean_out, *inv_out;
@@ -365,19 +366,19 @@ static inline __attribute__((always_inline)) void lncf_block(const lncf_job *j, 
         }
     for (Py_ssize_t k = 0; k < nk; k++)
         inv[k] = (float)(1.0 / sqrt((double)sq[k] / (double)d + (double)j->eps));
-    /* 16 channels x the positions normalised side by side into t, then written as 16
-       whole-channel runs of each position's row */
-    float t[LN_CF][LN_CF];
+    /* LN_CT channels x the positions normalised side by side into t, then written as
+       LN_CT-channel runs of each position's row */
+    float t[LN_CT][LN_CF];
     Py_ssize_t c0 = 0;
-    for (; c0 + LN_CF <= d; c0 += LN_CF) {
-        for (int c = 0; c < LN_CF; c++) {
+    for (; c0 + LN_CT <= d; c0 += LN_CT) {
+        for (int c = 0; c < LN_CT; c++) {
             const float g = j->gamma[c0 + c], bb = j->beta ? j->beta[c0 + c] : 0.0f;
             const float *xc = x + (c0 + c) * P;
             for (int k = 0; k < LN_CF; k++)
                 t[c][k] = (xc[k < nk ? k : 0] - mean[k]) * inv[k] * g + bb;
         }
         for (Py_ssize_t k = 0; k < nk; k++)
-            for (int c = 0; c < LN_CF; c++)
+            for (int c = 0; c < LN_CT; c++)
                 y[k * d + c0 + c] = t[c][k];
     }
     for (Py_ssize_t k = 0; k < nk; k++)
