@@ -359,6 +359,64 @@ class MatMulAddFusion(RewriteRule):
         return False
 
 
+class LayerScaleFusion(RewriteRule):
+    """``Transpose(MatMul(x, W) + b) * gamma`` (ConvNeXt's layer scale after its second
+    Linear and the permute back to NCHW: gamma [C, 1, 1] on the channel axis the Transpose
+    moved the product's last axis to) -> ``Transpose(MatMul(x, W * gamma) + b * gamma)``:
+    one pass over the activations fewer, the scale folded into the constant weights. W, b
+    and gamma float32 constants, b of shape [N], gamma 1 on every axis but that one;
+    the intermediates read only inside the pattern."""
+
+    name = "LayerScaleFusion"
+    level = EXTENDED
+    targets = frozenset({"Mul"})
+
+    def rewrite(self, ed: Editor, mul: Node) -> bool:
+        if len(mul.inputs) != 2:
+            return False
+        for t, g in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
+            tr = op_of(ed, t, "Transpose")
+            gamma = ed.const(g)
+            if tr is None or gamma is None or gamma.dtype != F32 or not ed.single_use(t, mul) or t == g:
+                continue
+            add = op_of(ed, tr.inputs[0], "Add")
+            if add is None or len(add.inputs) != 2 or not ed.single_use(tr.inputs[0], tr):
+                return False
+            for y, bn in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+                mm = op_of(ed, y, "MatMul")
+                w, b = (ed.const(mm.inputs[1]), ed.const(bn)) if mm is not None else (None, None)
+                if mm is None or w is None or b is None or not ed.single_use(y, add) or y == bn:
+                    continue
+                if w.dtype != F32 or w.ndim != 2 or b.dtype != F32 or b.shape != (w.shape[1],):
+                    return False
+                n = w.shape[1]
+                ys = ed.shape(y)
+                if ys is None or len(ys) < 2:
+                    return False
+                rk = len(ys)
+                perm = list(tr.attrs.get("perm") or range(rk)[::-1])
+                if sorted(perm) != list(range(rk)) or gamma.ndim > rk:
+                    return False
+                at = perm.index(rk - 1)  # where the product's last axis (N) lands
+                gs = (1,) * (rk - gamma.ndim) + gamma.shape
+                if any(d != 1 for i, d in enumerate(gs) if i != at) or gs[at] not in (1, n):
+                    return False
+                gv = np.broadcast_to(gamma.reshape(-1), (n,)).astype(F32)
+                wn = ed.add_const(np.ascontiguousarray(w * gv[None, :], dtype=F32), mm.inputs[1] + "_scaled")
+                bsc = ed.add_const((b * gv).astype(F32), bn + "_scaled")
+                new = [ed.new_node("MatMul", [mm.inputs[0], wn], [y], base=mm.name + "_scaled"),
+                       ed.new_node("Add", [y, bsc] if add.inputs[0] == y else [bsc, y], [add.outputs[0]],
+                                   base=add.name + "_scaled"),
+                       ed.g.make_node("Transpose", [add.outputs[0]], [mul.outputs[0]],
+                                      name=ed.fresh(tr.name + "_scaled"), proto_attrs=tr.proto_attrs)]
+                if ed.replace([mm, add, tr, mul], new):
+                    ed.log("%s folded into %s's weights", mul.name, mm.name)
+                    return True
+                return False
+            return False
+        return False
+
+
 class FlattenedGemmFusion(RewriteRule):
     """``Reshape(Gemm(Reshape(x, [*, D]), W, c), [*x.shape[:-1], N])`` (GPT-2's Conv1D, and
     ``nn.Linear`` in TorchScript exports at opset < 14 style) -> ``MatMul(x, W) + c``: the

@@ -42,6 +42,7 @@ from .linear_fusions import (
     ConvBatchNormFusion,
     ConvMulFusion,
     FlattenedGemmFusion,
+    LayerScaleFusion,
     MatMulAddFusion,
 )
 from .norm_fusions import LayerNormFusion, RMSNormFusion, SkipLayerNormFusion, SkipSimplifiedLayerNormFusion
@@ -56,7 +57,7 @@ EXTENDED_PASSES: list[Pass] = [
     FlattenedGemmFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(),
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
-    MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(),
+    LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(),
 ]
 
 _dce_after_fusions = DeadNodeElimination()

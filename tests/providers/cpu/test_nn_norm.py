@@ -216,3 +216,42 @@ def test_dropout_training(ratio):
     np.testing.assert_allclose(y[mask], x[mask] * scale, rtol=1e-6)
     assert not y[~mask].any()
     assert abs((~mask).mean() - ratio) < 0.03
+
+
+@pytest.mark.parametrize("shape", [(2, 40, 5, 7), (1, 96, 8, 8), (1, 8, 3, 4, 5), (3, 5, 2)])
+@pytest.mark.parametrize("n_out", [1, 3])
+def test_layer_norm_over_channels_of_a_transpose(shape, n_out, monkeypatch):
+    # ConvNeXt: LayerNormalization of the NHWC Transpose of an NCHW tensor, read in place by
+    # the compiled kernel (the spy shows it ran) and written as the NHWC result
+    from runtime_provider_cpu.fast.policy import current
+
+    nat = current().native
+    calls = []
+    if nat is not None:
+        real = nat.layer_norm_cf
+
+        class Spy:
+            def __getattr__(self, name):
+                return getattr(nat, name)
+
+            def layer_norm_cf(self, *a):
+                calls.append(a[6])
+                return real(*a)
+
+        import runtime_provider_cpu.ops.norm as norm_mod
+
+        monkeypatch.setattr(norm_mod, "current", lambda: current().replace(native=Spy()))
+    perm = [0] + list(range(2, len(shape))) + [1]
+    x = rnd(*shape) * np.float32(3) + np.float32(1)
+    inits = {"s": rnd(shape[1]), "b": rnd(shape[1])}
+    outs = ["y", "mean", "inv"][:n_out]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=perm),
+             helper.make_node("LayerNormalization", ["t", "s", "b"], outs, axis=-1, epsilon=1e-6)]
+    model = make_model(nodes, {"x": x}, outs, opset=17, initializers=inits)
+    ours, _ = run_ours(model, {"x": x})
+    ref = run_oracle(model, {"x": x})
+    for a, r in zip(ours, ref):
+        np.testing.assert_allclose(a, r, rtol=1e-4, atol=1e-5)
+        assert a.shape == r.shape
+    if nat is not None:
+        assert calls, "the channels-first kernel did not run"

@@ -152,6 +152,10 @@ static PyMethodDef methods[] = {
      "pointwise(w, x, b, z, y, (M, K, P), lo, hi, threads)\n"
      "y[M][P] = clip(w[M][K] @ x[K][P] + b (+ z), lo, hi) in float32, blocks of y split between\n"
      "the kernel threads, each one single-threaded sgemm (set_sgemm's) and its epilogue."},
+    {"layer_norm_cf", rc_py_layer_norm_cf, METH_VARARGS,
+     "layer_norm_cf(x, gamma, beta, y, mean, inv_std_var, (n, d, p), eps, threads)\n"
+     "LayerNormalization over the d channels of channels-first float32 x [n][d][p], y written\n"
+     "[n][p][d] (beta, mean and inv_std_var [n][p] may be None; y must not be x)."},
     {"skip_layer_norm", rc_py_skip_layer_norm, METH_VARARGS,
      "skip_layer_norm(x, skip, gamma, beta, bias, y, mean, inv_std_var, sum, (rows, d, skip_rows), eps, rms=False)\n"
      "SkipLayerNormalization of C-contiguous float32 rows (skip, beta, bias and the outputs mean,\n"

@@ -333,6 +333,132 @@ PyObject *rc_py_skip_layer_norm(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* layer_norm_cf: LayerNormalization over the channels of channels-first x [n][d][p] (the
+ * last axis of its NHWC transpose, as ConvNeXt exports it), y written [n][p][d]: the
+ * transpose never made. LN_CF positions a step, their channel values read side by side
+ * (contiguous in x); two passes for the mean and the centred squares, then the normalised
+ * rows. Split over blocks of positions on the kernel threads. */
+#define LN_CF 64 /* positions a step: 256 contiguous bytes of each channel row */
+#define LN_CT 16 /* channels a tile of the transposed write */
+typedef struct {
+    const float *x, *gamma, *beta;
+    float *y, *mean_out, *inv_out;
+    Py_ssize_t n, d, p, blocks;
+    float eps;
+} lncf_job;
+
+static inline __attribute__((always_inline)) void lncf_block(const lncf_job *j, Py_ssize_t img, Py_ssize_t p0,
+                                                             Py_ssize_t nk)
+{
+    const Py_ssize_t d = j->d, P = j->p;
+    const float *x = j->x + img * d * P + p0;
+    float *y = j->y + (img * P + p0) * d;
+    float sum[LN_CF] = {0}, sq[LN_CF] = {0}, mean[LN_CF] = {0}, inv[LN_CF] = {0};
+    for (Py_ssize_t c = 0; c < d; c++)
+        for (Py_ssize_t k = 0; k < nk; k++)
+            sum[k] += x[c * P + k];
+    for (Py_ssize_t k = 0; k < nk; k++)
+        mean[k] = sum[k] / (float)d;
+    for (Py_ssize_t c = 0; c < d; c++)
+        for (Py_ssize_t k = 0; k < nk; k++) {
+            const float dv = x[c * P + k] - mean[k];
+            sq[k] += dv * dv;
+        }
+    for (Py_ssize_t k = 0; k < nk; k++)
+        inv[k] = (float)(1.0 / sqrt((double)sq[k] / (double)d + (double)j->eps));
+    /* LN_CT channels x the positions normalised side by side into t, then written as
+       LN_CT-channel runs of each position's row */
+    float t[LN_CT][LN_CF];
+    Py_ssize_t c0 = 0;
+    for (; c0 + LN_CT <= d; c0 += LN_CT) {
+        for (int c = 0; c < LN_CT; c++) {
+            const float g = j->gamma[c0 + c], bb = j->beta ? j->beta[c0 + c] : 0.0f;
+            const float *xc = x + (c0 + c) * P;
+            for (int k = 0; k < LN_CF; k++)
+                t[c][k] = (xc[k < nk ? k : 0] - mean[k]) * inv[k] * g + bb;
+        }
+        for (Py_ssize_t k = 0; k < nk; k++)
+            for (int c = 0; c < LN_CT; c++)
+                y[k * d + c0 + c] = t[c][k];
+    }
+    for (Py_ssize_t k = 0; k < nk; k++)
+        for (Py_ssize_t c = c0; c < d; c++)
+            y[k * d + c] = (x[c * P + k] - mean[k]) * inv[k] * j->gamma[c] + (j->beta ? j->beta[c] : 0.0f);
+    for (Py_ssize_t k = 0; k < nk; k++) {
+        if (j->mean_out)
+            j->mean_out[img * P + p0 + k] = mean[k];
+        if (j->inv_out)
+            j->inv_out[img * P + p0 + k] = inv[k];
+    }
+}
+
+/* whole blocks with the step's width a constant (the loops over it vectorised) */
+RC_CLONES
+static void lncf_whole(const lncf_job *j, Py_ssize_t img, Py_ssize_t p0)
+{
+    lncf_block(j, img, p0, LN_CF);
+}
+
+RC_CLONES
+static void lncf_tail(const lncf_job *j, Py_ssize_t img, Py_ssize_t p0, Py_ssize_t nk)
+{
+    lncf_block(j, img, p0, nk);
+}
+
+static void lncf_part(void *arg, int part, int parts)
+{
+    const lncf_job *j = (const lncf_job *)arg;
+    const Py_ssize_t per = (j->p + LN_CF - 1) / LN_CF, all = j->n * per;
+    for (Py_ssize_t u = all * part / parts; u < all * (part + 1) / parts; u++) {
+        const Py_ssize_t img = u / per, p0 = (u - img * per) * LN_CF;
+        if (j->p - p0 >= LN_CF)
+            lncf_whole(j, img, p0);
+        else
+            lncf_tail(j, img, p0, j->p - p0);
+    }
+}
+
+PyObject *rc_py_layer_norm_cf(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *go, *bo, *yo, *mo, *io;
+    Py_ssize_t n, d, p;
+    float eps;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOOOOO(nnn)fi:layer_norm_cf", &xo, &go, &bo, &yo, &mo, &io, &n, &d, &p, &eps,
+                          &threads))
+        return NULL;
+    if (n < 0 || d < 1 || p < 0) {
+        PyErr_SetString(PyExc_ValueError, "layer_norm_cf: n and p must be >= 0, d >= 1");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t np_ = sz_mul(&sz, "the positions", n, p), all = sz_mul(&sz, "X's size", np_, d);
+    if (sz_check(&sz, "layer_norm_cf", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[6]; /* X, gamma, beta, Y, mean, inv_std_var */
+    const rc_buf spec[6] = {{xo, all, RC_F32, 0, 0, "X"}, {go, d, RC_F32, 0, 0, "gamma"},
+                            {bo, d, RC_F32, 0, 1, "beta"}, {yo, all, RC_F32, 1, 0, "Y"},
+                            {mo, np_, RC_F32, 1, 1, "mean"}, {io, np_, RC_F32, 1, 1, "inv_std_var"}};
+    if (get_buffers("layer_norm_cf", spec, v, 6) < 0)
+        return NULL;
+    if (v[0].buf == v[3].buf && all > 0) {
+        release_buffers(v, 6);
+        PyErr_SetString(PyExc_ValueError, "layer_norm_cf: Y must not be X");
+        return NULL;
+    }
+    lncf_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
+                  (float *)v[3].buf, (float *)v[4].buf, (float *)v[5].buf, n, d, p, 0, eps};
+    const Py_ssize_t units = n * ((p + LN_CF - 1) / LN_CF);
+    int th = threads < 1 ? 1 : threads;
+    const int parts = units ? rc_parts(4.0 * (double)all, 2.5e5, units, &th) : 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (parts)
+        rc_parallel(lncf_part, &j, parts, th);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 6);
+    Py_RETURN_NONE;
+}
+
 /* softmax_rows: the softmax of every row of z in place, the numpy path's arithmetic
  * (ops/fused._softmax_inplace) in one pass a row: the row maximum (0 where it is not finite),
  * exp of the differences (exactly 0 below exp's float range, as numpy's exp gives), their sum

@@ -170,6 +170,16 @@ def layer_norm_inplace(ctx, owned, x, scale, b=None, *, axis, epsilon, stash_typ
     return _layer_norm(ctx, x, scale, b, axis, epsilon, stash_type, True)
 
 
+def _channels_first(x, ax):
+    """x's channels-first array where x (rank >= 3, normalised over its last axis only) is a
+    transposed view whose last axis is that array's second, as ``Transpose(perm=[0, 2, ..,
+    1])`` of a C-contiguous [N, C, ...] leaves it; else None."""
+    if x.ndim < 3 or ax != x.ndim - 1 or x.flags.c_contiguous:
+        return None
+    base = x.transpose((0, x.ndim - 1) + tuple(range(1, x.ndim - 1)))
+    return base if base.flags.c_contiguous else None
+
+
 def _layer_norm(ctx, x, scale, b, axis, epsilon, stash_type, owned):
     dt = x.dtype
     cd = _STASH[stash_type]
@@ -182,10 +192,20 @@ def _layer_norm(ctx, x, scale, b, axis, epsilon, stash_type, owned):
         # one compiled pass a row (``_native.skip_layer_norm`` without a skip): numpy's took
         # BLAS products with ones for the means, which woke BLAS's worker threads
         d = scale.size
-        y = x if owned and x.flags.c_contiguous else np.empty(x.shape, _F32)
         st = x.shape[:ax] + (1,) * (x.ndim - ax)
         mean = np.empty(st, _F32) if ctx.n_outputs > 1 else None
         inv = np.empty(st, _F32) if ctx.n_outputs > 2 else None
+        cf = _channels_first(x, ax)
+        if cf is not None:
+            # the last axis of a channels-first tensor's NHWC view (ConvNeXt): read in place,
+            # the transpose never copied
+            y = np.empty(x.shape, _F32)
+            nat.layer_norm_cf(cf, np.ascontiguousarray(scale).reshape(d),
+                              None if b is None else np.ascontiguousarray(b).reshape(d), y, mean, inv,
+                              (cf.shape[0], d, cf.size // (cf.shape[0] * d)),
+                              float(epsilon), getattr(ctx, "threads", 1))
+            return (y, mean, inv)[:ctx.n_outputs] if ctx.n_outputs > 1 else y
+        y = x if owned and x.flags.c_contiguous else np.empty(x.shape, _F32)
         nat.skip_layer_norm(np.ascontiguousarray(x), None, np.ascontiguousarray(scale).reshape(d),
                                 None if b is None else np.ascontiguousarray(b).reshape(d), None, y, mean, inv,
                                 None, (x.size // d, d, 1), float(epsilon))
