@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
