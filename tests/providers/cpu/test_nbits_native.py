@@ -183,3 +183,30 @@ def test_bad_buffers_raise():
         NATIVE.nbits_matmul(a, b, s, None, False, None, y, (2, K, N, 512), 1)
     with pytest.raises(ValueError, match="Y holds"):
         NATIVE.nbits_matmul(a, b, s, None, False, None, y[:1], (2, K, N, bs), 1)
+
+
+@pytest.mark.parametrize("rows", [2, 16])
+def test_large_weight_or_few_rows_take_the_kernel_unmeasured(cpu_policy, monkeypatch, rows):
+    """A few rows (the per-column path reads the codes once), or many rows of a weight whose
+    float copy passes NBITS_COPY_MAX on the AVX-512 tiles: the kernel, no float copy made at all;
+    elsewhere (the tiles' portable build) both are measured on a slice."""
+    from runtime_provider_cpu.fast import autotune
+
+    cpu_policy(nbits_kernel="", tune=True)
+    autotune.forget()
+    calls = []
+    real = qc._nbits_weight
+    monkeypatch.setattr(qc, "_nbits_weight", lambda *a: calls.append(a[4]) or real(*a))
+    K, N = 1024, qc.NBITS_COPY_MAX // 4096 + 32
+    rng = np.random.default_rng(5)
+    inits = _inputs(rng, K, N, 128, "packed")
+    n = helper.make_node("MatMulNBits", ["a", "b", "s", "z"], ["y"], domain=MS, K=K, N=N, bits=4, block_size=128)
+    m = _model([n], inits)
+    a = rng.standard_normal((rows, K)).astype(np.float32)
+    got = rt.InferenceSession(m).run(None, {"a": a})[0]
+    if rows <= NATIVE.NBITS_DOT_ROWS or NATIVE.CONV_FAST:
+        assert calls == []
+    else:
+        assert calls[0] == qc.NBITS_TUNE_COLS
+    w = real(inits["b"], inits["s"], inits["z"], K, N, K // 128, 128, "t")
+    assert np.all(np.abs(got - _ort(m, {"a": a})) <= _dot_bound(a, w))

@@ -17,7 +17,7 @@
 #include "native.h"
 
 #define NB_KC 256     /* terms a chunk: a multiple of every block size taken (16 to 256) */
-#define NB_DOT_MAX 4  /* rows that take the per-column path */
+#define NB_DOT_MAX RC_NBITS_DOT_ROWS
 #define NB_GCOLS 16   /* columns a unit of the per-column path */
 
 typedef uint32_t nb_u32x16 __attribute__((vector_size(64)));

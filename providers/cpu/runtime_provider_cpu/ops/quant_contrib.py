@@ -284,6 +284,10 @@ def _nbits_weight(b, scales, zero_points, K, N, nb, block_size, op):
 #: the columns a MatMulNBits choice is measured on (both candidates on the same slice of the
 #: weight's rows, so that the measurement never makes a float copy of a large weight)
 NBITS_TUNE_COLS = 512
+#: bytes of float copy the dequantized weight may keep where the kernel's tiles are the AVX-512
+#: build: a larger weight takes the kernel unmeasured (the copy is 8 times the codes' memory,
+#: the model's whole weight memory again; the kernel runs the same register tiles as Linear)
+NBITS_COPY_MAX = 4 << 20
 
 
 def _nbits_zp_ok(zero_points, N, nb):
@@ -346,7 +350,12 @@ def _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op)
     threads = max(1, int(getattr(ctx, "threads", 1)))
     R = a2.shape[0]
     key = autotune.cache_key("nbits", (R, K, N, block_size), "float32", threads)
-    name = autotune.decide("nbits", key, ["dequant", "native"], "dequant", getattr(ctx, "tune", True))
+    names = ["dequant", "native"]
+    # a few rows read the codes once (an eighth of the float weight's bytes); many rows of a
+    # large weight on the AVX-512 tiles: not worth a float copy of it
+    if R <= getattr(nat, "NBITS_DOT_ROWS", 0) or (getattr(nat, "CONV_FAST", 0) and 4 * K * N > NBITS_COPY_MAX):
+        names = ["native"]
+    name = autotune.decide("nbits", key, names, "dequant", getattr(ctx, "tune", True))
     if name is None:
         n = min(N, NBITS_TUNE_COLS)
         w = _nbits_weight(b.reshape(N, -1)[:n], scales.reshape(N, nb)[:n],
