@@ -99,6 +99,7 @@ def test_native_keeps_no_float_weight(cpu_policy, monkeypatch):
     sess = rt.InferenceSession(_model([n], inits))
     for rows in (1, 20, 1):
         sess.run(None, {"a": rng.standard_normal((rows, 128)).astype(np.float32)})
+    assert sess.run(None, {"a": np.zeros((0, 128), np.float32)})[0].shape == (0, 64)  # an empty batch too
     assert calls == []
 
 

@@ -393,8 +393,10 @@ def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, 
     cache = getattr(ctx, "cache", None)
     const = cache is not None and all(_is_const(ctx, i, v) for i, v in ((1, b), (2, scales), (3, zero_points))
                                       if v is not None)
+    if a.size == 0:  # an empty batch: no weight needed
+        return np.zeros(a.shape[:-1] + (N,), a.dtype)
     a2 = np.ascontiguousarray(a.reshape(-1, K), dtype=_F32)
-    if a2.shape[0] and type(a) is np.ndarray:
+    if type(a) is np.ndarray:
         plans = cache.setdefault("nbits_plans", {}) if const else {}
         plan = plans.get(a2.shape[0])
         if plan is None:
