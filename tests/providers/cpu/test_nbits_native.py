@@ -211,3 +211,33 @@ def test_large_weight_or_few_rows_take_the_kernel_unmeasured(cpu_policy, monkeyp
         assert calls[0] == qc.NBITS_TUNE_COLS
     w = real(inits["b"], inits["s"], inits["z"], K, N, K // 128, 128, "t")
     assert np.all(np.abs(got - _ort(m, {"a": a})) <= _dot_bound(a, w))
+
+
+def test_extreme_sizes_give_typed_errors():
+    """Sizes up to 2^63 - 1 (their products overflowing): a ValueError or MemoryError, never a
+    signal; in a child process, so that a crash fails this test instead of ending pytest."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np
+        from runtime_provider_cpu import _native as nv
+        rng = np.random.default_rng(0)
+        big = [1, 3, 16, 2 ** 31 - 1, 2 ** 32 + 1, 2 ** 40, 2 ** 62, 2 ** 63 - 1]
+        a, b, s, y = (np.zeros(64, np.float32), np.zeros(64, np.uint8), np.ones(8, np.float32),
+                      np.zeros(64, np.float32))
+        typed = 0
+        for case in range(300):
+            M, K, N = (int(rng.choice(big)) for _ in range(3))
+            bs = int(rng.choice([16, 32, 256]))
+            zp = [None, np.zeros(8, np.uint8), np.zeros(8, np.float32)][case % 3]
+            try:
+                nv.nbits_matmul(a, b, s, zp, case % 3 == 2, None, y, (M, K, N, bs), 2)
+            except (ValueError, MemoryError):
+                typed += 1
+        print(typed)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert int(r.stdout) > 0

@@ -236,7 +236,8 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
                         "nbits_matmul: sizes must be positive and block_size a power of two in [16, 256]");
         return NULL;
     }
-    const Py_ssize_t nb = (K + bs - 1) / bs, zb = (nb + 1) / 2, np_ = (M + LN_RP - 1) / LN_RP;
+    /* quotients rounded up without adding first: sizes up to PY_SSIZE_T_MAX do not wrap */
+    const Py_ssize_t nb = K / bs + (K % bs != 0), zb = nb / 2 + (nb & 1), np_ = M / LN_RP + (M % LN_RP != 0);
     rc_sz sz = {NULL};
     const Py_ssize_t an = sz_mul(&sz, "A's size", M, K), yn = sz_mul(&sz, "Y's size", M, N);
     const Py_ssize_t bn = sz_mul3(&sz, "B's size", N, nb, bs / 2), sn = sz_mul(&sz, "the scales' size", N, nb);
@@ -244,7 +245,8 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
     if (sz_check(&sz, "nbits_matmul", PyExc_ValueError) < 0)
         return NULL;
     const int dot = M <= NB_DOT_MAX;
-    const Py_ssize_t apn = dot ? sz_mul3(&sz, "the padded rows", M, nb * bs, RC_F32)
+    const Py_ssize_t Kp = sz_mul(&sz, "the padded rows", nb, bs);
+    const Py_ssize_t apn = dot ? sz_mul3(&sz, "the padded rows", M, Kp, RC_F32)
                                : sz_mul4(&sz, "the packed rows", np_, K, LN_RP, RC_F32);
     if (sz_check(&sz, "nbits_matmul", PyExc_MemoryError) < 0)
         return NULL;
@@ -258,7 +260,7 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
     const int oom = ap == NULL;
     nb_job j = {(const float *)v[0].buf, (const float *)v[2].buf, zfloat ? (const float *)v[3].buf : NULL,
                 (const float *)v[4].buf, (const uint8_t *)v[1].buf, zfloat ? NULL : (const uint8_t *)v[3].buf,
-                ap, (float *)v[5].buf, M, K, N, bs, nb, zb, nb * bs, np_};
+                ap, (float *)v[5].buf, M, K, N, bs, nb, zb, Kp, np_};
     if (!oom) {
         Py_BEGIN_ALLOW_THREADS
         const double work = 2.0 * (double)M * (double)K * (double)N;
