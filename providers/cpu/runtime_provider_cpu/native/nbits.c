@@ -27,6 +27,7 @@ typedef struct {
     const uint8_t *b, *zp;
     float *ap, *y;
     Py_ssize_t M, K, N, bs, nb, zb, Kp, bp; /* Kp: a's padded rows (per-column path); bp: row panels a unit */
+    int wide; /* the per-column path's AVX-512 loop: a's rows de-interleaved, even terms then odd, per 32 */
 } nb_job;
 
 /* column n's zero point of block blk */
@@ -104,14 +105,74 @@ RC_CLONES static void nb_dot_cols(const nb_job *j, Py_ssize_t n0, Py_ssize_t n1)
     }
 }
 
+#if DWF_OK
+/* the per-column path's AVX-512 loop for blocks of 32 and more: 32 codes a step, widened by
+ * one vpmovzxbd and split into the even (low nibble) and odd (high nibble) terms, against a's
+ * rows de-interleaved the same way; two accumulators a row */
+DWF_TARGET static inline __attribute__((always_inline)) void nb_dot512_body(const nb_job *j, Py_ssize_t n0,
+                                                                            Py_ssize_t n1, const int MR)
+{
+    const Py_ssize_t bs = j->bs, nb = j->nb, bb = bs / 2, K = j->K;
+    const __m512i lo4 = _mm512_set1_epi32(15);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (Py_ssize_t n = n0; n < n1; n++) {
+        __m512 ae[NB_DOT_MAX], ao[NB_DOT_MAX];
+        for (int m = 0; m < MR; m++)
+            ae[m] = ao[m] = _mm512_setzero_ps();
+        const uint8_t *q = j->b + n * nb * bb;
+        for (Py_ssize_t blk = 0; blk < nb; blk++, q += bb) {
+            const __m512 s = _mm512_set1_ps(j->s[n * nb + blk]), z = _mm512_set1_ps(nb_zero(j, n, blk));
+            for (Py_ssize_t g = 0; g < bs / 32; g++) {
+                const Py_ssize_t k = blk * bs + 32 * g;
+                if (k >= K)
+                    break;
+                const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g)));
+                __m512 we = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(x, lo4)), z), s);
+                __m512 wo = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4)), z), s);
+                if (k + 32 > K) { /* the last block's terms past K: its padding codes are not the weight's */
+                    const __m512i left = _mm512_set1_epi32((int)(K - k));
+                    we = _mm512_maskz_mov_ps(_mm512_cmplt_epi32_mask(even, left), we);
+                    wo = _mm512_maskz_mov_ps(_mm512_cmplt_epi32_mask(odd, left), wo);
+                }
+                for (int m = 0; m < MR; m++) {
+                    ae[m] = _mm512_fmadd_ps(we, _mm512_loadu_ps(j->ap + m * j->Kp + k), ae[m]);
+                    ao[m] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(j->ap + m * j->Kp + k + 16), ao[m]);
+                }
+            }
+        }
+        const float b = j->bias ? j->bias[n] : 0.0f;
+        for (int m = 0; m < MR; m++)
+            j->y[m * j->N + n] = _mm512_reduce_add_ps(_mm512_add_ps(ae[m], ao[m])) + b;
+    }
+}
+
+DWF_TARGET static void nb_dot512(const nb_job *j, Py_ssize_t n0, Py_ssize_t n1)
+{
+    switch (j->M) {
+    case 1: nb_dot512_body(j, n0, n1, 1); break;
+    case 2: nb_dot512_body(j, n0, n1, 2); break;
+    case 3: nb_dot512_body(j, n0, n1, 3); break;
+    default: nb_dot512_body(j, n0, n1, 4); break;
+    }
+}
+#endif
+
 static void nb_dot_part(void *arg, int part, int parts)
 {
     const nb_job *j = (const nb_job *)arg;
     const Py_ssize_t units = (j->N + NB_GCOLS - 1) / NB_GCOLS;
     const Py_ssize_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
     const Py_ssize_t n1 = u1 * NB_GCOLS < j->N ? u1 * NB_GCOLS : j->N;
-    if (u0 < u1)
-        nb_dot_cols(j, u0 * NB_GCOLS, n1);
+    if (u0 >= u1)
+        return;
+#if DWF_OK
+    if (j->wide) {
+        nb_dot512(j, u0 * NB_GCOLS, n1);
+        return;
+    }
+#endif
+    nb_dot_cols(j, u0 * NB_GCOLS, n1);
 }
 
 /* ---- the panel path ------------------------------------------------------------------- */
@@ -260,14 +321,22 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
     const int oom = ap == NULL;
     nb_job j = {(const float *)v[0].buf, (const float *)v[2].buf, zfloat ? (const float *)v[3].buf : NULL,
                 (const float *)v[4].buf, (const uint8_t *)v[1].buf, zfloat ? NULL : (const uint8_t *)v[3].buf,
-                ap, (float *)v[5].buf, M, K, N, bs, nb, zb, Kp, np_};
+                ap, (float *)v[5].buf, M, K, N, bs, nb, zb, Kp, np_, DWF_OK && rc_conv_fast && bs >= 32};
     if (!oom) {
         Py_BEGIN_ALLOW_THREADS
         const double work = 2.0 * (double)M * (double)K * (double)N;
         if (dot) {
             for (Py_ssize_t m = 0; m < M; m++) {
-                memcpy(ap + m * j.Kp, j.a + m * K, sizeof(float) * (size_t)K);
-                memset(ap + m * j.Kp + K, 0, sizeof(float) * (size_t)(j.Kp - K));
+                float *d = ap + m * j.Kp;
+                const float *src = j.a + m * K;
+                if (!j.wide) {
+                    memcpy(d, src, sizeof(float) * (size_t)K);
+                    memset(d + K, 0, sizeof(float) * (size_t)(j.Kp - K));
+                } else /* each 32 terms in the order nb_dot512 reads the codes: even, then odd */
+                    for (Py_ssize_t k = 0; k < j.Kp; k++) {
+                        const Py_ssize_t sk = (k & ~(Py_ssize_t)31) + 2 * (k & 15) + ((k >> 4) & 1);
+                        d[k] = sk < K ? src[sk] : 0.0f;
+                    }
             }
             const int parts = rc_parts_fine(work, 2.5e5, (N + NB_GCOLS - 1) / NB_GCOLS, &threads);
             rc_parallel(nb_dot_part, &j, parts, threads);
