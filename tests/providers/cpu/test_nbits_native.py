@@ -56,7 +56,17 @@ def _dot_bound(a, w):
     return 2 * K * EPS * (np.abs(a.reshape(-1, K)).astype(np.float64) @ np.abs(w).astype(np.float64)) + 1e-30
 
 
-@pytest.mark.parametrize("rows", [1, 3, 130])
+@pytest.fixture
+def dot_loop(request):
+    """The per-column path's loop the test names: the one this CPU runs, or the portable clones."""
+    NATIVE.nbits_path(1 if request.param == "portable" else 0)
+    yield request.param
+    NATIVE.nbits_path(0)
+
+
+# the per-column path (up to NBITS_DOT_ROWS rows) on both of its loops, the panel path (130 rows)
+@pytest.mark.parametrize("rows,dot_loop", [(1, "cpu"), (1, "portable"), (3, "cpu"), (3, "portable"), (130, "cpu")],
+                         indirect=["dot_loop"])
 @pytest.mark.parametrize("K,N,bs,zp,bias", [
     (64, 32, 16, None, False),
     (200, 45, 64, "packed", True),     # K not a multiple of the block, N not of 32
@@ -64,7 +74,7 @@ def _dot_bound(a, w):
     (300, 33, 128, "packed", False),
     (520, 40, 256, None, True),        # K past one 256-term chunk
 ])
-def test_native_matches_onnxruntime(cpu_policy, rows, K, N, bs, zp, bias):
+def test_native_matches_onnxruntime(cpu_policy, dot_loop, rows, K, N, bs, zp, bias):
     cpu_policy(nbits_kernel="native")
     rng = np.random.default_rng(K * 1000 + rows)
     inits = _inputs(rng, K, N, bs, zp)

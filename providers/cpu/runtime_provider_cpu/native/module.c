@@ -91,6 +91,9 @@ static PyMethodDef methods[] = {
      "block_size (16 to 256, a power of two) along K, q the codes of b [N][ceil(K / block_size)][block_size / 2]\n"
      "(low nibble first); zero_points None (8), packed 4-bit uint8 [N][ceil(blocks / 2)], or float32 like the\n"
      "scales (zp_float); bias None or [N]. Dequantizes in cache: no float copy of w."},
+    {"nbits_path", rc_py_nbits_path, METH_VARARGS,
+     "nbits_path(force=-1) -> nbits_matmul's per-column loop here, \"avx512\" or \"portable\" (force 1: the\n"
+     "portable clones, 0: the CPU's choice; for tests)."},
     {"depthwise2d", rc_py_depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
      "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},

@@ -22,6 +22,9 @@
 
 typedef uint32_t nb_u32x16 __attribute__((vector_size(64)));
 
+/* 1: the per-column path's portable clones even where the AVX-512 loop runs (nbits_path, tests) */
+static int nb_portable;
+
 typedef struct {
     const float *a, *s, *zf, *bias;
     const uint8_t *b, *zp;
@@ -321,7 +324,7 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
     const int oom = ap == NULL;
     nb_job j = {(const float *)v[0].buf, (const float *)v[2].buf, zfloat ? (const float *)v[3].buf : NULL,
                 (const float *)v[4].buf, (const uint8_t *)v[1].buf, zfloat ? NULL : (const uint8_t *)v[3].buf,
-                ap, (float *)v[5].buf, M, K, N, bs, nb, zb, Kp, np_, DWF_OK && rc_conv_fast && bs >= 32};
+                ap, (float *)v[5].buf, M, K, N, bs, nb, zb, Kp, np_, DWF_OK && rc_conv_fast && bs >= 32 && !nb_portable};
     if (!oom) {
         Py_BEGIN_ALLOW_THREADS
         const double work = 2.0 * (double)M * (double)K * (double)N;
@@ -362,4 +365,16 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
     if (oom)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
+}
+
+/* nbits_path(force=-1) -> the per-column path's loop here ("avx512" or "portable"); force 1 takes
+ * the portable clones, 0 the CPU's own choice again (tests reach both on one machine) */
+PyObject *rc_py_nbits_path(PyObject *self, PyObject *args)
+{
+    int force = -1;
+    if (!PyArg_ParseTuple(args, "|i:nbits_path", &force))
+        return NULL;
+    if (force >= 0)
+        nb_portable = force != 0;
+    return PyUnicode_FromString(DWF_OK && rc_conv_fast && !nb_portable ? "avx512" : "portable");
 }
