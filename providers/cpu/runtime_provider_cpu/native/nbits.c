@@ -11,9 +11,10 @@
  *   dequantized into a float panel [kn][32] in L1 (a column at a time, then 16 x 16 register
  *   transposes) and linear's 12 x 32 register tiles pass every 12-row panel of a over it, as
  *   onnxruntime's MLAS dequantizes a column panel for its sgemm kernel.
- * Both are vector-extension C: the clones are picked by the CPU at load (RC_CLONES, and
- * linear's tiles CV_CLONES); whether this beats the dequantized weight and BLAS on a machine
- * is measured (ops/quant_contrib.py, fast/autotune.py). */
+ * Both are vector-extension C whose clones the CPU picks at load (RC_CLONES; linear's tiles
+ * CV_CLONES), plus an AVX-512 intrinsic loop for the per-column path (blocks of 32 and more)
+ * where rc_conv_fast says the CPU runs it; whether this beats the dequantized weight and BLAS
+ * on a machine is measured (ops/quant_contrib.py, fast/autotune.py). */
 #include "native.h"
 
 #define NB_KC 256     /* terms a chunk: a multiple of every block size taken (16 to 256) */
