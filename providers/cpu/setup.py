@@ -27,6 +27,7 @@ SOURCES = [
     "pairs.c",             # conv_maxpool, expand_dw: fused pairs
     "int8.c",              # qgemm (MatMulInteger, QLinearMatMul), dyn_quantize
     "int8_depthwise.c",    # qdwconv (depthwise QLinearConv)
+    "nbits.c",             # nbits_matmul (MatMulNBits on the 4-bit codes)
 ]
 HEADERS = ["native.h", "simd.h"]  # in the sdist through MANIFEST.in
 

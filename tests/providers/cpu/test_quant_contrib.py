@@ -372,9 +372,10 @@ def test_bad_inputs_give_typed_errors():
         rt.InferenceSession(m).run(None, {"a": a, "b": a.astype(np.int8)})
 
 
-def test_matmul_nbits_weight_kept_only_when_constant(monkeypatch):
+def test_matmul_nbits_weight_kept_only_when_constant(monkeypatch, cpu_policy):
     from runtime_provider_cpu.ops import quant_contrib as qc
 
+    cpu_policy(nbits_kernel="dequant")  # the float copy's path (the compiled one makes none)
     calls = []
     real = qc._nbits_weight
     monkeypatch.setattr(qc, "_nbits_weight", lambda *a: calls.append(1) or real(*a))

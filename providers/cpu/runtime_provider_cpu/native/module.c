@@ -85,6 +85,15 @@ static PyMethodDef methods[] = {
      "        (sh, sw), (dh, dw), (pt, pl), threads)\n"
      "Depthwise int8 convolution of NCHW bytes: y = saturate(rint((sum (x - xz)(w[c] - wz[c]) + bias[c]) * mult[c])\n"
      "+ yz), padding at the zero point. wz and bias may be None."},
+    {"nbits_matmul", rc_py_nbits_matmul, METH_VARARGS,
+     "nbits_matmul(a, b, scales, zero_points, zp_float, bias, y, (M, K, N, block_size), threads)\n"
+     "MatMulNBits (4 bits): y (M x N) = a (M x K) w^T (+ bias) in float32, w[n, k] = (q - z) * s per block of\n"
+     "block_size (16 to 256, a power of two) along K, q the codes of b [N][ceil(K / block_size)][block_size / 2]\n"
+     "(low nibble first); zero_points None (8), packed 4-bit uint8 [N][ceil(blocks / 2)], or float32 like the\n"
+     "scales (zp_float); bias None or [N]. Dequantizes in cache: no float copy of w."},
+    {"nbits_path", rc_py_nbits_path, METH_VARARGS,
+     "nbits_path(force=-1) -> nbits_matmul's per-column loop here, \"avx512\" or \"portable\" (force 1: the\n"
+     "portable clones, 0: the CPU's choice; for tests)."},
     {"depthwise2d", rc_py_depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
      "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},
@@ -231,7 +240,8 @@ PyMODINIT_FUNC PyInit__native(void)
     if (m && (PyModule_AddIntConstant(m, "RECURRENCE_UNITS", RC_U) < 0 ||
               PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0 ||
               PyModule_AddIntConstant(m, "CONV_LANES", CT_MR) < 0 ||
-              PyModule_AddIntConstant(m, "CONV_FAST", rc_conv_fast) < 0)) {
+              PyModule_AddIntConstant(m, "CONV_FAST", rc_conv_fast) < 0 ||
+              PyModule_AddIntConstant(m, "NBITS_DOT_ROWS", RC_NBITS_DOT_ROWS) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

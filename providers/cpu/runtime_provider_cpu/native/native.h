@@ -349,6 +349,10 @@ PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args);
 PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args);
 /* int8_depthwise.c: depthwise QLinearConv on NCHW planes */
 PyObject *rc_py_qdwconv(PyObject *self, PyObject *args);
+/* nbits.c: MatMulNBits on the 4-bit codes as stored */
+#define RC_NBITS_DOT_ROWS 4 /* rows that take its per-column path (NBITS_DOT_ROWS) */
+PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args);
+PyObject *rc_py_nbits_path(PyObject *self, PyObject *args);
 #if DWF_OK
 PyObject *rc_py_conv_maxpool(PyObject *self, PyObject *args);
 PyObject *rc_py_expand_dw(PyObject *self, PyObject *args);

@@ -281,12 +281,103 @@ def _nbits_weight(b, scales, zero_points, K, N, nb, block_size, op):
     return np.ascontiguousarray(((q - z) * s).reshape(N, nb * block_size)[:, :K].T)
 
 
+#: the columns a MatMulNBits choice is measured on (both candidates on the same slice of the
+#: weight's rows, so that the measurement never makes a float copy of a large weight)
+NBITS_TUNE_COLS = 512
+#: bytes of float copy the dequantized weight may keep where the kernel's tiles are the AVX-512
+#: build: a larger weight takes the kernel unmeasured (the copy is 8 times the codes' memory,
+#: the model's whole weight memory again; the kernel runs the same register tiles as Linear)
+NBITS_COPY_MAX = 4 << 20
+
+
+def _nbits_zp_ok(zero_points, N, nb):
+    """Whether the compiled kernel takes these zero points (absent, packed uint8, float32)."""
+    if zero_points is None:
+        return True
+    if zero_points.dtype == np.uint8:
+        return zero_points.size == N * (-(-nb // 2))
+    return zero_points.dtype == _F32 and zero_points.size == N * nb
+
+
+class _NbitsNative:
+    """``_native.nbits_matmul`` on columns [0, n) of the node's codes as stored (no float copy)."""
+
+    KIND = "native"
+
+    def __init__(self, nat, b, scales, zero_points, K, N, nb, block_size, threads, n=None):
+        n = N if n is None else n
+        self.nat, self.K, self.N, self.bs, self.threads = nat, K, n, block_size, threads
+        self.b = np.ascontiguousarray(b.reshape(N, -1)[:n])
+        self.s = np.ascontiguousarray(scales.reshape(N, nb)[:n], _F32)
+        self.zfloat = zero_points is not None and zero_points.dtype == _F32
+        self.z = None if zero_points is None else np.ascontiguousarray(zero_points.reshape(N, -1)[:n])
+
+    def run(self, a2, bias):
+        y = np.empty((a2.shape[0], self.N), _F32)
+        self.nat.nbits_matmul(a2, self.b, self.s, self.z, self.zfloat, bias, y,
+                              (a2.shape[0], self.K, self.N, self.bs), self.threads)
+        return y
+
+
+class _NbitsDequant:
+    """The weight dequantized to float32 once, then numpy's matmul (BLAS)."""
+
+    KIND = "dequant"
+
+    def __init__(self, wt):
+        self.wt = wt
+
+    def run(self, a2, bias):
+        y = np.matmul(a2, self.wt)
+        if bias is not None:
+            y += bias
+        return y
+
+
+def _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op):
+    """The plan of this node for ``a2``'s row count: the compiled kernel or the dequantized
+    weight, forced, cached or measured (``fast/autotune.py``) on a slice of the weight's columns;
+    None where only the dequantized weight applies."""
+    from ..fast import autotune
+    from ..fast.policy import current
+
+    p = current()
+    nat = p.native
+    if (nat is None or not hasattr(nat, "nbits_matmul") or block_size > 256 or a2.dtype != _F32
+            or scales.dtype != _F32 or not _nbits_zp_ok(zero_points, N, nb)
+            or (bias is not None and (bias.dtype != _F32 or bias.size != N))):
+        return None
+    threads = max(1, int(getattr(ctx, "threads", 1)))
+    R = a2.shape[0]
+    key = autotune.cache_key("nbits", (R, K, N, block_size), "float32", threads)
+    names = ["dequant", "native"]
+    # a few rows read the codes once (an eighth of the float weight's bytes); many rows of a
+    # large weight on the AVX-512 tiles: not worth a float copy of it
+    if R <= getattr(nat, "NBITS_DOT_ROWS", 0) or (getattr(nat, "CONV_FAST", 0) and 4 * K * N > NBITS_COPY_MAX):
+        names = ["native"]
+    name = autotune.decide("nbits", key, names, "dequant", getattr(ctx, "tune", True))
+    if name is None:
+        n = min(N, NBITS_TUNE_COLS)
+        w = _nbits_weight(b.reshape(N, -1)[:n], scales.reshape(N, nb)[:n],
+                          None if zero_points is None else zero_points.reshape(N, -1)[:n], K, n, nb, block_size, op)
+        bs = None if bias is None else np.ascontiguousarray(bias.reshape(N)[:n])
+        made = {"dequant": _NbitsDequant(w),
+                "native": _NbitsNative(nat, b, scales, zero_points, K, N, nb, block_size, threads, n)}
+        name, _ = autotune.measure(key, {k: (lambda pl=pl: pl.run(a2, bs)) for k, pl in made.items()})
+    autotune.note(ctx, f"{R} rows", name)
+    if name == "native":
+        return _NbitsNative(nat, b, scales, zero_points, K, N, nb, block_size, threads)
+    return None
+
+
 @kernel("MatMulNBits", 1, domain=MS, dtypes={"float32"}, check=_nbits_check)
 def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, K, N, bits=4, block_size,
                  accuracy_level=0):
     """Y = A @ W^T (+ bias), W[n, k] = (q - zp) * scale per block of ``block_size`` along K;
     q: 4-bit codes packed two a byte (low nibble first) in B [N, n_blocks, block_size / 2];
-    zp: packed uint8 [N * ceil(n_blocks / 2)], float of the scales' shape, or 8 when absent."""
+    zp: packed uint8 [N * ceil(n_blocks / 2)], float of the scales' shape, or 8 when absent.
+    Runs on ``_native.nbits_matmul`` (the codes as stored) or on the weight dequantized once,
+    whichever was measured faster on this machine for the row count."""
     op = "MatMulNBits"
     if g_idx is not None:
         raise ValueError(f"{op}: g_idx is not implemented")
@@ -297,9 +388,24 @@ def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, 
         raise ValueError(f"{op}: scales has {scales.size} elements, expected N * n_blocks = {N * nb}")
     if a.shape[-1] != K:
         raise ValueError(f"{op}: A's last dim {a.shape[-1]} differs from K={K}")
+    if bias is not None and bias.size != N:
+        raise ValueError(f"{op}: bias has {bias.size} elements, expected N={N}")
     cache = getattr(ctx, "cache", None)
     const = cache is not None and all(_is_const(ctx, i, v) for i, v in ((1, b), (2, scales), (3, zero_points))
                                       if v is not None)
+    if a.size == 0:  # an empty batch: no weight needed
+        return np.zeros(a.shape[:-1] + (N,), a.dtype)
+    a2 = np.ascontiguousarray(a.reshape(-1, K), dtype=_F32)
+    if type(a) is np.ndarray:
+        plans = cache.setdefault("nbits_plans", {}) if const else {}
+        plan = plans.get(a2.shape[0])
+        if plan is None:
+            plan = _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op) or "dequant"
+            if const:
+                plans[a2.shape[0]] = plan
+        if plan != "dequant":
+            y = plan.run(a2, None if bias is None else np.ascontiguousarray(bias.reshape(N), _F32))
+            return y.reshape(a.shape[:-1] + (N,)).astype(a.dtype, copy=False)
     wt = cache.get("nbits_wt") if const else None
     if wt is None:
         wt = _nbits_weight(b, scales, zero_points, K, N, nb, block_size, op)
@@ -307,8 +413,6 @@ def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, 
             cache["nbits_wt"] = wt
     y = np.matmul(a.astype(_F32, copy=False), wt)
     if bias is not None:
-        if bias.size != N:
-            raise ValueError(f"{op}: bias has {bias.size} elements, expected N={N}")
         y += bias.astype(_F32).reshape(N)
     return y.astype(a.dtype, copy=False)
 

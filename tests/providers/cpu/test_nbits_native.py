@@ -1,0 +1,253 @@
+"""MatMulNBits on the compiled kernel (``_native.nbits_matmul``: the 4-bit codes as stored, no
+float copy of the weight) against onnxruntime: single nodes over block sizes, zero-point forms,
+bias, K not a multiple of the block and both of its paths (a few rows, many rows), and MLPs
+quantized by onnxruntime's MatMulNBitsQuantizer and by runtime_core.quantization."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import runtime_core as rt
+
+ort = pytest.importorskip("onnxruntime")
+
+from runtime_provider_cpu.fast.policy import NATIVE  # noqa: E402
+from runtime_provider_cpu.ops import quant_contrib as qc  # noqa: E402
+
+pytestmark = pytest.mark.skipif(NATIVE is None or not hasattr(NATIVE, "nbits_matmul"),
+                                reason="a build without the compiled kernels: the numpy path runs (tested elsewhere)")
+MS = "com.microsoft"
+EPS = np.finfo(np.float32).eps
+
+
+def _model(nodes, inits, inputs=("a",)):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(i, TensorProto.FLOAT, None) for i in inputs],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _ort(m, feeds):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(m, so, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+
+
+def _inputs(rng, K, N, bs, zp):
+    nb = -(-K // bs)
+    inits = dict(b=rng.integers(0, 256, (N, nb, bs // 2)).astype(np.uint8),
+                 s=rng.uniform(0.01, 0.05, N * nb).astype(np.float32))
+    if zp == "packed":
+        inits["z"] = rng.integers(0, 256, N * (-(-nb // 2))).astype(np.uint8)
+    elif zp == "float":
+        inits["z"] = rng.uniform(0, 15, N * nb).astype(np.float32)
+    return inits
+
+
+def _dot_bound(a, w):
+    """float32 rounding of a K-term dot product (both orders of summation within it)."""
+    K = a.shape[-1]
+    return 2 * K * EPS * (np.abs(a.reshape(-1, K)).astype(np.float64) @ np.abs(w).astype(np.float64)) + 1e-30
+
+
+@pytest.fixture
+def dot_loop(request):
+    """The per-column path's loop the test names: the one this CPU runs, or the portable clones."""
+    NATIVE.nbits_path(1 if request.param == "portable" else 0)
+    yield request.param
+    NATIVE.nbits_path(0)
+
+
+# the per-column path (up to NBITS_DOT_ROWS rows) on both of its loops, the panel path (130 rows)
+@pytest.mark.parametrize("rows,dot_loop", [(1, "cpu"), (1, "portable"), (3, "cpu"), (3, "portable"), (130, "cpu")],
+                         indirect=["dot_loop"])
+@pytest.mark.parametrize("K,N,bs,zp,bias", [
+    (64, 32, 16, None, False),
+    (200, 45, 64, "packed", True),     # K not a multiple of the block, N not of 32
+    (96, 70, 32, "float", False),
+    (300, 33, 128, "packed", False),
+    (520, 40, 256, None, True),        # K past one 256-term chunk
+])
+def test_native_matches_onnxruntime(cpu_policy, dot_loop, rows, K, N, bs, zp, bias):
+    cpu_policy(nbits_kernel="native")
+    rng = np.random.default_rng(K * 1000 + rows)
+    inits = _inputs(rng, K, N, bs, zp)
+    ins = ["a", "b", "s", "z" if zp else ""]
+    if bias:
+        inits["bias"] = rng.standard_normal(N).astype(np.float32)
+        ins += ["", "bias"]
+    n = helper.make_node("MatMulNBits", ins, ["y"], domain=MS, K=K, N=N, bits=4, block_size=bs)
+    m = _model([n], inits)
+    a = rng.standard_normal((rows, K)).astype(np.float32)
+    sess = rt.InferenceSession(m)
+    got = sess.run(None, {"a": a})[0]
+    want = _ort(m, {"a": a})
+    assert got.shape == want.shape and got.dtype == want.dtype
+    nb = -(-K // bs)
+    w = qc._nbits_weight(inits["b"], inits["s"], inits.get("z"), K, N, nb, bs, "t")
+    assert np.all(np.abs(got - want) <= _dot_bound(a, w)), np.abs(got - want).max()
+    # a batch of 3-D input takes the same kernel (rows flattened)
+    a3 = rng.standard_normal((2, rows, K)).astype(np.float32)
+    got3 = sess.run(None, {"a": a3})[0]
+    assert np.all(np.abs(got3 - _ort(m, {"a": a3})) <= _dot_bound(a3, w).reshape(got3.shape))
+
+
+def test_native_keeps_no_float_weight(cpu_policy, monkeypatch):
+    cpu_policy(nbits_kernel="native")
+    calls = []
+    real = qc._nbits_weight
+    monkeypatch.setattr(qc, "_nbits_weight", lambda *a: calls.append(a[4]) or real(*a))
+    rng = np.random.default_rng(3)
+    inits = _inputs(rng, 128, 64, 32, "packed")
+    n = helper.make_node("MatMulNBits", ["a", "b", "s", "z"], ["y"], domain=MS, K=128, N=64, bits=4, block_size=32)
+    sess = rt.InferenceSession(_model([n], inits))
+    for rows in (1, 20, 1):
+        sess.run(None, {"a": rng.standard_normal((rows, 128)).astype(np.float32)})
+    assert sess.run(None, {"a": np.zeros((0, 128), np.float32)})[0].shape == (0, 64)  # an empty batch too
+    assert calls == []
+
+
+def test_measured_choice_dequantizes_a_slice_only(cpu_policy, monkeypatch):
+    """Choosing between the kernel and the dequantized weight by measurement never makes a
+    float copy of the whole weight: both are timed on NBITS_TUNE_COLS columns."""
+    from runtime_provider_cpu.fast import autotune
+
+    cpu_policy(nbits_kernel="", tune=True)
+    autotune.forget()
+    calls = []
+    real = qc._nbits_weight
+    monkeypatch.setattr(qc, "_nbits_weight", lambda *a: calls.append(a[4]) or real(*a))
+    K, N = 64, qc.NBITS_TUNE_COLS + 100
+    rng = np.random.default_rng(4)
+    inits = _inputs(rng, K, N, 32, None)
+    n = helper.make_node("MatMulNBits", ["a", "b", "s"], ["y"], domain=MS, K=K, N=N, bits=4, block_size=32)
+    m = _model([n], inits)
+    a = rng.standard_normal((16, K)).astype(np.float32)
+    got = rt.InferenceSession(m).run(None, {"a": a})[0]
+    assert calls[0] == qc.NBITS_TUNE_COLS
+    # the kernel chosen, the weight is never dequantized whole; the dequantized one, once
+    assert calls[1:] in ([], [N])
+    w = real(inits["b"], inits["s"], None, K, N, 2, 32, "t")
+    assert np.all(np.abs(got - _ort(m, {"a": a})) <= _dot_bound(a, w))
+
+
+def _mlp(rng, K=96, H=160, N=48):
+    """x [batch, K] -> MatMul -> Relu -> MatMul (+ bias) -> y, weights as initializers."""
+    inits = {"w1": (rng.standard_normal((K, H)) * 0.2).astype(np.float32),
+             "w2": (rng.standard_normal((H, N)) * 0.2).astype(np.float32),
+             "c": rng.standard_normal(N).astype(np.float32)}
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["p"]), helper.make_node("Add", ["p", "c"], ["y"])]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", K])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", N])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("tool", ["onnxruntime", "runtime_core"])
+@pytest.mark.parametrize("symmetric,bs", [(True, 32), (False, 64)], ids=["sym32", "asym64"])
+def test_quantized_mlp_matches_onnxruntime(cpu_policy, tool, symmetric, bs):
+    cpu_policy(nbits_kernel="native")
+    rng = np.random.default_rng(7)
+    fm = _mlp(rng)
+    if tool == "onnxruntime":
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    else:
+        from runtime_core.quantization import MatMulNBitsQuantizer
+    q = MatMulNBitsQuantizer(copy.deepcopy(fm), block_size=bs, is_symmetric=symmetric)
+    q.process()
+    qm = q.model.model
+    assert [n.op_type for n in qm.graph.node].count("MatMulNBits") == 2
+    data = qm.SerializeToString()
+    sess = rt.InferenceSession(data)
+    for rows in (1, 2, 150):
+        x = rng.standard_normal((rows, 96)).astype(np.float32)
+        got, want = sess.run(None, {"x": x})[0], _ort(data, {"x": x})
+        # two products in a row: each within a dot product's rounding, the second's input
+        # differing by the first's
+        scale = np.abs(want).max() + 1.0
+        np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * scale)
+
+
+def test_bad_buffers_raise():
+    K, N, bs = 64, 8, 32
+    a = np.zeros((2, K), np.float32)
+    b = np.zeros((N, 2, 16), np.uint8)
+    s = np.ones(N * 2, np.float32)
+    y = np.empty((2, N), np.float32)
+    NATIVE.nbits_matmul(a, b, s, None, False, None, y, (2, K, N, bs), 1)
+    with pytest.raises(ValueError, match="B holds"):
+        NATIVE.nbits_matmul(a, b[:4], s, None, False, None, y, (2, K, N, bs), 1)
+    with pytest.raises(ValueError, match="zero_points holds"):
+        NATIVE.nbits_matmul(a, b, s, np.zeros(3, np.uint8), False, None, y, (2, K, N, bs), 1)
+    with pytest.raises(ValueError, match="block_size"):
+        NATIVE.nbits_matmul(a, b, s, None, False, None, y, (2, K, N, 48), 1)
+    with pytest.raises(ValueError, match="block_size"):
+        NATIVE.nbits_matmul(a, b, s, None, False, None, y, (2, K, N, 512), 1)
+    with pytest.raises(ValueError, match="Y holds"):
+        NATIVE.nbits_matmul(a, b, s, None, False, None, y[:1], (2, K, N, bs), 1)
+
+
+@pytest.mark.parametrize("rows", [2, 16])
+def test_large_weight_or_few_rows_take_the_kernel_unmeasured(cpu_policy, monkeypatch, rows):
+    """A few rows (the per-column path reads the codes once), or many rows of a weight whose
+    float copy passes NBITS_COPY_MAX on the AVX-512 tiles: the kernel, no float copy made at all;
+    elsewhere (the tiles' portable build) both are measured on a slice."""
+    from runtime_provider_cpu.fast import autotune
+
+    cpu_policy(nbits_kernel="", tune=True)
+    autotune.forget()
+    calls = []
+    real = qc._nbits_weight
+    monkeypatch.setattr(qc, "_nbits_weight", lambda *a: calls.append(a[4]) or real(*a))
+    K, N = 1024, qc.NBITS_COPY_MAX // 4096 + 32
+    rng = np.random.default_rng(5)
+    inits = _inputs(rng, K, N, 128, "packed")
+    n = helper.make_node("MatMulNBits", ["a", "b", "s", "z"], ["y"], domain=MS, K=K, N=N, bits=4, block_size=128)
+    m = _model([n], inits)
+    a = rng.standard_normal((rows, K)).astype(np.float32)
+    got = rt.InferenceSession(m).run(None, {"a": a})[0]
+    if rows <= NATIVE.NBITS_DOT_ROWS or NATIVE.CONV_FAST:
+        assert calls == []
+    else:
+        assert calls[0] == qc.NBITS_TUNE_COLS
+    w = real(inits["b"], inits["s"], inits["z"], K, N, K // 128, 128, "t")
+    assert np.all(np.abs(got - _ort(m, {"a": a})) <= _dot_bound(a, w))
+
+
+def test_extreme_sizes_give_typed_errors():
+    """Sizes up to 2^63 - 1 (their products overflowing): a ValueError or MemoryError, never a
+    signal; in a child process, so that a crash fails this test instead of ending pytest."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np
+        from runtime_provider_cpu import _native as nv
+        rng = np.random.default_rng(0)
+        big = [1, 3, 16, 2 ** 31 - 1, 2 ** 32 + 1, 2 ** 40, 2 ** 62, 2 ** 63 - 1]
+        a, b, s, y = (np.zeros(64, np.float32), np.zeros(64, np.uint8), np.ones(8, np.float32),
+                      np.zeros(64, np.float32))
+        typed = 0
+        for case in range(300):
+            M, K, N = (int(rng.choice(big)) for _ in range(3))
+            bs = int(rng.choice([16, 32, 256]))
+            zp = [None, np.zeros(8, np.uint8), np.zeros(8, np.float32)][case % 3]
+            try:
+                nv.nbits_matmul(a, b, s, zp, case % 3 == 2, None, y, (M, K, N, bs), 2)
+            except (ValueError, MemoryError):
+                typed += 1
+        print(typed)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert int(r.stdout) > 0
