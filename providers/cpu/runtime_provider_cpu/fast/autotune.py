@@ -5,8 +5,8 @@ first input, the fastest is kept, and the choice is cached per machine and shape
 
 A choice is keyed by the family, the shape, the dtype and the kernel threads; it is kept in
 memory for the process and in one JSON file per machine (CPU model, ISA, BLAS library and
-kernel, this provider's version): ``<folder>/autotune-<hash>.json``, the folder
-``$RUNTIME_CORE_AUTOTUNE_DIR``, else ``$XDG_CACHE_HOME/runtime-core``, else
+kernel, the compiled module's build, this provider's version): ``<folder>/autotune-<hash>.json``,
+the folder ``$RUNTIME_CORE_AUTOTUNE_DIR``, else ``$XDG_CACHE_HOME/runtime-core``, else
 ``~/.cache/runtime-core`` (``RUNTIME_CORE_AUTOTUNE_DIR=0``: memory only). Writes are atomic
 (a temporary file renamed over the old one, merged with what other processes wrote); a file
 that does not parse is ignored with a warning and replaced.
@@ -106,10 +106,21 @@ def machine() -> dict:
             "cpu": cpu_model(),
             "isa": isa_level(),
             "blas": sorted({f"{b['internal_api']} {b['version']} {b['architecture']}" for b in blas_info()}),
-            "native": None if nat is None else f"CONV_FAST={getattr(nat, 'CONV_FAST', 0)}",
+            "native": None if nat is None else f"CONV_FAST={getattr(nat, 'CONV_FAST', 0)} {_build_id(nat)}",
             "provider": __version__,
         }
     return _STATE["machine"]
+
+
+def _build_id(module) -> str:
+    """The compiled module's file size and modification time: a rebuilt extension (a new
+    kernel among the candidates, with the same provider version) measures its choices again
+    instead of reusing the old build's."""
+    try:
+        st = os.stat(module.__file__)
+        return f"build={st.st_size}-{int(st.st_mtime)}"
+    except (AttributeError, TypeError, OSError):
+        return "build=?"
 
 
 def cache_path() -> str | None:
