@@ -227,7 +227,9 @@ class InferenceSession:
         self.optimizations = optimize(graph, int(opts.graph_optimization_level), disabled,
                                       providers=self._providers, config=opts.config_entries)
         if opts.optimized_model_filepath:
-            onnx.save(graph.to_model(), opts.optimized_model_filepath)
+            from ..optimizer.portable import portable_model  # nodes only we run, as standard ops
+
+            onnx.save(portable_model(graph.to_model()), opts.optimized_model_filepath)
 
         planned, report = partition_graph(graph, self._providers, session_settings(opts, intra))
         report.providers = [p.name for p in self._providers]
