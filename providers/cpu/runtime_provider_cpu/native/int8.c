@@ -157,8 +157,9 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
         }
         float f[QG_NR];
         for (Py_ssize_t n = 0; n < nn; n++) {
-            const float t = rintf((float)(int32_t)(cr[n] - zbv[n] * rs + ct[n]) * mult[n]) + yz;
-            f[n] = t < lo ? lo : (t > hi ? hi : t);
+            float t = rintf((float)(int32_t)(cr[n] - zbv[n] * rs + ct[n]) * mult[n]) + yz;
+            t = t > lo ? t : lo; /* one-sided selects: vmaxps / vminps (a nested one is not vectorized) */
+            f[n] = t < hi ? t : hi;
         }
         if (j->mode == 1) {
             uint8_t *restrict y = (uint8_t *)j->y + at;

@@ -82,9 +82,10 @@ static PyMethodDef methods[] = {
      "dyn_quantize(x, y, n) -> (scale, zero_point): DynamicQuantizeLinear of n float32 into uint8 y."},
     {"qdwconv", rc_py_qdwconv, METH_VARARGS,
      "qdwconv(x, x_signed, xz, w, w_signed, wz, bias, mult, y, y_signed, yz, (N, C, H, W), (KH, KW), (OH, OW),\n"
-     "        (sh, sw), (dh, dw), (pt, pl), threads)\n"
+     "        (sh, sw), (dh, dw), (pt, pl), threads, method=1)\n"
      "Depthwise int8 convolution of NCHW bytes: y = saturate(rint((sum (x - xz)(w[c] - wz[c]) + bias[c]) * mult[c])\n"
-     "+ yz), padding at the zero point. wz and bias may be None."},
+     "+ yz), padding at the zero point. wz and bias may be None. method 1: 16-channel blocks (KH * KW <= 256,\n"
+     "else planes); 0: whole planes (tests tie the two)."},
     {"depthwise2d", rc_py_depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
      "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},
