@@ -40,7 +40,8 @@ RC_CLONES static void qdw_store(const int32_t *restrict acc, uint8_t *restrict y
 {
     for (Py_ssize_t o = 0; o < n; o++) {
         float t = rintf((float)(int32_t)((uint32_t)acc[o] + bias) * mult) + yz;
-        t = t < lo ? lo : (t > hi ? hi : t);
+        t = t > lo ? t : lo; /* one-sided selects vectorize (vmaxps / vminps) */
+        t = t < hi ? t : hi;
         y[o] = ysigned ? (uint8_t)(int8_t)(int32_t)t : (uint8_t)(int32_t)t;
     }
 }

@@ -20,7 +20,7 @@ With the compiled extension, MatMulInteger and QLinearMatMul of 8-bit A [..., M,
 with int32 accumulation and the requantizing epilogue, B packed once when it is a constant;
 a 2-D ungrouped QLinearConv is the same GEMM (bias and per-channel requantization in its
 epilogue, the output written in NCHW planes) on im2col rows, or for a pointwise (1x1, stride 1)
-one on the input's pixels; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (per channel plane, padded at
+one on the input's pixels; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (16 channels a vector, padded at
 the zero point); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
 All give the numpy paths' results bit for bit.
 """
@@ -641,7 +641,7 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
 
 
 def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
-    """A 2-D depthwise QLinearConv (group == C == M) on ``_native.qdwconv``: per channel plane,
+    """A 2-D depthwise QLinearConv (group == C == M) on ``_native.qdwconv``: 16 channels a vector,
     padded with x's zero point, requantized as the numpy path does (bit for bit); None where it
     does not apply."""
     if (_native is None or type(x) is not np.ndarray or type(w) is not np.ndarray or type(x_scale) is not np.ndarray
