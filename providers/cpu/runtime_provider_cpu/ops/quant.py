@@ -590,6 +590,19 @@ def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, d
     return _to_int32(_int_conv(xc, wc, group, st, dl, pb, pe))
 
 
+def _cached(ctx, key, ins, build):
+    """``build()``, kept in the node's cache while ``ins`` ((input index, array) pairs: the
+    values it derives from) are the same constant arrays: per-run Python work (multipliers,
+    int32 vectors) done once per session for a QDQ model's constant scales."""
+    got = ctx.cache.get(key)
+    if got is not None and len(got[0]) == len(ins) and all(a is b for a, (_, b) in zip(got[0], ins)):
+        return got[1]
+    v = build()
+    if all(a is None or _is_const(ctx, i, a) for i, a in ins):
+        ctx.cache[key] = (tuple(a for _, a in ins), v)
+    return v
+
+
 def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
     """A 2-D, ungrouped QLinearConv on ``_native.qgemm`` against the weight as a packed
     [C*KH*KW, M] B, bias and per-channel requantization in its epilogue, Y written in NCHW
@@ -603,18 +616,25 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
             or (w_scale.size != 1 and w_scale.shape != (w.shape[0],)) or (B is not None and B.size != w.shape[0])):
         return None
     M = w.shape[0]
-    with np.errstate(all="ignore"):
-        mult = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
-    if not np.all(np.isfinite(mult)):
+
+    def prep():
+        with np.errstate(all="ignore"):
+            m = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
+        if not np.all(np.isfinite(m)):
+            return None
+        return (np.ascontiguousarray(np.broadcast_to(m, (M,)), dtype=_F32),
+                None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32))
+
+    got = _cached(ctx, "qconv_prep", ((1, x_scale), (4, w_scale), (6, y_scale), (8, B)), prep)
+    if got is None:
         return None
-    mult = np.ascontiguousarray(np.broadcast_to(mult, (M,)), dtype=_F32)
+    mult, bias = got
     n, c, kh, kw = x.shape[0], x.shape[1], w.shape[2], w.shape[3]
     b = ctx.cache.get("qconv_w")
     if b is None or b[0] is not w:
         b = (w, np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(M, -1).T))  # rows in (kh, kw, c) order
         if _is_const(ctx, 3, w):
             ctx.cache["qconv_w"] = b
-    bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
     if kh == kw == 1 and tuple(st) == (1, 1) and not any(pb) and not any(pe):
         # a pointwise convolution: no im2col, no padding; x's pixels are A's rows
         P = x.shape[2] * x.shape[3]
@@ -652,21 +672,28 @@ def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B,
             or w.shape[2] * w.shape[3] >= 33000):
         return None
     C = group
-    with np.errstate(all="ignore"):
-        mult = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
-    if not np.all(np.isfinite(mult)):
+
+    def prep():
+        with np.errstate(all="ignore"):
+            m = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
+        if not np.all(np.isfinite(m)):
+            return None
+        return (np.ascontiguousarray(np.broadcast_to(m, (C,)), dtype=_F32),
+                None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (C,))),
+                None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32))
+
+    got = _cached(ctx, "qdw_prep", ((1, x_scale), (4, w_scale), (5, wz), (6, y_scale), (8, B)), prep)
+    if got is None:
         return None
+    mult, wzv, bias = got
     kh, kw = w.shape[2], w.shape[3]
     oh = (x.shape[2] + pb[0] + pe[0] - ((kh - 1) * dl[0] + 1)) // st[0] + 1
     ow = (x.shape[3] + pb[1] + pe[1] - ((kw - 1) * dl[1] + 1)) // st[1] + 1
     if oh < 1 or ow < 1:
         return None
     y = np.empty((x.shape[0], C, oh, ow), yz.dtype)
-    wzv = None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (C,)))
-    bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
     _native.qdwconv(np.ascontiguousarray(x), x.dtype == _I8, 0 if xz is None else int(xz.reshape(())),
-                    np.ascontiguousarray(w), w.dtype == _I8, wzv, bias,
-                    np.ascontiguousarray(np.broadcast_to(mult, (C,)), dtype=_F32), y, yz.dtype == _I8,
+                    np.ascontiguousarray(w), w.dtype == _I8, wzv, bias, mult, y, yz.dtype == _I8,
                     int(yz.reshape(())), x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]),
                     max(1, int(ctx.threads)))
     return y
