@@ -237,6 +237,26 @@ def test_qgemm_y_planes(path, P):
         quant._native.qgemm(a, False, 3, buf, True, None, y, (n * P, K, N), 0, None, 0, 2, None, 7)
 
 
+@pytest.mark.parametrize("P", [5, 20, 64])
+@pytest.mark.parametrize("mode,yt", [(1, U8), (2, I8)])
+def test_qgemm_y_planes_requantized(path, P, mode, yt):
+    """Requantized bytes in NCHW planes (whole 8 x 32 tiles inside a plane take a transposing
+    store) equal the row-major result rearranged: tiles inside planes, across them, and a
+    partial column tile."""
+    n, K, N = 2, 40, 70
+    a, b = ints((n * P, K), U8), ints((K, N), I8)
+    buf = np.empty(quant._native.qgemm_packed_size((K, N)), I8)
+    quant._native.qgemm_pack(b, buf, (K, N), True)
+    mult = RNG.uniform(2e-4, 2e-3, N).astype(F32)
+    bias = RNG.integers(-3000, 3000, N).astype(np.int32)
+    rows = np.empty((n * P, N), yt)
+    quant._native.qgemm(a, False, 7, buf, True, None, rows, (n * P, K, N), mode, mult, 3, 2, bias)
+    planes = np.empty(n * P * N, yt)
+    quant._native.qgemm(a, False, 7, buf, True, None, planes, (n * P, K, N), mode, mult, 3, 2, bias, P)
+    np.testing.assert_array_equal(planes.reshape(n, N, P).transpose(0, 2, 1).reshape(n * P, N), rows)
+    assert 0 < np.count_nonzero((rows != np.iinfo(yt).min) & (rows != np.iinfo(yt).max))
+
+
 def test_qgemm_rejects_bad_buffers():
     nat = quant._native
     with pytest.raises(ValueError):

@@ -132,6 +132,35 @@ typedef struct {
     int mode;            /* 0: int32 out; 1: uint8; 2: int8 */
 } qg_job;
 
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <emmintrin.h>
+#define QG_SSE2 1
+/* a 16 x 16 byte transpose (SSE2, every x86-64): out[i] = column i of the rows in[] */
+static inline __attribute__((always_inline)) void qg_tr16(const __m128i *in, __m128i *out)
+{
+    static const int rev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    __m128i a[16], b[16];
+    for (int i = 0; i < 16; i++)
+        a[i] = in[i];
+#define QG_STAGE(lo, hi)                                                                                                \
+    for (int i = 0; i < 8; i++) {                                                                                       \
+        b[i] = lo(a[2 * i], a[2 * i + 1]);                                                                              \
+        b[i + 8] = hi(a[2 * i], a[2 * i + 1]);                                                                          \
+    }                                                                                                                   \
+    for (int i = 0; i < 16; i++)                                                                                        \
+        a[i] = b[i];
+    QG_STAGE(_mm_unpacklo_epi8, _mm_unpackhi_epi8)
+    QG_STAGE(_mm_unpacklo_epi16, _mm_unpackhi_epi16)
+    QG_STAGE(_mm_unpacklo_epi32, _mm_unpackhi_epi32)
+    QG_STAGE(_mm_unpacklo_epi64, _mm_unpackhi_epi64)
+#undef QG_STAGE
+    for (int i = 0; i < 16; i++)
+        out[rev[i]] = a[i]; /* the network leaves column i at bit-reversed position */
+}
+#else
+#define QG_SSE2 0
+#endif
+
 /* a tile's rows [m0, m0 + mm) x columns [n0, n0 + nn) of Y from the raw sums c: the zero-point
  * and offset correction sum (a - za)(b - zb) = sum a_u b_s - ZB sum a_u - ZA sum b_s + K ZA ZB
  * (a_u = a + oa, b_s = b - ob, ZA = za + oa, ZB = zb - ob, wrapping), zbv[n] = ZB and
@@ -143,6 +172,35 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
 {
     const float *restrict mult = j->mult ? j->mult + n0 : NULL;
     const float yz = (float)j->yz, lo = j->mode == 1 ? 0.0f : -128.0f, hi = j->mode == 1 ? 255.0f : 127.0f;
+#if QG_SSE2
+    const Py_ssize_t P = j->yP;
+    if (P && j->mode && mm == QG_MR && nn == QG_NR && m0 % P + QG_MR <= P) {
+        /* a whole tile inside one image's planes: its bytes, then 8 pixels of a column (a plane)
+         * a store, through two 16 x 16 byte transposes (rows 8..15 unused) */
+        uint8_t tb[2 * QG_MR][QG_NR] __attribute__((aligned(16)));
+        for (int r = 0; r < QG_MR; r++) {
+            const uint32_t rs = (uint32_t)j->rs[m0 + r];
+            const uint32_t *restrict cr = (const uint32_t *)c + r * QG_NR;
+            for (int n = 0; n < QG_NR; n++) {
+                float t = rintf((float)(int32_t)(cr[n] - zbv[n] * rs + ct[n]) * mult[n]) + yz;
+                t = t > lo ? t : lo;
+                t = t < hi ? t : hi;
+                tb[r][n] = (uint8_t)(int32_t)t; /* the low byte: int8 as two's complement */
+            }
+        }
+        memset(tb[QG_MR], 0, sizeof tb / 2);
+        uint8_t *y = (uint8_t *)j->y + (m0 / P) * j->N * P + n0 * P + m0 % P;
+        for (int h = 0; h < 2; h++) {
+            __m128i in[16], out[16];
+            for (int r = 0; r < 16; r++)
+                in[r] = _mm_load_si128((const __m128i *)(tb[r] + 16 * h));
+            qg_tr16(in, out);
+            for (int n = 0; n < 16; n++)
+                _mm_storel_epi64((__m128i *)(y + (16 * h + n) * P), out[n]);
+        }
+        return;
+    }
+#endif
     for (Py_ssize_t r = 0; r < mm; r++) {
         const uint32_t rs = (uint32_t)j->rs[m0 + r];
         const uint32_t *restrict cr = (const uint32_t *)c + r * QG_NR;
