@@ -257,6 +257,17 @@ def test_qgemm_y_planes_requantized(path, P, mode, yt):
     assert 0 < np.count_nonzero((rows != np.iinfo(yt).min) & (rows != np.iinfo(yt).max))
 
 
+@pytest.mark.parametrize("shape", [(1, 16, 16), (2, 35, 50), (1, 7, 3), (3, 48, 17)])
+def test_qtranspose(shape):
+    """NCHW bytes to pixel rows (16 x 16 blocks and the edges) as numpy's transpose."""
+    x = ints(shape, U8)
+    y = np.empty((shape[0], shape[2], shape[1]), U8)
+    quant._native.qtranspose(x, y, shape)
+    np.testing.assert_array_equal(y, x.transpose(0, 2, 1))
+    with pytest.raises(ValueError):
+        quant._native.qtranspose(x, np.empty(3, U8), shape)
+
+
 def test_qgemm_rejects_bad_buffers():
     nat = quant._native
     with pytest.raises(ValueError):

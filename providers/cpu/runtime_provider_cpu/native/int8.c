@@ -427,6 +427,61 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* y[n][p][c] = x[n][c][p] for bytes: an image's planes as pixel rows (a pointwise QLinearConv's A),
+ * 16 x 16 blocks through byte transposes, the edges item by item */
+static void qt_image(const uint8_t *restrict x, uint8_t *restrict y, Py_ssize_t C, Py_ssize_t P)
+{
+    Py_ssize_t c0 = 0;
+#if QG_SSE2
+    for (; c0 + 16 <= C; c0 += 16) {
+        Py_ssize_t p0 = 0;
+        for (; p0 + 16 <= P; p0 += 16) {
+            __m128i in[16], out[16];
+            for (int c = 0; c < 16; c++)
+                in[c] = _mm_loadu_si128((const __m128i *)(x + (c0 + c) * P + p0));
+            qg_tr16(in, out);
+            for (int p = 0; p < 16; p++)
+                _mm_storeu_si128((__m128i *)(y + (p0 + p) * C + c0), out[p]);
+        }
+        for (; p0 < P; p0++)
+            for (int c = 0; c < 16; c++)
+                y[p0 * C + c0 + c] = x[(c0 + c) * P + p0];
+    }
+#endif
+    for (Py_ssize_t p = 0; p < P; p++)
+        for (Py_ssize_t c = c0; c < C; c++)
+            y[p * C + c] = x[c * P + p];
+}
+
+/* qtranspose(x, y, (N, C, P)): N images of C planes of P bytes into N x P x C */
+PyObject *rc_py_qtranspose(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    Py_ssize_t N, C, P;
+    if (!PyArg_ParseTuple(args, "OO(nnn):qtranspose", &xo, &yo, &N, &C, &P))
+        return NULL;
+    if (N < 1 || C < 1 || P < 1) {
+        PyErr_SetString(PyExc_ValueError, "qtranspose: sizes must be positive");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul3(&sz, "the size", N, C, P);
+    if (sz_check(&sz, "qtranspose", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{xo, n, 1, 0, 0, "x"}, {yo, n, 1, 1, 0, "y"}};
+    if (get_buffers("qtranspose", spec, v, 2) < 0)
+        return NULL;
+    const uint8_t *x = (const uint8_t *)v[0].buf;
+    uint8_t *y = (uint8_t *)v[1].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < N; i++)
+        qt_image(x + i * C * P, y + i * C * P, C, P);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
+    Py_RETURN_NONE;
+}
+
 /* qgemm_path(force=-1) -> the inner loop's name; force (0 portable, 1 AVX2, 2 VNNI, at most
  * what this CPU runs) sets it, so that tests reach every loop on one machine */
 PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args)

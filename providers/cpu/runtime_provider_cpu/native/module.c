@@ -76,6 +76,8 @@ static PyMethodDef methods[] = {
      "sum_k (a - za)(b - zb[n]) (+ bias[n]) of 8-bit A (M x K) and packed B into y: int32 (mode 0), or\n"
      "saturate(rint(acc * mult[n]) + yz) as uint8 (mode 1) / int8 (mode 2). zb may be None. With y_planes P, Y is\n"
      "(M / P) x N x P (NCHW)."},
+    {"qtranspose", rc_py_qtranspose, METH_VARARGS,
+     "qtranspose(x, y, (N, C, P)): N images of C planes of P bytes (NCHW) into y as N x P x C (NHWC)."},
     {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
      "qgemm_path(force=-1) -> the inner loop this CPU runs (force: 0 portable, 1 avx2, 2 vnni, for tests)."},
     {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,
