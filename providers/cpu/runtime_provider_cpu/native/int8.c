@@ -174,15 +174,18 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
     const float yz = (float)j->yz, lo = j->mode == 1 ? 0.0f : -128.0f, hi = j->mode == 1 ? 255.0f : 127.0f;
 #if QG_SSE2
     const Py_ssize_t P = j->yP;
-    if (P && j->mode && mm == QG_MR && nn == QG_NR && m0 % P + QG_MR <= P) {
-        /* a whole tile inside one image's planes: its bytes, then 8 pixels of a column (a plane)
+    if (P && j->mode && mm == QG_MR && m0 % P + QG_MR <= P) {
+        /* 8 rows of a tile inside one image's planes: its bytes, then 8 pixels of a column (a plane)
          * a store, through two 16 x 16 byte transposes (rows 8..15 unused) */
         uint8_t tb[2 * QG_MR][QG_NR] __attribute__((aligned(16)));
+        float mt[QG_NR];
+        for (int n = 0; n < QG_NR; n++)
+            mt[n] = mult[n < nn ? n : nn - 1];
         for (int r = 0; r < QG_MR; r++) {
             const uint32_t rs = (uint32_t)j->rs[m0 + r];
             const uint32_t *restrict cr = (const uint32_t *)c + r * QG_NR;
-            for (int n = 0; n < QG_NR; n++) {
-                float t = rintf((float)(int32_t)(cr[n] - zbv[n] * rs + ct[n]) * mult[n]) + yz;
+            for (int n = 0; n < QG_NR; n++) { /* columns past nn: computed (zbv, ct hold the last one's), not stored */
+                float t = rintf((float)(int32_t)(cr[n] - zbv[n] * rs + ct[n]) * mt[n]) + yz;
                 t = t > lo ? t : lo;
                 t = t < hi ? t : hi;
                 tb[r][n] = (uint8_t)(int32_t)t; /* the low byte: int8 as two's complement */
@@ -190,12 +193,12 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
         }
         memset(tb[QG_MR], 0, sizeof tb / 2);
         uint8_t *y = (uint8_t *)j->y + (m0 / P) * j->N * P + n0 * P + m0 % P;
-        for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < 2 && 16 * h < nn; h++) {
             __m128i in[16], out[16];
             for (int r = 0; r < 16; r++)
                 in[r] = _mm_load_si128((const __m128i *)(tb[r] + 16 * h));
             qg_tr16(in, out);
-            for (int n = 0; n < 16; n++)
+            for (int n = 0; n < 16 && 16 * h + n < nn; n++)
                 _mm_storel_epi64((__m128i *)(y + (16 * h + n) * P), out[n]);
         }
         return;
