@@ -485,6 +485,76 @@ PyObject *rc_py_qtranspose(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* im2col rows of NCHW bytes for a convolution's GEMM: row (n, oh, ow), items in (kh, kw, c)
+ * order, taps outside the image the pad byte (x's zero point) */
+typedef struct {
+    const uint8_t *x;
+    uint8_t *cols;
+    Py_ssize_t N, C, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl;
+    uint8_t pad;
+} qi_job;
+
+static void qi_part(void *arg, int part, int parts)
+{
+    const qi_job *j = (const qi_job *)arg;
+    const Py_ssize_t rows = j->N * j->OH, r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
+    const Py_ssize_t row = j->KH * j->KW * j->C, HW = j->H * j->W;
+    for (Py_ssize_t r = r0; r < r1; r++) {
+        const Py_ssize_t n = r / j->OH, oh = r % j->OH;
+        const uint8_t *xn = j->x + n * j->C * HW;
+        uint8_t *d = j->cols + r * j->OW * row;
+        for (Py_ssize_t ow = 0; ow < j->OW; ow++)
+            for (Py_ssize_t i = 0; i < j->KH; i++) {
+                const Py_ssize_t ih = oh * j->sh - j->pt + i * j->dh;
+                for (Py_ssize_t k = 0; k < j->KW; k++, d += j->C) {
+                    const Py_ssize_t iw = ow * j->sw - j->pl + k * j->dw;
+                    if (ih < 0 || ih >= j->H || iw < 0 || iw >= j->W)
+                        memset(d, j->pad, (size_t)j->C);
+                    else
+                        for (Py_ssize_t c = 0; c < j->C; c++)
+                            d[c] = xn[c * HW + ih * j->W + iw];
+                }
+            }
+    }
+}
+
+/* qim2col(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads) */
+PyObject *rc_py_qim2col(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *co;
+    int pad, threads;
+    qi_job j;
+    memset(&j, 0, sizeof j);
+    if (!PyArg_ParseTuple(args, "OO(nnnn)(nn)(nn)(nn)(nn)(nn)ii:qim2col", &xo, &co, &j.N, &j.C, &j.H, &j.W, &j.KH,
+                          &j.KW, &j.OH, &j.OW, &j.sh, &j.sw, &j.dh, &j.dw, &j.pt, &j.pl, &pad, &threads))
+        return NULL;
+    if (j.N < 1 || j.C < 1 || j.H < 1 || j.W < 1 || j.KH < 1 || j.KW < 1 || j.OH < 1 || j.OW < 1 || j.sh < 1
+        || j.sw < 1 || j.dh < 1 || j.dw < 1 || j.pt < 0 || j.pl < 0 || pad < -128 || pad > 255) {
+        PyErr_SetString(PyExc_ValueError, "qim2col: sizes, strides and dilations must be positive, pads not "
+                                          "negative and the pad a byte");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul4(&sz, "X's size", j.N, j.C, j.H, j.W);
+    const Py_ssize_t cn = sz_mul(&sz, "the rows' size", sz_mul3(&sz, "the rows' size", j.N, j.OH, j.OW),
+                                 sz_mul3(&sz, "the rows' size", j.KH, j.KW, j.C));
+    if (sz_check(&sz, "qim2col", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{xo, xn, 1, 0, 0, "x"}, {co, cn, 1, 1, 0, "cols"}};
+    if (get_buffers("qim2col", spec, v, 2) < 0)
+        return NULL;
+    j.x = (const uint8_t *)v[0].buf;
+    j.cols = (uint8_t *)v[1].buf;
+    j.pad = (uint8_t)pad;
+    Py_BEGIN_ALLOW_THREADS
+    const int parts = rc_parts((double)cn, 2.5e5, j.N * j.OH, &threads);
+    rc_parallel(qi_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
+    Py_RETURN_NONE;
+}
+
 /* qgemm_path(force=-1) -> the inner loop's name; force (0 portable, 1 AVX2, 2 VNNI, at most
  * what this CPU runs) sets it, so that tests reach every loop on one machine */
 PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args)

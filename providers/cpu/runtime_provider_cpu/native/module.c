@@ -78,6 +78,9 @@ static PyMethodDef methods[] = {
      "(M / P) x N x P (NCHW)."},
     {"qtranspose", rc_py_qtranspose, METH_VARARGS,
      "qtranspose(x, y, (N, C, P)): N images of C planes of P bytes (NCHW) into y as N x P x C (NHWC)."},
+    {"qim2col", rc_py_qim2col, METH_VARARGS,
+     "qim2col(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads)\n"
+     "im2col rows of NCHW bytes: row (n, oh, ow), items in (kh, kw, c) order, taps outside the image = pad."},
     {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
      "qgemm_path(force=-1) -> the inner loop this CPU runs (force: 0 portable, 1 avx2, 2 vnni, for tests)."},
     {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,

@@ -644,18 +644,15 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
                    pack_key="qconv_b", const=_is_const(ctx, 3, w), planes=P)
         return y.reshape(n, M, x.shape[2], x.shape[3])
     eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
-    pad = ((0, 0), (pb[0], pe[0]), (pb[1], pe[1]), (0, 0))
-    # channels last, so that each tap's copy moves rows of C contiguous bytes
-    xp = np.pad(x.transpose(0, 2, 3, 1), pad, constant_values=0 if xz is None else xz.reshape(()))
-    if xp.shape[1] < eh or xp.shape[2] < ew:
+    ph, pw = x.shape[2] + pb[0] + pe[0], x.shape[3] + pb[1] + pe[1]
+    if ph < eh or pw < ew or min(pb) < 0:
         return None
-    oh, ow = (xp.shape[1] - eh) // st[0] + 1, (xp.shape[2] - ew) // st[1] + 1
-    cols = np.empty((n, oh, ow, kh, kw, c), x.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            cols[:, :, :, i, j] = xp[:, i * dl[0]:i * dl[0] + (oh - 1) * st[0] + 1:st[0],
-                                     j * dl[1]:j * dl[1] + (ow - 1) * st[1] + 1:st[1]]
-    cols = cols.reshape(n * oh * ow, kh * kw * c)
+    oh, ow = (ph - eh) // st[0] + 1, (pw - ew) // st[1] + 1
+    # compiled im2col (numpy's per-tap strided copies of C-byte runs cost more than the GEMM),
+    # rows in (kh, kw, c) order, padded with x's zero point: zeros after centering
+    cols = np.empty((n * oh * ow, kh * kw * c), x.dtype)
+    _native.qim2col(np.ascontiguousarray(x), cols, x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]),
+                    0 if xz is None else int(xz.reshape(())), max(1, int(ctx.threads)))
     y = _qgemm(ctx, 3, cols, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
                const=_is_const(ctx, 3, w), planes=oh * ow)  # Y written in NCHW planes
     return y.reshape(n, M, oh, ow)
