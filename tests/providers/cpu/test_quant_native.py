@@ -135,6 +135,9 @@ DEPTHWISE = [  # (x shape, kernel, attributes): MobileNet's 3x3 s1 / s2, and odd
     ((1, 3, 13, 9), (5, 5), {"strides": [2, 1], "pads": [2, 0, 1, 2]}),
     ((1, 4, 9, 10), (3, 2), {"dilations": [2, 3], "pads": [0, 1, 2, 0]}),
     ((1, 6, 7, 7), (3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    # more than one 16-channel block (the last one partial), rows of 16+ pixels (transposed whole)
+    ((1, 35, 20, 33), (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 32, 18, 37), (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
 ]
 
 
@@ -145,7 +148,9 @@ def test_qlinear_conv_depthwise_exact(xs, k, attrs, t, wt, per_channel, bias, mo
     """``_native.qdwconv`` against the numpy path bit for bit, and within one step of onnxruntime."""
     c = xs[1]
     x, w = ints(xs, t), ints((c, 1) + k, wt)
-    zw = ints((c,) if per_channel else (), wt) if wt == U8 else np.zeros(c if per_channel else (), I8)
+    # a uint8 weight's zero point near the middle, as a quantizer puts it (else every output saturates)
+    zw = (RNG.integers(100, 156, (c,) if per_channel else ()).astype(U8) if wt == U8
+          else np.zeros(c if per_channel else (), I8))
     feeds = {"x": x, "sx": np.array(0.02, F32), "zx": ints((), t), "w": w,
              "sw": RNG.uniform(0.002, 0.02, (c,)).astype(F32) if per_channel else np.array(0.01, F32), "zw": zw,
              "sy": np.array(0.02 * 0.01 * 40 * np.sqrt(np.prod(k)), F32), "zy": np.array(128 if t == U8 else 0, t)}
@@ -161,6 +166,27 @@ def test_qlinear_conv_depthwise_exact(xs, k, attrs, t, wt, per_channel, bias, mo
     if wt == I8:  # onnxruntime's QLinearConv takes int8 weights only
         ort = run_oracle(model, feeds)
         assert np.max(np.abs(native[0].astype(np.int32) - ort[0].astype(np.int32))) <= 1
+
+
+@pytest.mark.parametrize("shape,k,st,dl,pad", [((1, 35, 23, 40), 3, 1, 1, 1), ((2, 17, 30, 19), 5, 2, 1, 2),
+                                               ((1, 48, 14, 14), 3, 2, 2, 0), ((1, 16, 3, 50), 7, 3, 1, 3)])
+@pytest.mark.parametrize("xt,wt,yt", [(I8, I8, I8), (U8, U8, U8), (U8, I8, I8)])
+def test_qdwconv_channel_blocks_match_planes(shape, k, st, dl, pad, xt, wt, yt):
+    """The two depthwise loops (16-channel blocks, the default; whole planes, kept for kernels
+    past the blocks' exact float range) give the same bytes."""
+    nat = quant._native
+    n, c, h, w = shape
+    x, wts = ints(shape, xt), ints((c, 1, k, k), wt)
+    oh, ow = (h + 2 * pad - (k - 1) * dl - 1) // st + 1, (w + 2 * pad - (k - 1) * dl - 1) // st + 1
+    wz = ints((c,), wt).astype(np.int32) if wt == U8 else None
+    bias = RNG.integers(-4000, 4000, c).astype(np.int32)
+    mult = RNG.uniform(2e-4, 4e-3, c).astype(F32)
+    got = [np.empty((n, c, oh, ow), yt) for _ in range(2)]
+    for method in (0, 1):
+        nat.qdwconv(x, xt == I8, 5, wts, wt == I8, wz, bias, mult, got[method], yt == I8, 3, shape, (k, k),
+                    (oh, ow), (st, st), (dl, dl), (pad, pad), 2, method)
+    np.testing.assert_array_equal(got[0], got[1])
+    assert 0 < np.count_nonzero((got[1] != np.iinfo(yt).min) & (got[1] != np.iinfo(yt).max))
 
 
 def test_qdwconv_rejects_bad_buffers():
@@ -209,6 +235,37 @@ def test_qgemm_y_planes(path, P):
     np.testing.assert_array_equal(y.reshape(n, N, P).transpose(0, 2, 1).reshape(n * P, N), want.astype(np.int32))
     with pytest.raises(ValueError):  # the planes must divide M
         quant._native.qgemm(a, False, 3, buf, True, None, y, (n * P, K, N), 0, None, 0, 2, None, 7)
+
+
+@pytest.mark.parametrize("P", [5, 20, 64])
+@pytest.mark.parametrize("mode,yt", [(1, U8), (2, I8)])
+def test_qgemm_y_planes_requantized(path, P, mode, yt):
+    """Requantized bytes in NCHW planes (whole 8 x 32 tiles inside a plane take a transposing
+    store) equal the row-major result rearranged: tiles inside planes, across them, and a
+    partial column tile."""
+    n, K, N = 2, 40, 70
+    a, b = ints((n * P, K), U8), ints((K, N), I8)
+    buf = np.empty(quant._native.qgemm_packed_size((K, N)), I8)
+    quant._native.qgemm_pack(b, buf, (K, N), True)
+    mult = RNG.uniform(2e-4, 2e-3, N).astype(F32)
+    bias = RNG.integers(-3000, 3000, N).astype(np.int32)
+    rows = np.empty((n * P, N), yt)
+    quant._native.qgemm(a, False, 7, buf, True, None, rows, (n * P, K, N), mode, mult, 3, 2, bias)
+    planes = np.empty(n * P * N, yt)
+    quant._native.qgemm(a, False, 7, buf, True, None, planes, (n * P, K, N), mode, mult, 3, 2, bias, P)
+    np.testing.assert_array_equal(planes.reshape(n, N, P).transpose(0, 2, 1).reshape(n * P, N), rows)
+    assert 0 < np.count_nonzero((rows != np.iinfo(yt).min) & (rows != np.iinfo(yt).max))
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 16), (2, 35, 50), (1, 7, 3), (3, 48, 17)])
+def test_qtranspose(shape):
+    """NCHW bytes to pixel rows (16 x 16 blocks and the edges) as numpy's transpose."""
+    x = ints(shape, U8)
+    y = np.empty((shape[0], shape[2], shape[1]), U8)
+    quant._native.qtranspose(x, y, shape)
+    np.testing.assert_array_equal(y, x.transpose(0, 2, 1))
+    with pytest.raises(ValueError):
+        quant._native.qtranspose(x, np.empty(3, U8), shape)
 
 
 def test_qgemm_rejects_bad_buffers():

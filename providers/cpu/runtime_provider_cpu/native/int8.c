@@ -132,6 +132,35 @@ typedef struct {
     int mode;            /* 0: int32 out; 1: uint8; 2: int8 */
 } qg_job;
 
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <emmintrin.h>
+#define QG_SSE2 1
+/* a 16 x 16 byte transpose (SSE2, every x86-64): out[i] = column i of the rows in[] */
+static inline __attribute__((always_inline)) void qg_tr16(const __m128i *in, __m128i *out)
+{
+    static const int rev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    __m128i a[16], b[16];
+    for (int i = 0; i < 16; i++)
+        a[i] = in[i];
+#define QG_STAGE(lo, hi)                                                                                                \
+    for (int i = 0; i < 8; i++) {                                                                                       \
+        b[i] = lo(a[2 * i], a[2 * i + 1]);                                                                              \
+        b[i + 8] = hi(a[2 * i], a[2 * i + 1]);                                                                          \
+    }                                                                                                                   \
+    for (int i = 0; i < 16; i++)                                                                                        \
+        a[i] = b[i];
+    QG_STAGE(_mm_unpacklo_epi8, _mm_unpackhi_epi8)
+    QG_STAGE(_mm_unpacklo_epi16, _mm_unpackhi_epi16)
+    QG_STAGE(_mm_unpacklo_epi32, _mm_unpackhi_epi32)
+    QG_STAGE(_mm_unpacklo_epi64, _mm_unpackhi_epi64)
+#undef QG_STAGE
+    for (int i = 0; i < 16; i++)
+        out[rev[i]] = a[i]; /* the network leaves column i at bit-reversed position */
+}
+#else
+#define QG_SSE2 0
+#endif
+
 /* a tile's rows [m0, m0 + mm) x columns [n0, n0 + nn) of Y from the raw sums c: the zero-point
  * and offset correction sum (a - za)(b - zb) = sum a_u b_s - ZB sum a_u - ZA sum b_s + K ZA ZB
  * (a_u = a + oa, b_s = b - ob, ZA = za + oa, ZB = zb - ob, wrapping), zbv[n] = ZB and
@@ -143,6 +172,38 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
 {
     const float *restrict mult = j->mult ? j->mult + n0 : NULL;
     const float yz = (float)j->yz, lo = j->mode == 1 ? 0.0f : -128.0f, hi = j->mode == 1 ? 255.0f : 127.0f;
+#if QG_SSE2
+    const Py_ssize_t P = j->yP;
+    if (P && j->mode && mm == QG_MR && m0 % P + QG_MR <= P) {
+        /* 8 rows of a tile inside one image's planes: its bytes, then 8 pixels of a column (a plane)
+         * a store, through two 16 x 16 byte transposes (rows 8..15 unused) */
+        uint8_t tb[2 * QG_MR][QG_NR] __attribute__((aligned(16)));
+        float mt[QG_NR];
+        for (int n = 0; n < QG_NR; n++)
+            mt[n] = mult[n < nn ? n : nn - 1];
+        for (int r = 0; r < QG_MR; r++) {
+            const uint32_t rs = (uint32_t)j->rs[m0 + r];
+            const uint32_t *restrict cr = (const uint32_t *)c + r * QG_NR;
+            for (int n = 0; n < QG_NR; n++) { /* columns past nn: computed (zbv, ct hold the last one's), not stored */
+                float t = rintf((float)(int32_t)(cr[n] - zbv[n] * rs + ct[n]) * mt[n]) + yz;
+                t = t > lo ? t : lo;
+                t = t < hi ? t : hi;
+                tb[r][n] = (uint8_t)(int32_t)t; /* the low byte: int8 as two's complement */
+            }
+        }
+        memset(tb[QG_MR], 0, sizeof tb / 2);
+        uint8_t *y = (uint8_t *)j->y + (m0 / P) * j->N * P + n0 * P + m0 % P;
+        for (int h = 0; h < 2 && 16 * h < nn; h++) {
+            __m128i in[16], out[16];
+            for (int r = 0; r < 16; r++)
+                in[r] = _mm_load_si128((const __m128i *)(tb[r] + 16 * h));
+            qg_tr16(in, out);
+            for (int n = 0; n < 16 && 16 * h + n < nn; n++)
+                _mm_storel_epi64((__m128i *)(y + (16 * h + n) * P), out[n]);
+        }
+        return;
+    }
+#endif
     for (Py_ssize_t r = 0; r < mm; r++) {
         const uint32_t rs = (uint32_t)j->rs[m0 + r];
         const uint32_t *restrict cr = (const uint32_t *)c + r * QG_NR;
@@ -157,8 +218,9 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
         }
         float f[QG_NR];
         for (Py_ssize_t n = 0; n < nn; n++) {
-            const float t = rintf((float)(int32_t)(cr[n] - zbv[n] * rs + ct[n]) * mult[n]) + yz;
-            f[n] = t < lo ? lo : (t > hi ? hi : t);
+            float t = rintf((float)(int32_t)(cr[n] - zbv[n] * rs + ct[n]) * mult[n]) + yz;
+            t = t > lo ? t : lo; /* one-sided selects: vmaxps / vminps (a nested one is not vectorized) */
+            f[n] = t < hi ? t : hi;
         }
         if (j->mode == 1) {
             uint8_t *restrict y = (uint8_t *)j->y + at;
@@ -365,6 +427,131 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
     release_buffers(v, 6);
     if (oom)
         return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+/* y[n][p][c] = x[n][c][p] for bytes: an image's planes as pixel rows (a pointwise QLinearConv's A),
+ * 16 x 16 blocks through byte transposes, the edges item by item */
+static void qt_image(const uint8_t *restrict x, uint8_t *restrict y, Py_ssize_t C, Py_ssize_t P)
+{
+    Py_ssize_t c0 = 0;
+#if QG_SSE2
+    for (; c0 + 16 <= C; c0 += 16) {
+        Py_ssize_t p0 = 0;
+        for (; p0 + 16 <= P; p0 += 16) {
+            __m128i in[16], out[16];
+            for (int c = 0; c < 16; c++)
+                in[c] = _mm_loadu_si128((const __m128i *)(x + (c0 + c) * P + p0));
+            qg_tr16(in, out);
+            for (int p = 0; p < 16; p++)
+                _mm_storeu_si128((__m128i *)(y + (p0 + p) * C + c0), out[p]);
+        }
+        for (; p0 < P; p0++)
+            for (int c = 0; c < 16; c++)
+                y[p0 * C + c0 + c] = x[(c0 + c) * P + p0];
+    }
+#endif
+    for (Py_ssize_t p = 0; p < P; p++)
+        for (Py_ssize_t c = c0; c < C; c++)
+            y[p * C + c] = x[c * P + p];
+}
+
+/* qtranspose(x, y, (N, C, P)): N images of C planes of P bytes into N x P x C */
+PyObject *rc_py_qtranspose(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    Py_ssize_t N, C, P;
+    if (!PyArg_ParseTuple(args, "OO(nnn):qtranspose", &xo, &yo, &N, &C, &P))
+        return NULL;
+    if (N < 1 || C < 1 || P < 1) {
+        PyErr_SetString(PyExc_ValueError, "qtranspose: sizes must be positive");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul3(&sz, "the size", N, C, P);
+    if (sz_check(&sz, "qtranspose", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{xo, n, 1, 0, 0, "x"}, {yo, n, 1, 1, 0, "y"}};
+    if (get_buffers("qtranspose", spec, v, 2) < 0)
+        return NULL;
+    const uint8_t *x = (const uint8_t *)v[0].buf;
+    uint8_t *y = (uint8_t *)v[1].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < N; i++)
+        qt_image(x + i * C * P, y + i * C * P, C, P);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
+    Py_RETURN_NONE;
+}
+
+/* im2col rows of NCHW bytes for a convolution's GEMM: row (n, oh, ow), items in (kh, kw, c)
+ * order, taps outside the image the pad byte (x's zero point) */
+typedef struct {
+    const uint8_t *x;
+    uint8_t *cols;
+    Py_ssize_t N, C, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl;
+    uint8_t pad;
+} qi_job;
+
+static void qi_part(void *arg, int part, int parts)
+{
+    const qi_job *j = (const qi_job *)arg;
+    const Py_ssize_t rows = j->N * j->OH, r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
+    const Py_ssize_t row = j->KH * j->KW * j->C, HW = j->H * j->W;
+    for (Py_ssize_t r = r0; r < r1; r++) {
+        const Py_ssize_t n = r / j->OH, oh = r % j->OH;
+        const uint8_t *xn = j->x + n * j->C * HW;
+        uint8_t *d = j->cols + r * j->OW * row;
+        for (Py_ssize_t ow = 0; ow < j->OW; ow++)
+            for (Py_ssize_t i = 0; i < j->KH; i++) {
+                const Py_ssize_t ih = oh * j->sh - j->pt + i * j->dh;
+                for (Py_ssize_t k = 0; k < j->KW; k++, d += j->C) {
+                    const Py_ssize_t iw = ow * j->sw - j->pl + k * j->dw;
+                    if (ih < 0 || ih >= j->H || iw < 0 || iw >= j->W)
+                        memset(d, j->pad, (size_t)j->C);
+                    else
+                        for (Py_ssize_t c = 0; c < j->C; c++)
+                            d[c] = xn[c * HW + ih * j->W + iw];
+                }
+            }
+    }
+}
+
+/* qim2col(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads) */
+PyObject *rc_py_qim2col(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *co;
+    int pad, threads;
+    qi_job j;
+    memset(&j, 0, sizeof j);
+    if (!PyArg_ParseTuple(args, "OO(nnnn)(nn)(nn)(nn)(nn)(nn)ii:qim2col", &xo, &co, &j.N, &j.C, &j.H, &j.W, &j.KH,
+                          &j.KW, &j.OH, &j.OW, &j.sh, &j.sw, &j.dh, &j.dw, &j.pt, &j.pl, &pad, &threads))
+        return NULL;
+    if (j.N < 1 || j.C < 1 || j.H < 1 || j.W < 1 || j.KH < 1 || j.KW < 1 || j.OH < 1 || j.OW < 1 || j.sh < 1
+        || j.sw < 1 || j.dh < 1 || j.dw < 1 || j.pt < 0 || j.pl < 0 || pad < -128 || pad > 255) {
+        PyErr_SetString(PyExc_ValueError, "qim2col: sizes, strides and dilations must be positive, pads not "
+                                          "negative and the pad a byte");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul4(&sz, "X's size", j.N, j.C, j.H, j.W);
+    const Py_ssize_t cn = sz_mul(&sz, "the rows' size", sz_mul3(&sz, "the rows' size", j.N, j.OH, j.OW),
+                                 sz_mul3(&sz, "the rows' size", j.KH, j.KW, j.C));
+    if (sz_check(&sz, "qim2col", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{xo, xn, 1, 0, 0, "x"}, {co, cn, 1, 1, 0, "cols"}};
+    if (get_buffers("qim2col", spec, v, 2) < 0)
+        return NULL;
+    j.x = (const uint8_t *)v[0].buf;
+    j.cols = (uint8_t *)v[1].buf;
+    j.pad = (uint8_t)pad;
+    Py_BEGIN_ALLOW_THREADS
+    const int parts = rc_parts((double)cn, 2.5e5, j.N * j.OH, &threads);
+    rc_parallel(qi_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
     Py_RETURN_NONE;
 }
 

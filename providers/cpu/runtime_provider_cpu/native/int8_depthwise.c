@@ -1,12 +1,16 @@
 /* Depthwise int8 convolution (QLinearConv with group == C, one output channel per group) on
- * NCHW planes. Each plane is widened once into zero-padded int16 phase planes of (x - zero
- * point) (padding then contributes 0, as zero-point padding does): sh x sw planes, the padded
- * pixel (r, c) in plane (r % sh, c % sw) at (r / sh, c / sw), so that every tap of a strided
- * kernel reads unit-stride rows. With the output rows laid at the phase planes' pitch, a tap is
- * one long multiply-add over the whole plane (a few columns past OW computed and dropped), and
- * the rows are requantized as the numpy path does it: saturate(rint((float)(acc + bias) *
- * mult[c]) + yz). Bit for bit the numpy path's while sum |x - xz| |w - wz| fits in int32
- * (KH * KW < 33000: always for real kernels). */
+ * NCHW bytes, requantized as the numpy path does: saturate(rint((float)(acc + bias) * mult[c]) +
+ * yz), bit for bit. Two loops:
+ * - channel blocks (the default, KH * KW <= 256): 16 channels a vector; a band of input rows is
+ *   transposed (16 x 16 byte blocks) into a float tile of (x - xz), every tap is one multiply-add
+ *   for 4 neighbouring pixels kept in registers, and the row's bytes are transposed back into the
+ *   NCHW planes. Small planes (MobileNet's late 7x7 and 14x14 layers) vectorize as well as large.
+ * - whole planes (larger kernels, whose float sums could pass 2^24): each plane widened once into
+ *   zero-padded int16 phase planes of (x - zero point) (padding then contributes 0, as zero-point
+ *   padding does): sh x sw planes, the padded pixel (r, c) in plane (r % sh, c % sw) at
+ *   (r / sh, c / sw), so that every tap of a strided kernel reads unit-stride rows; a tap is one
+ *   long multiply-add over the whole plane (a few columns past OW computed and dropped). Exact
+ *   while sum |x - xz| |w - wz| fits in int32 (KH * KW < 33000: always for real kernels). */
 #include "native.h"
 
 typedef struct {
@@ -36,7 +40,8 @@ RC_CLONES static void qdw_store(const int32_t *restrict acc, uint8_t *restrict y
 {
     for (Py_ssize_t o = 0; o < n; o++) {
         float t = rintf((float)(int32_t)((uint32_t)acc[o] + bias) * mult) + yz;
-        t = t < lo ? lo : (t > hi ? hi : t);
+        t = t > lo ? t : lo; /* one-sided selects vectorize (vmaxps / vminps) */
+        t = t < hi ? t : hi;
         y[o] = ysigned ? (uint8_t)(int8_t)(int32_t)t : (uint8_t)(int32_t)t;
     }
 }
@@ -98,17 +103,262 @@ static void qdw_part(void *arg, int part, int parts)
     }
 }
 
+/* ---- channel blocks: 16 channels a vector, for planes of any size ----
+ * A unit is 16 channels x a band of output rows of one image. Its input rows are transposed
+ * into a float tile [rows][PW][16] of (x - xz) (zeros in the padding: zero-point padding), so
+ * that a tap is one vector multiply-add over 16 channels and 4 neighbouring output pixels stay
+ * in registers; float sums are exact (|x - xz|, |w - wz| <= 255 and KH * KW <= QDW_KK_EXACT
+ * keep every partial sum below 2^24) and are requantized as the plane path does. */
+#define QDW_CB 16
+#define QDW_KK_EXACT 256
+#define QDW_TILE_BYTES (48 * 1024) /* a band's tile in L1/L2 while its taps pass */
+
+typedef struct {
+    const qdw_job *j;
+    Py_ssize_t ncb, R, nb, trows, wstride; /* channel blocks, rows a band, bands, tile rows, floats a part */
+    float *work;
+} qdc_job;
+
+typedef float qdc_v16f __attribute__((vector_size(64)));
+typedef int32_t qdc_v16i __attribute__((vector_size(64)));
+typedef uint8_t qdc_v16b __attribute__((vector_size(16)));
+typedef float qdc_v16fu __attribute__((vector_size(64), aligned(4))); /* unaligned loads */
+typedef int32_t qdc_v16iu __attribute__((vector_size(64), aligned(4)));
+
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <emmintrin.h>
+/* a 16 x 16 byte transpose (SSE2, every x86-64): out[bitrev4(i)] = column i of the rows in[] */
+RC_INLINE void qdc_tr16(const __m128i *in, __m128i *out)
+{
+    static const int rev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    __m128i a[16], b[16];
+    for (int i = 0; i < 16; i++)
+        a[i] = in[i];
+#define QDC_STAGE(lo, hi)                                                                                               \
+    for (int i = 0; i < 8; i++) {                                                                                       \
+        b[i] = lo(a[2 * i], a[2 * i + 1]);                                                                              \
+        b[i + 8] = hi(a[2 * i], a[2 * i + 1]);                                                                          \
+    }                                                                                                                   \
+    for (int i = 0; i < 16; i++)                                                                                        \
+        a[i] = b[i];
+    QDC_STAGE(_mm_unpacklo_epi8, _mm_unpackhi_epi8)
+    QDC_STAGE(_mm_unpacklo_epi16, _mm_unpackhi_epi16)
+    QDC_STAGE(_mm_unpacklo_epi32, _mm_unpackhi_epi32)
+    QDC_STAGE(_mm_unpacklo_epi64, _mm_unpackhi_epi64)
+#undef QDC_STAGE
+    for (int i = 0; i < 16; i++)
+        out[rev[i]] = a[i];
+}
+#define QDC_SSE2 1
+#else
+#define QDC_SSE2 0
+#endif
+
+/* 16 pixels x 16 channels: the bytes rows[c][w0 .. w0 + n) as float (b ^ flip) - off into
+ * t[p][c] (t at the first pixel, 16 floats a pixel) */
+RC_CLONES static void qdc_fill16(const uint8_t *const *rows, Py_ssize_t w0, Py_ssize_t n, uint8_t flip, float off,
+                                 float *restrict t)
+{
+    qdc_v16b px[QDW_CB];
+#if QDC_SSE2
+    if (n == QDW_CB) {
+        __m128i in[QDW_CB];
+        for (int c = 0; c < QDW_CB; c++)
+            in[c] = _mm_loadu_si128((const __m128i *)(rows[c] + w0));
+        qdc_tr16(in, (__m128i *)px);
+    } else
+#endif
+    {
+        uint8_t b[QDW_CB][QDW_CB];
+        for (int c = 0; c < QDW_CB; c++)
+            for (Py_ssize_t p = 0; p < QDW_CB; p++)
+                b[p][c] = p < n ? rows[c][w0 + p] : 0;
+        memcpy(px, b, sizeof b);
+    }
+    const qdc_v16f offv = {off, off, off, off, off, off, off, off, off, off, off, off, off, off, off, off};
+    for (Py_ssize_t p = 0; p < n; p++) {
+        const qdc_v16b v = px[p] ^ flip;
+        const qdc_v16f f = __builtin_convertvector(__builtin_convertvector(v, qdc_v16i), qdc_v16f) - offv;
+        memcpy(t + p * QDW_CB, &f, sizeof f);
+    }
+}
+
+/* the band's input rows into the tile (rows outside the image and the pad columns zero) */
+static void qdc_fill(const qdw_job *j, const qdc_job *q, Py_ssize_t n, Py_ssize_t c0, Py_ssize_t r0, float *restrict t)
+{
+    const uint8_t *rows[QDW_CB];
+    const uint8_t flip = j->xsigned ? 0x80 : 0;
+    const float off = (float)(j->xz + (j->xsigned ? 128 : 0));
+    const Py_ssize_t rowf = j->PW * QDW_CB;
+    for (Py_ssize_t r = 0; r < q->trows; r++) {
+        float *tr = t + r * rowf;
+        const Py_ssize_t h = r0 + r - j->pt;
+        if (h < 0 || h >= j->H) {
+            memset(tr, 0, sizeof(float) * (size_t)rowf);
+            continue;
+        }
+        const Py_ssize_t wn = j->W < j->PW - j->pl ? j->W : j->PW - j->pl;
+        memset(tr, 0, sizeof(float) * (size_t)(j->pl * QDW_CB));
+        if (j->pl + wn < j->PW)
+            memset(tr + (j->pl + wn) * QDW_CB, 0, sizeof(float) * (size_t)((j->PW - j->pl - wn) * QDW_CB));
+        for (int c = 0; c < QDW_CB; c++) {
+            const Py_ssize_t cc = c0 + c < j->C ? c0 + c : j->C - 1; /* past C: a copy, never stored */
+            rows[c] = j->x + ((n * j->C + cc) * j->H + h) * j->W;
+        }
+        for (Py_ssize_t w0 = 0; w0 < wn; w0 += QDW_CB)
+            qdc_fill16(rows, w0, wn - w0 < QDW_CB ? wn - w0 : QDW_CB, flip, off, tr + (j->pl + w0) * QDW_CB);
+    }
+}
+
+/* pixels [ow, ow + NP) of an output row: every tap a 16-channel multiply-add (the sums of NP
+ * neighbouring pixels in registers), stored in sums[ow + p][16] */
+#define QDC_PIXELS(NP)                                                                                                  \
+    do {                                                                                                                \
+        qdc_v16f a[NP];                                                                                                 \
+        for (int p = 0; p < NP; p++)                                                                                    \
+            a[p] = zero;                                                                                                \
+        for (Py_ssize_t i = 0; i < KH; i++)                                                                             \
+            for (Py_ssize_t k = 0; k < KW; k++) {                                                                       \
+                const float *tp = t + i * dh + k * dw + ow * sw;                                                        \
+                const qdc_v16f w = *(const qdc_v16fu *)(wf + (i * KW + k) * QDW_CB);                                    \
+                for (int p = 0; p < NP; p++)                                                                            \
+                    a[p] += *(const qdc_v16fu *)(tp + p * sw) * w;                                                      \
+            }                                                                                                           \
+        for (int p = 0; p < NP; p++)                                                                                    \
+            *(qdc_v16fu *)(sums + (ow + p) * QDW_CB) = a[p];                                                            \
+    } while (0)
+
+/* a row's exact sums [OW][16] requantized as the plane path does, into bytes [OW][16] */
+RC_CLONES static void qdc_requant(const qdw_job *j, const float *restrict sums, const int32_t *restrict bias,
+                                  const float *restrict mult, uint8_t *restrict ob)
+{
+    const float yz = (float)j->yz, lo = j->ysigned ? -128.0f : 0.0f, hi = j->ysigned ? 127.0f : 255.0f;
+    for (Py_ssize_t p = 0; p < j->OW; p++)
+        for (int c = 0; c < QDW_CB; c++) {
+            float t = rintf((float)(int32_t)((uint32_t)(int32_t)sums[p * QDW_CB + c] + (uint32_t)bias[c]) * mult[c]) + yz;
+            t = t > lo ? t : lo; /* one-sided selects: vmaxps / vminps */
+            t = t < hi ? t : hi;
+            ob[p * QDW_CB + c] = (uint8_t)(int32_t)t; /* the low byte: int8 as two's complement */
+        }
+}
+
+/* one output row of a band, 4 pixels at a time; then its bytes transposed into o[c][ow] */
+RC_CLONES static void qdc_row(const qdw_job *j, const float *restrict t, const float *restrict wf,
+                              const int32_t *restrict bias, const float *restrict mult, float *restrict sums,
+                              qdc_v16b *restrict ob, uint8_t *restrict o)
+{
+    const Py_ssize_t KH = j->KH, KW = j->KW, rowf = j->PW * QDW_CB, sw = j->sw * QDW_CB, dw = j->dw * QDW_CB;
+    const Py_ssize_t dh = j->dh * rowf, OW = j->OW;
+    const qdc_v16f zero = {0};
+    Py_ssize_t ow = 0;
+    for (; ow + 4 <= OW; ow += 4)
+        QDC_PIXELS(4);
+    for (; ow < OW; ow++)
+        QDC_PIXELS(1);
+    qdc_requant(j, sums, bias, mult, (uint8_t *)ob);
+    ow = 0;
+#if QDC_SSE2
+    for (; ow + QDW_CB <= OW; ow += QDW_CB) {
+        __m128i tr[QDW_CB];
+        qdc_tr16((const __m128i *)(ob + ow), tr);
+        for (int c = 0; c < QDW_CB; c++)
+            _mm_storeu_si128((__m128i *)(o + c * OW + ow), tr[c]);
+    }
+#endif
+    for (; ow < OW; ow++)
+        for (int c = 0; c < QDW_CB; c++)
+            o[c * OW + ow] = ob[ow][c];
+}
+
+static void qdc_part(void *arg, int part, int parts)
+{
+    const qdc_job *q = (const qdc_job *)arg;
+    const qdw_job *j = q->j;
+    const Py_ssize_t units = j->N * q->ncb * q->nb, u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    const Py_ssize_t KK = j->KH * j->KW, tilef = q->trows * j->PW * QDW_CB;
+    float *t = q->work + (Py_ssize_t)part * q->wstride, *wf = t + tilef, *mult = wf + KK * QDW_CB;
+    int32_t *bias = (int32_t *)(mult + QDW_CB);
+    float *sums = (float *)(bias + QDW_CB);      /* a row's sums, pixel-major */
+    qdc_v16b *ob = (qdc_v16b *)(sums + j->OW * QDW_CB); /* its bytes, pixel-major, then o channel-major */
+    uint8_t *o = (uint8_t *)(ob + j->OW);
+    Py_ssize_t have = -1; /* the channel block whose weights wf holds */
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        const Py_ssize_t band = u % q->nb, cb = (u / q->nb) % q->ncb, n = u / (q->nb * q->ncb);
+        const Py_ssize_t c0 = cb * QDW_CB, nc = j->C - c0 < QDW_CB ? j->C - c0 : QDW_CB;
+        if (have != cb) {
+            for (Py_ssize_t k = 0; k < KK; k++)
+                for (int c = 0; c < QDW_CB; c++) {
+                    const Py_ssize_t cc = c0 + c;
+                    int32_t v = 0;
+                    if (c < nc) {
+                        const uint8_t b = j->w[cc * KK + k];
+                        v = (j->wsigned ? (int32_t)(int8_t)b : (int32_t)b) - (j->wz ? j->wz[cc] : 0);
+                    }
+                    wf[k * QDW_CB + c] = (float)v;
+                }
+            for (int c = 0; c < QDW_CB; c++) {
+                mult[c] = c < nc ? j->mult[c0 + c] : 0.0f;
+                bias[c] = c < nc && j->bias ? j->bias[c0 + c] : 0;
+            }
+            have = cb;
+        }
+        const Py_ssize_t oh0 = band * q->R, oh1 = oh0 + q->R < j->OH ? oh0 + q->R : j->OH;
+        qdc_fill(j, q, n, c0, oh0 * j->sh, t);
+        for (Py_ssize_t oh = oh0; oh < oh1; oh++) {
+            qdc_row(j, t + (oh - oh0) * j->sh * j->PW * QDW_CB, wf, bias, mult, sums, ob, o);
+            for (Py_ssize_t c = 0; c < nc; c++)
+                memcpy(j->y + ((n * j->C + c0 + c) * j->OH + oh) * j->OW, o + c * j->OW, (size_t)j->OW);
+        }
+    }
+}
+
+/* the channel-block path (KH * KW <= QDW_KK_EXACT); -1 with an exception set */
+static int qdc_run(qdw_job *j, int threads)
+{
+    qdc_job q;
+    memset(&q, 0, sizeof q);
+    q.j = j;
+    q.ncb = (j->C + QDW_CB - 1) / QDW_CB;
+    const Py_ssize_t eh = (j->KH - 1) * j->dh + 1, rowb = j->PW * QDW_CB * (Py_ssize_t)sizeof(float);
+    Py_ssize_t R = (QDW_TILE_BYTES / rowb - eh) / j->sh + 1;
+    R = R < 1 ? 1 : (R > j->OH ? j->OH : R);
+    q.R = R;
+    q.nb = (j->OH + R - 1) / R;
+    q.trows = (R - 1) * j->sh + eh;
+    rc_sz sz = {NULL};
+    /* the tile, the weights, 16 multipliers, 16 biases, 16 output rows of bytes */
+    q.wstride = sz_add(&sz, "the work size", sz_mul3(&sz, "the work size", q.trows, j->PW, QDW_CB),
+                       (j->KH * j->KW + 2 + j->OW) * QDW_CB + 2 * (QDW_CB * j->OW + 3) / 4);
+    q.wstride = (q.wstride + 15) & ~(Py_ssize_t)15;
+    const Py_ssize_t units = j->N * q.ncb * q.nb;
+    const int parts = rc_parts(2.0 * (double)(j->N * j->C * j->OH * j->OW) * (double)(j->KH * j->KW), 2.5e5,
+                               units, &threads);
+    const Py_ssize_t workn = sz_mul3(&sz, "the work size", parts, q.wstride, (Py_ssize_t)sizeof(float));
+    if (sz_check(&sz, "qdwconv", PyExc_MemoryError) < 0)
+        return -1;
+    q.work = (float *)rc_work((size_t)workn);
+    if (q.work == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(qdc_part, &q, parts, threads);
+    Py_END_ALLOW_THREADS
+    rc_work_done(q.work, (size_t)workn);
+    return 0;
+}
+
 /* qdwconv(x, x_signed, xz, w, w_signed, wz, bias, mult, y, y_signed, yz,
  *         (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), threads) */
 PyObject *rc_py_qdwconv(PyObject *self, PyObject *args)
 {
     PyObject *xo, *wo, *wzo, *bo, *mo, *yo;
-    int xs, ws, ys, xz, yz, threads;
+    int xs, ws, ys, xz, yz, threads, method = 1;
     qdw_job j;
     memset(&j, 0, sizeof j);
-    if (!PyArg_ParseTuple(args, "OpiOpOOOOpi(nnnn)(nn)(nn)(nn)(nn)(nn)i:qdwconv", &xo, &xs, &xz, &wo, &ws, &wzo, &bo,
-                          &mo, &yo, &ys, &yz, &j.N, &j.C, &j.H, &j.W, &j.KH, &j.KW, &j.OH, &j.OW, &j.sh, &j.sw,
-                          &j.dh, &j.dw, &j.pt, &j.pl, &threads))
+    if (!PyArg_ParseTuple(args, "OpiOpOOOOpi(nnnn)(nn)(nn)(nn)(nn)(nn)i|i:qdwconv", &xo, &xs, &xz, &wo, &ws, &wzo,
+                          &bo, &mo, &yo, &ys, &yz, &j.N, &j.C, &j.H, &j.W, &j.KH, &j.KW, &j.OH, &j.OW, &j.sh,
+                          &j.sw, &j.dh, &j.dw, &j.pt, &j.pl, &threads, &method))
         return NULL;
     if (j.N < 1 || j.C < 1 || j.H < 1 || j.W < 1 || j.KH < 1 || j.KW < 1 || j.OH < 1 || j.OW < 1 || j.sh < 1
         || j.sw < 1 || j.dh < 1 || j.dw < 1 || j.pt < 0 || j.pl < 0 || j.KH * j.KW >= 33000
@@ -153,6 +403,13 @@ PyObject *rc_py_qdwconv(PyObject *self, PyObject *args)
     j.mult = (const float *)v[4].buf;
     j.y = (uint8_t *)v[5].buf;
     j.xsigned = xs, j.wsigned = ws, j.ysigned = ys, j.xz = xz, j.yz = yz;
+    if (method != 0 && j.KH * j.KW <= QDW_KK_EXACT) {
+        const int rc = qdc_run(&j, threads);
+        release_buffers(v, 6);
+        if (rc < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
     j.work = (int16_t *)rc_work((size_t)workn);
     const int oom = j.work == NULL;
     if (!oom) {

@@ -76,15 +76,21 @@ static PyMethodDef methods[] = {
      "sum_k (a - za)(b - zb[n]) (+ bias[n]) of 8-bit A (M x K) and packed B into y: int32 (mode 0), or\n"
      "saturate(rint(acc * mult[n]) + yz) as uint8 (mode 1) / int8 (mode 2). zb may be None. With y_planes P, Y is\n"
      "(M / P) x N x P (NCHW)."},
+    {"qtranspose", rc_py_qtranspose, METH_VARARGS,
+     "qtranspose(x, y, (N, C, P)): N images of C planes of P bytes (NCHW) into y as N x P x C (NHWC)."},
+    {"qim2col", rc_py_qim2col, METH_VARARGS,
+     "qim2col(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads)\n"
+     "im2col rows of NCHW bytes: row (n, oh, ow), items in (kh, kw, c) order, taps outside the image = pad."},
     {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
      "qgemm_path(force=-1) -> the inner loop this CPU runs (force: 0 portable, 1 avx2, 2 vnni, for tests)."},
     {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,
      "dyn_quantize(x, y, n) -> (scale, zero_point): DynamicQuantizeLinear of n float32 into uint8 y."},
     {"qdwconv", rc_py_qdwconv, METH_VARARGS,
      "qdwconv(x, x_signed, xz, w, w_signed, wz, bias, mult, y, y_signed, yz, (N, C, H, W), (KH, KW), (OH, OW),\n"
-     "        (sh, sw), (dh, dw), (pt, pl), threads)\n"
+     "        (sh, sw), (dh, dw), (pt, pl), threads, method=1)\n"
      "Depthwise int8 convolution of NCHW bytes: y = saturate(rint((sum (x - xz)(w[c] - wz[c]) + bias[c]) * mult[c])\n"
-     "+ yz), padding at the zero point. wz and bias may be None."},
+     "+ yz), padding at the zero point. wz and bias may be None. method 1: 16-channel blocks (KH * KW <= 256,\n"
+     "else planes); 0: whole planes (tests tie the two)."},
     {"nbits_matmul", rc_py_nbits_matmul, METH_VARARGS,
      "nbits_matmul(a, b, scales, zero_points, zp_float, bias, y, (M, K, N, block_size), threads)\n"
      "MatMulNBits (4 bits): y (M x N) = a (M x K) w^T (+ bias) in float32, w[n, k] = (q - z) * s per block of\n"

@@ -346,6 +346,8 @@ PyObject *rc_py_qgemm_packed_size(PyObject *self, PyObject *args);
 PyObject *rc_py_qgemm_pack(PyObject *self, PyObject *args);
 PyObject *rc_py_qgemm(PyObject *self, PyObject *args);
 PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args);
+PyObject *rc_py_qtranspose(PyObject *self, PyObject *args);
+PyObject *rc_py_qim2col(PyObject *self, PyObject *args);
 PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args);
 /* int8_depthwise.c: depthwise QLinearConv on NCHW planes */
 PyObject *rc_py_qdwconv(PyObject *self, PyObject *args);

@@ -20,7 +20,7 @@ With the compiled extension, MatMulInteger and QLinearMatMul of 8-bit A [..., M,
 with int32 accumulation and the requantizing epilogue, B packed once when it is a constant;
 a 2-D ungrouped QLinearConv is the same GEMM (bias and per-channel requantization in its
 epilogue, the output written in NCHW planes) on im2col rows, or for a pointwise (1x1, stride 1)
-one on the input's pixels; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (per channel plane, padded at
+one on the input's pixels; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (16 channels a vector, padded at
 the zero point); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
 All give the numpy paths' results bit for bit.
 """
@@ -590,6 +590,19 @@ def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, d
     return _to_int32(_int_conv(xc, wc, group, st, dl, pb, pe))
 
 
+def _cached(ctx, key, ins, build):
+    """``build()``, kept in the node's cache while ``ins`` ((input index, array) pairs: the
+    values it derives from) are the same constant arrays: per-run Python work (multipliers,
+    int32 vectors) done once per session for a QDQ model's constant scales."""
+    got = ctx.cache.get(key)
+    if got is not None and len(got[0]) == len(ins) and all(a is b for a, (_, b) in zip(got[0], ins)):
+        return got[1]
+    v = build()
+    if all(a is None or _is_const(ctx, i, a) for i, a in ins):
+        ctx.cache[key] = (tuple(a for _, a in ins), v)
+    return v
+
+
 def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
     """A 2-D, ungrouped QLinearConv on ``_native.qgemm`` against the weight as a packed
     [C*KH*KW, M] B, bias and per-channel requantization in its epilogue, Y written in NCHW
@@ -603,45 +616,50 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
             or (w_scale.size != 1 and w_scale.shape != (w.shape[0],)) or (B is not None and B.size != w.shape[0])):
         return None
     M = w.shape[0]
-    with np.errstate(all="ignore"):
-        mult = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
-    if not np.all(np.isfinite(mult)):
+
+    def prep():
+        with np.errstate(all="ignore"):
+            m = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
+        if not np.all(np.isfinite(m)):
+            return None
+        return (np.ascontiguousarray(np.broadcast_to(m, (M,)), dtype=_F32),
+                None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32))
+
+    got = _cached(ctx, "qconv_prep", ((1, x_scale), (4, w_scale), (6, y_scale), (8, B)), prep)
+    if got is None:
         return None
-    mult = np.ascontiguousarray(np.broadcast_to(mult, (M,)), dtype=_F32)
+    mult, bias = got
     n, c, kh, kw = x.shape[0], x.shape[1], w.shape[2], w.shape[3]
     b = ctx.cache.get("qconv_w")
     if b is None or b[0] is not w:
         b = (w, np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(M, -1).T))  # rows in (kh, kw, c) order
         if _is_const(ctx, 3, w):
             ctx.cache["qconv_w"] = b
-    bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
     if kh == kw == 1 and tuple(st) == (1, 1) and not any(pb) and not any(pe):
         # a pointwise convolution: no im2col, no padding; x's pixels are A's rows
         P = x.shape[2] * x.shape[3]
-        a = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).reshape(n * P, c)
+        a = np.empty((n * P, c), x.dtype)  # the pixels as rows: a compiled byte transpose (numpy's is slow)
+        _native.qtranspose(np.ascontiguousarray(x), a, (n, c, P))
         y = _qgemm(ctx, 3, a, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias,
                    pack_key="qconv_b", const=_is_const(ctx, 3, w), planes=P)
         return y.reshape(n, M, x.shape[2], x.shape[3])
     eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
-    pad = ((0, 0), (pb[0], pe[0]), (pb[1], pe[1]), (0, 0))
-    # channels last, so that each tap's copy moves rows of C contiguous bytes
-    xp = np.pad(x.transpose(0, 2, 3, 1), pad, constant_values=0 if xz is None else xz.reshape(()))
-    if xp.shape[1] < eh or xp.shape[2] < ew:
+    ph, pw = x.shape[2] + pb[0] + pe[0], x.shape[3] + pb[1] + pe[1]
+    if ph < eh or pw < ew or min(pb) < 0:
         return None
-    oh, ow = (xp.shape[1] - eh) // st[0] + 1, (xp.shape[2] - ew) // st[1] + 1
-    cols = np.empty((n, oh, ow, kh, kw, c), x.dtype)
-    for i in range(kh):
-        for j in range(kw):
-            cols[:, :, :, i, j] = xp[:, i * dl[0]:i * dl[0] + (oh - 1) * st[0] + 1:st[0],
-                                     j * dl[1]:j * dl[1] + (ow - 1) * st[1] + 1:st[1]]
-    cols = cols.reshape(n * oh * ow, kh * kw * c)
+    oh, ow = (ph - eh) // st[0] + 1, (pw - ew) // st[1] + 1
+    # compiled im2col (numpy's per-tap strided copies of C-byte runs cost more than the GEMM),
+    # rows in (kh, kw, c) order, padded with x's zero point: zeros after centering
+    cols = np.empty((n * oh * ow, kh * kw * c), x.dtype)
+    _native.qim2col(np.ascontiguousarray(x), cols, x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]),
+                    0 if xz is None else int(xz.reshape(())), max(1, int(ctx.threads)))
     y = _qgemm(ctx, 3, cols, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
                const=_is_const(ctx, 3, w), planes=oh * ow)  # Y written in NCHW planes
     return y.reshape(n, M, oh, ow)
 
 
 def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
-    """A 2-D depthwise QLinearConv (group == C == M) on ``_native.qdwconv``: per channel plane,
+    """A 2-D depthwise QLinearConv (group == C == M) on ``_native.qdwconv``: 16 channels a vector,
     padded with x's zero point, requantized as the numpy path does (bit for bit); None where it
     does not apply."""
     if (_native is None or type(x) is not np.ndarray or type(w) is not np.ndarray or type(x_scale) is not np.ndarray
@@ -652,21 +670,28 @@ def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B,
             or w.shape[2] * w.shape[3] >= 33000):
         return None
     C = group
-    with np.errstate(all="ignore"):
-        mult = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
-    if not np.all(np.isfinite(mult)):
+
+    def prep():
+        with np.errstate(all="ignore"):
+            m = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
+        if not np.all(np.isfinite(m)):
+            return None
+        return (np.ascontiguousarray(np.broadcast_to(m, (C,)), dtype=_F32),
+                None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (C,))),
+                None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32))
+
+    got = _cached(ctx, "qdw_prep", ((1, x_scale), (4, w_scale), (5, wz), (6, y_scale), (8, B)), prep)
+    if got is None:
         return None
+    mult, wzv, bias = got
     kh, kw = w.shape[2], w.shape[3]
     oh = (x.shape[2] + pb[0] + pe[0] - ((kh - 1) * dl[0] + 1)) // st[0] + 1
     ow = (x.shape[3] + pb[1] + pe[1] - ((kw - 1) * dl[1] + 1)) // st[1] + 1
     if oh < 1 or ow < 1:
         return None
     y = np.empty((x.shape[0], C, oh, ow), yz.dtype)
-    wzv = None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (C,)))
-    bias = None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
     _native.qdwconv(np.ascontiguousarray(x), x.dtype == _I8, 0 if xz is None else int(xz.reshape(())),
-                    np.ascontiguousarray(w), w.dtype == _I8, wzv, bias,
-                    np.ascontiguousarray(np.broadcast_to(mult, (C,)), dtype=_F32), y, yz.dtype == _I8,
+                    np.ascontiguousarray(w), w.dtype == _I8, wzv, bias, mult, y, yz.dtype == _I8,
                     int(yz.reshape(())), x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]),
                     max(1, int(ctx.threads)))
     return y
