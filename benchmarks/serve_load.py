@@ -34,11 +34,11 @@ from onnx import TensorProto, helper, numpy_helper
 import runtime_core as rt
 
 
-def build_cnn(path: Path, size: int = 32, ch: int = 16, classes: int = 10) -> None:
-    """x[N,3,size,size] -> 3 x (Conv 3x3, Relu, MaxPool 2) -> GlobalAveragePool -> Gemm -> Softmax."""
-    rng = np.random.default_rng(0)
+def _conv_blocks(rng, widths):
+    """(Conv 3x3, Relu, MaxPool 2) per width from x's 3 channels: initializers, nodes, the last
+    output's name and its channels."""
     inits, nodes, prev, cin = [], [], "x", 3
-    for i, cout in enumerate((ch, ch * 2, ch * 4)):
+    for i, cout in enumerate(widths):
         inits += [numpy_helper.from_array((rng.standard_normal((cout, cin, 3, 3)) * (2 / (9 * cin)) ** 0.5)
                                           .astype(np.float32), f"w{i}"),
                   numpy_helper.from_array(np.zeros(cout, np.float32), f"b{i}")]
@@ -46,6 +46,13 @@ def build_cnn(path: Path, size: int = 32, ch: int = 16, classes: int = 10) -> No
                   helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
                   helper.make_node("MaxPool", [f"r{i}"], [f"p{i}"], kernel_shape=[2, 2], strides=[2, 2])]
         prev, cin = f"p{i}", cout
+    return inits, nodes, prev, cin
+
+
+def build_cnn(path: Path, size: int = 32, ch: int = 16, classes: int = 10) -> None:
+    """x[N,3,size,size] -> 3 x (Conv 3x3, Relu, MaxPool 2) -> GlobalAveragePool -> Gemm -> Softmax."""
+    rng = np.random.default_rng(0)
+    inits, nodes, prev, cin = _conv_blocks(rng, (ch, ch * 2, ch * 4))
     inits += [numpy_helper.from_array((rng.standard_normal((classes, cin)) * 0.1).astype(np.float32), "wf"),
               numpy_helper.from_array(np.zeros(classes, np.float32), "bf")]
     nodes += [helper.make_node("GlobalAveragePool", [prev], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
@@ -61,15 +68,7 @@ def build_fchead(path: Path, size: int = 32, classes: int = 10) -> None:
     channels -> Flatten (32 * (size/4)**2) -> Gemm to 1024 (8 MiB of weights at size 32), Relu -> Gemm
     -> Softmax. Its head is a matrix-vector product at batch 1 and a GEMM when batched."""
     rng = np.random.default_rng(0)
-    inits, nodes, prev, cin = [], [], "x", 3
-    for i, cout in enumerate((16, 32)):
-        inits += [numpy_helper.from_array((rng.standard_normal((cout, cin, 3, 3)) * (2 / (9 * cin)) ** 0.5)
-                                          .astype(np.float32), f"w{i}"),
-                  numpy_helper.from_array(np.zeros(cout, np.float32), f"b{i}")]
-        nodes += [helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], pads=[1, 1, 1, 1]),
-                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"]),
-                  helper.make_node("MaxPool", [f"r{i}"], [f"p{i}"], kernel_shape=[2, 2], strides=[2, 2])]
-        prev, cin = f"p{i}", cout
+    inits, nodes, prev, cin = _conv_blocks(rng, (16, 32))
     flat, hidden = cin * (size // 4) ** 2, 1024
     inits += [numpy_helper.from_array((rng.standard_normal((hidden, flat)) * (2 / flat) ** 0.5).astype(np.float32),
                                       "wf1"),

@@ -132,34 +132,6 @@ typedef struct {
     int mode;            /* 0: int32 out; 1: uint8; 2: int8 */
 } qg_job;
 
-#if defined(__x86_64__) || defined(__SSE2__)
-#include <emmintrin.h>
-#define QG_SSE2 1
-/* a 16 x 16 byte transpose (SSE2, every x86-64): out[i] = column i of the rows in[] */
-static inline __attribute__((always_inline)) void qg_tr16(const __m128i *in, __m128i *out)
-{
-    static const int rev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
-    __m128i a[16], b[16];
-    for (int i = 0; i < 16; i++)
-        a[i] = in[i];
-#define QG_STAGE(lo, hi)                                                                                                \
-    for (int i = 0; i < 8; i++) {                                                                                       \
-        b[i] = lo(a[2 * i], a[2 * i + 1]);                                                                              \
-        b[i + 8] = hi(a[2 * i], a[2 * i + 1]);                                                                          \
-    }                                                                                                                   \
-    for (int i = 0; i < 16; i++)                                                                                        \
-        a[i] = b[i];
-    QG_STAGE(_mm_unpacklo_epi8, _mm_unpackhi_epi8)
-    QG_STAGE(_mm_unpacklo_epi16, _mm_unpackhi_epi16)
-    QG_STAGE(_mm_unpacklo_epi32, _mm_unpackhi_epi32)
-    QG_STAGE(_mm_unpacklo_epi64, _mm_unpackhi_epi64)
-#undef QG_STAGE
-    for (int i = 0; i < 16; i++)
-        out[rev[i]] = a[i]; /* the network leaves column i at bit-reversed position */
-}
-#else
-#define QG_SSE2 0
-#endif
 
 /* a tile's rows [m0, m0 + mm) x columns [n0, n0 + nn) of Y from the raw sums c: the zero-point
  * and offset correction sum (a - za)(b - zb) = sum a_u b_s - ZB sum a_u - ZA sum b_s + K ZA ZB
@@ -172,7 +144,7 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
 {
     const float *restrict mult = j->mult ? j->mult + n0 : NULL;
     const float yz = (float)j->yz, lo = j->mode == 1 ? 0.0f : -128.0f, hi = j->mode == 1 ? 255.0f : 127.0f;
-#if QG_SSE2
+#if RC_SSE2
     const Py_ssize_t P = j->yP;
     if (P && j->mode && mm == QG_MR && m0 % P + QG_MR <= P) {
         /* 8 rows of a tile inside one image's planes: its bytes, then 8 pixels of a column (a plane)
@@ -197,7 +169,7 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
             __m128i in[16], out[16];
             for (int r = 0; r < 16; r++)
                 in[r] = _mm_load_si128((const __m128i *)(tb[r] + 16 * h));
-            qg_tr16(in, out);
+            rc_tr16_bytes(in, out);
             for (int n = 0; n < 16 && 16 * h + n < nn; n++)
                 _mm_storel_epi64((__m128i *)(y + (16 * h + n) * P), out[n]);
         }
@@ -435,14 +407,14 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
 static void qt_image(const uint8_t *restrict x, uint8_t *restrict y, Py_ssize_t C, Py_ssize_t P)
 {
     Py_ssize_t c0 = 0;
-#if QG_SSE2
+#if RC_SSE2
     for (; c0 + 16 <= C; c0 += 16) {
         Py_ssize_t p0 = 0;
         for (; p0 + 16 <= P; p0 += 16) {
             __m128i in[16], out[16];
             for (int c = 0; c < 16; c++)
                 in[c] = _mm_loadu_si128((const __m128i *)(x + (c0 + c) * P + p0));
-            qg_tr16(in, out);
+            rc_tr16_bytes(in, out);
             for (int p = 0; p < 16; p++)
                 _mm_storeu_si128((__m128i *)(y + (p0 + p) * C + c0), out[p]);
         }

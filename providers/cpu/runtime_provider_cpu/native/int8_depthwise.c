@@ -125,34 +125,6 @@ typedef uint8_t qdc_v16b __attribute__((vector_size(16)));
 typedef float qdc_v16fu __attribute__((vector_size(64), aligned(4))); /* unaligned loads */
 typedef int32_t qdc_v16iu __attribute__((vector_size(64), aligned(4)));
 
-#if defined(__x86_64__) || defined(__SSE2__)
-#include <emmintrin.h>
-/* a 16 x 16 byte transpose (SSE2, every x86-64): out[bitrev4(i)] = column i of the rows in[] */
-RC_INLINE void qdc_tr16(const __m128i *in, __m128i *out)
-{
-    static const int rev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
-    __m128i a[16], b[16];
-    for (int i = 0; i < 16; i++)
-        a[i] = in[i];
-#define QDC_STAGE(lo, hi)                                                                                               \
-    for (int i = 0; i < 8; i++) {                                                                                       \
-        b[i] = lo(a[2 * i], a[2 * i + 1]);                                                                              \
-        b[i + 8] = hi(a[2 * i], a[2 * i + 1]);                                                                          \
-    }                                                                                                                   \
-    for (int i = 0; i < 16; i++)                                                                                        \
-        a[i] = b[i];
-    QDC_STAGE(_mm_unpacklo_epi8, _mm_unpackhi_epi8)
-    QDC_STAGE(_mm_unpacklo_epi16, _mm_unpackhi_epi16)
-    QDC_STAGE(_mm_unpacklo_epi32, _mm_unpackhi_epi32)
-    QDC_STAGE(_mm_unpacklo_epi64, _mm_unpackhi_epi64)
-#undef QDC_STAGE
-    for (int i = 0; i < 16; i++)
-        out[rev[i]] = a[i];
-}
-#define QDC_SSE2 1
-#else
-#define QDC_SSE2 0
-#endif
 
 /* 16 pixels x 16 channels: the bytes rows[c][w0 .. w0 + n) as float (b ^ flip) - off into
  * t[p][c] (t at the first pixel, 16 floats a pixel) */
@@ -160,12 +132,12 @@ RC_CLONES static void qdc_fill16(const uint8_t *const *rows, Py_ssize_t w0, Py_s
                                  float *restrict t)
 {
     qdc_v16b px[QDW_CB];
-#if QDC_SSE2
+#if RC_SSE2
     if (n == QDW_CB) {
         __m128i in[QDW_CB];
         for (int c = 0; c < QDW_CB; c++)
             in[c] = _mm_loadu_si128((const __m128i *)(rows[c] + w0));
-        qdc_tr16(in, (__m128i *)px);
+        rc_tr16_bytes(in, (__m128i *)px);
     } else
 #endif
     {
@@ -257,10 +229,10 @@ RC_CLONES static void qdc_row(const qdw_job *j, const float *restrict t, const f
         QDC_PIXELS(1);
     qdc_requant(j, sums, bias, mult, (uint8_t *)ob);
     ow = 0;
-#if QDC_SSE2
+#if RC_SSE2
     for (; ow + QDW_CB <= OW; ow += QDW_CB) {
         __m128i tr[QDW_CB];
-        qdc_tr16((const __m128i *)(ob + ow), tr);
+        rc_tr16_bytes((const __m128i *)(ob + ow), tr);
         for (int c = 0; c < QDW_CB; c++)
             _mm_storeu_si128((__m128i *)(o + c * OW + ow), tr[c]);
     }

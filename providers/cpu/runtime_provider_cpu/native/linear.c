@@ -110,25 +110,30 @@ static void ln_pack_w(const ln_job *j, Py_ssize_t cb, Py_ssize_t k0, Py_ssize_t 
     }
 }
 
+void ln_pack_rows(const float *a, Py_ssize_t R, Py_ssize_t K, float *ap, Py_ssize_t q0, Py_ssize_t q1)
+{
+    for (Py_ssize_t q = q0; q < q1; q++) {
+        float *restrict dst = ap + q * K * LN_RP;
+        const Py_ssize_t r0 = q * LN_RP, nr = R - r0 < LN_RP ? R - r0 : LN_RP;
+        const float *src = a + r0 * K;
+        if (nr == LN_RP) {
+            /* 12 rows read side by side, the panel written in order */
+            for (Py_ssize_t k = 0; k < K; k++)
+                for (int p = 0; p < LN_RP; p++)
+                    dst[k * LN_RP + p] = src[p * K + k];
+            continue;
+        }
+        for (Py_ssize_t k = 0; k < K; k++)
+            for (int p = 0; p < LN_RP; p++)
+                dst[k * LN_RP + p] = p < nr ? src[p * K + k] : 0.0f;
+    }
+}
+
 static void ln_pack_part(void *arg, int part, int parts)
 {
     const ln_job *j = (const ln_job *)arg;
     const Py_ssize_t np_ = (j->R + LN_RP - 1) / LN_RP;
-    for (Py_ssize_t q = np_ * part / parts; q < np_ * (part + 1) / parts; q++) {
-        float *restrict dst = j->ap + q * j->K * LN_RP;
-        const Py_ssize_t r0 = q * LN_RP, nr = j->R - r0 < LN_RP ? j->R - r0 : LN_RP;
-        const float *src = j->a + r0 * j->K;
-        if (nr == LN_RP) {
-            /* 12 rows read side by side, the panel written in order */
-            for (Py_ssize_t k = 0; k < j->K; k++)
-                for (int p = 0; p < LN_RP; p++)
-                    dst[k * LN_RP + p] = src[p * j->K + k];
-            continue;
-        }
-        for (Py_ssize_t k = 0; k < j->K; k++)
-            for (int p = 0; p < LN_RP; p++)
-                dst[k * LN_RP + p] = p < nr ? src[p * j->K + k] : 0.0f;
-    }
+    ln_pack_rows(j->a, j->R, j->K, j->ap, np_ * part / parts, np_ * (part + 1) / parts);
 }
 
 static void ln_part(void *arg, int part, int parts)

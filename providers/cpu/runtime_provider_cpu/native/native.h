@@ -266,6 +266,8 @@ typedef void (*ln_tile_f)(const float *restrict, const float *restrict, Py_ssize
                           float *restrict, Py_ssize_t, const float *restrict, int, const char *,
                           Py_ssize_t, Py_ssize_t, const ln_epi *);
 extern const ln_tile_f ln_tiles[LN_RP + 1];
+/* rows of a [R][K] as 12-row panels ap [ceil(R / 12)][K][12], zeros past R: panels [q0, q1) */
+void ln_pack_rows(const float *a, Py_ssize_t R, Py_ssize_t K, float *ap, Py_ssize_t q0, Py_ssize_t q1);
 /* rows of nn floats (at most 32) from src, ld apart, into dst [rows][32], zeros past nn */
 void pl_pack32(float *restrict dst, const float *restrict src, Py_ssize_t rows, Py_ssize_t ld, Py_ssize_t nn);
 

@@ -235,14 +235,7 @@ static void nb_pack_part(void *arg, int part, int parts)
 {
     const nb_job *j = (const nb_job *)arg;
     const Py_ssize_t np_ = (j->M + LN_RP - 1) / LN_RP;
-    for (Py_ssize_t q = np_ * part / parts; q < np_ * (part + 1) / parts; q++) {
-        float *restrict dst = j->ap + q * j->K * LN_RP;
-        const Py_ssize_t r0 = q * LN_RP, nr = j->M - r0 < LN_RP ? j->M - r0 : LN_RP;
-        const float *src = j->a + r0 * j->K;
-        for (Py_ssize_t k = 0; k < j->K; k++)
-            for (int p = 0; p < LN_RP; p++)
-                dst[k * LN_RP + p] = p < nr ? src[p * j->K + k] : 0.0f;
-    }
+    ln_pack_rows(j->a, j->M, j->K, j->ap, np_ * part / parts, np_ * (part + 1) / parts);
 }
 
 static void nb_tile_part(void *arg, int part, int parts)

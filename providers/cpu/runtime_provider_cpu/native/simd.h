@@ -98,4 +98,34 @@ DWF_TARGET static inline __mmask16 dwf_mask(Py_ssize_t n)
 #define DWF_OK 0
 #endif
 
+#if defined(__x86_64__) || defined(__SSE2__)
+#include <emmintrin.h>
+#define RC_SSE2 1
+/* a 16 x 16 byte transpose (SSE2, every x86-64): out[i] = column i of the rows in[] (the int8
+   kernels' layout changes between NCHW planes and pixel rows) */
+RC_INLINE void rc_tr16_bytes(const __m128i *in, __m128i *out)
+{
+    static const int rev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+    __m128i a[16], b[16];
+    for (int i = 0; i < 16; i++)
+        a[i] = in[i];
+#define RC_TR_STAGE(lo, hi)                                                                    \
+    for (int i = 0; i < 8; i++) {                                                              \
+        b[i] = lo(a[2 * i], a[2 * i + 1]);                                                     \
+        b[i + 8] = hi(a[2 * i], a[2 * i + 1]);                                                 \
+    }                                                                                          \
+    for (int i = 0; i < 16; i++)                                                               \
+        a[i] = b[i];
+    RC_TR_STAGE(_mm_unpacklo_epi8, _mm_unpackhi_epi8)
+    RC_TR_STAGE(_mm_unpacklo_epi16, _mm_unpackhi_epi16)
+    RC_TR_STAGE(_mm_unpacklo_epi32, _mm_unpackhi_epi32)
+    RC_TR_STAGE(_mm_unpacklo_epi64, _mm_unpackhi_epi64)
+#undef RC_TR_STAGE
+    for (int i = 0; i < 16; i++)
+        out[rev[i]] = a[i]; /* the network leaves column i at bit-reversed position */
+}
+#else
+#define RC_SSE2 0
+#endif
+
 #endif
