@@ -110,8 +110,13 @@ static void ln_pack_w(const ln_job *j, Py_ssize_t cb, Py_ssize_t k0, Py_ssize_t 
     }
 }
 
-void ln_pack_rows(const float *a, Py_ssize_t R, Py_ssize_t K, float *ap, Py_ssize_t q0, Py_ssize_t q1)
+void ln_pack_part(void *arg, int part, int parts)
 {
+    const ln_pack_job *j = (const ln_pack_job *)arg;
+    const float *a = j->a;
+    float *ap = j->ap;
+    const Py_ssize_t R = j->R, K = j->K, np_ = (R + LN_RP - 1) / LN_RP;
+    const Py_ssize_t q0 = np_ * part / parts, q1 = np_ * (part + 1) / parts;
     for (Py_ssize_t q = q0; q < q1; q++) {
         float *restrict dst = ap + q * K * LN_RP;
         const Py_ssize_t r0 = q * LN_RP, nr = R - r0 < LN_RP ? R - r0 : LN_RP;
@@ -129,13 +134,6 @@ void ln_pack_rows(const float *a, Py_ssize_t R, Py_ssize_t K, float *ap, Py_ssiz
     }
 }
 
-static void ln_pack_part(void *arg, int part, int parts)
-{
-    const ln_job *j = (const ln_job *)arg;
-    const Py_ssize_t np_ = (j->R + LN_RP - 1) / LN_RP;
-    ln_pack_rows(j->a, j->R, j->K, j->ap, np_ * part / parts, np_ * (part + 1) / parts);
-}
-
 static void ln_part(void *arg, int part, int parts)
 {
     const ln_job *j = (const ln_job *)arg;
@@ -150,12 +148,7 @@ static void ln_part(void *arg, int part, int parts)
         const Py_ssize_t cb = u / nb, q0 = (u - cb * nb) * j->bp;
         const Py_ssize_t q1 = q0 + j->bp < np_ ? q0 + j->bp : np_;
         const Py_ssize_t n0 = cb * 32, nn = j->N - n0 < 32 ? j->N - n0 : 32;
-        const float *bias = j->bias ? j->bias + n0 : NULL;
-        if (bias && nn < 32) {
-            for (Py_ssize_t i = 0; i < 32; i++)
-                btail[i] = i < nn ? bias[i] : 0.0f;
-            bias = btail;
-        }
+        const float *bias = ln_panel_bias(j->bias, n0, nn, btail);
         for (Py_ssize_t k0 = 0; k0 < j->K; k0 += j->kc) {
             const Py_ssize_t kn = j->K - k0 < j->kc ? j->K - k0 : j->kc;
             const float *wp = j->wp + (cb * j->K + k0) * 32;
@@ -281,7 +274,8 @@ PyObject *rc_py_linear(PyObject *self, PyObject *args)
     int pth = threads;
     const int pparts = rc_parts((double)R * (double)K * 8.0, 2.5e5, np_, &pth);
     Py_BEGIN_ALLOW_THREADS
-    rc_parallel(ln_pack_part, &j, pparts, pth);
+    ln_pack_job pj = {j.a, j.ap, R, K};
+    rc_parallel(ln_pack_part, &pj, pparts, pth);
     ln_run(&j, threads);
     Py_END_ALLOW_THREADS
     rc_work_done(ap, apn);

@@ -266,8 +266,26 @@ typedef void (*ln_tile_f)(const float *restrict, const float *restrict, Py_ssize
                           float *restrict, Py_ssize_t, const float *restrict, int, const char *,
                           Py_ssize_t, Py_ssize_t, const ln_epi *);
 extern const ln_tile_f ln_tiles[LN_RP + 1];
-/* rows of a [R][K] as 12-row panels ap [ceil(R / 12)][K][12], zeros past R: panels [q0, q1) */
-void ln_pack_rows(const float *a, Py_ssize_t R, Py_ssize_t K, float *ap, Py_ssize_t q0, Py_ssize_t q1);
+/* rows of a [R][K] as 12-row panels ap [ceil(R / 12)][K][12], zeros past R: an rc_parallel job
+   (a part's share of the panels), for the Linear and MatMulNBits kernels */
+typedef struct {
+    const float *a;
+    float *ap;
+    Py_ssize_t R, K;
+} ln_pack_job;
+void ln_pack_part(void *arg, int part, int parts);
+/* a 32-column panel's bias from column n0 (nn columns): bias + n0 as it is, or copied into
+   tail [32] with zeros past nn; NULL without a bias */
+RC_INLINE const float *ln_panel_bias(const float *bias, Py_ssize_t n0, Py_ssize_t nn, float *tail)
+{
+    if (!bias)
+        return NULL;
+    if (nn == 32)
+        return bias + n0;
+    for (Py_ssize_t i = 0; i < 32; i++)
+        tail[i] = i < nn ? bias[n0 + i] : 0.0f;
+    return tail;
+}
 /* rows of nn floats (at most 32) from src, ld apart, into dst [rows][32], zeros past nn */
 void pl_pack32(float *restrict dst, const float *restrict src, Py_ssize_t rows, Py_ssize_t ld, Py_ssize_t nn);
 

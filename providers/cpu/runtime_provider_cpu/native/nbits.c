@@ -230,14 +230,6 @@ RC_CLONES static void nb_panel(const nb_job *j, Py_ssize_t n0, Py_ssize_t nn, Py
         }
 }
 
-/* a's rows in 12-row panels [ceil(M / 12)][K][12], zeros past M: a part's share of the panels */
-static void nb_pack_part(void *arg, int part, int parts)
-{
-    const nb_job *j = (const nb_job *)arg;
-    const Py_ssize_t np_ = (j->M + LN_RP - 1) / LN_RP;
-    ln_pack_rows(j->a, j->M, j->K, j->ap, np_ * part / parts, np_ * (part + 1) / parts);
-}
-
 static void nb_tile_part(void *arg, int part, int parts)
 {
     const nb_job *j = (const nb_job *)arg;
@@ -251,12 +243,7 @@ static void nb_tile_part(void *arg, int part, int parts)
         const Py_ssize_t cb = u / nbk, q0 = (u - cb * nbk) * j->bp;
         const Py_ssize_t q1 = q0 + j->bp < np_ ? q0 + j->bp : np_;
         const Py_ssize_t n0 = cb * 32, nn = j->N - n0 < 32 ? j->N - n0 : 32;
-        const float *bias = j->bias ? j->bias + n0 : NULL;
-        if (bias && nn < 32) {
-            for (Py_ssize_t i = 0; i < 32; i++)
-                btail[i] = i < nn ? bias[i] : 0.0f;
-            bias = btail;
-        }
+        const float *bias = ln_panel_bias(j->bias, n0, nn, btail);
         for (Py_ssize_t k0 = 0; k0 < j->K; k0 += NB_KC) {
             const Py_ssize_t kn = j->K - k0 < NB_KC ? j->K - k0 : NB_KC;
             nb_panel(j, n0, nn, k0, kn, t, w);
@@ -339,7 +326,8 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
             rc_parallel(nb_dot_part, &j, parts, threads);
         } else {
             int pth = threads;
-            rc_parallel(nb_pack_part, &j, rc_parts((double)M * (double)K * 8.0, 2.5e5, np_, &pth), pth);
+            ln_pack_job pj = {j.a, j.ap, M, K};
+            rc_parallel(ln_pack_part, &pj, rc_parts((double)M * (double)K * 8.0, 2.5e5, np_, &pth), pth);
             /* row panels split into blocks only when the column panels are too few for the threads */
             const Py_ssize_t cols = (N + 31) / 32;
             if (cols < 4 * (Py_ssize_t)threads) {
