@@ -210,22 +210,25 @@ static void ln_part(void *arg, int part, int parts)
 }
 
 /* the products of j on up to threads threads (j->ap packed; j->kc and j->bp set here) */
+Py_ssize_t ln_row_block(Py_ssize_t np_, Py_ssize_t cols, Py_ssize_t units)
+{
+    if (cols >= units)
+        return np_;
+    Py_ssize_t nb = (units + cols - 1) / cols;
+    if (nb > np_)
+        nb = np_;
+    return (np_ + nb - 1) / nb;
+}
+
 static void ln_run(ln_job *j, int threads)
 {
     const Py_ssize_t cols = (j->N + 31) / 32, np_ = (j->R + LN_RP - 1) / LN_RP;
     /* K in chunks of at most LN_KC terms, as even as they go */
     const Py_ssize_t nk = (j->K + LN_KC - 1) / LN_KC;
     j->kc = (j->K + nk - 1) / nk;
-    /* row panels split into blocks only when the column panels are too few for the threads:
-       16 units a thread, so that an odd count does not leave one thread a whole unit more
+    /* 16 units a thread, so that an odd count does not leave one thread a whole unit more
        (ConvNeXt's 96 columns made 9 units for 2 threads: 5 against 4) */
-    j->bp = np_;
-    if (cols < 16 * (Py_ssize_t)threads) {
-        Py_ssize_t nb = (16 * (Py_ssize_t)threads + cols - 1) / cols;
-        if (nb > np_)
-            nb = np_;
-        j->bp = (np_ + nb - 1) / nb;
-    }
+    j->bp = ln_row_block(np_, cols, 16 * (Py_ssize_t)threads);
     const Py_ssize_t units = cols * ((np_ + j->bp - 1) / j->bp);
     const int parts = rc_parts_fine(2.0 * (double)j->R * (double)j->K * (double)j->N, 2.5e5, units, &threads);
     rc_parallel(ln_part, j, parts, threads);

@@ -274,6 +274,9 @@ typedef struct {
     Py_ssize_t R, K;
 } ln_pack_job;
 void ln_pack_part(void *arg, int part, int parts);
+/* the row panels a work unit takes (of np_) so that 32-column panels x row blocks make at least
+   units units: all of them where the column panels alone are enough */
+Py_ssize_t ln_row_block(Py_ssize_t np_, Py_ssize_t cols, Py_ssize_t units);
 /* a 32-column panel's bias from column n0 (nn columns): bias + n0 as it is, or copied into
    tail [32] with zeros past nn; NULL without a bias */
 RC_INLINE const float *ln_panel_bias(const float *bias, Py_ssize_t n0, Py_ssize_t nn, float *tail)

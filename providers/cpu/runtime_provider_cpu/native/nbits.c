@@ -328,14 +328,8 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
             int pth = threads;
             ln_pack_job pj = {j.a, j.ap, M, K};
             rc_parallel(ln_pack_part, &pj, rc_parts((double)M * (double)K * 8.0, 2.5e5, np_, &pth), pth);
-            /* row panels split into blocks only when the column panels are too few for the threads */
             const Py_ssize_t cols = (N + 31) / 32;
-            if (cols < 4 * (Py_ssize_t)threads) {
-                Py_ssize_t nbk = (4 * (Py_ssize_t)threads + cols - 1) / cols;
-                if (nbk > np_)
-                    nbk = np_;
-                j.bp = (np_ + nbk - 1) / nbk;
-            }
+            j.bp = ln_row_block(np_, cols, 4 * (Py_ssize_t)threads);
             const Py_ssize_t units = cols * ((np_ + j.bp - 1) / j.bp);
             const int parts = rc_parts_fine(work, 2.5e5, units, &threads);
             rc_parallel(nb_tile_part, &j, parts, threads);

@@ -100,6 +100,24 @@ typedef struct {
     int mode, nan_check, blocks, err;
 } tw_job;
 
+/* rows [r0, r1) of S: each row's leaf weights (k a node, in W's type T) added tree after tree */
+#define TW_SUMS(T, j, r0, r1)                                                                    \
+    do {                                                                                         \
+        const Py_ssize_t n_ = (j)->n, k_ = (j)->k;                                               \
+        const T *W_ = (j)->W;                                                                    \
+        T *S_ = (T *)(j)->S + (r0) * k_;                                                         \
+        memset(S_, 0, (size_t)(((r1) - (r0)) * k_) * sizeof(T));                                \
+        for (Py_ssize_t q = 0; q < (j)->t; q++) {                                                \
+            const int64_t *rq = (j)->reached + q * n_;                                           \
+            for (Py_ssize_t i = (r0); i < (r1); i++) {                                           \
+                const T *w = W_ + rq[i] * k_;                                                    \
+                T *s = S_ + (i - (r0)) * k_;                                                     \
+                for (Py_ssize_t m = 0; m < k_; m++)                                              \
+                    s[m] += w[m];                                                                \
+            }                                                                                    \
+        }                                                                                        \
+    } while (0)
+
 static void tw_part(void *arg, int part, int parts)
 {
     tw_job *j = arg;
@@ -120,34 +138,10 @@ static void tw_part(void *arg, int part, int parts)
     }
     if (!j->W) /* every reached id below is a node: the walk checked each step */
         return;
-    const Py_ssize_t n = j->n, k = j->k;
-    if (j->isz == 4) {
-        const float *W = j->W;
-        float *S = (float *)j->S + r0 * k;
-        memset(S, 0, (size_t)((r1 - r0) * k) * sizeof(float));
-        for (Py_ssize_t q = 0; q < j->t; q++) {
-            const int64_t *rq = j->reached + q * n;
-            for (Py_ssize_t i = r0; i < r1; i++) {
-                const float *w = W + rq[i] * k;
-                float *s = S + (i - r0) * k;
-                for (Py_ssize_t m = 0; m < k; m++)
-                    s[m] += w[m];
-            }
-        }
-    } else {
-        const double *W = j->W;
-        double *S = (double *)j->S + r0 * k;
-        memset(S, 0, (size_t)((r1 - r0) * k) * sizeof(double));
-        for (Py_ssize_t q = 0; q < j->t; q++) {
-            const int64_t *rq = j->reached + q * n;
-            for (Py_ssize_t i = r0; i < r1; i++) {
-                const double *w = W + rq[i] * k;
-                double *s = S + (i - r0) * k;
-                for (Py_ssize_t m = 0; m < k; m++)
-                    s[m] += w[m];
-            }
-        }
-    }
+    if (j->isz == 4)
+        TW_SUMS(float, j, r0, r1);
+    else
+        TW_SUMS(double, j, r0, r1);
 }
 
 /* every feature id inside a row, then the walk (and the sums where v[4] is given) on up to

@@ -590,6 +590,21 @@ def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, d
     return _to_int32(_int_conv(xc, wc, group, st, dl, pb, pe))
 
 
+def _requant_mult(x_scale, w_scale, y_scale, M):
+    """QLinearConv's requantizing multipliers x_scale * w_scale[m] / y_scale as float32 [M] (in
+    float32, as the numpy path computes them), or None where one is not finite."""
+    with np.errstate(all="ignore"):
+        m = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
+    if not np.all(np.isfinite(m)):
+        return None
+    return np.ascontiguousarray(np.broadcast_to(m, (M,)), dtype=_F32)
+
+
+def _int32_bias(B):
+    """QLinearConv's bias as contiguous int32 [M], or None."""
+    return None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32)
+
+
 def _cached(ctx, key, ins, build):
     """``build()``, kept in the node's cache while ``ins`` ((input index, array) pairs: the
     values it derives from) are the same constant arrays: per-run Python work (multipliers,
@@ -618,12 +633,8 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
     M = w.shape[0]
 
     def prep():
-        with np.errstate(all="ignore"):
-            m = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
-        if not np.all(np.isfinite(m)):
-            return None
-        return (np.ascontiguousarray(np.broadcast_to(m, (M,)), dtype=_F32),
-                None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32))
+        m = _requant_mult(x_scale, w_scale, y_scale, M)
+        return None if m is None else (m, _int32_bias(B))
 
     got = _cached(ctx, "qconv_prep", ((1, x_scale), (4, w_scale), (6, y_scale), (8, B)), prep)
     if got is None:
@@ -672,13 +683,10 @@ def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B,
     C = group
 
     def prep():
-        with np.errstate(all="ignore"):
-            m = (_scale32(x_scale.reshape(())) * _scale32(w_scale.reshape(-1))) / _scale32(y_scale.reshape(()))
-        if not np.all(np.isfinite(m)):
-            return None
-        return (np.ascontiguousarray(np.broadcast_to(m, (C,)), dtype=_F32),
-                None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (C,))),
-                None if B is None else np.ascontiguousarray(B.reshape(-1), dtype=np.int32))
+        m = _requant_mult(x_scale, w_scale, y_scale, C)
+        return None if m is None else (
+            m, None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (C,))),
+            _int32_bias(B))
 
     got = _cached(ctx, "qdw_prep", ((1, x_scale), (4, w_scale), (5, wz), (6, y_scale), (8, B)), prep)
     if got is None:

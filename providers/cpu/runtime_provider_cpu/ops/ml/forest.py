@@ -204,6 +204,20 @@ class _Forest:
                           max(1, int(threads)))
         return out
 
+    def _block(self, X: np.ndarray):
+        """The aggregated leaf weights of a block of rows, and its has-score flags where they
+        depend on the leaves (None where ``const_has`` says)."""
+        slots = self.leaves(X)  # (t, rows)
+        if self.groups is not None:  # every tree writes one target: trees grouped by target
+            out = np.zeros((X.shape[0], self.n_targets), dtype=self.thr_dtype)
+            vals = self.W1.take(slots, mode=_CLIP)
+            for target, a, b in self.groups:
+                out[:, target] = _seq_reduce(vals[a:b], self.agg)
+        else:
+            out = _seq_reduce(self.W.take(slots, axis=0, mode=_CLIP), self.agg)  # take: ~4x faster than W[slots]
+        has = self.H.take(slots, axis=0, mode=_CLIP).any(axis=0) if self.const_has is None else None
+        return out, has
+
     def scores(self, X: np.ndarray, threads: int = 1):
         """Aggregated leaf weights ``(N, n_targets)`` (threshold dtype) and has-score flags
         (``None`` when every tree writes every target: every row has every score).
@@ -222,31 +236,14 @@ class _Forest:
             out = self._native_sums(X, threads)
             if out is not None:
                 return out, None
-        if n <= chunk and self.groups is None:
-            # one block (a small batch): no preallocated output to copy the reduction into
-            slots = self.leaves(X)
-            out = _seq_reduce(self.W.take(slots, axis=0, mode=_CLIP), self.agg)  # take: ~4x faster than W[slots]
-            if dense:
-                return out, None
-            has = self.H.take(slots, axis=0, mode=_CLIP).any(axis=0) if self.const_has is None else \
-                np.broadcast_to(self.const_has, (n, k)).copy()
+        blocks = [self._block(X[start:start + chunk]) for start in range(0, n, chunk)]
+        if len(blocks) == 1:  # a small batch: the block is the result, nothing copied
+            out, has = blocks[0]
         else:
-            out = np.zeros((n, k), dtype=acc)
-            has = None if dense else np.zeros((n, k), dtype=bool)
-            for start in range(0, n, chunk):
-                stop = min(n, start + chunk)
-                slots = self.leaves(X[start:stop])  # (t, rows)
-                o = out[start:stop]
-                if self.groups is not None:  # every tree writes one target: trees grouped by target
-                    vals = self.W1.take(slots, mode=_CLIP)
-                    for target, a, b in self.groups:
-                        o[:, target] = _seq_reduce(vals[a:b], self.agg)
-                else:
-                    o[:] = _seq_reduce(self.W.take(slots, axis=0, mode=_CLIP), self.agg)
-                if self.const_has is None:
-                    has[start:stop] = self.H.take(slots, axis=0, mode=_CLIP).any(axis=0)
-            if self.const_has is not None and not dense:
-                has[:] = self.const_has
+            out = np.concatenate([o for o, _ in blocks])
+            has = None if blocks[0][1] is None else np.concatenate([h for _, h in blocks])
+        if has is None and not dense:
+            has = np.broadcast_to(self.const_has, (n, k)).copy()
         if self.agg in ("MIN", "MAX") and has is not None:
             out = np.where(has, out, acc.type(0))
         return out, has
