@@ -322,6 +322,126 @@ class ConvActivationFusion(RewriteRule):
         return False
 
 
+# -- squeeze-excite -> one op ------------------------------------------------------------
+
+#: the domain of the fused ops only runtime-core runs (written back as standard ops in a saved
+#: model: ``portable.py``)
+RC_DOMAIN = "runtime_core.fused"
+#: activations the excitation's first 1x1 convolution may carry; its gate's
+_SE_ACTS = frozenset({"Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish", "Clip", "SiLU"})
+_SE_GATES = frozenset({"Sigmoid", "HardSigmoid"})
+
+
+def _fused_act(n: Node):
+    """``(activation, params)`` of a ``FusedConv`` (activation None: none), of a ``Conv``
+    ``(None, [])``; None for anything else or a FusedConv with a residual."""
+    if n.domain == "" and n.op_type == "Conv":
+        return None, []
+    if n.domain != MS_DOMAIN or n.op_type != "FusedConv" or (len(n.inputs) > 3 and n.inputs[3]):
+        return None
+    act = n.attrs.get("activation")
+    act = act.decode() if isinstance(act, bytes) else act
+    return act, [float(p) for p in (n.attrs.get("activation_params") or [])]
+
+
+def _pointwise_on_pooled(ed: Editor, n: Node, c_in: int):
+    """The [c_out, c_in, 1, 1] constant weight of ``n`` (a Conv / FusedConv) when it is a plain
+    1x1 convolution of a [N, c_in, 1, 1] tensor (group 1, no pads, unit strides), else None."""
+    a = n.attrs
+    if len(n.inputs) < 2 or (a.get("group") or 1) != 1 or any(a.get("pads") or []) or any(
+            s != 1 for s in (a.get("strides") or [])):
+        return None
+    ap = a.get("auto_pad") or "NOTSET"
+    if (ap.decode() if isinstance(ap, bytes) else ap) not in ("NOTSET", "VALID"):
+        return None
+    w = ed.const(n.inputs[1])
+    if w is None or w.dtype != F32 or w.ndim != 4 or w.shape[1:] != (c_in, 1, 1):
+        return None
+    if len(n.inputs) > 2 and n.inputs[2]:
+        b = ed.const(n.inputs[2])
+        if b is None or b.dtype != F32 or b.shape != (w.shape[0],):
+            return None
+    return w
+
+
+def _bias_of(n: Node) -> str:
+    return n.inputs[2] if len(n.inputs) > 2 else ""
+
+
+def _spatial_mean(ed: Editor, n: Node) -> bool:
+    """``n`` is GlobalAveragePool or ReduceMean over axes 2 and 3 of a rank-4 tensor, keepdims."""
+    if n.domain != "" or ed.rank(n.inputs[0]) != 4:
+        return False
+    if n.op_type == "GlobalAveragePool":
+        return True
+    if n.op_type != "ReduceMean" or not (n.attrs.get("keepdims", 1)):
+        return False
+    if (n.since_version or 1) >= 18:
+        axes = ed.const(n.inputs[1]) if len(n.inputs) > 1 and n.inputs[1] else None
+        axes = None if axes is None else [int(v) for v in axes.reshape(-1)]
+    else:
+        axes = n.attrs.get("axes")
+    return axes is not None and sorted(v % 4 for v in axes) == [2, 3]
+
+
+class SqueezeExciteFusion(RewriteRule):
+    """A squeeze-excite block, ``x * gate(conv2(act(conv1(mean_hw(x)))))`` (MobileNetV3's:
+    GlobalAveragePool or ReduceMean, 1x1 Conv, Relu, 1x1 Conv, HardSigmoid, Mul;
+    EfficientNet's: SiLU and Sigmoid), the convolutions already ``FusedConv`` with their
+    activations -> one ``runtime_core.fused::SqueezeExcite``: five steps on [N, C, 1, 1]
+    tensors (two of them matrix-vector products that would each wake the kernel threads)
+    become one, and the gate's product can be written into ``x`` where nothing else reads it.
+    Every intermediate read only inside the pattern; constant float32 weights."""
+
+    name = "SqueezeExciteFusion"
+    level = EXTENDED
+    targets = frozenset({"Mul"})
+    stage = 2  # after ConvActivationFusion (stage 1) has put the activations into FusedConv
+
+    def rewrite(self, ed: Editor, mul: Node) -> bool:
+        if len(mul.inputs) != 2 or mul.domain != "":
+            return False
+        for x, g in ((mul.inputs[0], mul.inputs[1]), (mul.inputs[1], mul.inputs[0])):
+            if ed.dtype(x) != F32 or ed.rank(x) != 4 or not ed.single_use(g, mul):
+                continue
+            fc2 = ed.producer(g)
+            got2 = None if fc2 is None else _fused_act(fc2)
+            if got2 is None or got2[0] not in _SE_GATES:
+                continue
+            fc1 = ed.producer(fc2.inputs[0])
+            got1 = None if fc1 is None or not ed.single_use(fc2.inputs[0], fc2) else _fused_act(fc1)
+            if got1 is None or (got1[0] is not None and got1[0] not in _SE_ACTS):
+                continue
+            pool = ed.producer(fc1.inputs[0])
+            if (pool is None or pool.inputs[:1] != [x] or not ed.single_use(fc1.inputs[0], fc1)
+                    or not _spatial_mean(ed, pool)):
+                continue
+            shape = ed.shape(x)
+            c = shape[1] if shape is not None else None
+            if not isinstance(c, int):
+                continue
+            w1 = _pointwise_on_pooled(ed, fc1, c)
+            w2 = None if w1 is None else _pointwise_on_pooled(ed, fc2, w1.shape[0])
+            if w2 is None or w2.shape[0] != c:
+                continue
+            attrs: dict = {"gate": got2[0]}
+            if got2[1]:
+                attrs["gate_params"] = got2[1]
+            if got1[0] is not None:
+                attrs["activation"] = got1[0]
+            if got1[1]:
+                attrs["activation_params"] = got1[1]
+            ins = [x, fc1.inputs[1], _bias_of(fc1), fc2.inputs[1], _bias_of(fc2)]
+            while not ins[-1]:
+                ins.pop()
+            new = ed.new_node("SqueezeExcite", ins, [mul.outputs[0]], base=fc1.name + "_se",
+                              domain=RC_DOMAIN, attrs=attrs)
+            if ed.replace([pool, fc1, fc2, mul], [new]):
+                ed.log("%s + %s + %s + %s -> SqueezeExcite", pool.name, fc1.name, fc2.name, mul.name)
+                return True
+        return False
+
+
 # -- MatMul + Add -> Gemm -------------------------------------------------------------
 
 class MatMulAddFusion(RewriteRule):

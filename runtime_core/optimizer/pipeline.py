@@ -44,6 +44,7 @@ from .linear_fusions import (
     FlattenedGemmFusion,
     LayerScaleFusion,
     MatMulAddFusion,
+    SqueezeExciteFusion,
 )
 from .norm_fusions import LayerNormFusion, RMSNormFusion, SkipLayerNormFusion, SkipSimplifiedLayerNormFusion
 from .qdq_fusions import QDQConvFusion, QDQMatMulFusion
@@ -54,7 +55,7 @@ from .shapes import fill_missing_shapes, refine_symbols
 #: Add it leaves feeds the others), activations (BiasGelu needs Gelu), LayerNorm before SkipLN,
 #: attention before SkipLN (its output feeds the residual Add)
 EXTENDED_PASSES: list[Pass] = [
-    FlattenedGemmFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(),
+    FlattenedGemmFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(), SqueezeExciteFusion(),
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
     LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(),

@@ -1,9 +1,10 @@
 """What an optimized model written to a file must not contain: nodes only runtime-core runs.
 
 The optimizer's ``com.microsoft.FusedConv`` may carry activations onnxruntime's FusedConv does
-not know (``HardSwish``, ``SiLU``: ours). A model written for others to load
-(``SessionOptions.optimized_model_filepath``, ``runtime-core optimize``) gets those nodes back
-as standard ops: ``Conv`` (+ ``Add`` of the residual) + the activation.
+not know (``HardSwish``, ``SiLU``: ours), and ``runtime_core.fused::SqueezeExcite`` is ours alone. A model
+written for others to load (``SessionOptions.optimized_model_filepath``, ``runtime-core optimize``)
+gets those nodes back as standard ops: ``Conv`` (+ ``Add`` of the residual) + the activation;
+``GlobalAveragePool``, two ``FusedConv`` (or ``Conv`` + the activation) and ``Mul``.
 """
 
 from __future__ import annotations
@@ -15,13 +16,59 @@ __all__ = ["OURS_ONLY_ACTIVATIONS", "portable_model"]
 
 #: FusedConv activations only runtime-core's CPU provider runs
 OURS_ONLY_ACTIVATIONS = frozenset({"HardSwish", "SiLU"})
+#: the domain of the fused ops only runtime-core runs
+RC_FUSED = "runtime_core.fused"
+MS = "com.microsoft"
 
 
-def _activation(node: onnx.NodeProto) -> str | None:
+def _activation(node: onnx.NodeProto, name: str = "activation") -> str | None:
     for a in node.attribute:
-        if a.name == "activation":
+        if a.name == name:
             return a.s.decode() if isinstance(a.s, bytes) else str(a.s)
     return None
+
+
+def _floats(node: onnx.NodeProto, name: str) -> list[float]:
+    for a in node.attribute:
+        if a.name == name:
+            return list(a.floats)
+    return []
+
+
+def _act_nodes(act: str, src: str, out: str, name: str, fresh) -> list[onnx.NodeProto]:
+    """``out = act(src)`` as standard nodes (the activations only runtime-core fuses)."""
+    if act == "HardSwish":
+        return [helper.make_node("HardSwish", [src], [out], name=fresh(f"{name}_hardswish"))]
+    sig = fresh(f"{name}_sigmoid_out")  # SiLU: x * Sigmoid(x), as the exporters write it
+    return [helper.make_node("Sigmoid", [src], [sig], name=fresh(f"{name}_sigmoid")),
+            helper.make_node("Mul", [src, sig], [out], name=fresh(f"{name}_silu"))]
+
+
+def _pointwise(x: str, w: str, b: str, act: str | None, params: list[float], out: str, name: str,
+               fresh) -> list[onnx.NodeProto]:
+    """``out = act(Conv(x, w, b))``: a FusedConv where onnxruntime's takes ``act``."""
+    ins = [x, w] + ([b] if b else [])
+    if act is None:
+        return [helper.make_node("Conv", ins, [out], name=fresh(f"{name}_conv"))]
+    if act not in OURS_ONLY_ACTIVATIONS:
+        extra = {"activation_params": params} if params else {}
+        return [helper.make_node("FusedConv", ins, [out], name=fresh(f"{name}_conv"), domain=MS,
+                                 activation=act, **extra)]
+    pre = fresh(f"{name}_conv_out")
+    return [helper.make_node("Conv", ins, [pre], name=fresh(f"{name}_conv"))] + _act_nodes(act, pre, out, name, fresh)
+
+
+def _split_se(node: onnx.NodeProto, fresh) -> list[onnx.NodeProto]:
+    """A SqueezeExcite as GlobalAveragePool, two 1x1 convolutions with their activations and Mul."""
+    x, w1, b1, w2, b2 = (list(node.input) + [""] * 5)[:5]
+    name = node.name or node.output[0]
+    pooled, hidden, gate = fresh(f"{name}_pool_out"), fresh(f"{name}_fc1_out"), fresh(f"{name}_gate_out")
+    return ([helper.make_node("GlobalAveragePool", [x], [pooled], name=fresh(f"{name}_pool"))]
+            + _pointwise(pooled, w1, b1, _activation(node), _floats(node, "activation_params"), hidden,
+                         f"{name}_fc1", fresh)
+            + _pointwise(hidden, w2, b2, _activation(node, "gate"), _floats(node, "gate_params"), gate,
+                         f"{name}_fc2", fresh)
+            + [helper.make_node("Mul", [x, gate], [node.output[0]], name=fresh(f"{name}_scale"))])
 
 
 def _split(node: onnx.NodeProto, act: str, fresh) -> list[onnx.NodeProto]:
@@ -39,13 +86,7 @@ def _split(node: onnx.NodeProto, act: str, fresh) -> list[onnx.NodeProto]:
         summed = fresh(f"{name}_residual_out")
         nodes.append(helper.make_node("Add", [pre, z], [summed], name=fresh(f"{name}_residual")))
         pre = summed
-    if act == "HardSwish":
-        nodes.append(helper.make_node("HardSwish", [pre], [out], name=fresh(f"{name}_hardswish")))
-    else:  # SiLU: x * Sigmoid(x), as the exporters write it
-        sig = fresh(f"{name}_sigmoid_out")
-        nodes.append(helper.make_node("Sigmoid", [pre], [sig], name=fresh(f"{name}_sigmoid")))
-        nodes.append(helper.make_node("Mul", [pre, sig], [out], name=fresh(f"{name}_silu")))
-    return nodes
+    return nodes + _act_nodes(act, pre, out, name, fresh)
 
 
 def _graph(g: onnx.GraphProto, fresh) -> bool:
@@ -58,8 +99,11 @@ def _graph(g: onnx.GraphProto, fresh) -> bool:
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for sub in a.graphs:
                     changed |= _graph(sub, fresh)
-        act = _activation(n) if n.op_type == "FusedConv" and n.domain == "com.microsoft" else None
-        if act in OURS_ONLY_ACTIVATIONS:
+        act = _activation(n) if n.op_type == "FusedConv" and n.domain == MS else None
+        if n.op_type == "SqueezeExcite" and n.domain == RC_FUSED:
+            nodes.extend(_split_se(n, fresh))
+            changed = True
+        elif act in OURS_ONLY_ACTIVATIONS:
             nodes.extend(_split(n, act, fresh))
             changed = True
         else:
@@ -99,5 +143,24 @@ def portable_model(model: onnx.ModelProto) -> onnx.ModelProto:
         used.add(name)
         return name
 
-    _graph(model.graph, fresh)
+    if _graph(model.graph, fresh):
+        domains = {op.domain for op in model.opset_import}
+        if MS not in domains and _uses(model.graph, MS):
+            model.opset_import.append(helper.make_opsetid(MS, 1))
+        if not _uses(model.graph, RC_FUSED):  # others would look for the domain's schemas
+            keep = [op for op in model.opset_import if op.domain != RC_FUSED]
+            del model.opset_import[:]
+            model.opset_import.extend(keep)
     return model
+
+
+def _uses(g: onnx.GraphProto, domain: str) -> bool:
+    for n in g.node:
+        if n.domain == domain:
+            return True
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.GRAPH and _uses(a.g, domain):
+                return True
+            if a.type == onnx.AttributeProto.GRAPHS and any(_uses(sub, domain) for sub in a.graphs):
+                return True
+    return False

@@ -203,6 +203,93 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
     return y
 
 
+# -- SqueezeExcite ----------------------------------------------------------------------
+
+#: the domain of the fused ops only runtime-core runs (``runtime_core/optimizer/portable.py``
+#: writes them back as standard ops in a saved model)
+RC_FUSED = "runtime_core.fused"
+_SE_GATES = ("Sigmoid", "HardSigmoid")
+
+
+def _se_check(node):
+    act, gate = (node.attrs.get(k) for k in ("activation", "gate"))
+    act, gate = (v.decode() if isinstance(v, bytes) else v for v in (act, gate))
+    if gate not in _SE_GATES:
+        return f"SqueezeExcite: gate {gate!r} is not one of {', '.join(_SE_GATES)}"
+    for name, a, key in (("activation", act, "activation_params"), ("gate", gate, "gate_params")):
+        if a is None:
+            continue
+        if a not in FUSED_CONV_ACTIVATIONS:
+            return f"SqueezeExcite: {name} {a!r} is not one of {', '.join(sorted(FUSED_CONV_ACTIVATIONS))}"
+        if len(node.attrs.get(key) or []) < FUSED_CONV_ACTIVATIONS[a]:
+            return f"SqueezeExcite: {name} {a} needs {FUSED_CONV_ACTIVATIONS[a]} {key}, got fewer"
+    if len(node.inputs) < 4 or not node.inputs[3]:
+        return "SqueezeExcite needs inputs X, W1, B1 (may be empty), W2"
+    return None
+
+
+def _se_act(v, act, params):
+    """``act`` of the small [N, C] array ``v`` (ours), in place."""
+    if act == "Relu":
+        np.maximum(v, np.float32(0), out=v)
+    elif act == "Clip":
+        np.clip(v, np.float32(params[0]), np.float32(params[1]), out=v)
+    elif act is not None:
+        _activate(v, act, params)
+    return v
+
+
+def _squeeze_excite(x, w1, b1, w2, b2, act, params, gate, gate_params, out):
+    if x.ndim != 4 or w1.ndim != 4 or w2.ndim != 4:
+        raise ValueError(f"SqueezeExcite: X, W1 and W2 must be 4-D, got {x.shape}, {w1.shape}, {w2.shape}")
+    n, c = x.shape[:2]
+    cr = w1.shape[0]
+    if w1.shape != (cr, c, 1, 1) or w2.shape != (c, cr, 1, 1):
+        raise ValueError(f"SqueezeExcite: W1 of shape {w1.shape} and W2 of shape {w2.shape} do not fit "
+                         f"X's {c} channels (expected ({cr}, {c}, 1, 1) and ({c}, {cr}, 1, 1))")
+    for name, b, k in (("B1", b1, cr), ("B2", b2, c)):
+        if b is not None and b.shape != (k,):
+            raise ValueError(f"SqueezeExcite: {name} must have shape ({k},), got {b.shape}")
+    if x.size == 0:
+        return np.empty(x.shape, np.float32)
+    xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+    # the squeeze (a BLAS product with ones) and the two [N, C] products on numpy's BLAS,
+    # held at one thread: matrix-vector sizes, too small to hand to the kernel threads
+    s = mean_last(xc, 2).reshape(n, c)
+    h = s @ w1.reshape(cr, c).T
+    if b1 is not None:
+        h += b1
+    h = _se_act(h, act, params)
+    g = h @ w2.reshape(c, cr).T
+    if b2 is not None:
+        g += b2
+    g = _se_act(g, gate, gate_params)
+    return np.multiply(xc, g.reshape(n, c, 1, 1), out=out)
+
+
+@kernel("SqueezeExcite", 1, domain=RC_FUSED, dtypes=_F32, check=_se_check)
+def squeeze_excite(ctx, x, w1, b1=None, w2=None, b2=None, *, gate, gate_params=None, activation=None,
+                   activation_params=None):
+    """``X * gate(Conv(act(Conv(mean_hw(X), W1, B1)), W2, B2))``, the convolutions 1x1 on
+    the [N, C, 1, 1] mean (the optimizer's ``SqueezeExciteFusion``): ``act`` and ``gate``
+    are FusedConv's activations (no ``activation``: none), their params as FusedConv's."""
+    act, gate = (v.decode() if isinstance(v, bytes) else v for v in (activation, gate))
+    with np.errstate(all="ignore"):
+        return _squeeze_excite(x, w1, b1, w2, b2, act, list(activation_params or []), gate,
+                               list(gate_params or []), None)
+
+
+@inplace_variant(squeeze_excite, 0)
+def squeeze_excite_inplace(ctx, owned, x, w1, b1=None, w2=None, b2=None, *, gate, gate_params=None,
+                           activation=None, activation_params=None):
+    """``squeeze_excite`` with the gated product written into ``x`` (handed over)."""
+    act, gate = (v.decode() if isinstance(v, bytes) else v for v in (activation, gate))
+    out = x if x.dtype == np.float32 and x.flags.c_contiguous else None
+    with np.errstate(all="ignore"):
+        return _squeeze_excite(x, w1, b1, w2, b2, act, list(activation_params or []), gate,
+                               list(gate_params or []), out)
+
+
 # -- SkipLayerNormalization -------------------------------------------------------------
 
 @kernel("SkipLayerNormalization", 1, domain=MS, dtypes={"float32", "float16"})
