@@ -23,6 +23,7 @@ from ..fast import linear as fast_linear
 from ..fast.sgemm import sgemm_ready as _sgemm_ready
 from .conv import conv_clipped
 from ._common import mean_last, sum_last
+from .pool import row_means
 from .elementwise import _native
 from .elementwise import gelu_erf_f32 as _gelu_erf_f32
 from .elementwise import gelu_tanh_f32 as _gelu_tanh_f32
@@ -253,9 +254,9 @@ def _squeeze_excite(x, w1, b1, w2, b2, act, params, gate, gate_params, out):
     if x.size == 0:
         return np.empty(x.shape, np.float32)
     xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
-    # the squeeze (a BLAS product with ones) and the two [N, C] products on numpy's BLAS,
-    # held at one thread: matrix-vector sizes, too small to hand to the kernel threads
-    s = mean_last(xc, 2).reshape(n, c)
+    # the squeeze as GlobalAveragePool's and the two [N, C] products on numpy's BLAS, held at
+    # one thread: matrix-vector sizes, too small to hand to the kernel threads
+    s = row_means(xc, n * c).reshape(n, c)
     h = s @ w1.reshape(cr, c).T
     if b1 is not None:
         h += b1
