@@ -152,3 +152,73 @@ def test_squeeze_excite_node_with_weights_that_do_not_fit_is_a_typed_error():
                                  initializers={"w1": W1, "b1": B1, "w2": W2, "b2": B2}), {"x": x})
     assert_close(rt.InferenceSession(good.SerializeToString(), providers=CPU).run(None, {"x": x}), want,
                  rtol=1e-5, atol=1e-6)
+
+
+def _torch_block(kind):
+    """A MobileNetV3 block (Hardswish, squeeze-excite with ReLU and Hardsigmoid, the residual)
+    or an EfficientNet one (SiLU, squeeze-excite with SiLU and Sigmoid), written as
+    torchvision writes them (``adaptive_avg_pool2d(x, 1)``, two 1x1 ``Conv2d``, ``scale * x``)."""
+    import torch
+    from torch import nn
+
+    act, se_act, gate = ((nn.Hardswish, nn.ReLU, nn.Hardsigmoid) if kind == "mobilenet_v3"
+                         else (nn.SiLU, nn.SiLU, nn.Sigmoid))
+
+    class SE(nn.Module):
+        def __init__(self, c, cr):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Conv2d(c, cr, 1), nn.Conv2d(cr, c, 1)
+            self.act, self.gate = se_act(), gate()
+
+        def forward(self, x):
+            s = nn.functional.adaptive_avg_pool2d(x, 1)
+            return self.gate(self.fc2(self.act(self.fc1(s)))) * x
+
+    class Block(nn.Module):
+        def __init__(self, c=8, e=24):
+            super().__init__()
+            self.expand = nn.Sequential(nn.Conv2d(c, e, 1, bias=False), nn.BatchNorm2d(e), act())
+            self.dw = nn.Sequential(nn.Conv2d(e, e, 3, padding=1, groups=e, bias=False), nn.BatchNorm2d(e), act())
+            self.se = SE(e, 8)
+            self.project = nn.Sequential(nn.Conv2d(e, c, 1, bias=False), nn.BatchNorm2d(c))
+
+        def forward(self, x):
+            return x + self.project(self.se(self.dw(self.expand(x))))
+
+    torch.manual_seed(0)
+    m = Block().eval()
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, nn.BatchNorm2d):  # not the identity statistics of a fresh module
+                mod.running_mean.uniform_(-0.5, 0.5)
+                mod.running_var.uniform_(0.5, 1.5)
+    return m
+
+
+@pytest.mark.parametrize("kind,exporter,opset", [("mobilenet_v3", "torchscript", 14), ("efficientnet", "torchscript", 17),
+                                                 ("mobilenet_v3", "dynamo", 18)])
+def test_exported_blocks_fuse_their_squeeze_excite(kind, exporter, opset):
+    torch = pytest.importorskip("torch", reason="torch is a test-only dependency")
+    import io
+    import warnings
+
+    m = _torch_block(kind)
+    x = torch.randn(2, 8, 10, 10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if exporter == "dynamo":
+            pytest.importorskip("onnxscript", reason="the dynamo exporter needs onnxscript")
+            data = torch.onnx.export(m, (x,), dynamo=True, opset_version=opset, input_names=["x"],
+                                     verbose=False).model_proto.SerializeToString()
+        else:
+            buf = io.BytesIO()
+            torch.onnx.export(m, (x,), buf, dynamo=False, opset_version=opset, input_names=["x"])
+            data = buf.getvalue()
+    feeds = {"x": x.numpy()}
+    s = rt.InferenceSession(data, providers=CPU)
+    assert [n.op_type for n in s._graph.nodes].count("SqueezeExcite") == 1
+    ref = run_oracle(onnx.load_from_string(data), feeds)
+    with torch.no_grad():
+        assert_close([m(x).numpy()], ref, rtol=1e-4, atol=1e-5)
+    for _ in range(2):
+        assert_close(s.run(None, feeds), ref, rtol=1e-4, atol=1e-5)
