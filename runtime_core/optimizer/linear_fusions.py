@@ -1,6 +1,7 @@
 """Extended passes around the linear ops: Conv with a following BatchNormalization, Add or
 Mul folded into its weights; Conv with an activation (and a residual Add) fused into
-``com.microsoft.FusedConv``; MatMul + Add into ``Gemm``.
+``com.microsoft.FusedConv``; a squeeze-excite block into ``runtime_core.fused::SqueezeExcite``;
+MatMul + Add into ``Gemm``.
 
 Every fusion checks all of its preconditions and leaves the graph untouched otherwise:
 intermediates read only inside the pattern (and no graph outputs), constant weights,

@@ -10,7 +10,8 @@ Levels are onnxruntime's: BASIC (1) passes preserve every value bit for bit
 (``cleanup.py``, ``folding.py``: constant and shape folding, ``elimination.py``: CSE,
 redundant Cast/Transpose/Reshape/Dropout removal); EXTENDED (2) passes fuse subgraphs
 into single ops (a standard ONNX op where the opset has one, else a ``com.microsoft`` op
-the CPU provider implements; ``linear_fusions.py``, ``gelu_fusions.py``,
+the CPU provider implements, or a ``runtime_core.fused`` one that only it runs, written back
+as standard ops in a saved model: ``portable.py``; ``linear_fusions.py``, ``gelu_fusions.py``,
 ``norm_fusions.py``, ``attention.py``, ``qdq_fusions.py``); ALL (99) adds the channels-last layout for
 providers that ask for it (``layout.py``). The passes of one level run in order,
 repeatedly, until none changes anything.

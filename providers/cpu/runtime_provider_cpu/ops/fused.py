@@ -6,6 +6,8 @@ Semantics are onnxruntime's contrib ops (checked against onnxruntime in
 ``SkipSimplifiedLayerNormalization`` and ``Attention``. These ops have no ONNX schema, so
 the core passes only the attributes a node carries; the keyword defaults below
 are onnxruntime's documented defaults (the fusions always set every attribute).
+``runtime_core.fused::SqueezeExcite`` is ours alone (a squeeze-excite block; checked against
+onnxruntime running the unfused block in ``tests/core/test_squeeze_excite.py``).
 """
 
 from __future__ import annotations
