@@ -230,3 +230,22 @@ def test_qlinear_conv_keeps_only_the_packed_weight(kernel, monkeypatch):
     # the session's own constant (the cache's key) aside, one weight-sized array: the packed copy
     big = [a for a in held if a.nbytes >= w.nbytes and a.shape != w.shape]
     assert len(big) == 1 and big[0].ndim == 1, [(a.shape, a.dtype) for a in big]
+
+
+@pytest.mark.native
+def test_sgemm_loads_cython_blas_without_scipy_linalg():
+    """SciPy's sgemm for the compiled kernels comes from ``cython_blas`` loaded alone: a float
+    session that decides on it leaves ``scipy.linalg`` (its LAPACK wrappers, about 14 MiB
+    resident) unimported, and a later ``from scipy.linalg import cython_blas`` is that module."""
+    pytest.importorskip("scipy")
+    code = ("import sys, numpy as np, runtime_core as rt\n"
+            "from runtime_provider_cpu.fast import sgemm\n"
+            "assert sgemm.sgemm_ready(), sgemm.SGEMM_REASON\n"
+            "mod = sgemm.cython_blas()\n"
+            "assert 'sgemm' in mod.__pyx_capi__\n"
+            "loaded = 'scipy.linalg' in sys.modules\n"
+            "from scipy.linalg import cython_blas\n"
+            "print(loaded, cython_blas is mod)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False True"

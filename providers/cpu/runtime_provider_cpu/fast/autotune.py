@@ -98,7 +98,9 @@ def machine() -> dict:
     which some compiled kernels call, is loaded first where it is installed)."""
     if _STATE["machine"] is None:
         try:  # the library the sgemm-calling kernels use, so that it is in the fingerprint
-            from scipy.linalg import cython_blas  # noqa: F401
+            from .sgemm import cython_blas
+
+            cython_blas()
         except Exception:  # noqa: BLE001 - no SciPy: those kernels are not candidates
             pass
         nat = current().native
