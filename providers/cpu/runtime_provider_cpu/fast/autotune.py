@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from .. import arena
 from .._version import __version__
 from .policy import current
 
@@ -236,6 +237,7 @@ def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[
     with _LOCK:
         _MEMORY[key] = name
         _write(key, name)
+    arena.release()  # the trial results, freed, are not kept by the arena
     _log.info("CPU provider: %s: %s (%s)", key, name,
               ", ".join(f"{n} {best[n] * 1e3:.3f} ms" for n in names))
     return name, best
