@@ -5,6 +5,7 @@ a QLinearConv weight kept as its packed copy only (no rearranged one beside it).
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -249,3 +250,25 @@ def test_sgemm_loads_cython_blas_without_scipy_linalg():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False True"
+
+
+@pytest.mark.native
+def test_naming_the_choice_cache_does_not_load_openssl(tmp_path):
+    """A session that measures a kernel choice and writes it to the cache file leaves hashlib
+    (OpenSSL, about 3.5 MiB resident) unimported: the file name is a checksum, not a digest."""
+    code = ("import os, sys, numpy as np, runtime_core as rt\n"
+            "from onnx import helper, TensorProto\n"
+            "n = helper.make_node('MatMul', ['a', 'w'], ['y'])\n"
+            "w = helper.make_tensor('w', TensorProto.FLOAT, [64, 48], np.ones(64 * 48, np.float32))\n"
+            "g = helper.make_graph([n], 'g', [helper.make_tensor_value_info('a', TensorProto.FLOAT, [16, 64])],\n"
+            "                      [helper.make_tensor_value_info('y', TensorProto.FLOAT, [16, 48])], [w])\n"
+            "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]); m.ir_version = 8\n"
+            "s = rt.InferenceSession(m.SerializeToString(), providers=['cpu'])\n"
+            "y = s.run(None, {'a': np.ones((16, 64), np.float32)})[0]\n"
+            "assert np.all(y == 64), y\n"
+            "files = [f for f in os.listdir(os.environ['RUNTIME_CORE_AUTOTUNE_DIR']) if f.startswith('autotune-')]\n"
+            "print(len(files), 'hashlib' in sys.modules or '_hashlib' in sys.modules)\n")
+    env = dict(os.environ, RUNTIME_CORE_AUTOTUNE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "1 False"

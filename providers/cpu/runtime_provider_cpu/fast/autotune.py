@@ -134,9 +134,10 @@ def cache_path() -> str | None:
     if not folder:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         folder = os.path.join(base, "runtime-core")
-    import hashlib  # on first use: it loads OpenSSL (about 3 MiB resident)
+    import zlib  # a file name, not a security digest: hashlib would load OpenSSL (~3.5 MiB resident)
 
-    digest = hashlib.sha256(json.dumps(machine(), sort_keys=True).encode()).hexdigest()[:16]
+    data = json.dumps(machine(), sort_keys=True).encode()
+    digest = f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
     return os.path.join(folder, f"autotune-{digest}.json")
 
 
