@@ -17,6 +17,11 @@ does not grow. The setting is process-wide and cannot be undone: it is applied o
 first CPU partition compiled for a session with ``enable_cpu_mem_arena`` on (the default),
 and only where the C library is glibc. ``enable_cpu_mem_arena = False`` in every session
 (or ``RUNTIME_CORE_CPU_ARENA=0``) leaves ``malloc`` as it is.
+
+What is kept is what the runs reuse; memory freed by one-off work is not: :func:`release`
+gives it back (``malloc_trim``) after a kernel choice was measured (``fast/autotune.py``: every
+candidate's trial results and scratch, freed, would otherwise stay resident for good and
+fragment the heap the runs draw from).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import ctypes.util
 import logging
 import os
 import threading
+from typing import Any
 
 logger = logging.getLogger("runtime_provider_cpu.arena")
 
@@ -35,7 +41,7 @@ MMAP_THRESHOLD = 32 * 1024 * 1024  # glibc's maximum for 64-bit
 TRIM_THRESHOLD = 1024 * 1024 * 1024
 
 _LOCK = threading.Lock()
-_state = {"applied": None}  # None: not tried; True: applied; False: not possible here
+_state: dict[str, Any] = {"applied": None}  # None: not tried; True: applied; False: not possible here
 
 
 def _glibc():
@@ -71,6 +77,24 @@ def enable() -> bool:
             logger.debug("CPU memory arena: not available here (needs glibc's mallopt)")
         _state["applied"] = ok
         return ok
+
+
+def release() -> bool:
+    """Give the memory ``malloc`` holds free back to the system (glibc's ``malloc_trim(0)``:
+    the heap's top and its free pages, in every thread's arena), where the arena setting is in
+    effect; for one-off work whose freed buffers the runs would not reuse. True when it ran."""
+    if not _state["applied"]:
+        return False
+    libc = _state.get("libc") or _glibc()
+    if libc is None:
+        return False
+    _state["libc"] = libc
+    try:
+        libc.malloc_trim(0)
+    except Exception as exc:  # noqa: BLE001 - a glibc without malloc_trim: nothing to give back
+        logger.debug("malloc_trim failed: %s", exc)
+        return False
+    return True
 
 
 def enabled() -> bool:

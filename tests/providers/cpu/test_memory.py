@@ -1,9 +1,11 @@
 """What a session keeps in memory: one packed copy of a weight that many nodes read (ALBERT's
 one layer run 12 times), one fused constant for equal fusions of weight-sharing layers, no
-result-sized temporaries in a batched 1x1 convolution, and no SciPy BLAS for a tree ensemble."""
+result-sized temporaries in a batched 1x1 convolution, no SciPy BLAS for a tree ensemble, and
+a QLinearConv weight kept as its packed copy only (no rearranged one beside it)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from oracle import assert_close, cpu_session, make_model, record_plan_kinds, run_oracle
+from oracle import assert_close, compiled_partitions, cpu_session, make_model, record_plan_kinds, run_oracle
 
 RNG = np.random.default_rng(20261206)
 
@@ -170,3 +172,103 @@ def test_tree_ensemble_session_does_not_import_scipy(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def _arrays(v):
+    """The numpy arrays held in a node cache's value (tuples and dicts walked)."""
+    if isinstance(v, np.ndarray):
+        yield v
+    elif isinstance(v, (tuple, list)):
+        for x in v:
+            yield from _arrays(x)
+    elif isinstance(v, dict):
+        for x in v.values():
+            yield from _arrays(x)
+
+
+@pytest.mark.parametrize("kernel", [(3, 3), (1, 1)])
+def test_qlinear_conv_keeps_only_the_packed_weight(kernel, monkeypatch):
+    """A constant QLinearConv weight is packed once, on the first run; the node keeps that
+    packed copy and no [C*KH*KW, M] rearrangement of the weight, and later runs (other inputs)
+    still match the numpy path bit for bit."""
+    from runtime_provider_cpu.ops import quant
+
+    if quant._native is None:
+        pytest.skip("the compiled extension is not built here")
+    packs = []
+    real = quant._native
+
+    class Spy:
+        def __getattr__(self, attr):
+            return getattr(real, attr)
+
+        @staticmethod
+        def qgemm_pack(*args):
+            packs.append(args[2])
+            return real.qgemm_pack(*args)
+
+    rng = np.random.default_rng(31)
+    M, C = 40, 24
+    w = rng.integers(-128, 128, (M, C) + kernel).astype(np.int8)
+    pads = [k // 2 for k in kernel] * 2
+    consts = {"sx": np.array(0.02, np.float32), "zx": np.array(128, np.uint8), "w": w,
+              "sw": rng.uniform(0.002, 0.02, (M,)).astype(np.float32), "zw": np.zeros(M, np.int8),
+              "sy": np.array(0.5, np.float32), "zy": np.array(128, np.uint8),
+              "B": rng.integers(-5000, 5000, (M,)).astype(np.int32)}
+    xs = [rng.integers(0, 256, (1, C, 9, 10)).astype(np.uint8) for _ in range(3)]
+    node = helper.make_node("QLinearConv", ["x", "sx", "zx", "w", "sw", "zw", "sy", "zy", "B"], ["y"], pads=pads)
+    model = make_model([node], {"x": xs[0]}, ["y"], opset=10, initializers=consts)
+    monkeypatch.setattr(quant, "_native", None)
+    ref = cpu_session(model)
+    want = [ref.run(None, {"x": x})[0] for x in xs]
+    monkeypatch.setattr(quant, "_native", Spy())
+    sess = cpu_session(model)
+    for x, y in zip(xs, want):
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], y)
+    assert packs == [(C * kernel[0] * kernel[1], M)]
+    held = [a for exe in compiled_partitions(sess) for st in exe.steps if st[1].node.op_type == "QLinearConv"
+            for a in _arrays(st[1].cache)]
+    # the session's own constant (the cache's key) aside, one weight-sized array: the packed copy
+    big = [a for a in held if a.nbytes >= w.nbytes and a.shape != w.shape]
+    assert len(big) == 1 and big[0].ndim == 1, [(a.shape, a.dtype) for a in big]
+
+
+@pytest.mark.native
+def test_sgemm_loads_cython_blas_without_scipy_linalg():
+    """SciPy's sgemm for the compiled kernels comes from ``cython_blas`` loaded alone: a float
+    session that decides on it leaves ``scipy.linalg`` (its LAPACK wrappers, about 14 MiB
+    resident) unimported, and a later ``from scipy.linalg import cython_blas`` is that module."""
+    pytest.importorskip("scipy")
+    code = ("import sys, numpy as np, runtime_core as rt\n"
+            "from runtime_provider_cpu.fast import sgemm\n"
+            "assert sgemm.sgemm_ready(), sgemm.SGEMM_REASON\n"
+            "mod = sgemm.cython_blas()\n"
+            "assert 'sgemm' in mod.__pyx_capi__\n"
+            "loaded = 'scipy.linalg' in sys.modules\n"
+            "from scipy.linalg import cython_blas\n"
+            "print(loaded, cython_blas is mod)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "False True"
+
+
+@pytest.mark.native
+def test_naming_the_choice_cache_does_not_load_openssl(tmp_path):
+    """A session that measures a kernel choice and writes it to the cache file leaves hashlib
+    (OpenSSL, about 3.5 MiB resident) unimported: the file name is a checksum, not a digest."""
+    code = ("import os, sys, numpy as np, runtime_core as rt\n"
+            "from onnx import helper, TensorProto\n"
+            "n = helper.make_node('MatMul', ['a', 'w'], ['y'])\n"
+            "w = helper.make_tensor('w', TensorProto.FLOAT, [64, 48], np.ones(64 * 48, np.float32))\n"
+            "g = helper.make_graph([n], 'g', [helper.make_tensor_value_info('a', TensorProto.FLOAT, [16, 64])],\n"
+            "                      [helper.make_tensor_value_info('y', TensorProto.FLOAT, [16, 48])], [w])\n"
+            "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]); m.ir_version = 8\n"
+            "s = rt.InferenceSession(m.SerializeToString(), providers=['cpu'])\n"
+            "y = s.run(None, {'a': np.ones((16, 64), np.float32)})[0]\n"
+            "assert np.all(y == 64), y\n"
+            "files = [f for f in os.listdir(os.environ['RUNTIME_CORE_AUTOTUNE_DIR']) if f.startswith('autotune-')]\n"
+            "print(len(files), 'hashlib' in sys.modules or '_hashlib' in sys.modules)\n")
+    env = dict(os.environ, RUNTIME_CORE_AUTOTUNE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "1 False"

@@ -139,3 +139,44 @@ def test_session_option_and_environment_decide_the_arena(arena_on, env, want):
         print(arena.enabled())
     """, RUNTIME_CORE_CPU_ARENA=env)
     assert out == want
+
+
+RELEASE = """
+    import numpy as np
+    from runtime_provider_cpu import arena
+    def rss():
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024.0
+    assert arena.enable()
+    base = rss()
+    live = [np.ones(mb * 262144, np.float32) for mb in (3, 5, 2, 7, 4, 6, 1, 8)]  # 36 MiB
+    del live  # freed, and kept by the arena
+    kept = rss()
+    assert arena.release()
+    print(kept - base, rss() - base)
+"""
+
+
+@pytest.mark.skipif(not GLIBC, reason="the arena is glibc's mallopt")
+def test_release_gives_memory_the_arena_kept_back():
+    """``arena.release``: memory the arena keeps after one-off work (an autotune measurement's
+    trial results) goes back to the system."""
+    kept, after = map(float, _run(RELEASE).split())
+    assert kept > 30 and after < 6, (kept, after)
+
+
+def test_a_measurement_releases_its_trial_memory(monkeypatch):
+    """``autotune.measure`` gives the freed trial results back once it has timed the candidates
+    (the arena would keep them resident for the process's life)."""
+    from runtime_provider_cpu import arena
+    from runtime_provider_cpu.fast import autotune
+
+    calls = []
+    monkeypatch.setattr(arena, "release", lambda: calls.append(1) or True)
+    monkeypatch.setenv(autotune.DIR_ENV, "0")
+    autotune.forget()
+    try:
+        name, best = autotune.measure("test|release", {"a": lambda: np.ones(1000), "b": lambda: np.zeros(1000)})
+    finally:
+        autotune.forget()
+    assert name in ("a", "b") and set(best) == {"a", "b"} and calls == [1]

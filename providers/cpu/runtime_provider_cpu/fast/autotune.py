@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from .. import arena
 from .._version import __version__
 from .policy import current
 
@@ -98,7 +99,9 @@ def machine() -> dict:
     which some compiled kernels call, is loaded first where it is installed)."""
     if _STATE["machine"] is None:
         try:  # the library the sgemm-calling kernels use, so that it is in the fingerprint
-            from scipy.linalg import cython_blas  # noqa: F401
+            from .sgemm import cython_blas
+
+            cython_blas()
         except Exception:  # noqa: BLE001 - no SciPy: those kernels are not candidates
             pass
         nat = current().native
@@ -131,9 +134,10 @@ def cache_path() -> str | None:
     if not folder:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         folder = os.path.join(base, "runtime-core")
-    import hashlib  # on first use: it loads OpenSSL (about 3 MiB resident)
+    import zlib  # a file name, not a security digest: hashlib would load OpenSSL (~3.5 MiB resident)
 
-    digest = hashlib.sha256(json.dumps(machine(), sort_keys=True).encode()).hexdigest()[:16]
+    data = json.dumps(machine(), sort_keys=True).encode()
+    digest = f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
     return os.path.join(folder, f"autotune-{digest}.json")
 
 
@@ -234,6 +238,7 @@ def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[
     with _LOCK:
         _MEMORY[key] = name
         _write(key, name)
+    arena.release()  # the trial results, freed, are not kept by the arena
     _log.info("CPU provider: %s: %s (%s)", key, name,
               ", ".join(f"{n} {best[n] * 1e3:.3f} ms" for n in names))
     return name, best

@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops._nncommon import _F32, _conv_out, _is_const, _native_geometry_ok
+from .. import arena
 from . import autotune
 # the plan modules, not their names: each imports the ops package, whose conv kernels import
 # this module, so any of them may be the first imported
@@ -107,7 +108,10 @@ def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx
         else:
             calls = {n: pl._make_call() for n, pl in made.items()}  # not the plans' own: those are the runs
             name, _ = autotune.measure(key, {n: (lambda c=c: c(x, None)) for n, c in calls.items()})
-        plan = made[name]
+        plan = made.pop(name)
+        if made:  # the losers' packed weights and scratch, freed, given back rather than kept
+            del made, calls
+            arena.release()
     else:
         plan = found[name]()
     autotune.note(ctx, "x".join(map(str, x.shape)), name)

@@ -8,9 +8,41 @@ import logging
 from .policy import current
 
 _SGEMM: list = []  # [controller of the library or None], once decided
+_CYTHON_BLAS: list = []  # [SciPy's cython_blas module], loaded alone (see cython_blas)
 #: why SciPy's sgemm is not used by the compiled kernels ("" while it is, or before deciding)
 SGEMM_REASON = ""
 _log = logging.getLogger("runtime_provider_cpu")
+
+
+def cython_blas():
+    """SciPy's ``scipy.linalg.cython_blas`` (its BLAS function capsules), loaded without
+    ``scipy.linalg``'s package import: that loads LAPACK wrappers and their libraries too, about
+    14 MiB more resident for nothing the kernels call. The module is the one ``from scipy.linalg
+    import cython_blas`` gives later (the extension is initialized once per process); where
+    its file is not found, that import. Raises ImportError without SciPy."""
+    import importlib.machinery
+    import importlib.util
+    import os
+    import sys
+
+    mod = sys.modules.get("scipy.linalg.cython_blas") or (_CYTHON_BLAS[0] if _CYTHON_BLAS else None)
+    if mod is not None:
+        return mod
+    spec = importlib.util.find_spec("scipy")  # the top package only: no scipy.linalg import
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            path = os.path.join(folder, "linalg", "cython_blas" + suffix)
+            if os.path.isfile(path):
+                sub = importlib.util.spec_from_file_location("scipy.linalg.cython_blas", path)
+                if sub is None or sub.loader is None:
+                    break
+                mod = importlib.util.module_from_spec(sub)
+                sub.loader.exec_module(mod)
+                _CYTHON_BLAS.append(mod)
+                return mod
+    from scipy.linalg import cython_blas as mod
+
+    return mod
 
 
 def sgemm_control():
@@ -24,10 +56,9 @@ def sgemm_control():
         try:
             import os
 
-            from scipy.linalg import cython_blas
             from threadpoolctl import ThreadpoolController
 
-            path = nat.set_sgemm(cython_blas.__pyx_capi__["sgemm"])
+            path = nat.set_sgemm(cython_blas().__pyx_capi__["sgemm"])
             if path:
                 real = os.path.realpath(path)
                 for lib in ThreadpoolController().lib_controllers:

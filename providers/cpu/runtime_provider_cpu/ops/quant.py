@@ -408,11 +408,13 @@ _I8, _U8 = np.dtype(np.int8), np.dtype(np.uint8)
 
 
 def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pack_key="qgemm_b", const=None,
-           planes=None):
+           planes=None, owner=None):
     """``_native.qgemm`` for 8-bit ``a`` [..., M, K] @ 2-D ``b`` [K, N] (``b`` the node's input
     ``bi``), a scalar ``za`` and a scalar or [N] ``zb``: int32 (``out_dt`` None) or requantized
     by ``mult`` [N] and ``yz`` into ``out_dt``; None where the compiled GEMM does not apply.
-    ``planes`` P: the result in NCHW planes [M / P, N, P] (a convolution's output, no transpose)."""
+    ``planes`` P: the result in NCHW planes [M / P, N, P] (a convolution's output, no transpose).
+    ``owner``: the array the cached packing is keyed on (default ``b``; a convolution's 4-D
+    weight, so that its [K, N] rearrangement is not kept once packed)."""
     # numpy arrays only: the kernels also run on the CUDA provider's device arrays (numpy path)
     if (_native is None or type(a) is not np.ndarray or type(b) is not np.ndarray
             or a.dtype not in (_I8, _U8) or b.dtype not in (_I8, _U8) or b.ndim != 2
@@ -422,12 +424,13 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pa
     K, N = b.shape
     M = a.size // K
     yp = planes or 0
+    key = b if owner is None else owner
     packed = ctx.cache.get(pack_key)
-    if packed is None or packed[0] is not b:
+    if packed is None or packed[0] is not key:
         # a constant B is packed once per node; one computed at run time every run
         buf = np.empty(_native.qgemm_packed_size((K, N)), np.int8)
         _native.qgemm_pack(np.ascontiguousarray(b), buf, (K, N), b.dtype == _I8)
-        packed = (b, buf)
+        packed = (key, buf)
         if _is_const(ctx, bi, b) if const is None else const:
             ctx.cache[pack_key] = packed
     zbv = None if zb is None else np.ascontiguousarray(np.broadcast_to(zb.astype(np.int32), (N,)))
@@ -641,18 +644,19 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
         return None
     mult, bias = got
     n, c, kh, kw = x.shape[0], x.shape[1], w.shape[2], w.shape[3]
-    b = ctx.cache.get("qconv_w")
-    if b is None or b[0] is not w:
-        b = (w, np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(M, -1).T))  # rows in (kh, kw, c) order
-        if _is_const(ctx, 3, w):
-            ctx.cache["qconv_w"] = b
+    const = _is_const(ctx, 3, w)
+    packed = ctx.cache.get("qconv_b")
+    # B is [C*KH*KW, M] with rows in (kh, kw, c) order; once a constant weight is packed only
+    # its shape is read (a view), so no rearranged copy outlives the packing
+    b = w.reshape(M, -1).T if packed is not None and packed[0] is w else np.ascontiguousarray(
+        w.transpose(0, 2, 3, 1).reshape(M, -1).T)
     if kh == kw == 1 and tuple(st) == (1, 1) and not any(pb) and not any(pe):
         # a pointwise convolution: no im2col, no padding; x's pixels are A's rows
         P = x.shape[2] * x.shape[3]
         a = np.empty((n * P, c), x.dtype)  # the pixels as rows: a compiled byte transpose (numpy's is slow)
         _native.qtranspose(np.ascontiguousarray(x), a, (n, c, P))
-        y = _qgemm(ctx, 3, a, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias,
-                   pack_key="qconv_b", const=_is_const(ctx, 3, w), planes=P)
+        y = _qgemm(ctx, 3, a, b, xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias,
+                   pack_key="qconv_b", const=const, planes=P, owner=w)
         return y.reshape(n, M, x.shape[2], x.shape[3])
     eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
     ph, pw = x.shape[2] + pb[0] + pe[0], x.shape[3] + pb[1] + pe[1]
@@ -664,8 +668,8 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
     cols = np.empty((n * oh * ow, kh * kw * c), x.dtype)
     _native.qim2col(np.ascontiguousarray(x), cols, x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]),
                     0 if xz is None else int(xz.reshape(())), max(1, int(ctx.threads)))
-    y = _qgemm(ctx, 3, cols, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
-               const=_is_const(ctx, 3, w), planes=oh * ow)  # Y written in NCHW planes
+    y = _qgemm(ctx, 3, cols, b, xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
+               const=const, planes=oh * ow, owner=w)  # Y written in NCHW planes
     return y.reshape(n, M, oh, ow)
 
 
