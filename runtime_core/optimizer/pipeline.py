@@ -24,6 +24,7 @@ from ..graph.ir import Graph
 from .attention import AttentionFusion
 from .cleanup import ConstantToInitializer, DeadNodeElimination, IdentityElimination
 from .editor import BASIC, EXTENDED, FROZEN, Pass, logger
+from .dynq_fusions import DynamicQuantizeMatMulFusion
 from .elimination import (
     CastElimination,
     CommonSubexpressionElimination,
@@ -57,7 +58,7 @@ EXTENDED_PASSES: list[Pass] = [
     FlattenedGemmFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(),
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
-    LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(),
+    LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(), DynamicQuantizeMatMulFusion(),
 ]
 
 _dce_after_fusions = DeadNodeElimination()
