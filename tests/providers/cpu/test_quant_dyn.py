@@ -35,19 +35,24 @@ def _native():
     return NATIVE
 
 
-@pytest.fixture(params=["portable", "avx2", "avx512vnni"])
+@pytest.fixture(params=[("portable", "portable"), ("avx2", "portable"), ("avx512vnni", "avx512"),
+                        ("avx512vnni", "portable")], ids=lambda p: "-".join(p))
 def inner_loop(request):
-    """Each int8 inner loop this CPU can run (forced through qgemm_path), restored after."""
+    """Each int8 inner loop (qgemm_path) and quantizing loop (dqmm_path) this CPU runs, forced,
+    restored after."""
     nat = _native()
     if nat is None:
         pytest.skip("the compiled extension is not built")
+    gemm, quant = request.param
     order = ["portable", "avx2", "avx512vnni"]
-    best = nat.qgemm_path()
-    if order.index(request.param) > order.index(best):
-        pytest.skip(f"this CPU runs up to {best}")
-    nat.qgemm_path(order.index(request.param))
+    best, best_q = nat.qgemm_path(), nat.dqmm_path()
+    if order.index(gemm) > order.index(best) or (quant == "avx512" and best_q != "avx512"):
+        pytest.skip(f"this CPU runs up to {best} / {best_q}")
+    nat.qgemm_path(order.index(gemm))
+    nat.dqmm_path(1 if quant == "avx512" else 0)
     yield request.param
     nat.qgemm_path(order.index(best))
+    nat.dqmm_path(1 if best_q == "avx512" else 0)
 
 
 # -- the numpy reference: DynamicQuantizeLinear, MatMulInteger, Cast, Mul, Add ---------------------

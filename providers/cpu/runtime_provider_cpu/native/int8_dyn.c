@@ -14,6 +14,13 @@
 /* the unfused graph rounds the product and the sum apart: keep them apart here */
 #pragma GCC optimize("fp-contract=off")
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#include <immintrin.h>
+#define DQ_X86 1
+#else
+#define DQ_X86 0
+#endif
+
 #define DQ_MR RC_QG_MR
 #define DQ_NR RC_QG_NR
 #define DQ_RB 32     /* row blocks a unit of work, as qgemm's */
@@ -30,12 +37,67 @@ typedef struct {
     uint8_t flip; /* 0x80 for an int8 A: its bytes as unsigned */
 } dq_pack_job;
 
+#if DQ_X86
+/* whether the AVX-512 quantizing loops run here (set by the first call, or by dqmm_path) */
+static int dq_avx512 = -1;
+
+static void dq_init(int force)
+{
+    __builtin_cpu_init();
+    dq_avx512 = force != 0 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+                && __builtin_cpu_supports("avx512vl");
+}
+
+__attribute__((target("avx512f"))) static void dq_range_avx512(const float *x, Py_ssize_t n, float *lo, float *hi,
+                                                               int *nan)
+{
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        const __mmask16 m = i + 16 <= n ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 t = _mm512_maskz_loadu_ps(m, x + i); /* lanes past n: 0, in the range anyway */
+        bad |= _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q);
+        a = _mm512_min_ps(a, t);
+        b = _mm512_max_ps(b, t);
+    }
+    *lo = _mm512_reduce_min_ps(a);
+    *hi = _mm512_reduce_max_ps(b);
+    *nan = bad != 0;
+}
+
+/* dq_bytes's steps 16 lanes at a time (vdivps, round to nearest even, NaN -> zp, clamp) */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static uint32_t dq_bytes_avx512(const float *x, uint8_t *y, Py_ssize_t n,
+                                                                            float scale, float zpf)
+{
+    const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zpf), lo = _mm512_setzero_ps();
+    const __m512 hi = _mm512_set1_ps(255.0f);
+    __m512i acc = _mm512_setzero_si512();
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        const __mmask16 m = i + 16 <= n ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 t = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), s);
+        t = _mm512_add_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+        t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), z);
+        t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+        const __m512i q = _mm512_maskz_cvtps_epi32(m, t);
+        acc = _mm512_add_epi32(acc, q);
+        _mm_mask_storeu_epi8(y + i, m, _mm512_cvtepi32_epi8(q));
+    }
+    return (uint32_t)_mm512_reduce_add_epi32(acc);
+}
+#endif
+
 /* the range of rows [m0, m1) of x with 0 in it, and whether a NaN is in them */
 RC_CLONES static void dq_range_part(void *arg, int part, int parts)
 {
     dq_pack_job *j = (dq_pack_job *)arg;
     const Py_ssize_t n = j->M * j->K, i0 = n * part / parts, i1 = n * (part + 1) / parts;
     const float *restrict x = j->x;
+#if DQ_X86
+    if (dq_avx512) {
+        dq_range_avx512(x + i0, i1 - i0, &j->lo[part], &j->hi[part], &j->nan[part]);
+        return;
+    }
+#endif
     float lo[16] = {0}, hi[16] = {0};
     int bad[16] = {0};
     Py_ssize_t i = i0;
@@ -68,14 +130,19 @@ RC_CLONES static void dq_range_part(void *arg, int part, int parts)
 RC_CLONES static uint32_t dq_bytes(const float *restrict x, uint8_t *restrict y, Py_ssize_t n, float scale,
                                    float zpf)
 {
-    uint32_t s = 0;
+#if DQ_X86
+    if (dq_avx512)
+        return dq_bytes_avx512(x, y, n, scale, zpf);
+#endif
     for (Py_ssize_t i = 0; i < n; i++) {
         float t = rintf(x[i] / scale) + zpf;
         t = t != t ? zpf : t;
         t = t < 0.0f ? 0.0f : (t > 255.0f ? 255.0f : t);
         y[i] = (uint8_t)(int32_t)t;
-        s += y[i];
     }
+    uint32_t s = 0; /* apart: the loop above stays vectorized */
+    for (Py_ssize_t i = 0; i < n; i++)
+        s += y[i];
     return s;
 }
 
@@ -201,6 +268,10 @@ PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
                                           "(int8) and a_zp in the byte's range");
         return NULL;
     }
+#if DQ_X86
+    if (dq_avx512 < 0)
+        dq_init(-1);
+#endif
     rc_sz sz = {NULL};
     const Py_ssize_t Np = (N + DQ_NR - 1) / DQ_NR * DQ_NR, Kq = (K + 3) / 4, Mb = (M + DQ_MR - 1) / DQ_MR;
     const Py_ssize_t an = sz_mul(&sz, "A's size", M, K), yn = sz_mul(&sz, "Y's size", M, N);
@@ -262,4 +333,20 @@ PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
     rc_work_done(ap, abytes);
     release_buffers(v, 6);
     return Py_BuildValue("(fi)", ascale, (int)zpf);
+}
+
+/* dqmm_path(force=-1) -> the quantizing loop's name; force (0 portable, 1 AVX-512, at most what this
+ * CPU runs) sets it, so that tests reach both on one machine */
+PyObject *rc_py_dqmm_path(PyObject *self, PyObject *args)
+{
+    int force = -1;
+    if (!PyArg_ParseTuple(args, "|i:dqmm_path", &force))
+        return NULL;
+#if DQ_X86
+    if (dq_avx512 < 0 || force >= 0)
+        dq_init(force);
+    return PyUnicode_FromString(dq_avx512 ? "avx512" : "portable");
+#else
+    return PyUnicode_FromString("portable");
+#endif
 }

@@ -379,6 +379,7 @@ PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args);
 void rc_qg_tile(const int32_t *ap, const int8_t *b0, const int8_t *b1, Py_ssize_t Kq, int32_t *c);
 /* int8_dyn.c: DynamicQuantizeMatMul / MatMulIntegerToFloat, the dequantization in the epilogue */
 PyObject *rc_py_dqmm(PyObject *self, PyObject *args);
+PyObject *rc_py_dqmm_path(PyObject *self, PyObject *args);
 /* int8_depthwise.c: depthwise QLinearConv on NCHW planes */
 PyObject *rc_py_qdwconv(PyObject *self, PyObject *args);
 /* nbits.c: MatMulNBits on the 4-bit codes as stored */

@@ -73,9 +73,17 @@ def _dqmm(ctx, a, kind, a_scale, a_zp, b, b_scale, b_zp, bias):
         packed = (b, buf)
         if _is_const(ctx, 1, b):
             ctx.cache["dqmm_b"] = packed
-    zb = None if b_zp is None else np.ascontiguousarray(np.broadcast_to(b_zp.astype(np.int32).reshape(-1), (N,)))
-    sb = np.ascontiguousarray(np.broadcast_to(b_scale.astype(_F32).reshape(-1), (N,)))
-    bs = None if bias is None else np.ascontiguousarray(bias, _F32)
+    vecs = ctx.cache.get("dqmm_vecs")
+    if vecs is None or vecs[0] is not b_zp or vecs[1] is not b_scale or vecs[2] is not bias:
+        # B's zero points as int32 [N], its scales and the bias as float32 [N]: once for constants
+        vecs = (b_zp, b_scale, bias,
+                None if b_zp is None else np.ascontiguousarray(np.broadcast_to(b_zp.astype(np.int32).reshape(-1), (N,))),
+                np.ascontiguousarray(np.broadcast_to(b_scale.astype(_F32).reshape(-1), (N,))),
+                None if bias is None else np.ascontiguousarray(bias, _F32))
+        if all(v is None or _is_const(ctx, i, v) for i, v in ((2 if kind == 0 else 3, b_scale),
+                                                              (3 if kind == 0 else 5, b_zp), (4 if kind == 0 else 6, bias))):
+            ctx.cache["dqmm_vecs"] = vecs
+    zb, sb, bs = vecs[3:]
     y = np.empty(a.shape[:-1] + (N,), _F32)
     _native.dqmm(np.ascontiguousarray(a), kind, float(a_scale), int(a_zp), packed[1], b.dtype == _I8, zb, sb, bs, y,
                  (M, K, N), max(1, int(ctx.threads)))
