@@ -35,8 +35,8 @@ def _native():
     return NATIVE
 
 
-@pytest.fixture(params=[("portable", "portable"), ("avx2", "portable"), ("avx512vnni", "avx512"),
-                        ("avx512vnni", "portable")], ids=lambda p: "-".join(p))
+@pytest.fixture(params=[("portable", "portable"), ("avx2", "portable"), ("avx512vnni", "portable"),
+                        ("avx512vnni", "avx512"), ("avx512vnni", "avx512vnni")], ids=lambda p: "-".join(p))
 def inner_loop(request):
     """Each int8 inner loop (qgemm_path) and quantizing loop (dqmm_path) this CPU runs, forced,
     restored after."""
@@ -44,15 +44,15 @@ def inner_loop(request):
     if nat is None:
         pytest.skip("the compiled extension is not built")
     gemm, quant = request.param
-    order = ["portable", "avx2", "avx512vnni"]
+    order, qorder = ["portable", "avx2", "avx512vnni"], ["portable", "avx512", "avx512vnni"]
     best, best_q = nat.qgemm_path(), nat.dqmm_path()
-    if order.index(gemm) > order.index(best) or (quant == "avx512" and best_q != "avx512"):
+    if order.index(gemm) > order.index(best) or qorder.index(quant) > qorder.index(best_q):
         pytest.skip(f"this CPU runs up to {best} / {best_q}")
     nat.qgemm_path(order.index(gemm))
-    nat.dqmm_path(1 if quant == "avx512" else 0)
+    assert nat.dqmm_path(qorder.index(quant)) == quant
     yield request.param
     nat.qgemm_path(order.index(best))
-    nat.dqmm_path(1 if best_q == "avx512" else 0)
+    nat.dqmm_path(qorder.index(best_q))
 
 
 # -- the numpy reference: DynamicQuantizeLinear, MatMulInteger, Cast, Mul, Add ---------------------

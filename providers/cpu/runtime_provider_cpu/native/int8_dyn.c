@@ -40,12 +40,51 @@ typedef struct {
 #if DQ_X86
 /* whether the AVX-512 quantizing loops run here (set by the first call, or by dqmm_path) */
 static int dq_avx512 = -1;
+/* and whether the VNNI tile with the epilogue on its registers does (AVX-512 VNNI as well) */
+static int dq_vnni;
 
 static void dq_init(int force)
 {
     __builtin_cpu_init();
     dq_avx512 = force != 0 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
                 && __builtin_cpu_supports("avx512vl");
+    dq_vnni = force != 1 && dq_avx512 && __builtin_cpu_supports("avx512vnni");
+}
+
+/* the VNNI tile (int8.c's loop) with dq_epilogue's steps done on its accumulators: rows
+ * [0, mm) and columns [0, nn) of y (ldy floats a row) */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+dq_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1, Py_ssize_t Kq,
+             const int32_t *restrict rs, const uint32_t *restrict zbv, const uint32_t *restrict ct,
+             const float *restrict sc, const float *restrict bs, float *restrict y, Py_ssize_t ldy, Py_ssize_t mm,
+             Py_ssize_t nn)
+{
+    __m512i acc[DQ_MR][2];
+    for (int r = 0; r < DQ_MR; r++)
+        acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    for (Py_ssize_t q = 0; q < Kq; q++) {
+        const __m512i w0 = _mm512_loadu_si512((const void *)(b0 + q * 64));
+        const __m512i w1 = _mm512_loadu_si512((const void *)(b1 + q * 64));
+        for (int r = 0; r < DQ_MR; r++) {
+            const __m512i a = _mm512_set1_epi32(ap[q * DQ_MR + r]);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a, w0);
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a, w1);
+        }
+    }
+    const __mmask16 k0 = nn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nn) - 1u);
+    const __mmask16 k1 = nn >= 32 ? (__mmask16)0xffff : nn <= 16 ? 0 : (__mmask16)((1u << (nn - 16)) - 1u);
+    const __m512i zb[2] = {_mm512_loadu_si512((const void *)zbv), _mm512_loadu_si512((const void *)(zbv + 16))};
+    const __m512i c[2] = {_mm512_loadu_si512((const void *)ct), _mm512_loadu_si512((const void *)(ct + 16))};
+    const __m512 s[2] = {_mm512_loadu_ps(sc), _mm512_loadu_ps(sc + 16)};
+    const __m512 b[2] = {_mm512_loadu_ps(bs), _mm512_loadu_ps(bs + 16)};
+    for (int r = 0; r < DQ_MR && r < mm; r++) {
+        const __m512i rv = _mm512_set1_epi32(rs[r]);
+        for (int h = 0; h < 2; h++) {
+            const __m512i v = _mm512_add_epi32(_mm512_sub_epi32(acc[r][h], _mm512_mullo_epi32(zb[h], rv)), c[h]);
+            const __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s[h]), b[h]);
+            _mm512_mask_storeu_ps(y + r * ldy + 16 * h, h ? k1 : k0, f);
+        }
+    }
 }
 
 __attribute__((target("avx512f"))) static void dq_range_avx512(const float *x, Py_ssize_t n, float *lo, float *hi,
@@ -244,8 +283,15 @@ static void dq_part(void *arg, int part, int parts)
         const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
         const Py_ssize_t nn = j->N - n0 < DQ_NR ? j->N - n0 : DQ_NR;
         for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
-            rc_qg_tile(j->ap + mb * j->Kq * DQ_MR, b0, b1, j->Kq, c);
             const Py_ssize_t m0 = mb * DQ_MR, mm = j->M - m0 < DQ_MR ? j->M - m0 : DQ_MR;
+#if DQ_X86
+            if (dq_vnni) {
+                dq_tile_vnni(j->ap + mb * j->Kq * DQ_MR, b0, b1, j->Kq, j->rs + m0, zbv, ct, sc, bs,
+                             j->y + m0 * j->N + n0, j->N, mm, nn);
+                continue;
+            }
+#endif
+            rc_qg_tile(j->ap + mb * j->Kq * DQ_MR, b0, b1, j->Kq, c);
             dq_epilogue(j, c, zbv, ct, sc, bs, m0, mm, n0, nn);
         }
     }
@@ -335,8 +381,9 @@ PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
     return Py_BuildValue("(fi)", ascale, (int)zpf);
 }
 
-/* dqmm_path(force=-1) -> the quantizing loop's name; force (0 portable, 1 AVX-512, at most what this
- * CPU runs) sets it, so that tests reach both on one machine */
+/* dqmm_path(force=-1) -> the quantizing loop and tile: "portable", "avx512" (the AVX-512 quantizing
+ * loops, int8.c's tile and dq_epilogue) or "avx512vnni" (and the VNNI tile with its epilogue on the
+ * registers); force (0, 1, 2: at most what this CPU runs) sets it, so that tests reach each one */
 PyObject *rc_py_dqmm_path(PyObject *self, PyObject *args)
 {
     int force = -1;
@@ -345,7 +392,7 @@ PyObject *rc_py_dqmm_path(PyObject *self, PyObject *args)
 #if DQ_X86
     if (dq_avx512 < 0 || force >= 0)
         dq_init(force);
-    return PyUnicode_FromString(dq_avx512 ? "avx512" : "portable");
+    return PyUnicode_FromString(dq_vnni ? "avx512vnni" : dq_avx512 ? "avx512" : "portable");
 #else
     return PyUnicode_FromString("portable");
 #endif

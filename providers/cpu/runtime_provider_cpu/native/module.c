@@ -91,7 +91,8 @@ static PyMethodDef methods[] = {
      "qgemm_pack; a_kind 0: a float32, quantized as DynamicQuantizeLinear (a_scale, a_zp computed), 1 uint8, 2 int8.\n"
      "zb and bias may be None."},
     {"dqmm_path", rc_py_dqmm_path, METH_VARARGS,
-     "dqmm_path(force=-1) -> dqmm's quantizing loop on this CPU (force: 0 portable, 1 avx512, for tests)."},
+     "dqmm_path(force=-1) -> dqmm's quantizing loop and tile on this CPU (force: 0 portable, 1 avx512, 2 avx512vnni,\n"
+     "for tests)."},
     {"qdwconv", rc_py_qdwconv, METH_VARARGS,
      "qdwconv(x, x_signed, xz, w, w_signed, wz, bias, mult, y, y_signed, yz, (N, C, H, W), (KH, KW), (OH, OW),\n"
      "        (sh, sw), (dh, dw), (pt, pl), threads, method=1)\n"
