@@ -316,3 +316,46 @@ def test_fusion_on_torch_encoder(tmp_path, exporter, tool):
                 pytest.skip(f"the dynamo exporter does not run here: {type(e).__name__}: {e}")
     qm = _quantize(tmp_path, path, tool, f"enc_{exporter}")
     _check_model(qm, {"x": x.numpy()}, ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"], exact=False)
+
+
+def _dyn_group(w_as_input=False, extra_reader=False):
+    """DQL -> MatMulInteger -> Cast -> Mul(Mul(scale, w_scale)) -> Add(bias), as quantize_dynamic
+    writes it; ``w_as_input``: W fed at run time; ``extra_reader``: the Mul's output also a graph output."""
+    w = _bytes(np.int8, (16, 24))
+    inits = {"ws": np.array(0.01, np.float32), "bias": RNG.standard_normal(24).astype(np.float32)}
+    if not w_as_input:
+        inits["w"] = w
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["accf"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["xs", "ws"], ["s"]),
+             helper.make_node("Mul", ["accf", "s"], ["m"]),
+             helper.make_node("Add", ["m", "bias"], ["y"])]
+    ins = [helper.make_tensor_value_info("x", TensorProto.FLOAT, (3, 16))]
+    if w_as_input:
+        ins.append(helper.make_tensor_value_info("w", TensorProto.INT8, (16, 24)))
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_reader:
+        outs.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "g", ins, outs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    feeds = {"x": RNG.standard_normal((3, 16)).astype(np.float32)}
+    if w_as_input:
+        feeds["w"] = w
+    return m.SerializeToString(), feeds
+
+
+@pytest.mark.parametrize("w_as_input,extra_reader,fused", [(False, False, True), (True, False, False),
+                                                          (False, True, True)])
+def test_fusion_only_on_the_exact_group(w_as_input, extra_reader, fused):
+    m, feeds = _dyn_group(w_as_input, extra_reader)
+    s = rt.InferenceSession(m)
+    ops = _fused_ops(s)
+    assert ("DynamicQuantizeMatMul" in ops) == fused and ("MatMulInteger" in ops) != fused, ops
+    # the bias goes into the op only where the product is read by the Add alone
+    assert ("Add" in ops) == (extra_reader or not fused), ops
+    so = rt.SessionOptions()
+    so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
+    for g, w in zip(s.run(None, feeds), rt.InferenceSession(m, so).run(None, feeds)):
+        np.testing.assert_array_equal(g, w)
