@@ -29,8 +29,8 @@ _8BIT = frozenset({np.dtype(np.int8), np.dtype(np.uint8)})
 _F32 = np.dtype(np.float32)
 
 
-def _per_tensor_or_column(v: np.ndarray | None, n: int) -> bool:
-    return v is not None and (v.size == 1 or (v.ndim == 1 and v.shape[0] == n))
+def _per_tensor_or_column(v: np.ndarray, n: int) -> bool:
+    return v.size == 1 or (v.ndim == 1 and v.shape[0] == n)
 
 
 class DynamicQuantizeMatMulFusion(RewriteRule):
@@ -53,23 +53,26 @@ class DynamicQuantizeMatMulFusion(RewriteRule):
         n = w.shape[1]
         wzp_name = mmi.inputs[3] if len(mmi.inputs) > 3 else ""
         wzp = ed.const(wzp_name) if wzp_name else None
-        if wzp_name and not (_per_tensor_or_column(wzp, n) and wzp.dtype == w.dtype):
+        if wzp_name and (wzp is None or not _per_tensor_or_column(wzp, n) or wzp.dtype != w.dtype):
             return False
         cast = only_reader(ed, mmi.outputs[0], "Cast")
         if cast is None or cast.attrs.get("to") != 1:  # FLOAT
             return False
         mul = only_reader(ed, cast.outputs[0], "Mul")
-        smul = None if mul is None else op_of(ed, other_input(mul, cast.outputs[0]) or "", "Mul")
+        if mul is None:
+            return False
+        smul = op_of(ed, other_input(mul, cast.outputs[0]) or "", "Mul")
         if smul is None or not ed.single_use(smul.outputs[0], mul):
             return False
-        wscale_name = other_input(smul, dql.outputs[1])
+        wscale_name = other_input(smul, dql.outputs[1]) or ""
         wscale = ed.const(wscale_name) if wscale_name else None
-        if not _per_tensor_or_column(wscale, n) or wscale.dtype != _F32:
+        if wscale is None or wscale.dtype != _F32 or not _per_tensor_or_column(wscale, n):
             return False
-        group, out, bias_name = [mmi, cast, smul, mul], mul.outputs[0], ""
+        group: list[Node] = [mmi, cast, smul, mul]
+        out, bias_name = mul.outputs[0], ""
         add = only_reader(ed, out, "Add")
-        if add is not None and other_input(add, out) is not None:
-            b = other_input(add, out)
+        b = other_input(add, out) if add is not None else None
+        if add is not None and b:
             bv = ed.const(b)
             # [N] only: a bias of more dims could change the output's rank
             if bv is not None and bv.dtype == _F32 and bv.shape == (n,):
