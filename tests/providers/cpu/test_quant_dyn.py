@@ -359,3 +359,20 @@ def test_fusion_only_on_the_exact_group(w_as_input, extra_reader, fused):
     so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
     for g, w in zip(s.run(None, feeds), rt.InferenceSession(m, so).run(None, feeds)):
         np.testing.assert_array_equal(g, w)
+
+
+def test_threaded_range_and_rows():
+    """An A large enough that the range, quantizing and GEMM passes split over two threads (the
+    parts' ranges merged): the same bytes as one pass."""
+    a = RNG.standard_normal((1030, 520)).astype(np.float32)
+    a[1029, 519] = -9.0  # the extremes in the last part
+    a[0, 0] = 7.0
+    b = _bytes(np.uint8, (520, 40))
+    b_scale, b_zp = _b_params(40, np.uint8, True, True)
+    m = _model([helper.make_node("DynamicQuantizeMatMul", ["A", "B", "b_scale", "b_zp"], ["y"], domain=MS)],
+               [_vi("A", a)], {"B": b, "b_scale": b_scale, "b_zp": b_zp})
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 2
+    got = rt.InferenceSession(m, so).run(None, {"A": a})[0]
+    aq, sa, za = _dql(a)
+    np.testing.assert_array_equal(got, _ref(aq, za, b, b_zp, sa * b_scale, None))
