@@ -4,11 +4,12 @@
  *
  * A float32 A is quantized as DynamicQuantizeLinear does (uint8, the range with 0 in it, one
  * scale and zero point for the tensor) straight into the packed rows the GEMM reads: its range in
- * one threaded pass, its bytes and row sums in a second; no uint8 copy of A. The products are
- * int8.c's (rc_qg_tile on B as qgemm_pack packs it: VNNI, AVX2 or portable, chosen at load), and
- * each tile's epilogue writes y = float(acc) * (a_scale * b_scale[n]) + bias[n], the float32
- * steps of the unfused Cast, Mul and Add in their order (no FMA contraction: bit for bit the
- * same), so no int32 Y and no float passes follow. */
+ * one threaded pass, its bytes and row sums in a second (AVX-512 loops where the CPU has them);
+ * no uint8 copy of A. B is packed by int8.c's qgemm_pack; the tiles are a VNNI tile with the
+ * epilogue on its accumulators where AVX-512 VNNI runs, else int8.c's (rc_qg_tile: AVX2 or
+ * portable) and dq_epilogue. The epilogue writes y = float(acc) * (a_scale * b_scale[n]) + bias[n],
+ * the float32 steps of the unfused Cast, Mul and Add in their order (no FMA contraction: bit for
+ * bit the same), so no int32 Y and no float passes follow. */
 #include "native.h"
 
 /* the unfused graph rounds the product and the sum apart: keep them apart here */
@@ -125,7 +126,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static uint32_t dq_bytes_av
 }
 #endif
 
-/* the range of rows [m0, m1) of x with 0 in it, and whether a NaN is in them */
+/* a part's share of x's items: their range with 0 in it, and whether a NaN is among them */
 RC_CLONES static void dq_range_part(void *arg, int part, int parts)
 {
     dq_pack_job *j = (dq_pack_job *)arg;
