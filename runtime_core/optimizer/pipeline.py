@@ -11,7 +11,7 @@ Levels are onnxruntime's: BASIC (1) passes preserve every value bit for bit
 redundant Cast/Transpose/Reshape/Dropout removal); EXTENDED (2) passes fuse subgraphs
 into single ops (a standard ONNX op where the opset has one, else a ``com.microsoft`` op
 the CPU provider implements; ``linear_fusions.py``, ``gelu_fusions.py``,
-``norm_fusions.py``, ``attention.py``, ``qdq_fusions.py``); ALL (99) adds the channels-last layout for
+``norm_fusions.py``, ``attention.py``, ``qdq_fusions.py``, ``dynq_fusions.py``); ALL (99) adds the channels-last layout for
 providers that ask for it (``layout.py``). The passes of one level run in order,
 repeatedly, until none changes anything.
 """
