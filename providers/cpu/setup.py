@@ -26,6 +26,7 @@ SOURCES = [
     "attention.c",         # mha
     "pairs.c",             # conv_maxpool, expand_dw: fused pairs
     "int8.c",              # qgemm (MatMulInteger, QLinearMatMul), dyn_quantize
+    "int8_dyn.c",          # dqmm (DynamicQuantizeMatMul, MatMulIntegerToFloat)
     "int8_depthwise.c",    # qdwconv (depthwise QLinearConv)
     "nbits.c",             # nbits_matmul (MatMulNBits on the 4-bit codes)
 ]

@@ -12,7 +12,7 @@ redundant Cast/Transpose/Reshape/Dropout removal); EXTENDED (2) passes fuse subg
 into single ops (a standard ONNX op where the opset has one, else a ``com.microsoft`` op
 the CPU provider implements, or a ``runtime_core.fused`` one that only it runs, written back
 as standard ops in a saved model: ``portable.py``; ``linear_fusions.py``, ``gelu_fusions.py``,
-``norm_fusions.py``, ``attention.py``, ``qdq_fusions.py``); ALL (99) adds the channels-last layout for
+``norm_fusions.py``, ``attention.py``, ``qdq_fusions.py``, ``dynq_fusions.py``); ALL (99) adds the channels-last layout for
 providers that ask for it (``layout.py``). The passes of one level run in order,
 repeatedly, until none changes anything.
 """
@@ -25,6 +25,7 @@ from ..graph.ir import Graph
 from .attention import AttentionFusion
 from .cleanup import ConstantToInitializer, DeadNodeElimination, IdentityElimination
 from .editor import BASIC, EXTENDED, FROZEN, Pass, logger
+from .dynq_fusions import DynamicQuantizeMatMulFusion
 from .elimination import (
     CastElimination,
     CommonSubexpressionElimination,
@@ -59,7 +60,7 @@ EXTENDED_PASSES: list[Pass] = [
     FlattenedGemmFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(), SqueezeExciteFusion(),
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
-    LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(),
+    LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(), DynamicQuantizeMatMulFusion(),
 ]
 
 _dce_after_fusions = DeadNodeElimination()

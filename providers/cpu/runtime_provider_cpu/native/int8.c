@@ -613,3 +613,17 @@ PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args)
     release_buffers(v, 2);
     return Py_BuildValue("(fi)", scale, (int)zpf);
 }
+
+/* one tile of raw sums on the inner loop this CPU runs: int8_dyn.c's fused GEMM shares it */
+_Static_assert(QG_MR == RC_QG_MR && QG_NR == RC_QG_NR, "native.h's int8 tile size");
+void rc_qg_tile(const int32_t *ap, const int8_t *b0, const int8_t *b1, Py_ssize_t Kq, int32_t *c)
+{
+#if QG_X86
+    if (qg_path == 2)
+        qg_tile_vnni(ap, b0, b1, Kq, c);
+    else if (qg_path == 1)
+        qg_tile_avx2(ap, b0, b1, Kq, c);
+    else
+#endif
+        qg_tile_c(ap, b0, b1, Kq, c);
+}

@@ -85,6 +85,14 @@ static PyMethodDef methods[] = {
      "qgemm_path(force=-1) -> the inner loop this CPU runs (force: 0 portable, 1 avx2, 2 vnni, for tests)."},
     {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,
      "dyn_quantize(x, y, n) -> (scale, zero_point): DynamicQuantizeLinear of n float32 into uint8 y."},
+    {"dqmm", rc_py_dqmm, METH_VARARGS,
+     "dqmm(a, a_kind, a_scale, a_zp, packed, b_signed, zb, b_scale, bias, y, (M, K, N), threads) -> (a_scale, a_zp)\n"
+     "y (M x N float32) = float(sum_k (a - a_zp)(b - zb[n])) * (a_scale * b_scale[n]) + bias[n] against B packed by\n"
+     "qgemm_pack; a_kind 0: a float32, quantized as DynamicQuantizeLinear (a_scale, a_zp computed), 1 uint8, 2 int8.\n"
+     "zb and bias may be None."},
+    {"dqmm_path", rc_py_dqmm_path, METH_VARARGS,
+     "dqmm_path(force=-1) -> dqmm's quantizing loop and tile on this CPU (force: 0 portable, 1 avx512, 2 avx512vnni,\n"
+     "for tests)."},
     {"qdwconv", rc_py_qdwconv, METH_VARARGS,
      "qdwconv(x, x_signed, xz, w, w_signed, wz, bias, mult, y, y_signed, yz, (N, C, H, W), (KH, KW), (OH, OW),\n"
      "        (sh, sw), (dh, dw), (pt, pl), threads, method=1)\n"

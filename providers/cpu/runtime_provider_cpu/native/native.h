@@ -372,6 +372,14 @@ PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args);
 PyObject *rc_py_qtranspose(PyObject *self, PyObject *args);
 PyObject *rc_py_qim2col(PyObject *self, PyObject *args);
 PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args);
+/* int8.c's tile for int8_dyn.c: RC_QG_MR rows x RC_QG_NR columns of raw int32 sums of A's rows packed
+ * as [Kq][RC_QG_MR] groups of 4 unsigned bytes against two 16-column panels of B as qgemm_pack packs it */
+#define RC_QG_MR 8
+#define RC_QG_NR 32
+void rc_qg_tile(const int32_t *ap, const int8_t *b0, const int8_t *b1, Py_ssize_t Kq, int32_t *c);
+/* int8_dyn.c: DynamicQuantizeMatMul / MatMulIntegerToFloat, the dequantization in the epilogue */
+PyObject *rc_py_dqmm(PyObject *self, PyObject *args);
+PyObject *rc_py_dqmm_path(PyObject *self, PyObject *args);
 /* int8_depthwise.c: depthwise QLinearConv on NCHW planes */
 PyObject *rc_py_qdwconv(PyObject *self, PyObject *args);
 /* nbits.c: MatMulNBits on the 4-bit codes as stored */

@@ -1,0 +1,400 @@
+/* Dynamic-int8 matmul with the dequantization in the GEMM (com.microsoft DynamicQuantizeMatMul and
+ * MatMulIntegerToFloat, the groups dynq_fusions.py makes of DynamicQuantizeLinear -> MatMulInteger
+ * -> Cast -> Mul(scales) [-> Add(bias)]).
+ *
+ * A float32 A is quantized as DynamicQuantizeLinear does (uint8, the range with 0 in it, one
+ * scale and zero point for the tensor) straight into the packed rows the GEMM reads: its range in
+ * one threaded pass, its bytes and row sums in a second (AVX-512 loops where the CPU has them);
+ * no uint8 copy of A. B is packed by int8.c's qgemm_pack; the tiles are a VNNI tile with the
+ * epilogue on its accumulators where AVX-512 VNNI runs, else int8.c's (rc_qg_tile: AVX2 or
+ * portable) and dq_epilogue. The epilogue writes y = float(acc) * (a_scale * b_scale[n]) + bias[n],
+ * the float32 steps of the unfused Cast, Mul and Add in their order (no FMA contraction: bit for
+ * bit the same), so no int32 Y and no float passes follow. */
+#include "native.h"
+
+/* the unfused graph rounds the product and the sum apart: keep them apart here */
+#pragma GCC optimize("fp-contract=off")
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#include <immintrin.h>
+#define DQ_X86 1
+#else
+#define DQ_X86 0
+#endif
+
+#define DQ_MR RC_QG_MR
+#define DQ_NR RC_QG_NR
+#define DQ_RB 32     /* row blocks a unit of work, as qgemm's */
+#define DQ_CHUNK 256 /* bytes of a row quantized at a time before they are packed */
+
+typedef struct {
+    const float *x;         /* float A (kind 0) */
+    const uint8_t *a8;      /* byte A (kinds 1, 2) */
+    int32_t *ap, *rs;       /* packed rows [Mb][Kq][8] and their sums [Mb * 8] */
+    float *lo, *hi;         /* the range pass: a part's minimum and maximum */
+    int *nan;               /* and whether it saw a NaN */
+    Py_ssize_t M, K, Kq, Mb;
+    float scale, zpf;
+    uint8_t flip; /* 0x80 for an int8 A: its bytes as unsigned */
+} dq_pack_job;
+
+#if DQ_X86
+/* whether the AVX-512 quantizing loops run here (set by the first call, or by dqmm_path) */
+static int dq_avx512 = -1;
+/* and whether the VNNI tile with the epilogue on its registers does (AVX-512 VNNI as well) */
+static int dq_vnni;
+
+static void dq_init(int force)
+{
+    __builtin_cpu_init();
+    dq_avx512 = force != 0 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")
+                && __builtin_cpu_supports("avx512vl");
+    dq_vnni = force != 1 && dq_avx512 && __builtin_cpu_supports("avx512vnni");
+}
+
+/* the VNNI tile (int8.c's loop) with dq_epilogue's steps done on its accumulators: rows
+ * [0, mm) and columns [0, nn) of y (ldy floats a row) */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+dq_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1, Py_ssize_t Kq,
+             const int32_t *restrict rs, const uint32_t *restrict zbv, const uint32_t *restrict ct,
+             const float *restrict sc, const float *restrict bs, float *restrict y, Py_ssize_t ldy, Py_ssize_t mm,
+             Py_ssize_t nn)
+{
+    __m512i acc[DQ_MR][2];
+    for (int r = 0; r < DQ_MR; r++)
+        acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    for (Py_ssize_t q = 0; q < Kq; q++) {
+        const __m512i w0 = _mm512_loadu_si512((const void *)(b0 + q * 64));
+        const __m512i w1 = _mm512_loadu_si512((const void *)(b1 + q * 64));
+        for (int r = 0; r < DQ_MR; r++) {
+            const __m512i a = _mm512_set1_epi32(ap[q * DQ_MR + r]);
+            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a, w0);
+            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a, w1);
+        }
+    }
+    const __mmask16 k0 = nn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nn) - 1u);
+    const __mmask16 k1 = nn >= 32 ? (__mmask16)0xffff : nn <= 16 ? 0 : (__mmask16)((1u << (nn - 16)) - 1u);
+    const __m512i zb[2] = {_mm512_loadu_si512((const void *)zbv), _mm512_loadu_si512((const void *)(zbv + 16))};
+    const __m512i c[2] = {_mm512_loadu_si512((const void *)ct), _mm512_loadu_si512((const void *)(ct + 16))};
+    const __m512 s[2] = {_mm512_loadu_ps(sc), _mm512_loadu_ps(sc + 16)};
+    const __m512 b[2] = {_mm512_loadu_ps(bs), _mm512_loadu_ps(bs + 16)};
+    for (int r = 0; r < DQ_MR && r < mm; r++) {
+        const __m512i rv = _mm512_set1_epi32(rs[r]);
+        for (int h = 0; h < 2; h++) {
+            const __m512i v = _mm512_add_epi32(_mm512_sub_epi32(acc[r][h], _mm512_mullo_epi32(zb[h], rv)), c[h]);
+            const __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s[h]), b[h]);
+            _mm512_mask_storeu_ps(y + r * ldy + 16 * h, h ? k1 : k0, f);
+        }
+    }
+}
+
+__attribute__((target("avx512f"))) static void dq_range_avx512(const float *x, Py_ssize_t n, float *lo, float *hi,
+                                                               int *nan)
+{
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        const __mmask16 m = i + 16 <= n ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        const __m512 t = _mm512_maskz_loadu_ps(m, x + i); /* lanes past n: 0, in the range anyway */
+        bad |= _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q);
+        a = _mm512_min_ps(a, t);
+        b = _mm512_max_ps(b, t);
+    }
+    *lo = _mm512_reduce_min_ps(a);
+    *hi = _mm512_reduce_max_ps(b);
+    *nan = bad != 0;
+}
+
+/* dq_bytes's steps 16 lanes at a time (vdivps, round to nearest even, NaN -> zp, clamp) */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static uint32_t dq_bytes_avx512(const float *x, uint8_t *y, Py_ssize_t n,
+                                                                            float scale, float zpf)
+{
+    const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zpf), lo = _mm512_setzero_ps();
+    const __m512 hi = _mm512_set1_ps(255.0f);
+    __m512i acc = _mm512_setzero_si512();
+    for (Py_ssize_t i = 0; i < n; i += 16) {
+        const __mmask16 m = i + 16 <= n ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
+        __m512 t = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), s);
+        t = _mm512_add_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+        t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), z);
+        t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+        const __m512i q = _mm512_maskz_cvtps_epi32(m, t);
+        acc = _mm512_add_epi32(acc, q);
+        _mm_mask_storeu_epi8(y + i, m, _mm512_cvtepi32_epi8(q));
+    }
+    return (uint32_t)_mm512_reduce_add_epi32(acc);
+}
+#endif
+
+/* a part's share of x's items: their range with 0 in it, and whether a NaN is among them */
+RC_CLONES static void dq_range_part(void *arg, int part, int parts)
+{
+    dq_pack_job *j = (dq_pack_job *)arg;
+    const Py_ssize_t n = j->M * j->K, i0 = n * part / parts, i1 = n * (part + 1) / parts;
+    const float *restrict x = j->x;
+#if DQ_X86
+    if (dq_avx512) {
+        dq_range_avx512(x + i0, i1 - i0, &j->lo[part], &j->hi[part], &j->nan[part]);
+        return;
+    }
+#endif
+    float lo[16] = {0}, hi[16] = {0};
+    int bad[16] = {0};
+    Py_ssize_t i = i0;
+    for (; i + 16 <= i1; i += 16)
+        for (int l = 0; l < 16; l++) {
+            const float t = x[i + l];
+            lo[l] = t < lo[l] ? t : lo[l];
+            hi[l] = t > hi[l] ? t : hi[l];
+            bad[l] |= t != t;
+        }
+    for (int l = 0; i + l < i1; l++) {
+        const float t = x[i + l];
+        lo[l] = t < lo[l] ? t : lo[l];
+        hi[l] = t > hi[l] ? t : hi[l];
+        bad[l] |= t != t;
+    }
+    float a = 0.0f, b = 0.0f;
+    int nan = 0;
+    for (int l = 0; l < 16; l++) {
+        a = lo[l] < a ? lo[l] : a;
+        b = hi[l] > b ? hi[l] : b;
+        nan |= bad[l];
+    }
+    j->lo[part] = a;
+    j->hi[part] = b;
+    j->nan[part] = nan;
+}
+
+/* n floats as DynamicQuantizeLinear's bytes: saturate(rint(x / scale) + zp), NaN -> zp; their sum */
+RC_CLONES static uint32_t dq_bytes(const float *restrict x, uint8_t *restrict y, Py_ssize_t n, float scale,
+                                   float zpf)
+{
+#if DQ_X86
+    if (dq_avx512)
+        return dq_bytes_avx512(x, y, n, scale, zpf);
+#endif
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float t = rintf(x[i] / scale) + zpf;
+        t = t != t ? zpf : t;
+        t = t < 0.0f ? 0.0f : (t > 255.0f ? 255.0f : t);
+        y[i] = (uint8_t)(int32_t)t;
+    }
+    uint32_t s = 0; /* apart: the loop above stays vectorized */
+    for (Py_ssize_t i = 0; i < n; i++)
+        s += y[i];
+    return s;
+}
+
+/* a part's row blocks of A as unsigned bytes in groups of 4, [Kq][8] a block, zeros past K and M */
+RC_CLONES static void dq_pack_part(void *arg, int part, int parts)
+{
+    const dq_pack_job *j = (const dq_pack_job *)arg;
+    const Py_ssize_t b0 = j->Mb * part / parts, b1 = j->Mb * (part + 1) / parts;
+    uint8_t t[DQ_CHUNK] __attribute__((aligned(64)));
+    for (Py_ssize_t mb = b0; mb < b1; mb++) {
+        uint32_t *restrict dst = (uint32_t *)j->ap + mb * j->Kq * DQ_MR;
+        for (int r = 0; r < DQ_MR; r++) {
+            const Py_ssize_t m = mb * DQ_MR + r;
+            if (m >= j->M) {
+                for (Py_ssize_t q = 0; q < j->Kq; q++)
+                    dst[q * DQ_MR + r] = 0;
+                j->rs[m] = 0;
+                continue;
+            }
+            uint32_t s = 0;
+            for (Py_ssize_t k0 = 0; k0 < j->K; k0 += DQ_CHUNK) {
+                const Py_ssize_t kn = j->K - k0 < DQ_CHUNK ? j->K - k0 : DQ_CHUNK;
+                if (j->x)
+                    s += dq_bytes(j->x + m * j->K + k0, t, kn, j->scale, j->zpf);
+                else
+                    for (Py_ssize_t k = 0; k < kn; k++) {
+                        t[k] = j->a8[m * j->K + k0 + k] ^ j->flip;
+                        s += t[k];
+                    }
+                for (Py_ssize_t k = kn; k % 4; k++)
+                    t[k] = 0; /* the last group's bytes past K */
+                for (Py_ssize_t q = 0; q < (kn + 3) / 4; q++) {
+                    uint32_t w;
+                    memcpy(&w, t + 4 * q, 4);
+                    dst[(k0 / 4 + q) * DQ_MR + r] = w;
+                }
+            }
+            j->rs[m] = (int32_t)s;
+        }
+    }
+}
+
+typedef struct {
+    const int32_t *ap, *rs; /* packed A and its row sums */
+    const int8_t *bp;       /* B as qgemm_pack packs it */
+    const int32_t *cs;      /* B's column sums (after the panels) */
+    const int32_t *zb;      /* B's zero point per column [N] (NULL: 0) */
+    const float *bscale;    /* B's scale per column [N] */
+    const float *bias;      /* [N] or NULL */
+    float *y;               /* M x N */
+    Py_ssize_t M, K, N, Kq, Mb, ncols, nunits;
+    int32_t ZA, ob; /* A's zero point plus its offset (128 for int8), B's offset (128 for uint8) */
+    float ascale;
+} dq_job;
+
+/* rows [m0, m0 + mm) x columns [n0, n0 + nn) of Y from a tile's raw sums: the zero-point
+ * correction of int8.c's qg_epilogue, then the float steps */
+RC_CLONES static void dq_epilogue(const dq_job *j, const int32_t *restrict c, const uint32_t *restrict zbv,
+                                  const uint32_t *restrict ct, const float *restrict sc, const float *restrict bs,
+                                  Py_ssize_t m0, Py_ssize_t mm, Py_ssize_t n0, Py_ssize_t nn)
+{
+    for (Py_ssize_t r = 0; r < mm; r++) {
+        const uint32_t rs = (uint32_t)j->rs[m0 + r];
+        const uint32_t *restrict cr = (const uint32_t *)c + r * DQ_NR;
+        float f[DQ_NR];
+        for (int n = 0; n < DQ_NR; n++) {
+            const float p = (float)(int32_t)(cr[n] - zbv[n] * rs + ct[n]) * sc[n];
+            f[n] = p + bs[n];
+        }
+        float *restrict y = j->y + (m0 + r) * j->N + n0;
+        if (nn == DQ_NR)
+            memcpy(y, f, sizeof f);
+        else
+            memcpy(y, f, (size_t)nn * sizeof(float));
+    }
+}
+
+static void dq_part(void *arg, int part, int parts)
+{
+    const dq_job *j = (const dq_job *)arg;
+    int32_t c[DQ_MR * DQ_NR] __attribute__((aligned(64)));
+    uint32_t zbv[DQ_NR], ct[DQ_NR];
+    float sc[DQ_NR], bs[DQ_NR];
+    const Py_ssize_t u0 = j->nunits * part / parts, u1 = j->nunits * (part + 1) / parts;
+    const uint32_t K = (uint32_t)j->K, ZA = (uint32_t)j->ZA;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        if (rc_stop_requested())
+            return;
+        const Py_ssize_t n0 = (u % j->ncols) * DQ_NR, rb0 = (u / j->ncols) * DQ_RB;
+        const Py_ssize_t rb1 = rb0 + DQ_RB < j->Mb ? rb0 + DQ_RB : j->Mb;
+        for (Py_ssize_t n = 0; n < DQ_NR; n++) {
+            /* columns past N repeat the last one's (computed, never stored) */
+            const Py_ssize_t col = n0 + n < j->N ? n0 + n : j->N - 1;
+            zbv[n] = (uint32_t)((j->zb ? j->zb[col] : 0) - j->ob);
+            ct[n] = K * ZA * zbv[n] - ZA * (uint32_t)j->cs[col];
+            sc[n] = j->ascale * j->bscale[col]; /* the graph's Mul of the two scales, in float32 */
+            bs[n] = j->bias ? j->bias[col] : 0.0f;
+        }
+        const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
+        const Py_ssize_t nn = j->N - n0 < DQ_NR ? j->N - n0 : DQ_NR;
+        for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
+            const Py_ssize_t m0 = mb * DQ_MR, mm = j->M - m0 < DQ_MR ? j->M - m0 : DQ_MR;
+#if DQ_X86
+            if (dq_vnni) {
+                dq_tile_vnni(j->ap + mb * j->Kq * DQ_MR, b0, b1, j->Kq, j->rs + m0, zbv, ct, sc, bs,
+                             j->y + m0 * j->N + n0, j->N, mm, nn);
+                continue;
+            }
+#endif
+            rc_qg_tile(j->ap + mb * j->Kq * DQ_MR, b0, b1, j->Kq, c);
+            dq_epilogue(j, c, zbv, ct, sc, bs, m0, mm, n0, nn);
+        }
+    }
+}
+
+/* dqmm(a, a_kind, a_scale, a_zp, packed, b_signed, zb, b_scale, bias, y, (M, K, N), threads)
+ *   -> (a_scale, a_zp) used */
+PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
+{
+    PyObject *ao, *po, *zbo, *so, *bo, *yo;
+    Py_ssize_t M, K, N;
+    int kind, za, bsigned, threads;
+    float ascale;
+    if (!PyArg_ParseTuple(args, "OifiOpOOOO(nnn)i:dqmm", &ao, &kind, &ascale, &za, &po, &bsigned, &zbo, &so, &bo,
+                          &yo, &M, &K, &N, &threads))
+        return NULL;
+    if (M < 1 || K < 1 || N < 1 || kind < 0 || kind > 2 || (kind == 1 && (za < 0 || za > 255))
+        || (kind == 2 && (za < -128 || za > 127))) {
+        PyErr_SetString(PyExc_ValueError, "dqmm: sizes must be positive, a_kind 0 (float32), 1 (uint8) or 2 "
+                                          "(int8) and a_zp in the byte's range");
+        return NULL;
+    }
+#if DQ_X86
+    if (dq_avx512 < 0)
+        dq_init(-1);
+#endif
+    rc_sz sz = {NULL};
+    const Py_ssize_t Np = (N + DQ_NR - 1) / DQ_NR * DQ_NR, Kq = (K + 3) / 4, Mb = (M + DQ_MR - 1) / DQ_MR;
+    const Py_ssize_t an = sz_mul(&sz, "A's size", M, K), yn = sz_mul(&sz, "Y's size", M, N);
+    const Py_ssize_t body = sz_mul3(&sz, "the packed size", Np, Kq, 4);
+    const Py_ssize_t pn = sz_add(&sz, "the packed size", body, sz_mul(&sz, "the packed size", Np, 4));
+    if (sz_check(&sz, "dqmm", PyExc_ValueError) < 0)
+        return NULL;
+    const Py_ssize_t apn = sz_mul4(&sz, "the packed rows", Mb, Kq, DQ_MR, 4);
+    if (sz_check(&sz, "dqmm", PyExc_MemoryError) < 0)
+        return NULL;
+    Py_buffer v[6];
+    const rc_buf spec[6] = {{ao, an, kind == 0 ? RC_F32 : 1, 0, 0, "A"}, {po, pn, 1, 0, 0, "packed"},
+                            {zbo, N, 4, 0, 1, "zb"}, {so, N, RC_F32, 0, 0, "b_scale"}, {bo, N, RC_F32, 0, 1, "bias"},
+                            {yo, yn, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("dqmm", spec, v, 6) < 0)
+        return NULL;
+    const size_t abytes = (size_t)apn + sizeof(int32_t) * (size_t)Mb * DQ_MR;
+    int32_t *ap = (int32_t *)rc_work(abytes);
+    if (!ap) {
+        release_buffers(v, 6);
+        return PyErr_NoMemory();
+    }
+    float zpf = (float)za;
+    Py_BEGIN_ALLOW_THREADS
+    dq_pack_job pj = {kind == 0 ? (const float *)v[0].buf : NULL, kind ? (const uint8_t *)v[0].buf : NULL, ap,
+                      ap + Mb * Kq * DQ_MR, NULL, NULL, NULL, M, K, Kq, Mb, 1.0f, 0.0f, kind == 2 ? 0x80 : 0};
+    if (kind == 0) {
+        float lo[RC_POOL_MAX * 4], hi[RC_POOL_MAX * 4];
+        int nan[RC_POOL_MAX * 4];
+        pj.lo = lo, pj.hi = hi, pj.nan = nan;
+        int rth = threads;
+        const int rparts = rc_parts((double)M * (double)K, 2.5e5, RC_POOL_MAX * 4, &rth);
+        rc_parallel(dq_range_part, &pj, rparts, rth);
+        float a = 0.0f, b = 0.0f;
+        int bad = 0;
+        for (int p = 0; p < rparts; p++) {
+            a = lo[p] < a ? lo[p] : a;
+            b = hi[p] > b ? hi[p] : b;
+            bad |= nan[p];
+        }
+        if (bad) /* the reference's range of a NaN tensor: numpy's max / min are NaN, the range 0 */
+            a = b = 0.0f;
+        ascale = b == a ? 1.0f : (b - a) / 255.0f;
+        zpf = rintf(clipf(0.0f - a / ascale, 0.0f, 255.0f));
+        pj.scale = ascale, pj.zpf = zpf;
+    }
+    int pth = threads;
+    const int pparts = rc_parts((double)M * (double)K * 4.0, 2.5e5, Mb, &pth);
+    rc_parallel(dq_pack_part, &pj, pparts, pth);
+    const int8_t *bp = (const int8_t *)v[1].buf;
+    dq_job j = {ap, ap + Mb * Kq * DQ_MR, bp, (const int32_t *)(bp + body), (const int32_t *)v[2].buf,
+                (const float *)v[3].buf, (const float *)v[4].buf, (float *)v[5].buf, M, K, N, Kq, Mb, Np / DQ_NR,
+                Np / DQ_NR * ((Mb + DQ_RB - 1) / DQ_RB), (int32_t)zpf + (kind == 2 ? 128 : 0), bsigned ? 0 : 128,
+                ascale};
+    int gth = threads;
+    const int parts = rc_parts_fine(2.0 * (double)M * (double)K * (double)N, 2.5e5, j.nunits, &gth);
+    rc_parallel(dq_part, &j, parts, gth);
+    Py_END_ALLOW_THREADS
+    rc_work_done(ap, abytes);
+    release_buffers(v, 6);
+    return Py_BuildValue("(fi)", ascale, (int)zpf);
+}
+
+/* dqmm_path(force=-1) -> the quantizing loop and tile: "portable", "avx512" (the AVX-512 quantizing
+ * loops, int8.c's tile and dq_epilogue) or "avx512vnni" (and the VNNI tile with its epilogue on the
+ * registers); force (0, 1, 2: at most what this CPU runs) sets it, so that tests reach each one */
+PyObject *rc_py_dqmm_path(PyObject *self, PyObject *args)
+{
+    int force = -1;
+    if (!PyArg_ParseTuple(args, "|i:dqmm_path", &force))
+        return NULL;
+#if DQ_X86
+    if (dq_avx512 < 0 || force >= 0)
+        dq_init(force);
+    return PyUnicode_FromString(dq_vnni ? "avx512vnni" : dq_avx512 ? "avx512" : "portable");
+#else
+    return PyUnicode_FromString("portable");
+#endif
+}
