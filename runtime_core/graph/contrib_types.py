@@ -4,7 +4,7 @@ the optimizer emits, and everything downstream of them.
 onnx knows no schema for ``com.microsoft`` ops (``Attention``, ``SkipLayerNormalization``,
 ``SimplifiedLayerNormalization``, ``SkipSimplifiedLayerNormalization``, ``FusedConv``, ``Gelu``,
 ``FastGelu``, ``BiasGelu``) nor for the core's channels-last
-``runtime_core.nhwc`` ops, so after them every value has an unknown type, and providers that
+``runtime_core.nhwc`` ops and ``runtime_core.fused::MatMulActivation``, so after them every value has an unknown type, and providers that
 need types decline correct work. :func:`fill_types` walks the graph once, in order, and
 types each untyped output: a contrib op by its rule here, any other op by onnx's inference of
 that one node (``onnx.shape_inference.infer_node_outputs``) from the types of its inputs.
@@ -24,6 +24,7 @@ logger = logging.getLogger("runtime_core.graph")
 
 MS = "com.microsoft"
 NHWC = "runtime_core.nhwc"
+FUSED = "runtime_core.fused"
 
 TypeMap = dict  # value name -> onnx.TypeProto
 
@@ -136,6 +137,7 @@ RULES: dict[tuple[str, str], Callable] = {
     (MS, "SimplifiedLayerNormalization"): _simplified_layer_norm,
     (MS, "Attention"): _attention,
     (MS, "FusedConv"): _fused_conv,
+    (FUSED, "MatMulActivation"): lambda node, types, opset: _by_proxy("MatMul", node.inputs[:2], [], types, 13),
     **{(NHWC, op): _nhwc for op in ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")},
 }
 

@@ -43,6 +43,7 @@ from .linear_fusions import (
     ConvMulFusion,
     FlattenedGemmFusion,
     LayerScaleFusion,
+    MatMulActivationFusion,
     MatMulAddFusion,
 )
 from .norm_fusions import LayerNormFusion, RMSNormFusion, SkipLayerNormFusion, SkipSimplifiedLayerNormFusion
@@ -69,6 +70,7 @@ OPTIMIZERS: list[Pass] = [
     DeadNodeElimination(),
     *EXTENDED_PASSES,
     _dce_after_fusions,
+    MatMulActivationFusion(),
     LayoutTransformation(),
 ]
 
