@@ -163,6 +163,55 @@ class ConvMulFusion(ConvAddFusion):
     targets = frozenset({"Mul"})
 
 
+class Conv1dAs2dFusion(RewriteRule):
+    """A 1-D ``Conv`` (3-D input, float32 constant weight; Whisper's front end) ->
+    ``Squeeze(Conv(Unsqueeze(x, 2), W[:, :, None, :]), 2)``: the same convolution over an
+    image one row high, which takes the 2-D plans chosen by measurement (``fast/conv.py``)
+    instead of the N-D numpy path. The two reshapes are views. After the Conv folds
+    (BatchNormalization, Add and Mul go into the 1-D weights first)."""
+
+    name = "Conv1dAs2dFusion"
+    level = EXTENDED
+    targets = frozenset({"Conv"})
+    stage = 1
+
+    def rewrite(self, ed: Editor, conv: Node) -> bool:
+        x, y = conv.inputs[0], conv.outputs[0]
+        w = ed.const(conv.inputs[1]) if len(conv.inputs) > 1 else None
+        sx, sy = ed.shape(x), ed.shape(y)
+        if (w is None or w.dtype != F32 or w.ndim != 3 or ed.dtype(x) != F32 or sx is None or len(sx) != 3
+                or sy is None or len(sy) != 3):
+            return False
+        at = conv.attrs
+        ks = list(at.get("kernel_shape") or w.shape[2:])
+        one = lambda key, default: [default] + [int(v) for v in (at.get(key) or [default])]  # noqa: E731
+        pads = [int(v) for v in (at.get("pads") or [0, 0])]
+        if len(ks) != 1 or len(pads) != 2:
+            return False
+        attrs = {"kernel_shape": [1, int(ks[0])], "strides": one("strides", 1), "dilations": one("dilations", 1),
+                 "pads": [0, pads[0], 0, pads[1]], "group": int(at.get("group", 1) or 1)}
+        if at.get("auto_pad") and at.get("auto_pad") != "NOTSET":
+            attrs["auto_pad"] = at["auto_pad"]  # one row, kernel height 1: no padding on that axis
+            del attrs["pads"]
+        ins = [ed.fresh(x + "_row"), ed.add_const(np.ascontiguousarray(w[:, :, None, :]), conv.inputs[1] + "_2d")]
+        ins += [i for i in conv.inputs[2:3] if i]
+        y2 = ed.fresh(y + "_row")
+        ed.set_type(ins[0], F32, [sx[0], sx[1], 1, sx[2]])
+        ed.set_type(y2, F32, [sy[0], sy[1], 1, sy[2]])
+        if ed.opset("") >= 13:
+            axes = ed.add_const(np.array([2], np.int64), "row_axis")
+            unsq = ed.new_node("Unsqueeze", [x, axes], [ins[0]], base=conv.name + "_row")
+            sq = ed.new_node("Squeeze", [y2, axes], [y], base=conv.name + "_unrow")
+        else:
+            unsq = ed.new_node("Unsqueeze", [x], [ins[0]], base=conv.name + "_row", attrs={"axes": [2]})
+            sq = ed.new_node("Squeeze", [y2], [y], base=conv.name + "_unrow", attrs={"axes": [2]})
+        new = ed.new_node("Conv", ins, [y2], base=conv.name + "_2d", attrs=attrs)
+        if ed.replace([conv], [unsq, new, sq]):
+            ed.log("%s: 1-D Conv as a 2-D one over one row", conv.name)
+            return True
+        return False
+
+
 # -- Conv + activation -> FusedConv ---------------------------------------------------------
 
 _LOWEST, _HIGHEST = float(np.finfo(np.float32).min), float(np.finfo(np.float32).max)
