@@ -111,6 +111,10 @@ def _fused_conv(node, types, opset) -> list:
     return _by_proxy("Conv", node.inputs[:3], attrs, types, max(opset, 11))
 
 
+def _matmul_activation(node, types, opset) -> list:
+    return _by_proxy("MatMul", node.inputs[:2], [], types, 13)
+
+
 def _nhwc(node, types, opset) -> list:
     """A channels-last op: the NCHW op's inference on the transposed input, transposed back."""
     x = types.get(node.inputs[0])
@@ -137,7 +141,7 @@ RULES: dict[tuple[str, str], Callable] = {
     (MS, "SimplifiedLayerNormalization"): _simplified_layer_norm,
     (MS, "Attention"): _attention,
     (MS, "FusedConv"): _fused_conv,
-    (FUSED, "MatMulActivation"): lambda node, types, opset: _by_proxy("MatMul", node.inputs[:2], [], types, 13),
+    (FUSED, "MatMulActivation"): _matmul_activation,
     **{(NHWC, op): _nhwc for op in ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")},
 }
 
