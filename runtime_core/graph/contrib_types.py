@@ -4,7 +4,7 @@ the optimizer emits, and everything downstream of them.
 onnx knows no schema for ``com.microsoft`` ops (``Attention``, ``SkipLayerNormalization``,
 ``SimplifiedLayerNormalization``, ``SkipSimplifiedLayerNormalization``, ``FusedConv``, ``Gelu``,
 ``FastGelu``, ``BiasGelu``) nor for the core's channels-last
-``runtime_core.nhwc`` ops, so after them every value has an unknown type, and providers that
+``runtime_core.nhwc`` ops and ``runtime_core.fused::MatMulActivation``, so after them every value has an unknown type, and providers that
 need types decline correct work. :func:`fill_types` walks the graph once, in order, and
 types each untyped output: a contrib op by its rule here, any other op by onnx's inference of
 that one node (``onnx.shape_inference.infer_node_outputs``) from the types of its inputs.
@@ -24,6 +24,7 @@ logger = logging.getLogger("runtime_core.graph")
 
 MS = "com.microsoft"
 NHWC = "runtime_core.nhwc"
+FUSED = "runtime_core.fused"
 
 TypeMap = dict  # value name -> onnx.TypeProto
 
@@ -110,6 +111,10 @@ def _fused_conv(node, types, opset) -> list:
     return _by_proxy("Conv", node.inputs[:3], attrs, types, max(opset, 11))
 
 
+def _matmul_activation(node, types, opset) -> list:
+    return _by_proxy("MatMul", node.inputs[:2], [], types, 13)
+
+
 def _nhwc(node, types, opset) -> list:
     """A channels-last op: the NCHW op's inference on the transposed input, transposed back."""
     x = types.get(node.inputs[0])
@@ -136,6 +141,7 @@ RULES: dict[tuple[str, str], Callable] = {
     (MS, "SimplifiedLayerNormalization"): _simplified_layer_norm,
     (MS, "Attention"): _attention,
     (MS, "FusedConv"): _fused_conv,
+    (FUSED, "MatMulActivation"): _matmul_activation,
     **{(NHWC, op): _nhwc for op in ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")},
 }
 

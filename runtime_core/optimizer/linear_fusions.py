@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from ..graph.ir import Node
-from .editor import EXTENDED, MS_DOMAIN, Editor, same_dim
+from .editor import ALL, EXTENDED, MS_DOMAIN, Editor, same_dim
 from .match import F32, FLOATS, op_of
 from .rewrite import RewriteRule
 
@@ -162,6 +162,55 @@ class ConvMulFusion(ConvAddFusion):
     name = "ConvMulFusion"
     OP = "Mul"
     targets = frozenset({"Mul"})
+
+
+class Conv1dAs2dFusion(RewriteRule):
+    """A 1-D ``Conv`` (3-D input, float32 constant weight; Whisper's front end) ->
+    ``Squeeze(Conv(Unsqueeze(x, 2), W[:, :, None, :]), 2)``: the same convolution over an
+    image one row high, which takes the 2-D plans chosen by measurement (``fast/conv.py``)
+    instead of the N-D numpy path. The two reshapes are views. After the Conv folds
+    (BatchNormalization, Add and Mul go into the 1-D weights first)."""
+
+    name = "Conv1dAs2dFusion"
+    level = EXTENDED
+    targets = frozenset({"Conv"})
+    stage = 1
+
+    def rewrite(self, ed: Editor, conv: Node) -> bool:
+        x, y = conv.inputs[0], conv.outputs[0]
+        w = ed.const(conv.inputs[1]) if len(conv.inputs) > 1 else None
+        sx, sy = ed.shape(x), ed.shape(y)
+        if (w is None or w.dtype != F32 or w.ndim != 3 or ed.dtype(x) != F32 or sx is None or len(sx) != 3
+                or sy is None or len(sy) != 3):
+            return False
+        at = conv.attrs
+        ks = list(at.get("kernel_shape") or w.shape[2:])
+        one = lambda key, default: [default] + [int(v) for v in (at.get(key) or [default])]  # noqa: E731
+        pads = [int(v) for v in (at.get("pads") or [0, 0])]
+        if len(ks) != 1 or len(pads) != 2:
+            return False
+        attrs = {"kernel_shape": [1, int(ks[0])], "strides": one("strides", 1), "dilations": one("dilations", 1),
+                 "pads": [0, pads[0], 0, pads[1]], "group": int(at.get("group", 1) or 1)}
+        if at.get("auto_pad") and at.get("auto_pad") != "NOTSET":
+            attrs["auto_pad"] = at["auto_pad"]  # one row, kernel height 1: no padding on that axis
+            del attrs["pads"]
+        ins = [ed.fresh(x + "_row"), ed.add_const(np.ascontiguousarray(w[:, :, None, :]), conv.inputs[1] + "_2d")]
+        ins += [i for i in conv.inputs[2:3] if i]
+        y2 = ed.fresh(y + "_row")
+        ed.set_type(ins[0], F32, [sx[0], sx[1], 1, sx[2]])
+        ed.set_type(y2, F32, [sy[0], sy[1], 1, sy[2]])
+        if ed.opset("") >= 13:
+            axes = ed.add_const(np.array([2], np.int64), "row_axis")
+            unsq = ed.new_node("Unsqueeze", [x, axes], [ins[0]], base=conv.name + "_row")
+            sq = ed.new_node("Squeeze", [y2, axes], [y], base=conv.name + "_unrow")
+        else:
+            unsq = ed.new_node("Unsqueeze", [x], [ins[0]], base=conv.name + "_row", attrs={"axes": [2]})
+            sq = ed.new_node("Squeeze", [y2], [y], base=conv.name + "_unrow", attrs={"axes": [2]})
+        new = ed.new_node("Conv", ins, [y2], base=conv.name + "_2d", attrs=attrs)
+        if ed.replace([conv], [unsq, new, sq]):
+            ed.log("%s: 1-D Conv as a 2-D one over one row", conv.name)
+            return True
+        return False
 
 
 # -- Conv + activation -> FusedConv ---------------------------------------------------------
@@ -594,5 +643,84 @@ class FlattenedGemmFusion(RewriteRule):
                                    base=gemm.name + "_bias"))
         if ed.replace([inner, gemm, outer], new):
             ed.log("%s between flattening Reshapes -> MatMul%s", gemm.name, " + Add" if c is not None else "")
+            return True
+        return False
+
+
+# -- MatMul (+ bias) + Relu -> runtime_core.fused::MatMulActivation --------------------------
+
+FUSED_DOMAIN = "runtime_core.fused"
+
+
+class MatMulActivationFusion(RewriteRule):
+    """``Relu(MatMul(x, W))``, ``Relu(MatMul(x, W) + b)`` and ``Relu(Gemm(x, W, b))`` (T5's
+    feed-forward; W a float32 2-D constant, b a constant of N values, x of rank >= 2) ->
+    ``runtime_core.fused::MatMulActivation(x, W[, b])`` with ``activation`` ``Relu``: the
+    Linear kernel applies it in its epilogue instead of a pass over the result. A private op
+    (onnxruntime has no N-D MatMul + activation), hence level ALL, as the channels-last ops:
+    a model saved at EXTENDED still loads in onnxruntime."""
+
+    name = "MatMulActivationFusion"
+    level = ALL
+    targets = frozenset({"Relu"})
+
+    def rewrite(self, ed: Editor, relu: Node) -> bool:
+        if relu.domain != "" or len(relu.inputs) != 1 or ed.dtype(relu.inputs[0]) != F32:
+            return False
+        src = relu.inputs[0]
+        if not ed.single_use(src, relu):
+            return False
+        remove, bias = [relu], None
+        mm = op_of(ed, src, "MatMul")
+        if mm is None and (gemm := op_of(ed, src, "Gemm")) is not None:
+            return self._gemm(ed, gemm, relu)
+        if mm is None:
+            add = op_of(ed, src, "Add")
+            if add is None or len(add.inputs) != 2:
+                return False
+            for y, c in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
+                cand = op_of(ed, y, "MatMul")
+                if cand is not None and y != c and ed.single_use(y, add) and ed.const(c) is not None:
+                    mm, bias = cand, ed.const(c)
+                    break
+            if mm is None:
+                return False
+            remove.append(add)
+        w = ed.const(mm.inputs[1])
+        if w is None or w.dtype != F32 or w.ndim != 2 or (ed.rank(mm.inputs[0]) or 0) < 2:
+            return False
+        return self._emit(ed, mm, mm.inputs[0], mm.inputs[1], w.shape[1], bias, [mm, *remove], relu)
+
+    def _gemm(self, ed: Editor, gemm: Node, relu: Node) -> bool:
+        at = gemm.attrs
+        w = ed.const(gemm.inputs[1]) if len(gemm.inputs) > 1 else None
+        if (at.get("transA") or float(at.get("alpha", 1.0)) != 1.0 or w is None or w.dtype != F32
+                or w.ndim != 2 or ed.rank(gemm.inputs[0]) != 2):
+            return False
+        wname = gemm.inputs[1]
+        if at.get("transB"):
+            w = np.ascontiguousarray(w.T)
+            wname = ed.add_const(w, gemm.inputs[1] + "_kn")
+        bias = None
+        if len(gemm.inputs) > 2 and gemm.inputs[2]:
+            bias = ed.const(gemm.inputs[2])
+            if bias is None:
+                return False
+            bias = bias * np.float32(at.get("beta", 1.0))
+        return self._emit(ed, gemm, gemm.inputs[0], wname, w.shape[1], bias, [gemm, relu], relu)
+
+    @staticmethod
+    def _emit(ed: Editor, mm: Node, x: str, w: str, n: int, bias, remove: list[Node], relu: Node) -> bool:
+        ins = [x, w]
+        if bias is not None:
+            # a bias that broadcasts along the rows only: N values (or one)
+            if bias.dtype != F32 or bias.size not in (1, n) or any(d != 1 for d in bias.shape[:-1]):
+                return False
+            ins.append(ed.add_const(np.ascontiguousarray(np.broadcast_to(bias.reshape(-1), (n,)), F32),
+                                    mm.name + "_bias"))
+        new = ed.new_node("MatMulActivation", ins, [relu.outputs[0]], base=mm.name + "_relu", domain=FUSED_DOMAIN,
+                          attrs={"activation": "Relu"})
+        if ed.replace(remove, [new]):
+            ed.log("%s -> MatMulActivation (Relu) %s", " + ".join(r.name for r in remove), new.name)
             return True
         return False

@@ -30,42 +30,53 @@ def _skip_layer_norm(ed: Editor, s: str, gamma: str, beta: str | None, eps: floa
     if ss is None or len(ss) not in (2, 3) or not isinstance(ss[-1], int):
         return False
     d = ss[-1]
-    for inp, skip in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])):
-        si, sk = ed.shape(inp), ed.shape(skip)
-        if si is None or sk is None or len(si) != len(ss) or len(sk) not in (2, 3) or len(sk) > len(si):
-            continue
-        if not all(same_dim(a, b) for a, b in zip(si, ss)):
-            continue
-        if not (same_dim(sk[-1], d) and same_dim(sk[-2], si[-2])):
-            continue
-        if len(sk) == 3 and not (sk[0] == 1 or same_dim(sk[0], si[0])):
-            continue
-        if ed.const(inp) is not None or ed.const(skip) is not None:
-            continue
-        remove = [add, *pattern]
-        params = [gamma] if simplified else [gamma, beta or ""]
-        inputs = [inp, skip, *params]
-        b_add = op_of(ed, skip, "Add")
-        if b_add is not None and ed.single_use(skip, add):
-            for m, c in ((b_add.inputs[0], b_add.inputs[1]), (b_add.inputs[1], b_add.inputs[0])):
-                cv = ed.const(c)
-                sm = ed.shape(m)
-                if (cv is not None and cv.shape == (d,) and cv.dtype == F32 and sm is not None
-                        and len(sm) == len(sk) and all(same_dim(a, b) for a, b in zip(sm, sk))
-                        and ed.const(m) is None):
-                    inputs = [inp, m, *params, c]
-                    remove.append(b_add)
-                    break
-        while inputs and not inputs[-1]:
-            inputs.pop()
-        readers_outside = [c for c in ed.consumers(s) if all(c is not p for p in pattern)]
-        outputs = [out] if not readers_outside and not ed.is_output(s) else [out, "", "", s]
-        new = ed.new_node(op, inputs, outputs, base=base + "_skipln", domain=MS_DOMAIN,
-                          attrs={"epsilon": float(eps)})
-        if ed.replace(remove, [new]):
-            ed.log("%s -> %s %s%s", base, op, new.name, " (+bias)" if len(inputs) == 3 + len(params) else "")
-            return True
+    # either operand may be the skip: the order whose skip is a bias Add (a projection's
+    # output, as ``dense(x) + x`` writes it) takes that Add along, else the first that fits
+    found = [f for inp, skip in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0]))
+             if (f := _skip_operands(ed, add, inp, skip, ss, d)) is not None]
+    if not found:
+        return False
+    inp, skip, b_add, bias = next((f for f in found if f[2] is not None), found[0])
+    remove = [add, *pattern] + ([b_add] if b_add is not None else [])
+    params = [gamma] if simplified else [gamma, beta or ""]
+    inputs = [inp, skip, *params] + ([bias] if bias else [])
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    readers_outside = [c for c in ed.consumers(s) if all(c is not p for p in pattern)]
+    outputs = [out] if not readers_outside and not ed.is_output(s) else [out, "", "", s]
+    new = ed.new_node(op, inputs, outputs, base=base + "_skipln", domain=MS_DOMAIN,
+                      attrs={"epsilon": float(eps)})
+    if ed.replace(remove, [new]):
+        ed.log("%s -> %s %s%s", base, op, new.name, " (+bias)" if bias else "")
+        return True
     return False
+
+
+def _skip_operands(ed: Editor, add: Node, inp: str, skip: str, ss, d):
+    """``(input, skip, bias Add or None, bias or None)`` when ``inp`` and ``skip`` (the two
+    operands of ``add``, whose sum has shape ``ss``) fit SkipLayerNormalization that way
+    round; a constant-vector ``Add`` on the skip, read only there, becomes its bias."""
+    si, sk = ed.shape(inp), ed.shape(skip)
+    if si is None or sk is None or len(si) != len(ss) or len(sk) not in (2, 3) or len(sk) > len(si):
+        return None
+    if not all(same_dim(a, b) for a, b in zip(si, ss)):
+        return None
+    if not (same_dim(sk[-1], d) and same_dim(sk[-2], si[-2])):
+        return None
+    if len(sk) == 3 and not (sk[0] == 1 or same_dim(sk[0], si[0])):
+        return None
+    if ed.const(inp) is not None or ed.const(skip) is not None:
+        return None
+    b_add = op_of(ed, skip, "Add")
+    if b_add is not None and ed.single_use(skip, add):
+        for m, c in ((b_add.inputs[0], b_add.inputs[1]), (b_add.inputs[1], b_add.inputs[0])):
+            cv = ed.const(c)
+            sm = ed.shape(m)
+            if (cv is not None and cv.shape == (d,) and cv.dtype == F32 and sm is not None
+                    and len(sm) == len(sk) and all(same_dim(a, b) for a, b in zip(sm, sk))
+                    and ed.const(m) is None):
+                return inp, m, b_add, c
+    return inp, skip, None, None
 
 
 def _ln_params(ed: Editor, d, gamma: str | None, beta: str | None, dtype):

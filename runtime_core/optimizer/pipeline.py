@@ -39,12 +39,14 @@ from .folding import MAX_BYTES, ConstantFolding, ShapeFolding, max_bytes_from_co
 from .gelu_fusions import BiasGeluFusion, FastGeluFusion, GeluFusion
 from .layout import PROVIDERS, LayoutTransformation
 from .linear_fusions import (
+    Conv1dAs2dFusion,
     ConvActivationFusion,
     ConvAddFusion,
     ConvBatchNormFusion,
     ConvMulFusion,
     FlattenedGemmFusion,
     LayerScaleFusion,
+    MatMulActivationFusion,
     MatMulAddFusion,
     SqueezeExciteFusion,
 )
@@ -57,7 +59,8 @@ from .shapes import fill_missing_shapes, refine_symbols
 #: Add it leaves feeds the others), activations (BiasGelu needs Gelu), LayerNorm before SkipLN,
 #: attention before SkipLN (its output feeds the residual Add)
 EXTENDED_PASSES: list[Pass] = [
-    FlattenedGemmFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(), SqueezeExciteFusion(),
+    FlattenedGemmFusion(), Conv1dAs2dFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(),
+    SqueezeExciteFusion(),
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
     LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(), DynamicQuantizeMatMulFusion(),
@@ -72,6 +75,7 @@ OPTIMIZERS: list[Pass] = [
     DeadNodeElimination(),
     *EXTENDED_PASSES,
     _dce_after_fusions,
+    MatMulActivationFusion(),
     LayoutTransformation(),
 ]
 

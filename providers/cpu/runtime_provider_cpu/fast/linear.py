@@ -23,8 +23,9 @@ from .sgemm import pooled_matmul
 
 
 class LinearPlan:
-    """``run(a2, bias)``: the [R, N] product of the rows ``a2`` [R, K] (C-contiguous float32)
-    with the node's weight (``w`` [K, N], or [N, K] with ``trans``), plus ``bias`` [N] or None."""
+    """``run(a2, bias, relu=False)``: the [R, N] product of the rows ``a2`` [R, K] (C-contiguous
+    float32) with the node's weight (``w`` [K, N], or [N, K] with ``trans``), plus ``bias`` [N]
+    or None, then Relu with ``relu``."""
 
     __slots__ = ("w", "trans", "K", "N", "native", "threads")
     KIND = ""
@@ -33,8 +34,13 @@ class LinearPlan:
         self.w, self.trans, self.native, self.threads = w, bool(trans), native, max(1, int(threads))
         self.N, self.K = w.shape if trans else w.shape[::-1]
 
-    def run(self, a2, bias):
+    def run(self, a2, bias, relu=False):
         raise NotImplementedError
+
+
+def _clip(relu):
+    """``_native.linear``'s clip bounds: Relu's, or none."""
+    return (0.0, float("inf")) if relu else ()
 
 
 class BlasLinear(LinearPlan):
@@ -43,7 +49,7 @@ class BlasLinear(LinearPlan):
     __slots__ = ()
     KIND = "blas"
 
-    def run(self, a2, bias):
+    def run(self, a2, bias, relu=False):
         # numpy's BLAS is held at one thread (fast/sgemm.hold_blas): its sgemm runs as tiles on
         # the kernel pool where it can (a transposed weight read in place), so this candidate is
         # the library at our thread count
@@ -52,6 +58,8 @@ class BlasLinear(LinearPlan):
             y = np.matmul(a2, self.w.T if self.trans else self.w)
         if bias is not None:
             y += bias
+        if relu:
+            np.maximum(y, 0.0, out=y)
         return y
 
 
@@ -66,10 +74,10 @@ class PackedLinear(LinearPlan):
         super().__init__(w, trans, native, threads)
         self.packed = packed
 
-    def run(self, a2, bias):
+    def run(self, a2, bias, relu=False):
         R = a2.shape[0]
         y = np.empty((R, self.N), _F32)
-        self.native.linear(a2, self.packed, bias, y, (R, self.K, self.N), self.threads, True)
+        self.native.linear(a2, self.packed, bias, y, (R, self.K, self.N), self.threads, True, *_clip(relu))
         return y
 
 
@@ -79,10 +87,11 @@ class StreamLinear(LinearPlan):
     __slots__ = ()
     KIND = "stream"
 
-    def run(self, a2, bias):
+    def run(self, a2, bias, relu=False):
         R = a2.shape[0]
         y = np.empty((R, self.N), _F32)
-        self.native.linear(a2, np.ascontiguousarray(self.w), bias, y, (R, self.K, self.N), self.threads, False)
+        self.native.linear(a2, np.ascontiguousarray(self.w), bias, y, (R, self.K, self.N), self.threads, False,
+                           *_clip(relu))
         return y
 
 
@@ -92,12 +101,14 @@ class RowsLinear(LinearPlan):
     __slots__ = ()
     KIND = "rows"
 
-    def run(self, a2, bias):
+    def run(self, a2, bias, relu=False):
         R = a2.shape[0]
         y = np.empty((R, self.N), _F32)
         self.native.gemm_rows(a2, self.w, y, (R, self.K, self.N), self.trans, self.threads)
         if bias is not None:
             y += bias
+        if relu:
+            np.maximum(y, 0.0, out=y)
         return y
 
 
@@ -139,10 +150,11 @@ def make_plan(ctx, name, w, trans, threads) -> LinearPlan:
     return cls(w, trans, nat, threads)
 
 
-def linear(ctx, a, w, trans=False, bias=None):
-    """a [..., K] times the weight w ([K, N], or [N, K] with ``trans``), plus ``bias`` [N], on
-    the plan chosen for this node and row count; None where only numpy's path applies (another
-    dtype, an empty product, no compiled kernels)."""
+def linear(ctx, a, w, trans=False, bias=None, relu=False):
+    """a [..., K] times the weight w ([K, N], or [N, K] with ``trans``), plus ``bias`` [N], then
+    Relu with ``relu`` (the compiled kernels' epilogue), on the plan chosen for this node and
+    row count; None where only numpy's path applies (another dtype, an empty product, no
+    compiled kernels)."""
     p = current()
     if (p.native is None or type(a) is not np.ndarray or type(w) is not np.ndarray
             or a.dtype != _F32 or w.dtype != _F32 or w.ndim != 2 or a.ndim < 1
@@ -163,7 +175,7 @@ def linear(ctx, a, w, trans=False, bias=None):
         if plan is None:
             return None
         plans[R] = plan
-    y = plan.run(np.ascontiguousarray(a.reshape(R, K)), bias)
+    y = plan.run(np.ascontiguousarray(a.reshape(R, K)), bias, relu)
     return y.reshape(a.shape[:-1] + (N,))
 
 

@@ -56,6 +56,8 @@
             for (int p = 0; p < NP; p++)                                                         \
                 for (int v = 0; v < 2; v++) {                                                    \
                     v16f t = acc[p][v] + cv_bcast(e->rb ? e->rb[p] : 0.0f);                      \
+                    if (init && bias)                                                            \
+                        t += *(const v16f_u *)(bias + 16 * v);                                   \
                     if (e->z)                                                                    \
                         t += *(const v16f_u *)(e->z + p * e->ldz + 16 * v);                      \
                     *(v16f_u *)(c + p * ldc + 16 * v) = v16_clip(t, lo, hi);                     \
@@ -92,6 +94,7 @@ typedef struct {
     float *ap, *y;
     Py_ssize_t R, K, N, kc, bp; /* bp: row panels a unit */
     int packed;                 /* wp packed [ceil(N / 32)][K][32], else w itself, K x N */
+    const ln_epi *epi;          /* a clip (Relu) on the last chunk, while the tile is in registers */
 } ln_job;
 
 /* the weights of column panel cb, terms [k0, k0 + kn), from an unpacked K x N w into buf
@@ -193,15 +196,16 @@ static void ln_part(void *arg, int part, int parts)
                     qnpf = rc_pf_share(nx, nbytes, q1 - q0 - 1, q - q0 - 1, 128, &qpf);
                     pfs = 128;
                 }
+                const ln_epi *e = k0 + kn == j->K ? j->epi : NULL;
                 if (nn == 32) {
-                    ln_tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, qpf, pfs, qnpf, NULL);
+                    ln_tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, qpf, pfs, qnpf, e);
                     continue;
                 }
                 /* the last panel of an N not a multiple of 32: through a whole-width tile */
                 if (k0 > 0)
                     for (Py_ssize_t p = 0; p < nr; p++)
                         memcpy(tail + p * 32, c + p * j->N, sizeof(float) * nn);
-                ln_tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, qpf, pfs, qnpf, NULL);
+                ln_tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, qpf, pfs, qnpf, e);
                 for (Py_ssize_t p = 0; p < nr; p++)
                     memcpy(c + p * j->N, tail + p * 32, sizeof(float) * nn);
             }
@@ -239,8 +243,14 @@ PyObject *rc_py_linear(PyObject *self, PyObject *args)
     PyObject *ao, *wo, *bo, *yo;
     Py_ssize_t R, K, N;
     int threads, packed = 1;
-    if (!PyArg_ParseTuple(args, "OOOO(nnn)i|p:linear", &ao, &wo, &bo, &yo, &R, &K, &N, &threads, &packed))
+    float lo = -INFINITY, hi = INFINITY;
+    if (!PyArg_ParseTuple(args, "OOOO(nnn)i|pff:linear", &ao, &wo, &bo, &yo, &R, &K, &N, &threads, &packed, &lo,
+                          &hi))
         return NULL;
+    if (!(lo <= hi)) {
+        PyErr_SetString(PyExc_ValueError, "linear: the clip bounds must satisfy lo <= hi");
+        return NULL;
+    }
     if (R < 1 || K < 1 || N < 1) {
         PyErr_SetString(PyExc_ValueError, "linear: sizes must be positive");
         return NULL;
@@ -272,8 +282,10 @@ PyObject *rc_py_linear(PyObject *self, PyObject *args)
         release_buffers(v, 4);
         return PyErr_NoMemory();
     }
+    /* no epilogue without bounds: the plain stores */
+    const ln_epi epi = {NULL, NULL, 0, lo, hi};
     ln_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, ap,
-                (float *)v[3].buf, R, K, N, 0, np_, packed};
+                (float *)v[3].buf, R, K, N, 0, np_, packed, isinf(lo) && isinf(hi) ? NULL : &epi};
     int pth = threads;
     const int pparts = rc_parts((double)R * (double)K * 8.0, 2.5e5, np_, &pth);
     Py_BEGIN_ALLOW_THREADS

@@ -189,8 +189,8 @@ static PyMethodDef methods[] = {
      "maxpool2d(x, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), threads)\n"
      "MaxPool values of C-contiguous float32 NCHW x into y (taps in the padding skipped)."},
     {"linear", rc_py_linear, METH_VARARGS,
-     "linear(a, w, bias, y, (R, K, N), threads, packed=True)\n"
-     "y (R x N) = a (R x K) w (+ bias) in float32 on the kernel threads, w packed as\n"
+     "linear(a, w, bias, y, (R, K, N), threads, packed=True, lo=-inf, hi=inf)\n"
+     "y (R x N) = clip(a (R x K) w (+ bias), lo, hi) in float32 on the kernel threads, w packed as\n"
      "[ceil(N / 32)][K][32] (64-byte aligned, zeros past N), or (packed false) w itself, K x N."},
     {"pointwise_lanes", rc_py_pointwise_lanes, METH_VARARGS,
      "pointwise_lanes(wp, x, b, z, y, (M, C, P), lo, hi, threads)\n"

@@ -252,8 +252,9 @@ void cv_taps(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t dh, Py_ssize_t dw, Py_ssiz
 #define LN_RP 12  /* rows a panel */
 #define LN_KC 256 /* most terms a chunk */
 
-/* pointwise_lanes's epilogue in a tile's last chunk: row p of the tile gets rb[p] (or 0),
- * plus z[p * ldz + ...] when z is set, clipped to [lo, hi] */
+/* an epilogue in a tile's last chunk: row p of the tile gets rb[p] (or 0; pointwise_lanes's
+ * bias), the tile's column bias when it starts from it, plus z[p * ldz + ...] when z is set,
+ * clipped to [lo, hi] (linear's Relu) */
 typedef struct {
     const float *rb, *z;
     Py_ssize_t ldz;

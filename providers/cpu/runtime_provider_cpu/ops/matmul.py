@@ -41,6 +41,40 @@ def matmul(ctx, a, b):
     return _matmul(a, b)
 
 
+#: the optimizer's private fused ops (``runtime_core.fused``; not onnxruntime's)
+FUSED = "runtime_core.fused"
+
+
+def _matmul_activation_check(node):
+    act = node.attrs.get("activation")
+    if act != "Relu":
+        return f"{FUSED}::MatMulActivation: activation {act!r} is not implemented (Relu)"
+    info = node.input_info[1] if len(node.input_info) > 1 else None
+    if info is not None and info.shape is not None and len(info.shape) != 2:
+        return f"{FUSED}::MatMulActivation takes a 2-D weight, got rank {len(info.shape)}"
+    return None
+
+
+@kernel("MatMulActivation", 1, domain=FUSED, dtypes={"float32"}, check=_matmul_activation_check)
+def matmul_activation(ctx, a, b, bias=None, *, activation):
+    """``Relu(MatMul(a, b) (+ bias))`` (T5's feed-forward): the Relu in the Linear kernel's
+    epilogue while the tile is in registers, instead of a pass of its own over the result."""
+    if b.ndim != 2 or a.ndim < 1 or a.shape[-1] != b.shape[0]:
+        raise ValueError(f"{FUSED}::MatMulActivation: a of shape {a.shape} does not multiply a weight of "
+                         f"shape {b.shape}")
+    if bias is not None and bias.shape != (b.shape[1],):
+        raise ValueError(f"{FUSED}::MatMulActivation: bias of shape {bias.shape}, expected {(b.shape[1],)}")
+    y = None
+    if a.ndim >= 2:
+        y = fast_linear.linear(ctx, a, b, bias=None if bias is None else np.ascontiguousarray(bias), relu=True)
+    if y is None:
+        y = _matmul(a, b)
+        if bias is not None:
+            y = y + bias
+        y = np.maximum(y, np.float32(0), out=y)
+    return y
+
+
 def _gemm6_check(node):
     if len(node.inputs) < 3 or not node.inputs[2]:
         return f"Gemm-{node.since_version}: input C is required"
