@@ -1,10 +1,12 @@
 """What an optimized model written to a file must not contain: nodes only runtime-core runs.
 
 The optimizer's ``com.microsoft.FusedConv`` may carry activations onnxruntime's FusedConv does
-not know (``HardSwish``, ``SiLU``: ours), and ``runtime_core.fused::SqueezeExcite`` is ours alone. A model
-written for others to load (``SessionOptions.optimized_model_filepath``, ``runtime-core optimize``)
-gets those nodes back as standard ops: ``Conv`` (+ ``Add`` of the residual) + the activation;
-``GlobalAveragePool``, two ``FusedConv`` (or ``Conv`` + the activation) and ``Mul``.
+not know (``HardSwish``, ``SiLU``: ours), and ``runtime_core.fused``'s ops (``SqueezeExcite``,
+``MatMulActivation``) are ours alone. A model written for others to load
+(``SessionOptions.optimized_model_filepath``, ``runtime-core optimize``) gets those nodes back
+as standard ops: ``Conv`` (+ ``Add`` of the residual) + the activation; ``GlobalAveragePool``,
+two ``FusedConv`` (or ``Conv`` + the activation) and ``Mul``; ``MatMul`` (+ ``Add`` of the
+bias) + ``Relu``.
 """
 
 from __future__ import annotations
@@ -71,6 +73,20 @@ def _split_se(node: onnx.NodeProto, fresh) -> list[onnx.NodeProto]:
             + [helper.make_node("Mul", [x, gate], [node.output[0]], name=fresh(f"{name}_scale"))])
 
 
+def _split_matmul_act(node: onnx.NodeProto, fresh) -> list[onnx.NodeProto]:
+    """A MatMulActivation (x, W[, b]) as ``MatMul`` (+ ``Add`` of b) and its activation."""
+    x, w, b = (list(node.input) + ["", ""])[:3]
+    act = _activation(node) or "Relu"
+    name = node.name or node.output[0]
+    pre = fresh(f"{name}_matmul_out")
+    nodes = [helper.make_node("MatMul", [x, w], [pre], name=fresh(f"{name}_matmul"))]
+    if b:
+        summed = fresh(f"{name}_bias_out")
+        nodes.append(helper.make_node("Add", [pre, b], [summed], name=fresh(f"{name}_bias")))
+        pre = summed
+    return nodes + [helper.make_node(act, [pre], [node.output[0]], name=fresh(f"{name}_{act.lower()}"))]
+
+
 def _split(node: onnx.NodeProto, act: str, fresh) -> list[onnx.NodeProto]:
     """``act(Conv(x, w, b) + z)`` as standard nodes writing ``node``'s output."""
     ins = list(node.input)
@@ -102,6 +118,9 @@ def _graph(g: onnx.GraphProto, fresh) -> bool:
         act = _activation(n) if n.op_type == "FusedConv" and n.domain == MS else None
         if n.op_type == "SqueezeExcite" and n.domain == RC_FUSED:
             nodes.extend(_split_se(n, fresh))
+            changed = True
+        elif n.op_type == "MatMulActivation" and n.domain == RC_FUSED:
+            nodes.extend(_split_matmul_act(n, fresh))
             changed = True
         elif act in OURS_ONLY_ACTIVATIONS:
             nodes.extend(_split(n, act, fresh))

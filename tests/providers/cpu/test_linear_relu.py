@@ -97,6 +97,30 @@ def test_matmul_relu_fuses_and_matches_onnxruntime(kind, plan, cpu_policy):
     assert "Relu" in op_types(session(model, L.ORT_ENABLE_EXTENDED))
 
 
+@pytest.mark.parametrize("kind", ["matmul", "matmul_add", "gemm"])
+def test_saved_optimized_model_has_standard_ops_and_loads_in_onnxruntime(kind, tmp_path):
+    """A model optimized at ALL and written to a file gets MatMul (+ Add) + Relu back
+    (portable.py): onnxruntime loads it and computes the same outputs."""
+    import onnx
+    import onnxruntime as ort
+
+    model, feeds = _ffn(kind)
+    so = rt.SessionOptions()
+    so.graph_optimization_level = L.ORT_ENABLE_ALL
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    sess = rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
+    assert "MatMulActivation" in op_types(sess)
+    written = onnx.load(so.optimized_model_filepath)
+    onnx.checker.check_model(written)
+    assert [n.op_type for n in written.graph.node if n.op_type in ("MatMul", "Relu", "MatMulActivation")] == [
+        "MatMul", "Relu"]
+    assert all(op.domain != "runtime_core.fused" for op in written.opset_import)
+    want = run_oracle(model, feeds)
+    loaded = ort.InferenceSession(so.optimized_model_filepath, providers=["CPUExecutionProvider"])
+    assert_close(loaded.run(None, feeds), want, rtol=1e-4, atol=1e-4)
+    assert_close(sess.run(None, feeds), want, rtol=1e-4, atol=1e-4)
+
+
 def test_not_fused_where_the_product_is_read_twice_or_the_weight_is_fed():
     x, w = rnd(4, 16), rnd(16, 8)
     n = helper.make_node
