@@ -641,6 +641,9 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
         return None
     mult, bias = got
     n, c, kh, kw = x.shape[0], x.shape[1], w.shape[2], w.shape[3]
+    y = _qlinear_conv_planes(ctx, x, xz, w, wz, yz, mult, bias, st, dl, pb, pe)
+    if y is not None:
+        return y
     b = ctx.cache.get("qconv_w")
     if b is None or b[0] is not w:
         b = (w, np.ascontiguousarray(w.transpose(0, 2, 3, 1).reshape(M, -1).T))  # rows in (kh, kw, c) order
@@ -667,6 +670,50 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
     y = _qgemm(ctx, 3, cols, b[1], xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
                const=_is_const(ctx, 3, w), planes=oh * ow)  # Y written in NCHW planes
     return y.reshape(n, M, oh, ow)
+
+
+#: output pixels from which a convolution runs as W times the image's rows (``_native.qconv_nchw``):
+#: below, its 32-pixel tiles waste too much on padding (MobileNet's 7x7 and 14x14 planes)
+_PLANES_MIN_P = 256
+#: reductions (C * KH * KW) up to which a non-pointwise convolution takes that path too: for longer
+#: ones the pixel-row GEMM wins (its epilogue is a smaller share)
+_PLANES_MAX_K = 64
+
+
+def _qlinear_conv_planes(ctx, x, xz, w, wz, yz, mult, bias, st, dl, pb, pe):
+    """A 2-D ungrouped QLinearConv as W [M, C*KH*KW] times each image's rows [C*KH*KW, OH*OW] on
+    ``_native.qconv_nchw``: the image's own planes for a pointwise convolution (no transpose), else
+    im2col rows in (c, kh, kw) order, Y stored as NCHW planes directly; None where the pixel-row GEMM
+    (``_qlinear_conv_native``) is the better layout."""
+    n, c, kh, kw, M = x.shape[0], x.shape[1], w.shape[2], w.shape[3], w.shape[0]
+    eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
+    ph, pw = x.shape[2] + pb[0] + pe[0], x.shape[3] + pb[1] + pe[1]
+    if ph < eh or pw < ew or min(pb) < 0:
+        return None
+    oh, ow = (ph - eh) // st[0] + 1, (pw - ew) // st[1] + 1
+    P, K = oh * ow, c * kh * kw
+    pointwise = kh == kw == 1 and tuple(st) == (1, 1) and not any(pb) and not any(pe)
+    if P < _PLANES_MIN_P or not (pointwise or K <= _PLANES_MAX_K):
+        return None
+    got = ctx.cache.get("qconv_rows")
+    if got is None or got[0] is not w or got[1] is not wz:
+        wzv = None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (M,)))
+        got = (w, wz, np.ascontiguousarray(w.reshape(M, K)), wzv)
+        if _is_const(ctx, 3, w) and (wz is None or _is_const(ctx, 5, wz)):
+            ctx.cache["qconv_rows"] = got
+    xq = np.ascontiguousarray(x)
+    xzi = 0 if xz is None else int(xz.reshape(()))
+    threads = max(1, int(ctx.threads))
+    if pointwise:
+        rows = xq
+    else:
+        rows = np.empty((n, K, P), x.dtype)
+        _native.qim2col_rows(xq, rows, x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]), xzi,
+                             threads)
+    y = np.empty((n, M, oh, ow), yz.dtype)
+    _native.qconv_nchw(rows, x.dtype == _I8, xzi, got[2], w.dtype == _I8, got[3], y, (n, M, K, P), mult, bias,
+                       yz.dtype == _I8, int(yz.reshape(())), threads)
+    return y
 
 
 def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
