@@ -1,6 +1,7 @@
 """Extended passes on QDQ models: ``DequantizeLinear -> MatMul / Conv -> QuantizeLinear`` groups
-become ``QLinearMatMul`` / ``QLinearConv``, as onnxruntime's QDQ transformers do, so that a
-statically quantized model runs its products on the int8 kernels instead of in float.
+become ``QLinearMatMul`` / ``QLinearConv``, and ``DequantizeLinear x 2 -> Add -> QuantizeLinear``
+becomes ``com.microsoft.QLinearAdd``, as onnxruntime's QDQ transformers do, so that a statically
+quantized model runs its products and residual sums on the int8 kernels instead of in float.
 
 A group is rewritten only when it is exactly that: the float product's output read by the
 QuantizeLinear alone, 8-bit quantized input and weight, a constant weight, constant scales and
@@ -15,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.ir import Node
-from .editor import EXTENDED, Editor
+from .editor import EXTENDED, MS_DOMAIN, Editor
 from .match import op_of
 from .rewrite import RewriteRule
 
@@ -198,3 +199,26 @@ class QDQConvFusion(_QDQFusion):
             return None
         zz = 0 if z is None else z.astype(np.float64).reshape(-1)
         return ((b.astype(np.float64).reshape(-1) - zz) * s.astype(np.float32).astype(np.float64).reshape(-1)), dq
+
+
+class QDQAddFusion(_QDQFusion):
+    """``Q(Add(DQ(a), DQ(b)))`` with per-tensor 8-bit ``a``, ``b`` and output of one type ->
+    ``com.microsoft.QLinearAdd`` (onnxruntime's binary-op QDQ transformer): a residual sum stays
+    in int8 instead of two dequantizations, a float sum and a quantization."""
+
+    name = "QDQAddFusion"
+    OP = "Add"
+
+    def _fuse(self, ed: Editor, add: Node, q: Node, sy, zy, out_dt) -> bool:
+        if len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
+            return False
+        a, b = _dq(ed, add.inputs[0]), _dq(ed, add.inputs[1])
+        if a is None or b is None or ed.dtype(a[1]) != out_dt or ed.dtype(b[1]) != out_dt:
+            return False
+        ins = []
+        for (_, x, s, z), base in ((a, add.name + "_a"), (b, add.name + "_b")):
+            ins += [x, self._const_in(ed, base + "_scale", s),
+                    self._const_in(ed, base + "_zp", np.zeros((), out_dt) if z is None else z)]
+        ins += [self._const_in(ed, q.name + "_y_scale", sy), self._const_in(ed, q.name + "_y_zp", zy)]
+        node = ed.new_node("QLinearAdd", ins, [q.outputs[0]], base=add.name + "_qlinear", domain=MS_DOMAIN)
+        return self._emit(ed, add, q, [a[0], b[0]], node)

@@ -1,7 +1,8 @@
 """The EXTENDED-level QDQ fusions (``runtime_core/optimizer/qdq_fusions.py``): on QDQ models made
 by ``runtime_core.quantization.quantize_static`` (a tiny CNN, per tensor and per channel, and a
-tiny MatMul model), ``DQ -> Conv/MatMul -> Q`` groups become QLinearConv / QLinearMatMul and the
-outputs stay within one quantization step of the unfused model and of onnxruntime."""
+tiny MatMul model), ``DQ -> Conv/MatMul -> Q`` groups become QLinearConv / QLinearMatMul, and
+``DQ x 2 -> Add -> Q`` QLinearAdd, and the outputs stay within one quantization step of the unfused
+model and of onnxruntime."""
 
 from __future__ import annotations
 
@@ -112,3 +113,55 @@ def test_not_fused_when_the_product_has_another_reader(tmp_path):
     got, want = session(q2, L.ORT_ENABLE_EXTENDED).run(None, feed), session(q2, L.ORT_DISABLE_ALL).run(None, feed)
     # the float product's kernel is chosen per session by measurement: equal to float32 rounding
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tool", ["ours", "onnxruntime"])
+def test_residual_add_fuses_to_qlinear_add(tool, tmp_path):
+    """The residual ``DQ + DQ -> Add -> Q`` of a CNN quantized by either tool (uint8 and int8
+    activations) becomes QLinearAdd; outputs within a step of the unfused model and onnxruntime."""
+    feeds = M.cnn_feeds(5)
+    for act in ("QUInt8", "QInt8"):
+        q = tmp_path / f"{tool}_{act}.onnx"
+        if tool == "ours":
+            tq = rq
+        else:
+            tq = pytest.importorskip("onnxruntime.quantization")
+        logging.disable(logging.WARNING)
+        try:
+            tq.quantize_static(M.cnn(), str(q), Reader(feeds[:4]), quant_format=tq.QuantFormat.QDQ,
+                               per_channel=True, activation_type=getattr(tq.QuantType, act),
+                               weight_type=tq.QuantType.QInt8)
+        finally:
+            logging.disable(logging.NOTSET)
+        model = onnx.load(str(q))
+        step = out_scale(model, "y")
+        fused = session(q, L.ORT_ENABLE_EXTENDED)
+        ops = [n.op_type for n in fused._graph.nodes]
+        assert ops.count("QLinearAdd") == 1 and "Add" not in ops, ops
+        plain = session(q, L.ORT_DISABLE_ALL)
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        oracle = ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"])
+        for feed in feeds:
+            got, unfused, theirs = fused.run(None, feed)[0], plain.run(None, feed)[0], oracle.run(None, feed)[0]
+            assert np.max(np.abs(got - unfused)) <= step * 1.001
+            assert np.max(np.abs(got - theirs)) <= step * 1.001
+
+
+def test_add_not_fused_across_types(tmp_path):
+    """A QDQ Add whose operands are quantized to different types stays in float (QLinearAdd takes
+    one type): the rewrite declines rather than emitting an op that cannot run."""
+    x = h.make_tensor_value_info("x", T.FLOAT, [2, 3])
+    inits = [nh.from_array(np.array(0.05, np.float32), "s"), nh.from_array(np.array(3, np.int8), "z8"),
+             nh.from_array(np.array(120, np.uint8), "zu")]
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z8"], ["qa"]), h.make_node("QuantizeLinear", ["x", "s", "zu"], ["qb"]),
+             h.make_node("DequantizeLinear", ["qa", "s", "z8"], ["da"]), h.make_node("DequantizeLinear", ["qb", "s", "zu"], ["db"]),
+             h.make_node("Add", ["da", "db"], ["a"]), h.make_node("QuantizeLinear", ["a", "s", "z8"], ["qy"]),
+             h.make_node("DequantizeLinear", ["qy", "s", "z8"], ["y"])]
+    g = h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("y", T.FLOAT, [2, 3])], inits)
+    p = tmp_path / "m.onnx"
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8), str(p))
+    fused = session(p, L.ORT_ENABLE_EXTENDED)
+    assert "QLinearAdd" not in [n.op_type for n in fused._graph.nodes]
+    feed = {"x": np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)}
+    np.testing.assert_array_equal(fused.run(None, feed)[0], session(p, L.ORT_DISABLE_ALL).run(None, feed)[0])

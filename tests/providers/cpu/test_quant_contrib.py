@@ -81,6 +81,30 @@ def test_binary(op, dt):
 
 
 @pytest.mark.parametrize("dt", DTS, ids=["u8", "s8"])
+def test_add_same_shape_compiled(dt, monkeypatch):
+    """Same-shaped QLinearAdd (a residual sum) on the compiled lookup kernel: within a code of
+    onnxruntime's (its same-shape kernel rounds some ties the other way), and the numpy path's
+    bit for bit (saturating both ways: scales chosen to overflow the range)."""
+    from runtime_provider_cpu.ops import quant_contrib
+
+    if quant_contrib._native is None:
+        pytest.skip("the compiled extension is not built here")
+    a, b = _q(dt, (2, 5, 37, 9)), _q(dt, (2, 5, 37, 9))
+    sa, za = _params(dt, 0.05)
+    sb, zb = _params(dt, 0.03)
+    sc, zc = _params(dt, 0.06)
+    n = helper.make_node("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], ["y"], domain=MS)
+    inits = dict(sa=sa, za=za, sb=sb, zb=zb, sc=sc, zc=zc)
+    got, want = _run_both([n], {"a": a, "b": b}, inits, helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
+    _close_codes(got, want, 1)
+    info = np.iinfo(dt)
+    assert np.count_nonzero(got == info.min) and np.count_nonzero(got == info.max)
+    monkeypatch.setattr(quant_contrib, "_native", None)
+    ref, _ = _run_both([n], {"a": a, "b": b}, inits, helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("dt", DTS, ids=["u8", "s8"])
 @pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
 def test_unary(op, dt):
     x = _q(dt, (4, 64))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ..fast.policy import NATIVE as _native
 from ..registry import kernel
 from ._common import normalize_axis
 from ._nncommon import _is_const
@@ -66,6 +67,33 @@ def _binary_params(op, a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp):
             _scalar(b_zp, "B_zero_point", op), _scalar(c_scale, "C_scale", op), _scalar(c_zp, "C_zero_point", op))
 
 
+def _qlinear_add_native(ctx, a, ra, za, b, rb, zb, zc):
+    """QLinearAdd of same-shaped operands on ``_native.qadd_lut``: the per-code tables of
+    (code - z) * r computed here as ``_deq`` computes them, so the sums, the rounding and the
+    saturation are the numpy path's, bit for bit; None where it does not apply."""
+    if (_native is None or type(a) is not np.ndarray or type(b) is not np.ndarray or a.shape != b.shape
+            or not a.size or (zc is not None and zc.dtype != a.dtype)):
+        return None
+
+    def tables():
+        codes = np.arange(256, dtype=np.uint8).view(a.dtype)  # table index = the code's byte
+        with np.errstate(all="ignore"):
+            ta, tb = _deq(codes, ra, za), _deq(codes, rb, zb)
+        return (ta, tb) if np.all(np.isfinite(ta)) and np.all(np.isfinite(tb)) else None
+
+    params = (float(ra), None if za is None else int(za), float(rb), None if zb is None else int(zb))
+    got = ctx.cache.get("qadd_lut")
+    if got is None or got[0] != params:  # built once while the scales and zero points stay
+        got = (params, tables())
+        ctx.cache["qadd_lut"] = got
+    if got[1] is None:
+        return None
+    y = np.empty(a.shape, a.dtype)
+    _native.qadd_lut(np.ascontiguousarray(a), np.ascontiguousarray(b), got[1][0], got[1][1],
+                     float(zc) if zc is not None else 0.0, y, a.dtype == np.int8, a.size, max(1, int(ctx.threads)))
+    return y
+
+
 @kernel("QLinearAdd", 1, domain=MS, dtypes=_Q8)
 def qlinear_add(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale, c_zero_point=None):
     """C = quantize(dequantize(A) + dequantize(B)), numpy broadcasting. Computed as onnxruntime
@@ -75,6 +103,9 @@ def qlinear_add(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale
                                             c_zero_point)
     ra = sa.astype(_F32) / sc.astype(_F32)
     rb = sb.astype(_F32) / sc.astype(_F32)
+    y = _qlinear_add_native(ctx, a, ra, za, b, rb, zb, zc)
+    if y is not None:
+        return y
     v = _deq(a, ra, za) + _deq(b, rb, zb)
     if zc is not None:
         v += zc.astype(_F32)
