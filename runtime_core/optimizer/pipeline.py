@@ -46,7 +46,7 @@ from .linear_fusions import (
     MatMulAddFusion,
 )
 from .norm_fusions import LayerNormFusion, RMSNormFusion, SkipLayerNormFusion, SkipSimplifiedLayerNormFusion
-from .qdq_fusions import QDQAddFusion, QDQConvFusion, QDQMatMulFusion
+from .qdq_fusions import QDQAddFusion, QDQConvFusion, QDQGemmFusion, QDQMatMulFusion
 from .rewrite import RewriteRule, walk
 from .shapes import fill_missing_shapes, refine_symbols
 
@@ -57,7 +57,8 @@ EXTENDED_PASSES: list[Pass] = [
     FlattenedGemmFusion(), ConvBatchNormFusion(), ConvAddFusion(), ConvMulFusion(), ConvActivationFusion(),
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
-    LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(), QDQAddFusion(),
+    LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(), QDQGemmFusion(),
+    QDQAddFusion(),
 ]
 
 _dce_after_fusions = DeadNodeElimination()

@@ -116,9 +116,10 @@ def test_not_fused_when_the_product_has_another_reader(tmp_path):
 
 
 @pytest.mark.parametrize("tool", ["ours", "onnxruntime"])
-def test_residual_add_fuses_to_qlinear_add(tool, tmp_path):
+def test_residual_add_and_head_fuse(tool, tmp_path):
     """The residual ``DQ + DQ -> Add -> Q`` of a CNN quantized by either tool (uint8 and int8
-    activations) becomes QLinearAdd; outputs within a step of the unfused model and onnxruntime."""
+    activations) becomes QLinearAdd and its ``DQ -> Gemm -> Q`` head QGemm; outputs within a step
+    of the unfused model and of onnxruntime."""
     feeds = M.cnn_feeds(5)
     for act in ("QUInt8", "QInt8"):
         q = tmp_path / f"{tool}_{act}.onnx"
@@ -138,6 +139,7 @@ def test_residual_add_fuses_to_qlinear_add(tool, tmp_path):
         fused = session(q, L.ORT_ENABLE_EXTENDED)
         ops = [n.op_type for n in fused._graph.nodes]
         assert ops.count("QLinearAdd") == 1 and "Add" not in ops, ops
+        assert ops.count("QGemm") == 1 and "Gemm" not in ops, ops
         plain = session(q, L.ORT_DISABLE_ALL)
         so = ort.SessionOptions()
         so.log_severity_level = 3

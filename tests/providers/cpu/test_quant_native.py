@@ -328,3 +328,17 @@ def test_qconv_nchw_rejects_bad_buffers():
                        np.ones(2, F32), None, False, 0, 1)
     with pytest.raises(ValueError):
         nat.qim2col_rows(np.zeros(4, U8), np.zeros(3, U8), (1, 1, 2, 2), (1, 1), (2, 2), (1, 1), (1, 1), (0, 0), 0, 1)
+
+
+@pytest.mark.parametrize("yt", [U8, I8])
+def test_quantize_linear_exact(yt, monkeypatch):
+    """Per-tensor QuantizeLinear of float32 on ``_native.qquantize``: the numpy path's codes for
+    ties, saturation both ways, infinities and NaN (-> 0); a zero scale keeps the numpy rules."""
+    x = RNG.normal(0, 3, (3, 50, 7)).astype(F32)
+    x.flat[:8] = [0.5 * 0.04, 1.5 * 0.04, -2.5 * 0.04, 1e9, -1e9, np.inf, -np.inf, np.nan]
+    for scale in (0.04, 0.0):
+        feeds = {"x": x, "s": np.array(scale, F32), "z": np.array(7 if yt == I8 else 130, yt)}
+        model = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], feeds, ["y"], opset=13)
+        native, ref = both(model, feeds, monkeypatch)
+        assert native[0].dtype == yt
+        np.testing.assert_array_equal(native[0], ref[0])

@@ -884,6 +884,62 @@ PyObject *rc_py_qadd_lut(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* y = saturate(rint(x / scale) + zp), NaN -> 0: per-tensor QuantizeLinear of float32 to 8 bits,
+ * the numpy path's float32 steps (a true division, then the rounding, the zero point, the clip) */
+RC_CLONES static void qq_apply(const float *restrict x, uint8_t *restrict y, Py_ssize_t n, float scale, float zp,
+                               float lo, float hi, int ysigned)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float t = rintf(x[i] / scale) + zp;
+        t = t > lo ? t : lo;
+        t = t < hi ? t : hi;
+        t = x[i] != x[i] ? 0.0f : t;
+        y[i] = ysigned ? (uint8_t)(int8_t)(int32_t)t : (uint8_t)(int32_t)t;
+    }
+}
+
+typedef struct {
+    const float *x;
+    uint8_t *y;
+    Py_ssize_t n;
+    float scale, zp;
+    int ysigned;
+} qq_job;
+
+static void qq_part(void *arg, int part, int parts)
+{
+    const qq_job *j = (const qq_job *)arg;
+    const Py_ssize_t i0 = j->n * part / parts, i1 = j->n * (part + 1) / parts;
+    qq_apply(j->x + i0, j->y + i0, i1 - i0, j->scale, j->zp, j->ysigned ? -128.0f : 0.0f,
+             j->ysigned ? 127.0f : 255.0f, j->ysigned);
+}
+
+/* qquantize(x, y, n, scale, zp, y_signed, threads) */
+PyObject *rc_py_qquantize(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    Py_ssize_t n;
+    float scale;
+    int zp, ysigned, threads;
+    if (!PyArg_ParseTuple(args, "OOnfipi:qquantize", &xo, &yo, &n, &scale, &zp, &ysigned, &threads))
+        return NULL;
+    if (n < 1 || zp < (ysigned ? -128 : 0) || zp > (ysigned ? 127 : 255)) {
+        PyErr_SetString(PyExc_ValueError, "qquantize: size must be positive and the zero point in the output type");
+        return NULL;
+    }
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{xo, n, RC_F32, 0, 0, "x"}, {yo, n, 1, 1, 0, "y"}};
+    if (get_buffers("qquantize", spec, v, 2) < 0)
+        return NULL;
+    qq_job j = {(const float *)v[0].buf, (uint8_t *)v[1].buf, n, scale, (float)zp, ysigned};
+    Py_BEGIN_ALLOW_THREADS
+    const int parts = rc_parts((double)n * 8.0, 2.5e5, (n + 4095) / 4096, &threads);
+    rc_parallel(qq_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
+    Py_RETURN_NONE;
+}
+
 /* qgemm_path(force=-1) -> the inner loop's name; force (0 portable, 1 AVX2, 2 VNNI, at most
  * what this CPU runs) sets it, so that tests reach every loop on one machine */
 PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args)

@@ -86,6 +86,9 @@ static PyMethodDef methods[] = {
     {"qadd_lut", rc_py_qadd_lut, METH_VARARGS,
      "qadd_lut(a, b, ta, tb, zc, y, y_signed, n, threads)\n"
      "y = saturate(rint(ta[a] + tb[b] + zc)) for n bytes: QLinearAdd through per-code float32 tables."},
+    {"qquantize", rc_py_qquantize, METH_VARARGS,
+     "qquantize(x, y, n, scale, zp, y_signed, threads)\n"
+     "y = saturate(rint(x / scale) + zp) (NaN -> 0) for n float32: per-tensor QuantizeLinear to int8/uint8."},
     {"qtranspose", rc_py_qtranspose, METH_VARARGS,
      "qtranspose(x, y, (N, C, P)): N images of C planes of P bytes (NCHW) into y as N x P x C (NHWC)."},
     {"qim2col", rc_py_qim2col, METH_VARARGS,

@@ -372,6 +372,7 @@ PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args);
 PyObject *rc_py_qconv_nchw(PyObject *self, PyObject *args);
 PyObject *rc_py_qim2col_rows(PyObject *self, PyObject *args);
 PyObject *rc_py_qadd_lut(PyObject *self, PyObject *args);
+PyObject *rc_py_qquantize(PyObject *self, PyObject *args);
 PyObject *rc_py_qtranspose(PyObject *self, PyObject *args);
 PyObject *rc_py_qim2col(PyObject *self, PyObject *args);
 PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args);

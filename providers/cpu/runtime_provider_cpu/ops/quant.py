@@ -203,6 +203,16 @@ def _q_run(ctx, x, y_scale, y_zero_point, axis=1, block_size=0, output_dtype=0, 
     if why:
         raise ValueError(why)
     prec = _PRECISIONS[precision] if precision else _default_precision(y_scale.dtype)
+    if (_native is not None and type(x) is np.ndarray and type(y_scale) is np.ndarray and x.dtype == _F32
+            and prec == _F32 and y_scale.dtype == _F32 and y_scale.size == 1 and not block_size and x.size
+            and out_dt in (_I8, _U8) and (y_zero_point is None or y_zero_point.size == 1)):
+        s = float(y_scale.reshape(()))
+        if math.isfinite(s) and s != 0.0:  # else the numpy path's inf / NaN rules
+            y = np.empty(x.shape, out_dt)
+            _native.qquantize(np.ascontiguousarray(x), y, x.size, s,
+                              0 if y_zero_point is None else int(y_zero_point.reshape(())), out_dt == _I8,
+                              max(1, int(ctx.threads)))
+            return y
     return _quantize(x, y_scale, y_zero_point, axis=axis, block_size=block_size, out_dt=out_dt,
                      saturate=saturate, prec=prec, op=op)
 

@@ -19,7 +19,7 @@ from ..fast.policy import NATIVE as _native
 from ..registry import kernel
 from ._common import normalize_axis
 from ._nncommon import _is_const
-from .quant import _centered, _dequantize, _int_matmul, _quantize, _to_int32
+from .quant import _centered, _dequantize, _int_matmul, _qgemm, _quantize, _to_int32
 
 MS = "com.microsoft"
 _F32 = np.dtype(np.float32)
@@ -235,6 +235,19 @@ def qlinear_softmax(ctx, x, x_scale, x_zero_point, y_scale, y_zero_point=None, *
 
 # -- QGemm -----------------------------------------------------------------------------------
 
+def _const_layout(ctx, b, B):
+    """``B`` (``b`` or its transpose) as one contiguous array per constant ``b``, so that the
+    compiled GEMM packs it once (a transposed view is a new object every run)."""
+    if B is b:
+        return b
+    got = ctx.cache.get("qgemm_bt")
+    if got is None or got[0] is not b:
+        got = (b, np.ascontiguousarray(B))
+        if _is_const(ctx, 3, b):
+            ctx.cache["qgemm_bt"] = got
+    return got[1]
+
+
 @kernel("QGemm", 1, domain=MS, dtypes=_Q8)
 def qgemm(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_scale=None, y_zero_point=None, *,
           alpha=1.0, transA=0, transB=0):
@@ -259,10 +272,16 @@ def qgemm(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c=None, y_sca
         return v
 
     sb, zb = col(b_scale, "b_scale"), col(b_zero_point, "b_zero_point")
-    acc = _to_int32(_int_matmul(_centered(A, za), _centered(B, zb)))
-    if c is not None:
-        if c.dtype != np.int32:
-            raise ValueError(f"{op}: C must be int32, got {c.dtype}")
+    if c is not None and c.dtype != np.int32:
+        raise ValueError(f"{op}: C must be int32, got {c.dtype}")
+    # the int32 sums on the compiled GEMM (a constant B packed once, a 1-D C added in its epilogue)
+    bias = c.reshape(-1) if c is not None and c.shape in ((n,), (1, n)) and type(c) is np.ndarray else None
+    acc = _qgemm(ctx, 3, A, _const_layout(ctx, b, B), za, zb, bias=None if bias is None else np.ascontiguousarray(bias),
+                 const=_is_const(ctx, 3, b))
+    if acc is None:
+        acc = _to_int32(_int_matmul(_centered(A, za), _centered(B, zb)))
+        bias = None
+    if c is not None and bias is None:
         acc = (acc.astype(np.int64) + c.astype(np.int64)).astype(np.int32)  # wraps as int32
     mult = np.float32(alpha) * sa.astype(_F32) * sb.astype(_F32)
     y = acc.astype(_F32) * mult
