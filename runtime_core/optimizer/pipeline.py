@@ -46,7 +46,13 @@ from .linear_fusions import (
     MatMulAddFusion,
 )
 from .norm_fusions import LayerNormFusion, RMSNormFusion, SkipLayerNormFusion, SkipSimplifiedLayerNormFusion
-from .qdq_fusions import QDQAddFusion, QDQConvFusion, QDQGemmFusion, QDQMatMulFusion
+from .qdq_fusions import (
+    QDQAddFusion,
+    QDQConvFusion,
+    QDQGemmFusion,
+    QDQGlobalAveragePoolFusion,
+    QDQMatMulFusion,
+)
 from .rewrite import RewriteRule, walk
 from .shapes import fill_missing_shapes, refine_symbols
 
@@ -58,7 +64,7 @@ EXTENDED_PASSES: list[Pass] = [
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
     LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(), QDQGemmFusion(),
-    QDQAddFusion(),
+    QDQAddFusion(), QDQGlobalAveragePoolFusion(),
 ]
 
 _dce_after_fusions = DeadNodeElimination()

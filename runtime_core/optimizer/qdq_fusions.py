@@ -1,8 +1,9 @@
 """Extended passes on QDQ models: ``DequantizeLinear -> MatMul / Conv -> QuantizeLinear`` groups
 become ``QLinearMatMul`` / ``QLinearConv`` (a Gemm ``com.microsoft.QGemm``), and
 ``DequantizeLinear x 2 -> Add -> QuantizeLinear``
-becomes ``com.microsoft.QLinearAdd``, as onnxruntime's QDQ transformers do, so that a statically
-quantized model runs its products and residual sums on the int8 kernels instead of in float.
+becomes ``com.microsoft.QLinearAdd`` (``GlobalAveragePool`` ``com.microsoft.QLinearGlobalAveragePool``),
+as onnxruntime's QDQ transformers do, so that a statically quantized model runs its products,
+residual sums and pooling on the int8 kernels instead of in float.
 
 A group is rewritten only when it is exactly that: the float product's output read by the
 QuantizeLinear alone, 8-bit quantized input and weight, a constant weight, constant scales and
@@ -272,3 +273,24 @@ class QDQGemmFusion(_QDQFusion):
         attrs = {"transA": int(gemm.attrs.get("transA", 0)), "transB": trans_b, "alpha": 1.0}
         node = ed.new_node("QGemm", ins, [q.outputs[0]], base=gemm.name + "_qgemm", domain=MS_DOMAIN, attrs=attrs)
         return self._emit(ed, gemm, q, dqs, node)
+
+
+class QDQGlobalAveragePoolFusion(_QDQFusion):
+    """``Q(GlobalAveragePool(DQ(x)))`` with per-tensor 8-bit ``x`` and output of one type ->
+    ``com.microsoft.QLinearGlobalAveragePool`` (onnxruntime's unary-op QDQ transformer): the
+    pooled feature map is not dequantized."""
+
+    name = "QDQGlobalAveragePoolFusion"
+    OP = "GlobalAveragePool"
+
+    def _fuse(self, ed: Editor, pool: Node, q: Node, sy, zy, out_dt) -> bool:
+        a = _dq(ed, pool.inputs[0])
+        if a is None or ed.dtype(a[1]) != out_dt or (ed.rank(a[1]) or 0) < 3:
+            return False
+        dq, x, sx, zx = a
+        ins = [x, self._const_in(ed, pool.name + "_x_scale", sx),
+               self._const_in(ed, pool.name + "_x_zp", np.zeros((), out_dt) if zx is None else zx),
+               self._const_in(ed, q.name + "_y_scale", sy), self._const_in(ed, q.name + "_y_zp", zy)]
+        node = ed.new_node("QLinearGlobalAveragePool", ins, [q.outputs[0]], base=pool.name + "_qlinear",
+                           domain=MS_DOMAIN, attrs={"channels_last": 0})
+        return self._emit(ed, pool, q, [dq], node)

@@ -167,3 +167,47 @@ def test_add_not_fused_across_types(tmp_path):
     assert "QLinearAdd" not in [n.op_type for n in fused._graph.nodes]
     feed = {"x": np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)}
     np.testing.assert_array_equal(fused.run(None, feed)[0], session(p, L.ORT_DISABLE_ALL).run(None, feed)[0])
+
+
+def gap_model() -> onnx.ModelProto:
+    """Conv-Relu-GlobalAveragePool-Flatten-Gemm, 3x10x10 input: a CNN's pooled head."""
+    r = np.random.default_rng(7)
+    inits = [nh.from_array(r.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "W"),
+             nh.from_array(r.normal(0, 0.1, (8,)).astype(np.float32), "B"),
+             nh.from_array(r.normal(0, 0.3, (5, 8)).astype(np.float32), "Wf")]
+    nodes = [h.make_node("Conv", ["x", "W", "B"], ["c"], "conv", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["r"], "relu"), h.make_node("GlobalAveragePool", ["r"], ["p"], "gap"),
+             h.make_node("Flatten", ["p"], ["f"], "flat"), h.make_node("Gemm", ["f", "Wf"], ["y"], "fc", transB=1)]
+    g = h.make_graph(nodes, "gap", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 10, 10])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 5])], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("tool", ["ours", "onnxruntime"])
+def test_global_average_pool_fuses(tool, tmp_path):
+    """``DQ -> GlobalAveragePool -> Q`` of a model quantized by either tool (int8 activations)
+    becomes QLinearGlobalAveragePool (and the bias-less head QGemm); outputs within a step of the
+    unfused model and of onnxruntime."""
+    r = np.random.default_rng(8)
+    feeds = [{"x": r.normal(0, 1, (2, 3, 10, 10)).astype(np.float32)} for _ in range(4)]
+    q = tmp_path / "q.onnx"
+    tq = rq if tool == "ours" else pytest.importorskip("onnxruntime.quantization")
+    logging.disable(logging.WARNING)
+    try:
+        tq.quantize_static(gap_model(), str(q), Reader(feeds[:3]), quant_format=tq.QuantFormat.QDQ,
+                           per_channel=True, activation_type=tq.QuantType.QInt8, weight_type=tq.QuantType.QInt8)
+    finally:
+        logging.disable(logging.NOTSET)
+    model = onnx.load(str(q))
+    ops = [n.op_type for n in session(q, L.ORT_ENABLE_EXTENDED)._graph.nodes]
+    assert ops.count("QLinearGlobalAveragePool") == 1 and "GlobalAveragePool" not in ops, ops
+    assert ops.count("QGemm") == 1 and "Gemm" not in ops, ops
+    step = out_scale(model, "y")
+    fused, plain = session(q, L.ORT_ENABLE_EXTENDED), session(q, L.ORT_DISABLE_ALL)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    oracle = ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        got = fused.run(None, feed)[0]
+        assert np.max(np.abs(got - plain.run(None, feed)[0])) <= step * 1.001
+        assert np.max(np.abs(got - oracle.run(None, feed)[0])) <= step * 1.001

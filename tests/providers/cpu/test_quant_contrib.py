@@ -210,15 +210,16 @@ def test_qgemm(dt, case):
         _close_codes(got, want)
 
 
+@pytest.mark.parametrize("M", [1, 3])  # 1: the one-row (GEMV) tile
 @pytest.mark.parametrize("transB", [0, 1])
-def test_qgemm_compiled_matches_numpy(transB, monkeypatch):
+def test_qgemm_compiled_matches_numpy(transB, M, monkeypatch):
     """QGemm's int32 sums on the compiled GEMM (B packed once, transposed or not; C in its
     epilogue) give the numpy path's codes exactly, over two runs (the second reuses the pack)."""
     from runtime_provider_cpu.ops import quant
 
     if quant._native is None:
         pytest.skip("the compiled extension is not built here")
-    M, K, N = 3, 40, 19
+    K, N = 40, 19
     b = _q(np.int8, (N, K) if transB else (K, N))
     sa, za = _params(np.uint8, 0.04)
     sy, zy = _params(np.uint8, 0.3)

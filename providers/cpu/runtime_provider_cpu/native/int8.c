@@ -64,6 +64,30 @@ qg_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t
     }
 }
 
+/* one row (a batch-1 GEMV: the 8-row tile would compute 7 rows of padding) x the two panels */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+qg_row_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1, Py_ssize_t Kq,
+            int32_t *restrict c)
+{
+    __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+    __m512i e0 = _mm512_setzero_si512(), e1 = _mm512_setzero_si512();
+    Py_ssize_t q = 0;
+    for (; q + 2 <= Kq; q += 2) { /* two K groups in flight: independent accumulators */
+        const __m512i x = _mm512_set1_epi32(ap[q * QG_MR]), y = _mm512_set1_epi32(ap[(q + 1) * QG_MR]);
+        a0 = _mm512_dpbusd_epi32(a0, x, _mm512_loadu_si512((const void *)(b0 + q * 64)));
+        a1 = _mm512_dpbusd_epi32(a1, x, _mm512_loadu_si512((const void *)(b1 + q * 64)));
+        e0 = _mm512_dpbusd_epi32(e0, y, _mm512_loadu_si512((const void *)(b0 + q * 64 + 64)));
+        e1 = _mm512_dpbusd_epi32(e1, y, _mm512_loadu_si512((const void *)(b1 + q * 64 + 64)));
+    }
+    if (q < Kq) {
+        const __m512i x = _mm512_set1_epi32(ap[q * QG_MR]);
+        a0 = _mm512_dpbusd_epi32(a0, x, _mm512_loadu_si512((const void *)(b0 + q * 64)));
+        a1 = _mm512_dpbusd_epi32(a1, x, _mm512_loadu_si512((const void *)(b1 + q * 64)));
+    }
+    _mm512_storeu_si512((void *)c, _mm512_add_epi32(a0, e0));
+    _mm512_storeu_si512((void *)(c + 16), _mm512_add_epi32(a1, e1));
+}
+
 /* 4 rows x one 16-column panel: each 4-byte group split into its even and odd bytes as int16
  * (A zero-extended, B sign-extended) and multiplied pairwise by vpmaddwd */
 __attribute__((target("avx2"))) static void qg_quad_avx2(const int32_t *restrict ap, const int8_t *restrict b,
@@ -226,15 +250,17 @@ static void qg_part(void *arg, int part, int parts)
         const Py_ssize_t nn = j->N - n0 < QG_NR ? j->N - n0 : QG_NR;
         for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
             const int32_t *ap = j->ap + mb * j->Kq * QG_MR;
+            const Py_ssize_t m0 = mb * QG_MR, mm = j->M - m0 < QG_MR ? j->M - m0 : QG_MR;
 #if QG_X86
-            if (qg_path == 2)
+            if (qg_path == 2 && mm == 1)
+                qg_row_vnni(ap, b0, b1, j->Kq, c);
+            else if (qg_path == 2)
                 qg_tile_vnni(ap, b0, b1, j->Kq, c);
             else if (qg_path == 1)
                 qg_tile_avx2(ap, b0, b1, j->Kq, c);
             else
 #endif
                 qg_tile_c(ap, b0, b1, j->Kq, c);
-            const Py_ssize_t m0 = mb * QG_MR, mm = j->M - m0 < QG_MR ? j->M - m0 : QG_MR;
             qg_epilogue(j, c, zbv, ct, m0, mm, n0, nn);
         }
     }
