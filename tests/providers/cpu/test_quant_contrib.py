@@ -130,6 +130,27 @@ def test_global_average_pool(dt, channels_last):
     _close_codes(got, want, POOL_STEPS)
 
 
+@pytest.mark.parametrize("dt", DTS, ids=["u8", "s8"])
+def test_global_average_pool_planes_match_integer_sums(dt):
+    """NCHW planes summed as a float32 product with ones (exact below 2^24) give the codes of the
+    integer reduction the channels-last layout takes, on saturating data and wide planes."""
+    x = _q(dt, (2, 40, 19, 23))
+    sx, zx = _params(dt, 0.05)
+    sy, zy = _params(dt, 0.004)
+    y = {}
+    for cl in (0, 1):
+        n = helper.make_node("QLinearGlobalAveragePool", ["x", "sx", "zx", "sy", "zy"], ["y"], domain=MS,
+                             channels_last=cl)
+        xin = np.ascontiguousarray(np.moveaxis(x, 1, -1)) if cl else x
+        ins = [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(np.dtype(dt)), xin.shape)]
+        m = _model([n], ins, [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(dt)), None)],
+                   dict(sx=sx, zx=zx, sy=sy, zy=zy))
+        y[cl] = rt.InferenceSession(m).run(None, {"x": xin})[0].reshape(2, 40)
+    np.testing.assert_array_equal(y[0], y[1])
+    info = np.iinfo(dt)
+    assert np.count_nonzero((y[0] != info.min) & (y[0] != info.max))
+
+
 @pytest.mark.parametrize("kw", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
                                 dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
                                 dict(kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1),

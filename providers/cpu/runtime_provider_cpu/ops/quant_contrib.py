@@ -170,7 +170,13 @@ def qlinear_global_average_pool(ctx, x, x_scale, x_zero_point, y_scale, y_zero_p
     sy, zy = _scalar(y_scale, "y_scale", op), _scalar(y_zero_point, "y_zero_point", op)
     axes = tuple(range(1, x.ndim - 1)) if channels_last else tuple(range(2, x.ndim))
     n = int(np.prod([x.shape[i] for i in axes]))
-    acc = _centered(x, zx).sum(axis=axes, keepdims=True, dtype=np.int64)
+    if not channels_last and type(x) is np.ndarray and x.dtype.itemsize == 1 and 0 < n < 2 ** 16:
+        # the planes' sums as one float32 product with ones: exact (below 2^24), a third of the
+        # time of numpy's integer reduction over short rows (MobileNet's 1280 planes of 7x7)
+        s = np.ascontiguousarray(x).reshape(-1, n).astype(_F32) @ np.ones(n, _F32)
+        acc = s.astype(np.int64).reshape(x.shape[:2] + (1,) * (x.ndim - 2)) - (0 if zx is None else int(zx) * n)
+    else:
+        acc = _centered(x, zx).sum(axis=axes, keepdims=True, dtype=np.int64)
     return _req(acc.astype(np.float64) * (float(sx) / n), sy, zy, _out_dtype(zy, x))
 
 
