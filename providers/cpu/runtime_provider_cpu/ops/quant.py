@@ -20,8 +20,11 @@ With the compiled extension, MatMulInteger and QLinearMatMul of 8-bit A [..., M,
 with int32 accumulation and the requantizing epilogue, B packed once when it is a constant;
 a 2-D ungrouped QLinearConv is the same GEMM (bias and per-channel requantization in its
 epilogue, the output written in NCHW planes) on im2col rows, or for a pointwise (1x1, stride 1)
-one on the input's pixels; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (16 channels a vector, padded at
-the zero point); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
+one on the input's pixels; with 256+ output pixels (pointwise, or a reduction C*KH*KW up to 64)
+the roles swap (``_native.qconv_nchw``): the weight is A, the image's own planes (or K x P im2col
+rows) are B, and Y comes out as plane runs; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (16 channels a vector, padded at
+the zero point); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``),
+and so is a per-tensor QuantizeLinear of float32 to 8 bits (``_native.qquantize``).
 All give the numpy paths' results bit for bit.
 """
 
