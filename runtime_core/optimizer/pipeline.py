@@ -51,7 +51,13 @@ from .linear_fusions import (
     SqueezeExciteFusion,
 )
 from .norm_fusions import LayerNormFusion, RMSNormFusion, SkipLayerNormFusion, SkipSimplifiedLayerNormFusion
-from .qdq_fusions import QDQConvFusion, QDQMatMulFusion
+from .qdq_fusions import (
+    QDQAddFusion,
+    QDQConvFusion,
+    QDQGemmFusion,
+    QDQGlobalAveragePoolFusion,
+    QDQMatMulFusion,
+)
 from .rewrite import RewriteRule, walk
 from .shapes import fill_missing_shapes, refine_symbols
 
@@ -63,7 +69,8 @@ EXTENDED_PASSES: list[Pass] = [
     SqueezeExciteFusion(),
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
-    LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(), DynamicQuantizeMatMulFusion(),
+    LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(), QDQGemmFusion(),
+    QDQAddFusion(), QDQGlobalAveragePoolFusion(), DynamicQuantizeMatMulFusion(),
 ]
 
 _dce_after_fusions = DeadNodeElimination()

@@ -1,6 +1,9 @@
 """Extended passes on QDQ models: ``DequantizeLinear -> MatMul / Conv -> QuantizeLinear`` groups
-become ``QLinearMatMul`` / ``QLinearConv``, as onnxruntime's QDQ transformers do, so that a
-statically quantized model runs its products on the int8 kernels instead of in float.
+become ``QLinearMatMul`` / ``QLinearConv`` (a Gemm ``com.microsoft.QGemm``), and
+``DequantizeLinear x 2 -> Add -> QuantizeLinear``
+becomes ``com.microsoft.QLinearAdd`` (``GlobalAveragePool`` ``com.microsoft.QLinearGlobalAveragePool``),
+as onnxruntime's QDQ transformers do, so that a statically quantized model runs its products,
+residual sums and pooling on the int8 kernels instead of in float.
 
 A group is rewritten only when it is exactly that: the float product's output read by the
 QuantizeLinear alone, 8-bit quantized input and weight, a constant weight, constant scales and
@@ -15,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.ir import Node
-from .editor import EXTENDED, Editor
+from .editor import EXTENDED, MS_DOMAIN, Editor
 from .match import op_of
 from .rewrite import RewriteRule
 
@@ -68,7 +71,7 @@ def _q(ed: Editor, q: Node):
 
 
 def feeds_qdq_group(ed: Editor, dq: Node) -> bool:
-    """Whether ``dq``, a DequantizeLinear, gives the weight or bias of a Conv / MatMul whose output
+    """Whether ``dq``, a DequantizeLinear, gives the weight or bias of a Conv / MatMul / Gemm whose output
     only a QuantizeLinear reads: a group these passes fuse, so constant folding leaves it (as
     onnxruntime's folding leaves DequantizeLinear to its QDQ transformers)."""
     if dq.op_type != "DequantizeLinear" or dq.domain or not dq.outputs or not dq.outputs[0]:
@@ -77,7 +80,7 @@ def feeds_qdq_group(ed: Editor, dq: Node) -> bool:
     if not readers or ed.is_output(dq.outputs[0]):
         return False
     for r in readers:
-        if r.domain or r.op_type not in ("Conv", "MatMul") or r.inputs[0] == dq.outputs[0]:
+        if r.domain or r.op_type not in ("Conv", "MatMul", "Gemm") or r.inputs[0] == dq.outputs[0]:
             return False
         if not ed.single_use(r.outputs[0]) or op_of(ed, r.inputs[0], "DequantizeLinear") is None:
             return False
@@ -198,3 +201,96 @@ class QDQConvFusion(_QDQFusion):
             return None
         zz = 0 if z is None else z.astype(np.float64).reshape(-1)
         return ((b.astype(np.float64).reshape(-1) - zz) * s.astype(np.float32).astype(np.float64).reshape(-1)), dq
+
+
+class QDQAddFusion(_QDQFusion):
+    """``Q(Add(DQ(a), DQ(b)))`` with per-tensor 8-bit ``a``, ``b`` and output of one type ->
+    ``com.microsoft.QLinearAdd`` (onnxruntime's binary-op QDQ transformer): a residual sum stays
+    in int8 instead of two dequantizations, a float sum and a quantization."""
+
+    name = "QDQAddFusion"
+    OP = "Add"
+
+    def _fuse(self, ed: Editor, add: Node, q: Node, sy, zy, out_dt) -> bool:
+        if len(add.inputs) != 2 or add.inputs[0] == add.inputs[1]:
+            return False
+        a, b = _dq(ed, add.inputs[0]), _dq(ed, add.inputs[1])
+        if a is None or b is None or ed.dtype(a[1]) != out_dt or ed.dtype(b[1]) != out_dt:
+            return False
+        ins = []
+        for (_, x, s, z), base in ((a, add.name + "_a"), (b, add.name + "_b")):
+            ins += [x, self._const_in(ed, base + "_scale", s),
+                    self._const_in(ed, base + "_zp", np.zeros((), out_dt) if z is None else z)]
+        ins += [self._const_in(ed, q.name + "_y_scale", sy), self._const_in(ed, q.name + "_y_zp", zy)]
+        node = ed.new_node("QLinearAdd", ins, [q.outputs[0]], base=add.name + "_qlinear", domain=MS_DOMAIN)
+        return self._emit(ed, add, q, [a[0], b[0]], node)
+
+
+class QDQGemmFusion(_QDQFusion):
+    """``Q(Gemm(DQ(a), DQ(w)[, c]))`` with a constant 2-D 8-bit ``w`` (per tensor or per output
+    column), alpha = beta = 1 and a 1-D constant or dequantized-constant bias ->
+    ``com.microsoft.QGemm`` (int32 bias in the scale of a x w): a classifier head in int8."""
+
+    name = "QDQGemmFusion"
+    OP = "Gemm"
+
+    def _fuse(self, ed: Editor, gemm: Node, q: Node, sy, zy, out_dt) -> bool:
+        if gemm.attrs.get("alpha", 1.0) != 1.0 or gemm.attrs.get("beta", 1.0) != 1.0:
+            return False
+        trans_b = int(gemm.attrs.get("transB", 0))
+        a = _dq(ed, gemm.inputs[0])
+        dqw = op_of(ed, gemm.inputs[1], "DequantizeLinear")
+        wv = ed.const(dqw.inputs[0]) if dqw is not None else None
+        if a is None or wv is None or wv.ndim != 2:
+            return False
+        w = _dq(ed, gemm.inputs[1], rank=2, per_axis=0 if trans_b else 1)
+        n = wv.shape[0 if trans_b else 1]
+        if w is None or (w[2].ndim == 1 and w[2].shape[0] != n):
+            return False
+        (dqa, xa, sa, za), (dqw, xw, sw, zw) = a, w
+        dqs = [dqa, dqw]
+        ins = [xa, self._const_in(ed, gemm.name + "_a_scale", sa),
+               self._const_in(ed, gemm.name + "_a_zp", np.zeros((), ed.dtype(xa)) if za is None else za),
+               xw, self._const_in(ed, gemm.name + "_b_scale", sw),
+               self._const_in(ed, gemm.name + "_b_zp", np.zeros(sw.shape, ed.dtype(xw)) if zw is None else zw)]
+        if len(gemm.inputs) > 2 and gemm.inputs[2]:
+            got = QDQConvFusion._bias(ed, gemm.inputs[2], n)
+            shape = ed.shape(gemm.inputs[2])
+            if got is None or shape is None or len(shape) != 1:
+                return False
+            bias, dqb = got
+            if dqb is not None:
+                dqs.append(dqb)
+            bscale = (sa.astype(np.float64) * sw.astype(np.float64)).reshape(-1)
+            with np.errstate(all="ignore"):
+                bq = np.rint(bias.astype(np.float64) / bscale)
+            if not np.all(np.isfinite(bq)) or np.any(np.abs(bq) >= 2 ** 31):
+                return False
+            ins.append(self._const_in(ed, gemm.name + "_c_int32", bq.astype(np.int32)))
+        else:
+            ins.append("")
+        ins += [self._const_in(ed, q.name + "_y_scale", sy), self._const_in(ed, q.name + "_y_zp", zy)]
+        attrs = {"transA": int(gemm.attrs.get("transA", 0)), "transB": trans_b, "alpha": 1.0}
+        node = ed.new_node("QGemm", ins, [q.outputs[0]], base=gemm.name + "_qgemm", domain=MS_DOMAIN, attrs=attrs)
+        return self._emit(ed, gemm, q, dqs, node)
+
+
+class QDQGlobalAveragePoolFusion(_QDQFusion):
+    """``Q(GlobalAveragePool(DQ(x)))`` with per-tensor 8-bit ``x`` and output of one type ->
+    ``com.microsoft.QLinearGlobalAveragePool`` (onnxruntime's unary-op QDQ transformer): the
+    pooled feature map is not dequantized."""
+
+    name = "QDQGlobalAveragePoolFusion"
+    OP = "GlobalAveragePool"
+
+    def _fuse(self, ed: Editor, pool: Node, q: Node, sy, zy, out_dt) -> bool:
+        a = _dq(ed, pool.inputs[0])
+        if a is None or ed.dtype(a[1]) != out_dt or (ed.rank(a[1]) or 0) < 3:
+            return False
+        dq, x, sx, zx = a
+        ins = [x, self._const_in(ed, pool.name + "_x_scale", sx),
+               self._const_in(ed, pool.name + "_x_zp", np.zeros((), out_dt) if zx is None else zx),
+               self._const_in(ed, q.name + "_y_scale", sy), self._const_in(ed, q.name + "_y_zp", zy)]
+        node = ed.new_node("QLinearGlobalAveragePool", ins, [q.outputs[0]], base=pool.name + "_qlinear",
+                           domain=MS_DOMAIN, attrs={"channels_last": 0})
+        return self._emit(ed, pool, q, [dq], node)

@@ -1,7 +1,8 @@
 """The EXTENDED-level QDQ fusions (``runtime_core/optimizer/qdq_fusions.py``): on QDQ models made
 by ``runtime_core.quantization.quantize_static`` (a tiny CNN, per tensor and per channel, and a
-tiny MatMul model), ``DQ -> Conv/MatMul -> Q`` groups become QLinearConv / QLinearMatMul and the
-outputs stay within one quantization step of the unfused model and of onnxruntime."""
+tiny MatMul model), ``DQ -> Conv/MatMul -> Q`` groups become QLinearConv / QLinearMatMul, and
+``DQ x 2 -> Add -> Q`` QLinearAdd, and the outputs stay within one quantization step of the unfused
+model and of onnxruntime."""
 
 from __future__ import annotations
 
@@ -112,3 +113,101 @@ def test_not_fused_when_the_product_has_another_reader(tmp_path):
     got, want = session(q2, L.ORT_ENABLE_EXTENDED).run(None, feed), session(q2, L.ORT_DISABLE_ALL).run(None, feed)
     # the float product's kernel is chosen per session by measurement: equal to float32 rounding
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tool", ["ours", "onnxruntime"])
+def test_residual_add_and_head_fuse(tool, tmp_path):
+    """The residual ``DQ + DQ -> Add -> Q`` of a CNN quantized by either tool (uint8 and int8
+    activations) becomes QLinearAdd and its ``DQ -> Gemm -> Q`` head QGemm; outputs within a step
+    of the unfused model and of onnxruntime."""
+    feeds = M.cnn_feeds(5)
+    for act in ("QUInt8", "QInt8"):
+        q = tmp_path / f"{tool}_{act}.onnx"
+        if tool == "ours":
+            tq = rq
+        else:
+            tq = pytest.importorskip("onnxruntime.quantization")
+        logging.disable(logging.WARNING)
+        try:
+            tq.quantize_static(M.cnn(), str(q), Reader(feeds[:4]), quant_format=tq.QuantFormat.QDQ,
+                               per_channel=True, activation_type=getattr(tq.QuantType, act),
+                               weight_type=tq.QuantType.QInt8)
+        finally:
+            logging.disable(logging.NOTSET)
+        model = onnx.load(str(q))
+        step = out_scale(model, "y")
+        fused = session(q, L.ORT_ENABLE_EXTENDED)
+        ops = [n.op_type for n in fused._graph.nodes]
+        assert ops.count("QLinearAdd") == 1 and "Add" not in ops, ops
+        assert ops.count("QGemm") == 1 and "Gemm" not in ops, ops
+        plain = session(q, L.ORT_DISABLE_ALL)
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        oracle = ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"])
+        for feed in feeds:
+            got, unfused, theirs = fused.run(None, feed)[0], plain.run(None, feed)[0], oracle.run(None, feed)[0]
+            assert np.max(np.abs(got - unfused)) <= step * 1.001
+            assert np.max(np.abs(got - theirs)) <= step * 1.001
+
+
+def test_add_not_fused_across_types(tmp_path):
+    """A QDQ Add whose operands are quantized to different types stays in float (QLinearAdd takes
+    one type): the rewrite declines rather than emitting an op that cannot run."""
+    x = h.make_tensor_value_info("x", T.FLOAT, [2, 3])
+    inits = [nh.from_array(np.array(0.05, np.float32), "s"), nh.from_array(np.array(3, np.int8), "z8"),
+             nh.from_array(np.array(120, np.uint8), "zu")]
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z8"], ["qa"]), h.make_node("QuantizeLinear", ["x", "s", "zu"], ["qb"]),
+             h.make_node("DequantizeLinear", ["qa", "s", "z8"], ["da"]), h.make_node("DequantizeLinear", ["qb", "s", "zu"], ["db"]),
+             h.make_node("Add", ["da", "db"], ["a"]), h.make_node("QuantizeLinear", ["a", "s", "z8"], ["qy"]),
+             h.make_node("DequantizeLinear", ["qy", "s", "z8"], ["y"])]
+    g = h.make_graph(nodes, "g", [x], [h.make_tensor_value_info("y", T.FLOAT, [2, 3])], inits)
+    p = tmp_path / "m.onnx"
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8), str(p))
+    fused = session(p, L.ORT_ENABLE_EXTENDED)
+    assert "QLinearAdd" not in [n.op_type for n in fused._graph.nodes]
+    feed = {"x": np.linspace(-3, 3, 6, dtype=np.float32).reshape(2, 3)}
+    np.testing.assert_array_equal(fused.run(None, feed)[0], session(p, L.ORT_DISABLE_ALL).run(None, feed)[0])
+
+
+def gap_model() -> onnx.ModelProto:
+    """Conv-Relu-GlobalAveragePool-Flatten-Gemm, 3x10x10 input: a CNN's pooled head."""
+    r = np.random.default_rng(7)
+    inits = [nh.from_array(r.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "W"),
+             nh.from_array(r.normal(0, 0.1, (8,)).astype(np.float32), "B"),
+             nh.from_array(r.normal(0, 0.3, (5, 8)).astype(np.float32), "Wf")]
+    nodes = [h.make_node("Conv", ["x", "W", "B"], ["c"], "conv", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["r"], "relu"), h.make_node("GlobalAveragePool", ["r"], ["p"], "gap"),
+             h.make_node("Flatten", ["p"], ["f"], "flat"), h.make_node("Gemm", ["f", "Wf"], ["y"], "fc", transB=1)]
+    g = h.make_graph(nodes, "gap", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 10, 10])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 5])], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("tool", ["ours", "onnxruntime"])
+def test_global_average_pool_fuses(tool, tmp_path):
+    """``DQ -> GlobalAveragePool -> Q`` of a model quantized by either tool (int8 activations)
+    becomes QLinearGlobalAveragePool (and the bias-less head QGemm); outputs within a step of the
+    unfused model and of onnxruntime."""
+    r = np.random.default_rng(8)
+    feeds = [{"x": r.normal(0, 1, (2, 3, 10, 10)).astype(np.float32)} for _ in range(4)]
+    q = tmp_path / "q.onnx"
+    tq = rq if tool == "ours" else pytest.importorskip("onnxruntime.quantization")
+    logging.disable(logging.WARNING)
+    try:
+        tq.quantize_static(gap_model(), str(q), Reader(feeds[:3]), quant_format=tq.QuantFormat.QDQ,
+                           per_channel=True, activation_type=tq.QuantType.QInt8, weight_type=tq.QuantType.QInt8)
+    finally:
+        logging.disable(logging.NOTSET)
+    model = onnx.load(str(q))
+    ops = [n.op_type for n in session(q, L.ORT_ENABLE_EXTENDED)._graph.nodes]
+    assert ops.count("QLinearGlobalAveragePool") == 1 and "GlobalAveragePool" not in ops, ops
+    assert ops.count("QGemm") == 1 and "Gemm" not in ops, ops
+    step = out_scale(model, "y")
+    fused, plain = session(q, L.ORT_ENABLE_EXTENDED), session(q, L.ORT_DISABLE_ALL)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    oracle = ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        got = fused.run(None, feed)[0]
+        assert np.max(np.abs(got - plain.run(None, feed)[0])) <= step * 1.001
+        assert np.max(np.abs(got - oracle.run(None, feed)[0])) <= step * 1.001

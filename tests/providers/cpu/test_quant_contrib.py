@@ -81,6 +81,30 @@ def test_binary(op, dt):
 
 
 @pytest.mark.parametrize("dt", DTS, ids=["u8", "s8"])
+def test_add_same_shape_compiled(dt, monkeypatch):
+    """Same-shaped QLinearAdd (a residual sum) on the compiled lookup kernel: within a code of
+    onnxruntime's (its same-shape kernel rounds some ties the other way), and the numpy path's
+    bit for bit (saturating both ways: scales chosen to overflow the range)."""
+    from runtime_provider_cpu.ops import quant_contrib
+
+    if quant_contrib._native is None:
+        pytest.skip("the compiled extension is not built here")
+    a, b = _q(dt, (2, 5, 37, 9)), _q(dt, (2, 5, 37, 9))
+    sa, za = _params(dt, 0.05)
+    sb, zb = _params(dt, 0.03)
+    sc, zc = _params(dt, 0.06)
+    n = helper.make_node("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], ["y"], domain=MS)
+    inits = dict(sa=sa, za=za, sb=sb, zb=zb, sc=sc, zc=zc)
+    got, want = _run_both([n], {"a": a, "b": b}, inits, helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
+    _close_codes(got, want, 1)
+    info = np.iinfo(dt)
+    assert np.count_nonzero(got == info.min) and np.count_nonzero(got == info.max)
+    monkeypatch.setattr(quant_contrib, "_native", None)
+    ref, _ = _run_both([n], {"a": a, "b": b}, inits, helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("dt", DTS, ids=["u8", "s8"])
 @pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
 def test_unary(op, dt):
     x = _q(dt, (4, 64))
@@ -104,6 +128,27 @@ def test_global_average_pool(dt, channels_last):
     got, want = _run_both([n], {"x": x}, dict(sx=sx, zx=zx, sy=sy, zy=zy),
                           helper.np_dtype_to_tensor_dtype(np.dtype(dt)))
     _close_codes(got, want, POOL_STEPS)
+
+
+@pytest.mark.parametrize("dt", DTS, ids=["u8", "s8"])
+def test_global_average_pool_planes_match_integer_sums(dt):
+    """NCHW planes summed as a float32 product with ones (exact below 2^24) give the codes of the
+    integer reduction the channels-last layout takes, on saturating data and wide planes."""
+    x = _q(dt, (2, 40, 19, 23))
+    sx, zx = _params(dt, 0.05)
+    sy, zy = _params(dt, 0.004)
+    y = {}
+    for cl in (0, 1):
+        n = helper.make_node("QLinearGlobalAveragePool", ["x", "sx", "zx", "sy", "zy"], ["y"], domain=MS,
+                             channels_last=cl)
+        xin = np.ascontiguousarray(np.moveaxis(x, 1, -1)) if cl else x
+        ins = [helper.make_tensor_value_info("x", helper.np_dtype_to_tensor_dtype(np.dtype(dt)), xin.shape)]
+        m = _model([n], ins, [helper.make_tensor_value_info("y", helper.np_dtype_to_tensor_dtype(np.dtype(dt)), None)],
+                   dict(sx=sx, zx=zx, sy=sy, zy=zy))
+        y[cl] = rt.InferenceSession(m).run(None, {"x": xin})[0].reshape(2, 40)
+    np.testing.assert_array_equal(y[0], y[1])
+    info = np.iinfo(dt)
+    assert np.count_nonzero((y[0] != info.min) & (y[0] != info.max))
 
 
 @pytest.mark.parametrize("kw", [dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
@@ -184,6 +229,34 @@ def test_qgemm(dt, case):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
     else:
         _close_codes(got, want)
+
+
+@pytest.mark.parametrize("M", [1, 3])  # 1: the one-row (GEMV) tile
+@pytest.mark.parametrize("transB", [0, 1])
+def test_qgemm_compiled_matches_numpy(transB, M, monkeypatch):
+    """QGemm's int32 sums on the compiled GEMM (B packed once, transposed or not; C in its
+    epilogue) give the numpy path's codes exactly, over two runs (the second reuses the pack)."""
+    from runtime_provider_cpu.ops import quant
+
+    if quant._native is None:
+        pytest.skip("the compiled extension is not built here")
+    K, N = 40, 19
+    b = _q(np.int8, (N, K) if transB else (K, N))
+    sa, za = _params(np.uint8, 0.04)
+    sy, zy = _params(np.uint8, 0.3)
+    inits = dict(sa=sa, za=za, b=b, sb=RNG.uniform(0.01, 0.03, N).astype(np.float32), zb=np.zeros(N, np.int8),
+                 c=RNG.integers(-5000, 5000, N).astype(np.int32), sy=sy, zy=zy)
+    n = helper.make_node("QGemm", ["a", "sa", "za", "b", "sb", "zb", "c", "sy", "zy"], ["y"], domain=MS,
+                         transB=transB)
+    ins = [helper.make_tensor_value_info("a", TensorProto.UINT8, (M, K))]
+    m = _model([n], ins, [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], inits)
+    sess = rt.InferenceSession(m)
+    feeds = [{"a": _q(np.uint8, (M, K))} for _ in range(2)]
+    got = [sess.run(None, f)[0] for f in feeds]
+    monkeypatch.setattr(quant, "_native", None)
+    ref = rt.InferenceSession(m)
+    for g, f in zip(got, feeds):
+        np.testing.assert_array_equal(g, ref.run(None, f)[0])
 
 
 def _nbits_inputs(K, N, bs, zp):

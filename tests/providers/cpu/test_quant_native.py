@@ -1,5 +1,5 @@
-"""The compiled int8 kernels of the CPU provider (``_native.qgemm``, ``_native.qdwconv``,
-``_native.dyn_quantize``)
+"""The compiled int8 kernels of the CPU provider (``_native.qgemm``, ``_native.qconv_nchw``,
+``_native.qdwconv``, ``_native.dyn_quantize``, ``_native.qadd_lut``)
 against the numpy paths they replace, bit for bit: every inner loop this machine runs (VNNI,
 AVX2, portable), odd K and N, signed and unsigned operands, scalar and per-column B zero
 points, int32 wrap-around, a constant (packed once) and a run-time B."""
@@ -104,6 +104,9 @@ CONVS = [  # (x shape, w shape, attributes)
     ((1, 4, 6, 6), (4, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),  # grouped: the numpy path
     ((3, 7, 5, 3), (9, 7, 1, 1), {}),  # pointwise: 15 pixels an image, row blocks span images
     ((2, 5, 7, 6), (6, 5, 1, 1), {"strides": [2, 2]}),  # strided 1x1: im2col
+    # 256+ output pixels: W times the image's rows (qconv_nchw), pointwise and through K x P im2col rows
+    ((1, 6, 19, 17), (10, 6, 1, 1), {}),
+    ((2, 3, 33, 31), (9, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
 ]
 
 
@@ -275,3 +278,67 @@ def test_qgemm_rejects_bad_buffers():
                   (2, 3, 2), 0, None, 0, 1)
     with pytest.raises(ValueError):
         nat.qgemm_pack(np.zeros(6, I8), np.zeros(4, I8), (3, 2), True)
+
+
+def _qconv_reference(b, bz, w, wz, bias, mult, yz, yt):
+    acc = np.einsum("mk,nkp->nmp", w.astype(np.int64) - (0 if wz is None else wz[:, None]), b.astype(np.int64) - bz)
+    acc = (acc + (0 if bias is None else bias[None, :, None])).astype(np.int64)
+    acc = ((acc + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)  # int32 sums wrap
+    info = np.iinfo(yt)
+    return np.clip(np.rint(acc.astype(F32) * mult[None, :, None]) + F32(yz), info.min, info.max).astype(yt)
+
+
+@pytest.mark.parametrize("N,M,K,P", [(1, 1, 1, 1), (2, 13, 7, 45), (1, 24, 36, 300), (3, 9, 5, 17)])
+@pytest.mark.parametrize("bt,wt,yt", [(U8, I8, U8), (I8, I8, I8), (U8, U8, I8), (I8, U8, U8)])
+def test_qconv_nchw_exact(path, N, M, K, P, bt, wt, yt):
+    """W times each image's K x P rows: odd sizes (partial panels, row blocks and K groups), every
+    operand signedness, per-channel weight zero points and bias, against an exact reference."""
+    b, w = ints((N, K, P), bt), ints((M, K), wt)
+    bz = int(ints((), bt))
+    wz = ints((M,), wt).astype(np.int32) if M % 2 else None
+    bias = RNG.integers(-5000, 5000, M).astype(np.int32) if K % 2 else None
+    mult = RNG.uniform(0.1, 2.0, M).astype(F32) / (K * 64)
+    yz = int(ints((), yt))
+    y = np.empty((N, M, P), yt)
+    quant._native.qconv_nchw(b, bt == I8, bz, w, wt == I8, wz, y, (N, M, K, P), mult, bias, yt == I8, yz, 2)
+    np.testing.assert_array_equal(y, _qconv_reference(b, bz, w, wz, bias, mult, yz, yt))
+
+
+def test_qim2col_rows_matches_numpy():
+    """K x P im2col rows ((c, kh, kw) order, zero-point padding) as numpy's strided slices."""
+    x = ints((2, 3, 9, 8), U8)
+    kh, kw, st, dl, pt, pl = 3, 2, (2, 1), (1, 2), 1, 2
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, 1), (pl, 0)), constant_values=7)
+    oh = (xp.shape[2] - (kh - 1) * dl[0] - 1) // st[0] + 1
+    ow = (xp.shape[3] - (kw - 1) * dl[1] - 1) // st[1] + 1
+    want = np.stack([xp[:, :, i * dl[0]:i * dl[0] + st[0] * (oh - 1) + 1:st[0],
+                        k * dl[1]:k * dl[1] + st[1] * (ow - 1) + 1:st[1]] for i in range(kh) for k in range(kw)], 2)
+    got = np.empty((2, 3 * kh * kw, oh * ow), U8)
+    quant._native.qim2col_rows(x, got, x.shape, (kh, kw), (oh, ow), st, dl, (pt, pl), 7, 2)
+    np.testing.assert_array_equal(got, want.reshape(2, 3 * kh * kw, oh * ow))
+
+
+def test_qconv_nchw_rejects_bad_buffers():
+    nat = quant._native
+    with pytest.raises(ValueError):
+        nat.qconv_nchw(np.zeros(5, U8), False, 0, np.zeros(6, I8), True, None, np.zeros(4, U8), (1, 2, 3, 2),
+                       np.ones(2, F32), None, False, 0, 1)
+    with pytest.raises(ValueError):
+        nat.qconv_nchw(np.zeros(6, U8), False, 0, np.zeros(6, I8), True, None, np.zeros(4, U8), (1, 2, 3, 0),
+                       np.ones(2, F32), None, False, 0, 1)
+    with pytest.raises(ValueError):
+        nat.qim2col_rows(np.zeros(4, U8), np.zeros(3, U8), (1, 1, 2, 2), (1, 1), (2, 2), (1, 1), (1, 1), (0, 0), 0, 1)
+
+
+@pytest.mark.parametrize("yt", [U8, I8])
+def test_quantize_linear_exact(yt, monkeypatch):
+    """Per-tensor QuantizeLinear of float32 on ``_native.qquantize``: the numpy path's codes for
+    ties, saturation both ways, infinities and NaN (-> 0); a zero scale keeps the numpy rules."""
+    x = RNG.normal(0, 3, (3, 50, 7)).astype(F32)
+    x.flat[:8] = [0.5 * 0.04, 1.5 * 0.04, -2.5 * 0.04, 1e9, -1e9, np.inf, -np.inf, np.nan]
+    for scale in (0.04, 0.0):
+        feeds = {"x": x, "s": np.array(scale, F32), "z": np.array(7 if yt == I8 else 130, yt)}
+        model = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])], feeds, ["y"], opset=13)
+        native, ref = both(model, feeds, monkeypatch)
+        assert native[0].dtype == yt
+        np.testing.assert_array_equal(native[0], ref[0])

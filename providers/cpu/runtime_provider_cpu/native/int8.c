@@ -64,6 +64,30 @@ qg_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t
     }
 }
 
+/* one row (a batch-1 GEMV: the 8-row tile would compute 7 rows of padding) x the two panels */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+qg_row_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1, Py_ssize_t Kq,
+            int32_t *restrict c)
+{
+    __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+    __m512i e0 = _mm512_setzero_si512(), e1 = _mm512_setzero_si512();
+    Py_ssize_t q = 0;
+    for (; q + 2 <= Kq; q += 2) { /* two K groups in flight: independent accumulators */
+        const __m512i x = _mm512_set1_epi32(ap[q * QG_MR]), y = _mm512_set1_epi32(ap[(q + 1) * QG_MR]);
+        a0 = _mm512_dpbusd_epi32(a0, x, _mm512_loadu_si512((const void *)(b0 + q * 64)));
+        a1 = _mm512_dpbusd_epi32(a1, x, _mm512_loadu_si512((const void *)(b1 + q * 64)));
+        e0 = _mm512_dpbusd_epi32(e0, y, _mm512_loadu_si512((const void *)(b0 + q * 64 + 64)));
+        e1 = _mm512_dpbusd_epi32(e1, y, _mm512_loadu_si512((const void *)(b1 + q * 64 + 64)));
+    }
+    if (q < Kq) {
+        const __m512i x = _mm512_set1_epi32(ap[q * QG_MR]);
+        a0 = _mm512_dpbusd_epi32(a0, x, _mm512_loadu_si512((const void *)(b0 + q * 64)));
+        a1 = _mm512_dpbusd_epi32(a1, x, _mm512_loadu_si512((const void *)(b1 + q * 64)));
+    }
+    _mm512_storeu_si512((void *)c, _mm512_add_epi32(a0, e0));
+    _mm512_storeu_si512((void *)(c + 16), _mm512_add_epi32(a1, e1));
+}
+
 /* 4 rows x one 16-column panel: each 4-byte group split into its even and odd bytes as int16
  * (A zero-extended, B sign-extended) and multiplied pairwise by vpmaddwd */
 __attribute__((target("avx2"))) static void qg_quad_avx2(const int32_t *restrict ap, const int8_t *restrict b,
@@ -226,15 +250,17 @@ static void qg_part(void *arg, int part, int parts)
         const Py_ssize_t nn = j->N - n0 < QG_NR ? j->N - n0 : QG_NR;
         for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
             const int32_t *ap = j->ap + mb * j->Kq * QG_MR;
+            const Py_ssize_t m0 = mb * QG_MR, mm = j->M - m0 < QG_MR ? j->M - m0 : QG_MR;
 #if QG_X86
-            if (qg_path == 2)
+            if (qg_path == 2 && mm == 1)
+                qg_row_vnni(ap, b0, b1, j->Kq, c);
+            else if (qg_path == 2)
                 qg_tile_vnni(ap, b0, b1, j->Kq, c);
             else if (qg_path == 1)
                 qg_tile_avx2(ap, b0, b1, j->Kq, c);
             else
 #endif
                 qg_tile_c(ap, b0, b1, j->Kq, c);
-            const Py_ssize_t m0 = mb * QG_MR, mm = j->M - m0 < QG_MR ? j->M - m0 : QG_MR;
             qg_epilogue(j, c, zbv, ct, m0, mm, n0, nn);
         }
     }
@@ -402,6 +428,237 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* ---- a convolution as W (M x K) times an image's K x P bytes, Y in NCHW planes ----------
+ * The weight takes A's place (its rows packed per call: M x K is 1/P of the product) and the
+ * image (a pointwise convolution's planes, or K x P im2col rows) B's, packed per call from its
+ * rows: four K rows interleaved into the VNNI groups, no transpose; a tile's 8 x 32 results are
+ * 8 output channels x 32 pixels, stored as runs of a plane. */
+
+typedef struct {
+    const uint8_t *b;   /* N x K x P bytes */
+    int8_t *bp;         /* N x (Np / 16) panels of Kq x 16 x 4, as signed bytes */
+    int32_t *cs;        /* N x Np column sums of the signed bytes */
+    Py_ssize_t N, K, P, Kq, Np;
+    uint8_t flip;       /* 0x80 for a u8 B: stored as b - 128 */
+} qc_bpack_job;
+
+/* a part's share of the (image, 16-pixel panel) pairs: four rows of 16 bytes interleaved into
+ * 16 columns of 4 bytes (byte unpacks), sums per column */
+RC_CLONES static void qc_bpack_part(void *arg, int part, int parts)
+{
+    const qc_bpack_job *j = (const qc_bpack_job *)arg;
+    const Py_ssize_t np = j->Np / 16, units = j->N * np;
+    const Py_ssize_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        const Py_ssize_t n = u / np, p0 = (u % np) * 16;
+        const uint8_t *src = j->b + n * j->K * j->P + p0;
+        int8_t *dst = j->bp + n * np * j->Kq * 64 + (p0 / 16) * j->Kq * 64;
+        int32_t *cs = j->cs + n * j->Np + p0;
+        const Py_ssize_t pp = j->P - p0 < 16 ? j->P - p0 : 16;
+        int32_t s[16] = {0};
+        for (Py_ssize_t q = 0; q < j->Kq; q++) {
+            int8_t *d = dst + q * 64;
+#if RC_SSE2
+            if (pp == 16 && 4 * q + 4 <= j->K) {
+                const __m128i fl = _mm_set1_epi8((char)j->flip);
+                const uint8_t *r = src + 4 * q * j->P;
+                const __m128i r0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)r), fl);
+                const __m128i r1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + j->P)), fl);
+                const __m128i r2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + 2 * j->P)), fl);
+                const __m128i r3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(r + 3 * j->P)), fl);
+                const __m128i a = _mm_unpacklo_epi8(r0, r1), b = _mm_unpackhi_epi8(r0, r1);
+                const __m128i c = _mm_unpacklo_epi8(r2, r3), e = _mm_unpackhi_epi8(r2, r3);
+                _mm_storeu_si128((__m128i *)d, _mm_unpacklo_epi16(a, c));
+                _mm_storeu_si128((__m128i *)(d + 16), _mm_unpackhi_epi16(a, c));
+                _mm_storeu_si128((__m128i *)(d + 32), _mm_unpacklo_epi16(b, e));
+                _mm_storeu_si128((__m128i *)(d + 48), _mm_unpackhi_epi16(b, e));
+                for (int k = 0; k < 4; k++)
+                    for (int i = 0; i < 16; i++)
+                        s[i] += (int8_t)(r[k * j->P + i] ^ j->flip);
+                continue;
+            }
+#endif
+            for (int i = 0; i < 16; i++)
+                for (int k = 0; k < 4; k++) {
+                    const Py_ssize_t kk = 4 * q + k;
+                    const int8_t v = i < pp && kk < j->K ? (int8_t)(src[kk * j->P + i] ^ j->flip) : 0;
+                    d[i * 4 + k] = v;
+                    s[i] += v;
+                }
+        }
+        memcpy(cs, s, sizeof s);
+    }
+}
+
+typedef struct {
+    const int32_t *ap;  /* the weight's rows packed: [Mb][Kq][8] unsigned byte groups */
+    const int32_t *rt;  /* per output channel: K ZA ZB - ZB rowsum + bias (wrapping) */
+    const uint32_t *za; /* per output channel: its zero point plus A's offset */
+    const int8_t *bp;
+    const int32_t *cs;
+    const float *mult;
+    uint8_t *y;          /* N x M x P */
+    Py_ssize_t N, M, K, P, Kq, Mb, Np, ncols, nunits;
+    int yz, ysigned;
+} qc_job;
+
+/* rows [m0, m0 + mm) x pixels [p0, p0 + pp) of one image's Y from the raw sums c */
+RC_CLONES static void qc_epilogue(const qc_job *j, const int32_t *restrict c, const int32_t *restrict cs,
+                                  uint8_t *restrict y, Py_ssize_t m0, Py_ssize_t mm, Py_ssize_t pp)
+{
+    const float yz = (float)j->yz, lo = j->ysigned ? -128.0f : 0.0f, hi = j->ysigned ? 127.0f : 255.0f;
+    for (Py_ssize_t r = 0; r < mm; r++) {
+        const Py_ssize_t m = m0 + r;
+        const uint32_t rt = (uint32_t)j->rt[m], za = j->za[m];
+        const float mu = j->mult[m];
+        const uint32_t *restrict cr = (const uint32_t *)c + r * QG_NR;
+        uint8_t t8[QG_NR];
+        for (int n = 0; n < QG_NR; n++) {
+            float t = rintf((float)(int32_t)(cr[n] + rt - za * (uint32_t)cs[n]) * mu) + yz;
+            t = t > lo ? t : lo;
+            t = t < hi ? t : hi;
+            t8[n] = j->ysigned ? (uint8_t)(int8_t)(int32_t)t : (uint8_t)(int32_t)t;
+        }
+        memcpy(y + m * j->P, t8, (size_t)pp);
+    }
+}
+
+#if QG_X86
+/* qc_epilogue on AVX-512 (the VNNI path's CPUs): 16 pixels a vector, converted with the default
+ * round-to-nearest-even (rintf's), the product clamped first so the conversion cannot overflow;
+ * the same bytes as qc_epilogue */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+qc_epilogue_avx512(const qc_job *j, const int32_t *restrict c, const int32_t *restrict cs, uint8_t *restrict y,
+                   Py_ssize_t m0, Py_ssize_t mm, Py_ssize_t pp)
+{
+    const __m512 big = _mm512_set1_ps(65536.0f), nbig = _mm512_set1_ps(-65536.0f);
+    const __m512i yz = _mm512_set1_epi32(j->yz), lo = _mm512_set1_epi32(j->ysigned ? -128 : 0);
+    const __m512i hi = _mm512_set1_epi32(j->ysigned ? 127 : 255);
+    const __m512i cs0 = _mm512_loadu_si512((const void *)cs), cs1 = _mm512_loadu_si512((const void *)(cs + 16));
+    const __mmask16 k0 = pp >= 16 ? 0xffff : (__mmask16)((1u << pp) - 1);
+    const __mmask16 k1 = pp >= 32 ? 0xffff : pp <= 16 ? 0 : (__mmask16)((1u << (pp - 16)) - 1);
+    for (Py_ssize_t r = 0; r < mm; r++) {
+        const Py_ssize_t m = m0 + r;
+        const __m512i rt = _mm512_set1_epi32(j->rt[m]), za = _mm512_set1_epi32((int32_t)j->za[m]);
+        const __m512 mu = _mm512_set1_ps(j->mult[m]);
+        uint8_t *yr = y + m * j->P;
+        for (int h = 0; h < 2; h++) {
+            const __m512i acc = _mm512_sub_epi32(
+                _mm512_add_epi32(_mm512_load_si512((const void *)(c + r * QG_NR + 16 * h)), rt),
+                _mm512_mullo_epi32(za, h ? cs1 : cs0));
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), mu);
+            f = _mm512_min_ps(_mm512_max_ps(f, nbig), big);
+            __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), yz);
+            q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+            _mm_mask_storeu_epi8(yr + 16 * h, h ? k1 : k0, _mm512_cvtepi32_epi8(q));
+        }
+    }
+}
+#endif
+
+static void qc_part(void *arg, int part, int parts)
+{
+    const qc_job *j = (const qc_job *)arg;
+    int32_t c[QG_MR * QG_NR] __attribute__((aligned(64)));
+    const Py_ssize_t u0 = j->nunits * part / parts, u1 = j->nunits * (part + 1) / parts;
+    const Py_ssize_t per_image = j->nunits / j->N;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        /* a unit: one image's 32-pixel tile column x up to QG_RB row blocks of the weight */
+        const Py_ssize_t n = u / per_image, v = u % per_image;
+        const Py_ssize_t p0 = (v % j->ncols) * QG_NR, rb0 = (v / j->ncols) * QG_RB;
+        const Py_ssize_t rb1 = rb0 + QG_RB < j->Mb ? rb0 + QG_RB : j->Mb;
+        const int8_t *b0 = j->bp + n * j->Np * j->Kq * 4 + (p0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
+        const int32_t *cs = j->cs + n * j->Np + p0;
+        const Py_ssize_t pp = j->P - p0 < QG_NR ? j->P - p0 : QG_NR;
+        uint8_t *y = j->y + n * j->M * j->P + p0;
+        for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
+            const int32_t *ap = j->ap + mb * j->Kq * QG_MR;
+#if QG_X86
+            if (qg_path == 2)
+                qg_tile_vnni(ap, b0, b1, j->Kq, c);
+            else if (qg_path == 1)
+                qg_tile_avx2(ap, b0, b1, j->Kq, c);
+            else
+#endif
+                qg_tile_c(ap, b0, b1, j->Kq, c);
+            const Py_ssize_t m0 = mb * QG_MR, mm = j->M - m0 < QG_MR ? j->M - m0 : QG_MR;
+#if QG_X86
+            if (qg_path == 2)
+                qc_epilogue_avx512(j, c, cs, y, m0, mm, pp);
+            else
+#endif
+                qc_epilogue(j, c, cs, y, m0, mm, pp);
+        }
+    }
+}
+
+/* qconv_nchw(b, b_signed, bz, w, w_signed, wz, y, (N, M, K, P), mult, bias, y_signed, yz, threads):
+ * Y[n][m][p] = saturate(rint((sum_k (w[m][k] - wz[m])(b[n][k][p] - bz) + bias[m]) * mult[m]) + yz),
+ * the numpy path's arithmetic bit for bit (int32 sums wrapping); wz and bias may be None */
+PyObject *rc_py_qconv_nchw(PyObject *self, PyObject *args)
+{
+    PyObject *bo, *wo, *wzo, *yo, *mo, *biaso;
+    Py_ssize_t N, M, K, P;
+    int bsigned, bz, wsigned, ysigned, yz, threads;
+    if (!PyArg_ParseTuple(args, "OpiOpOO(nnnn)OOpii:qconv_nchw", &bo, &bsigned, &bz, &wo, &wsigned, &wzo, &yo, &N,
+                          &M, &K, &P, &mo, &biaso, &ysigned, &yz, &threads))
+        return NULL;
+    if (N < 1 || M < 1 || K < 1 || P < 1) {
+        PyErr_SetString(PyExc_ValueError, "qconv_nchw: sizes must be positive");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t Mb = (M + QG_MR - 1) / QG_MR, Kq = qg_kq(K), Np = qg_np(P);
+    const Py_ssize_t bn = sz_mul3(&sz, "B's size", N, K, P), wn = sz_mul(&sz, "W's size", M, K);
+    const Py_ssize_t yn = sz_mul3(&sz, "Y's size", N, M, P);
+    if (sz_check(&sz, "qconv_nchw", PyExc_ValueError) < 0)
+        return NULL;
+    const Py_ssize_t apn = sz_mul4(&sz, "the packed weight", Mb, Kq, QG_MR, 4);
+    const Py_ssize_t bpn = sz_mul4(&sz, "the packed image", N, Np, Kq, 4);
+    const Py_ssize_t csn = sz_mul(&sz, "the column sums", N, Np);
+    if (sz_check(&sz, "qconv_nchw", PyExc_MemoryError) < 0)
+        return NULL;
+    Py_buffer v[6];
+    const rc_buf spec[6] = {{bo, bn, 1, 0, 0, "B"}, {wo, wn, 1, 0, 0, "W"}, {wzo, M, 4, 0, 1, "wz"},
+                            {yo, yn, 1, 1, 0, "Y"}, {mo, M, RC_F32, 0, 0, "mult"}, {biaso, M, 4, 0, 1, "bias"}};
+    if (get_buffers("qconv_nchw", spec, v, 6) < 0)
+        return NULL;
+    /* the packed weight, its row sums, rt and za per row, the packed image and its column sums */
+    const size_t abytes = (size_t)apn + 4 * (size_t)(3 * Mb * QG_MR) + (size_t)bpn + 4 * (size_t)csn;
+    int32_t *ap = (int32_t *)rc_work(abytes);
+    if (ap == NULL) {
+        release_buffers(v, 6);
+        return PyErr_NoMemory();
+    }
+    int32_t *rs = ap + Mb * Kq * QG_MR, *rt = rs + Mb * QG_MR;
+    uint32_t *za = (uint32_t *)(rt + Mb * QG_MR);
+    int8_t *bp = (int8_t *)(za + Mb * QG_MR);
+    int32_t *cs = (int32_t *)(bp + bpn);
+    const int32_t *wz = (const int32_t *)v[2].buf, *bias = (const int32_t *)v[5].buf;
+    Py_BEGIN_ALLOW_THREADS
+    qg_pack_job pa = {(const uint8_t *)v[1].buf, ap, rs, M, K, Kq, Mb, wsigned ? 0x80808080u : 0u};
+    int pth = threads;
+    rc_parallel(qg_pack_part, &pa, rc_parts((double)M * (double)K * 4.0, 2.5e5, Mb, &pth), pth);
+    /* B's bytes are stored as b - ob, A's as a + oa: ZB = bz - ob, ZA = wz + oa */
+    const uint32_t ZB = (uint32_t)(bz - (bsigned ? 0 : 128)), Ku = (uint32_t)K;
+    for (Py_ssize_t m = 0; m < M; m++) {
+        za[m] = (uint32_t)((wz ? wz[m] : 0) + (wsigned ? 128 : 0));
+        rt[m] = (int32_t)(Ku * za[m] * ZB - ZB * (uint32_t)rs[m] + (bias ? (uint32_t)bias[m] : 0u));
+    }
+    qc_bpack_job pb = {(const uint8_t *)v[0].buf, bp, cs, N, K, P, Kq, Np, bsigned ? 0 : 0x80};
+    pth = threads;
+    rc_parallel(qc_bpack_part, &pb, rc_parts((double)bn * 4.0, 2.5e5, N * (Np / 16), &pth), pth);
+    const Py_ssize_t ncols = Np / QG_NR, nunits = N * ncols * ((Mb + QG_RB - 1) / QG_RB);
+    qc_job j = {ap, rt, za, bp, cs, (const float *)v[4].buf, (uint8_t *)v[3].buf, N, M, K, P, Kq, Mb, Np, ncols,
+                nunits, yz, ysigned};
+    const int parts = rc_parts_fine(2.0 * (double)N * (double)M * (double)K * (double)P, 2.5e5, nunits, &threads);
+    rc_parallel(qc_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    rc_work_done(ap, abytes);
+    release_buffers(v, 6);
+    Py_RETURN_NONE;
+}
+
 /* y[n][p][c] = x[n][c][p] for bytes: an image's planes as pixel rows (a pointwise QLinearConv's A),
  * 16 x 16 blocks through byte transposes, the edges item by item */
 static void qt_image(const uint8_t *restrict x, uint8_t *restrict y, Py_ssize_t C, Py_ssize_t P)
@@ -522,6 +779,188 @@ PyObject *rc_py_qim2col(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     const int parts = rc_parts((double)cn, 2.5e5, j.N * j.OH, &threads);
     rc_parallel(qi_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
+    Py_RETURN_NONE;
+}
+
+/* im2col of NCHW bytes as K x P rows for qconv_nchw: row (c, kh, kw) of an image holds that tap
+ * of every output pixel, taps outside the image the pad byte (x's zero point) */
+static void qk_part(void *arg, int part, int parts)
+{
+    const qi_job *j = (const qi_job *)arg;
+    const Py_ssize_t K = j->C * j->KH * j->KW, rows = j->N * K, P = j->OH * j->OW;
+    const Py_ssize_t r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
+    for (Py_ssize_t r = r0; r < r1; r++) {
+        const Py_ssize_t n = r / K, k = r % K, c = k / (j->KH * j->KW), i = k / j->KW % j->KH, t = k % j->KW;
+        const uint8_t *xp = j->x + (n * j->C + c) * j->H * j->W;
+        uint8_t *d = j->cols + r * P;
+        for (Py_ssize_t oh = 0; oh < j->OH; oh++, d += j->OW) {
+            const Py_ssize_t ih = oh * j->sh - j->pt + i * j->dh;
+            if (ih < 0 || ih >= j->H) {
+                memset(d, j->pad, (size_t)j->OW);
+                continue;
+            }
+            const uint8_t *xr = xp + ih * j->W;
+            const Py_ssize_t iw0 = t * j->dw - j->pl;
+            for (Py_ssize_t ow = 0; ow < j->OW; ow++) {
+                const Py_ssize_t iw = iw0 + ow * j->sw;
+                d[ow] = iw < 0 || iw >= j->W ? j->pad : xr[iw];
+            }
+        }
+    }
+}
+
+/* qim2col_rows(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads) */
+PyObject *rc_py_qim2col_rows(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *co;
+    int pad, threads;
+    qi_job j;
+    memset(&j, 0, sizeof j);
+    if (!PyArg_ParseTuple(args, "OO(nnnn)(nn)(nn)(nn)(nn)(nn)ii:qim2col_rows", &xo, &co, &j.N, &j.C, &j.H, &j.W,
+                          &j.KH, &j.KW, &j.OH, &j.OW, &j.sh, &j.sw, &j.dh, &j.dw, &j.pt, &j.pl, &pad, &threads))
+        return NULL;
+    if (j.N < 1 || j.C < 1 || j.H < 1 || j.W < 1 || j.KH < 1 || j.KW < 1 || j.OH < 1 || j.OW < 1 || j.sh < 1
+        || j.sw < 1 || j.dh < 1 || j.dw < 1 || j.pt < 0 || j.pl < 0 || pad < -128 || pad > 255) {
+        PyErr_SetString(PyExc_ValueError, "qim2col_rows: sizes, strides and dilations must be positive, pads not "
+                                          "negative and the pad a byte");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul4(&sz, "X's size", j.N, j.C, j.H, j.W);
+    const Py_ssize_t cn = sz_mul(&sz, "the rows' size", sz_mul3(&sz, "the rows' size", j.N, j.OH, j.OW),
+                                 sz_mul3(&sz, "the rows' size", j.KH, j.KW, j.C));
+    if (sz_check(&sz, "qim2col_rows", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{xo, xn, 1, 0, 0, "x"}, {co, cn, 1, 1, 0, "cols"}};
+    if (get_buffers("qim2col_rows", spec, v, 2) < 0)
+        return NULL;
+    j.x = (const uint8_t *)v[0].buf;
+    j.cols = (uint8_t *)v[1].buf;
+    j.pad = (uint8_t)pad;
+    Py_BEGIN_ALLOW_THREADS
+    const int parts = rc_parts((double)cn, 2.5e5, j.N * j.C * j.KH * j.KW, &threads);
+    rc_parallel(qk_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
+    Py_RETURN_NONE;
+}
+
+/* y = saturate(rint(ta[a] + tb[b] + zc)): QLinearAdd of same-shaped bytes through the per-code
+ * float32 tables of (a - za) * ra and (b - zb) * rb (the numpy path's products, so the sums and
+ * roundings are its own, bit for bit) */
+RC_CLONES static void qa_apply(const uint8_t *restrict a, const uint8_t *restrict b, const float *restrict ta,
+                               const float *restrict tb, float zc, float lo, float hi, int ysigned,
+                               uint8_t *restrict y, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float t = ta[a[i]] + tb[b[i]];
+        t = rintf(t + zc);
+        t = t > lo ? t : lo;
+        t = t < hi ? t : hi;
+        y[i] = ysigned ? (uint8_t)(int8_t)(int32_t)t : (uint8_t)(int32_t)t;
+    }
+}
+
+typedef struct {
+    const uint8_t *a, *b;
+    const float *ta, *tb;
+    uint8_t *y;
+    Py_ssize_t n;
+    float zc;
+    int ysigned;
+} qa_job;
+
+static void qa_part(void *arg, int part, int parts)
+{
+    const qa_job *j = (const qa_job *)arg;
+    const Py_ssize_t i0 = j->n * part / parts, i1 = j->n * (part + 1) / parts;
+    qa_apply(j->a + i0, j->b + i0, j->ta, j->tb, j->zc, j->ysigned ? -128.0f : 0.0f, j->ysigned ? 127.0f : 255.0f,
+             j->ysigned, j->y + i0, i1 - i0);
+}
+
+/* qadd_lut(a, b, ta, tb, zc, y, y_signed, n, threads); a and b indexed as unsigned bytes (an
+ * int8 code c at table index c & 255) */
+PyObject *rc_py_qadd_lut(PyObject *self, PyObject *args)
+{
+    PyObject *ao, *bo, *tao, *tbo, *yo;
+    float zc;
+    int ysigned, threads;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "OOOOfOpni:qadd_lut", &ao, &bo, &tao, &tbo, &zc, &yo, &ysigned, &n, &threads))
+        return NULL;
+    if (n < 1) {
+        PyErr_SetString(PyExc_ValueError, "qadd_lut: size must be positive");
+        return NULL;
+    }
+    Py_buffer v[5];
+    const rc_buf spec[5] = {{ao, n, 1, 0, 0, "a"}, {bo, n, 1, 0, 0, "b"}, {tao, 256, RC_F32, 0, 0, "ta"},
+                            {tbo, 256, RC_F32, 0, 0, "tb"}, {yo, n, 1, 1, 0, "y"}};
+    if (get_buffers("qadd_lut", spec, v, 5) < 0)
+        return NULL;
+    qa_job j = {(const uint8_t *)v[0].buf, (const uint8_t *)v[1].buf, (const float *)v[2].buf,
+                (const float *)v[3].buf, (uint8_t *)v[4].buf, n, zc, ysigned};
+    Py_BEGIN_ALLOW_THREADS
+    const int parts = rc_parts((double)n * 4.0, 2.5e5, (n + 4095) / 4096, &threads);
+    rc_parallel(qa_part, &j, parts, threads);
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 5);
+    Py_RETURN_NONE;
+}
+
+/* y = saturate(rint(x / scale) + zp), NaN -> 0: per-tensor QuantizeLinear of float32 to 8 bits,
+ * the numpy path's float32 steps (a true division, then the rounding, the zero point, the clip) */
+RC_CLONES static void qq_apply(const float *restrict x, uint8_t *restrict y, Py_ssize_t n, float scale, float zp,
+                               float lo, float hi, int ysigned)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        float t = rintf(x[i] / scale) + zp;
+        t = t > lo ? t : lo;
+        t = t < hi ? t : hi;
+        t = x[i] != x[i] ? 0.0f : t;
+        y[i] = ysigned ? (uint8_t)(int8_t)(int32_t)t : (uint8_t)(int32_t)t;
+    }
+}
+
+typedef struct {
+    const float *x;
+    uint8_t *y;
+    Py_ssize_t n;
+    float scale, zp;
+    int ysigned;
+} qq_job;
+
+static void qq_part(void *arg, int part, int parts)
+{
+    const qq_job *j = (const qq_job *)arg;
+    const Py_ssize_t i0 = j->n * part / parts, i1 = j->n * (part + 1) / parts;
+    qq_apply(j->x + i0, j->y + i0, i1 - i0, j->scale, j->zp, j->ysigned ? -128.0f : 0.0f,
+             j->ysigned ? 127.0f : 255.0f, j->ysigned);
+}
+
+/* qquantize(x, y, n, scale, zp, y_signed, threads) */
+PyObject *rc_py_qquantize(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *yo;
+    Py_ssize_t n;
+    float scale;
+    int zp, ysigned, threads;
+    if (!PyArg_ParseTuple(args, "OOnfipi:qquantize", &xo, &yo, &n, &scale, &zp, &ysigned, &threads))
+        return NULL;
+    if (n < 1 || zp < (ysigned ? -128 : 0) || zp > (ysigned ? 127 : 255)) {
+        PyErr_SetString(PyExc_ValueError, "qquantize: size must be positive and the zero point in the output type");
+        return NULL;
+    }
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{xo, n, RC_F32, 0, 0, "x"}, {yo, n, 1, 1, 0, "y"}};
+    if (get_buffers("qquantize", spec, v, 2) < 0)
+        return NULL;
+    qq_job j = {(const float *)v[0].buf, (uint8_t *)v[1].buf, n, scale, (float)zp, ysigned};
+    Py_BEGIN_ALLOW_THREADS
+    const int parts = rc_parts((double)n * 8.0, 2.5e5, (n + 4095) / 4096, &threads);
+    rc_parallel(qq_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
     release_buffers(v, 2);
     Py_RETURN_NONE;

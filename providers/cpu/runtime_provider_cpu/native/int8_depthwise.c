@@ -142,10 +142,10 @@ RC_CLONES static void qdc_fill16(const uint8_t *const *rows, Py_ssize_t w0, Py_s
 #endif
     {
         uint8_t b[QDW_CB][QDW_CB];
-        for (int c = 0; c < QDW_CB; c++)
-            for (Py_ssize_t p = 0; p < QDW_CB; p++)
-                b[p][c] = p < n ? rows[c][w0 + p] : 0;
-        memcpy(px, b, sizeof b);
+        for (Py_ssize_t p = 0; p < n; p++) /* only the n pixels converted below */
+            for (int c = 0; c < QDW_CB; c++)
+                b[p][c] = rows[c][w0 + p];
+        memcpy(px, b, sizeof(b[0]) * (size_t)n);
     }
     const qdc_v16f offv = {off, off, off, off, off, off, off, off, off, off, off, off, off, off, off, off};
     for (Py_ssize_t p = 0; p < n; p++) {
@@ -214,10 +214,12 @@ RC_CLONES static void qdc_requant(const qdw_job *j, const float *restrict sums, 
         }
 }
 
-/* one output row of a band, 4 pixels at a time; then its bytes transposed into o[c][ow] */
+/* one output row of a band, 4 pixels at a time; then its bytes transposed straight into the
+ * output rows o[c] of the block's nc channels (no staging copy: small planes paid a memcpy a
+ * channel and row) */
 RC_CLONES static void qdc_row(const qdw_job *j, const float *restrict t, const float *restrict wf,
                               const int32_t *restrict bias, const float *restrict mult, float *restrict sums,
-                              qdc_v16b *restrict ob, uint8_t *restrict o)
+                              qdc_v16b *restrict ob, uint8_t *const *o, Py_ssize_t nc)
 {
     const Py_ssize_t KH = j->KH, KW = j->KW, rowf = j->PW * QDW_CB, sw = j->sw * QDW_CB, dw = j->dw * QDW_CB;
     const Py_ssize_t dh = j->dh * rowf, OW = j->OW;
@@ -233,13 +235,13 @@ RC_CLONES static void qdc_row(const qdw_job *j, const float *restrict t, const f
     for (; ow + QDW_CB <= OW; ow += QDW_CB) {
         __m128i tr[QDW_CB];
         rc_tr16_bytes((const __m128i *)(ob + ow), tr);
-        for (int c = 0; c < QDW_CB; c++)
-            _mm_storeu_si128((__m128i *)(o + c * OW + ow), tr[c]);
+        for (Py_ssize_t c = 0; c < nc; c++)
+            _mm_storeu_si128((__m128i *)(o[c] + ow), tr[c]);
     }
 #endif
-    for (; ow < OW; ow++)
-        for (int c = 0; c < QDW_CB; c++)
-            o[c * OW + ow] = ob[ow][c];
+    for (Py_ssize_t c = 0; c < nc; c++)
+        for (Py_ssize_t p = ow; p < OW; p++)
+            o[c][p] = ob[p][c];
 }
 
 static void qdc_part(void *arg, int part, int parts)
@@ -251,8 +253,7 @@ static void qdc_part(void *arg, int part, int parts)
     float *t = q->work + (Py_ssize_t)part * q->wstride, *wf = t + tilef, *mult = wf + KK * QDW_CB;
     int32_t *bias = (int32_t *)(mult + QDW_CB);
     float *sums = (float *)(bias + QDW_CB);      /* a row's sums, pixel-major */
-    qdc_v16b *ob = (qdc_v16b *)(sums + j->OW * QDW_CB); /* its bytes, pixel-major, then o channel-major */
-    uint8_t *o = (uint8_t *)(ob + j->OW);
+    qdc_v16b *ob = (qdc_v16b *)(sums + j->OW * QDW_CB); /* its bytes, pixel-major */
     Py_ssize_t have = -1; /* the channel block whose weights wf holds */
     for (Py_ssize_t u = u0; u < u1; u++) {
         const Py_ssize_t band = u % q->nb, cb = (u / q->nb) % q->ncb, n = u / (q->nb * q->ncb);
@@ -277,9 +278,10 @@ static void qdc_part(void *arg, int part, int parts)
         const Py_ssize_t oh0 = band * q->R, oh1 = oh0 + q->R < j->OH ? oh0 + q->R : j->OH;
         qdc_fill(j, q, n, c0, oh0 * j->sh, t);
         for (Py_ssize_t oh = oh0; oh < oh1; oh++) {
-            qdc_row(j, t + (oh - oh0) * j->sh * j->PW * QDW_CB, wf, bias, mult, sums, ob, o);
+            uint8_t *rows[QDW_CB];
             for (Py_ssize_t c = 0; c < nc; c++)
-                memcpy(j->y + ((n * j->C + c0 + c) * j->OH + oh) * j->OW, o + c * j->OW, (size_t)j->OW);
+                rows[c] = j->y + ((n * j->C + c0 + c) * j->OH + oh) * j->OW;
+            qdc_row(j, t + (oh - oh0) * j->sh * j->PW * QDW_CB, wf, bias, mult, sums, ob, rows, nc);
         }
     }
 }

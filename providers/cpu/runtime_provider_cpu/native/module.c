@@ -76,6 +76,19 @@ static PyMethodDef methods[] = {
      "sum_k (a - za)(b - zb[n]) (+ bias[n]) of 8-bit A (M x K) and packed B into y: int32 (mode 0), or\n"
      "saturate(rint(acc * mult[n]) + yz) as uint8 (mode 1) / int8 (mode 2). zb may be None. With y_planes P, Y is\n"
      "(M / P) x N x P (NCHW)."},
+    {"qconv_nchw", rc_py_qconv_nchw, METH_VARARGS,
+     "qconv_nchw(b, b_signed, bz, w, w_signed, wz, y, (N, M, K, P), mult, bias, y_signed, yz, threads)\n"
+     "A convolution as W (M x K bytes) times each image's K x P bytes (NCHW planes or im2col rows), requantized\n"
+     "per output channel as qgemm's epilogue, into y (N x M x P). wz (int32 [M]) and bias (int32 [M]) may be None."},
+    {"qim2col_rows", rc_py_qim2col_rows, METH_VARARGS,
+     "qim2col_rows(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads)\n"
+     "im2col of NCHW bytes as K x P rows a image for qconv_nchw: row (c, kh, kw), taps outside the image = pad."},
+    {"qadd_lut", rc_py_qadd_lut, METH_VARARGS,
+     "qadd_lut(a, b, ta, tb, zc, y, y_signed, n, threads)\n"
+     "y = saturate(rint(ta[a] + tb[b] + zc)) for n bytes: QLinearAdd through per-code float32 tables."},
+    {"qquantize", rc_py_qquantize, METH_VARARGS,
+     "qquantize(x, y, n, scale, zp, y_signed, threads)\n"
+     "y = saturate(rint(x / scale) + zp) (NaN -> 0) for n float32: per-tensor QuantizeLinear to int8/uint8."},
     {"qtranspose", rc_py_qtranspose, METH_VARARGS,
      "qtranspose(x, y, (N, C, P)): N images of C planes of P bytes (NCHW) into y as N x P x C (NHWC)."},
     {"qim2col", rc_py_qim2col, METH_VARARGS,

@@ -20,8 +20,11 @@ With the compiled extension, MatMulInteger and QLinearMatMul of 8-bit A [..., M,
 with int32 accumulation and the requantizing epilogue, B packed once when it is a constant;
 a 2-D ungrouped QLinearConv is the same GEMM (bias and per-channel requantization in its
 epilogue, the output written in NCHW planes) on im2col rows, or for a pointwise (1x1, stride 1)
-one on the input's pixels; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (16 channels a vector, padded at
-the zero point); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``).
+one on the input's pixels; with 256+ output pixels (pointwise, or a reduction C*KH*KW up to 64)
+the roles swap (``_native.qconv_nchw``): the weight is A, the image's own planes (or K x P im2col
+rows) are B, and Y comes out as plane runs; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (16 channels a vector, padded at
+the zero point); DynamicQuantizeLinear of float32 is one compiled pass (``_native.dyn_quantize``),
+and so is a per-tensor QuantizeLinear of float32 to 8 bits (``_native.qquantize``).
 All give the numpy paths' results bit for bit.
 """
 
@@ -203,6 +206,16 @@ def _q_run(ctx, x, y_scale, y_zero_point, axis=1, block_size=0, output_dtype=0, 
     if why:
         raise ValueError(why)
     prec = _PRECISIONS[precision] if precision else _default_precision(y_scale.dtype)
+    if (_native is not None and type(x) is np.ndarray and type(y_scale) is np.ndarray and x.dtype == _F32
+            and prec == _F32 and y_scale.dtype == _F32 and y_scale.size == 1 and not block_size and x.size
+            and out_dt in (_I8, _U8) and (y_zero_point is None or y_zero_point.size == 1)):
+        s = float(y_scale.reshape(()))
+        if math.isfinite(s) and s != 0.0:  # else the numpy path's inf / NaN rules
+            y = np.empty(x.shape, out_dt)
+            _native.qquantize(np.ascontiguousarray(x), y, x.size, s,
+                              0 if y_zero_point is None else int(y_zero_point.reshape(())), out_dt == _I8,
+                              max(1, int(ctx.threads)))
+            return y
     return _quantize(x, y_scale, y_zero_point, axis=axis, block_size=block_size, out_dt=out_dt,
                      saturate=saturate, prec=prec, op=op)
 
@@ -644,6 +657,9 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
         return None
     mult, bias = got
     n, c, kh, kw = x.shape[0], x.shape[1], w.shape[2], w.shape[3]
+    y = _qlinear_conv_planes(ctx, x, xz, w, wz, yz, mult, bias, st, dl, pb, pe)
+    if y is not None:
+        return y
     const = _is_const(ctx, 3, w)
     packed = ctx.cache.get("qconv_b")
     # B is [C*KH*KW, M] with rows in (kh, kw, c) order; once a constant weight is packed only
@@ -671,6 +687,50 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
     y = _qgemm(ctx, 3, cols, b, xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
                const=const, planes=oh * ow, owner=w)  # Y written in NCHW planes
     return y.reshape(n, M, oh, ow)
+
+
+#: output pixels from which a convolution runs as W times the image's rows (``_native.qconv_nchw``):
+#: below, its 32-pixel tiles waste too much on padding (MobileNet's 7x7 and 14x14 planes)
+_PLANES_MIN_P = 256
+#: reductions (C * KH * KW) up to which a non-pointwise convolution takes that path too: for longer
+#: ones the pixel-row GEMM wins (its epilogue is a smaller share)
+_PLANES_MAX_K = 64
+
+
+def _qlinear_conv_planes(ctx, x, xz, w, wz, yz, mult, bias, st, dl, pb, pe):
+    """A 2-D ungrouped QLinearConv as W [M, C*KH*KW] times each image's rows [C*KH*KW, OH*OW] on
+    ``_native.qconv_nchw``: the image's own planes for a pointwise convolution (no transpose), else
+    im2col rows in (c, kh, kw) order, Y stored as NCHW planes directly; None where the pixel-row GEMM
+    (``_qlinear_conv_native``) is the better layout."""
+    n, c, kh, kw, M = x.shape[0], x.shape[1], w.shape[2], w.shape[3], w.shape[0]
+    eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
+    ph, pw = x.shape[2] + pb[0] + pe[0], x.shape[3] + pb[1] + pe[1]
+    if ph < eh or pw < ew or min(pb) < 0:
+        return None
+    oh, ow = (ph - eh) // st[0] + 1, (pw - ew) // st[1] + 1
+    P, K = oh * ow, c * kh * kw
+    pointwise = kh == kw == 1 and tuple(st) == (1, 1) and not any(pb) and not any(pe)
+    if P < _PLANES_MIN_P or not (pointwise or K <= _PLANES_MAX_K):
+        return None
+    got = ctx.cache.get("qconv_rows")
+    if got is None or got[0] is not w or got[1] is not wz:
+        wzv = None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (M,)))
+        got = (w, wz, np.ascontiguousarray(w.reshape(M, K)), wzv)
+        if _is_const(ctx, 3, w) and (wz is None or _is_const(ctx, 5, wz)):
+            ctx.cache["qconv_rows"] = got
+    xq = np.ascontiguousarray(x)
+    xzi = 0 if xz is None else int(xz.reshape(()))
+    threads = max(1, int(ctx.threads))
+    if pointwise:
+        rows = xq
+    else:
+        rows = np.empty((n, K, P), x.dtype)
+        _native.qim2col_rows(xq, rows, x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]), xzi,
+                             threads)
+    y = np.empty((n, M, oh, ow), yz.dtype)
+    _native.qconv_nchw(rows, x.dtype == _I8, xzi, got[2], w.dtype == _I8, got[3], y, (n, M, K, P), mult, bias,
+                       yz.dtype == _I8, int(yz.reshape(())), threads)
+    return y
 
 
 def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
