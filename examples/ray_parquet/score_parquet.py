@@ -15,6 +15,13 @@ checks that both wrote the same predictions, and prints rows/s end to end (Ray's
 ray.init included, also shown apart), the two actors' steady rate once both score, the rows a
 job needs for the end-to-end ratio to reach 1.6x at these rates, and, on Linux, the CPU seconds
 each kind of Ray process spent. Needs `pip install 'runtime-core[ray]' lightgbm onnxmltools`.
+
+With --address the Ray side runs as a job on a cluster that is already up instead (the way jobs
+run on a cluster): its daemons, and the actors Ray Data keeps between jobs, are not started by
+the job, and their CPU counts only from the job's start:
+
+    ray start --head --num-cpus 3 --include-dashboard false --port 6379
+    python examples/ray_parquet/score_parquet.py --rows 1000000 --address 127.0.0.1:6379
 """
 
 from __future__ import annotations
