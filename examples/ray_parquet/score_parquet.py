@@ -167,9 +167,11 @@ class _ProcessCPU:
                 kind = "driver (this script: Ray Data's executor, ray.init)"
             elif "ray::" in cmd:
                 task = cmd.split()[0][5:]
+                name = task.split(".")[0]
                 kind = ("actors (Predictor)" if "MapWorker" in task else
                         "write tasks" if task.startswith("Write") else
-                        "idle or other workers" if task.startswith("IDLE") else f"Ray Data's {task.split('.')[0]}")
+                        "idle or other workers" if task.startswith("IDLE") else
+                        f"Ray's {name}" if name in ("DashboardAgent", "RuntimeEnvAgent") else f"Ray Data's {name}")
             else:
                 kind = "Ray's daemons (gcs_server, raylet, agents, log monitor)"
             kinds[kind] = kinds.get(kind, 0.0) + cpu - self._before.get(pid, 0.0)
