@@ -15,6 +15,13 @@ checks that both wrote the same predictions, and prints rows/s end to end (Ray's
 ray.init included, also shown apart), the two actors' steady rate once both score, the rows a
 job needs for the end-to-end ratio to reach 1.6x at these rates, and, on Linux, the CPU seconds
 each kind of Ray process spent. Needs `pip install 'runtime-core[ray]' lightgbm onnxmltools`.
+
+With --address the Ray side runs as a job on a cluster that is already up instead (the way jobs
+run on a cluster): its daemons, and the actors Ray Data keeps between jobs, are not started by
+the job, and their CPU counts only from the job's start:
+
+    ray start --head --num-cpus 3 --include-dashboard false --port 6379
+    python examples/ray_parquet/score_parquet.py --rows 1000000 --address 127.0.0.1:6379
 """
 
 from __future__ import annotations
@@ -78,13 +85,20 @@ def in_process(model: str, data: str, out: str, batch: int) -> float:
 
 
 class _ProcessCPU:
-    """CPU seconds of this process and its descendants (Ray's daemons, workers and actors), read
-    from /proc every half second so that processes which end early are counted too. Linux only:
-    elsewhere it records nothing."""
+    """CPU seconds of this process and its descendants (Ray's daemons, workers and actors), and of
+    the processes under ``roots`` (an already running cluster's raylet and GCS, added once known),
+    read from /proc every half second so that processes which end early are counted too; a process
+    that was running before counts only what it spent since. Linux only: elsewhere it records
+    nothing."""
 
     def __init__(self):
         self.seen: dict[int, tuple[str, float]] = {}  # pid -> (most telling title, CPU seconds)
-        self._own = time.process_time()  # this process's CPU before: the in-process job's among it
+        self.roots: set[int] = {os.getpid()}
+        self._before: dict[int, float] = {os.getpid(): time.process_time()}  # the in-process job's among it
+        self._t0 = 0  # now, in the clock ticks of /proc/PID/stat's start times
+        if os.path.isdir("/proc/self"):
+            with open("/proc/uptime") as f:
+                self._t0 = int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -98,31 +112,53 @@ class _ProcessCPU:
         if self._thread.is_alive():
             self._thread.join()
 
+    @staticmethod
+    def _procs() -> dict[int, tuple[int, str, float]]:
+        tick, procs = os.sysconf("SC_CLK_TCK"), {}
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    stat = f.read()
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # ended meanwhile
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            procs[int(pid)] = (int(fields[1]), cmd, sum(int(x) for x in fields[11:13]) / tick)
+        return procs
+
+    def add_cluster(self, session_dir: str) -> None:
+        """Count the running cluster of ``session_dir`` too: its daemons, and the workers under
+        them, from now on."""
+        for pid, (_, cmd, cpu) in self._procs().items():
+            if session_dir in cmd:
+                self.roots.add(pid)
+                self._before.setdefault(pid, cpu)
+
     def _loop(self):
-        tick, me = os.sysconf("SC_CLK_TCK"), os.getpid()
         while not self._stop.is_set():
-            procs = {}
-            for pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    with open(f"/proc/{pid}/stat") as f:
-                        stat = f.read()
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-                except OSError:  # ended meanwhile
-                    continue
-                fields = stat[stat.rindex(")") + 2:].split()
-                procs[int(pid)] = (int(fields[1]), cmd, sum(int(x) for x in fields[11:13]) / tick)
+            procs = self._procs()
             for pid, (_, cmd, cpu) in procs.items():
                 q = pid
-                while q in procs and q not in (me, 1):
+                while q in procs and q not in self.roots and q != 1:
                     q = procs[q][0]
-                if q != me:
+                if q not in self.roots:
                     continue
+                if pid not in self.seen and pid not in self._before and not self._started_since(pid):
+                    self._before[pid] = cpu  # an idle worker of the cluster, there before the job
                 title = self.seen.get(pid, ("", 0.0))[0]
                 if "ray::" in cmd and "IDLE" not in cmd or not title:  # a worker's title names its task
                     title = cmd
                 self.seen[pid] = (title, cpu)
             self._stop.wait(0.5)
+
+    def _started_since(self, pid: int) -> bool:
+        """Whether ``pid`` started after this object was made."""
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return int(f.read().rsplit(")", 1)[1].split()[19]) >= self._t0
+        except OSError:
+            return True
 
     def by_kind(self) -> dict[str, float]:
         kinds: dict[str, float] = {}
@@ -131,17 +167,21 @@ class _ProcessCPU:
                 kind = "driver (this script: Ray Data's executor, ray.init)"
             elif "ray::" in cmd:
                 task = cmd.split()[0][5:]
+                name = task.split(".")[0]
                 kind = ("actors (Predictor)" if "MapWorker" in task else
                         "write tasks" if task.startswith("Write") else
-                        "idle or other workers" if task.startswith("IDLE") else f"Ray Data's {task.split('.')[0]}")
+                        "idle or other workers" if task.startswith("IDLE") else
+                        f"Ray's {name}" if name in ("DashboardAgent", "RuntimeEnvAgent") else f"Ray Data's {name}")
             else:
                 kind = "Ray's daemons (gcs_server, raylet, agents, log monitor)"
-            kinds[kind] = kinds.get(kind, 0.0) + cpu - (self._own if pid == os.getpid() else 0.0)
+            kinds[kind] = kinds.get(kind, 0.0) + cpu - self._before.get(pid, 0.0)
         return kinds
 
 
-def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_file: int) -> dict:
-    """The same job on Ray Data; returns its timings (seconds from the start) and the actors' calls."""
+def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_file: int,
+             address: str | None = None) -> dict:
+    """The same job on Ray Data, on a local cluster started here or (``address``) on a running one;
+    returns its timings (seconds from the start) and the actors' calls."""
     t0 = time.perf_counter()
     cpu = _ProcessCPU()  # counts import ray and ray.init too
     import ray
@@ -171,8 +211,15 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_
 
     wall0 = time.time() - (time.perf_counter() - t0)
     with cpu:
-        # one logical CPU beyond the actors' for the write tasks: with none left, they never run
-        ray.init(num_cpus=actors + 1, include_dashboard=False, log_to_driver=False)
+        if address:  # a user's cluster, already up: its daemons and Ray Data's detached actors too
+            ray.init(address=address, log_to_driver=False)
+            try:  # count its processes' CPU from now on (the session dir is in their command lines)
+                cpu.add_cluster(ray._private.worker._global_node.get_session_dir_path())
+            except AttributeError:  # another Ray: its processes are not counted
+                pass
+        else:
+            # one logical CPU beyond the actors' for the write tasks: with none left, they never run
+            ray.init(num_cpus=actors + 1, include_dashboard=False, log_to_driver=False)
         try:
             t_init = time.perf_counter() - t0
             ctx = ray.data.DataContext.get_current()
@@ -185,6 +232,9 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_
             # Ray 2.60's Parquet reader packs row groups into read units of up to this many bytes
             # (128 MiB: the whole file, one actor); units of ~2 batches give every actor work
             os.environ.setdefault("RAY_DATA_PARQUET_BIN_PACKING_BYTES", str(2 * batch * row_bytes))
+            if hasattr(ctx, "parquet_chunker_target_chunk_size"):  # Ray 2.58 instead cuts the file
+                # into byte ranges of this size (1 GiB by default): ~2 batches' share of the file
+                ctx.parquet_chunker_target_chunk_size = os.path.getsize(data) * 2 * batch // pq.read_metadata(data).num_rows
             # and reads the footers on a pool of 32 actors by default: 32 Python processes started
             # on 2 cores to read one footer (the largest part of the start-up measured here)
             os.environ.setdefault("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", "1")
@@ -208,7 +258,8 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_
 
 def report(rows: int, one: float, res: dict) -> None:
     took, calls = res["total"], res["calls"]
-    print(f"Ray Data, 2 actors x 1 thread:    {rows / took:,.0f} rows/s ({took:.1f} s from the start, "
+    where = f"on the running cluster {res['address']}" if res["address"] else "on a local cluster started here"
+    print(f"Ray Data, 2 actors x 1 thread {where}: {rows / took:,.0f} rows/s ({took:.1f} s from before `import ray`, "
           f"ray.init {res['init']:.1f} s; {rows / (took - res['init']):,.0f} rows/s without ray.init)")
     for pid, c in calls.items():
         work = c[1:]
@@ -232,7 +283,8 @@ def report(rows: int, one: float, res: dict) -> None:
         else:
             print("  the steady state measured here is below 1.6x: at these rates no job size reaches it")
     if res["cpu"]:
-        print("  CPU seconds by process (all of Ray, from before ray.init to its shutdown):")
+        print("  CPU seconds by process (all of Ray, from before ray.init to its shutdown"
+              + (", the running cluster's processes only what they spent meanwhile):" if res["address"] else "):"))
         for kind, sec in sorted(res["cpu"].items(), key=lambda kv: -kv[1]):
             print(f"    {sec:6.1f}  {kind}")
         print(f"    {sum(res['cpu'].values()):6.1f}  in all (the in-process job: {res['in_process_cpu']:.1f})")
@@ -245,6 +297,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=25_000)
     ap.add_argument("--rows-per-file", type=int, default=250_000, help="Ray's write_parquet(min_rows_per_file=)")
     ap.add_argument("--out", default="ray_parquet_out")
+    ap.add_argument("--address", help="run the Ray side on this running cluster (e.g. 'auto' after `ray start --head "
+                    "--num-cpus 3 --include-dashboard false`) instead of a local one started by the script: the "
+                    "cluster's start is then not in the time, as for a job submitted to a cluster")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     model, data = make(args.out, args.rows, args.trees)
@@ -258,8 +313,9 @@ def main() -> None:
     ray_dir = os.path.join(args.out, "predictions_ray")
     for old in (ray_dir, ray_dir + "_calls"):  # a previous run's files would be read back too
         shutil.rmtree(old, ignore_errors=True)
-    res = with_ray(model, data, ray_dir, args.batch, actors=2, rows_per_file=args.rows_per_file)
+    res = with_ray(model, data, ray_dir, args.batch, actors=2, rows_per_file=args.rows_per_file, address=args.address)
     res["in_process_cpu"] = in_cpu
+    res["address"] = args.address
     report(args.rows, one, res)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     print("command: python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]))

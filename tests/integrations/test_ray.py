@@ -4,8 +4,10 @@ OIP v2 JSON over HTTP with the session's outputs; the Predictor's rules run in-p
 
 import json
 import os
+import re
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -96,30 +98,54 @@ def _check_lgb(out, x, model):
 
 # -- Ray Data ------------------------------------------------------------------------------------
 def test_lightgbm_100k_rows_parquet_to_parquet_through_ray_data(cluster, lgb_model, tmp_path, monkeypatch):
-    """The example's (and docs/ray.md's) throughput set-up: the read fused into the actor (no
-    batch_size, blocks of one batch, read units of a few row groups), a few write tasks. One actor:
-    the write tasks need the cluster's other CPU (with both held by actors they never run)."""
+    """The example's (and docs/ray.md's) throughput set-up: one Parquet file read by 2 actors, the
+    read fused into them (no batch_size, blocks of one row group, read units of 2 row groups), a few
+    write tasks. Each actor reads and scores its own share; every row comes back once, scored as
+    in-process. Half a CPU per actor: the list and write tasks need the cluster's other CPU."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    started = tmp_path / "started"
+    started.mkdir()
+
+    class Tagged(Predictor):  # a local class: pickled by value to the workers
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            (started / str(os.getpid())).touch()
+
+        def __call__(self, batch):
+            # no scoring before both actors exist, so that the first cannot take every read unit
+            deadline = time.monotonic() + 120
+            while len(os.listdir(started)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            out = super().__call__(batch)
+            out["pid"] = np.full(len(out["id"]), os.getpid())
+            return out
+
     df, x = _features(100_000)
-    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "features.parquet",
-                   row_group_size=10_000)
+    path = tmp_path / "features.parquet"
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=10_000)
+    row_bytes = 8 + 6 * 4
     ctx = ray.data.DataContext.get_current()
-    saved = ctx.target_max_block_size
-    ctx.target_max_block_size = 10_000 * (8 + 6 * 4)  # one row group, one batch
-    monkeypatch.setenv("RAY_DATA_PARQUET_BIN_PACKING_BYTES", str(2 * 10_000 * (8 + 6 * 4)))
-    try:
-        (ray.data.read_parquet(str(tmp_path / "features.parquet"))
-         .map_batches(Predictor, fn_constructor_kwargs={"model": lgb_model, "id_column": "id"},
-                      compute=ray.data.ActorPoolStrategy(size=1), num_cpus=1, batch_size=None, batch_format="numpy")
-         .write_parquet(str(tmp_path / "out"), min_rows_per_file=25_000))
-    finally:
-        ctx.target_max_block_size = saved
-    _check_lgb(pq.read_table(tmp_path / "out").to_pandas(), x, lgb_model)
+    monkeypatch.setattr(ctx, "target_max_block_size", 10_000 * row_bytes)  # one row group, one batch
+    # read units of 2 row groups: Ray 2.60 packs row groups up to these bytes (in memory), Ray 2.58
+    # cuts the file into byte ranges of the context's chunk size (on disk)
+    monkeypatch.setenv("RAY_DATA_PARQUET_BIN_PACKING_BYTES", str(2 * 10_000 * row_bytes))
+    if hasattr(ctx, "parquet_chunker_target_chunk_size"):
+        monkeypatch.setattr(ctx, "parquet_chunker_target_chunk_size", os.path.getsize(path) // 5 + 1)
+    ds = (ray.data.read_parquet(str(path), ray_remote_args={"num_cpus": 0.5})  # as the actors: else no fusion
+          .map_batches(Tagged, fn_constructor_kwargs={"model": lgb_model, "id_column": "id"},
+                       compute=ray.data.ActorPoolStrategy(size=2, max_tasks_in_flight_per_actor=1),
+                       num_cpus=0.5, batch_size=None, batch_format="numpy"))
+    ds.write_parquet(str(tmp_path / "out"), min_rows_per_file=25_000)
+    assert re.search(r"Read\w*->MapBatches\(Tagged\)", ds.stats()), ds.stats()  # read in the actors
+    out = pq.read_table(tmp_path / "out").to_pandas()
+    assert len(set(out["pid"])) == 2, out["pid"].value_counts()  # each actor read and scored a share
+    assert len(out) == 100_000 and out["id"].is_unique  # no row lost or doubled
+    _check_lgb(out, x, lgb_model)
     reports = partition_reports()
     assert reports, "no actor published its partition report"
-    for r in reports.values():  # threads sized from the actor's 1 CPU, not the node's 2
+    for r in reports.values():  # threads sized from the actor's CPU share, not the node's 2
         assert r["intra_op_num_threads"] == 1, r
         assert all(n["provider"] == "CPUExecutionProvider" for n in r["report"]["nodes"])
 
