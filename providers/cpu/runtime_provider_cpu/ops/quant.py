@@ -533,7 +533,7 @@ def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_sc
 # -- integer convolutions ----------------------------------------------------------------------
 
 def _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op):
-    from ._nncommon import _conv_pads, _ints
+    from ._nncommon import _check_window_fits, _conv_pads, _ints
 
     nd = x.ndim - 2
     if nd < 1:
@@ -549,6 +549,7 @@ def _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op):
     ks = w.shape[2:]
     k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
     pb, pe = _conv_pads(x.shape[2:], k_eff, strides, pads, auto_pad)
+    _check_window_fits(op, x.shape[2:], k_eff, pb, pe)
     return strides, dilations, pb, pe
 
 
