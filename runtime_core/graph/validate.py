@@ -238,12 +238,12 @@ def _window_fits(n: _Node):
     output axis <= 0."""
     op = n.proto.op_type
     x = n.input_shape(0)
-    if not _known(x) or len(x) < 3:
+    if x is None or not _known(x) or len(x) < 3:
         return None
     sp = x[2:]
     nd = len(sp)
     w = n.input_shape(3 if op == "QLinearConv" else 1) if op not in _POOL_OPS else None
-    kernel = n.ints("kernel_shape") or (list(w[2:]) if _known(w) and len(w) == len(x) else None)
+    kernel = n.ints("kernel_shape") or (list(w[2:]) if w is not None and _known(w) and len(w) == len(x) else None)
     if not kernel or len(kernel) != nd:
         return None
     strides = n.ints("strides") or [1] * nd

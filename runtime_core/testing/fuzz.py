@@ -50,6 +50,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .fuzz_quant import UNDEFINED  # a case whose output values the spec leaves undefined
+
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
 
@@ -601,13 +603,15 @@ def run_case(case: Case, providers=("CPUExecutionProvider",), max_tensor_bytes: 
         ours = sess.run(None, case.feeds)
         if not compare:
             return "ok", "result"
+        if case.what.endswith(UNDEFINED):  # the spec leaves these values undefined
+            return "ok", "result"
         ref = _oracle(case)
         if ref is None:
             return "ok", "result-oracle"
         why = compare_outputs(ours, ref)
         return ("mismatch", why) if why else ("ok", "result+oracle")
     except RuntimeCoreError as exc:
-        if compare and _oracle(case) is not None:
+        if compare and not case.what.endswith(UNDEFINED) and _oracle(case) is not None:
             return "ok", f"refused+oracle {type(exc).__name__}: {str(exc)[:200]}"
         return "ok", type(exc).__name__
     except Exception as exc:  # noqa: BLE001 - what the fuzzer is looking for

@@ -9,10 +9,8 @@ working. onnxruntime is the oracle for which geometries are refused and for the 
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 

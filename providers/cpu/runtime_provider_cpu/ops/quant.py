@@ -325,9 +325,10 @@ def dynamic_quantize_linear(ctx, x):
         return y, np.array(scale, dtype=_F32), np.array(zp, dtype=np.uint8)
     qmin, qmax = 0.0, 255.0
     x = x.astype(_F32, copy=False)
-    if x.size:
-        hi = np.float32(max(0.0, float(np.max(x))))
-        lo = np.float32(min(0.0, float(np.min(x))))
+    finite = x[~np.isnan(x)] if x.size else x  # NaNs are left out of the range, as onnxruntime does
+    if finite.size:
+        hi = np.float32(max(0.0, float(np.max(finite))))
+        lo = np.float32(min(0.0, float(np.min(finite))))
     else:
         hi = lo = np.float32(0)
     # the data range includes 0; an all-zero range gives scale 1 (as onnxruntime)
@@ -337,7 +338,7 @@ def dynamic_quantize_linear(ctx, x):
         y = np.rint(x / scale)
         y += zp
         np.clip(y, qmin, qmax, out=y)
-        y[np.isnan(y)] = zp
+        y[np.isnan(y)] = 0  # onnxruntime's saturation of NaN
     return y.astype(np.uint8), np.array(scale, dtype=_F32), np.array(zp, dtype=np.uint8)
 
 
