@@ -17,7 +17,7 @@ SEED = 31028
 
 
 def test_short_seeded_quant_run_is_clean_against_onnxruntime(tmp_path):
-    s = fuzz.fuzz(SEED, 50.0, tmp_path, max_cases=200, batch=200, targets=("quant",), compare=True,
+    s = fuzz.fuzz(SEED, 50.0, tmp_path, max_cases=150, batch=150, targets=("quant",), compare=True,
                   progress=0, log=lambda *a: None)
     found = "; ".join(f"{f['kind']} {f['index']}: {f['detail']}" for f in s.findings)
     assert (s.crashes, s.hangs, s.untyped, s.mismatches) == (0, 0, 0, 0), found
