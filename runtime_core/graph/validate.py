@@ -221,6 +221,71 @@ def _extent_fits(n: _Node):
     return None
 
 
+def _known(shape) -> bool:
+    return shape is not None and all(isinstance(d, int) for d in shape)
+
+
+def _same_pads(size: int, window: int, stride: int) -> int:
+    """The total padding SAME_UPPER / SAME_LOWER give an axis (output ``ceil(size / stride)``)."""
+    return max(0, (-(-size // stride) - 1) * stride + window - size)
+
+
+def _window_fits(n: _Node):
+    """With the input's and the kernel's shapes known, a geometry onnxruntime refuses when it runs
+    the node (the kernels refuse it at run where shapes are only known then): a Conv,
+    ConvInteger or QLinearConv window larger than an axis's padded input ("Invalid input shape");
+    a pool's empty non-batch axis or an output size formula gone negative; a ConvTranspose
+    output axis <= 0."""
+    op = n.proto.op_type
+    x = n.input_shape(0)
+    if x is None or not _known(x) or len(x) < 3:
+        return None
+    sp = x[2:]
+    nd = len(sp)
+    w = n.input_shape(3 if op == "QLinearConv" else 1) if op not in _POOL_OPS else None
+    kernel = n.ints("kernel_shape") or (list(w[2:]) if w is not None and _known(w) and len(w) == len(x) else None)
+    if not kernel or len(kernel) != nd:
+        return None
+    strides = n.ints("strides") or [1] * nd
+    dil = n.ints("dilations") or [1] * nd
+    if len(strides) != nd or len(dil) != nd or min(strides) <= 0 or min(dil) <= 0:
+        return None  # other rules' business
+    window = [(kernel[i] - 1) * dil[i] + 1 for i in range(nd)]
+    auto_pad = n.string("auto_pad") or "NOTSET"
+    pads = n.ints("pads") if auto_pad == "NOTSET" else None
+    pads = pads if pads and len(pads) == 2 * nd else [0] * (2 * nd)
+    if op == "ConvTranspose":
+        shape = n.ints("output_shape")
+        if shape:
+            bad = [v for v in shape[-nd:] if v <= 0]
+            return f"attribute 'output_shape' {shape} must be positive" if bad else None
+        opad = n.ints("output_padding") or [0] * nd
+        if len(opad) != nd:
+            return None
+        for i in range(nd):
+            out = sp[i] * strides[i] if auto_pad.startswith("SAME") else (
+                strides[i] * (sp[i] - 1) + opad[i] + window[i] - pads[i] - pads[i + nd])
+            if out <= 0:
+                return f"the output's axis {i} would have size {out} (input shape {list(x)}), must be positive"
+        return None
+    if op in _POOL_OPS and x[0] != 0 and 0 in x[1:]:
+        return f"input shape {list(x)} is invalid: only the batch dimension may be 0"
+    for i in range(nd):
+        total = _same_pads(sp[i], window[i], strides[i]) if auto_pad.startswith("SAME") else pads[i] + pads[i + nd]
+        span = sp[i] + total - window[i]
+        if op not in _POOL_OPS and span < 0:
+            return (f"input shape {list(x)} is invalid: the kernel window of axis {i} ({window[i]} wide, "
+                    f"'kernel_shape' {kernel}, 'dilations' {dil}) is larger than the padded input "
+                    f"({sp[i]} + pads {total})")
+        if op in _POOL_OPS and span <= -2 * strides[i]:
+            return (f"the output size of axis {i} is negative: input {sp[i]}, pads {total}, window {window[i]} "
+                    f"('kernel_shape' {kernel}, 'dilations' {dil}), stride {strides[i]}")
+    return None
+
+
+_POOL_OPS = frozenset({"MaxPool", "AveragePool", "LpPool"})
+
+
 def _batch_dims(n: _Node):
     b = n.int("batch_dims")
     if b is None:
@@ -251,7 +316,7 @@ def _known_attrs(op: str, known: frozenset[str]) -> Rule:
 
 
 _CONV = (_positive("strides"), _positive("dilations"), _positive("kernel_shape"), _non_negative("pads"),
-         _extent_fits)
+         _extent_fits, _window_fits)
 _POOL = _CONV + (_pads_rank, _pads_smaller_than_kernel)
 
 #: (domain, op type) -> the rules its nodes must pass; the domain is "" for ai.onnx

@@ -8,9 +8,14 @@ Two families of cases, both a pure function of ``(seed, index)`` (:func:`make_ca
 * ``op``: single-op models aimed at the compiled and value-sized kernels (Conv plans, pools,
   LSTM/GRU/RNN, Attention, the norms, Gelu/Softmax, Gemm/MatMul, tree ensembles, and the ops
   whose output size comes from input values: Expand, ConstantOfShape, Tile, Range, Pad,
-  Resize, OneHot), with attributes and feeds from valid to extreme (0, -1, 2**31, 2**62, ...);
+  Resize, OneHot), with attributes and feeds from valid to extreme (0, -1, 2**31, 2**62, ...),
+  and the quantized ops (``quant``: :mod:`runtime_core.testing.fuzz_quant`);
 * ``mutate``: the ONNX backend node-test models shipped with onnx (generated once into the
   conformance cache), one attribute or one feed changed (extreme ints, NaN/inf, shapes).
+
+``--target quant,conv`` runs only those generators. ``--compare`` also runs each case on
+onnxruntime (installed separately) and checks our outputs against its outputs where it computes
+them (:func:`compare_outputs`); a difference is a ``mismatch`` finding.
 
 Sessions use ``--providers`` (default: the CPU provider alone). Cases run in slices of
 ``--batch`` in ``--jobs`` worker children (``--worker``) at once, each under a memory limit
@@ -44,6 +49,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from .fuzz_quant import NOT_COMPARED  # a case whose values onnxruntime is no reference for
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
@@ -417,9 +424,15 @@ def _gen_size(rng, nrng):
     return _model([node], feeds, inits, {"y": (F, rank)}, {"": 18}), op
 
 
+def _gen_quant(rng, nrng):
+    from .fuzz_quant import gen_quant
+
+    return gen_quant(rng, nrng)
+
+
 OP_GENERATORS = {
     "conv": _gen_conv, "pool": _gen_pool, "rnn": _gen_rnn, "attention": _gen_attention, "norm": _gen_norm,
-    "act": _gen_act, "gemm": _gen_gemm, "tree": _gen_tree, "size": _gen_size,
+    "act": _gen_act, "gemm": _gen_gemm, "tree": _gen_tree, "size": _gen_size, "quant": _gen_quant,
 }
 
 
@@ -510,10 +523,18 @@ def _gen_mutation(rng, nrng):
     return model.SerializeToString(), feeds, f"{case.name}: {', '.join(w for w in what if w) or 'unchanged'}"
 
 
-def make_case(seed: int, index: int) -> Case:
-    """The case ``index`` of the run seeded ``seed`` (deterministic: a reproducer needs only these)."""
+def make_case(seed: int, index: int, targets: tuple = ()) -> Case:
+    """The case ``index`` of the run seeded ``seed`` (deterministic: a reproducer needs only these);
+    ``targets`` (names of :data:`OP_GENERATORS`, or ``mutate``) narrows the run to those."""
     rng = random.Random(f"{seed}/{index}")
     nrng = np.random.default_rng([seed & 0xFFFFFFFF, index])
+    if targets:
+        gen = rng.choice(sorted(targets))
+        if gen == "mutate":
+            model, feeds, what = _gen_mutation(rng, nrng)
+            return Case("mutate", index, what, model, feeds)
+        (model, feeds), what = OP_GENERATORS[gen](rng, nrng)
+        return Case("op", index, f"{gen}/{what}", model, feeds)
     if rng.random() < 0.6:
         gen = rng.choice(sorted(OP_GENERATORS))
         (model, feeds), what = OP_GENERATORS[gen](rng, nrng)
@@ -524,9 +545,52 @@ def make_case(seed: int, index: int) -> Case:
 
 # -- running a case ----------------------------------------------------------------------------
 
-def run_case(case: Case, providers=("CPUExecutionProvider",), max_tensor_bytes: int = 0) -> tuple[str, str]:
+def _oracle(case: Case):
+    """onnxruntime's outputs for the case, or None where it refuses the model or the feeds."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    so.intra_op_num_threads = 1
+    try:
+        return ort.InferenceSession(case.model, so, providers=["CPUExecutionProvider"]).run(None, case.feeds)
+    except Exception:  # noqa: BLE001 - any refusal: nothing to compare with
+        return None
+
+
+def compare_outputs(ours: list, ref: list) -> str | None:
+    """Why ``ours`` differs from the oracle's ``ref``, or None: shapes and dtypes exactly; integer
+    outputs within 1 (one quantization step: a rounding tie resolved in another float order);
+    floats within 1e-3 of the output's largest magnitude; NaN where the oracle has NaN."""
+    if len(ours) != len(ref):
+        return f"{len(ours)} outputs, oracle {len(ref)}"
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"output {i}: {a.dtype}{list(a.shape)}, oracle {b.dtype}{list(b.shape)}"
+        if not a.size or a.dtype.kind not in "fiub":
+            continue
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        nan = np.isnan(b64)
+        if not np.array_equal(np.isnan(a64), nan):
+            return f"output {i}: NaN at other positions than the oracle"
+        with np.errstate(invalid="ignore"):
+            diff = np.where(nan | (a64 == b64), 0.0, np.abs(a64 - b64))
+        finite = np.abs(b64[np.isfinite(b64)])
+        tol = 1.0 if a.dtype.kind in "iub" else 1e-3 * (1.0 + (float(finite.max()) if finite.size else 0.0))
+        if float(diff.max()) > tol:
+            j = int(diff.argmax())
+            return f"output {i}: differs by {float(diff.max()):.6g} (> {tol:.3g}) at flat index {j}: {a64.flat[j]} vs oracle {b64.flat[j]}"
+    return None
+
+
+def run_case(case: Case, providers=("CPUExecutionProvider",), max_tensor_bytes: int = 0,
+             compare: bool = False) -> tuple[str, str]:
     """``("ok", what)`` for a result or a typed error, ``("untyped", type: message)`` otherwise;
-    ``max_tensor_bytes`` (0: the default) is the session's tensor-size cap."""
+    ``max_tensor_bytes`` (0: the default) is the session's tensor-size cap. ``compare``: the
+    result is checked against onnxruntime's where onnxruntime runs the case (``("mismatch",
+    why)``); ``what`` then says ``result``, ``result+oracle``, ``refused+oracle`` (a typed error
+    where onnxruntime computes) or ``result-oracle`` (onnxruntime refuses what we compute)."""
     import runtime_core as rt
     from runtime_core.errors import RuntimeCoreError
 
@@ -536,9 +600,19 @@ def run_case(case: Case, providers=("CPUExecutionProvider",), max_tensor_bytes: 
         if max_tensor_bytes:
             so.add_session_config_entry("session.max_tensor_bytes", str(max_tensor_bytes))
         sess = rt.InferenceSession(case.model, so, providers=list(providers))
-        sess.run(None, case.feeds)
-        return "ok", "result"
+        ours = sess.run(None, case.feeds)
+        if not compare:
+            return "ok", "result"
+        if case.what.endswith(NOT_COMPARED):  # undefined values, or onnxruntime's are wrong
+            return "ok", "result"
+        ref = _oracle(case)
+        if ref is None:
+            return "ok", "result-oracle"
+        why = compare_outputs(ours, ref)
+        return ("mismatch", why) if why else ("ok", "result+oracle")
     except RuntimeCoreError as exc:
+        if compare and not case.what.endswith(NOT_COMPARED) and _oracle(case) is not None:
+            return "ok", f"refused+oracle {type(exc).__name__}: {str(exc)[:200]}"
         return "ok", type(exc).__name__
     except Exception as exc:  # noqa: BLE001 - what the fuzzer is looking for
         tb = traceback.extract_tb(exc.__traceback__)
@@ -547,7 +621,7 @@ def run_case(case: Case, providers=("CPUExecutionProvider",), max_tensor_bytes: 
 
 
 def _worker(seed: int, start: int, count: int, mem_bytes: int, providers=("CPUExecutionProvider",),
-            max_tensor_bytes: int = 0) -> None:
+            max_tensor_bytes: int = 0, targets: tuple = (), compare: bool = False) -> None:
     """Run cases ``start .. start+count-1``; report each on stdout ("S i" before, "R i status detail" after)."""
     import resource
     import warnings
@@ -570,12 +644,12 @@ def _worker(seed: int, start: int, count: int, mem_bytes: int, providers=("CPUEx
             out.flush()
             continue
         try:
-            case = make_case(seed, i)
+            case = make_case(seed, i, targets)
         except Exception as exc:  # noqa: BLE001 - a generator bug is not a finding
             out.write(f"R {i} skip generator {type(exc).__name__}: {exc}\n".replace("\n", " ") + "\n")
             out.flush()
             continue
-        status, detail = run_case(case, providers, max_tensor_bytes)
+        status, detail = run_case(case, providers, max_tensor_bytes, compare)
         out.write(f"R {i} {status} {case.family}:{case.what} | {detail}".replace("\n", " ") + "\n")
         out.flush()
 
@@ -602,8 +676,8 @@ print([getattr(o, "shape", o) for o in sess.run(None, FEEDS)])
 
 
 def write_reproducer(out: Path, kind: str, seed: int, index: int, detail: str,
-                     providers=("CPUExecutionProvider",), max_tensor_bytes: int = 0) -> Path:
-    case = make_case(seed, index)
+                     providers=("CPUExecutionProvider",), max_tensor_bytes: int = 0, targets: tuple = ()) -> Path:
+    case = make_case(seed, index, targets)
     buf = io.BytesIO()
     np.savez(buf, **{k: (np.ascontiguousarray(v) if isinstance(v, np.ndarray) else np.asarray(v, dtype=object))
                      for k, v in case.feeds.items() if v is not None})
@@ -625,23 +699,30 @@ class Summary:
     crashes: int = 0
     hangs: int = 0
     untyped: int = 0
+    mismatches: int = 0
     skipped: int = 0
     seconds: float = 0.0
     jobs: int = 1
     done: bool = False
     findings: list = field(default_factory=list)
     by_target: dict = field(default_factory=dict)
+    #: with ``compare``: how cases ended against onnxruntime (result+oracle, refused+oracle, ...)
+    oracle: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def _spawn(seed, start, count, mem_bytes, providers, max_tensor_bytes=0):
+def _spawn(seed, start, count, mem_bytes, providers, max_tensor_bytes=0, targets=(), compare=False):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     cmd = [sys.executable, "-m", "runtime_core.testing.fuzz", "--worker", "--seed", str(seed),
            "--start", str(start), "--count", str(count), "--memory-mb", str(mem_bytes >> 20),
            "--max-tensor-mb", str(max_tensor_bytes >> 20), "--providers", ",".join(providers)]
+    if targets:
+        cmd += ["--target", ",".join(targets)]
+    if compare:
+        cmd.append("--compare")
     # stderr goes to a file: a pipe nobody reads fills up over thousands of cases and blocks the child
     err = tempfile.TemporaryFile()
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env=env, bufsize=0), err
@@ -672,13 +753,19 @@ class _Child:
 
 def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, batch: int = 1000,
          case_timeout: float = 20.0, mem_bytes: int = 4 << 30, providers=("CPUExecutionProvider",),
-         jobs: int = 1, max_tensor_bytes: int = 256 << 20, progress: float = 60.0, log=print) -> Summary:
+         jobs: int = 1, max_tensor_bytes: int = 256 << 20, progress: float = 60.0, log=print,
+         targets: tuple = (), compare: bool = False) -> Summary:
     """Run cases ``0, 1, ...`` of ``seed`` in ``jobs`` worker children (slices of ``batch`` cases
     each) until ``seconds`` pass or ``max_cases`` ran. Findings (crashes, hangs, untyped errors)
     get a reproducer in ``out``; ``out/summary.json`` is rewritten after each finding and every
     ``progress`` seconds (a killed run still reports), with a progress line to ``log``.
     ``max_tensor_bytes`` (0: the runtime's default) caps each case's tensors, so that a case
-    aimed at a size bomb fails fast."""
+    aimed at a size bomb fails fast. ``targets`` narrows the cases to those generators
+    (:data:`OP_GENERATORS` names, ``mutate``); ``compare`` checks results against onnxruntime's
+    where it runs the case (a difference is a finding, ``mismatch``)."""
+    unknown = set(targets) - set(OP_GENERATORS) - {"mutate"}
+    if unknown:
+        raise ValueError(f"unknown fuzz target(s) {sorted(unknown)}; known: {sorted(OP_GENERATORS) + ['mutate']}")
     out.mkdir(parents=True, exist_ok=True)
     s = Summary(seed, jobs=jobs)
     t0 = time.monotonic()
@@ -694,13 +781,14 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
         os.replace(tmp, out / "summary.json")
 
     def record(kind, index, detail):
-        path = write_reproducer(out, kind, seed, index, detail, providers, max_tensor_bytes)
+        path = write_reproducer(out, kind, seed, index, detail, providers, max_tensor_bytes, targets)
         s.findings.append({"kind": kind, "index": index, "detail": detail, "reproducer": path.name})
         save()
         log(f"{kind}: case {index}: {detail} -> {path}")
 
     def spawn(start, end):
-        children.append(_Child(_spawn(seed, start, end - start, mem_bytes, providers, max_tensor_bytes),
+        children.append(_Child(_spawn(seed, start, end - start, mem_bytes, providers, max_tensor_bytes, targets,
+                                      compare),
                                start, end, case_timeout))
 
     def time_up():
@@ -735,8 +823,14 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
                 s.skipped += 1
                 return
             s.cases += 1
+            if compare:
+                how = detail.partition(" | ")[2].split(" ", 1)[0] if status == "ok" else status
+                s.oracle[how] = s.oracle.get(how, 0) + 1
             if status == "ok":
                 s.ok += 1
+            elif status == "mismatch":
+                s.mismatches += 1
+                record("mismatch", i, detail)
             else:
                 s.untyped += 1
                 record("untyped", i, detail)
@@ -749,7 +843,8 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
             last_note = now
             el = now - t0
             log(f"{s.cases} cases in {el:.0f} s ({s.cases / max(el, 1e-9):.1f}/s, {jobs} jobs): "
-                f"{s.crashes} crashes, {s.hangs} hangs, {s.untyped} untyped")
+                f"{s.crashes} crashes, {s.hangs} hangs, {s.untyped} untyped"
+                + (f", {s.mismatches} mismatches" if compare else ""))
             save()
         wait = min(c.deadline for c in children) - now
         if progress:
@@ -810,21 +905,30 @@ def main(argv=None) -> int:
     p.add_argument("--case-timeout", type=float, default=20.0)
     p.add_argument("--memory-mb", type=int, default=4096)
     p.add_argument("--providers", default="CPUExecutionProvider", help="comma-separated, in priority order")
+    p.add_argument("--target", default="", help="comma-separated generators to run only: "
+                   + ", ".join(sorted(OP_GENERATORS) + ["mutate"]) + " (default: all)")
+    p.add_argument("--compare", action="store_true",
+                   help="check results against onnxruntime's where it runs the case (needs onnxruntime)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--start", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=1, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     seed = a.seed if a.seed is not None else int(time.time()) % 1_000_000
     providers = tuple(p for p in a.providers.split(",") if p)
+    targets = tuple(t for t in a.target.split(",") if t)
+    unknown = set(targets) - set(OP_GENERATORS) - {"mutate"}
+    if unknown:
+        p.error(f"unknown --target {','.join(sorted(unknown))}; known: {', '.join(sorted(OP_GENERATORS) + ['mutate'])}")
     if a.worker:
-        _worker(seed, a.start, a.count, a.memory_mb << 20, providers, a.max_tensor_mb << 20)
+        _worker(seed, a.start, a.count, a.memory_mb << 20, providers, a.max_tensor_mb << 20, targets, a.compare)
         return 0
     s = fuzz(seed, a.seconds, Path(a.out), max_cases=a.cases, batch=a.batch, case_timeout=a.case_timeout,
              mem_bytes=a.memory_mb << 20, providers=providers, jobs=max(1, a.jobs),
-             max_tensor_bytes=a.max_tensor_mb << 20, progress=a.progress)
+             max_tensor_bytes=a.max_tensor_mb << 20, progress=a.progress, targets=targets, compare=a.compare)
     print(f"seed {s.seed}: {s.cases} cases in {s.seconds} s: {s.crashes} crashes, {s.hangs} hangs, "
-          f"{s.untyped} untyped errors ({s.skipped} generator skips); findings in {a.out}")
-    return 1 if s.crashes or s.hangs or s.untyped else 0
+          f"{s.untyped} untyped errors" + (f", {s.mismatches} mismatches {s.oracle}" if a.compare else "")
+          + f" ({s.skipped} generator skips); findings in {a.out}")
+    return 1 if s.crashes or s.hangs or s.untyped or s.mismatches else 0
 
 
 if __name__ == "__main__":

@@ -982,43 +982,39 @@ PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args)
     return PyUnicode_FromString(names[qg_path]);
 }
 
-/* the range of n floats with 0 in it, 16 lanes at a time (vectorized in the clones); a NaN
- * anywhere gives the reference's range of 0 (numpy's max / min of it are NaN) */
+/* the range of n floats with 0 in it, 16 lanes at a time (vectorized in the clones); NaNs are
+ * left out of it (a comparison with NaN is false), as onnxruntime does */
 RC_CLONES static void dq_range(const float *restrict x, Py_ssize_t n, float *lo_out, float *hi_out)
 {
     float lo[16] = {0}, hi[16] = {0};
-    int bad[16] = {0};
     Py_ssize_t i = 0;
     for (; i + 16 <= n; i += 16)
         for (int l = 0; l < 16; l++) {
             const float t = x[i + l];
             lo[l] = t < lo[l] ? t : lo[l];
             hi[l] = t > hi[l] ? t : hi[l];
-            bad[l] |= t != t;
         }
     for (int l = 0; i + l < n; l++) {
         const float t = x[i + l];
         lo[l] = t < lo[l] ? t : lo[l];
         hi[l] = t > hi[l] ? t : hi[l];
-        bad[l] |= t != t;
     }
     float a = 0.0f, b = 0.0f;
-    int nan = 0;
     for (int l = 0; l < 16; l++) {
         a = lo[l] < a ? lo[l] : a;
         b = hi[l] > b ? hi[l] : b;
-        nan |= bad[l];
     }
-    *lo_out = nan ? 0.0f : a;
-    *hi_out = nan ? 0.0f : b;
+    *lo_out = a;
+    *hi_out = b;
 }
 
-/* y = saturate(rint(x / scale) + zp) as uint8, NaN -> zp (the numpy path's float32 steps) */
+/* y = saturate(rint(x / scale) + zp) as uint8, NaN -> 0 (onnxruntime's saturation of it; the
+ * numpy path's float32 steps) */
 RC_CLONES static void dq_apply(const float *restrict x, uint8_t *restrict y, Py_ssize_t n, float scale, float zpf)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         float t = rintf(x[i] / scale) + zpf;
-        t = t != t ? zpf : t;
+        t = t != t ? 0.0f : t;
         t = t < 0.0f ? 0.0f : (t > 255.0f ? 255.0f : t);
         y[i] = (uint8_t)(int32_t)t;
     }

@@ -102,6 +102,29 @@ def _conv_out(in_sp, ks, strides, dilations, pb, pe) -> list:
             for i in range(len(in_sp))]
 
 
+def _check_window_fits(op, in_sp, k_eff, pb, pe):
+    """Raise where a convolution's kernel window is larger than an axis's padded input (an empty
+    input axis included): onnxruntime refuses these ("Invalid input shape") instead of an empty
+    output."""
+    for i in range(len(in_sp)):
+        if in_sp[i] + pb[i] + pe[i] < k_eff[i]:
+            raise ValueError(f"{op}: invalid input shape {tuple(in_sp)}: the kernel window of axis {i} "
+                             f"({k_eff[i]} wide with dilations) is larger than the padded input "
+                             f"({in_sp[i]} + pads {pb[i]}, {pe[i]})")
+
+
+def _check_pool_fits(op, shape, k_eff, strides, pb, pe):
+    """Raise where onnxruntime refuses a pooling geometry: an empty axis other than the batch,
+    or a window so far past the padded input that its output size formula goes negative
+    (``trunc((in + pads - window) / stride) + 1 < 0``); smaller misfits give an empty axis."""
+    if shape[0] != 0 and 0 in shape[1:]:
+        raise ValueError(f"{op}: invalid input shape {tuple(shape)}: only the batch dimension may be 0")
+    for i, n in enumerate(shape[2:]):
+        if n + pb[i] + pe[i] - k_eff[i] <= -2 * strides[i]:
+            raise ValueError(f"{op}: the output size of axis {i} is negative: input {n}, pads {pb[i]}, "
+                             f"{pe[i]}, window {k_eff[i]} (with dilations), stride {strides[i]}")
+
+
 def _spatial_axes(x):
     return tuple(range(2, x.ndim))
 

@@ -26,7 +26,7 @@ from ..fast.sgemm import sgemm_ready
 from ..limits import check_alloc
 from ..registry import kernel
 from ._nncommon import (
-    _F32, _FLOAT, _as, _attr, _cdtype, _conv_out, _conv_pads, _ints, _native_geometry_ok, _pad_const,
+    _F32, _FLOAT, _as, _attr, _cdtype, _check_window_fits, _conv_out, _conv_pads, _ints, _native_geometry_ok, _pad_const,
     _padding_extreme, _tap_range, _tap_slice, _window_gather,
 )
 
@@ -203,6 +203,7 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
     ks = w.shape[2:]
     k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
     pb, pe = _conv_pads(x.shape[2:], k_eff, strides, pads, auto_pad)
+    _check_window_fits("Conv", x.shape[2:], k_eff, pb, pe)
     check_alloc(ctx, "Conv", (x.shape[0], w.shape[0], *_conv_out(x.shape[2:], ks, strides, dilations, pb, pe)),
                 x.dtype.itemsize)
     if x.shape[1] != w.shape[1] * group:
@@ -225,6 +226,7 @@ def _check_output(ctx, x, w, strides, dilations, pads, auto_pad):
     st, dl = _ints(strides, nd, 1), _ints(dilations, nd, 1)
     k_eff = [(w.shape[2 + i] - 1) * dl[i] + 1 for i in range(nd)]
     pb, pe = _conv_pads(x.shape[2:], k_eff, st, pads, auto_pad)
+    _check_window_fits("Conv", x.shape[2:], k_eff, pb, pe)
     check_alloc(ctx, "Conv", (x.shape[0], w.shape[0], *_conv_out(x.shape[2:], w.shape[2:], st, dl, pb, pe)),
                 x.dtype.itemsize)
 
@@ -273,6 +275,9 @@ def conv_transpose(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shap
         p = [0] * (2 * nd) if auto_pad == "VALID" else _ints(pads, 2 * nd, 0)
         pb, pe = p[:nd], p[nd:]
         out = [full[i] - pb[i] - pe[i] for i in range(nd)]
+    if any(o <= 0 for o in out):  # onnxruntime refuses an empty output axis
+        raise ValueError(f"ConvTranspose: the output's spatial size {out} has an axis <= 0 (input {tuple(in_sp)}, "
+                         f"pads {pb}, {pe}, output_shape {list(output_shape or [])})")
     dt = x.dtype
     cd = _cdtype(dt)
     # output_shape, strides or pads set the output's size: capped before anything is allocated

@@ -15,7 +15,7 @@ from ..fast.policy import current
 from ..limits import check_alloc
 from ..registry import kernel
 from ._nncommon import (
-    _F32, _FLOAT, _as, _attr, _cdtype, _ints, _native_geometry_ok, _pad_const, _padding_extreme, _spatial_axes,
+    _F32, _FLOAT, _as, _attr, _cdtype, _check_pool_fits, _ints, _native_geometry_ok, _pad_const, _padding_extreme, _spatial_axes,
     _split_same, _tap_range, _tap_slice, _window_gather,
 )
 
@@ -60,7 +60,7 @@ def _pool_geometry(in_sp, ks, strides, pads, dilations, auto_pad, ceil_mode):
     return pb, pe, out
 
 
-def _windows(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode):
+def _windows(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, op="MaxPool"):
     """MaxPool's and LpPool's window attributes resolved against x: ``(nd, kernel, strides,
     dilations, begin pads, end pads, output sizes, effective kernel extents)``."""
     nd = x.ndim - 2
@@ -69,6 +69,7 @@ def _windows(x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode):
     dilations = _ints(dilations, nd, 1)
     pb, pe, out = _pool_geometry(x.shape[2:], ks, strides, pads, dilations, auto_pad, ceil_mode)
     k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    _check_pool_fits(op, x.shape, k_eff, strides, pb, pe)
     return nd, ks, strides, dilations, pb, pe, out, k_eff
 
 
@@ -237,6 +238,7 @@ def _avgpool_impl(ctx, x, auto_pad, ceil_mode, count_include_pad, dilations, ker
     in_sp = x.shape[2:]
     pb, pe, out = _pool_geometry(in_sp, ks, strides, pads, dilations, auto_pad, ceil_mode)
     k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
+    _check_pool_fits("AveragePool", x.shape, k_eff, strides, pb, pe)
     dt = x.dtype
     cd = _cdtype(dt)
     N, C = x.shape[:2]
@@ -294,7 +296,7 @@ def averagepool_19(ctx, x, *, auto_pad, ceil_mode, count_include_pad, dilations,
 
 def _lppool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides):
     nd, ks, strides, dilations, pb, pe, out, k_eff = _windows(x, kernel_shape, strides, dilations, pads,
-                                                               auto_pad, ceil_mode)
+                                                               auto_pad, ceil_mode, "LpPool")
     dt = x.dtype
     cd = _cdtype(dt)
     N, C = x.shape[:2]

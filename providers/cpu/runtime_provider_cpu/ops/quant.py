@@ -338,9 +338,10 @@ def dynamic_quantize_linear(ctx, x):
         return y, np.array(scale, dtype=_F32), np.array(zp, dtype=np.uint8)
     qmin, qmax = 0.0, 255.0
     x = x.astype(_F32, copy=False)
-    if x.size:
-        hi = np.float32(max(0.0, float(np.max(x))))
-        lo = np.float32(min(0.0, float(np.min(x))))
+    finite = x[~np.isnan(x)] if x.size else x  # NaNs are left out of the range, as onnxruntime does
+    if finite.size:
+        hi = np.float32(max(0.0, float(np.max(finite))))
+        lo = np.float32(min(0.0, float(np.min(finite))))
     else:
         hi = lo = np.float32(0)
     # the data range includes 0; an all-zero range gives scale 1 (as onnxruntime)
@@ -350,7 +351,7 @@ def dynamic_quantize_linear(ctx, x):
         y = np.rint(x / scale)
         y += zp
         np.clip(y, qmin, qmax, out=y)
-        y[np.isnan(y)] = zp
+        y[np.isnan(y)] = 0  # onnxruntime's saturation of NaN
     return y.astype(np.uint8), np.array(scale, dtype=_F32), np.array(zp, dtype=np.uint8)
 
 
@@ -549,7 +550,7 @@ def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_sc
 # -- integer convolutions ----------------------------------------------------------------------
 
 def _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op):
-    from ._nncommon import _conv_pads, _ints
+    from ._nncommon import _check_window_fits, _conv_pads, _ints
 
     nd = x.ndim - 2
     if nd < 1:
@@ -565,6 +566,7 @@ def _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op):
     ks = w.shape[2:]
     k_eff = [(ks[i] - 1) * dilations[i] + 1 for i in range(nd)]
     pb, pe = _conv_pads(x.shape[2:], k_eff, strides, pads, auto_pad)
+    _check_window_fits(op, x.shape[2:], k_eff, pb, pe)
     return strides, dilations, pb, pe
 
 
