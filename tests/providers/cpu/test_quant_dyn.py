@@ -176,7 +176,7 @@ def test_runtime_b_is_packed_each_run():
 
 
 def test_nan_and_constant_inputs():
-    """An all-zero A (scale 1) and a NaN in A (DynamicQuantizeLinear's range of 0) as the reference."""
+    """An all-zero A (scale 1) and a NaN in A (left out of the range and quantized to 0, as onnxruntime does) as the reference."""
     b = _bytes(np.int8, (16, 8))
     m = _model([helper.make_node("DynamicQuantizeMatMul", ["A", "B", "b_scale"], ["y"], domain=MS)],
                [helper.make_tensor_value_info("A", TensorProto.FLOAT, (3, 16))],

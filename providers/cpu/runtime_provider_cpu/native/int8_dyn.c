@@ -32,7 +32,6 @@ typedef struct {
     const uint8_t *a8;      /* byte A (kinds 1, 2) */
     int32_t *ap, *rs;       /* packed rows [Mb][Kq][8] and their sums [Mb * 8] */
     float *lo, *hi;         /* the range pass: a part's minimum and maximum */
-    int *nan;               /* and whether it saw a NaN */
     Py_ssize_t M, K, Kq, Mb;
     float scale, zpf;
     uint8_t flip; /* 0x80 for an int8 A: its bytes as unsigned */
@@ -88,24 +87,22 @@ dq_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t
     }
 }
 
-__attribute__((target("avx512f"))) static void dq_range_avx512(const float *x, Py_ssize_t n, float *lo, float *hi,
-                                                               int *nan)
+/* NaNs are left out of the range, as onnxruntime does: vminps / vmaxps return their second
+ * operand when either is NaN, so the running range goes second */
+__attribute__((target("avx512f"))) static void dq_range_avx512(const float *x, Py_ssize_t n, float *lo, float *hi)
 {
     __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
-    __mmask16 bad = 0;
     for (Py_ssize_t i = 0; i < n; i += 16) {
         const __mmask16 m = i + 16 <= n ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
         const __m512 t = _mm512_maskz_loadu_ps(m, x + i); /* lanes past n: 0, in the range anyway */
-        bad |= _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q);
-        a = _mm512_min_ps(a, t);
-        b = _mm512_max_ps(b, t);
+        a = _mm512_min_ps(t, a);
+        b = _mm512_max_ps(t, b);
     }
     *lo = _mm512_reduce_min_ps(a);
     *hi = _mm512_reduce_max_ps(b);
-    *nan = bad != 0;
 }
 
-/* dq_bytes's steps 16 lanes at a time (vdivps, round to nearest even, NaN -> zp, clamp) */
+/* dq_bytes's steps 16 lanes at a time (vdivps, round to nearest even, NaN -> 0, clamp) */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static uint32_t dq_bytes_avx512(const float *x, uint8_t *y, Py_ssize_t n,
                                                                             float scale, float zpf)
 {
@@ -116,7 +113,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static uint32_t dq_bytes_av
         const __mmask16 m = i + 16 <= n ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
         __m512 t = _mm512_div_ps(_mm512_maskz_loadu_ps(m, x + i), s);
         t = _mm512_add_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
-        t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), z);
+        t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), lo);
         t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
         const __m512i q = _mm512_maskz_cvtps_epi32(m, t);
         acc = _mm512_add_epi32(acc, q);
@@ -126,7 +123,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static uint32_t dq_bytes_av
 }
 #endif
 
-/* a part's share of x's items: their range with 0 in it, and whether a NaN is among them */
+/* a part's share of x's items: their range with 0 in it, NaNs left out (a comparison with NaN is false) */
 RC_CLONES static void dq_range_part(void *arg, int part, int parts)
 {
     dq_pack_job *j = (dq_pack_job *)arg;
@@ -134,39 +131,33 @@ RC_CLONES static void dq_range_part(void *arg, int part, int parts)
     const float *restrict x = j->x;
 #if DQ_X86
     if (dq_avx512) {
-        dq_range_avx512(x + i0, i1 - i0, &j->lo[part], &j->hi[part], &j->nan[part]);
+        dq_range_avx512(x + i0, i1 - i0, &j->lo[part], &j->hi[part]);
         return;
     }
 #endif
     float lo[16] = {0}, hi[16] = {0};
-    int bad[16] = {0};
     Py_ssize_t i = i0;
     for (; i + 16 <= i1; i += 16)
         for (int l = 0; l < 16; l++) {
             const float t = x[i + l];
             lo[l] = t < lo[l] ? t : lo[l];
             hi[l] = t > hi[l] ? t : hi[l];
-            bad[l] |= t != t;
         }
     for (int l = 0; i + l < i1; l++) {
         const float t = x[i + l];
         lo[l] = t < lo[l] ? t : lo[l];
         hi[l] = t > hi[l] ? t : hi[l];
-        bad[l] |= t != t;
     }
     float a = 0.0f, b = 0.0f;
-    int nan = 0;
     for (int l = 0; l < 16; l++) {
         a = lo[l] < a ? lo[l] : a;
         b = hi[l] > b ? hi[l] : b;
-        nan |= bad[l];
     }
     j->lo[part] = a;
     j->hi[part] = b;
-    j->nan[part] = nan;
 }
 
-/* n floats as DynamicQuantizeLinear's bytes: saturate(rint(x / scale) + zp), NaN -> zp; their sum */
+/* n floats as DynamicQuantizeLinear's bytes: saturate(rint(x / scale) + zp), NaN -> 0 (as onnxruntime); their sum */
 RC_CLONES static uint32_t dq_bytes(const float *restrict x, uint8_t *restrict y, Py_ssize_t n, float scale,
                                    float zpf)
 {
@@ -176,7 +167,7 @@ RC_CLONES static uint32_t dq_bytes(const float *restrict x, uint8_t *restrict y,
 #endif
     for (Py_ssize_t i = 0; i < n; i++) {
         float t = rintf(x[i] / scale) + zpf;
-        t = t != t ? zpf : t;
+        t = t != t ? 0.0f : t;
         t = t < 0.0f ? 0.0f : (t > 255.0f ? 255.0f : t);
         y[i] = (uint8_t)(int32_t)t;
     }
@@ -344,23 +335,18 @@ PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
     float zpf = (float)za;
     Py_BEGIN_ALLOW_THREADS
     dq_pack_job pj = {kind == 0 ? (const float *)v[0].buf : NULL, kind ? (const uint8_t *)v[0].buf : NULL, ap,
-                      ap + Mb * Kq * DQ_MR, NULL, NULL, NULL, M, K, Kq, Mb, 1.0f, 0.0f, kind == 2 ? 0x80 : 0};
+                      ap + Mb * Kq * DQ_MR, NULL, NULL, M, K, Kq, Mb, 1.0f, 0.0f, kind == 2 ? 0x80 : 0};
     if (kind == 0) {
         float lo[RC_POOL_MAX * 4], hi[RC_POOL_MAX * 4];
-        int nan[RC_POOL_MAX * 4];
-        pj.lo = lo, pj.hi = hi, pj.nan = nan;
+        pj.lo = lo, pj.hi = hi;
         int rth = threads;
         const int rparts = rc_parts((double)M * (double)K, 2.5e5, RC_POOL_MAX * 4, &rth);
         rc_parallel(dq_range_part, &pj, rparts, rth);
         float a = 0.0f, b = 0.0f;
-        int bad = 0;
         for (int p = 0; p < rparts; p++) {
             a = lo[p] < a ? lo[p] : a;
             b = hi[p] > b ? hi[p] : b;
-            bad |= nan[p];
         }
-        if (bad) /* the reference's range of a NaN tensor: numpy's max / min are NaN, the range 0 */
-            a = b = 0.0f;
         ascale = b == a ? 1.0f : (b - a) / 255.0f;
         zpf = rintf(clipf(0.0f - a / ascale, 0.0f, 255.0f));
         pj.scale = ascale, pj.zpf = zpf;

@@ -338,10 +338,9 @@ def dynamic_quantize_linear(ctx, x):
         return y, np.array(scale, dtype=_F32), np.array(zp, dtype=np.uint8)
     qmin, qmax = 0.0, 255.0
     x = x.astype(_F32, copy=False)
-    finite = x[~np.isnan(x)] if x.size else x  # NaNs are left out of the range, as onnxruntime does
-    if finite.size:
-        hi = np.float32(max(0.0, float(np.max(finite))))
-        lo = np.float32(min(0.0, float(np.min(finite))))
+    if x.size:  # NaNs are left out of the range, as onnxruntime does (fmax / fmin skip them; no copy)
+        hi = np.float32(max(0.0, float(np.fmax.reduce(x, axis=None))))
+        lo = np.float32(min(0.0, float(np.fmin.reduce(x, axis=None))))
     else:
         hi = lo = np.float32(0)
     # the data range includes 0; an all-zero range gives scale 1 (as onnxruntime)
