@@ -168,22 +168,31 @@ class QDQConvFusion(_QDQFusion):
                self._const_in(ed, conv.name + "_w_zp", np.zeros(sw.shape, ed.dtype(xw)) if zw is None else zw),
                self._const_in(ed, q.name + "_y_scale", sy), self._const_in(ed, q.name + "_y_zp", zy)]
         if len(conv.inputs) > 2 and conv.inputs[2]:
-            got = self._bias(ed, conv.inputs[2], wv.shape[0])
-            if got is None:
+            bq = self._int32_bias(ed, conv.inputs[2], wv.shape[0], sa, sw, dqs, conv.name + "_bias_int32")
+            if bq is None:
                 return False
-            bias, dqb = got
-            if dqb is not None:
-                dqs.append(dqb)
-            # the bias in the accumulator's scale (input scale x weight scale, per channel)
-            bscale = (sa.astype(np.float64) * sw.astype(np.float64)).reshape(-1)
-            with np.errstate(all="ignore"):
-                bq = np.rint(bias.astype(np.float64) / bscale)
-            if not np.all(np.isfinite(bq)) or np.any(np.abs(bq) >= 2 ** 31):
-                return False
-            ins.append(self._const_in(ed, conv.name + "_bias_int32", bq.astype(np.int32)))
+            ins.append(bq)
         node = ed.g.make_node("QLinearConv", ins, [q.outputs[0]], name=ed.fresh(conv.name + "_qlinear"),
                               proto_attrs=conv.proto_attrs)
         return self._emit(ed, conv, q, dqs, node)
+
+    @classmethod
+    def _int32_bias(cls, ed: Editor, name: str, m: int, sa, sw, dqs: list, base: str) -> str | None:
+        """The constant int32 input of a float or dequantized bias ``name`` [m] in the
+        accumulator's scale (input scale x weight scale, per channel); its DequantizeLinear joins
+        ``dqs``. None where it is neither, or does not fit int32."""
+        got = cls._bias(ed, name, m)
+        if got is None:
+            return None
+        bias, dqb = got
+        bscale = (sa.astype(np.float64) * sw.astype(np.float64)).reshape(-1)
+        with np.errstate(all="ignore"):
+            bq = np.rint(bias.astype(np.float64) / bscale)
+        if not np.all(np.isfinite(bq)) or np.any(np.abs(bq) >= 2 ** 31):
+            return None
+        if dqb is not None:
+            dqs.append(dqb)
+        return cls._const_in(ed, base, bq.astype(np.int32))
 
     @staticmethod
     def _bias(ed: Editor, name: str, m: int):
@@ -254,19 +263,13 @@ class QDQGemmFusion(_QDQFusion):
                xw, self._const_in(ed, gemm.name + "_b_scale", sw),
                self._const_in(ed, gemm.name + "_b_zp", np.zeros(sw.shape, ed.dtype(xw)) if zw is None else zw)]
         if len(gemm.inputs) > 2 and gemm.inputs[2]:
-            got = QDQConvFusion._bias(ed, gemm.inputs[2], n)
             shape = ed.shape(gemm.inputs[2])
-            if got is None or shape is None or len(shape) != 1:
+            if shape is None or len(shape) != 1:
                 return False
-            bias, dqb = got
-            if dqb is not None:
-                dqs.append(dqb)
-            bscale = (sa.astype(np.float64) * sw.astype(np.float64)).reshape(-1)
-            with np.errstate(all="ignore"):
-                bq = np.rint(bias.astype(np.float64) / bscale)
-            if not np.all(np.isfinite(bq)) or np.any(np.abs(bq) >= 2 ** 31):
+            bq = QDQConvFusion._int32_bias(ed, gemm.inputs[2], n, sa, sw, dqs, gemm.name + "_c_int32")
+            if bq is None:
                 return False
-            ins.append(self._const_in(ed, gemm.name + "_c_int32", bq.astype(np.int32)))
+            ins.append(bq)
         else:
             ins.append("")
         ins += [self._const_in(ed, q.name + "_y_scale", sy), self._const_in(ed, q.name + "_y_zp", zy)]

@@ -747,43 +747,6 @@ static void qi_part(void *arg, int part, int parts)
     }
 }
 
-/* qim2col(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads) */
-PyObject *rc_py_qim2col(PyObject *self, PyObject *args)
-{
-    PyObject *xo, *co;
-    int pad, threads;
-    qi_job j;
-    memset(&j, 0, sizeof j);
-    if (!PyArg_ParseTuple(args, "OO(nnnn)(nn)(nn)(nn)(nn)(nn)ii:qim2col", &xo, &co, &j.N, &j.C, &j.H, &j.W, &j.KH,
-                          &j.KW, &j.OH, &j.OW, &j.sh, &j.sw, &j.dh, &j.dw, &j.pt, &j.pl, &pad, &threads))
-        return NULL;
-    if (j.N < 1 || j.C < 1 || j.H < 1 || j.W < 1 || j.KH < 1 || j.KW < 1 || j.OH < 1 || j.OW < 1 || j.sh < 1
-        || j.sw < 1 || j.dh < 1 || j.dw < 1 || j.pt < 0 || j.pl < 0 || pad < -128 || pad > 255) {
-        PyErr_SetString(PyExc_ValueError, "qim2col: sizes, strides and dilations must be positive, pads not "
-                                          "negative and the pad a byte");
-        return NULL;
-    }
-    rc_sz sz = {NULL};
-    const Py_ssize_t xn = sz_mul4(&sz, "X's size", j.N, j.C, j.H, j.W);
-    const Py_ssize_t cn = sz_mul(&sz, "the rows' size", sz_mul3(&sz, "the rows' size", j.N, j.OH, j.OW),
-                                 sz_mul3(&sz, "the rows' size", j.KH, j.KW, j.C));
-    if (sz_check(&sz, "qim2col", PyExc_ValueError) < 0)
-        return NULL;
-    Py_buffer v[2];
-    const rc_buf spec[2] = {{xo, xn, 1, 0, 0, "x"}, {co, cn, 1, 1, 0, "cols"}};
-    if (get_buffers("qim2col", spec, v, 2) < 0)
-        return NULL;
-    j.x = (const uint8_t *)v[0].buf;
-    j.cols = (uint8_t *)v[1].buf;
-    j.pad = (uint8_t)pad;
-    Py_BEGIN_ALLOW_THREADS
-    const int parts = rc_parts((double)cn, 2.5e5, j.N * j.OH, &threads);
-    rc_parallel(qi_part, &j, parts, threads);
-    Py_END_ALLOW_THREADS
-    release_buffers(v, 2);
-    Py_RETURN_NONE;
-}
-
 /* im2col of NCHW bytes as K x P rows for qconv_nchw: row (c, kh, kw) of an image holds that tap
  * of every output pixel, taps outside the image the pad byte (x's zero point) */
 static void qk_part(void *arg, int part, int parts)
@@ -811,41 +774,54 @@ static void qk_part(void *arg, int part, int parts)
     }
 }
 
-/* qim2col_rows(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads) */
-PyObject *rc_py_qim2col_rows(PyObject *self, PyObject *args)
+/* qim2col and qim2col_rows: (x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw),
+ * (pt, pl), pad, threads); pixel rows (qi_part) or K x P tap rows (qk_part, see there) */
+static PyObject *qim2col_call(PyObject *args, const char *name, int taps)
 {
     PyObject *xo, *co;
     int pad, threads;
     qi_job j;
     memset(&j, 0, sizeof j);
-    if (!PyArg_ParseTuple(args, "OO(nnnn)(nn)(nn)(nn)(nn)(nn)ii:qim2col_rows", &xo, &co, &j.N, &j.C, &j.H, &j.W,
-                          &j.KH, &j.KW, &j.OH, &j.OW, &j.sh, &j.sw, &j.dh, &j.dw, &j.pt, &j.pl, &pad, &threads))
+    if (!PyArg_ParseTuple(args, "OO(nnnn)(nn)(nn)(nn)(nn)(nn)ii", &xo, &co, &j.N, &j.C, &j.H, &j.W, &j.KH, &j.KW,
+                          &j.OH, &j.OW, &j.sh, &j.sw, &j.dh, &j.dw, &j.pt, &j.pl, &pad, &threads))
         return NULL;
     if (j.N < 1 || j.C < 1 || j.H < 1 || j.W < 1 || j.KH < 1 || j.KW < 1 || j.OH < 1 || j.OW < 1 || j.sh < 1
         || j.sw < 1 || j.dh < 1 || j.dw < 1 || j.pt < 0 || j.pl < 0 || pad < -128 || pad > 255) {
-        PyErr_SetString(PyExc_ValueError, "qim2col_rows: sizes, strides and dilations must be positive, pads not "
-                                          "negative and the pad a byte");
+        PyErr_Format(PyExc_ValueError, "%s: sizes, strides and dilations must be positive, pads not negative and "
+                                       "the pad a byte", name);
         return NULL;
     }
     rc_sz sz = {NULL};
     const Py_ssize_t xn = sz_mul4(&sz, "X's size", j.N, j.C, j.H, j.W);
     const Py_ssize_t cn = sz_mul(&sz, "the rows' size", sz_mul3(&sz, "the rows' size", j.N, j.OH, j.OW),
                                  sz_mul3(&sz, "the rows' size", j.KH, j.KW, j.C));
-    if (sz_check(&sz, "qim2col_rows", PyExc_ValueError) < 0)
+    if (sz_check(&sz, name, PyExc_ValueError) < 0)
         return NULL;
     Py_buffer v[2];
     const rc_buf spec[2] = {{xo, xn, 1, 0, 0, "x"}, {co, cn, 1, 1, 0, "cols"}};
-    if (get_buffers("qim2col_rows", spec, v, 2) < 0)
+    if (get_buffers(name, spec, v, 2) < 0)
         return NULL;
     j.x = (const uint8_t *)v[0].buf;
     j.cols = (uint8_t *)v[1].buf;
     j.pad = (uint8_t)pad;
     Py_BEGIN_ALLOW_THREADS
-    const int parts = rc_parts((double)cn, 2.5e5, j.N * j.C * j.KH * j.KW, &threads);
-    rc_parallel(qk_part, &j, parts, threads);
+    const int parts = rc_parts((double)cn, 2.5e5, taps ? j.N * j.C * j.KH * j.KW : j.N * j.OH, &threads);
+    rc_parallel(taps ? qk_part : qi_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
     release_buffers(v, 2);
     Py_RETURN_NONE;
+}
+
+PyObject *rc_py_qim2col(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return qim2col_call(args, "qim2col", 0);
+}
+
+PyObject *rc_py_qim2col_rows(PyObject *self, PyObject *args)
+{
+    (void)self;
+    return qim2col_call(args, "qim2col_rows", 1);
 }
 
 /* y = saturate(rint(ta[a] + tb[b] + zc)): QLinearAdd of same-shaped bytes through the per-code
@@ -984,7 +960,7 @@ PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args)
 
 /* the range of n floats with 0 in it, 16 lanes at a time (vectorized in the clones); NaNs are
  * left out of it (a comparison with NaN is false), as onnxruntime does */
-RC_CLONES static void dq_range(const float *restrict x, Py_ssize_t n, float *lo_out, float *hi_out)
+RC_CLONES void rc_dq_range(const float *restrict x, Py_ssize_t n, float *lo_out, float *hi_out)
 {
     float lo[16] = {0}, hi[16] = {0};
     Py_ssize_t i = 0;
@@ -1010,7 +986,7 @@ RC_CLONES static void dq_range(const float *restrict x, Py_ssize_t n, float *lo_
 
 /* y = saturate(rint(x / scale) + zp) as uint8, NaN -> 0 (onnxruntime's saturation of it; the
  * numpy path's float32 steps) */
-RC_CLONES static void dq_apply(const float *restrict x, uint8_t *restrict y, Py_ssize_t n, float scale, float zpf)
+RC_CLONES void rc_dq_apply(const float *restrict x, uint8_t *restrict y, Py_ssize_t n, float scale, float zpf)
 {
     for (Py_ssize_t i = 0; i < n; i++) {
         float t = rintf(x[i] / scale) + zpf;
@@ -1040,10 +1016,10 @@ PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args)
     uint8_t *y = (uint8_t *)v[1].buf;
     float scale, zpf, lo, hi;
     Py_BEGIN_ALLOW_THREADS
-    dq_range(x, n, &lo, &hi);
+    rc_dq_range(x, n, &lo, &hi);
     scale = hi == lo ? 1.0f : (hi - lo) / 255.0f;
     zpf = rintf(clipf(0.0f - lo / scale, 0.0f, 255.0f));
-    dq_apply(x, y, n, scale, zpf);
+    rc_dq_apply(x, y, n, scale, zpf);
     Py_END_ALLOW_THREADS
     release_buffers(v, 2);
     return Py_BuildValue("(fi)", scale, (int)zpf);

@@ -124,7 +124,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static uint32_t dq_bytes_av
 #endif
 
 /* a part's share of x's items: their range with 0 in it, NaNs left out (a comparison with NaN is false) */
-RC_CLONES static void dq_range_part(void *arg, int part, int parts)
+static void dq_range_part(void *arg, int part, int parts)
 {
     dq_pack_job *j = (dq_pack_job *)arg;
     const Py_ssize_t n = j->M * j->K, i0 = n * part / parts, i1 = n * (part + 1) / parts;
@@ -135,26 +135,7 @@ RC_CLONES static void dq_range_part(void *arg, int part, int parts)
         return;
     }
 #endif
-    float lo[16] = {0}, hi[16] = {0};
-    Py_ssize_t i = i0;
-    for (; i + 16 <= i1; i += 16)
-        for (int l = 0; l < 16; l++) {
-            const float t = x[i + l];
-            lo[l] = t < lo[l] ? t : lo[l];
-            hi[l] = t > hi[l] ? t : hi[l];
-        }
-    for (int l = 0; i + l < i1; l++) {
-        const float t = x[i + l];
-        lo[l] = t < lo[l] ? t : lo[l];
-        hi[l] = t > hi[l] ? t : hi[l];
-    }
-    float a = 0.0f, b = 0.0f;
-    for (int l = 0; l < 16; l++) {
-        a = lo[l] < a ? lo[l] : a;
-        b = hi[l] > b ? hi[l] : b;
-    }
-    j->lo[part] = a;
-    j->hi[part] = b;
+    rc_dq_range(x + i0, i1 - i0, &j->lo[part], &j->hi[part]);
 }
 
 /* n floats as DynamicQuantizeLinear's bytes: saturate(rint(x / scale) + zp), NaN -> 0 (as onnxruntime); their sum */
@@ -165,13 +146,8 @@ RC_CLONES static uint32_t dq_bytes(const float *restrict x, uint8_t *restrict y,
     if (dq_avx512)
         return dq_bytes_avx512(x, y, n, scale, zpf);
 #endif
-    for (Py_ssize_t i = 0; i < n; i++) {
-        float t = rintf(x[i] / scale) + zpf;
-        t = t != t ? 0.0f : t;
-        t = t < 0.0f ? 0.0f : (t > 255.0f ? 255.0f : t);
-        y[i] = (uint8_t)(int32_t)t;
-    }
-    uint32_t s = 0; /* apart: the loop above stays vectorized */
+    rc_dq_apply(x, y, n, scale, zpf);
+    uint32_t s = 0;
     for (Py_ssize_t i = 0; i < n; i++)
         s += y[i];
     return s;

@@ -382,6 +382,10 @@ PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args);
 #define RC_QG_MR 8
 #define RC_QG_NR 32
 void rc_qg_tile(const int32_t *ap, const int8_t *b0, const int8_t *b1, Py_ssize_t Kq, int32_t *c);
+/* DynamicQuantizeLinear's portable steps (int8.c), shared with int8_dyn.c: the range of n floats
+ * with 0 in it, NaNs left out; y = saturate(rint(x / scale) + zp) as uint8, NaN -> 0 */
+void rc_dq_range(const float *x, Py_ssize_t n, float *lo_out, float *hi_out);
+void rc_dq_apply(const float *x, uint8_t *y, Py_ssize_t n, float scale, float zpf);
 /* int8_dyn.c: DynamicQuantizeMatMul / MatMulIntegerToFloat, the dequantization in the epilogue */
 PyObject *rc_py_dqmm(PyObject *self, PyObject *args);
 PyObject *rc_py_dqmm_path(PyObject *self, PyObject *args);

@@ -21,19 +21,12 @@ import numpy as np
 from ..fast.policy import NATIVE as _native
 from ..registry import kernel
 from ._nncommon import _is_const
+from .quant_contrib import _scalar
 from .quant import _centered, _col_param, _int_matmul, _matmul_shapes_ok, _to_int32, dynamic_quantize_linear
 
 MS = "com.microsoft"
 _F32 = np.dtype(np.float32)
 _I8, _U8 = np.dtype(np.int8), np.dtype(np.uint8)
-
-
-def _scalar(v, name, op):
-    if v is None:
-        return None
-    if v.size != 1:
-        raise ValueError(f"{op}: {name} must be a scalar (per tensor), got shape {v.shape}")
-    return v.reshape(())
 
 
 def _check_b(b, b_scale, b_zero_point, bias, op):
