@@ -585,12 +585,14 @@ def compare_outputs(ours: list, ref: list) -> str | None:
 
 
 def run_case(case: Case, providers=("CPUExecutionProvider",), max_tensor_bytes: int = 0,
-             compare: bool = False) -> tuple[str, str]:
+             compare: bool = False, on_oracle=None) -> tuple[str, str]:
     """``("ok", what)`` for a result or a typed error, ``("untyped", type: message)`` otherwise;
     ``max_tensor_bytes`` (0: the default) is the session's tensor-size cap. ``compare``: the
     result is checked against onnxruntime's where onnxruntime runs the case (``("mismatch",
     why)``); ``what`` then says ``result``, ``result+oracle``, ``refused+oracle`` (a typed error
-    where onnxruntime computes) or ``result-oracle`` (onnxruntime refuses what we compute)."""
+    where onnxruntime computes) or ``result-oracle`` (onnxruntime refuses what we compute).
+    ``on_oracle()`` is called once our side is done, before onnxruntime runs the case: a crash or
+    hang after it is onnxruntime's, not ours."""
     import runtime_core as rt
     from runtime_core.errors import RuntimeCoreError
 
@@ -605,12 +607,16 @@ def run_case(case: Case, providers=("CPUExecutionProvider",), max_tensor_bytes: 
             return "ok", "result"
         if case.what.endswith(NOT_COMPARED):  # undefined values, or onnxruntime's are wrong
             return "ok", "result"
+        if on_oracle:
+            on_oracle()
         ref = _oracle(case)
         if ref is None:
             return "ok", "result-oracle"
         why = compare_outputs(ours, ref)
         return ("mismatch", why) if why else ("ok", "result+oracle")
     except RuntimeCoreError as exc:
+        if compare and not case.what.endswith(NOT_COMPARED) and on_oracle:
+            on_oracle()
         if compare and not case.what.endswith(NOT_COMPARED) and _oracle(case) is not None:
             return "ok", f"refused+oracle {type(exc).__name__}: {str(exc)[:200]}"
         return "ok", type(exc).__name__
@@ -622,7 +628,8 @@ def run_case(case: Case, providers=("CPUExecutionProvider",), max_tensor_bytes: 
 
 def _worker(seed: int, start: int, count: int, mem_bytes: int, providers=("CPUExecutionProvider",),
             max_tensor_bytes: int = 0, targets: tuple = (), compare: bool = False) -> None:
-    """Run cases ``start .. start+count-1``; report each on stdout ("S i" before, "R i status detail" after)."""
+    """Run cases ``start .. start+count-1``; report each on stdout ("S i" before, "O i" once our
+    side is done and onnxruntime runs it (``compare``), "R i status detail" after)."""
     import resource
     import warnings
 
@@ -649,7 +656,11 @@ def _worker(seed: int, start: int, count: int, mem_bytes: int, providers=("CPUEx
             out.write(f"R {i} skip generator {type(exc).__name__}: {exc}\n".replace("\n", " ") + "\n")
             out.flush()
             continue
-        status, detail = run_case(case, providers, max_tensor_bytes, compare)
+        def oracle_starts(i=i):
+            out.write(f"O {i}\n")
+            out.flush()
+
+        status, detail = run_case(case, providers, max_tensor_bytes, compare, oracle_starts)
         out.write(f"R {i} {status} {case.family}:{case.what} | {detail}".replace("\n", " ") + "\n")
         out.flush()
 
@@ -708,6 +719,9 @@ class Summary:
     by_target: dict = field(default_factory=dict)
     #: with ``compare``: how cases ended against onnxruntime (result+oracle, refused+oracle, ...)
     oracle: dict = field(default_factory=dict)
+    #: with ``compare``: cases whose child died or hung while onnxruntime ran them, after our
+    #: side had finished (onnxruntime's crash, not ours: counted apart, with a reproducer)
+    oracle_crashes: int = 0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -734,6 +748,7 @@ class _Child:
     def __init__(self, spawned, start: int, end: int, case_timeout: float):
         (self.proc, self.err), self.nxt, self.end = spawned, start, end
         self.started: int | None = None
+        self.in_oracle = False  # the started case's our side is done; onnxruntime runs it
         self.buf = b""
         self.deadline = time.monotonic() + case_timeout + 60  # the first case also pays the imports
 
@@ -811,7 +826,10 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
         parts = line.split(" ", 3)
         if parts[0] == "S":
             c.started = int(parts[1])
+            c.in_oracle = False
             c.deadline = time.monotonic() + case_timeout
+        elif parts[0] == "O":
+            c.in_oracle = True
         elif parts[0] == "R":
             i, status, detail = int(parts[1]), parts[2], parts[3] if len(parts) > 3 else ""
             c.started = None
@@ -844,7 +862,7 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
             el = now - t0
             log(f"{s.cases} cases in {el:.0f} s ({s.cases / max(el, 1e-9):.1f}/s, {jobs} jobs): "
                 f"{s.crashes} crashes, {s.hangs} hangs, {s.untyped} untyped"
-                + (f", {s.mismatches} mismatches" if compare else ""))
+                + (f", {s.mismatches} mismatches, {s.oracle_crashes} onnxruntime crashes" if compare else ""))
             save()
         wait = min(c.deadline for c in children) - now
         if progress:
@@ -858,7 +876,12 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
                     rc = c.proc.wait()
                     err = c.last_error()
                     c.kill()
-                    if c.started is not None:
+                    if c.started is not None and c.in_oracle:
+                        s.oracle_crashes += 1
+                        s.cases += 1
+                        record("oracle-crash", c.started, f"onnxruntime's run of it: child exited with {rc}")
+                        finish(c, c.started + 1)
+                    elif c.started is not None:
                         s.crashes += 1
                         s.cases += 1
                         record("crash", c.started, f"child exited with {rc}" + (f": {err}" if err else ""))
@@ -878,7 +901,12 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
                     continue
             if now >= c.deadline and c in children:  # hang (or a start-up that never finished)
                 c.kill()
-                if c.started is not None:
+                if c.started is not None and c.in_oracle:
+                    s.oracle_crashes += 1
+                    s.cases += 1
+                    record("oracle-crash", c.started, f"onnxruntime's run of it: no answer within {case_timeout:.0f} s")
+                    finish(c, c.started + 1)
+                elif c.started is not None:
                     s.hangs += 1
                     s.cases += 1
                     record("hang", c.started, f"no answer within {case_timeout:.0f} s")
@@ -926,7 +954,7 @@ def main(argv=None) -> int:
              mem_bytes=a.memory_mb << 20, providers=providers, jobs=max(1, a.jobs),
              max_tensor_bytes=a.max_tensor_mb << 20, progress=a.progress, targets=targets, compare=a.compare)
     print(f"seed {s.seed}: {s.cases} cases in {s.seconds} s: {s.crashes} crashes, {s.hangs} hangs, "
-          f"{s.untyped} untyped errors" + (f", {s.mismatches} mismatches {s.oracle}" if a.compare else "")
+          f"{s.untyped} untyped errors" + (f", {s.mismatches} mismatches, {s.oracle_crashes} onnxruntime crashes or hangs {s.oracle}" if a.compare else "")
           + f" ({s.skipped} generator skips); findings in {a.out}")
     return 1 if s.crashes or s.hangs or s.untyped or s.mismatches else 0
 
