@@ -221,8 +221,9 @@ static PyMethodDef methods[] = {
      "independent FMA chains in the widest vectors it has (lanes floats); flop/s of all together,\n"
      "each thread timed by its own CPU time (other processes on the cores do not lower it)."},
     {"softmax", rc_py_softmax, METH_VARARGS,
-     "softmax(z, (rows, t))\n"
-     "The softmax of every row of t floats of the C-contiguous float32 buffer z, in place."},
+     "softmax(z, (rows, t), inf_nan=0, threads=1)\n"
+     "The softmax of every row of t floats of the C-contiguous float32 buffer z, in place, on up to\n"
+     "threads threads; inf_nan: a row holding +inf becomes NaN (the Softmax op's arithmetic)."},
     {"pool_stats", rc_py_pool_stats, METH_NOARGS,
      "pool_stats() -> (workers, last_threads, runs, skipped, started)\n"
      "The kernel thread pool's started workers, how many threads ran the last pooled job, the\n"

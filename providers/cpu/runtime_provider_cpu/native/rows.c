@@ -465,7 +465,7 @@ PyObject *rc_py_layer_norm_cf(PyObject *self, PyObject *args)
  * from 8 running sums, one multiply by its reciprocal (numpy took ~7 passes and a BLAS call
  * for the sums). */
 RC_CLONES
-void softmax_rows(float *z, Py_ssize_t rows, Py_ssize_t t)
+static void softmax_rows_ex(float *z, Py_ssize_t rows, Py_ssize_t t, int inf_nan)
 {
     float tail[8];
     for (Py_ssize_t r = 0; r < rows; r++) {
@@ -483,6 +483,12 @@ void softmax_rows(float *z, Py_ssize_t rows, Py_ssize_t t)
             m = mx[j] > m ? mx[j] : m;
         for (; i0 < t; i0++)
             m = zr[i0] > m ? zr[i0] : m;
+        if (inf_nan && m == INFINITY) {
+            /* the Softmax op's numpy arithmetic (and onnxruntime): inf - inf makes the row NaN */
+            for (Py_ssize_t k = 0; k < t; k++)
+                zr[k] = NAN;
+            continue;
+        }
         if (!(m > -INFINITY && m < INFINITY))
             m = 0.0f;
         const v8f mv = v8_set1(m), lo = v8_set1(-87.3f), zero = v8_set1(0.0f);
@@ -514,11 +520,30 @@ void softmax_rows(float *z, Py_ssize_t rows, Py_ssize_t t)
     }
 }
 
+void softmax_rows(float *z, Py_ssize_t rows, Py_ssize_t t)
+{
+    softmax_rows_ex(z, rows, t, 0);
+}
+
+typedef struct {
+    float *z;
+    Py_ssize_t rows, t;
+    int inf_nan;
+} softmax_job;
+
+static void softmax_part(void *arg, int part, int parts)
+{
+    const softmax_job *j = (const softmax_job *)arg;
+    const Py_ssize_t r0 = j->rows * part / parts, r1 = j->rows * (part + 1) / parts;
+    softmax_rows_ex(j->z + r0 * j->t, r1 - r0, j->t, j->inf_nan);
+}
+
 PyObject *rc_py_softmax(PyObject *self, PyObject *args)
 {
     PyObject *zo;
     Py_ssize_t rows, t;
-    if (!PyArg_ParseTuple(args, "O(nn):softmax", &zo, &rows, &t))
+    int inf_nan = 0, threads = 1;
+    if (!PyArg_ParseTuple(args, "O(nn)|ii:softmax", &zo, &rows, &t, &inf_nan, &threads))
         return NULL;
     if (rows < 0 || t < 1) {
         PyErr_SetString(PyExc_ValueError, "softmax: negative size or empty rows");
@@ -533,8 +558,12 @@ PyObject *rc_py_softmax(PyObject *self, PyObject *args)
     const rc_buf spec[1] = {{zo, n, RC_F32, 1, 0, "Z"}};
     if (get_buffers("softmax", spec, v, 1) < 0)
         return NULL;
+    softmax_job j = {(float *)v[0].buf, rows, t, inf_nan};
+    int th = threads < 1 ? 1 : threads;
+    const int parts = rows ? rc_parts(8.0 * (double)n, 2.5e5, rows, &th) : 0;
     Py_BEGIN_ALLOW_THREADS
-    softmax_rows((float *)v[0].buf, rows, t);
+    if (parts)
+        rc_parallel(softmax_part, &j, parts, th);
     Py_END_ALLOW_THREADS
     release_buffers(v, 1);
     Py_RETURN_NONE;
