@@ -52,6 +52,7 @@ EXTRA_ONLY = {
 NOT_IMPORTED = {
     ("runtime-provider-opencl", "pocl-binary-distribution"): "an OpenCL driver (ICD) that pyopencl loads",
     ("runtime-core", "httptools"): "uvicorn's fast HTTP parser, which uvicorn loads when it is installed",
+    ("runtime-core", "jinja2"): "the ray extra's: Ray 2.58's Serve imports it without declaring it",
 }
 #: modules loaded only by a program that brings the import itself: (package prefix, module) -> why
 PROVIDED = {

@@ -15,7 +15,7 @@ from runtime_core.plugin import NodeView
 def _model(with_if: bool = False) -> bytes:
     f = TensorProto.FLOAT
     nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
-             helper.make_node("Relu", ["h"], ["y"], name="relu")]
+             helper.make_node("Sigmoid", ["h"], ["y"], name="relu")]  # not Relu: MatMul + Relu fuses at ALL
     if with_if:
         then_g = helper.make_graph([helper.make_node("Neg", ["y"], ["t"], name="neg")], "then", [],
                                    [helper.make_tensor_value_info("t", f, ["N", 3])])

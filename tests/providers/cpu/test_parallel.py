@@ -44,13 +44,14 @@ def _model(nodes, inputs, outputs, initializers=(), opset=17):
 
 
 def _branches(k=4, n=32, d=48, seed=0):
-    """``k`` independent MatMul+Relu chains on ``x``, joined by Sum and Concat."""
+    """``k`` independent MatMul+Sigmoid chains on ``x``, joined by Sum and Concat (not Relu: MatMul +
+    Relu fuses into one node at level ALL). The Sigmoid nodes are named ``relu{b}``."""
     rng = np.random.default_rng(seed)
     ws = [(rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32) for _ in range(k)]
     nodes = []
     for b in range(k):
         nodes += [helper.make_node("MatMul", ["x", f"w{b}"], [f"m{b}"], name=f"mm{b}"),
-                  helper.make_node("Relu", [f"m{b}"], [f"r{b}"], name=f"relu{b}")]
+                  helper.make_node("Sigmoid", [f"m{b}"], [f"r{b}"], name=f"relu{b}")]
     nodes += [helper.make_node("Sum", [f"r{b}" for b in range(k)], ["y"], name="sum"),
               helper.make_node("Concat", [f"r{b}" for b in range(k)], ["cat"], axis=1, name="concat")]
     m = _model(nodes, [_vi("x", F, [n, d])], [_vi("y", F, [n, d]), _vi("cat", F, [n, k * d])],
@@ -59,7 +60,7 @@ def _branches(k=4, n=32, d=48, seed=0):
 
 
 def _numpy_branches(x, ws):
-    rs = [np.maximum(x @ w, 0) for w in ws]
+    rs = [1 / (1 + np.exp(-(x @ w))) for w in ws]
     return sum(rs[1:], rs[0]), np.concatenate(rs, axis=1)
 
 
@@ -388,7 +389,7 @@ def test_intermediates_are_freed_after_their_last_reader():
             return mm
         if name in ("sum", "concat"):
             def join(ctx, *args, **attrs):
-                # every Relu has finished: the MatMul results (read only by them) must be gone
+                # every Sigmoid has finished: the MatMul results (read only by them) must be gone
                 at_sum[name] = sorted(k for k, r in made.items() if r() is not None)
                 return fn(ctx, *args, **attrs)
             return join

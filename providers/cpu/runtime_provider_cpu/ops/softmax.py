@@ -38,7 +38,7 @@ def _softmax_native(ctx, x, axis, own):
         return None
     y = x if own else x.copy()
     t = x.shape[-1]
-    _native.softmax(y, (y.size // t, t), 1, max(1, int(ctx.threads)))
+    _native.softmax(y, (y.size // t, t), 1, max(1, int(getattr(ctx, "threads", 1) or 1)))
     return y
 
 
