@@ -263,12 +263,16 @@ def test_naming_the_choice_cache_does_not_load_openssl(tmp_path):
             "g = helper.make_graph([n], 'g', [helper.make_tensor_value_info('a', TensorProto.FLOAT, [16, 64])],\n"
             "                      [helper.make_tensor_value_info('y', TensorProto.FLOAT, [16, 48])], [w])\n"
             "m = helper.make_model(g, opset_imports=[helper.make_opsetid('', 17)]); m.ir_version = 8\n"
+            "before = 'hashlib' in sys.modules or '_hashlib' in sys.modules\n"
             "s = rt.InferenceSession(m.SerializeToString(), providers=['cpu'])\n"
             "y = s.run(None, {'a': np.ones((16, 64), np.float32)})[0]\n"
             "assert np.all(y == 64), y\n"
             "files = [f for f in os.listdir(os.environ['RUNTIME_CORE_AUTOTUNE_DIR']) if f.startswith('autotune-')]\n"
-            "print(len(files), 'hashlib' in sys.modules or '_hashlib' in sys.modules)\n")
+            "print(len(files), before, 'hashlib' in sys.modules or '_hashlib' in sys.modules)\n")
     env = dict(os.environ, RUNTIME_CORE_AUTOTUNE_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1] == "1 False"
+    files, before, after = out.stdout.strip().splitlines()[-1].split()
+    # where a dependency already loaded hashlib on import (older releases at the lowest bounds
+    # do), the session cannot be seen not to; otherwise it must leave it unloaded
+    assert files == "1" and (after == "False" or before == "True"), out.stdout
