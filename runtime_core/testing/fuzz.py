@@ -644,6 +644,10 @@ def _worker(seed: int, start: int, count: int, mem_bytes: int, providers=("CPUEx
         out.flush()
         if selftest.get(str(i)) == "crash":
             os.abort()
+        elif selftest.get(str(i)) == "oracle-crash":  # dies after our side, as onnxruntime's segfaults do
+            out.write(f"O {i}\n")
+            out.flush()
+            os.abort()
         elif selftest.get(str(i)) == "hang":
             time.sleep(3600)
         elif selftest.get(str(i)) == "untyped":
@@ -822,6 +826,21 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
         if rest_from is not None and rest_from < c.end and not time_up():
             spawn(rest_from, c.end)
 
+    def lost(c: _Child, kind: str, why: str, err: str = ""):
+        """``c`` died or hung in its started case: ours (``kind``), or onnxruntime's when our side
+        had finished (``--compare``); a new child takes the rest of its slice."""
+        s.cases += 1
+        if c.in_oracle:
+            s.oracle_crashes += 1
+            record("oracle-crash", c.started, f"onnxruntime's run of it: {why}")
+        else:
+            if kind == "crash":
+                s.crashes += 1
+            else:
+                s.hangs += 1
+            record(kind, c.started, why + err)
+        finish(c, c.started + 1)
+
     def handle(c: _Child, line: str):
         parts = line.split(" ", 3)
         if parts[0] == "S":
@@ -876,16 +895,8 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
                     rc = c.proc.wait()
                     err = c.last_error()
                     c.kill()
-                    if c.started is not None and c.in_oracle:
-                        s.oracle_crashes += 1
-                        s.cases += 1
-                        record("oracle-crash", c.started, f"onnxruntime's run of it: child exited with {rc}")
-                        finish(c, c.started + 1)
-                    elif c.started is not None:
-                        s.crashes += 1
-                        s.cases += 1
-                        record("crash", c.started, f"child exited with {rc}" + (f": {err}" if err else ""))
-                        finish(c, c.started + 1)
+                    if c.started is not None:
+                        lost(c, "crash", f"child exited with {rc}", f": {err}" if err else "")
                     elif c.nxt < c.end:  # died between cases (or before its first): skip one
                         finish(c, c.nxt + 1)
                     else:
@@ -901,16 +912,8 @@ def fuzz(seed: int, seconds: float, out: Path, *, max_cases: int | None = None, 
                     continue
             if now >= c.deadline and c in children:  # hang (or a start-up that never finished)
                 c.kill()
-                if c.started is not None and c.in_oracle:
-                    s.oracle_crashes += 1
-                    s.cases += 1
-                    record("oracle-crash", c.started, f"onnxruntime's run of it: no answer within {case_timeout:.0f} s")
-                    finish(c, c.started + 1)
-                elif c.started is not None:
-                    s.hangs += 1
-                    s.cases += 1
-                    record("hang", c.started, f"no answer within {case_timeout:.0f} s")
-                    finish(c, c.started + 1)
+                if c.started is not None:
+                    lost(c, "hang", f"no answer within {case_timeout:.0f} s")
                 else:
                     finish(c, c.nxt + 1)
         refill()

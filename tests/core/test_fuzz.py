@@ -40,6 +40,16 @@ def test_every_kind_of_finding_is_recorded_with_a_reproducer(tmp_path, monkeypat
     assert sum(s.by_target.values()) == 6  # the other cases, each once
 
 
+def test_a_crash_while_onnxruntime_runs_the_case_is_counted_apart(tmp_path, monkeypatch):
+    """With --compare, a child that dies after our side finished a case (onnxruntime segfaults on
+    some models) is an oracle crash with a reproducer, not one of ours."""
+    monkeypatch.setenv(fuzz.SELFTEST_ENV, "oracle-crash:1,crash:3")
+    s = fuzz.fuzz(SEED, 120.0, tmp_path, max_cases=4, batch=4, case_timeout=12.0, targets=("act",), compare=True,
+                  log=lambda *a: None)
+    assert {(f["kind"], f["index"]) for f in s.findings} == {("oracle-crash", 1), ("crash", 3)}, s.findings
+    assert (s.oracle_crashes, s.crashes, s.hangs, s.cases) == (1, 1, 0, 4)
+
+
 def test_summary_is_written_while_running(tmp_path, monkeypatch):
     """A run killed midway still reports: summary.json is rewritten with each finding."""
     monkeypatch.setenv(fuzz.SELFTEST_ENV, "untyped:1")
