@@ -35,11 +35,12 @@ from ..execution.executor import TransferStats
 from ..graph import Graph
 from ..graph.loader import load
 from ..graph.types import dtype_of, shape_of, type_kind, type_string
-from ..optimizer import optimize
+from ..optimizer import OPTIMIZERS, optimize
 from ..partition import partition_graph
 from ..plugin.registry import DEFAULT_PROVIDERS_CONFIG, FALLBACK_ALIAS, default_providers, get_registry
 from .inputs import InputSpec, check_output_names, validate_feeds
 from .iobinding import IOBinding, check_bound_input
+from .optimizers import disabled_passes
 from .options import (RunOptions, SessionOptions, default_thread_count, inter_op_threads,
                       session_settings)
 from .ortvalue import OrtValue, resolve_device
@@ -222,7 +223,10 @@ class InferenceSession:
         self._output_dtypes = {v.name: dtype_of(v.type) for v in graph.outputs
                                if type_kind(v.type) == "tensor"}
 
-        disabled = {s.strip() for s in (opts.get_config(DISABLE_OPTIMIZERS, "") or "").split(",") if s.strip()}
+        # onnxruntime's kwarg; kept so that set_providers and initializer overrides rebuild alike
+        self._disabled_optimizers = kwargs.get("disabled_optimizers")
+        disabled = disabled_passes(self._disabled_optimizers, opts.get_config(DISABLE_OPTIMIZERS, ""),
+                                   (p.name for p in OPTIMIZERS))
         self._providers, unavailable = self._make_providers(providers, provider_options, strict)
         self.optimizations = optimize(graph, int(opts.graph_optimization_level), disabled,
                                       providers=self._providers, config=opts.config_entries)
@@ -341,7 +345,8 @@ class InferenceSession:
                                            f"(installed: {known})")
         new = type(self).__new__(type(self))
         new._fallback = self._fallback  # __init__ keeps it
-        type(self).__init__(new, self._source, self._sess_options, providers, provider_options)
+        type(self).__init__(new, self._source, self._sess_options, providers, provider_options,
+                            disabled_optimizers=self._disabled_optimizers)
         self.__dict__.update(new.__dict__)
 
     def disable_fallback(self) -> None:
@@ -531,7 +536,8 @@ class InferenceSession:
         providers, provider_options = self._requested_providers
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ProviderFallbackWarning)  # already said once
-            sess = InferenceSession(model, so, providers=providers, provider_options=provider_options)
+            sess = InferenceSession(model, so, providers=providers, provider_options=provider_options,
+                                    disabled_optimizers=self._disabled_optimizers)
         sess._defaults = defaults
         return sess
 

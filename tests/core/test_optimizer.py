@@ -63,6 +63,52 @@ def test_disable_specified_optimizers():
     assert ops(s) == ["ident", "mul", "unused", "ident_out"]
 
 
+def _ort_optimized_ops(model, level, tmp_path, **kw):
+    ort = pytest.importorskip("onnxruntime")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level.name)
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"], **kw)
+    return [n.name for n in onnx.load(str(tmp_path / "ort.onnx")).graph.node]
+
+
+@pytest.mark.parametrize("names", [["EliminateIdentity"], {"EliminateIdentity", "ConstantSharing"}])
+def test_disabled_optimizers_kwarg_keeps_the_nodes_onnxruntime_keeps(names, tmp_path):
+    """onnxruntime's kwarg, with its rule names: the Identity it keeps, we keep; outputs unchanged."""
+    m = chain_model()
+    s = rt.InferenceSession(m.SerializeToString(), opts(L.ORT_ENABLE_BASIC), disabled_optimizers=names)
+    ort_ops = _ort_optimized_ops(m, L.ORT_ENABLE_BASIC, tmp_path, disabled_optimizers=names)
+    assert "ident" in ort_ops and "ident" in ops(s)
+    assert "IdentityElimination" not in s.optimizations
+    np.testing.assert_allclose(s.run(None, {"x": X})[0], X * 2)
+    # and the default still removes it, in both
+    assert "ident" not in _ort_optimized_ops(m, L.ORT_ENABLE_BASIC, tmp_path)
+    assert "ident" not in ops(rt.InferenceSession(m.SerializeToString(), opts(L.ORT_ENABLE_BASIC)))
+
+
+def test_disabled_optimizers_kwarg_adds_to_the_config_entry_and_survives_a_rebuild():
+    s = rt.InferenceSession(chain_model().SerializeToString(), opts(L.ORT_ENABLE_ALL, disable="DeadNodeElimination"),
+                            disabled_optimizers=("IdentityElimination",))
+    assert ops(s) == ["ident", "mul", "unused", "ident_out"]
+    s.set_providers(["CPUExecutionProvider"])
+    assert ops(s) == ["ident", "mul", "unused", "ident_out"]
+
+
+@pytest.mark.parametrize("bad, match", [
+    (["IdentityElimnation"], "did you mean 'IdentityElimination'"),
+    (["NoSuchPass"], "unknown optimizer 'NoSuchPass'"),
+    ([1], "optimizer names"),
+    (5, "list or set"),
+])
+def test_disabled_optimizers_kwarg_refuses_what_names_no_pass(bad, match):
+    """A misspelt name would leave on the pass meant to be off: refused with the names there are.
+    (onnxruntime ignores unknown names; names of its passes we have no counterpart for are accepted.)"""
+    with pytest.raises(rt.errors.InvalidArgumentError, match=match):
+        rt.InferenceSession(chain_model().SerializeToString(), opts(L.ORT_ENABLE_ALL), disabled_optimizers=bad)
+    with pytest.raises(rt.errors.InvalidArgumentError, match="unknown optimizer"):
+        rt.InferenceSession(chain_model().SerializeToString(), opts(L.ORT_ENABLE_ALL, disable="Nope"))
+
+
 def test_optimized_model_file_runs_in_onnxruntime(tmp_path):
     out = tmp_path / "opt.onnx"
     rt.InferenceSession(chain_model().SerializeToString(), opts(L.ORT_ENABLE_ALL, path=out))
