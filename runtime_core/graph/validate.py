@@ -221,6 +221,25 @@ def _extent_fits(n: _Node):
     return None
 
 
+def _kernel_matches_w(n: _Node):
+    """A convolution's ``kernel_shape`` must be W's spatial shape where W's shape is known here
+    (onnxruntime refuses the node: "kernel_shape is not compatible with W shape"); the kernels
+    read W's shape, so a mismatch would run a different model (the provider checks at run time
+    what is only known then)."""
+    kernel = n.ints("kernel_shape")
+    if kernel is None:
+        return None
+    op = n.proto.op_type
+    w = n.input_shape(3 if op == "QLinearConv" else 1)
+    if w is None or len(w) < 3:
+        return None
+    spatial = list(w[2:])
+    if len(kernel) != len(spatial) or any(d is not None and k != d for k, d in zip(kernel, spatial)):
+        return (f"attribute 'kernel_shape' {kernel} is not compatible with W's shape {list(w)} "
+                f"(its spatial axes {spatial}); drop the attribute or make it {spatial}")
+    return None
+
+
 def _known(shape) -> bool:
     return shape is not None and all(isinstance(d, int) for d in shape)
 
@@ -318,13 +337,15 @@ def _known_attrs(op: str, known: frozenset[str]) -> Rule:
 _CONV = (_positive("strides"), _positive("dilations"), _positive("kernel_shape"), _non_negative("pads"),
          _extent_fits, _window_fits)
 _POOL = _CONV + (_pads_rank, _pads_smaller_than_kernel)
+_CONV_W = (_kernel_matches_w,)  # before the geometry rules: they read kernel_shape
 
 #: (domain, op type) -> the rules its nodes must pass; the domain is "" for ai.onnx
 RULES: dict[tuple[str, str], tuple[Rule, ...]] = {
-    ("", "Conv"): _CONV + (_pads_rank, _conv_bias),
-    ("", "ConvInteger"): _CONV + (_pads_rank,),
-    ("", "QLinearConv"): _CONV + (_pads_rank,),
-    ("", "ConvTranspose"): _CONV + (_pads_rank, _non_negative("output_padding"), _conv_bias),
+    ("", "Conv"): _CONV_W + _CONV + (_pads_rank, _conv_bias),
+    ("", "ConvInteger"): _CONV_W + _CONV + (_pads_rank,),
+    ("", "QLinearConv"): _CONV_W + _CONV + (_pads_rank,),
+    ("", "ConvTranspose"): _CONV_W + _CONV + (_pads_rank, _non_negative("output_padding"), _conv_bias),
+    ("com.microsoft", "FusedConv"): _CONV_W + _CONV + (_pads_rank,),
     ("", "MaxPool"): _POOL,
     ("", "AveragePool"): _POOL,
     ("", "LpPool"): _POOL,

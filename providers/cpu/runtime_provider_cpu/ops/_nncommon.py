@@ -102,6 +102,15 @@ def _conv_out(in_sp, ks, strides, dilations, pb, pe) -> list:
             for i in range(len(in_sp))]
 
 
+def _check_kernel_shape(op, kernel_shape, w_shape):
+    """Raise where a convolution's ``kernel_shape`` attribute is not W's spatial shape: the
+    kernels read W, so running it would compute another model (onnxruntime refuses it: "kernel_shape
+    is not compatible with W shape"). Load refuses it where W's shape is known then."""
+    if kernel_shape is not None and len(kernel_shape) and tuple(kernel_shape) != tuple(w_shape[2:]):
+        raise ValueError(f"{op}: attribute kernel_shape {[int(k) for k in kernel_shape]} is not compatible "
+                         f"with W's shape {tuple(w_shape)} (its spatial axes {tuple(w_shape[2:])})")
+
+
 def _check_window_fits(op, in_sp, k_eff, pb, pe):
     """Raise where a convolution's kernel window is larger than an axis's padded input (an empty
     input axis included): onnxruntime refuses these ("Invalid input shape") instead of an empty

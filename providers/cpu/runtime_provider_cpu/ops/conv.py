@@ -26,7 +26,7 @@ from ..fast.sgemm import sgemm_ready
 from ..limits import check_alloc
 from ..registry import kernel
 from ._nncommon import (
-    _F32, _FLOAT, _as, _attr, _cdtype, _check_window_fits, _conv_out, _conv_pads, _ints, _native_geometry_ok, _pad_const,
+    _F32, _FLOAT, _as, _attr, _cdtype, _check_kernel_shape, _check_window_fits, _conv_out, _conv_pads, _ints, _native_geometry_ok, _pad_const,
     _padding_extreme, _tap_range, _tap_slice, _window_gather,
 )
 
@@ -182,6 +182,7 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
     sum and Relu / Clip). ``cache`` (the node's) keeps what the first run decided for the
     input's shape (``fast/conv.py``); ``threads`` bounds the compiled kernels' threads;
     ``ctx`` (the node's) says whether its session measures kernels and records the choice."""
+    _check_kernel_shape("Conv", kernel_shape, w.shape)
     if cache is not None:
         plan = cache.get("conv_plan")
         if plan is None or plan.xshape != x.shape or plan.w is not w or plan.b is not b or plan.clip != clip:
@@ -240,6 +241,7 @@ def conv_transpose(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shap
     strides = _ints(strides, nd, 1)
     dilations = _ints(dilations, nd, 1)
     opad = _ints(output_padding, nd, 0)
+    _check_kernel_shape("ConvTranspose", kernel_shape, w.shape)
     ks = w.shape[2:]
     in_sp = x.shape[2:]
     Mg = w.shape[1]

@@ -548,8 +548,8 @@ def qlinear_matmul(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_sc
 
 # -- integer convolutions ----------------------------------------------------------------------
 
-def _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op):
-    from ._nncommon import _check_window_fits, _conv_pads, _ints
+def _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op, kernel_shape=None):
+    from ._nncommon import _check_kernel_shape, _check_window_fits, _conv_pads, _ints
 
     nd = x.ndim - 2
     if nd < 1:
@@ -560,6 +560,7 @@ def _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op):
         raise ValueError(f"{op}: input channels {x.shape[1]} != W.shape[1] {w.shape[1]} * group {group}")
     if w.shape[0] % group:
         raise ValueError(f"{op}: output channels {w.shape[0]} are not a multiple of group {group}")
+    _check_kernel_shape(op, kernel_shape, w.shape)
     strides = _ints(strides, nd, 1)
     dilations = _ints(dilations, nd, 1)
     ks = w.shape[2:]
@@ -601,7 +602,7 @@ def conv_integer(ctx, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, d
     op = "ConvInteger"
     if x_zero_point is not None and x_zero_point.size != 1:
         raise ValueError(f"{op}: x_zero_point must be a scalar, got shape {x_zero_point.shape}")
-    st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op)
+    st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op, kernel_shape)
     xc = _centered(x, x_zero_point)  # padding adds zeros after centering: zero-point padding
     wc = _centered(w, _w_channel_param(w_zero_point, w, "w_zero_point", op))
     return _to_int32(_int_conv(xc, wc, group, st, dl, pb, pe))
@@ -778,7 +779,7 @@ def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scal
                     ("y_zero_point", y_zero_point)):
         if v is not None and v.size != 1:
             raise ValueError(f"{op}: {name} must be a scalar (per tensor), got shape {v.shape}")
-    st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op)
+    st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op, kernel_shape)
     y = _qlinear_conv_native(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
                              group, st, dl, pb, pe)
     if y is None:
