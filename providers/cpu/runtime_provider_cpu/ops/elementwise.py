@@ -21,22 +21,23 @@ import math
 import numpy as np
 
 from ..executable import inplace_variant
-from ._dtypes import _F16, _F32, _F64, _IGNORE, _ML_FLOATS, _formula, _is_float, _lowp, _ufunc1, _up, reg
+from ._dtypes import _F16, _F32, _F64, _IGNORE, _ML_FLOATS, _formula, _in_dtype, _is_float, _lowp, _ufunc1, _up, reg
 
 # the compiled kernels (None without them, or with RUNTIME_CORE_CPU_NATIVE=0: the numpy blocks below)
 from ..fast.policy import NATIVE as _native
 
 # -- unary math --------------------------------------------------------------
 
-def _unary(op: str, versions: tuple, f, inplace=None):
+def _unary(op: str, versions: tuple, f, inplace=None, extra=None):
     """Register ``f(x)`` for ``versions`` (opset-1 versions add consumed_inputs, ignored).
-    ``inplace(x)``: the same result written into a float ``x`` the executable hands over."""
+    ``inplace(x)``: the same result written into a float ``x`` the executable hands over;
+    ``extra``: the kernel's further check (``reg``)."""
     fn = _ufunc1(f)
 
     def k(ctx, x, *, consumed_inputs=None):
         return fn(x)  # the executable ignores floating-point warnings around every run
     k.__name__ = op.lower()
-    reg(op, *versions)(k)
+    reg(op, *versions, extra=extra)(k)
     if inplace is not None:
         @inplace_variant(k, 0)
         def k_inplace(ctx, owned, x, *, consumed_inputs=None):
@@ -210,6 +211,14 @@ def _erf(x):
     return r if r.dtype == x.dtype else r.astype(x.dtype)
 
 
+def _erf_f64_import(node):
+    """float64 Erf and Gelu run scipy's erf: its import (about 0.1 s) happens while the session
+    is built, where the node's dtype is known, instead of in the session's first run."""
+    if _in_dtype(node, 0) == _F64:
+        import scipy.special  # noqa: F401
+    return None
+
+
 def _erf_any(x):
     if x.dtype.kind != "f" or x.dtype == _F16:
         return _erf(x.astype(_F32)).astype(x.dtype)
@@ -228,7 +237,8 @@ for _op, _f in (("Sin", np.sin), ("Cos", np.cos), ("Tan", np.tan), ("Asin", np.a
 for _op, _f in (("Sinh", np.sinh), ("Cosh", np.cosh), ("Asinh", np.arcsinh), ("Acosh", np.arccosh),
                 ("Atanh", np.arctanh)):
     _unary(_op, (9, 22), _f)
-_unary("Erf", (9, 13), _erf_any, lambda x: erf_f32(x, out=x) if x.dtype == _F32 else _erf_any(x))
+_unary("Erf", (9, 13), _erf_any, lambda x: erf_f32(x, out=x) if x.dtype == _F32 else _erf_any(x),
+       extra=_erf_f64_import)
 _unary("Not", (1,), np.logical_not)
 _unary("BitwiseNot", (18,), np.invert)
 
@@ -254,10 +264,17 @@ def isinf(ctx, x, *, detect_negative, detect_positive):
 # -- activations ---------------------------------------------------------------
 
 def _sigmoid_f(x):
-    from scipy.special import expit
-
-    r = expit(x)
-    return r if r.dtype == x.dtype else r.astype(x.dtype)
+    """1 / (1 + exp(-x)): the compiled pass for float32, else numpy's loops in place (no scipy:
+    importing scipy.special on a session's first Sigmoid cost more than the run)."""
+    if x.dtype == _F32 and _native is not None and x.size:
+        xc = np.ascontiguousarray(x)
+        r = np.empty(x.shape, _F32)
+        _native.activate(xc, r, xc.size, 2)
+        return r
+    r = np.negative(x, out=np.empty(x.shape, x.dtype))  # exp(-x) -> inf: 1 / inf = 0, as expit
+    np.exp(r, out=r)
+    r += r.dtype.type(1)
+    return np.reciprocal(r, out=r)
 
 
 _sigmoid = _formula(_sigmoid_f)
@@ -372,7 +389,7 @@ _activation("Swish", (24,), _swish, ("alpha",))
 def _gelu_check(node):
     if node.attrs.get("approximate") not in ("none", "tanh"):
         return f"Gelu approximate={node.attrs.get('approximate')!r} is not defined (use 'none' or 'tanh')"
-    return None
+    return _erf_f64_import(node)  # the erf form in float64
 
 
 def _gelu_f(x, approximate):
