@@ -178,7 +178,11 @@ def _requested(providers, provider_options) -> list[tuple[str, dict]]:
 
 
 class InferenceSession:
-    """Load an ONNX model and run it on the installed providers (ORT-compatible)."""
+    """Load an ONNX model and run it on the installed providers (ORT-compatible).
+
+    Keyword ``disabled_optimizers``: as onnxruntime's, a list or set of optimizer names that
+    do not run (with the config entry ``optimization.disable_specified_optimizers``; see
+    :mod:`runtime_core.session.optimizers` for the names taken)."""
 
     def __init__(self, path_or_bytes, sess_options: SessionOptions | None = None, providers=None,
                  provider_options=None, **kwargs):
