@@ -51,40 +51,67 @@ static void dq_init(int force)
     dq_vnni = force != 1 && dq_avx512 && __builtin_cpu_supports("avx512vnni");
 }
 
+/* acc += u8 a x s8 w in 4-byte groups, the accumulator tied to its register: GCC's own
+ * vpdpbusd pattern copies each accumulator to another register and back every step */
+#define DQ_DPBUSD(acc, a, w) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(w))
+/* one packed row's step: its 4 bytes broadcast against both panels' 4-byte groups */
+#define DQ_ROW_STEP(r)                                                                                           \
+    do {                                                                                                         \
+        const __m512i a_ = _mm512_set1_epi32(ap[q * DQ_MR + (r)]);                                             \
+        DQ_DPBUSD(c##r##0, a_, w0);                                                                              \
+        DQ_DPBUSD(c##r##1, a_, w1);                                                                              \
+    } while (0)
+/* row r of the tile through the epilogue into y, unless past the rows there are (mm) */
+#define DQ_ROW_OUT(r)                                                                                            \
+    do {                                                                                                         \
+        if ((r) < mm) {                                                                                          \
+            const __m512i rv = _mm512_set1_epi32(rs[r]);                                                         \
+            const __m512i v0 = _mm512_add_epi32(_mm512_sub_epi32(c##r##0, _mm512_mullo_epi32(zb0, rv)), ct0);   \
+            const __m512i v1 = _mm512_add_epi32(_mm512_sub_epi32(c##r##1, _mm512_mullo_epi32(zb1, rv)), ct1);   \
+            _mm512_mask_storeu_ps(y + (r) * ldy, k0, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v0), s0), bb0)); \
+            _mm512_mask_storeu_ps(y + (r) * ldy + 16, k1,                                                        \
+                                  _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v1), s1), bb1));                \
+        }                                                                                                        \
+    } while (0)
+
 /* the VNNI tile (int8.c's loop) with dq_epilogue's steps done on its accumulators: rows
- * [0, mm) and columns [0, nn) of y (ldy floats a row) */
+ * [0, mm) and columns [0, nn) of y (ldy floats a row); the 16 accumulators are named, so that
+ * they stay in registers through the loop */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
 dq_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1, Py_ssize_t Kq,
              const int32_t *restrict rs, const uint32_t *restrict zbv, const uint32_t *restrict ct,
              const float *restrict sc, const float *restrict bs, float *restrict y, Py_ssize_t ldy, Py_ssize_t mm,
              Py_ssize_t nn)
 {
-    __m512i acc[DQ_MR][2];
-    for (int r = 0; r < DQ_MR; r++)
-        acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    _Static_assert(DQ_MR == 8 && DQ_NR == 32, "dq_tile_vnni is written for 8 x 32 tiles");
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00;
+    __m512i c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
     for (Py_ssize_t q = 0; q < Kq; q++) {
         const __m512i w0 = _mm512_loadu_si512((const void *)(b0 + q * 64));
         const __m512i w1 = _mm512_loadu_si512((const void *)(b1 + q * 64));
-        for (int r = 0; r < DQ_MR; r++) {
-            const __m512i a = _mm512_set1_epi32(ap[q * DQ_MR + r]);
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a, w0);
-            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a, w1);
-        }
+        DQ_ROW_STEP(0);
+        DQ_ROW_STEP(1);
+        DQ_ROW_STEP(2);
+        DQ_ROW_STEP(3);
+        DQ_ROW_STEP(4);
+        DQ_ROW_STEP(5);
+        DQ_ROW_STEP(6);
+        DQ_ROW_STEP(7);
     }
     const __mmask16 k0 = nn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nn) - 1u);
     const __mmask16 k1 = nn >= 32 ? (__mmask16)0xffff : nn <= 16 ? 0 : (__mmask16)((1u << (nn - 16)) - 1u);
-    const __m512i zb[2] = {_mm512_loadu_si512((const void *)zbv), _mm512_loadu_si512((const void *)(zbv + 16))};
-    const __m512i c[2] = {_mm512_loadu_si512((const void *)ct), _mm512_loadu_si512((const void *)(ct + 16))};
-    const __m512 s[2] = {_mm512_loadu_ps(sc), _mm512_loadu_ps(sc + 16)};
-    const __m512 b[2] = {_mm512_loadu_ps(bs), _mm512_loadu_ps(bs + 16)};
-    for (int r = 0; r < DQ_MR && r < mm; r++) {
-        const __m512i rv = _mm512_set1_epi32(rs[r]);
-        for (int h = 0; h < 2; h++) {
-            const __m512i v = _mm512_add_epi32(_mm512_sub_epi32(acc[r][h], _mm512_mullo_epi32(zb[h], rv)), c[h]);
-            const __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s[h]), b[h]);
-            _mm512_mask_storeu_ps(y + r * ldy + 16 * h, h ? k1 : k0, f);
-        }
-    }
+    const __m512i zb0 = _mm512_loadu_si512((const void *)zbv), zb1 = _mm512_loadu_si512((const void *)(zbv + 16));
+    const __m512i ct0 = _mm512_loadu_si512((const void *)ct), ct1 = _mm512_loadu_si512((const void *)(ct + 16));
+    const __m512 s0 = _mm512_loadu_ps(sc), s1 = _mm512_loadu_ps(sc + 16);
+    const __m512 bb0 = _mm512_loadu_ps(bs), bb1 = _mm512_loadu_ps(bs + 16);
+    DQ_ROW_OUT(0);
+    DQ_ROW_OUT(1);
+    DQ_ROW_OUT(2);
+    DQ_ROW_OUT(3);
+    DQ_ROW_OUT(4);
+    DQ_ROW_OUT(5);
+    DQ_ROW_OUT(6);
+    DQ_ROW_OUT(7);
 }
 
 /* NaNs are left out of the range, as onnxruntime does: vminps / vmaxps return their second
