@@ -148,6 +148,41 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static uint32_t dq_bytes_av
     }
     return (uint32_t)_mm512_reduce_add_epi32(acc);
 }
+
+/* 8 rows of x (K floats apart), columns [0, kn) (kn a multiple of 16), quantized as dq_bytes does
+ * straight into the packed layout dst[k / 4][8]: each row's 16 bytes are 4 groups, and two
+ * permutes of the 8 rows' groups give the 128 packed bytes; the rows' byte sums go to sums[8] */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+dq_pack8_avx512(const float *x, Py_ssize_t K, Py_ssize_t kn, uint32_t *dst, uint32_t *sums, float scale, float zpf)
+{
+    const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zpf), lo = _mm512_setzero_ps();
+    const __m512 hi = _mm512_set1_ps(255.0f);
+    /* group q of row r sits at dword 4r + q of rows 0-3, 16 + 4(r - 4) + q of rows 4-7 */
+    const __m512i p0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+    const __m512i p1 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+    __m512i acc[8];
+    for (int r = 0; r < 8; r++)
+        acc[r] = _mm512_setzero_si512();
+    for (Py_ssize_t k0 = 0; k0 < kn; k0 += 16) {
+        __m128i b[8];
+        for (int r = 0; r < 8; r++) {
+            __m512 t = _mm512_div_ps(_mm512_loadu_ps(x + r * K + k0), s);
+            t = _mm512_add_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+            t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), lo);
+            t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+            const __m512i q = _mm512_cvtps_epi32(t);
+            acc[r] = _mm512_add_epi32(acc[r], q);
+            b[r] = _mm512_cvtepi32_epi8(q);
+        }
+        __m512i l = _mm512_castsi128_si512(b[0]), h = _mm512_castsi128_si512(b[4]);
+        l = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(l, b[1], 1), b[2], 2), b[3], 3);
+        h = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(h, b[5], 1), b[6], 2), b[7], 3);
+        _mm512_storeu_si512((void *)(dst + (k0 / 4) * 8), _mm512_permutex2var_epi32(l, p0, h));
+        _mm512_storeu_si512((void *)(dst + (k0 / 4) * 8 + 16), _mm512_permutex2var_epi32(l, p1, h));
+    }
+    for (int r = 0; r < 8; r++)
+        sums[r] = (uint32_t)_mm512_reduce_add_epi32(acc[r]);
+}
 #endif
 
 /* a part's share of x's items: their range with 0 in it, NaNs left out (a comparison with NaN is false) */
@@ -188,6 +223,16 @@ RC_CLONES static void dq_pack_part(void *arg, int part, int parts)
     uint8_t t[DQ_CHUNK] __attribute__((aligned(64)));
     for (Py_ssize_t mb = b0; mb < b1; mb++) {
         uint32_t *restrict dst = (uint32_t *)j->ap + mb * j->Kq * DQ_MR;
+        /* a whole block of float rows: its columns up to the last 16 in one AVX-512 pass, the rest below */
+        uint32_t s8[DQ_MR] = {0};
+        Py_ssize_t kstart = 0;
+#if DQ_X86
+        if (dq_avx512 && j->x && (mb + 1) * DQ_MR <= j->M && j->K >= 16) {
+            _Static_assert(DQ_MR == 8, "dq_pack8_avx512 packs 8 rows");
+            kstart = j->K / 16 * 16;
+            dq_pack8_avx512(j->x + mb * DQ_MR * j->K, j->K, kstart, dst, s8, j->scale, j->zpf);
+        }
+#endif
         for (int r = 0; r < DQ_MR; r++) {
             const Py_ssize_t m = mb * DQ_MR + r;
             if (m >= j->M) {
@@ -196,8 +241,8 @@ RC_CLONES static void dq_pack_part(void *arg, int part, int parts)
                 j->rs[m] = 0;
                 continue;
             }
-            uint32_t s = 0;
-            for (Py_ssize_t k0 = 0; k0 < j->K; k0 += DQ_CHUNK) {
+            uint32_t s = s8[r];
+            for (Py_ssize_t k0 = kstart; k0 < j->K; k0 += DQ_CHUNK) {
                 const Py_ssize_t kn = j->K - k0 < DQ_CHUNK ? j->K - k0 : DQ_CHUNK;
                 if (j->x)
                     s += dq_bytes(j->x + m * j->K + k0, t, kn, j->scale, j->zpf);
