@@ -149,17 +149,46 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static uint32_t dq_bytes_av
     return (uint32_t)_mm512_reduce_add_epi32(acc);
 }
 
+/* 8 rows' 16 bytes (4 groups each) as the packed layout's 128 bytes dst[0..3][8]: group q of row r
+ * sits at dword 4r + q of rows 0-3, 16 + 4(r - 4) + q of rows 4-7 */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline void dq_store8(uint32_t *dst, const __m128i *b)
+{
+    const __m512i p0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+    const __m512i p1 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+    __m512i l = _mm512_castsi128_si512(b[0]), h = _mm512_castsi128_si512(b[4]);
+    l = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(l, b[1], 1), b[2], 2), b[3], 3);
+    h = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(h, b[5], 1), b[6], 2), b[7], 3);
+    _mm512_storeu_si512((void *)dst, _mm512_permutex2var_epi32(l, p0, h));
+    _mm512_storeu_si512((void *)(dst + 16), _mm512_permutex2var_epi32(l, p1, h));
+}
+
+/* dq_pack8_avx512 for a byte A (MatMulIntegerToFloat): the bytes as unsigned (flip 0x80 for int8) */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+dq_pack8_bytes_avx512(const uint8_t *a, Py_ssize_t K, Py_ssize_t kn, uint32_t *dst, uint32_t *sums, uint8_t flip)
+{
+    const __m128i f = _mm_set1_epi8((char)flip), zero = _mm_setzero_si128();
+    __m128i acc[8];
+    for (int r = 0; r < 8; r++)
+        acc[r] = zero;
+    for (Py_ssize_t k0 = 0; k0 < kn; k0 += 16) {
+        __m128i b[8];
+        for (int r = 0; r < 8; r++) {
+            b[r] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(a + r * K + k0)), f);
+            acc[r] = _mm_add_epi64(acc[r], _mm_sad_epu8(b[r], zero)); /* two 64-bit byte sums */
+        }
+        dq_store8(dst + (k0 / 4) * 8, b);
+    }
+    for (int r = 0; r < 8; r++)
+        sums[r] = (uint32_t)(_mm_cvtsi128_si64(acc[r]) + _mm_extract_epi64(acc[r], 1));
+}
+
 /* 8 rows of x (K floats apart), columns [0, kn) (kn a multiple of 16), quantized as dq_bytes does
- * straight into the packed layout dst[k / 4][8]: each row's 16 bytes are 4 groups, and two
- * permutes of the 8 rows' groups give the 128 packed bytes; the rows' byte sums go to sums[8] */
+ * straight into the packed layout dst[k / 4][8] (dq_store8); the rows' byte sums go to sums[8] */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 dq_pack8_avx512(const float *x, Py_ssize_t K, Py_ssize_t kn, uint32_t *dst, uint32_t *sums, float scale, float zpf)
 {
     const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zpf), lo = _mm512_setzero_ps();
     const __m512 hi = _mm512_set1_ps(255.0f);
-    /* group q of row r sits at dword 4r + q of rows 0-3, 16 + 4(r - 4) + q of rows 4-7 */
-    const __m512i p0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
-    const __m512i p1 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
     __m512i acc[8];
     for (int r = 0; r < 8; r++)
         acc[r] = _mm512_setzero_si512();
@@ -174,11 +203,7 @@ dq_pack8_avx512(const float *x, Py_ssize_t K, Py_ssize_t kn, uint32_t *dst, uint
             acc[r] = _mm512_add_epi32(acc[r], q);
             b[r] = _mm512_cvtepi32_epi8(q);
         }
-        __m512i l = _mm512_castsi128_si512(b[0]), h = _mm512_castsi128_si512(b[4]);
-        l = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(l, b[1], 1), b[2], 2), b[3], 3);
-        h = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(h, b[5], 1), b[6], 2), b[7], 3);
-        _mm512_storeu_si512((void *)(dst + (k0 / 4) * 8), _mm512_permutex2var_epi32(l, p0, h));
-        _mm512_storeu_si512((void *)(dst + (k0 / 4) * 8 + 16), _mm512_permutex2var_epi32(l, p1, h));
+        dq_store8(dst + (k0 / 4) * 8, b);
     }
     for (int r = 0; r < 8; r++)
         sums[r] = (uint32_t)_mm512_reduce_add_epi32(acc[r]);
@@ -223,14 +248,17 @@ RC_CLONES static void dq_pack_part(void *arg, int part, int parts)
     uint8_t t[DQ_CHUNK] __attribute__((aligned(64)));
     for (Py_ssize_t mb = b0; mb < b1; mb++) {
         uint32_t *restrict dst = (uint32_t *)j->ap + mb * j->Kq * DQ_MR;
-        /* a whole block of float rows: its columns up to the last 16 in one AVX-512 pass, the rest below */
+        /* a whole block of rows: its columns up to the last 16 in one AVX-512 pass, the rest below */
         uint32_t s8[DQ_MR] = {0};
         Py_ssize_t kstart = 0;
 #if DQ_X86
-        if (dq_avx512 && j->x && (mb + 1) * DQ_MR <= j->M && j->K >= 16) {
+        if (dq_avx512 && (mb + 1) * DQ_MR <= j->M && j->K >= 16) {
             _Static_assert(DQ_MR == 8, "dq_pack8_avx512 packs 8 rows");
             kstart = j->K / 16 * 16;
-            dq_pack8_avx512(j->x + mb * DQ_MR * j->K, j->K, kstart, dst, s8, j->scale, j->zpf);
+            if (j->x)
+                dq_pack8_avx512(j->x + mb * DQ_MR * j->K, j->K, kstart, dst, s8, j->scale, j->zpf);
+            else
+                dq_pack8_bytes_avx512(j->a8 + mb * DQ_MR * j->K, j->K, kstart, dst, s8, j->flip);
         }
 #endif
         for (int r = 0; r < DQ_MR; r++) {
