@@ -175,17 +175,19 @@ def test_runtime_b_is_packed_each_run():
         np.testing.assert_array_equal(s.run(None, {"A": a, "B": b})[0], _ref(aq, za, b, None, sa * b_scale, None))
 
 
-def test_nan_and_constant_inputs():
+# (11, 37): a whole block of 8 rows, whose first 32 columns are quantized by the 8-row AVX-512 pass
+@pytest.mark.parametrize("M,K", [(3, 16), (11, 37)])
+def test_nan_and_constant_inputs(M, K):
     """An all-zero A (scale 1) and a NaN in A (left out of the range and quantized to 0, as onnxruntime does) as the reference."""
-    b = _bytes(np.int8, (16, 8))
+    b = _bytes(np.int8, (K, 8))
     m = _model([helper.make_node("DynamicQuantizeMatMul", ["A", "B", "b_scale"], ["y"], domain=MS)],
-               [helper.make_tensor_value_info("A", TensorProto.FLOAT, (3, 16))],
+               [helper.make_tensor_value_info("A", TensorProto.FLOAT, (M, K))],
                {"B": b, "b_scale": np.array(0.5, np.float32)})
     s = rt.InferenceSession(m)
-    z = np.zeros((3, 16), np.float32)
-    np.testing.assert_array_equal(s.run(None, {"A": z})[0], np.zeros((3, 8), np.float32))
-    x = RNG.standard_normal((3, 16)).astype(np.float32)
-    x[1, 2] = np.nan
+    z = np.zeros((M, K), np.float32)
+    np.testing.assert_array_equal(s.run(None, {"A": z})[0], np.zeros((M, 8), np.float32))
+    x = RNG.standard_normal((M, K)).astype(np.float32)
+    x[1, 2] = x[M - 1, K - 1] = np.nan
     got = s.run(None, {"A": x})[0]
     from runtime_provider_cpu.ops.quant import dynamic_quantize_linear
 

@@ -88,6 +88,35 @@ def test_gathers(axis):
     check_node("GatherElements", {"x": x}, initializers={"i": gi}, axis=axis, opset=13)
 
 
+@pytest.mark.parametrize("axis,index", [(0, 2), (1, -1), (-1, 0), (2, -3)])
+def test_gather_scalar_index(axis, index):
+    # one index: the kernel returns a view of x; the oracle says what the copy would hold
+    check_node("Gather", {"x": arr(4, 5, 3)}, initializers={"i": np.array(index, np.int64)}, axis=axis, opset=13)
+    check_node("Gather", {"x": arr(6)}, initializers={"i": np.array(index, np.int64)}, axis=0, opset=13)
+
+
+def test_gather_views_leave_their_source_alone():
+    # q/k/v picked out of one packed tensor, each then changed by ops that may run in place:
+    # a view written through would corrupt the source the other Gathers (and Add) still read
+    x = arr(3, 4, 5)
+    nodes = [helper.make_node("Mul", ["x", "two"], ["p"])]
+    for i in range(3):
+        nodes += [helper.make_node("Gather", ["p", f"i{i}"], [f"g{i}"], axis=0),
+                  helper.make_node("Relu", [f"g{i}"], [f"r{i}"]),
+                  helper.make_node("Neg", [f"r{i}"], [f"y{i}"])]
+    nodes.append(helper.make_node("Add", ["p", "p"], ["s"]))
+    inits = {"two": np.array(2.0, np.float32), **{f"i{i}": np.array(i, np.int64) for i in range(3)}}
+    model = make_model(nodes, {"x": x}, ["y0", "y1", "y2", "s"], opset=13, initializers=inits)
+    sess = rt.InferenceSession(model.SerializeToString())
+    x0 = x.copy()
+    for _ in range(2):
+        y0, y1, y2, s = sess.run(None, {"x": x})
+        for i, y in enumerate((y0, y1, y2)):
+            np.testing.assert_array_equal(y, -np.maximum(2 * x0[i], 0))
+        np.testing.assert_array_equal(s, 4 * x0)
+    np.testing.assert_array_equal(x, x0)
+
+
 def test_gather_nd_and_scatter():
     x = arr(2, 3, 4)
     check_node("GatherND", {"x": x}, initializers={"i": np.array([[0, 1], [1, 2]], np.int64)}, opset=13)

@@ -42,26 +42,50 @@ static Py_ssize_t qg_kq(Py_ssize_t K) { return (K + 3) / 4; }
 
 /* c[8][32] = sum over kq of the packed rows ap[kq][8] (4 bytes each) x the two panels b0, b1 */
 #if QG_X86
+/* acc += u8 a x s8 w in 4-byte groups, the accumulator tied to its register: GCC's own
+ * vpdpbusd pattern copies each accumulator to another register and back every step */
+#define QG_DPBUSD(acc, a, w) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(w))
+/* one packed row's step (its 4 bytes broadcast against both panels), and its row of c */
+#define QG_ROW_STEP(r)                                                                                           \
+    do {                                                                                                         \
+        const __m512i a_ = _mm512_set1_epi32(ap[q * QG_MR + (r)]);                                             \
+        QG_DPBUSD(c##r##0, a_, w0);                                                                              \
+        QG_DPBUSD(c##r##1, a_, w1);                                                                              \
+    } while (0)
+#define QG_ROW_OUT(r)                                                                                            \
+    do {                                                                                                         \
+        _mm512_storeu_si512((void *)(c + (r) * QG_NR), c##r##0);                                               \
+        _mm512_storeu_si512((void *)(c + (r) * QG_NR + 16), c##r##1);                                          \
+    } while (0)
+
+/* the 16 accumulators are named, so that they stay in registers through the loop */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
 qg_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1, Py_ssize_t Kq,
              int32_t *restrict c)
 {
-    __m512i acc[QG_MR][2];
-    for (int r = 0; r < QG_MR; r++)
-        acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    _Static_assert(QG_MR == 8 && QG_NR == 32, "qg_tile_vnni is written for 8 x 32 tiles");
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00;
+    __m512i c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
     for (Py_ssize_t q = 0; q < Kq; q++) {
         const __m512i w0 = _mm512_loadu_si512((const void *)(b0 + q * 64));
         const __m512i w1 = _mm512_loadu_si512((const void *)(b1 + q * 64));
-        for (int r = 0; r < QG_MR; r++) {
-            const __m512i a = _mm512_set1_epi32(ap[q * QG_MR + r]);
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a, w0);
-            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a, w1);
-        }
+        QG_ROW_STEP(0);
+        QG_ROW_STEP(1);
+        QG_ROW_STEP(2);
+        QG_ROW_STEP(3);
+        QG_ROW_STEP(4);
+        QG_ROW_STEP(5);
+        QG_ROW_STEP(6);
+        QG_ROW_STEP(7);
     }
-    for (int r = 0; r < QG_MR; r++) {
-        _mm512_storeu_si512((void *)(c + r * QG_NR), acc[r][0]);
-        _mm512_storeu_si512((void *)(c + r * QG_NR + 16), acc[r][1]);
-    }
+    QG_ROW_OUT(0);
+    QG_ROW_OUT(1);
+    QG_ROW_OUT(2);
+    QG_ROW_OUT(3);
+    QG_ROW_OUT(4);
+    QG_ROW_OUT(5);
+    QG_ROW_OUT(6);
+    QG_ROW_OUT(7);
 }
 
 /* one row (a batch-1 GEMV: the 8-row tile would compute 7 rows of padding) x the two panels */

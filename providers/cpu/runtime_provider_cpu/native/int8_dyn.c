@@ -51,40 +51,67 @@ static void dq_init(int force)
     dq_vnni = force != 1 && dq_avx512 && __builtin_cpu_supports("avx512vnni");
 }
 
+/* acc += u8 a x s8 w in 4-byte groups, the accumulator tied to its register: GCC's own
+ * vpdpbusd pattern copies each accumulator to another register and back every step */
+#define DQ_DPBUSD(acc, a, w) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(w))
+/* one packed row's step: its 4 bytes broadcast against both panels' 4-byte groups */
+#define DQ_ROW_STEP(r)                                                                                           \
+    do {                                                                                                         \
+        const __m512i a_ = _mm512_set1_epi32(ap[q * DQ_MR + (r)]);                                             \
+        DQ_DPBUSD(c##r##0, a_, w0);                                                                              \
+        DQ_DPBUSD(c##r##1, a_, w1);                                                                              \
+    } while (0)
+/* row r of the tile through the epilogue into y, unless past the rows there are (mm) */
+#define DQ_ROW_OUT(r)                                                                                            \
+    do {                                                                                                         \
+        if ((r) < mm) {                                                                                          \
+            const __m512i rv = _mm512_set1_epi32(rs[r]);                                                         \
+            const __m512i v0 = _mm512_add_epi32(_mm512_sub_epi32(c##r##0, _mm512_mullo_epi32(zb0, rv)), ct0);   \
+            const __m512i v1 = _mm512_add_epi32(_mm512_sub_epi32(c##r##1, _mm512_mullo_epi32(zb1, rv)), ct1);   \
+            _mm512_mask_storeu_ps(y + (r) * ldy, k0, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v0), s0), bb0)); \
+            _mm512_mask_storeu_ps(y + (r) * ldy + 16, k1,                                                        \
+                                  _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v1), s1), bb1));                \
+        }                                                                                                        \
+    } while (0)
+
 /* the VNNI tile (int8.c's loop) with dq_epilogue's steps done on its accumulators: rows
- * [0, mm) and columns [0, nn) of y (ldy floats a row) */
+ * [0, mm) and columns [0, nn) of y (ldy floats a row); the 16 accumulators are named, so that
+ * they stay in registers through the loop */
 __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
 dq_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1, Py_ssize_t Kq,
              const int32_t *restrict rs, const uint32_t *restrict zbv, const uint32_t *restrict ct,
              const float *restrict sc, const float *restrict bs, float *restrict y, Py_ssize_t ldy, Py_ssize_t mm,
              Py_ssize_t nn)
 {
-    __m512i acc[DQ_MR][2];
-    for (int r = 0; r < DQ_MR; r++)
-        acc[r][0] = acc[r][1] = _mm512_setzero_si512();
+    _Static_assert(DQ_MR == 8 && DQ_NR == 32, "dq_tile_vnni is written for 8 x 32 tiles");
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00;
+    __m512i c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
     for (Py_ssize_t q = 0; q < Kq; q++) {
         const __m512i w0 = _mm512_loadu_si512((const void *)(b0 + q * 64));
         const __m512i w1 = _mm512_loadu_si512((const void *)(b1 + q * 64));
-        for (int r = 0; r < DQ_MR; r++) {
-            const __m512i a = _mm512_set1_epi32(ap[q * DQ_MR + r]);
-            acc[r][0] = _mm512_dpbusd_epi32(acc[r][0], a, w0);
-            acc[r][1] = _mm512_dpbusd_epi32(acc[r][1], a, w1);
-        }
+        DQ_ROW_STEP(0);
+        DQ_ROW_STEP(1);
+        DQ_ROW_STEP(2);
+        DQ_ROW_STEP(3);
+        DQ_ROW_STEP(4);
+        DQ_ROW_STEP(5);
+        DQ_ROW_STEP(6);
+        DQ_ROW_STEP(7);
     }
     const __mmask16 k0 = nn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nn) - 1u);
     const __mmask16 k1 = nn >= 32 ? (__mmask16)0xffff : nn <= 16 ? 0 : (__mmask16)((1u << (nn - 16)) - 1u);
-    const __m512i zb[2] = {_mm512_loadu_si512((const void *)zbv), _mm512_loadu_si512((const void *)(zbv + 16))};
-    const __m512i c[2] = {_mm512_loadu_si512((const void *)ct), _mm512_loadu_si512((const void *)(ct + 16))};
-    const __m512 s[2] = {_mm512_loadu_ps(sc), _mm512_loadu_ps(sc + 16)};
-    const __m512 b[2] = {_mm512_loadu_ps(bs), _mm512_loadu_ps(bs + 16)};
-    for (int r = 0; r < DQ_MR && r < mm; r++) {
-        const __m512i rv = _mm512_set1_epi32(rs[r]);
-        for (int h = 0; h < 2; h++) {
-            const __m512i v = _mm512_add_epi32(_mm512_sub_epi32(acc[r][h], _mm512_mullo_epi32(zb[h], rv)), c[h]);
-            const __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v), s[h]), b[h]);
-            _mm512_mask_storeu_ps(y + r * ldy + 16 * h, h ? k1 : k0, f);
-        }
-    }
+    const __m512i zb0 = _mm512_loadu_si512((const void *)zbv), zb1 = _mm512_loadu_si512((const void *)(zbv + 16));
+    const __m512i ct0 = _mm512_loadu_si512((const void *)ct), ct1 = _mm512_loadu_si512((const void *)(ct + 16));
+    const __m512 s0 = _mm512_loadu_ps(sc), s1 = _mm512_loadu_ps(sc + 16);
+    const __m512 bb0 = _mm512_loadu_ps(bs), bb1 = _mm512_loadu_ps(bs + 16);
+    DQ_ROW_OUT(0);
+    DQ_ROW_OUT(1);
+    DQ_ROW_OUT(2);
+    DQ_ROW_OUT(3);
+    DQ_ROW_OUT(4);
+    DQ_ROW_OUT(5);
+    DQ_ROW_OUT(6);
+    DQ_ROW_OUT(7);
 }
 
 /* NaNs are left out of the range, as onnxruntime does: vminps / vmaxps return their second
@@ -120,6 +147,66 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static uint32_t dq_bytes_av
         _mm_mask_storeu_epi8(y + i, m, _mm512_cvtepi32_epi8(q));
     }
     return (uint32_t)_mm512_reduce_add_epi32(acc);
+}
+
+/* 8 rows' 16 bytes (4 groups each) as the packed layout's 128 bytes dst[0..3][8]: group q of row r
+ * sits at dword 4r + q of rows 0-3, 16 + 4(r - 4) + q of rows 4-7 */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline void dq_store8(uint32_t *dst, const __m128i *b)
+{
+    const __m512i p0 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+    const __m512i p1 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+    __m512i l = _mm512_castsi128_si512(b[0]), h = _mm512_castsi128_si512(b[4]);
+    l = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(l, b[1], 1), b[2], 2), b[3], 3);
+    h = _mm512_inserti32x4(_mm512_inserti32x4(_mm512_inserti32x4(h, b[5], 1), b[6], 2), b[7], 3);
+    _mm512_storeu_si512((void *)dst, _mm512_permutex2var_epi32(l, p0, h));
+    _mm512_storeu_si512((void *)(dst + 16), _mm512_permutex2var_epi32(l, p1, h));
+}
+
+/* dq_pack8_avx512 for a byte A (MatMulIntegerToFloat): the bytes as unsigned (flip 0x80 for int8) */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+dq_pack8_bytes_avx512(const uint8_t *a, Py_ssize_t K, Py_ssize_t kn, uint32_t *dst, uint32_t *sums, uint8_t flip)
+{
+    const __m128i f = _mm_set1_epi8((char)flip), zero = _mm_setzero_si128();
+    __m128i acc[8];
+    for (int r = 0; r < 8; r++)
+        acc[r] = zero;
+    for (Py_ssize_t k0 = 0; k0 < kn; k0 += 16) {
+        __m128i b[8];
+        for (int r = 0; r < 8; r++) {
+            b[r] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(a + r * K + k0)), f);
+            acc[r] = _mm_add_epi64(acc[r], _mm_sad_epu8(b[r], zero)); /* two 64-bit byte sums */
+        }
+        dq_store8(dst + (k0 / 4) * 8, b);
+    }
+    for (int r = 0; r < 8; r++)
+        sums[r] = (uint32_t)(_mm_cvtsi128_si64(acc[r]) + _mm_extract_epi64(acc[r], 1));
+}
+
+/* 8 rows of x (K floats apart), columns [0, kn) (kn a multiple of 16), quantized as dq_bytes does
+ * straight into the packed layout dst[k / 4][8] (dq_store8); the rows' byte sums go to sums[8] */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+dq_pack8_avx512(const float *x, Py_ssize_t K, Py_ssize_t kn, uint32_t *dst, uint32_t *sums, float scale, float zpf)
+{
+    const __m512 s = _mm512_set1_ps(scale), z = _mm512_set1_ps(zpf), lo = _mm512_setzero_ps();
+    const __m512 hi = _mm512_set1_ps(255.0f);
+    __m512i acc[8];
+    for (int r = 0; r < 8; r++)
+        acc[r] = _mm512_setzero_si512();
+    for (Py_ssize_t k0 = 0; k0 < kn; k0 += 16) {
+        __m128i b[8];
+        for (int r = 0; r < 8; r++) {
+            __m512 t = _mm512_div_ps(_mm512_loadu_ps(x + r * K + k0), s);
+            t = _mm512_add_ps(_mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), z);
+            t = _mm512_mask_mov_ps(t, _mm512_cmp_ps_mask(t, t, _CMP_UNORD_Q), lo);
+            t = _mm512_min_ps(_mm512_max_ps(t, lo), hi);
+            const __m512i q = _mm512_cvtps_epi32(t);
+            acc[r] = _mm512_add_epi32(acc[r], q);
+            b[r] = _mm512_cvtepi32_epi8(q);
+        }
+        dq_store8(dst + (k0 / 4) * 8, b);
+    }
+    for (int r = 0; r < 8; r++)
+        sums[r] = (uint32_t)_mm512_reduce_add_epi32(acc[r]);
 }
 #endif
 
@@ -161,6 +248,19 @@ RC_CLONES static void dq_pack_part(void *arg, int part, int parts)
     uint8_t t[DQ_CHUNK] __attribute__((aligned(64)));
     for (Py_ssize_t mb = b0; mb < b1; mb++) {
         uint32_t *restrict dst = (uint32_t *)j->ap + mb * j->Kq * DQ_MR;
+        /* a whole block of rows: its columns up to the last 16 in one AVX-512 pass, the rest below */
+        uint32_t s8[DQ_MR] = {0};
+        Py_ssize_t kstart = 0;
+#if DQ_X86
+        if (dq_avx512 && (mb + 1) * DQ_MR <= j->M && j->K >= 16) {
+            _Static_assert(DQ_MR == 8, "dq_pack8_avx512 packs 8 rows");
+            kstart = j->K / 16 * 16;
+            if (j->x)
+                dq_pack8_avx512(j->x + mb * DQ_MR * j->K, j->K, kstart, dst, s8, j->scale, j->zpf);
+            else
+                dq_pack8_bytes_avx512(j->a8 + mb * DQ_MR * j->K, j->K, kstart, dst, s8, j->flip);
+        }
+#endif
         for (int r = 0; r < DQ_MR; r++) {
             const Py_ssize_t m = mb * DQ_MR + r;
             if (m >= j->M) {
@@ -169,8 +269,8 @@ RC_CLONES static void dq_pack_part(void *arg, int part, int parts)
                 j->rs[m] = 0;
                 continue;
             }
-            uint32_t s = 0;
-            for (Py_ssize_t k0 = 0; k0 < j->K; k0 += DQ_CHUNK) {
+            uint32_t s = s8[r];
+            for (Py_ssize_t k0 = kstart; k0 < j->K; k0 += DQ_CHUNK) {
                 const Py_ssize_t kn = j->K - k0 < DQ_CHUNK ? j->K - k0 : DQ_CHUNK;
                 if (j->x)
                     s += dq_bytes(j->x + m * j->K + k0, t, kn, j->scale, j->zpf);

@@ -221,6 +221,11 @@ def gather(ctx, x, indices, *, axis):
     dim = x.shape[a]
     if idx.size and (idx.min() < -dim or idx.max() >= dim):
         raise IndexError(f"Gather indices out of range [-{dim}, {dim - 1}]")
+    if idx.ndim == 0:
+        # one index: a view of x (basic indexing; Ellipsis keeps a 0-d result an array), no copy
+        # of the slab (q/k/v picked out of a packed projection are read once and reshaped)
+        i = int(idx)
+        return x[(slice(None),) * a + (i + dim if i < 0 else i, Ellipsis)]
     idx = np.where(idx < 0, idx + dim, idx)
     return np.take(x, idx, axis=a)
 
