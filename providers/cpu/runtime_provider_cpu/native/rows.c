@@ -187,6 +187,15 @@ static void act_run(const float *x, float *y, Py_ssize_t n, int kind, float alph
     }
 }
 
+/* act_block: a's activation of M rows of P floats, ld apart, in place (none for act 0) */
+void act_block(float *y, Py_ssize_t ld, Py_ssize_t M, Py_ssize_t P, const rc_act *a)
+{
+    if (!a || !a->act)
+        return;
+    for (Py_ssize_t m = 0; m < M; m++)
+        act_run(y + m * ld, y + m * ld, P, a->act - 1, a->alpha, a->beta);
+}
+
 PyObject *rc_py_activate(PyObject *self, PyObject *args)
 {
     PyObject *xo, *yo;

@@ -191,18 +191,24 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
     elif act == "Clip":  # _fused_conv_check declined it without its two params
         clip, act = (float(params[0]), float(params[1])), None
     cache = fast_conv.plan_cache(ctx, w, b)
+    # a compiled activation goes with the convolution (its kernel's epilogue where it has one)
+    kind = _NATIVE_ACT.get(act) if _native is not None and x.dtype == np.float32 else None
+    native_act = None
+    if kind is not None:
+        native_act = (kind,) + ((float(params[0]), float(params[1])) if act == "HardSigmoid" else (1.0 / 6.0, 0.5))
     y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
                          kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
-                         cache=cache, threads=getattr(ctx, "threads", 1), ctx=ctx)
+                         cache=cache, threads=getattr(ctx, "threads", 1), ctx=ctx, act=native_act)
     post = None
-    if act is not None:
+    if act is not None and native_act is None:
         y = _activate(y, act, params)
 
         def post(r):
             return _activate(r, act, params)
     fast_conv.bind_plan(cache, fused_conv, dict(activation=activation, activation_params=activation_params,
                                           auto_pad=auto_pad, dilations=dilations, group=group,
-                                          kernel_shape=kernel_shape, pads=pads, strides=strides), post)
+                                          kernel_shape=kernel_shape, pads=pads, strides=strides), post,
+                        activated=native_act is not None)
     return y
 
 
