@@ -94,3 +94,47 @@ def test_kernels_refuse_an_unknown_activation_kind(fn):
             call(bad)
     call(1)  # HardSigmoid(0.2, 0.5) of 4 or 9 (1x1 of four ones; 3x3 of ones, padded)
     assert np.isin(y, np.float32(1.0)).all()
+
+
+# -- SqueezeExcite on _native.squeeze_excite ---------------------------------------------------
+
+def _se_model(act, gate, n, c, cr, hw):
+    nodes = [helper.make_node("GlobalAveragePool", ["x"], ["p"]), helper.make_node("Conv", ["p", "w1", "b1"], ["c1"])]
+    nodes += act_nodes(act, "c1", "a1") if act != "Relu" else [helper.make_node("Relu", ["c1"], ["a1"])]
+    nodes += [helper.make_node("Conv", ["a1", "w2", "b2"], ["c2"]), helper.make_node(gate, ["c2"], ["g"]),
+              helper.make_node("Mul", ["x", "g"], ["y"])]
+    x = f32(n, c, hw, hw)
+    inits = {"w1": f32(cr, c, 1, 1) * 0.3, "b1": f32(cr), "w2": f32(c, cr, 1, 1) * 0.3, "b2": f32(c)}
+    return make_model(nodes, {"x": x}, ["y"], opset=17, initializers=inits), {"x": x}
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("act,gate", [("Relu", "HardSigmoid"), ("SiLU", "Sigmoid"), ("HardSwish", "HardSigmoid")])
+@pytest.mark.parametrize("n,c,cr,hw,threads", [(1, 40, 10, 9, 1), (3, 96, 24, 17, 2), (2, 19, 5, 3, 2)])
+def test_squeeze_excite_kernel_split_over_threads_matches_onnxruntime(act, gate, n, c, cr, hw, threads):
+    m, feeds = _se_model(act, gate, n, c, cr, hw)
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = threads
+    s = rt.InferenceSession(m.SerializeToString(), so, providers=CPU)
+    assert [nd.op_type for nd in s._graph.nodes] == ["SqueezeExcite"]
+    ref = run_oracle(m, feeds)
+    for _ in range(2):
+        assert_close(s.run(None, feeds), ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.native
+def test_squeeze_excite_kernel_checks_its_arguments():
+    from runtime_provider_cpu.fast.policy import NATIVE as nat
+
+    x = np.ones((1, 4, 3, 3), np.float32)
+    w1, w2, y = np.ones((2, 4), np.float32), np.ones((4, 2), np.float32), np.empty((1, 4, 3, 3), np.float32)
+    ok = (-np.inf, np.inf, -1, 0.0, 0.0, 2, 0.0, 0.0, 1)
+    with pytest.raises(ValueError, match="activation kind"):
+        nat.squeeze_excite(x, w1, None, w2, None, y, (1, 4, 2, 9), -np.inf, np.inf, 4, 0.0, 0.0, 2, 0.0, 0.0, 1)
+    with pytest.raises(ValueError, match="W2"):
+        nat.squeeze_excite(x, w1, None, w2[:3], None, y, (1, 4, 2, 9), *ok)
+    with pytest.raises(ValueError, match="positive"):
+        nat.squeeze_excite(x, w1, None, w2, None, y, (1, 4, 0, 9), *ok)
+    nat.squeeze_excite(x, w1, None, w2, None, y, (1, 4, 2, 9), *ok)
+    # mean 1, h = 4, g = sigmoid(8): every output x * g
+    np.testing.assert_allclose(y, np.full(y.shape, 1 / (1 + np.exp(-8.0))), rtol=1e-6)

@@ -350,6 +350,7 @@ PyObject *rc_py_bias_clip(PyObject *self, PyObject *args);
 PyObject *rc_py_recurrence(PyObject *self, PyObject *args);
 PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args);
 PyObject *rc_py_activate(PyObject *self, PyObject *args);
+PyObject *rc_py_squeeze_excite(PyObject *self, PyObject *args);
 PyObject *rc_py_conv2d(PyObject *self, PyObject *args);
 PyObject *rc_py_winograd3x3(PyObject *self, PyObject *args);
 PyObject *rc_py_gemm_rows(PyObject *self, PyObject *args);
