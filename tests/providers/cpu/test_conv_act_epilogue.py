@@ -31,6 +31,7 @@ def act_nodes(act, src, out):
 # (plan kind, x shape, W shape, group, strides, pads)
 CASES = [
     ("pointwise", (1, 24, 10, 13), (40, 24, 1, 1), 1, (1, 1), (0, 0, 0, 0)),
+    ("pointwise_sgemm", (2, 24, 10, 13), (40, 24, 1, 1), 1, (1, 1), (0, 0, 0, 0)),
     ("depthwise", (1, 24, 19, 21), (24, 1, 3, 3), 24, (1, 1), (1, 1, 1, 1)),
     ("depthwise", (2, 20, 17, 17), (20, 1, 5, 5), 20, (2, 2), (2, 2, 2, 2)),
     ("depthwise_lanes", (1, 40, 7, 7), (40, 1, 5, 5), 40, (1, 1), (2, 2, 2, 2)),
@@ -50,7 +51,15 @@ def test_activation_with_each_conv_plan_matches_onnxruntime(case, act, monkeypat
     assert policy.NATIVE is not None, "runtime_provider_cpu._native did not build"
     if kind == "depthwise_lanes" and not getattr(policy.NATIVE, "CONV_FAST", 0):
         pytest.skip("the lanes depthwise kernel is the AVX-512 build's")
-    cpu_policy(direct=True, conv_kernel=kind)
+    if kind == "pointwise_sgemm":  # the pointwise plan on SciPy's sgemm (the lanes kernel off)
+        from runtime_provider_cpu.fast.sgemm import sgemm_ready
+
+        if not sgemm_ready():
+            pytest.skip("no sgemm for the pointwise kernel")
+        kind = "pointwise"
+        cpu_policy(direct=True, conv_kernel=kind, pw_lanes=False)
+    else:
+        cpu_policy(direct=True, conv_kernel=kind)
     acts = []
     planned = record_plan_kinds(monkeypatch, check=lambda p: acts.append(p.act))
     x = f32(*xs) * 3  # both bounds of the hard forms reached
@@ -67,7 +76,7 @@ def test_activation_with_each_conv_plan_matches_onnxruntime(case, act, monkeypat
 
 
 @pytest.mark.native
-@pytest.mark.parametrize("fn", ["depthwise2d", "pointwise_lanes", "pointwise"])
+@pytest.mark.parametrize("fn", ["depthwise2d", "pointwise_lanes"])
 def test_kernels_refuse_an_unknown_activation_kind(fn):
     from runtime_provider_cpu.fast.policy import NATIVE as nat
 
@@ -76,13 +85,6 @@ def test_kernels_refuse_an_unknown_activation_kind(fn):
     if fn == "depthwise2d":
         call = lambda k: nat.depthwise2d(x, np.ones((4, 1, 3, 3), np.float32), None, y, x.shape, (5, 5), (3, 3),  # noqa: E731
                                          (1, 1), (1, 1), (1, 1), -np.inf, np.inf, 1, True, False, k, 0.2, 0.5)
-    elif fn == "pointwise":
-        from runtime_provider_cpu.fast.sgemm import sgemm_ready
-
-        if not sgemm_ready():
-            pytest.skip("no sgemm for the pointwise kernel")
-        call = lambda k: nat.pointwise(np.ones((4, 4), np.float32), x, None, None, y, (4, 4, 25),  # noqa: E731
-                                       -np.inf, np.inf, 1, k, 0.2, 0.5)
     else:
         from runtime_provider_cpu.fast.packing import pack_rows
 

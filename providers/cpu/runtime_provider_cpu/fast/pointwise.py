@@ -80,7 +80,10 @@ class PointwisePlan(ConvPlan):
                 if w12 is not None:
                     nat.pointwise_lanes(w12, x, b2, zz, y, dims, lo, hi, th, *act)
                 else:
-                    nat.pointwise(w2, x, b2, zz, y, dims, lo, hi, th, *act)
+                    # a pass after: in sgemm's per-block epilogue the activation was slower
+                    nat.pointwise(w2, x, b2, zz, y, dims, lo, hi, th)
+                    if act:
+                        nat.activate(y, y, y.size, *act)
                 return y
             r = np.matmul(w2, x.reshape(dims[1], P), out=None if y is None else y.reshape(M, P))
             if zz is None:

@@ -139,14 +139,12 @@ typedef struct {
     Py_ssize_t M, K, P, step;
     float lo, hi;
     int by_cols;    /* parts of columns of y (else of rows) */
-    const rc_act *act; /* after the clip, or NULL */
 } pw_job;
 
 static void pw_epilogue(const pw_job *j, Py_ssize_t m0, Py_ssize_t m1, Py_ssize_t p0, Py_ssize_t p1)
 {
     bias_clip_block(j->y + m0 * j->P + p0, j->P, j->b ? j->b + m0 : NULL, j->z ? j->z + m0 * j->P + p0 : NULL,
                     m1 - m0, p1 - p0, j->lo, j->hi);
-    act_block(j->y + m0 * j->P + p0, j->P, m1 - m0, p1 - p0, j->act);
 }
 
 static void pw_part(void *arg, int part, int parts)
@@ -181,15 +179,9 @@ PyObject *rc_py_pointwise(PyObject *self, PyObject *args)
     Py_ssize_t M, K, P;
     float lo, hi;
     int threads;
-    rc_act act = {-1, 1.0f / 6.0f, 0.5f};
-    if (!PyArg_ParseTuple(args, "OOOOO(nnn)ffi|iff:pointwise", &wo, &xo, &bo, &zo, &yo, &M, &K, &P, &lo,
-                          &hi, &threads, &act.act, &act.alpha, &act.beta))
+    if (!PyArg_ParseTuple(args, "OOOOO(nnn)ffi:pointwise", &wo, &xo, &bo, &zo, &yo, &M, &K, &P, &lo,
+                          &hi, &threads))
         return NULL;
-    if (act.act < -1 || act.act > 3) {
-        PyErr_SetString(PyExc_ValueError, "pointwise: activation kind not in -1..3");
-        return NULL;
-    }
-    act.act += 1; /* activate's kind -> rc_act's */
     if (!rc_sgemm) {
         PyErr_SetString(PyExc_RuntimeError, "pointwise: no sgemm (set_sgemm was not called)");
         return NULL;
@@ -215,7 +207,7 @@ PyObject *rc_py_pointwise(PyObject *self, PyObject *args)
     const Py_ssize_t step = by_cols ? 64 : 16, n = by_cols ? P : M;
     const int parts = rc_parts(2.0 * (double)M * (double)K * (double)P, 2.5e5, (n + step - 1) / step, &threads);
     pw_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
-                (const float *)v[3].buf, (float *)v[4].buf, M, K, P, step, lo, hi, by_cols, act.act ? &act : NULL};
+                (const float *)v[3].buf, (float *)v[4].buf, M, K, P, step, lo, hi, by_cols};
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(pw_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
