@@ -181,7 +181,10 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
                dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     """onnxruntime's ``FusedConv``: ``activation(Conv(x, w, b) + z)``, z (optional) of the
     output's shape, no activation when the attribute is absent. The sum and Relu / Clip run
-    in the convolution's epilogue, any other activation in place on its result."""
+    in the convolution's epilogue; HardSwish, HardSigmoid, Sigmoid and SiLU (float32, the
+    extension built) go with its plan (:meth:`~..fast.plan.ConvPlan.set_act`: the depthwise
+    and pointwise-lanes kernels' epilogues, a compiled pass after the others); Tanh and
+    LeakyRelu in place on its result."""
     act = activation.decode() if isinstance(activation, bytes) else activation
     params = list(activation_params or [])
     # the sum and a Relu / Clip are applied in the convolution's own epilogue
