@@ -87,15 +87,18 @@ def _unmeasured(found, w, strides, dilations) -> set:
     return set()
 
 
-def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx=None) -> ConvPlan:
+def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx=None, act=None) -> ConvPlan:
     """The plan of a float32 2-D convolution of ``x`` by ``w`` (plus ``b``, clipped to
-    ``clip``) with these resolved strides, dilations and pads: the candidate forced by the
+    ``clip``, then activated by ``act``: :meth:`ConvPlan.set_act`) with these resolved
+    strides, dilations and pads: the candidate forced by the
     policy, cached for this machine and shape, or measured on ``x`` now; with tuning off
     (the policy's ``tune``, the node's session's ``session.cpu.autotune``) im2col and GEMM.
     Kind None: no candidate (the general path)."""
     found = candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads)
     if not found:
-        return ConvPlan(x, w, b, clip)
+        plan = ConvPlan(x, w, b, clip)
+        plan.set_act(act)
+        return plan
     names = list(found)
     shape = tuple(x.shape) + tuple(w.shape) + (group,) + tuple(strides) + tuple(dilations) + tuple(pb) + tuple(pe)
     key = autotune.cache_key("conv", shape, "float32", threads)
@@ -103,10 +106,12 @@ def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx
     if name is None:
         skip = _unmeasured(found, w, strides, dilations)
         made = {n: make() for n, make in found.items() if n not in skip}
+        for pl in made.values():
+            pl.set_act(act)
         if len(made) == 1:
             name = next(iter(made))
         else:
-            calls = {n: pl._make_call() for n, pl in made.items()}  # not the plans' own: those are the runs
+            calls = {n: pl.act_call() for n, pl in made.items()}  # not the plans' own: those are the runs
             name, _ = autotune.measure(key, {n: (lambda c=c: c(x, None)) for n, c in calls.items()})
         plan = made.pop(name)
         if made:  # the losers' packed weights and scratch, freed, given back rather than kept
@@ -114,6 +119,7 @@ def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx
             arena.release()
     else:
         plan = found[name]()
+        plan.set_act(act)
     autotune.note(ctx, "x".join(map(str, x.shape)), name)
     return plan
 
@@ -130,12 +136,13 @@ def plan_cache(ctx, w, b):
     return cache
 
 
-def bind_plan(cache, kernel_fn, attrs, post=None):
+def bind_plan(cache, kernel_fn, attrs, post=None, activated=False):
     """Once per node (``cache`` from :func:`plan_cache`, None: nothing): ``cache["bound"]``
     (see :func:`~runtime_provider_cpu.executable.binds`), the node's plan run straight on
     the inputs it takes (:meth:`ConvPlan.takes`, conv_clipped's own test) and then ``post``
     on its result when given (FusedConv's activation past the epilogue's clip), else
-    ``kernel_fn(ctx, *inputs, **attrs)``. None when the first run made no plan."""
+    ``kernel_fn(ctx, *inputs, **attrs)``. None when the first run made no plan.
+    ``activated``: the plan's own call applies FusedConv's activation (:meth:`ConvPlan.set_act`)."""
     if cache is None or "bound" in cache:
         return
     plan = cache.get("conv_plan")
@@ -154,6 +161,8 @@ def bind_plan(cache, kernel_fn, attrs, post=None):
                 return fast(x, z[0])
         return kernel_fn(ctx, x, w, b, *z, **attrs)
 
+    if activated:
+        cache["conv_post"] = True  # the pair fusers' calls have no activation
     if post is not None:
         def bound_post(ctx, x, w, b=None, *z):
             if x.shape == xshape and w is W and b is B:

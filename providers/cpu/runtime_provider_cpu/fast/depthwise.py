@@ -97,6 +97,7 @@ class DepthwisePlan(ConvPlan):
 
     __slots__ = ()
     KIND = "depthwise"
+    NATIVE_ACT = True
     #: the kernel's layout: False one channel plane at a time, True 16 channels in the lanes
     LANES = False
 
@@ -111,6 +112,8 @@ class DepthwisePlan(ConvPlan):
         empty, f32, contig = np.empty, np.float32, np.ascontiguousarray
         fn, w2, b2, shape = self.native.depthwise2d, self.w2, self.b2, self.shape
         args = self.args + (True, self.LANES)  # fast (the phase planes where they apply), the layout
+        if self.act is not None:
+            args += self.act
 
         def call(x, z):
             if not x.flags.c_contiguous:

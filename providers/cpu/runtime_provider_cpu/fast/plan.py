@@ -21,8 +21,10 @@ class ConvPlan:
     arguments) and build the call in :meth:`_make_call`."""
 
     __slots__ = ("xshape", "w", "b", "clip", "kind", "native", "w2", "b2", "lo", "hi", "shape", "args",
-                 "threads", "_call")
+                 "threads", "_call", "act")
     KIND: str | None = None
+    #: whether the kernel applies ``act`` in its own epilogue (else a pass over the result)
+    NATIVE_ACT = False
     #: the kinds whose kernels add a residual in their epilogue
     Z_KINDS = ("pointwise", "direct", "winograd", "im2col", "im2col_sgemm", "im2col_lanes")
 
@@ -33,6 +35,13 @@ class ConvPlan:
         self.lo, self.hi = float(lo), float(hi)
         self.b2 = None if b is None or self.KIND is None else np.ascontiguousarray(b, dtype=_F32)
         self.w2 = self.shape = self.args = None
+        self.act = None
+
+    def set_act(self, act):
+        """A FusedConv activation after the clip: ``act`` = (kind, alpha, beta), the kind as
+        ``_native.activate``'s, or None. Set before the first call."""
+        self.act = act
+        self._call = None
 
     def takes(self, x, w, b, z):
         """Whether ``run`` computes this node's convolution of these inputs: a plan, made for
@@ -45,8 +54,24 @@ class ConvPlan:
         accepts), the kernel and its arguments fixed once, on first use: what ``run`` and the
         bound step (``bind_plan``) call."""
         if self._call is None:
-            self._call = self._make_call()
+            self._call = self.act_call()
         return self._call
+
+    def act_call(self):
+        """A new ``call(x, z)`` with the activation: in the kernel's epilogue where it has one
+        (``NATIVE_ACT``), else one compiled pass over the result."""
+        call = self._make_call()
+        if self.act is None or self.NATIVE_ACT:
+            return call
+        activate, (kind, alpha, beta) = self.native.activate, self.act
+
+        def act_call(x, z):
+            y = call(x, z)
+            if not y.flags.c_contiguous:
+                y = np.ascontiguousarray(y)
+            activate(y, y, y.size, kind, alpha, beta)
+            return y
+        return act_call
 
     def run(self, x, z=None):
         """The convolution of ``x`` (plus ``z``: pointwise, direct and winograd plans only)."""

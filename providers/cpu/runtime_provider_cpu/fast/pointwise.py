@@ -20,6 +20,7 @@ class PointwisePlan(ConvPlan):
 
     __slots__ = ("w12", "sub")
     KIND = "pointwise"
+    NATIVE_ACT = True
 
     def __init__(self, x, w, b, clip, native, out, sub, lanes, threads):
         super().__init__(x, w, b, clip, native, threads)
@@ -54,6 +55,7 @@ class PointwisePlan(ConvPlan):
         w2, b2, args, w12, th, sub = self.w2, self.b2, self.args, self.w12, self.threads, self.sub
         (M, P), lo, hi = args
         dims = (M, self.xshape[1], P)
+        act = () if self.act is None else self.act  # the kernels' epilogue's activation
         if w12 is not None and sub is None:
             fn = nat.pointwise_lanes
 
@@ -62,7 +64,7 @@ class PointwisePlan(ConvPlan):
                     x = contig(x)
                 if y is None:
                     y = empty(shape, _F32)
-                fn(w12, x, b2, None if z is None else contig(z), y, dims, lo, hi, th)
+                fn(w12, x, b2, None if z is None else contig(z), y, dims, lo, hi, th, *act)
                 return y
             return call
 
@@ -76,14 +78,19 @@ class PointwisePlan(ConvPlan):
                 if y is None:
                     y = empty(shape, _F32)
                 if w12 is not None:
-                    nat.pointwise_lanes(w12, x, b2, zz, y, dims, lo, hi, th)
+                    nat.pointwise_lanes(w12, x, b2, zz, y, dims, lo, hi, th, *act)
                 else:
+                    # a pass after: in sgemm's per-block epilogue the activation was slower
                     nat.pointwise(w2, x, b2, zz, y, dims, lo, hi, th)
+                    if act:
+                        nat.activate(y, y, y.size, *act)
                 return y
             r = np.matmul(w2, x.reshape(dims[1], P), out=None if y is None else y.reshape(M, P))
             if zz is None:
                 nat.bias_clip(r, b2, *args)
             else:
                 nat.bias_clip(r, b2, *args, zz)
+            if act:
+                nat.activate(r, r, r.size, *act)
             return r.reshape(shape)
         return call

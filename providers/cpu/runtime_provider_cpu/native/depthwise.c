@@ -183,10 +183,17 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     Py_ssize_t N, C, H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl;
     float lo, hi;
     int threads = 1, fast = 1, lanes = 0;
-    if (!PyArg_ParseTuple(args, "OOOO(nnnn)(nn)(nn)(nn)(nn)(nn)ff|ipp:depthwise2d", &xo, &wo, &bo, &yo,
+    rc_act act = {-1, 1.0f / 6.0f, 0.5f};
+    if (!PyArg_ParseTuple(args, "OOOO(nnnn)(nn)(nn)(nn)(nn)(nn)ff|ippiff:depthwise2d", &xo, &wo, &bo, &yo,
                           &N, &C, &H, &W, &OH, &OW, &KH, &KW, &sh, &sw, &dh, &dw, &pt, &pl, &lo, &hi,
-                          &threads, &fast, &lanes))
+                          &threads, &fast, &lanes, &act.act, &act.alpha, &act.beta))
         return NULL;
+    if (act.act < -1 || act.act > 3) {
+        PyErr_SetString(PyExc_ValueError, "depthwise2d: activation kind not in -1..3");
+        return NULL;
+    }
+    act.act += 1; /* activate's kind -> rc_act's */
+    const rc_act *ap = act.act ? &act : NULL;
     if (N < 0 || C < 0 || H < 0 || W < 0 || OH < 0 || OW < 0 || KH < 1 || KW < 1 || sh < 1 ||
         sw < 1 || dh < 1 || dw < 1 || pt < 0 || pl < 0) {
         PyErr_SetString(PyExc_ValueError, "depthwise2d: negative or zero size, stride or dilation");
@@ -211,12 +218,13 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     if (lanes && dwl_takes(KH, KW, dh, dw) && OH > 0 && OW > 0 && N * C > 0) {
         const Py_ssize_t g[12] = {N, C, H, W, OH, OW, KH, KW, sh, sw, pt, pl};
         return dwl_run((const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, (float *)v[3].buf,
-                       g, lo, hi, threads, v, 4);
+                       g, lo, hi, ap, threads, v, 4);
     }
     if (fast && dwf_takes_k(KH, KW, sh, sw, dh, dw, OH, OW, N * C)) {
         dwf_job fj = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
                       (float *)v[3].buf, N * C, C, H, W, OH, OW, sh, pt, pl, 0, 0, 0, 0, lo, hi, NULL, 0, 0};
         fj.k = KH;
+        fj.act = ap;
         return dwf_run(&fj, threads, v, 4);
     }
 #endif
@@ -238,6 +246,7 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
                      N, C, H, W, OH, OW, sh, sw, pt, pl, 0, 0, lo, hi, NULL, 0, KH, KW, dh, dw};
         Py_BEGIN_ALLOW_THREADS
         rc_parallel(dw_direct_part, &dj, parts, threads);
+        act_block((float *)v[3].buf, 0, 1, yn, ap);
         Py_END_ALLOW_THREADS
         release_buffers(v, 4);
         Py_RETURN_NONE;
@@ -287,6 +296,8 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
                      y + (n * C + c) * OH * OW, OH, OW, sh, sw, dh, dw, lo, hi);
         }
     }
+    /* the paths without the activation in their epilogue: one pass after */
+    act_block(y, 0, 1, yn, ap);
     Py_END_ALLOW_THREADS
     free(plane);
     release_buffers(v, 4);

@@ -12,6 +12,14 @@
  * code (see docs/performance.md). Windows larger than 3x3 (MobileNetV3's 5x5, ConvNeXt's 7x7)
  * sum four output vectors at once, each tap's weight broadcast once for the four. */
 
+/* acc clipped to [lo, hi] (max, then min, with the bound first: a NaN stays NaN as clipf
+   keeps it), then a's activation when given */
+DWF_TARGET static inline __m512 dwf_epi(__m512 acc, __m512 lo, __m512 hi, const rc_act *a)
+{
+    const __m512 r = _mm512_min_ps(hi, _mm512_max_ps(lo, acc));
+    return a ? (__m512)rc_act16((v16f)r, a) : r;
+}
+
 /* channel p's input into its phase planes ph (zero-padded: only the data region is written) */
 DWF_TARGET static void dwf_fill(const dwf_job *j, const float *xc, float *ph)
 {
@@ -138,10 +146,9 @@ DWF_TARGET static void dwf_compute_k(const dwf_job *j, Py_ssize_t p, Py_ssize_t 
             a2 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(q + f[2]), a2);
             a3 = _mm512_fmadd_ps(wv, _mm512_loadu_ps(q + f[3]), a3);
         }
-        /* max, then min, with the bound first: a NaN stays NaN as clipf keeps it */
         const __m512 r[4] = {a0, a1, a2, a3};
         for (int i = 0; i < m; i++)
-            _mm512_mask_storeu_ps(d[i], mk[i], _mm512_min_ps(hi, _mm512_max_ps(lo, r[i])));
+            _mm512_mask_storeu_ps(d[i], mk[i], dwf_epi(r[i], lo, hi, j->act));
     }
 }
 
@@ -177,15 +184,14 @@ DWF_TARGET static void dwf_compute(const dwf_job *j, Py_ssize_t p, Py_ssize_t c,
             for (Py_ssize_t ox = 0; ox < OW; ox += 16) {
                 const Py_ssize_t f = oy * Wq + ox;
                 const __m512 acc = dwf_sum9(w, tp, f, vb);
-                /* max, then min, with the bound first: a NaN stays NaN as clipf keeps it */
-                _mm512_mask_storeu_ps(yc + oy * OW + ox, dwf_mask(OW - ox), _mm512_min_ps(hi, _mm512_max_ps(lo, acc)));
+                _mm512_mask_storeu_ps(yc + oy * OW + ox, dwf_mask(OW - ox), dwf_epi(acc, lo, hi, j->act));
             }
         return;
     }
     for (Py_ssize_t v = 0; v < j->nv; v++) {
         const Py_ssize_t f = v * 16;
         const __m512 acc = dwf_sum9(w, tp, f, vb);
-        _mm512_store_ps(out + f, _mm512_min_ps(hi, _mm512_max_ps(lo, acc)));
+        _mm512_store_ps(out + f, dwf_epi(acc, lo, hi, j->act));
     }
 }
 
@@ -336,6 +342,7 @@ typedef struct {
     float lo, hi;
     float *scratch;
     Py_ssize_t scratch_n; /* floats a part: the padded input, then the outputs */
+    const rc_act *act;    /* after the clip, or NULL */
 } dwl_job;
 
 /* r[i][k] -> r[k][i]: unpacks within 128-bit lanes, then lanes across four rows at a time */
@@ -416,8 +423,7 @@ DWF_TARGET static void dwl_block(const dwl_job *j, float *in, float *out, Py_ssi
             const __m512 r[4] = {a0, a1, a2, a3};
             const int m = OW - ox < 4 ? (int)(OW - ox) : 4;
             for (int i = 0; i < m; i++) {
-                /* max, then min, with the bound first: a NaN stays NaN as clipf keeps it */
-                _mm512_store_ps(out + (oy * OW + ox + i) * 16, _mm512_min_ps(hi, _mm512_max_ps(lo, r[i])));
+                _mm512_store_ps(out + (oy * OW + ox + i) * 16, dwf_epi(r[i], lo, hi, j->act));
             }
         }
     }
@@ -452,11 +458,11 @@ int dwl_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t dh, Py_ssize_t dw)
 }
 
 PyObject *dwl_run(const float *x, const float *w, const float *b, float *y, const Py_ssize_t *g, float lo, float hi,
-                  int threads, Py_buffer *v, int nbuf)
+                  const rc_act *act, int threads, Py_buffer *v, int nbuf)
 {
     /* g: N, C, H, W, OH, OW, KH, KW, sh, sw, pt, pl */
     dwl_job j = {x, w, b, y, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], 0, 0,
-                 lo, hi, NULL, 0};
+                 lo, hi, NULL, 0, act};
     rc_sz sz = {NULL};
     j.Hp = sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.OH - 1, j.sh), j.KH);
     j.Wp = sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.OW - 1, j.sw), j.KW);

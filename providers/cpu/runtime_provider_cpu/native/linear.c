@@ -60,7 +60,8 @@
                         t += *(const v16f_u *)(bias + 16 * v);                                   \
                     if (e->z)                                                                    \
                         t += *(const v16f_u *)(e->z + p * e->ldz + 16 * v);                      \
-                    *(v16f_u *)(c + p * ldc + 16 * v) = v16_clip(t, lo, hi);                     \
+                    t = v16_clip(t, lo, hi);                                                     \
+                    *(v16f_u *)(c + p * ldc + 16 * v) = e->act ? rc_act16(t, e->act) : t;        \
                 }                                                                                \
         } else if (!init || !bias)                                                               \
             for (int p = 0; p < NP; p++) {                                                       \
@@ -308,6 +309,7 @@ typedef struct {
     float *y;
     Py_ssize_t M, C, P, kc, G, ngroups, bp, nqb;
     float lo, hi;
+    const rc_act *act; /* after the clip, or NULL */
 } pl_job;
 
 /* rows of nn floats (at most 32) from src, ld apart, into dst [rows][32], zeros past nn */
@@ -371,7 +373,7 @@ static void pl_part(void *arg, int part, int parts)
                     }
                     if (n0 + 32 <= P) {
                         ln_epi e = {j->b ? j->b + r0 : NULL, j->z ? j->z + r0 * P + n0 : NULL, P, j->lo,
-                                    j->hi};
+                                    j->hi, j->act};
                         ln_tiles[nr](ap, xs, kn, 32, c, P, NULL, k0 == 0, pf, q > q0 ? 128 : sizeof(float) * P,
                                      npf, last ? &e : NULL);
                         continue;
@@ -382,9 +384,11 @@ static void pl_part(void *arg, int part, int parts)
                     ln_tiles[nr](ap, xs, kn, 32, tail, 32, NULL, k0 == 0, NULL, 0, 0, NULL);
                     for (Py_ssize_t p = 0; p < nr; p++)
                         memcpy(c + p * P, tail + p * 32, sizeof(float) * tn);
-                    if (last)
+                    if (last) {
                         bias_clip_block(c, P, j->b ? j->b + r0 : NULL, j->z ? j->z + r0 * P + n0 : NULL,
                                         nr, tn, j->lo, j->hi);
+                        act_block(c, P, nr, tn, j->act);
+                    }
                 }
             }
         }
@@ -401,9 +405,15 @@ PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args)
     Py_ssize_t M, C, P;
     float lo, hi;
     int threads;
-    if (!PyArg_ParseTuple(args, "OOOOO(nnn)ffi:pointwise_lanes", &wo, &xo, &bo, &zo, &yo, &M, &C, &P, &lo,
-                          &hi, &threads))
+    rc_act act = {-1, 1.0f / 6.0f, 0.5f};
+    if (!PyArg_ParseTuple(args, "OOOOO(nnn)ffi|iff:pointwise_lanes", &wo, &xo, &bo, &zo, &yo, &M, &C, &P, &lo,
+                          &hi, &threads, &act.act, &act.alpha, &act.beta))
         return NULL;
+    if (act.act < -1 || act.act > 3) {
+        PyErr_SetString(PyExc_ValueError, "pointwise_lanes: activation kind not in -1..3");
+        return NULL;
+    }
+    act.act += 1; /* activate's kind -> rc_act's */
     if (M < 1 || C < 1 || P < 1) {
         PyErr_SetString(PyExc_ValueError, "pointwise_lanes: sizes must be positive");
         return NULL;
@@ -442,7 +452,8 @@ PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args)
     const Py_ssize_t bp = (np_ + nqb - 1) / nqb;
     nqb = (np_ + bp - 1) / bp;
     pl_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
-                (const float *)v[3].buf, (float *)v[4].buf, M, C, P, kc, G, ngroups, bp, nqb, lo, hi};
+                (const float *)v[3].buf, (float *)v[4].buf, M, C, P, kc, G, ngroups, bp, nqb, lo, hi,
+                act.act ? &act : NULL};
     const int parts = rc_parts(2.0 * (double)M * (double)C * (double)P, 2.5e5, ngroups * nqb, &threads);
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(pl_part, &j, parts, threads);

@@ -146,6 +146,11 @@ static PyMethodDef methods[] = {
      "activate(x, y, n, kind, alpha=1/6, beta=0.5)\n"
      "y = act(x) over n C-contiguous float32 (y may be x): kind 0 HardSwish (x * hardsigmoid),\n"
      "1 HardSigmoid clip(alpha x + beta, 0, 1), 2 Sigmoid, 3 SiLU (x * sigmoid(x))."},
+    {"squeeze_excite", rc_py_squeeze_excite, METH_VARARGS,
+     "squeeze_excite(x, w1, b1, w2, b2, y, (N, C, CR, HW), lo, hi, act, act_alpha, act_beta, gate, gate_alpha,\n"
+     "gate_beta, threads)\n"
+     "y = x * gate(w2 act(clip(w1 mean_hw(x) + b1, lo, hi)) + b2) over C-contiguous float32 (y may be x):\n"
+     "w1 [CR][C], w2 [C][CR], b1 / b2 or None; act and gate as activate's kinds, -1 none."},
     {"conv2d", rc_py_conv2d, METH_VARARGS,
      "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads,\n"
      "       lanes=False, extra=None)\n"

@@ -196,6 +196,8 @@ extern rc_sgemm_f rc_sgemm; /* NULL until set_sgemm */
 /* y[m, p] = clip(y[m, p] + b[m] (+ z[m, p]), lo, hi) over M rows of P columns, ld apart */
 void bias_clip_block(float *restrict y, Py_ssize_t ld, const float *restrict b, const float *restrict z,
                      Py_ssize_t M, Py_ssize_t P, float lo, float hi);
+/* a's activation (rc_act, simd.h) of M rows of P floats, ld apart, in place; none for act 0 */
+void act_block(float *y, Py_ssize_t ld, Py_ssize_t M, Py_ssize_t P, const rc_act *a);
 /* the softmax of every row of t floats of z, in place */
 void softmax_rows(float *z, Py_ssize_t rows, Py_ssize_t t);
 
@@ -259,6 +261,7 @@ typedef struct {
     const float *rb, *z;
     Py_ssize_t ldz;
     float lo, hi;
+    const rc_act *act; /* after the clip, or NULL */
 } ln_epi;
 
 /* c[p][0 .. 32) = sum over k of ap[k * 12 + p] * wp[k * ldw + ...] (+ bias or what c holds,
@@ -311,6 +314,7 @@ typedef struct {
     int max; /* maxpool2d's 3x3: the window's maximum (w, b, lo and hi unused), padding -inf */
     Py_ssize_t toff[DWF_KMAX * DWF_KMAX]; /* each tap's offset from a set of phase planes (dwf_setup) */
     Py_ssize_t k; /* the window's side (3, 5 or 7; 0 reads as 3: the callers that name only 3x3) */
+    const rc_act *act; /* after the clip, or NULL */
 } dwf_job;
 
 /* whether a k x k depthwise window (k 3, 5 or 7) of these strides and dilations, on this
@@ -332,7 +336,7 @@ int dwl_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t dh, Py_ssize_t dw);
 /* depthwise2d with 16 channels of an image in the vector lanes; g: N, C, H, W, OH, OW, KH, KW,
    sh, sw, pt, pl. Then the caller's nbuf buffers released */
 PyObject *dwl_run(const float *x, const float *w, const float *b, float *y, const Py_ssize_t *g, float lo, float hi,
-                  int threads, Py_buffer *v, int nbuf);
+                  const rc_act *act, int threads, Py_buffer *v, int nbuf);
 #endif
 
 /* ---- the entry points (module.c lists them) -------------------------------------------- */
@@ -346,6 +350,7 @@ PyObject *rc_py_bias_clip(PyObject *self, PyObject *args);
 PyObject *rc_py_recurrence(PyObject *self, PyObject *args);
 PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args);
 PyObject *rc_py_activate(PyObject *self, PyObject *args);
+PyObject *rc_py_squeeze_excite(PyObject *self, PyObject *args);
 PyObject *rc_py_conv2d(PyObject *self, PyObject *args);
 PyObject *rc_py_winograd3x3(PyObject *self, PyObject *args);
 PyObject *rc_py_gemm_rows(PyObject *self, PyObject *args);

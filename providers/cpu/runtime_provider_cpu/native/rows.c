@@ -187,6 +187,15 @@ static void act_run(const float *x, float *y, Py_ssize_t n, int kind, float alph
     }
 }
 
+/* act_block: a's activation of M rows of P floats, ld apart, in place (none for act 0) */
+void act_block(float *y, Py_ssize_t ld, Py_ssize_t M, Py_ssize_t P, const rc_act *a)
+{
+    if (!a || !a->act)
+        return;
+    for (Py_ssize_t m = 0; m < M; m++)
+        act_run(y + m * ld, y + m * ld, P, a->act - 1, a->alpha, a->beta);
+}
+
 PyObject *rc_py_activate(PyObject *self, PyObject *args)
 {
     PyObject *xo, *yo;
@@ -566,5 +575,152 @@ PyObject *rc_py_softmax(PyObject *self, PyObject *args)
         rc_parallel(softmax_part, &j, parts, th);
     Py_END_ALLOW_THREADS
     release_buffers(v, 1);
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------------------------------------- */
+/* squeeze_excite: y = x * gate(W2 act(clip(W1 mean_hw(x) + B1)) + B2), the SE block as one */
+/* call: the means and the gated product split by channel rows, the two matrix-vector     */
+/* products by weight rows, over the kernel threads (numpy's were one thread each pass)  */
+/* ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    const float *x, *w1, *b1, *w2, *b2;
+    float *y, *s, *h, *g; /* s: the means [N][C], h [N][CR], g: the gates [N][C] */
+    Py_ssize_t N, C, CR, HW;
+    int phase;            /* 0 means, 1 h, 2 g, 3 the gated product */
+} se_job;
+
+RC_CLONES
+static float se_dot(const float *a, const float *b, Py_ssize_t n)
+{
+    v8f s0 = {0}, s1 = {0};
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 += v8_load(a + i) * v8_load(b + i);
+        s1 += v8_load(a + i + 8) * v8_load(b + i + 8);
+    }
+    s0 += s1;
+    float r = 0.0f;
+    for (int k = 0; k < 8; k++)
+        r += s0[k];
+    for (; i < n; i++)
+        r += a[i] * b[i];
+    return r;
+}
+
+RC_CLONES
+static void se_rows(const se_job *j, Py_ssize_t r0, Py_ssize_t r1)
+{
+    const Py_ssize_t HW = j->HW;
+    if (j->phase == 0) {
+        for (Py_ssize_t r = r0; r < r1; r++) {
+            const float *xr = j->x + r * HW;
+            v8f s0 = {0}, s1 = {0};
+            Py_ssize_t i = 0;
+            for (; i + 16 <= HW; i += 16) {
+                s0 += v8_load(xr + i);
+                s1 += v8_load(xr + i + 8);
+            }
+            s0 += s1;
+            float t = 0.0f;
+            for (int k = 0; k < 8; k++)
+                t += s0[k];
+            for (; i < HW; i++)
+                t += xr[i];
+            j->s[r] = t / (float)HW;
+        }
+        return;
+    }
+    for (Py_ssize_t r = r0; r < r1; r++) {
+        const float gv = j->g[r];
+        const float *xr = j->x + r * HW;
+        float *yr = j->y + r * HW;
+        Py_ssize_t i = 0;
+        for (; i + 8 <= HW; i += 8)
+            v8_store(yr + i, v8_load(xr + i) * gv);
+        for (; i < HW; i++)
+            yr[i] = xr[i] * gv;
+    }
+}
+
+static void se_part(void *arg, int part, int parts)
+{
+    const se_job *j = (const se_job *)arg;
+    if (j->phase == 0 || j->phase == 3) {
+        const Py_ssize_t n = j->N * j->C;
+        se_rows(j, n * part / parts, n * (part + 1) / parts);
+        return;
+    }
+    /* phase 1: h[n][i] = W1[i] . s[n] + B1[i]; phase 2: g[n][c] = W2[c] . h[n] + B2[c] */
+    const int first = j->phase == 1;
+    const Py_ssize_t rows = first ? j->CR : j->C, k = first ? j->C : j->CR;
+    const float *w = first ? j->w1 : j->w2, *b = first ? j->b1 : j->b2, *in = first ? j->s : j->h;
+    float *out = first ? j->h : j->g;
+    for (Py_ssize_t i = rows * part / parts; i < rows * (part + 1) / parts; i++)
+        for (Py_ssize_t n = 0; n < j->N; n++)
+            out[n * rows + i] = se_dot(w + i * k, in + n * k, k) + (b ? b[i] : 0.0f);
+}
+
+PyObject *rc_py_squeeze_excite(PyObject *self, PyObject *args)
+{
+    PyObject *xo, *w1o, *b1o, *w2o, *b2o, *yo;
+    Py_ssize_t N, C, CR, HW;
+    float lo, hi;
+    rc_act act = {-1, 1.0f / 6.0f, 0.5f}, gate = {-1, 1.0f / 6.0f, 0.5f};
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOOOOO(nnnn)ffiffiffi:squeeze_excite", &xo, &w1o, &b1o, &w2o, &b2o, &yo, &N, &C,
+                          &CR, &HW, &lo, &hi, &act.act, &act.alpha, &act.beta, &gate.act, &gate.alpha, &gate.beta,
+                          &threads))
+        return NULL;
+    if (N < 1 || C < 1 || CR < 1 || HW < 1) {
+        PyErr_SetString(PyExc_ValueError, "squeeze_excite: sizes must be positive");
+        return NULL;
+    }
+    if (act.act < -1 || act.act > 3 || gate.act < -1 || gate.act > 3) {
+        PyErr_SetString(PyExc_ValueError, "squeeze_excite: activation kind not in -1..3");
+        return NULL;
+    }
+    act.act += 1; /* activate's kind -> rc_act's */
+    gate.act += 1;
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul3(&sz, "X's size", N, C, HW), w1n = sz_mul(&sz, "W1's size", CR, C);
+    const Py_ssize_t sn = sz_add(&sz, "the scratch", sz_mul(&sz, "the scratch", 2 * N, C), sz_mul(&sz, "the scratch", N, CR));
+    if (sz_check(&sz, "squeeze_excite", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[6];
+    const rc_buf spec[6] = {{xo, xn, RC_F32, 0, 0, "X"}, {w1o, w1n, RC_F32, 0, 0, "W1"},
+                            {b1o, CR, RC_F32, 0, 1, "B1"}, {w2o, w1n, RC_F32, 0, 0, "W2"},
+                            {b2o, C, RC_F32, 0, 1, "B2"}, {yo, xn, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("squeeze_excite", spec, v, 6) < 0)
+        return NULL;
+    float *scratch = (float *)malloc((size_t)sn * sizeof(float));
+    if (!scratch) {
+        release_buffers(v, 6);
+        return PyErr_NoMemory();
+    }
+    se_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, (const float *)v[3].buf,
+                (const float *)v[4].buf, (float *)v[5].buf, scratch, scratch + N * C, scratch + N * C + N * CR,
+                N, C, CR, HW, 0};
+    const double rows_work = (double)N * (double)C * (double)HW, mv_work = (double)N * (double)C * (double)CR;
+    Py_BEGIN_ALLOW_THREADS
+    int th = threads;
+    rc_parallel(se_part, &j, rc_parts(rows_work, 16384.0, N * C, &th), th);
+    j.phase = 1;
+    th = threads;
+    rc_parallel(se_part, &j, rc_parts(mv_work, 65536.0, CR, &th), th);
+    for (Py_ssize_t i = 0; i < N * CR; i++)
+        j.h[i] = clipf(j.h[i], lo, hi);
+    act_block(j.h, 0, 1, N * CR, &act);
+    j.phase = 2;
+    th = threads;
+    rc_parallel(se_part, &j, rc_parts(mv_work, 65536.0, C, &th), th);
+    act_block(j.g, 0, 1, N * C, &gate);
+    j.phase = 3;
+    th = threads;
+    rc_parallel(se_part, &j, rc_parts(rows_work, 16384.0, N * C, &th), th);
+    Py_END_ALLOW_THREADS
+    free(scratch);
+    release_buffers(v, 6);
     Py_RETURN_NONE;
 }

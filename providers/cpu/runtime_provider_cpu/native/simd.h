@@ -84,6 +84,25 @@ RC_INLINE v16f v16_select(v16i m, v16f a, v16f b) { return (v16f)((m & (v16i)a) 
 
 RC_VMATH(v16, v16f, v16i, cv_bcast, v16_select)  /* v16_exp, v16_sigmoid, v16_tanh */
 
+/* a FusedConv activation in a kernel's epilogue, after its clip: act 0 none, else activate's
+   kind + 1 (1 HardSwish, 2 HardSigmoid (alpha, beta), 3 Sigmoid, 4 SiLU); NaN stays NaN */
+typedef struct {
+    int act;
+    float alpha, beta;
+} rc_act;
+
+RC_INLINE v16f rc_act16(v16f x, const rc_act *a)
+{
+    if (a->act == 3)
+        return v16_sigmoid(x);
+    if (a->act == 4)
+        return x * v16_sigmoid(x);
+    v16f h = x * a->alpha + a->beta;
+    h = v16_select(h < 0.0f, cv_bcast(0.0f), h);
+    h = v16_select(h > 1.0f, cv_bcast(1.0f), h);
+    return a->act == 1 ? x * h : h;
+}
+
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #include <immintrin.h>
 #define DWF_OK 1

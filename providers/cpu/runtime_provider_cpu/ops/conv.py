@@ -177,22 +177,25 @@ def conv(ctx, x, w, b=None, *, auto_pad, dilations, group, kernel_shape, pads, s
 
 
 def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pads, strides, z=None,
-                 cache=None, threads=1, ctx=None):
+                 cache=None, threads=1, ctx=None, act=None):
     """Conv plus ``z`` when given, then clipped to ``clip`` = (lo, hi) when given (FusedConv's
-    sum and Relu / Clip). ``cache`` (the node's) keeps what the first run decided for the
+    sum and Relu / Clip), then ``act`` = (kind, alpha, beta) of ``_native.activate`` when given
+    (float32 only, the extension built: FusedConv's HardSwish, HardSigmoid, Sigmoid, SiLU, in
+    the kernel's epilogue where it has one). ``cache`` (the node's) keeps what the first run decided for the
     input's shape (``fast/conv.py``); ``threads`` bounds the compiled kernels' threads;
     ``ctx`` (the node's) says whether its session measures kernels and records the choice."""
     _check_kernel_shape("Conv", kernel_shape, w.shape)
     if cache is not None:
         plan = cache.get("conv_plan")
-        if plan is None or plan.xshape != x.shape or plan.w is not w or plan.b is not b or plan.clip != clip:
+        if (plan is None or plan.xshape != x.shape or plan.w is not w or plan.b is not b or plan.clip != clip
+                or plan.act != act):
             plan = None
             _check_output(ctx, x, w, strides, dilations, pads, auto_pad)
             if x.ndim == 4 and x.shape[1] == w.shape[1] * group and w.ndim == 4:
                 st, dl = _ints(strides, 2, 1), _ints(dilations, 2, 1)
                 k_eff = [(w.shape[2 + i] - 1) * dl[i] + 1 for i in range(2)]
                 pb, pe = _conv_pads(x.shape[2:], k_eff, st, pads, auto_pad)
-                plan = fast_conv.select_plan(x, w, b, clip, group, st, dl, pb, pe, threads, ctx)
+                plan = fast_conv.select_plan(x, w, b, clip, group, st, dl, pb, pe, threads, ctx, act)
                 cache["conv_plan"] = plan
         if plan is not None and plan.takes(x, w, b, z):
             return plan.run(x, z)
@@ -213,7 +216,11 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
     cd = _cdtype(dt)
     y = _conv_core(_as(x, cd), _as(w, cd), None if b is None else _as(b, cd), group, strides,
                    dilations, pb, pe, clip, z if z is None else _as(z, cd), threads)
-    return _as(y, dt)
+    y = _as(y, dt)
+    if act is not None:
+        y = np.ascontiguousarray(y)  # ours: a fresh result
+        current().native.activate(y, y, y.size, *act)
+    return y
 
 
 

@@ -181,7 +181,10 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
                dilations=None, group=1, kernel_shape=None, pads=None, strides=None):
     """onnxruntime's ``FusedConv``: ``activation(Conv(x, w, b) + z)``, z (optional) of the
     output's shape, no activation when the attribute is absent. The sum and Relu / Clip run
-    in the convolution's epilogue, any other activation in place on its result."""
+    in the convolution's epilogue; HardSwish, HardSigmoid, Sigmoid and SiLU (float32, the
+    extension built) go with its plan (:meth:`~..fast.plan.ConvPlan.set_act`: the depthwise
+    and pointwise-lanes kernels' epilogues, a compiled pass after the others); Tanh and
+    LeakyRelu in place on its result."""
     act = activation.decode() if isinstance(activation, bytes) else activation
     params = list(activation_params or [])
     # the sum and a Relu / Clip are applied in the convolution's own epilogue
@@ -191,18 +194,24 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
     elif act == "Clip":  # _fused_conv_check declined it without its two params
         clip, act = (float(params[0]), float(params[1])), None
     cache = fast_conv.plan_cache(ctx, w, b)
+    # a compiled activation goes with the convolution (its kernel's epilogue where it has one)
+    kind = _NATIVE_ACT.get(act) if _native is not None and x.dtype == np.float32 else None
+    native_act = None
+    if kind is not None:
+        native_act = (kind,) + ((float(params[0]), float(params[1])) if act == "HardSigmoid" else (1.0 / 6.0, 0.5))
     y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
                          kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
-                         cache=cache, threads=getattr(ctx, "threads", 1), ctx=ctx)
+                         cache=cache, threads=getattr(ctx, "threads", 1), ctx=ctx, act=native_act)
     post = None
-    if act is not None:
+    if act is not None and native_act is None:
         y = _activate(y, act, params)
 
         def post(r):
             return _activate(r, act, params)
     fast_conv.bind_plan(cache, fused_conv, dict(activation=activation, activation_params=activation_params,
                                           auto_pad=auto_pad, dilations=dilations, group=group,
-                                          kernel_shape=kernel_shape, pads=pads, strides=strides), post)
+                                          kernel_shape=kernel_shape, pads=pads, strides=strides), post,
+                        activated=native_act is not None)
     return y
 
 
@@ -242,7 +251,28 @@ def _se_act(v, act, params):
     return v
 
 
-def _squeeze_excite(x, w1, b1, w2, b2, act, params, gate, gate_params, out):
+def _se_native(act, params, gate, gate_params):
+    """``_native.squeeze_excite``'s (lo, hi, act, alpha, beta, gate, alpha, beta) for these
+    activations, or None (the extension not built, or an activation it does not have)."""
+    if _native is None or not hasattr(_native, "squeeze_excite"):
+        return None
+    lo, hi, kind, ab = -np.inf, np.inf, -1, (1.0 / 6.0, 0.5)
+    if act == "Relu":
+        lo = 0.0
+    elif act == "Clip":
+        lo, hi = float(params[0]), float(params[1])
+    elif act in _NATIVE_ACT:
+        kind = _NATIVE_ACT[act]
+        if act == "HardSigmoid":
+            ab = (float(params[0]), float(params[1]))
+    elif act is not None:
+        return None
+    gk = _NATIVE_ACT[gate]  # Sigmoid or HardSigmoid (_se_check)
+    gab = (float(gate_params[0]), float(gate_params[1])) if gate == "HardSigmoid" else (1.0 / 6.0, 0.5)
+    return (lo, hi, kind) + ab + (gk,) + gab
+
+
+def _squeeze_excite(x, w1, b1, w2, b2, act, params, gate, gate_params, out, threads=1):
     if x.ndim != 4 or w1.ndim != 4 or w2.ndim != 4:
         raise ValueError(f"SqueezeExcite: X, W1 and W2 must be 4-D, got {x.shape}, {w1.shape}, {w2.shape}")
     n, c = x.shape[:2]
@@ -256,6 +286,14 @@ def _squeeze_excite(x, w1, b1, w2, b2, act, params, gate, gate_params, out):
     if x.size == 0:
         return np.empty(x.shape, np.float32)
     xc = x if x.flags.c_contiguous else np.ascontiguousarray(x)
+    native = _se_native(act, params, gate, gate_params)
+    if native is not None and all(v is None or v.dtype == np.float32 for v in (xc, w1, b1, w2, b2)):
+        # one compiled call: the means, the two products and the gated multiply on the kernel threads
+        y = out if out is not None else np.empty(x.shape, np.float32)
+        _native.squeeze_excite(xc, np.ascontiguousarray(w1), None if b1 is None else np.ascontiguousarray(b1),
+                               np.ascontiguousarray(w2), None if b2 is None else np.ascontiguousarray(b2), y,
+                               (n, c, cr, x.shape[2] * x.shape[3]), *native, max(1, int(threads)))
+        return y
     # the squeeze as GlobalAveragePool's and the two [N, C] products on numpy's BLAS, held at
     # one thread: matrix-vector sizes, too small to hand to the kernel threads
     s = row_means(xc, n * c).reshape(n, c)
@@ -279,7 +317,7 @@ def squeeze_excite(ctx, x, w1, b1=None, w2=None, b2=None, *, gate, gate_params=N
     act, gate = (v.decode() if isinstance(v, bytes) else v for v in (activation, gate))
     with np.errstate(all="ignore"):
         return _squeeze_excite(x, w1, b1, w2, b2, act, list(activation_params or []), gate,
-                               list(gate_params or []), None)
+                               list(gate_params or []), None, getattr(ctx, "threads", 1))
 
 
 @inplace_variant(squeeze_excite, 0)
@@ -290,7 +328,7 @@ def squeeze_excite_inplace(ctx, owned, x, w1, b1=None, w2=None, b2=None, *, gate
     out = x if x.dtype == np.float32 and x.flags.c_contiguous else None
     with np.errstate(all="ignore"):
         return _squeeze_excite(x, w1, b1, w2, b2, act, list(activation_params or []), gate,
-                               list(gate_params or []), out)
+                               list(gate_params or []), out, getattr(ctx, "threads", 1))
 
 
 # -- SkipLayerNormalization -------------------------------------------------------------
