@@ -67,21 +67,25 @@ def make(out: str, rows: int, trees: int) -> tuple[str, str]:
     return model, data
 
 
-def in_process(model: str, data: str, out: str, batch: int) -> float:
-    """One session with one intra-op thread, the same Predictor code without Ray."""
+def in_process(model: str, data: str, out: str, batch: int) -> tuple[float, float]:
+    """One session with one intra-op thread, the same Predictor code without Ray; returns the wall
+    seconds and the CPU seconds spent inside the Predictor."""
     from runtime_core.integrations.ray import Predictor
 
     t = time.perf_counter()
     pred = Predictor(model, sess_options={"intra_op_num_threads": 1}, id_column="id", keep_columns=["id"],
                      publish_report=False)
-    writer = None
+    writer, in_pred = None, 0.0
     for rb in pq.ParquetFile(data).iter_batches(batch_size=batch):
         cols = {name: rb.column(i).to_numpy() for i, name in enumerate(rb.schema.names)}
-        table = pa.table(pred(cols))
+        c = time.process_time()
+        res = pred(cols)
+        in_pred += time.process_time() - c
+        table = pa.table(res)
         writer = writer or pq.ParquetWriter(out, table.schema)
         writer.write_table(table)
     writer.close()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, in_pred
 
 
 class _ProcessCPU:
@@ -192,21 +196,23 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_
     os.makedirs(log_dir, exist_ok=True)
 
     class TimedPredictor(Predictor):
-        """The Predictor, logging when it was built and each call's rows, wall and CPU seconds and
-        end (wall clock), so the job's time splits into start-up, scoring and the rest."""
+        """The Predictor, logging when it was built (and the actor's CPU seconds until then: the
+        worker's start, its imports, the session) and each call's rows, wall and CPU seconds, end
+        (wall clock) and the actor's CPU seconds since it started, so the job's time splits into
+        start-up, scoring and Ray's work between calls (the fused read, Arrow <-> numpy)."""
 
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self._log = os.path.join(log_dir, f"{os.getpid()}.log")
             with open(self._log, "a") as f:
-                f.write(f"{self.report['intra_op_num_threads']} 0 0 {time.time():.3f}\n")
+                f.write(f"{self.report['intra_op_num_threads']} 0 0 {time.time():.3f} {time.process_time():.3f}\n")
 
         def __call__(self, batch):
             t, c = time.perf_counter(), time.process_time()
             res = super().__call__(batch)
             with open(self._log, "a") as f:
                 f.write(f"{len(batch['id'])} {time.perf_counter() - t:.4f} {time.process_time() - c:.4f} "
-                        f"{time.time():.3f}\n")
+                        f"{time.time():.3f} {time.process_time():.3f}\n")
             return res
 
     wall0 = time.time() - (time.perf_counter() - t0)
@@ -266,6 +272,11 @@ def report(rows: int, one: float, res: dict) -> None:
         print(f"  actor pid {pid}: {int(c[0, 0])} intra-op thread, ready at {c[0, 3]:.1f} s, {len(work)} batches, "
               f"{int(work[:, 0].sum()):,} rows, {work[:, 1].sum():.1f} s inside the Predictor "
               f"({work[:, 2].sum():.1f} s CPU), last batch done at {work[-1, 3]:.1f} s")
+        between = work[-1, 4] - c[0, 4] - work[:, 2].sum()
+        print(f"    CPU s: {c[0, 4]:.1f} to start (worker, imports, session), {work[:, 2].sum():.1f} inside the "
+              f"Predictor ({work[:, 2].sum() / work[:, 0].sum() * 1e6:.1f} per 1M rows), {between:.1f} between calls "
+              f"(Ray: the fused Parquet read, Arrow <-> numpy, the output block; {between / work[:, 0].sum() * 1e6:.1f}"
+              " per 1M rows)")
     # the steady state: from the moment every actor has scored a batch to the first actor's last one
     works = [c[1:] for c in calls.values() if len(c) > 1]
     start, end = max(w[0, 3] for w in works), min(w[-1, 3] for w in works)
@@ -306,10 +317,10 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start; {args.trees} rounds x 3 "
           f"classes, {args.rows:,} rows, batches of {args.batch:,}", flush=True)
     c = time.process_time()
-    one = in_process(model, data, os.path.join(args.out, "predictions_in_process.parquet"), args.batch)
+    one, in_pred = in_process(model, data, os.path.join(args.out, "predictions_in_process.parquet"), args.batch)
     in_cpu = time.process_time() - c
-    print(f"in-process, 1 session x 1 thread: {args.rows / one:,.0f} rows/s ({one:.1f} s, {in_cpu:.1f} s CPU)",
-          flush=True)
+    print(f"in-process, 1 session x 1 thread: {args.rows / one:,.0f} rows/s ({one:.1f} s, {in_cpu:.1f} s CPU, "
+          f"{in_pred:.1f} of it inside the Predictor: {in_pred / args.rows * 1e6:.1f} per 1M rows)", flush=True)
     ray_dir = os.path.join(args.out, "predictions_ray")
     for old in (ray_dir, ray_dir + "_calls"):  # a previous run's files would be read back too
         shutil.rmtree(old, ignore_errors=True)

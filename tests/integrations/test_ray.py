@@ -329,3 +329,52 @@ def test_zipmap_outputs_are_read_as_the_probability_tensor():
         np.testing.assert_allclose(out[f"output_probability_{k}"], [m[k] for m in maps], rtol=1e-6)
     arr = Predictor(model, zipmap="array", publish_report=False)({"X": x})["output_probability"]
     np.testing.assert_allclose(arr, [[m[k] for k in classes] for m in maps], rtol=1e-6)
+
+
+def test_outputs_equal_an_in_process_sessions_labels_maps_regression_and_several_inputs(lgb_model):
+    """The Predictor's columns -> feeds -> columns path against the session run on the same rows:
+    a classifier's labels and probability maps, a regressor's [N, 1] output read from float64
+    feature columns, and a model with three inputs of different types and ranks."""
+    from skl2onnx import to_onnx
+    from sklearn.tree import DecisionTreeRegressor
+
+    df, x = _features(300, seed=10)
+    batch = {c: df[c].to_numpy() for c in df.columns}
+    label, maps = rt.InferenceSession(lgb_model).run(None, {"input": x})
+    out = Predictor(lgb_model, id_column="id", keep_columns=["id"], publish_report=False)(batch)
+    assert list(out) == ["id", "label"] + [f"probabilities_{k}" for k in sorted(maps[0])]
+    np.testing.assert_array_equal(out["label"], label)
+    for k in maps[0]:
+        np.testing.assert_allclose(out[f"probabilities_{k}"], [m[k] for m in maps], rtol=1e-6)
+
+    rng = np.random.default_rng(11)
+    xr = rng.normal(size=(400, 5))
+    reg = to_onnx(DecisionTreeRegressor(max_depth=6).fit(xr, xr[:, 0] * 2 + xr[:, 1] ** 2),
+                  xr[:1].astype(np.float32), target_opset=15).SerializeToString()
+    cols = {f"x{i}": xr[:, i] for i in range(5)}  # float64 columns: cast to the model's float32
+    got = Predictor(reg, keep_columns=False, publish_report=False)(cols)
+    (want,) = rt.InferenceSession(reg).run(None, {"X": xr.astype(np.float32)})
+    assert list(got) == ["variable"] and got["variable"].shape == want.shape == (400, 1)
+    np.testing.assert_array_equal(got["variable"], want)
+
+    nodes = [helper.make_node("ReduceSum", ["a", "axes"], ["sa"], keepdims=0),
+             helper.make_node("Cast", ["b"], ["bf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["sa", "bf"], ["y"]),
+             helper.make_node("Mul", ["c", "two"], ["z"])]
+    graph = helper.make_graph(
+        nodes, "three_inputs",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["N", 3]),
+         helper.make_tensor_value_info("b", TensorProto.INT64, ["N"]),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, ["N", 2, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N"]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 2, 2])],
+        [numpy_helper.from_array(np.array([1], np.int64), "axes"), numpy_helper.from_array(np.float32(2), "two")])
+    multi = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    a, b, c = rng.normal(size=(50, 3)), rng.integers(-5, 5, 50).astype(np.int32), rng.normal(size=(50, 2, 2))
+    got = Predictor(multi, input_columns={"c": "image"}, keep_columns=["key"], publish_report=False)(
+        {"key": np.arange(50), "a": a, "b": b, "image": c.astype(np.float32)})
+    want = rt.InferenceSession(multi).run(None, {"a": a.astype(np.float32), "b": b.astype(np.int64),
+                                                 "c": c.astype(np.float32)})
+    assert list(got) == ["key", "y", "z"] and list(got["key"]) == list(range(50))
+    np.testing.assert_array_equal(got["y"], want[0])
+    np.testing.assert_array_equal(got["z"], want[1])
