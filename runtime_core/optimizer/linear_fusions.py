@@ -165,16 +165,18 @@ class ConvMulFusion(ConvAddFusion):
 
 
 class Conv1dAs2dFusion(RewriteRule):
-    """A 1-D ``Conv`` (3-D input, float32 constant weight; Whisper's front end) ->
-    ``Squeeze(Conv(Unsqueeze(x, 2), W[:, :, None, :]), 2)``: the same convolution over an
-    image one row high, which takes the 2-D plans chosen by measurement (``fast/conv.py``)
-    instead of the N-D numpy path. The two reshapes are views. After the Conv folds
-    (BatchNormalization, Add and Mul go into the 1-D weights first)."""
+    """A 1-D ``Conv`` or ``com.microsoft.FusedConv`` (3-D input, float32 constant weight;
+    Whisper's front end) -> ``Squeeze(Conv(Unsqueeze(x, 2), W[:, :, None, :]), 2)``: the same
+    convolution over an image one row high, which takes the 2-D plans chosen by measurement
+    (``fast/conv.py``) instead of the N-D numpy path. The reshapes are views (a FusedConv's
+    residual ``Z`` gets its own Unsqueeze). After the Conv folds (BatchNormalization, Add
+    and Mul go into the 1-D weights first) and after ConvActivationFusion, so that an
+    activation after the 1-D Conv is fused before the Squeeze would come between them."""
 
     name = "Conv1dAs2dFusion"
     level = EXTENDED
-    targets = frozenset({"Conv"})
-    stage = 1
+    targets = frozenset({"Conv", MS_DOMAIN + "::FusedConv"})
+    stage = 2
 
     def rewrite(self, ed: Editor, conv: Node) -> bool:
         x, y = conv.inputs[0], conv.outputs[0]
@@ -194,21 +196,35 @@ class Conv1dAs2dFusion(RewriteRule):
         if at.get("auto_pad") and at.get("auto_pad") != "NOTSET":
             attrs["auto_pad"] = at["auto_pad"]  # one row, kernel height 1: no padding on that axis
             del attrs["pads"]
+        fused = conv.domain == MS_DOMAIN
+        if fused:  # the activation and its parameters go along unchanged
+            attrs.update({k: at[k] for k in ("activation", "activation_params") if at.get(k) is not None})
         ins = [ed.fresh(x + "_row"), ed.add_const(np.ascontiguousarray(w[:, :, None, :]), conv.inputs[1] + "_2d")]
-        ins += [i for i in conv.inputs[2:3] if i]
+        ins += [i for i in conv.inputs[2:3]]
+        z = conv.inputs[3] if fused and len(conv.inputs) > 3 and conv.inputs[3] else None
+        if z is not None:
+            ins.append(ed.fresh(z + "_row"))
+        while ins and not ins[-1]:
+            ins.pop()
         y2 = ed.fresh(y + "_row")
         ed.set_type(ins[0], F32, [sx[0], sx[1], 1, sx[2]])
         ed.set_type(y2, F32, [sy[0], sy[1], 1, sy[2]])
+        rows = [(x, ins[0])] + ([(z, ins[3])] if z is not None else [])
+        if z is not None:
+            ed.set_type(ins[3], F32, [sy[0], sy[1], 1, sy[2]])
         if ed.opset("") >= 13:
             axes = ed.add_const(np.array([2], np.int64), "row_axis")
-            unsq = ed.new_node("Unsqueeze", [x, axes], [ins[0]], base=conv.name + "_row")
+            unsq = [ed.new_node("Unsqueeze", [a, axes], [b], base=conv.name + "_row") for a, b in rows]
             sq = ed.new_node("Squeeze", [y2, axes], [y], base=conv.name + "_unrow")
         else:
-            unsq = ed.new_node("Unsqueeze", [x], [ins[0]], base=conv.name + "_row", attrs={"axes": [2]})
+            unsq = [ed.new_node("Unsqueeze", [a], [b], base=conv.name + "_row", attrs={"axes": [2]}) for a, b in rows]
             sq = ed.new_node("Squeeze", [y2], [y], base=conv.name + "_unrow", attrs={"axes": [2]})
-        new = ed.new_node("Conv", ins, [y2], base=conv.name + "_2d", attrs=attrs)
-        if ed.replace([conv], [unsq, new, sq]):
-            ed.log("%s: 1-D Conv as a 2-D one over one row", conv.name)
+        if fused:
+            new = ed.new_node("FusedConv", ins, [y2], base=conv.name + "_2d", domain=MS_DOMAIN, attrs=attrs)
+        else:
+            new = ed.new_node("Conv", ins, [y2], base=conv.name + "_2d", attrs=attrs)
+        if ed.replace([conv], [*unsq, new, sq]):
+            ed.log("%s: 1-D %s as a 2-D one over one row", conv.name, conv.op_type)
             return True
         return False
 

@@ -65,8 +65,8 @@ def _skip_operands(ed: Editor, add: Node, inp: str, skip: str, ss, d):
         return None
     if len(sk) == 3 and not (sk[0] == 1 or same_dim(sk[0], si[0])):
         return None
-    if ed.const(inp) is not None or ed.const(skip) is not None:
-        return None
+    if ed.const(inp) is not None:
+        return None  # a constant skip stays (ViT's position table added to the patches)
     b_add = op_of(ed, skip, "Add")
     if b_add is not None and ed.single_use(skip, add):
         for m, c in ((b_add.inputs[0], b_add.inputs[1]), (b_add.inputs[1], b_add.inputs[0])):

@@ -382,6 +382,17 @@ def _infer_node(ed: Editor, n, shape) -> list | None:
         if ins[0] is None or tgt is None:
             return None
         return _bcast(ins[0], tgt)
+    if op == "Concat":
+        # onnx names the joined axis of static pieces unk__N when one piece's shape came late
+        if not ins or any(s is None or len(s) != len(ins[0]) for s in ins):
+            return None
+        ax = n.attrs.get("axis")
+        if ax is None or not -len(ins[0]) <= ax < len(ins[0]):
+            return None
+        ax = ax + len(ins[0]) if ax < 0 else ax
+        out = [next((s[i] for s in ins if isinstance(s[i], int)), ins[0][i]) for i in range(len(ins[0]))]
+        out[ax] = sum(s[ax] for s in ins) if all(isinstance(s[ax], int) for s in ins) else None
+        return out
     if op == "Gather":
         a, idx = ins[0], ins[1]
         if a is None or idx is None:

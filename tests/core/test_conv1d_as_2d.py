@@ -92,3 +92,55 @@ def test_whisper_front_end_of_both_exporters(exporter, tmp_path):
                               **kw).save(str(path))
     got = optimized(onnx.load(str(path)), {"x": x}, L.ORT_ENABLE_ALL)
     assert [r for op, r in got if op == "Conv"] == [4, 4]
+
+
+@pytest.mark.parametrize("act,kw", [("Relu", {}), ("LeakyRelu", {"alpha": 0.2}), ("Sigmoid", {}),
+                                    ("HardSigmoid", {"alpha": 0.3, "beta": 0.4})])
+def test_activation_fuses_into_the_1d_conv_before_it_goes_2d(act, kw):
+    """The activation joins the 1-D Conv (FusedConv) before the rewrite: after it, a Squeeze
+    would stand between the Conv and the activation."""
+    x = f32(2, 8, 37)
+    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1], strides=[2]),
+                    helper.make_node(act, ["c"], ["y"], **kw)],
+                   {"x": x}, ["y"], initializers={"w": f32(12, 8, 3), "b": f32(12)})
+    assert optimized(m, {"x": x}) == [("Unsqueeze", 4), ("FusedConv", 4), ("Squeeze", 3)]
+
+
+def test_residual_of_a_1d_fused_conv_goes_2d_too():
+    """``Relu(Conv(x) + z)``: the residual ``Z`` gets its own Unsqueeze."""
+    x, z = f32(1, 8, 30), f32(1, 12, 30)
+    m = make_model([helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1]),
+                    helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+                   {"x": x, "z": z}, ["y"], initializers={"w": f32(12, 8, 3), "b": f32(12)})
+    got = optimized(m, {"x": x, "z": z})
+    assert sorted(got) == sorted([("Unsqueeze", 4), ("Unsqueeze", 4), ("FusedConv", 4), ("Squeeze", 3)])
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_conv1d_relu_of_both_exporters(exporter, tmp_path):
+    """A torch Conv1d + ReLU ends as one 2-D FusedConv (no Relu node left)."""
+    import onnx
+    import torch
+
+    class Front(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv1d(10, 16, 3, stride=2, padding=1)
+
+        def forward(self, x):
+            return torch.relu(self.conv(x))
+
+    torch.manual_seed(0)
+    x = f32(1, 10, 40)
+    path = tmp_path / "relu.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kw = dict(input_names=["x"], output_names=["y"])
+        if exporter == "torchscript":
+            torch.onnx.export(Front().eval(), (torch.from_numpy(x),), str(path), dynamo=False, opset_version=17, **kw)
+        else:
+            torch.onnx.export(Front().eval(), (torch.from_numpy(x),), dynamo=True, opset_version=18,
+                              **kw).save(str(path))
+    got = optimized(onnx.load(str(path)), {"x": x}, L.ORT_ENABLE_ALL)
+    assert [op for op, _ in got if op not in ("Unsqueeze", "Squeeze")] == ["FusedConv"]
+    assert ("FusedConv", 4) in got

@@ -5,6 +5,7 @@ PyTorch-exported transformers at every level and the node-count reduction they r
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import onnx
@@ -224,6 +225,49 @@ def test_layer_norm_below_opset_17_becomes_skip_layer_norm_after_an_add():
     m = make_model(decomposed_ln(), {"x": XG}, ["y"], initializers=LN_CONSTS, opset=13)
     assert fused(m, {"x": XG}) == ["ReduceMean", "Sub", "Pow", "ReduceMean", "Add", "Sqrt", "Div", "Mul", "Add"]
 
+
+
+def vit_stem(path, exporter, opset):
+    """A ViT stem exported by ``exporter``: patch Conv, flatten, class token concatenated, a
+    learned position table added, LayerNorm (its sum read on as the residual stream)."""
+    import torch
+
+    class Stem(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.patch = torch.nn.Conv2d(3, 16, 4, stride=4)
+            self.cls = torch.nn.Parameter(torch.randn(1, 1, 16))
+            self.pos = torch.nn.Parameter(torch.randn(1, 5, 16))
+            self.ln = torch.nn.LayerNorm(16)
+
+        def forward(self, x):
+            p = self.patch(x).flatten(2).transpose(1, 2)
+            h = torch.cat([self.cls.expand(x.shape[0], -1, -1), p], dim=1) + self.pos
+            return self.ln(h), h
+
+    torch.manual_seed(0)
+    x = f32(1, 3, 8, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kw = dict(opset_version=opset, input_names=["x"], output_names=["y", "h"])
+        if exporter == "torchscript":
+            torch.onnx.export(Stem().eval(), (torch.from_numpy(x),), str(path), dynamo=False, **kw)
+        else:
+            torch.onnx.export(Stem().eval(), (torch.from_numpy(x),), dynamo=True, **kw).save(str(path))
+    return onnx.load(str(path)), {"x": x}
+
+
+@pytest.mark.parametrize("exporter,opset", [("torchscript", 16), ("torchscript", 17), ("dynamo", 18)])
+def test_layer_norm_of_patches_plus_a_constant_position_table(exporter, opset, tmp_path):
+    """ViT's first LayerNorm, of ``Concat(cls, patches) + pos``: the Concat's length (an
+    unk__N of onnx's inference, summed from its pieces) and the constant position table as
+    the skip make it a SkipLayerNormalization (it stayed decomposed at opset 16); the sum,
+    read on as the residual stream, is its output 3."""
+    m, feeds = vit_stem(tmp_path / "stem.onnx", exporter, opset)
+    got = fused(m, feeds)
+    assert "SkipLayerNormalization" in got and "ReduceMean" not in got and "LayerNormalization" not in got
+    assert_close(rt.InferenceSession(m.SerializeToString(), providers=CPU).run(None, feeds),
+                 run_oracle(m, feeds), rtol=1e-4, atol=1e-5)
 
 def skip_ln_model(skip_shape=(2, 5, 8), bias=True, sum_out=False):
     nodes = [n("MatMul", ["h", "w"], ["hw"])]
