@@ -25,8 +25,9 @@ typedef struct { int32_t feat; float thr; int32_t next; uint8_t branch, nan_true
 typedef struct { double thr; int32_t feat; int32_t next; uint8_t branch, nan_true, bits, pad[5]; } rc_node_d;
 
 /* Rows walk in lock-step, RC_LANES at a time (independent loads in flight), until all of
- * them are at leaves. Feature ids were checked before the walk; a child outside the nodes
- * fails the call (a branch that is never taken costs nothing). */
+ * them are at leaves. A feature id outside the row (1) or a child outside the nodes (-1) fails
+ * the call where the walk meets it: a branch that is never taken costs nothing, where checking
+ * every node first cost a pass over the whole ensemble per call (most of a one-row run). */
 #define RC_LANES 8
 #define RC_TREE_WALK(T, NODE, NAME, MODE)                                                        \
     static int NAME(const T *restrict X, Py_ssize_t n, Py_ssize_t c, const NODE *restrict nd,   \
@@ -50,6 +51,8 @@ typedef struct { double thr; int32_t feat; int32_t next; uint8_t branch, nan_tru
                     for (int j = 0; j < m; j++) {                                                \
                         const NODE *q = nd + idx[j];                                             \
                         any |= q->branch;                                                        \
+                        if ((uint32_t)q->feat >= (uint32_t)c)                                    \
+                            return 1;                                                            \
                         const T v = xr[j * c + q->feat], th = q->thr;                            \
                         /* branch-free: a NaN test that mispredicts costs more than the step */ \
                         const int cond = RC_TREE_COND(mode, v, th, q->bits)                      \
@@ -144,18 +147,11 @@ static void tw_part(void *arg, int part, int parts)
         TW_SUMS(double, j, r0, r1);
 }
 
-/* every feature id inside a row, then the walk (and the sums where v[4] is given) on up to
- * threads threads: 0, 1 (a feature id outside [0, c)) or -1 (a root or child outside the nodes) */
+/* the walk (and the sums where v[4] is given) on up to threads threads: 0, 1 (a feature id
+ * outside [0, c) met on the way) or -1 (a root or child outside the nodes) */
 static int tree_walk(const Py_buffer *v, Py_ssize_t n, Py_ssize_t c, Py_ssize_t L, Py_ssize_t t,
                      Py_ssize_t k, Py_ssize_t isz, Py_ssize_t depth, int mode, int nan_check, int threads)
 {
-    int rc = 0;
-    for (Py_ssize_t q = 0; q < L; q++) {
-        int32_t f = isz == 4 ? ((const rc_node_f *)v[1].buf)[q].feat : ((const rc_node_d *)v[1].buf)[q].feat;
-        rc |= f < 0 || f >= c;
-    }
-    if (rc)
-        return 1;
     const Py_ssize_t blocks = (n + RC_LANES - 1) / RC_LANES;
     if (blocks > INT_MAX)
         return -1;
@@ -175,7 +171,8 @@ static int tree_walk(const Py_buffer *v, Py_ssize_t n, Py_ssize_t c, Py_ssize_t 
 static PyObject *tree_error(int rc, Py_ssize_t c, Py_ssize_t L, const char *fn)
 {
     if (rc == 1)
-        return PyErr_Format(PyExc_ValueError, "%s: a feature id is outside [0, %zd)", fn, c);
+        return PyErr_Format(PyExc_ValueError, "%s: a feature id is outside [0, %zd) (out is not meaningful)",
+                            fn, c);
     return PyErr_Format(PyExc_ValueError, "%s: a root or child is outside the %zd nodes (out is not "
                         "meaningful)", fn, L);
 }
