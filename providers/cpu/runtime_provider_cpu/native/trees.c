@@ -123,10 +123,10 @@ typedef struct {
     int mode, nan_check, blocks, err;
 } tw_job;
 
-/* rows [r0, r1) of S: each row's leaf weights (k a node, in W's type T) added tree after tree */
-#define TW_SUMS(T, j, r0, r1)                                                                    \
+/* rows [r0, r1) of S: each row's leaf weights (K a node, in W's type T) added tree after tree */
+#define TW_SUMS_K(T, j, r0, r1, K)                                                               \
     do {                                                                                         \
-        const Py_ssize_t n_ = (j)->n, k_ = (j)->k;                                               \
+        const Py_ssize_t n_ = (j)->n, k_ = (K);                                                  \
         const T *W_ = (j)->W;                                                                    \
         T *S_ = (T *)(j)->S + (r0) * k_;                                                         \
         memset(S_, 0, (size_t)(((r1) - (r0)) * k_) * sizeof(T));                                \
@@ -138,6 +138,18 @@ typedef struct {
                 for (Py_ssize_t m = 0; m < k_; m++)                                              \
                     s[m] += w[m];                                                                \
             }                                                                                    \
+        }                                                                                        \
+    } while (0)
+/* a constant K for the usual few targets (regression, classes of a small classifier): the
+ * inner loop unrolled, where a count known only at run time kept a loop per row and tree */
+#define TW_SUMS(T, j, r0, r1)                                                                    \
+    do {                                                                                         \
+        switch ((j)->k) {                                                                        \
+        case 1: TW_SUMS_K(T, j, r0, r1, 1); break;                                               \
+        case 2: TW_SUMS_K(T, j, r0, r1, 2); break;                                               \
+        case 3: TW_SUMS_K(T, j, r0, r1, 3); break;                                               \
+        case 4: TW_SUMS_K(T, j, r0, r1, 4); break;                                               \
+        default: TW_SUMS_K(T, j, r0, r1, (j)->k); break;                                         \
         }                                                                                        \
     } while (0)
 
