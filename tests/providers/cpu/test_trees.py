@@ -121,6 +121,30 @@ def test_compiled_sums_match_numpy_sums_and_onnxruntime(modes, x_dtype, rows, ag
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("n_targets", [1, 2, 4, 5])
+def test_compiled_sums_every_target_count(n_targets, monkeypatch):
+    """The sums' loops for 1-4 targets (a constant count each) and the general one: the numpy path's
+    bits, onnxruntime's values, on full 8-row blocks and a partial one."""
+    if forest._native is None:
+        pytest.skip("the compiled extension is not built (a build without a C compiler)")
+    rng = np.random.default_rng(90 + n_targets)
+    n_feat = 5
+    attrs = _random_trees(rng, n_trees=10, n_feat=n_feat, max_depth=8, modes=MODES, n_targets=n_targets,
+                          p_weight=1.0)
+    blob = _model(attrs, n_feat, n_targets, TensorProto.FLOAT)
+    X = (rng.integers(-4, 5, size=(29, n_feat)) + 0.5 * rng.integers(0, 2, size=(29, n_feat))).astype(np.float32)
+    calls = []
+    real = forest._Forest._native_sums
+    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: calls.append(threads) or real(self, X, threads))
+    got = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
+    assert calls, "the dense forest did not take the compiled sums"
+    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: None)
+    numpy_sums = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
+    np.testing.assert_array_equal(got, numpy_sums)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_compiled_sums_split_rows_over_threads(monkeypatch):
     """A walk long enough for the kernel pool: rows split over 2 threads give the bits of one, and the
     split is taken or not by the measured time of each way."""
