@@ -121,8 +121,33 @@ def test_compiled_sums_match_numpy_sums_and_onnxruntime(modes, x_dtype, rows, ag
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("n_targets", [1, 2, 4, 5])
+def test_compiled_sums_every_target_count(n_targets, monkeypatch):
+    """The sums' loops for 1-4 targets (a constant count each) and the general one: the numpy path's
+    bits, onnxruntime's values, on full 8-row blocks and a partial one."""
+    if forest._native is None:
+        pytest.skip("the compiled extension is not built (a build without a C compiler)")
+    rng = np.random.default_rng(90 + n_targets)
+    n_feat = 5
+    attrs = _random_trees(rng, n_trees=10, n_feat=n_feat, max_depth=8, modes=MODES, n_targets=n_targets,
+                          p_weight=1.0)
+    blob = _model(attrs, n_feat, n_targets, TensorProto.FLOAT)
+    X = (rng.integers(-4, 5, size=(29, n_feat)) + 0.5 * rng.integers(0, 2, size=(29, n_feat))).astype(np.float32)
+    calls = []
+    real = forest._Forest._native_sums
+    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: calls.append(threads) or real(self, X, threads))
+    got = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
+    assert calls, "the dense forest did not take the compiled sums"
+    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: None)
+    numpy_sums = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
+    np.testing.assert_array_equal(got, numpy_sums)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_compiled_sums_split_rows_over_threads(monkeypatch):
-    """A walk long enough for the kernel pool: rows split over 2 threads give the bits of one."""
+    """A walk long enough for the kernel pool: rows split over 2 threads give the bits of one, and the
+    split is taken or not by the measured time of each way."""
     if forest._native is None:
         pytest.skip("the compiled extension is not built (a build without a C compiler)")
     rng = np.random.default_rng(5)
@@ -132,19 +157,50 @@ def test_compiled_sums_split_rows_over_threads(monkeypatch):
     blob = _model(attrs, n_feat, n_targets, TensorProto.FLOAT)
     X = (rng.integers(-4, 5, size=(203, n_feat)) + 0.5 * rng.integers(0, 2, size=(203, n_feat))).astype(np.float32)
     X[rng.random(X.shape) < 0.1] = np.nan
-    calls = []
-    real = forest._Forest._native_sums
-    monkeypatch.setattr(forest._Forest, "_native_sums",
-                        lambda self, X, threads=1: calls.append(threads) or real(self, X, threads))
-    runs = []
-    for threads in (2, 1):
-        so = rt.SessionOptions()
-        so.intra_op_num_threads = threads
-        runs.append(rt.InferenceSession(blob, so, providers=["cpu"]).run(None, {"X": X})[0])
-    assert calls == [2, 1]
-    np.testing.assert_array_equal(runs[0], runs[1])
+    calls, forests = _spy_tree_sums(monkeypatch)
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 1
+    one = rt.InferenceSession(blob, so, providers=["cpu"]).run(None, {"X": X})[0]
+    assert calls == [1]
+    so.intra_op_num_threads = 2
+    sess = rt.InferenceSession(blob, so, providers=["cpu"])
+    # each way once (the caller alone first), then the one with the shorter measured time per row
+    runs = [sess.run(None, {"X": X})[0] for _ in range(2)]
+    assert calls[1:] == [1, 2]
+    F = forests[-1]
+    st = F.timing[X.shape[0].bit_length()]
+    st[1:] = [1.0, 2.0]  # the pool measured slower: the caller alone, and the pool every 16th call
+    del calls[:]
+    runs += [sess.run(None, {"X": X})[0] for _ in range(14)]
+    assert calls == [1] * 13 + [2]
+    st[1:] = [2.0, 1.0]  # the pool measured faster
+    del calls[:]
+    runs += [sess.run(None, {"X": X})[0] for _ in range(3)]
+    assert calls == [2, 2, 2]
+    for r in runs:
+        np.testing.assert_array_equal(r, one)
     want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
-    np.testing.assert_allclose(runs[0], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(one, want, rtol=1e-5, atol=1e-5)
+
+
+def _spy_tree_sums(monkeypatch):
+    """The threads argument of every ``_native.tree_sums`` call, and the forests that made them."""
+    calls, forests = [], []
+    native = forest._native
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(native, name)
+
+        def tree_sums(self, *args):
+            calls.append(args[-1])
+            return native.tree_sums(*args)
+
+    real = forest._Forest._native_sums
+    monkeypatch.setattr(forest, "_native", Spy())
+    monkeypatch.setattr(forest._Forest, "_native_sums",
+                        lambda self, X, threads=1: forests.append(self) or real(self, X, threads))
+    return calls, forests
 
 
 def test_compiled_sums_refuse_bad_buffers():

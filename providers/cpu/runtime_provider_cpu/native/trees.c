@@ -25,15 +25,34 @@ typedef struct { int32_t feat; float thr; int32_t next; uint8_t branch, nan_true
 typedef struct { double thr; int32_t feat; int32_t next; uint8_t branch, nan_true, bits, pad[5]; } rc_node_d;
 
 /* Rows walk in lock-step, RC_LANES at a time (independent loads in flight), until all of
- * them are at leaves. Feature ids were checked before the walk; a child outside the nodes
- * fails the call (a branch that is never taken costs nothing). */
+ * them are at leaves. A feature id outside the row (1) or a child outside the nodes (-1) fails
+ * the call where the walk meets it: a branch that is never taken costs nothing, where checking
+ * every node first cost a pass over the whole ensemble per call (most of a one-row run). */
 #define RC_LANES 8
-#define RC_TREE_WALK(T, NODE, NAME, MODE)                                                        \
+/* one step of lane j (row xj): fails the walk on a feature outside the row or a child outside
+ * the nodes. Branch-free: a NaN test that mispredicts costs more than the step. */
+#define RC_TREE_STEP(T, NODE, MODE, NANC, j, xj)                                                 \
+    do {                                                                                         \
+        const NODE *q = nd + idx[j];                                                             \
+        any |= q->branch;                                                                        \
+        if ((uint32_t)q->feat >= (uint32_t)c)                                                    \
+            return 1;                                                                            \
+        const T v = (xj)[q->feat], th = q->thr;                                                  \
+        const int cond = RC_TREE_COND(MODE, v, th, q->bits) | ((NANC) & q->nan_true & (v != v)); \
+        const int32_t nq = q->next - cond;                                                       \
+        if ((uint32_t)nq >= (uint32_t)L)                                                         \
+            return -1;                                                                           \
+        idx[j] = nq;                                                                             \
+    } while (0)
+
+/* MODE and NANC (NaN routing) are constants: each pair has its own loop. A whole block of
+ * RC_LANES rows steps in a loop of constant length (unrolled, the lanes' ids in registers);
+ * the last, partial block in a loop of its own. */
+#define RC_TREE_WALK(T, NODE, NAME, MODE, NANC)                                                  \
     static int NAME(const T *restrict X, Py_ssize_t n, Py_ssize_t c, const NODE *restrict nd,   \
                     Py_ssize_t L, const int64_t *restrict roots, Py_ssize_t t,                  \
-                    int64_t *restrict out, int nan_check, Py_ssize_t depth, Py_ssize_t ldo)     \
+                    int64_t *restrict out, Py_ssize_t depth, Py_ssize_t ldo)                    \
     {                                                                                            \
-        const int mode = (MODE); /* a constant: each mode has its own loop */                   \
         for (Py_ssize_t k = 0; k < t; k++) {                                                     \
             const int64_t r = roots[k];                                                          \
             if ((uint64_t)r >= (uint64_t)L)                                                      \
@@ -45,22 +64,22 @@ typedef struct { double thr; int32_t feat; int32_t next; uint8_t branch, nan_tru
                 int32_t idx[RC_LANES];                                                           \
                 for (int j = 0; j < RC_LANES; j++)                                               \
                     idx[j] = (int32_t)r;                                                         \
-                for (Py_ssize_t d = 0; d < depth; d++) {                                         \
-                    int any = 0;                                                                 \
-                    for (int j = 0; j < m; j++) {                                                \
-                        const NODE *q = nd + idx[j];                                             \
-                        any |= q->branch;                                                        \
-                        const T v = xr[j * c + q->feat], th = q->thr;                            \
-                        /* branch-free: a NaN test that mispredicts costs more than the step */ \
-                        const int cond = RC_TREE_COND(mode, v, th, q->bits)                      \
-                                         | (nan_check & q->nan_true & (v != v));                 \
-                        const int32_t nq = q->next - cond;                                       \
-                        if ((uint32_t)nq >= (uint32_t)L)                                         \
-                            return -1;                                                           \
-                        idx[j] = nq;                                                             \
+                if (m == RC_LANES) {                                                             \
+                    for (Py_ssize_t d = 0; d < depth; d++) {                                     \
+                        int any = 0;                                                             \
+                        for (int j = 0; j < RC_LANES; j++)                                       \
+                            RC_TREE_STEP(T, NODE, MODE, NANC, j, xr + j * c);                    \
+                        if (!any)                                                                \
+                            break;                                                               \
                     }                                                                            \
-                    if (!any)                                                                    \
-                        break;                                                                   \
+                } else {                                                                         \
+                    for (Py_ssize_t d = 0; d < depth; d++) {                                     \
+                        int any = 0;                                                             \
+                        for (int j = 0; j < m; j++)                                              \
+                            RC_TREE_STEP(T, NODE, MODE, NANC, j, xr + j * c);                    \
+                        if (!any)                                                                \
+                            break;                                                               \
+                    }                                                                            \
                 }                                                                                \
                 for (int j = 0; j < m; j++)                                                      \
                     o[i0 + j] = idx[j];                                                          \
@@ -70,24 +89,28 @@ typedef struct { double thr; int32_t feat; int32_t next; uint8_t branch, nan_tru
     }
 
 typedef int (*rc_walk_f)(const float *, Py_ssize_t, Py_ssize_t, const rc_node_f *, Py_ssize_t,
-                         const int64_t *, Py_ssize_t, int64_t *, int, Py_ssize_t, Py_ssize_t);
+                         const int64_t *, Py_ssize_t, int64_t *, Py_ssize_t, Py_ssize_t);
 typedef int (*rc_walk_d)(const double *, Py_ssize_t, Py_ssize_t, const rc_node_d *, Py_ssize_t,
-                         const int64_t *, Py_ssize_t, int64_t *, int, Py_ssize_t, Py_ssize_t);
-#define RC_TREE_MODES(T, NODE, P)                                                                \
-    RC_TREE_WALK(T, NODE, P##_mixed, -1)                                                         \
-    RC_TREE_WALK(T, NODE, P##_leq, 0)                                                            \
-    RC_TREE_WALK(T, NODE, P##_lt, 1)                                                             \
-    RC_TREE_WALK(T, NODE, P##_gte, 2)                                                            \
-    RC_TREE_WALK(T, NODE, P##_gt, 3)                                                             \
-    RC_TREE_WALK(T, NODE, P##_eq, 4)                                                             \
-    RC_TREE_WALK(T, NODE, P##_neq, 5)
-RC_TREE_MODES(float, rc_node_f, walk_f)
-RC_TREE_MODES(double, rc_node_d, walk_d)
-/* indexed by mode + 1 */
-static const rc_walk_f walks_f[7] = {walk_f_mixed, walk_f_leq, walk_f_lt, walk_f_gte, walk_f_gt,
-                                     walk_f_eq, walk_f_neq};
-static const rc_walk_d walks_d[7] = {walk_d_mixed, walk_d_leq, walk_d_lt, walk_d_gte, walk_d_gt,
-                                     walk_d_eq, walk_d_neq};
+                         const int64_t *, Py_ssize_t, int64_t *, Py_ssize_t, Py_ssize_t);
+#define RC_TREE_MODES(T, NODE, P, NANC)                                                          \
+    RC_TREE_WALK(T, NODE, P##_mixed, -1, NANC)                                                   \
+    RC_TREE_WALK(T, NODE, P##_leq, 0, NANC)                                                      \
+    RC_TREE_WALK(T, NODE, P##_lt, 1, NANC)                                                       \
+    RC_TREE_WALK(T, NODE, P##_gte, 2, NANC)                                                      \
+    RC_TREE_WALK(T, NODE, P##_gt, 3, NANC)                                                       \
+    RC_TREE_WALK(T, NODE, P##_eq, 4, NANC)                                                       \
+    RC_TREE_WALK(T, NODE, P##_neq, 5, NANC)
+RC_TREE_MODES(float, rc_node_f, walk_f, 0)
+RC_TREE_MODES(double, rc_node_d, walk_d, 0)
+RC_TREE_MODES(float, rc_node_f, walk_fn, 1)
+RC_TREE_MODES(double, rc_node_d, walk_dn, 1)
+/* indexed by [NaN routing][mode + 1] */
+static const rc_walk_f walks_f[2][7] = {
+    {walk_f_mixed, walk_f_leq, walk_f_lt, walk_f_gte, walk_f_gt, walk_f_eq, walk_f_neq},
+    {walk_fn_mixed, walk_fn_leq, walk_fn_lt, walk_fn_gte, walk_fn_gt, walk_fn_eq, walk_fn_neq}};
+static const rc_walk_d walks_d[2][7] = {
+    {walk_d_mixed, walk_d_leq, walk_d_lt, walk_d_gte, walk_d_gt, walk_d_eq, walk_d_neq},
+    {walk_dn_mixed, walk_dn_leq, walk_dn_lt, walk_dn_gte, walk_dn_gt, walk_dn_eq, walk_dn_neq}};
 
 /* one walk over rows split in parts of whole RC_LANES blocks; reached (t x n) and, with
  * weights, the per-row sums of the rows' leaf weights (k a node) added tree after tree */
@@ -100,10 +123,10 @@ typedef struct {
     int mode, nan_check, blocks, err;
 } tw_job;
 
-/* rows [r0, r1) of S: each row's leaf weights (k a node, in W's type T) added tree after tree */
-#define TW_SUMS(T, j, r0, r1)                                                                    \
+/* rows [r0, r1) of S: each row's leaf weights (K a node, in W's type T) added tree after tree */
+#define TW_SUMS_K(T, j, r0, r1, K)                                                               \
     do {                                                                                         \
-        const Py_ssize_t n_ = (j)->n, k_ = (j)->k;                                               \
+        const Py_ssize_t n_ = (j)->n, k_ = (K);                                                  \
         const T *W_ = (j)->W;                                                                    \
         T *S_ = (T *)(j)->S + (r0) * k_;                                                         \
         memset(S_, 0, (size_t)(((r1) - (r0)) * k_) * sizeof(T));                                \
@@ -117,6 +140,18 @@ typedef struct {
             }                                                                                    \
         }                                                                                        \
     } while (0)
+/* a constant K for the usual few targets (regression, classes of a small classifier): the
+ * inner loop unrolled, where a count known only at run time kept a loop per row and tree */
+#define TW_SUMS(T, j, r0, r1)                                                                    \
+    do {                                                                                         \
+        switch ((j)->k) {                                                                        \
+        case 1: TW_SUMS_K(T, j, r0, r1, 1); break;                                               \
+        case 2: TW_SUMS_K(T, j, r0, r1, 2); break;                                               \
+        case 3: TW_SUMS_K(T, j, r0, r1, 3); break;                                               \
+        case 4: TW_SUMS_K(T, j, r0, r1, 4); break;                                               \
+        default: TW_SUMS_K(T, j, r0, r1, (j)->k); break;                                         \
+        }                                                                                        \
+    } while (0)
 
 static void tw_part(void *arg, int part, int parts)
 {
@@ -127,11 +162,11 @@ static void tw_part(void *arg, int part, int parts)
         return;
     int rc;
     if (j->isz == 4)
-        rc = walks_f[j->mode + 1]((const float *)j->X + r0 * j->c, r1 - r0, j->c, j->nodes, j->L, j->roots, j->t,
-                                  j->reached + r0, j->nan_check, j->depth, j->n);
+        rc = walks_f[j->nan_check][j->mode + 1]((const float *)j->X + r0 * j->c, r1 - r0, j->c, j->nodes, j->L,
+                                                j->roots, j->t, j->reached + r0, j->depth, j->n);
     else
-        rc = walks_d[j->mode + 1]((const double *)j->X + r0 * j->c, r1 - r0, j->c, j->nodes, j->L, j->roots,
-                                  j->t, j->reached + r0, j->nan_check, j->depth, j->n);
+        rc = walks_d[j->nan_check][j->mode + 1]((const double *)j->X + r0 * j->c, r1 - r0, j->c, j->nodes, j->L,
+                                                j->roots, j->t, j->reached + r0, j->depth, j->n);
     if (rc) {
         __atomic_store_n(&j->err, rc, __ATOMIC_RELAXED);
         return;
@@ -144,18 +179,11 @@ static void tw_part(void *arg, int part, int parts)
         TW_SUMS(double, j, r0, r1);
 }
 
-/* every feature id inside a row, then the walk (and the sums where v[4] is given) on up to
- * threads threads: 0, 1 (a feature id outside [0, c)) or -1 (a root or child outside the nodes) */
+/* the walk (and the sums where v[4] is given) on up to threads threads: 0, 1 (a feature id
+ * outside [0, c) met on the way) or -1 (a root or child outside the nodes) */
 static int tree_walk(const Py_buffer *v, Py_ssize_t n, Py_ssize_t c, Py_ssize_t L, Py_ssize_t t,
                      Py_ssize_t k, Py_ssize_t isz, Py_ssize_t depth, int mode, int nan_check, int threads)
 {
-    int rc = 0;
-    for (Py_ssize_t q = 0; q < L; q++) {
-        int32_t f = isz == 4 ? ((const rc_node_f *)v[1].buf)[q].feat : ((const rc_node_d *)v[1].buf)[q].feat;
-        rc |= f < 0 || f >= c;
-    }
-    if (rc)
-        return 1;
     const Py_ssize_t blocks = (n + RC_LANES - 1) / RC_LANES;
     if (blocks > INT_MAX)
         return -1;
@@ -175,7 +203,8 @@ static int tree_walk(const Py_buffer *v, Py_ssize_t n, Py_ssize_t c, Py_ssize_t 
 static PyObject *tree_error(int rc, Py_ssize_t c, Py_ssize_t L, const char *fn)
 {
     if (rc == 1)
-        return PyErr_Format(PyExc_ValueError, "%s: a feature id is outside [0, %zd)", fn, c);
+        return PyErr_Format(PyExc_ValueError, "%s: a feature id is outside [0, %zd) (out is not meaningful)",
+                            fn, c);
     return PyErr_Format(PyExc_ValueError, "%s: a root or child is outside the %zd nodes (out is not "
                         "meaningful)", fn, L);
 }

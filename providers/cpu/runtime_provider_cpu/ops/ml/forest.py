@@ -9,6 +9,8 @@ TreeEnsemble-5's.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from ...fast.policy import NATIVE as _native  # the compiled kernels (None in a build without them)
@@ -36,7 +38,7 @@ class _Forest:
 
     __slots__ = ("feat", "thr", "base1", "bits", "nan_true", "is_branch", "same_mode", "has_nan_true",
                  "slot", "roots", "depth", "n_targets", "agg", "W", "H", "W1", "max_feature",
-                 "thr_dtype", "groups", "const_has", "dense", "n_trees", "packed", "native")
+                 "thr_dtype", "groups", "const_has", "dense", "n_trees", "packed", "native", "timing")
 
     def _cond(self, v, th, node_bits, node_nan, nan_check):
         mode = self.same_mode
@@ -199,9 +201,31 @@ class _Forest:
         n, c = X.shape
         t = roots.shape[0]
         out = np.empty((n, k), self.thr_dtype)
-        _native.tree_sums(np.ascontiguousarray(X, dtype=self.thr_dtype), nodes, roots, np.empty((t, n), np.int64),
-                          wn, out, (n, c, L, t, k), isz, self.depth, self.same_mode, int(self.has_nan_true),
-                          max(1, int(threads)))
+        X = np.ascontiguousarray(X, dtype=self.thr_dtype)
+        reached = np.empty((t, n), np.int64)
+        threads = max(1, int(threads))
+        # tree_sums splits a walk of fewer steps than this over one thread anyway (native/trees.c)
+        if threads == 1 or n * t * self.depth < 2 * _POOL_STEPS or n < 2 * _LANES:
+            _native.tree_sums(X, nodes, roots, reached, wn, out, (n, c, L, t, k), isz, self.depth, self.same_mode,
+                              int(self.has_nan_true), threads)
+            return out
+        st = self.timing.get(n.bit_length())
+        if st is None:
+            st = self.timing[n.bit_length()] = [0, None, None]
+        st[0] += 1
+        one, pool = st[1], st[2]
+        if one is None or pool is None:
+            use_pool = one is not None  # each way once, one thread first
+        else:
+            use_pool = pool < one
+            if st[0] % _RETRY_EVERY == 0:  # the way not taken, now and then: the load may have changed
+                use_pool = not use_pool
+        t0 = time.perf_counter()
+        _native.tree_sums(X, nodes, roots, reached, wn, out, (n, c, L, t, k), isz, self.depth, self.same_mode,
+                          int(self.has_nan_true), threads if use_pool else 1)
+        dt = (time.perf_counter() - t0) / n
+        i = 2 if use_pool else 1
+        st[i] = dt if st[i] is None else st[i] + _TIMING_WEIGHT * (dt - st[i])
         return out
 
     def _block(self, X: np.ndarray):
@@ -248,6 +272,17 @@ class _Forest:
             out = np.where(has, out, acc.type(0))
         return out, has
 
+
+#: the pool or the caller alone, for a walk long enough to split (native/trees.c's threshold,
+#: 2^15 steps a helper, and its RC_LANES rows a block): each way's wall time per row, a moving
+#: mean per forest and batch size (within 2x), and the faster one taken. A helper descheduled by
+#: another process holds the part it took for a whole scheduler slice, which costs a short walk
+#: more than a second thread saves; the mean takes those slices in, so under load a short walk
+#: stays on the caller and on a quiet machine it splits.
+_POOL_STEPS = 32768
+_LANES = 8
+_RETRY_EVERY = 16
+_TIMING_WEIGHT = 0.25
 
 #: every index the tree walk gathers with is valid by construction (children and leaf slots are
 #: checked when the forest is built, feature ids against the input's width before a run):
@@ -378,6 +413,7 @@ def _build_forest(feat, thr, modes, tchild, fchild, miss, roots, leaf_nodes, lea
     base1 = np.concatenate(base1_parts)
     F = _Forest()
     F.native = {}
+    F.timing = {}
     F.thr_dtype = thr_dtype
     F.n_trees = n_trees
     leaf_new = is_leaf[old]
