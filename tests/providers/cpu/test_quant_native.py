@@ -106,6 +106,7 @@ CONVS = [  # (x shape, w shape, attributes)
     ((2, 5, 7, 6), (6, 5, 1, 1), {"strides": [2, 2]}),  # strided 1x1: im2col
     # 256+ output pixels: W times the image's rows (qconv_nchw), pointwise and through K x P im2col rows
     ((1, 6, 19, 17), (10, 6, 1, 1), {}),
+    ((1, 24, 14, 14), (40, 24, 1, 1), {}),  # MobileNet's 14x14 planes: 196 pixels, 7 tiles (the last partial)
     ((2, 3, 33, 31), (9, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
 ]
 
@@ -141,6 +142,10 @@ DEPTHWISE = [  # (x shape, kernel, attributes): MobileNet's 3x3 s1 / s2, and odd
     # more than one 16-channel block (the last one partial), rows of 16+ pixels (transposed whole)
     ((1, 35, 20, 33), (3, 3), {"pads": [1, 1, 1, 1]}),
     ((2, 32, 18, 37), (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    # MobileNet's late planes: a band is the whole plane, its pixels transposed 16 at a time across
+    # row ends (7x7: 3 blocks and a 1-pixel tail; 14x14 stride 2: 7x7 out of 196 in)
+    ((1, 40, 7, 7), (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 24, 14, 14), (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
 ]
 
 

@@ -691,8 +691,9 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
 
 
 #: output pixels from which a convolution runs as W times the image's rows (``_native.qconv_nchw``):
-#: below, its 32-pixel tiles waste too much on padding (MobileNet's 7x7 and 14x14 planes)
-_PLANES_MIN_P = 256
+#: below, its 32-pixel tiles waste too much on padding (MobileNet's 7x7 planes; its 14x14 ones, 196
+#: pixels in 7 tiles, still gain from skipping the transpose)
+_PLANES_MIN_P = 192
 #: reductions (C * KH * KW) up to which a non-pointwise convolution takes that path too: for longer
 #: ones the pixel-row GEMM wins (its epilogue is a smaller share)
 _PLANES_MAX_K = 64
