@@ -347,3 +347,22 @@ def test_quantize_linear_exact(yt, monkeypatch):
         native, ref = both(model, feeds, monkeypatch)
         assert native[0].dtype == yt
         np.testing.assert_array_equal(native[0], ref[0])
+
+
+@pytest.mark.parametrize("yt", [U8, I8])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_qadd_lut_every_code_pair(yt, threads):
+    """``_native.qadd_lut`` on every (a, b) code pair and 9 more (a part's odd tail): the float32
+    sum, round-half-even and clamp of the numpy formula, bit for bit, saturating both ways."""
+    codes = np.arange(256, dtype=U8)
+    a = np.concatenate([np.repeat(codes, 256), codes[:9]])
+    b = np.concatenate([np.tile(codes, 256), codes[-9:]])
+    ta = ((codes.view(yt).astype(F32) - F32(3)) * F32(1.3)).astype(F32)
+    tb = ((codes.view(yt).astype(F32) + F32(5)) * F32(-0.5)).astype(F32)  # x.5 sums: ties to even
+    zc = 7.0 if yt == U8 else -2.0
+    y = np.empty(a.size, yt)
+    quant._native.qadd_lut(a, b, ta, tb, zc, y, yt == I8, a.size, threads)
+    info = np.iinfo(yt)
+    want = np.clip(np.rint((ta[a] + tb[b]) + F32(zc)), info.min, info.max).astype(yt)
+    np.testing.assert_array_equal(y, want)
+    assert np.count_nonzero(y == info.min) and np.count_nonzero(y == info.max)
