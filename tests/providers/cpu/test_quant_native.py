@@ -106,6 +106,7 @@ CONVS = [  # (x shape, w shape, attributes)
     ((2, 5, 7, 6), (6, 5, 1, 1), {"strides": [2, 2]}),  # strided 1x1: im2col
     # 256+ output pixels: W times the image's rows (qconv_nchw), pointwise and through K x P im2col rows
     ((1, 6, 19, 17), (10, 6, 1, 1), {}),
+    ((1, 24, 14, 14), (40, 24, 1, 1), {}),  # MobileNet's 14x14 planes: 196 pixels, 7 tiles (the last partial)
     ((2, 3, 33, 31), (9, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
 ]
 
@@ -141,6 +142,10 @@ DEPTHWISE = [  # (x shape, kernel, attributes): MobileNet's 3x3 s1 / s2, and odd
     # more than one 16-channel block (the last one partial), rows of 16+ pixels (transposed whole)
     ((1, 35, 20, 33), (3, 3), {"pads": [1, 1, 1, 1]}),
     ((2, 32, 18, 37), (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    # MobileNet's late planes: a band is the whole plane, its pixels transposed 16 at a time across
+    # row ends (7x7: 3 blocks and a 1-pixel tail; 14x14 stride 2: 7x7 out of 196 in)
+    ((1, 40, 7, 7), (3, 3), {"pads": [1, 1, 1, 1]}),
+    ((1, 24, 14, 14), (3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
 ]
 
 
@@ -342,3 +347,55 @@ def test_quantize_linear_exact(yt, monkeypatch):
         native, ref = both(model, feeds, monkeypatch)
         assert native[0].dtype == yt
         np.testing.assert_array_equal(native[0], ref[0])
+
+
+@pytest.mark.parametrize("yt", [U8, I8])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_qadd_lut_every_code_pair(yt, threads):
+    """``_native.qadd_lut`` on every (a, b) code pair and 9 more (a part's odd tail): the float32
+    sum, round-half-even and clamp of the numpy formula, bit for bit, saturating both ways."""
+    codes = np.arange(256, dtype=U8)
+    a = np.concatenate([np.repeat(codes, 256), codes[:9]])
+    b = np.concatenate([np.tile(codes, 256), codes[-9:]])
+    ta = ((codes.view(yt).astype(F32) - F32(3)) * F32(1.3)).astype(F32)
+    tb = ((codes.view(yt).astype(F32) + F32(5)) * F32(-0.5)).astype(F32)  # x.5 sums: ties to even
+    zc = 7.0 if yt == U8 else -2.0
+    y = np.empty(a.size, yt)
+    quant._native.qadd_lut(a, b, ta, tb, zc, y, yt == I8, a.size, threads)
+    info = np.iinfo(yt)
+    want = np.clip(np.rint((ta[a] + tb[b]) + F32(zc)), info.min, info.max).astype(yt)
+    np.testing.assert_array_equal(y, want)
+    assert np.count_nonzero(y == info.min) and np.count_nonzero(y == info.max)
+
+
+def test_qlinear_conv_kept_call(monkeypatch):
+    """A QLinearConv whose inputs but x are constants keeps its compiled call: the second run with x
+    of the same shape skips the checks and set-up (no geometry worked out again), a new batch size
+    sets up again, and every run matches the numpy path bit for bit (depthwise, then a pointwise
+    convolution on 196-pixel planes)."""
+    c, m = 24, 40
+    feeds = {"x": ints((1, c, 14, 14), U8)}
+    inits = {"sx": np.array(0.02, F32), "zx": np.array(128, U8), "w1": ints((c, 1, 3, 3), I8),
+             "s1": RNG.uniform(0.002, 0.02, c).astype(F32), "z1": np.zeros(c, I8), "sh": np.array(0.05, F32),
+             "zh": np.array(120, U8), "B1": RNG.integers(-3000, 3000, c).astype(np.int32),
+             "w2": ints((m, c, 1, 1), I8), "s2": RNG.uniform(0.002, 0.02, m).astype(F32), "z2": np.zeros(m, I8),
+             "sy": np.array(0.12, F32), "zy": np.array(128, U8)}
+    nodes = [helper.make_node("QLinearConv", ["x", "sx", "zx", "w1", "s1", "z1", "sh", "zh", "B1"], ["h"], group=c,
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("QLinearConv", ["h", "sh", "zh", "w2", "s2", "z2", "sy", "zy"], ["y"])]
+    model = make_model(nodes, feeds, ["y"], opset=10, initializers=inits)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    _, sess = run_ours(model, feeds)
+    calls = []
+    real = quant._conv_geometry
+    monkeypatch.setattr(quant, "_conv_geometry", lambda *a: calls.append(1) or real(*a))
+    for i, n in enumerate([1, 1, 2, 2]):
+        x = ints((n, c, 14, 14), U8)
+        got = sess.run(None, {"x": x})[0]
+        assert len(calls) == (2 if i == 2 else 0), (i, calls)
+        with monkeypatch.context() as mp:
+            mp.setattr(quant, "_native", None)
+            want, _ = run_ours(model, {"x": x})
+        calls.clear()
+        np.testing.assert_array_equal(got, want[0])
+        assert 0 < np.count_nonzero((got != 0) & (got != 255))

@@ -3,8 +3,10 @@
  * yz), bit for bit. Two loops:
  * - channel blocks (the default, KH * KW <= 256): 16 channels a vector; a band of input rows is
  *   transposed (16 x 16 byte blocks) into a float tile of (x - xz), every tap is one multiply-add
- *   for 4 neighbouring pixels kept in registers, and the row's bytes are transposed back into the
- *   NCHW planes. Small planes (MobileNet's late 7x7 and 14x14 layers) vectorize as well as large.
+ *   for 4 neighbouring pixels kept in registers, and the band's bytes are transposed back into the
+ *   NCHW planes. A band's rows are contiguous in each plane, so both transposes run over the band
+ *   as one run of pixels, across row ends: small planes (MobileNet's late 7x7 and 14x14 layers)
+ *   vectorize as well as large.
  * - whole planes (larger kernels, whose float sums could pass 2^24): each plane widened once into
  *   zero-padded int16 phase planes of (x - zero point) (padding then contributes 0, as zero-point
  *   padding does): sh x sw planes, the padded pixel (r, c) in plane (r % sh, c % sw) at
@@ -126,32 +128,44 @@ typedef float qdc_v16fu __attribute__((vector_size(64), aligned(4))); /* unalign
 typedef int32_t qdc_v16iu __attribute__((vector_size(64), aligned(4)));
 
 
-/* 16 pixels x 16 channels: the bytes rows[c][w0 .. w0 + n) as float (b ^ flip) - off into
- * t[p][c] (t at the first pixel, 16 floats a pixel) */
-RC_CLONES static void qdc_fill16(const uint8_t *const *rows, Py_ssize_t w0, Py_ssize_t n, uint8_t flip, float off,
-                                 float *restrict t)
+/* np pixels of 16 channels' planes (rows[c]: the channel's first pixel; consecutive image rows
+ * of W pixels, contiguous) as float (b ^ flip) - off into the tile rows from t (rowf floats
+ * apart, 16 floats a pixel): 16 pixels a 16 x 16 byte transpose across row ends, so narrow
+ * planes (MobileNet's 7x7 and 14x14) pay no per-row gather; columns past wn dropped */
+RC_CLONES static void qdc_fill_flat(const uint8_t *const *rows, Py_ssize_t np, Py_ssize_t W, Py_ssize_t wn,
+                                    Py_ssize_t rowf, uint8_t flip, float off, float *restrict t)
 {
-    qdc_v16b px[QDW_CB];
-#if RC_SSE2
-    if (n == QDW_CB) {
-        __m128i in[QDW_CB];
-        for (int c = 0; c < QDW_CB; c++)
-            in[c] = _mm_loadu_si128((const __m128i *)(rows[c] + w0));
-        rc_tr16_bytes(in, (__m128i *)px);
-    } else
-#endif
-    {
-        uint8_t b[QDW_CB][QDW_CB];
-        for (Py_ssize_t p = 0; p < n; p++) /* only the n pixels converted below */
-            for (int c = 0; c < QDW_CB; c++)
-                b[p][c] = rows[c][w0 + p];
-        memcpy(px, b, sizeof(b[0]) * (size_t)n);
-    }
     const qdc_v16f offv = {off, off, off, off, off, off, off, off, off, off, off, off, off, off, off, off};
-    for (Py_ssize_t p = 0; p < n; p++) {
-        const qdc_v16b v = px[p] ^ flip;
-        const qdc_v16f f = __builtin_convertvector(__builtin_convertvector(v, qdc_v16i), qdc_v16f) - offv;
-        memcpy(t + p * QDW_CB, &f, sizeof f);
+    Py_ssize_t w = 0;
+    for (Py_ssize_t p0 = 0; p0 < np; p0 += QDW_CB) {
+        const Py_ssize_t m = np - p0 < QDW_CB ? np - p0 : QDW_CB;
+        qdc_v16b px[QDW_CB];
+#if RC_SSE2
+        if (m == QDW_CB) {
+            __m128i in[QDW_CB];
+            for (int c = 0; c < QDW_CB; c++)
+                in[c] = _mm_loadu_si128((const __m128i *)(rows[c] + p0));
+            rc_tr16_bytes(in, (__m128i *)px);
+        } else
+#endif
+        {
+            uint8_t b[QDW_CB][QDW_CB];
+            for (Py_ssize_t p = 0; p < m; p++) /* only the m pixels converted below */
+                for (int c = 0; c < QDW_CB; c++)
+                    b[p][c] = rows[c][p0 + p];
+            memcpy(px, b, sizeof(b[0]) * (size_t)m);
+        }
+        for (Py_ssize_t p = 0; p < m; p++) {
+            if (w < wn) {
+                const qdc_v16b v = px[p] ^ flip;
+                const qdc_v16f f = __builtin_convertvector(__builtin_convertvector(v, qdc_v16i), qdc_v16f) - offv;
+                memcpy(t + w * QDW_CB, &f, sizeof f);
+            }
+            if (++w == W) {
+                w = 0;
+                t += rowf;
+            }
+        }
     }
 }
 
@@ -159,9 +173,8 @@ RC_CLONES static void qdc_fill16(const uint8_t *const *rows, Py_ssize_t w0, Py_s
 static void qdc_fill(const qdw_job *j, const qdc_job *q, Py_ssize_t n, Py_ssize_t c0, Py_ssize_t r0, float *restrict t)
 {
     const uint8_t *rows[QDW_CB];
-    const uint8_t flip = j->xsigned ? 0x80 : 0;
-    const float off = (float)(j->xz + (j->xsigned ? 128 : 0));
-    const Py_ssize_t rowf = j->PW * QDW_CB;
+    const Py_ssize_t rowf = j->PW * QDW_CB, wn = j->W < j->PW - j->pl ? j->W : j->PW - j->pl;
+    Py_ssize_t h0 = -1, h1 = -1; /* the image rows the tile holds */
     for (Py_ssize_t r = 0; r < q->trows; r++) {
         float *tr = t + r * rowf;
         const Py_ssize_t h = r0 + r - j->pt;
@@ -169,17 +182,20 @@ static void qdc_fill(const qdw_job *j, const qdc_job *q, Py_ssize_t n, Py_ssize_
             memset(tr, 0, sizeof(float) * (size_t)rowf);
             continue;
         }
-        const Py_ssize_t wn = j->W < j->PW - j->pl ? j->W : j->PW - j->pl;
+        h0 = h0 < 0 ? h : h0;
+        h1 = h + 1;
         memset(tr, 0, sizeof(float) * (size_t)(j->pl * QDW_CB));
         if (j->pl + wn < j->PW)
             memset(tr + (j->pl + wn) * QDW_CB, 0, sizeof(float) * (size_t)((j->PW - j->pl - wn) * QDW_CB));
-        for (int c = 0; c < QDW_CB; c++) {
-            const Py_ssize_t cc = c0 + c < j->C ? c0 + c : j->C - 1; /* past C: a copy, never stored */
-            rows[c] = j->x + ((n * j->C + cc) * j->H + h) * j->W;
-        }
-        for (Py_ssize_t w0 = 0; w0 < wn; w0 += QDW_CB)
-            qdc_fill16(rows, w0, wn - w0 < QDW_CB ? wn - w0 : QDW_CB, flip, off, tr + (j->pl + w0) * QDW_CB);
     }
+    if (h0 < 0)
+        return;
+    for (int c = 0; c < QDW_CB; c++) {
+        const Py_ssize_t cc = c0 + c < j->C ? c0 + c : j->C - 1; /* past C: a copy, never stored */
+        rows[c] = j->x + ((n * j->C + cc) * j->H + h0) * j->W;
+    }
+    qdc_fill_flat(rows, (h1 - h0) * j->W, j->W, wn, rowf, j->xsigned ? 0x80 : 0,
+                  (float)(j->xz + (j->xsigned ? 128 : 0)), t + (h0 + j->pt - r0) * rowf + j->pl * QDW_CB);
 }
 
 /* pixels [ow, ow + NP) of an output row: every tap a 16-channel multiply-add (the sums of NP
@@ -214,12 +230,11 @@ RC_CLONES static void qdc_requant(const qdw_job *j, const float *restrict sums, 
         }
 }
 
-/* one output row of a band, 4 pixels at a time; then its bytes transposed straight into the
- * output rows o[c] of the block's nc channels (no staging copy: small planes paid a memcpy a
- * channel and row) */
+/* one output row of a band, 4 pixels at a time (the last 1-3 together), requantized into its
+ * bytes ob [OW][16] */
 RC_CLONES static void qdc_row(const qdw_job *j, const float *restrict t, const float *restrict wf,
                               const int32_t *restrict bias, const float *restrict mult, float *restrict sums,
-                              qdc_v16b *restrict ob, uint8_t *const *o, Py_ssize_t nc)
+                              uint8_t *restrict ob)
 {
     const Py_ssize_t KH = j->KH, KW = j->KW, rowf = j->PW * QDW_CB, sw = j->sw * QDW_CB, dw = j->dw * QDW_CB;
     const Py_ssize_t dh = j->dh * rowf, OW = j->OW;
@@ -227,21 +242,31 @@ RC_CLONES static void qdc_row(const qdw_job *j, const float *restrict t, const f
     Py_ssize_t ow = 0;
     for (; ow + 4 <= OW; ow += 4)
         QDC_PIXELS(4);
-    for (; ow < OW; ow++)
+    if (OW - ow == 3)
+        QDC_PIXELS(3);
+    else if (OW - ow == 2)
+        QDC_PIXELS(2);
+    else if (OW - ow == 1)
         QDC_PIXELS(1);
-    qdc_requant(j, sums, bias, mult, (uint8_t *)ob);
-    ow = 0;
+    qdc_requant(j, sums, bias, mult, ob);
+}
+
+/* a band's bytes ob [np][16] (np pixels, pixel-major) into the nc channels' output runs o[c]
+ * (a band's rows are contiguous in each plane): 16 pixels a byte transpose, across row ends */
+RC_CLONES static void qdc_store(const uint8_t *restrict ob, uint8_t *const *o, Py_ssize_t np, Py_ssize_t nc)
+{
+    Py_ssize_t p = 0;
 #if RC_SSE2
-    for (; ow + QDW_CB <= OW; ow += QDW_CB) {
+    for (; p + QDW_CB <= np; p += QDW_CB) {
         __m128i tr[QDW_CB];
-        rc_tr16_bytes((const __m128i *)(ob + ow), tr);
+        rc_tr16_bytes((const __m128i *)(ob + p * QDW_CB), tr);
         for (Py_ssize_t c = 0; c < nc; c++)
-            _mm_storeu_si128((__m128i *)(o[c] + ow), tr[c]);
+            _mm_storeu_si128((__m128i *)(o[c] + p), tr[c]);
     }
 #endif
     for (Py_ssize_t c = 0; c < nc; c++)
-        for (Py_ssize_t p = ow; p < OW; p++)
-            o[c][p] = ob[p][c];
+        for (Py_ssize_t i = p; i < np; i++)
+            o[c][i] = ob[i * QDW_CB + c];
 }
 
 static void qdc_part(void *arg, int part, int parts)
@@ -253,7 +278,7 @@ static void qdc_part(void *arg, int part, int parts)
     float *t = q->work + (Py_ssize_t)part * q->wstride, *wf = t + tilef, *mult = wf + KK * QDW_CB;
     int32_t *bias = (int32_t *)(mult + QDW_CB);
     float *sums = (float *)(bias + QDW_CB);      /* a row's sums, pixel-major */
-    qdc_v16b *ob = (qdc_v16b *)(sums + j->OW * QDW_CB); /* its bytes, pixel-major */
+    uint8_t *ob = (uint8_t *)(sums + j->OW * QDW_CB); /* the band's bytes, pixel-major */
     Py_ssize_t have = -1; /* the channel block whose weights wf holds */
     for (Py_ssize_t u = u0; u < u1; u++) {
         const Py_ssize_t band = u % q->nb, cb = (u / q->nb) % q->ncb, n = u / (q->nb * q->ncb);
@@ -277,12 +302,12 @@ static void qdc_part(void *arg, int part, int parts)
         }
         const Py_ssize_t oh0 = band * q->R, oh1 = oh0 + q->R < j->OH ? oh0 + q->R : j->OH;
         qdc_fill(j, q, n, c0, oh0 * j->sh, t);
-        for (Py_ssize_t oh = oh0; oh < oh1; oh++) {
-            uint8_t *rows[QDW_CB];
-            for (Py_ssize_t c = 0; c < nc; c++)
-                rows[c] = j->y + ((n * j->C + c0 + c) * j->OH + oh) * j->OW;
-            qdc_row(j, t + (oh - oh0) * j->sh * j->PW * QDW_CB, wf, bias, mult, sums, ob, rows, nc);
-        }
+        for (Py_ssize_t oh = oh0; oh < oh1; oh++)
+            qdc_row(j, t + (oh - oh0) * j->sh * j->PW * QDW_CB, wf, bias, mult, sums, ob + (oh - oh0) * j->OW * QDW_CB);
+        uint8_t *rows[QDW_CB];
+        for (Py_ssize_t c = 0; c < nc; c++)
+            rows[c] = j->y + ((n * j->C + c0 + c) * j->OH + oh0) * j->OW;
+        qdc_store(ob, rows, (oh1 - oh0) * j->OW, nc);
     }
 }
 
@@ -300,9 +325,10 @@ static int qdc_run(qdw_job *j, int threads)
     q.nb = (j->OH + R - 1) / R;
     q.trows = (R - 1) * j->sh + eh;
     rc_sz sz = {NULL};
-    /* the tile, the weights, 16 multipliers, 16 biases, 16 output rows of bytes */
+    /* the tile, the weights, 16 multipliers, 16 biases, a row's sums, the band's bytes */
     q.wstride = sz_add(&sz, "the work size", sz_mul3(&sz, "the work size", q.trows, j->PW, QDW_CB),
-                       (j->KH * j->KW + 2 + j->OW) * QDW_CB + 2 * (QDW_CB * j->OW + 3) / 4);
+                       sz_add(&sz, "the work size", (j->KH * j->KW + 2 + j->OW) * QDW_CB,
+                              sz_mul3(&sz, "the work size", R, j->OW, QDW_CB / 4)));
     q.wstride = (q.wstride + 15) & ~(Py_ssize_t)15;
     const Py_ssize_t units = j->N * q.ncb * q.nb;
     const int parts = rc_parts(2.0 * (double)(j->N * j->C * j->OH * j->OW) * (double)(j->KH * j->KW), 2.5e5,

@@ -636,7 +636,7 @@ def _cached(ctx, key, ins, build):
     return v
 
 
-def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
+def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe, keep=None):
     """A 2-D, ungrouped QLinearConv on ``_native.qgemm`` against the weight as a packed
     [C*KH*KW, M] B, bias and per-channel requantization in its epilogue, Y written in NCHW
     planes; A is the input's pixels as rows for a pointwise convolution, else im2col rows (numpy,
@@ -659,7 +659,7 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
         return None
     mult, bias = got
     n, c, kh, kw = x.shape[0], x.shape[1], w.shape[2], w.shape[3]
-    y = _qlinear_conv_planes(ctx, x, xz, w, wz, yz, mult, bias, st, dl, pb, pe)
+    y = _qlinear_conv_planes(ctx, x, xz, w, wz, yz, mult, bias, st, dl, pb, pe, keep)
     if y is not None:
         return y
     const = _is_const(ctx, 3, w)
@@ -692,18 +692,20 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
 
 
 #: output pixels from which a convolution runs as W times the image's rows (``_native.qconv_nchw``):
-#: below, its 32-pixel tiles waste too much on padding (MobileNet's 7x7 and 14x14 planes)
-_PLANES_MIN_P = 256
+#: below, its 32-pixel tiles waste too much on padding (MobileNet's 7x7 planes; its 14x14 ones, 196
+#: pixels in 7 tiles, still gain from skipping the transpose)
+_PLANES_MIN_P = 192
 #: reductions (C * KH * KW) up to which a non-pointwise convolution takes that path too: for longer
 #: ones the pixel-row GEMM wins (its epilogue is a smaller share)
 _PLANES_MAX_K = 64
 
 
-def _qlinear_conv_planes(ctx, x, xz, w, wz, yz, mult, bias, st, dl, pb, pe):
+def _qlinear_conv_planes(ctx, x, xz, w, wz, yz, mult, bias, st, dl, pb, pe, keep=None):
     """A 2-D ungrouped QLinearConv as W [M, C*KH*KW] times each image's rows [C*KH*KW, OH*OW] on
     ``_native.qconv_nchw``: the image's own planes for a pointwise convolution (no transpose), else
     im2col rows in (c, kh, kw) order, Y stored as NCHW planes directly; None where the pixel-row GEMM
-    (``_qlinear_conv_native``) is the better layout."""
+    (``_qlinear_conv_native``) is the better layout. ``keep(run)`` is handed the call with
+    everything but x worked out (``_keep_conv_run``)."""
     n, c, kh, kw, M = x.shape[0], x.shape[1], w.shape[2], w.shape[3], w.shape[0]
     eh, ew = (kh - 1) * dl[0] + 1, (kw - 1) * dl[1] + 1
     ph, pw = x.shape[2] + pb[0] + pe[0], x.shape[3] + pb[1] + pe[1]
@@ -720,25 +722,32 @@ def _qlinear_conv_planes(ctx, x, xz, w, wz, yz, mult, bias, st, dl, pb, pe):
         got = (w, wz, np.ascontiguousarray(w.reshape(M, K)), wzv)
         if _is_const(ctx, 3, w) and (wz is None or _is_const(ctx, 5, wz)):
             ctx.cache["qconv_rows"] = got
-    xq = np.ascontiguousarray(x)
-    xzi = 0 if xz is None else int(xz.reshape(()))
-    threads = max(1, int(ctx.threads))
-    if pointwise:
-        rows = xq
-    else:
-        rows = np.empty((n, K, P), x.dtype)
-        _native.qim2col_rows(xq, rows, x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]), xzi,
-                             threads)
-    y = np.empty((n, M, oh, ow), yz.dtype)
-    _native.qconv_nchw(rows, x.dtype == _I8, xzi, got[2], w.dtype == _I8, got[3], y, (n, M, K, P), mult, bias,
-                       yz.dtype == _I8, int(yz.reshape(())), threads)
-    return y
+    xzi, yzi, xdt, ydt = 0 if xz is None else int(xz.reshape(())), int(yz.reshape(())), x.dtype, yz.dtype
+    xshape, wrows, wzv = x.shape, got[2], got[3]
+    geom = ((kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]))
+
+    def run(ctx, x):
+        xq = np.ascontiguousarray(x)
+        threads = max(1, int(ctx.threads))
+        if pointwise:
+            rows = xq
+        else:
+            rows = np.empty((n, K, P), xdt)
+            _native.qim2col_rows(xq, rows, xshape, *geom, xzi, threads)
+        y = np.empty((n, M, oh, ow), ydt)
+        _native.qconv_nchw(rows, xdt == _I8, xzi, wrows, w.dtype == _I8, wzv, y, (n, M, K, P), mult, bias,
+                           ydt == _I8, yzi, threads)
+        return y
+
+    if keep is not None:
+        keep(run)
+    return run(ctx, x)
 
 
-def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe):
+def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe, keep=None):
     """A 2-D depthwise QLinearConv (group == C == M) on ``_native.qdwconv``: 16 channels a vector,
     padded with x's zero point, requantized as the numpy path does (bit for bit); None where it
-    does not apply."""
+    does not apply. ``keep(run)`` as for ``_qlinear_conv_planes``."""
     if (_native is None or type(x) is not np.ndarray or type(w) is not np.ndarray or type(x_scale) is not np.ndarray
             or x.ndim != 4 or group == 1 or group != x.shape[1] or w.shape[0] != group or w.shape[1] != 1
             or x.dtype not in (_I8, _U8) or w.dtype not in (_I8, _U8) or yz is None or yz.dtype not in (_I8, _U8)
@@ -763,28 +772,53 @@ def _qlinear_conv_depthwise(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B,
     ow = (x.shape[3] + pb[1] + pe[1] - ((kw - 1) * dl[1] + 1)) // st[1] + 1
     if oh < 1 or ow < 1:
         return None
-    y = np.empty((x.shape[0], C, oh, ow), yz.dtype)
-    _native.qdwconv(np.ascontiguousarray(x), x.dtype == _I8, 0 if xz is None else int(xz.reshape(())),
-                    np.ascontiguousarray(w), w.dtype == _I8, wzv, bias, mult, y, yz.dtype == _I8,
-                    int(yz.reshape(())), x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]),
-                    max(1, int(ctx.threads)))
-    return y
+    xzi, yzi, xs8, ys8, ydt = 0 if xz is None else int(xz.reshape(())), int(yz.reshape(())), x.dtype == _I8, \
+        yz.dtype == _I8, yz.dtype
+    wq, ws8, yshape, xshape = np.ascontiguousarray(w), w.dtype == _I8, (x.shape[0], C, oh, ow), x.shape
+    geom = ((kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]))
+
+    def run(ctx, x):
+        y = np.empty(yshape, ydt)
+        _native.qdwconv(np.ascontiguousarray(x), xs8, xzi, wq, ws8, wzv, bias, mult, y, ys8, yzi, xshape, *geom,
+                        max(1, int(ctx.threads)))
+        return y
+
+    if keep is not None:
+        keep(run)
+    return run(ctx, x)
+
+
+def _keep_conv_run(ctx, x, ins, run):
+    """Keeps ``run(ctx, x)`` (a compiled QLinearConv call with its arguments but x worked out) in the
+    node's cache while every other input is the partition's constant: later runs with x of the same
+    shape and dtype skip the per-run checks and set-up (Python time that the kernels of MobileNet's
+    small planes do not hide)."""
+    if all(a is None or _is_const(ctx, i, a) for i, a in enumerate(ins, 1)):
+        ctx.cache["qconv_run"] = (x.shape, x.dtype, ins, run)
 
 
 @kernel("QLinearConv", 10, check=_checker(_int_conv_check))
 def qlinear_conv(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B=None, *,
                  auto_pad, dilations, group, kernel_shape, pads, strides):
     op = "QLinearConv"
+    ins = (x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B)
+    fast = ctx.cache.get("qconv_run") if type(x) is np.ndarray and _native is not None else None
+    if fast is not None and fast[0] == x.shape and fast[1] == x.dtype and all(a is b for a, b in zip(fast[2], ins)):
+        return fast[3](ctx, x)  # the same constants and x's shape: the checks and set-up below as last run
     for name, v in (("x_scale", x_scale), ("x_zero_point", x_zero_point), ("y_scale", y_scale),
                     ("y_zero_point", y_zero_point)):
         if v is not None and v.size != 1:
             raise ValueError(f"{op}: {name} must be a scalar (per tensor), got shape {v.shape}")
     st, dl, pb, pe = _conv_geometry(x, w, auto_pad, dilations, group, pads, strides, op, kernel_shape)
+
+    def keep(run):
+        _keep_conv_run(ctx, x, ins, run)
+
     y = _qlinear_conv_native(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B,
-                             group, st, dl, pb, pe)
+                             group, st, dl, pb, pe, keep)
     if y is None:
         y = _qlinear_conv_depthwise(ctx, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
-                                    B, group, st, dl, pb, pe)
+                                    B, group, st, dl, pb, pe, keep)
     if y is not None:
         return y
     xc = _centered(x, x_zero_point)
