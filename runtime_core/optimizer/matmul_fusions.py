@@ -1,0 +1,111 @@
+"""Pass at level ALL: the transposes and scalar scales around a product of two computed tensors
+(attention's ``Q @ K^T`` and ``P @ V`` where no attention fusion took them, e.g. in dynamically
+quantized models whose projections are int8 ops) -> one ``com.microsoft.FusedMatMul``, as
+onnxruntime's MatmulTransposeFusion and MatMulScaleFusion make it::
+
+    y = (Transpose(a) [* c | / c]) @ (Transpose(b) [* c | / c])  [* c | / c]
+    ->  y = FusedMatMul(a, b, alpha=prod(c), transA, transB)
+
+Each Transpose folded swaps the last two axes only (``perm`` = [0, .., r-3, r-1, r-2]), each
+scale is a float32 constant of one element that does not raise the rank, and every folded node
+is read by the next step alone. The kernel reads the transposed operands in place (no copy) and
+applies ``alpha`` to the fresh product. Level ALL, after the extended passes have converged, so
+that the attention fusions still see the plain MatMuls they match; products by a constant
+(Linear layers) are left to the MatMul/Gemm fusions and the Linear kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph.ir import Node
+from .editor import ALL, MS_DOMAIN, Editor
+from .match import only_reader
+from .rewrite import RewriteRule
+
+_F32 = np.dtype(np.float32)
+
+
+def _swaps_last_two(n: Node) -> bool:
+    perm = list(n.attrs.get("perm") or [])
+    r = len(perm)
+    return r >= 2 and perm == list(range(r - 2)) + [r - 1, r - 2]
+
+
+def _scale_of(ed: Editor, n: Node, x: str) -> float | None:
+    """The factor a Mul/Div by a one-element float32 constant applies to ``x`` (None: not one)."""
+    if n.domain or n.op_type not in ("Mul", "Div") or len(n.inputs) != 2 or x not in n.inputs:
+        return None
+    other = n.inputs[1] if n.inputs[0] == x else n.inputs[0]
+    if n.op_type == "Div" and n.inputs[1] != other:
+        return None  # c / x is no scale of x
+    c = ed.const(other)
+    if c is None or c.dtype != _F32 or c.size != 1 or other == x:
+        return None
+    rx = ed.rank(x)
+    if rx is None or c.ndim > rx:  # a [1, 1, 1] constant would raise a lower rank
+        return None
+    v = float(c.reshape(-1)[0])
+    if n.op_type == "Div":
+        return None if v == 0.0 else 1.0 / v
+    return v
+
+
+class MatMulTransposeFusion(RewriteRule):
+    """``MatMul`` of two computed float32 tensors of rank >= 2 with last-two-axes Transposes
+    and scalar Mul/Div on its operands or result -> ``com.microsoft.FusedMatMul``."""
+
+    name = "MatMulTransposeFusion"
+    level = ALL
+    targets = frozenset({"MatMul"})
+
+    def rewrite(self, ed: Editor, mm: Node) -> bool:
+        if mm.domain or len(mm.inputs) != 2 or mm.inputs[0] == mm.inputs[1]:
+            return False
+        a, b = mm.inputs
+        if ed.const(b) is not None or ed.dtype(a) != _F32 or ed.dtype(b) != _F32:
+            return False
+        ra, rb = ed.rank(a), ed.rank(b)
+        if ra is None or rb is None or ra < 2 or rb < 2:
+            return False
+        alpha = 1.0
+        group: list[Node] = [mm]
+        srcs, trans = [], []
+        for x in (a, b):
+            src, t, reader = x, False, mm
+            for _ in range(3):  # a Transpose and a scale, in either order
+                p = ed.producer(src)
+                if p is None or p.domain or not ed.single_use(src, reader):
+                    break
+                if p.op_type == "Transpose" and not t and _swaps_last_two(p):
+                    t, nxt = True, p.inputs[0]
+                elif p.op_type in ("Mul", "Div"):
+                    const_first = p.op_type == "Mul" and ed.const(p.inputs[0]) is not None
+                    nxt = p.inputs[1] if const_first else p.inputs[0]
+                    f = _scale_of(ed, p, nxt)
+                    if f is None or ed.rank(nxt) != ed.rank(src):
+                        break
+                    alpha *= f
+                else:
+                    break
+                group.append(p)
+                src, reader = nxt, p
+            srcs.append(src)
+            trans.append(t)
+        out = mm.outputs[0]
+        post = only_reader(ed, out, ("Mul", "Div"))
+        if post is not None:
+            f = _scale_of(ed, post, out)
+            if f is not None and ed.rank(post.outputs[0]) == ed.rank(out):
+                alpha *= f
+                group.append(post)
+                out = post.outputs[0]
+        if len(group) == 1 or len({id(n) for n in group}) != len(group):
+            return False
+        attrs = {"alpha": float(np.float32(alpha)), "transA": int(trans[0]), "transB": int(trans[1])}
+        node = ed.new_node("FusedMatMul", srcs, [out], base=mm.name + "_fused", domain=MS_DOMAIN, attrs=attrs)
+        if ed.replace(group, [node], at=mm):
+            ed.log("%s: FusedMatMul (transA=%d, transB=%d, alpha=%g; %d nodes)", mm.name, trans[0], trans[1],
+                   alpha, len(group))
+            return True
+        return False

@@ -1,0 +1,235 @@
+"""MatMulTransposeFusion: last-two-axes Transposes and scalar Mul/Div around a product of two
+computed tensors -> ``com.microsoft.FusedMatMul`` (level ALL). Outputs equal onnxruntime's on the
+unoptimized graph; the fold is left alone where a folded value has another reader or the
+Transpose/scale is not one; a saved optimized model loads in onnxruntime; and in dynamically
+quantized encoder blocks from both torch exporters (where the attention fusion finds float
+projections nowhere) Q @ K^T becomes a FusedMatMul with the scale inside."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import runtime_core as rt
+from oracle import run_oracle
+
+L = rt.GraphOptimizationLevel
+CPU = ["CPUExecutionProvider"]
+RNG = np.random.default_rng(11)
+SHAPE = (2, 3, 5, 4)  # q, k: [B, H, S, d]
+
+
+def _model(kt="transpose", qscale=None, kscale=None, post=None, qt=False, extra_reader=None, kperm=(0, 1, 3, 2),
+           kshape=None, opset=17):
+    """scores = (q [op] [scale]) @ (k^T [scale]) [post scale]; ``kt`` "transpose" (k [B, H, S, d]
+    transposed by ``kperm``) or "given" (k fed as [B, H, d, S])."""
+    nodes, inits = [], []
+
+    def scale(x, how, tag):
+        if how is None:
+            return x
+        op, const_first, value, rank = (*how, 0) if len(how) == 3 else how
+        c = f"c_{tag}"
+        inits.append(numpy_helper.from_array(np.array(value, np.float32).reshape((1,) * rank), c))
+        nodes.append(helper.make_node(op, [c, x] if const_first else [x, c], [f"{tag}_s"]))
+        return f"{tag}_s"
+
+    q = "q"
+    if qt:
+        nodes.append(helper.make_node("Transpose", [q], ["qt"], perm=[0, 1, 3, 2]))
+        q = "qt"
+    q = scale(q, qscale, "q")
+    k = "k"
+    if kt == "transpose":
+        nodes.append(helper.make_node("Transpose", [k], ["kt"], perm=list(kperm)))
+        k = "kt"
+    k = scale(k, kscale, "k")
+    nodes.append(helper.make_node("MatMul", [q, k], ["z"]))
+    y = scale("z", post, "z")
+    nodes.append(helper.make_node("Softmax", [y], ["y"], axis=-1))
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_reader:
+        nodes.append(helper.make_node("Neg", [extra_reader], ["r"]))
+        outs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, None))
+    B, H, S, d = SHAPE
+    qshape = [B, H, d, S] if qt else [B, H, S, d]
+    kshape = kshape or ([B, H, d, S] if kt == "given" else [B, H, S, d])
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("q", TensorProto.FLOAT, qshape),
+                                       helper.make_tensor_value_info("k", TensorProto.FLOAT, kshape)], outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _feeds(m):
+    return {i.name: RNG.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+            for i in m.graph.input}
+
+
+def _run(m, level=L.ORT_ENABLE_ALL, **so_kw):
+    feeds = _feeds(m)
+    so = rt.SessionOptions()
+    so.graph_optimization_level = level
+    for k, v in so_kw.items():
+        setattr(so, k, v)
+    s = rt.InferenceSession(m.SerializeToString(), so, providers=CPU)
+    for a, r in zip(s.run(None, feeds), run_oracle(m, feeds)):
+        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-6)
+    return s._graph.nodes
+
+
+def _fused(nodes):
+    return [n for n in nodes if n.op_type == "FusedMatMul" and n.domain == "com.microsoft"]
+
+
+@pytest.mark.parametrize("kw, trans, alpha", [
+    ({}, (0, 1), 1.0),
+    ({"qt": True}, (1, 1), 1.0),
+    ({"qscale": ("Mul", False, 0.5), "kscale": ("Mul", True, 0.25)}, (0, 1), 0.125),
+    ({"qscale": ("Div", False, 8.0)}, (0, 1), 0.125),
+    ({"post": ("Div", False, 2.0, 4)}, (0, 1), 0.5),  # a [1, 1, 1, 1] divisor of the 4-D scores
+    ({"kt": "given", "qscale": ("Mul", True, 3.0)}, (0, 0), 3.0),
+])
+def test_folded(kw, trans, alpha):
+    nodes = _run(_model(**kw))
+    (f,) = _fused(nodes)
+    assert (f.attrs.get("transA", 0), f.attrs.get("transB", 0)) == trans
+    assert f.attrs.get("alpha") == pytest.approx(alpha)
+    assert not [n for n in nodes if n.op_type in ("MatMul", "Transpose", "Mul", "Div")]
+
+
+@pytest.mark.parametrize("kw", [
+    {"extra_reader": "kt"},                                  # the transpose is read elsewhere
+    {"kperm": (3, 1, 2, 0), "kshape": [5, 3, 4, 2]},         # not the last two axes alone
+    {"kt": "given", "qscale": ("Div", True, 2.0)},           # 2 / q is no scale of q
+    {"kt": "given", "post": ("Mul", False, 2.0, 5)},         # a rank-5 constant raises the rank
+])
+def test_left_alone(kw):
+    assert not _fused(_run(_model(**kw)))
+
+
+def test_extended_level_keeps_matmul():
+    """The fold is a level-ALL pass: a model optimized at EXTENDED keeps its MatMul."""
+    assert not _fused(_run(_model(qscale=("Mul", False, 0.5)), level=L.ORT_ENABLE_EXTENDED))
+
+
+def test_product_by_a_constant_is_left_to_the_linear_fusions():
+    w = RNG.standard_normal((4, 6)).astype(np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["z"]), helper.make_node("Mul", ["z", "c"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(np.float32(2.0), "c")])
+    assert not _fused(_run(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])))
+
+
+@pytest.mark.parametrize("shapes, ta, tb, alpha", [
+    (((2, 3, 4, 5), (2, 3, 6, 4)), 1, 1, 0.3),
+    (((3, 5, 4), (6, 4)), 0, 1, 2.0),          # a 2-D second operand, transposed: the Linear path
+    (((3, 5, 4), (4, 6)), 0, 0, -1.5),
+    (((4, 3), (1, 4, 6)), 1, 0, 1.0),          # broadcast batch
+])
+def test_kernel_matches_onnxruntime(shapes, ta, tb, alpha):
+    """The CPU kernel on FusedMatMul nodes written by hand, onnxruntime's own contrib op the oracle."""
+    a, b = (RNG.standard_normal(s).astype(np.float32) for s in shapes)
+    g = helper.make_graph(
+        [helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", alpha=alpha, transA=ta, transB=tb)],
+        "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, a.shape),
+              helper.make_tensor_value_info("b", TensorProto.FLOAT, b.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    feeds = {"a": a, "b": b}
+    (ours,) = rt.InferenceSession(m.SerializeToString(), providers=CPU).run(None, feeds)
+    (ref,) = run_oracle(m, feeds)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_saved_model_loads_in_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    m = _model(qscale=("Mul", False, 0.5), qt=True)
+    path = tmp_path / "opt.onnx"
+    _run(m, optimized_model_filepath=str(path))
+    saved = onnx.load(str(path))
+    assert [n.op_type for n in saved.graph.node if n.domain == "com.microsoft"] == ["FusedMatMul"]
+    feeds = _feeds(m)
+    (ours,) = ort.InferenceSession(str(path), providers=CPU).run(None, feeds)
+    (ref,) = run_oracle(m, feeds)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+# -- dynamically quantized encoder blocks, from both exporters ----------------------------------
+torch = pytest.importorskip("torch", reason="torch is a test-only dependency")
+
+
+def _encoder(tmp_path, dynamo):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 2, dim_feedforward=64, dropout=0.0, batch_first=True)
+    layer = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+    x = torch.randn(2, 16, 32)
+    path = tmp_path / f"enc_{'dynamo' if dynamo else 'ts'}.onnx"
+    kw = {"dynamo": True} if dynamo else {"dynamo": False}
+    if dynamo:
+        pytest.importorskip("onnxscript", reason="the dynamo exporter needs onnxscript")
+    # not under no_grad: that exports the fused encoder kernel, which has no ONNX form
+    torch.onnx.export(layer, (x,), str(path), input_names=["x"], output_names=["y"], opset_version=18, **kw)
+    return path, x.numpy()
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript", "dynamo"])
+def test_quantized_encoder_block(tmp_path, dynamo):
+    from runtime_core.quantization import QuantType, quantize_dynamic
+
+    src, x = _encoder(tmp_path, dynamo)
+    dst = tmp_path / "q.onnx"
+    quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+    s = rt.InferenceSession(str(dst), providers=CPU)
+    (ours,) = s.run(None, {"x": x})
+    (ref,) = run_oracle(onnx.load(str(dst)), {"x": x})
+    np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-4)
+    fused = _fused(s._graph.nodes)
+    # TorchScript: K^T a Transpose and sqrt(scale) on both operands; dynamo builds K^T as
+    # Reshape(Transpose(K [S, B*H, d], [1, 2, 0])), which stays, and scales the scores once
+    want_trans = not dynamo
+    assert any(f.attrs.get("transB", 0) == want_trans and f.attrs.get("alpha", 1.0) == pytest.approx(32 ** -0.5 * 2 ** 0.5)
+               for f in fused), [(n.op_type, n.attrs) for n in s._graph.nodes]
+
+
+@pytest.mark.parametrize("op, sa, sb, ta, tb, batched", [
+    ("FusedMatMul", (4, 2, 64, 32), (4, 2, 64, 32), 0, 1, True),
+    ("FusedMatMul", (4, 2, 32, 64), (4, 2, 32, 48), 1, 0, True),
+    ("FusedMatMul", (64, 32), (3, 2, 48, 32), 0, 1, True),   # a broadcast over the batch
+    ("MatMul", (4, 2, 64, 64), (4, 2, 64, 32), 0, 0, True),
+    ("MatMul", (1, 2, 64, 64), (3, 2, 64, 32), 0, 0, False),  # a partial broadcast: numpy's
+    ("MatMul", (3, 64, 64), (64, 48), 0, 0, False),           # the Linear path
+])
+def test_batched_products_on_two_threads(monkeypatch, op, sa, sb, ta, tb, batched):
+    """Products big enough for the batched kernel (``_native.bmm`` at two threads) against numpy
+    in float64, at one thread (numpy's matmul) and two."""
+    from runtime_provider_cpu.fast.policy import current
+    from runtime_provider_cpu.fast.sgemm import sgemm_ready
+
+    nat, calls = current().native, []
+    if nat is not None:
+        bmm = nat.bmm
+        monkeypatch.setattr(nat, "bmm", lambda *a: calls.append(a[3]) or bmm(*a))
+    a, b = (RNG.standard_normal(s).astype(np.float32) for s in (sa, sb))
+    attrs = {"alpha": 0.7, "transA": ta, "transB": tb} if op == "FusedMatMul" else {}
+    g = helper.make_graph(
+        [helper.make_node(op, ["a", "b"], ["y"], domain="com.microsoft" if attrs else "", **attrs)], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, a.shape),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, b.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    outs = []
+    for threads in (1, 2):
+        so = rt.SessionOptions()
+        so.intra_op_num_threads = threads
+        (y,) = rt.InferenceSession(m.SerializeToString(), so, providers=CPU).run(None, {"a": a, "b": b})
+        outs.append(y)
+    A = a.astype(np.float64).swapaxes(-1, -2) if ta else a.astype(np.float64)
+    B = b.astype(np.float64).swapaxes(-1, -2) if tb else b.astype(np.float64)
+    ref = np.matmul(A, B) * attrs.get("alpha", 1.0)
+    for y in outs:
+        assert y.shape == ref.shape and y.dtype == np.float32
+        np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
+    assert bool(calls) == (batched and sgemm_ready())
