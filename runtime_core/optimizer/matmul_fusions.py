@@ -12,6 +12,9 @@ is read by the next step alone. The kernel reads the transposed operands in plac
 applies ``alpha`` to the fresh product. Level ALL, after the extended passes have converged, so
 that the attention fusions still see the plain MatMuls they match; products by a constant
 (Linear layers) are left to the MatMul/Gemm fusions and the Linear kernel.
+
+Then ``Softmax(FusedMatMul(q, k^T) [+ bias]) @ v`` on heads of one shape becomes
+``runtime_core.fused::ScaledDotProductAttention`` (``ScaledDotProductFusion``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from .match import only_reader
 from .rewrite import RewriteRule
 
 _F32 = np.dtype(np.float32)
+#: the optimizer's private fused ops (written back as standard ones by ``portable.py``)
+FUSED = "runtime_core.fused"
 
 
 def _swaps_last_two(n: Node) -> bool:
@@ -109,3 +114,65 @@ class MatMulTransposeFusion(RewriteRule):
                    alpha, len(group))
             return True
         return False
+
+
+class ScaledDotProductFusion(RewriteRule):
+    """``MatMul(Softmax(FusedMatMul(q, k, transB=1, alpha) [+ bias], axis=-1), v)`` with q, k, v of
+    one shape [..., S, d] (float32, rank >= 3, every dim known or named) ->
+    ``runtime_core.fused::ScaledDotProductAttention(q, k, v[, bias], scale=alpha)``: attention whose
+    projections the attention fusion does not take (int8 ones), on the compiled per-head kernel.
+    A later stage than MatMulTransposeFusion (it starts from the FusedMatMul that one makes);
+    written back as the four ops in a saved model (``portable.py``)."""
+
+    name = "ScaledDotProductFusion"
+    level = ALL
+    stage = 1
+    targets = frozenset({"Softmax"})
+
+    def rewrite(self, ed: Editor, sm: Node) -> bool:
+        x = sm.inputs[0]
+        r = ed.rank(x)
+        if r is None or r < 3 or sm.attrs.get("axis", -1) not in (-1, r - 1) or not ed.single_use(x, sm):
+            return False
+        group, bias = [sm], ""
+        p = ed.producer(x)
+        if p is not None and not p.domain and p.op_type == "Add" and len(p.inputs) == 2:
+            fm_in = next((i for i in p.inputs if self._qk(ed, i) is not None), None)
+            if fm_in is None or not ed.single_use(fm_in, p):
+                return False
+            bias = p.inputs[1] if p.inputs[0] == fm_in else p.inputs[0]
+            if ed.dtype(bias) != _F32 or (ed.rank(bias) or 99) > r:
+                return False
+            group.append(p)
+            x = fm_in
+        fm = self._qk(ed, x)
+        if fm is None:
+            return False
+        group.append(fm)
+        mm = ed.consumers(sm.outputs[0])[0] if ed.single_use(sm.outputs[0]) else None
+        if mm is None or mm.domain or mm.op_type != "MatMul" or mm.inputs[0] != sm.outputs[0]:
+            return False
+        group.append(mm)
+        q, k = fm.inputs
+        v = mm.inputs[1]
+        shapes = [ed.shape(n) for n in (q, k, v)]
+        if (any(s is None or len(s) != r or any(d is None for d in s) for s in shapes)
+                or not shapes[0] == shapes[1] == shapes[2] or any(ed.dtype(n) != _F32 for n in (q, k, v))):
+            return False
+        ins = [q, k, v] + ([bias] if bias else [])
+        node = ed.new_node("ScaledDotProductAttention", ins, [mm.outputs[0]], base=sm.name + "_sdpa",
+                           domain=FUSED, attrs={"scale": float(fm.attrs.get("alpha", 1.0))})
+        if ed.replace(group, [node], at=mm):
+            ed.log("%s: ScaledDotProductAttention (%d nodes)", sm.name, len(group))
+            return True
+        return False
+
+    @staticmethod
+    def _qk(ed: Editor, name: str) -> Node | None:
+        """The FusedMatMul q @ k^T producing ``name``."""
+        n = ed.producer(name)
+        if (n is None or n.domain != MS_DOMAIN or n.op_type != "FusedMatMul" or len(n.inputs) != 2
+                or n.attrs.get("transA", 0) or not n.attrs.get("transB", 0) or n.attrs.get("transBatchA", 0)
+                or n.attrs.get("transBatchB", 0)):
+            return None
+        return n

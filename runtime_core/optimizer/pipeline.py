@@ -39,7 +39,7 @@ from .fallback import FallbackProvider
 from .folding import MAX_BYTES, ConstantFolding, ShapeFolding, max_bytes_from_config
 from .gelu_fusions import BiasGeluFusion, FastGeluFusion, GeluFusion
 from .layout import PROVIDERS, LayoutTransformation
-from .matmul_fusions import MatMulTransposeFusion
+from .matmul_fusions import MatMulTransposeFusion, ScaledDotProductFusion
 from .linear_fusions import (
     Conv1dAs2dFusion,
     ConvActivationFusion,
@@ -86,6 +86,7 @@ OPTIMIZERS: list[Pass] = [
     _dce_after_fusions,
     MatMulActivationFusion(),
     MatMulTransposeFusion(),
+    ScaledDotProductFusion(),
     LayoutTransformation(),
 ]
 

@@ -1,9 +1,11 @@
 """MatMulTransposeFusion: last-two-axes Transposes and scalar Mul/Div around a product of two
-computed tensors -> ``com.microsoft.FusedMatMul`` (level ALL). Outputs equal onnxruntime's on the
+computed tensors -> ``com.microsoft.FusedMatMul`` (level ALL), and ScaledDotProductFusion:
+``Softmax(FusedMatMul(q, k^T) [+ bias]) @ v`` -> ``runtime_core.fused::ScaledDotProductAttention``. Outputs equal onnxruntime's on the
 unoptimized graph; the fold is left alone where a folded value has another reader or the
 Transpose/scale is not one; a saved optimized model loads in onnxruntime; and in dynamically
 quantized encoder blocks from both torch exporters (where the attention fusion finds float
-projections nowhere) Q @ K^T becomes a FusedMatMul with the scale inside."""
+projections nowhere) Q @ K^T becomes a FusedMatMul with the scale inside, and the whole attention
+one ScaledDotProductAttention where K^T is a Transpose (TorchScript)."""
 
 from __future__ import annotations
 
@@ -186,12 +188,13 @@ def test_quantized_encoder_block(tmp_path, dynamo):
     (ours,) = s.run(None, {"x": x})
     (ref,) = run_oracle(onnx.load(str(dst)), {"x": x})
     np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-4)
-    fused = _fused(s._graph.nodes)
-    # TorchScript: K^T a Transpose and sqrt(scale) on both operands; dynamo builds K^T as
-    # Reshape(Transpose(K [S, B*H, d], [1, 2, 0])), which stays, and scales the scores once
-    want_trans = not dynamo
-    assert any(f.attrs.get("transB", 0) == want_trans and f.attrs.get("alpha", 1.0) == pytest.approx(32 ** -0.5 * 2 ** 0.5)
-               for f in fused), [(n.op_type, n.attrs) for n in s._graph.nodes]
+    scale = 32 ** -0.5 * 2 ** 0.5  # 1 / sqrt(head dim 16)
+    if dynamo:  # K^T built as Reshape(Transpose(K [S, B*H, d], [1, 2, 0])), which stays: the scale folds
+        assert any(f.attrs.get("alpha") == pytest.approx(scale) for f in _fused(s._graph.nodes)), \
+            [(n.op_type, n.attrs) for n in s._graph.nodes]
+    else:  # TorchScript: K^T a Transpose, sqrt(scale) on both operands; the whole attention fuses
+        (a,) = [n for n in s._graph.nodes if n.op_type == "ScaledDotProductAttention"]
+        assert a.attrs["scale"] == pytest.approx(scale)
 
 
 @pytest.mark.parametrize("op, sa, sb, ta, tb, batched", [
@@ -233,3 +236,76 @@ def test_batched_products_on_two_threads(monkeypatch, op, sa, sb, ta, tb, batche
         assert y.shape == ref.shape and y.dtype == np.float32
         np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
     assert bool(calls) == (batched and sgemm_ready())
+
+
+def _sdpa_model(bias_shape=None, extra_reader=False, dv=None, B=2, H=3, S=33, d=16):
+    """Softmax(q @ k^T / sqrt(d) (+ bias)) @ v as the TorchScript exporter writes it."""
+    nodes = [helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+             helper.make_node("MatMul", ["q", "kt"], ["z"]),
+             helper.make_node("Div", ["z", "c"], ["zs"])]
+    inits = [numpy_helper.from_array(np.array(np.sqrt(d), np.float32), "c")]
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [B, H, S, d]) for n in "qk"]
+    ins.append(helper.make_tensor_value_info("v", TensorProto.FLOAT, [B, H, S, dv or d]))
+    z = "zs"
+    if bias_shape is not None:
+        ins.append(helper.make_tensor_value_info("m", TensorProto.FLOAT, list(bias_shape)))
+        nodes.append(helper.make_node("Add", ["m", z], ["zb"]))
+        z = "zb"
+    nodes += [helper.make_node("Softmax", [z], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_reader:
+        outs.append(helper.make_tensor_value_info("p", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "g", ins, outs, inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _sdpa_nodes(nodes):
+    return [n for n in nodes if n.op_type == "ScaledDotProductAttention" and n.domain == "runtime_core.fused"]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("bias_shape", [None, (2, 1, 1, 33), (33, 33), (2, 3, 33, 33), (1, 1, 1, 33)])
+def test_sdpa_fused(bias_shape, threads):
+    nodes = _run(_sdpa_model(bias_shape), intra_op_num_threads=threads)
+    (a,) = _sdpa_nodes(nodes)
+    assert a.attrs["scale"] == pytest.approx(0.25)
+    assert not [n for n in nodes if n.op_type in ("MatMul", "FusedMatMul", "Softmax", "Transpose", "Div", "Add")]
+
+
+@pytest.mark.parametrize("kw", [{"extra_reader": True}, {"dv": 8}])
+def test_sdpa_left_alone(kw):
+    """The probabilities read elsewhere, or v of another head size (the kernel takes one shape)."""
+    nodes = _run(_sdpa_model(**kw))
+    assert not _sdpa_nodes(nodes) and _fused(nodes)
+
+
+def test_sdpa_kernel_without_compiled_code(monkeypatch):
+    """The numpy path (no sgemm for the compiled kernel) gives the same outputs."""
+    import runtime_provider_cpu.ops.matmul as mm
+
+    monkeypatch.setattr(mm, "sgemm_ready", lambda: False)
+    assert _sdpa_nodes(_run(_sdpa_model((2, 1, 1, 33))))
+
+
+def test_sdpa_bad_bias_is_a_typed_error():
+    m = _sdpa_model((2, 1, 1, 33))
+    s = rt.InferenceSession(m.SerializeToString(), providers=CPU)
+    assert _sdpa_nodes(s._graph.nodes)
+    feeds = _feeds(m)
+    feeds["m"] = np.zeros((3, 1, 1, 33), np.float32)  # batch 3 against 2
+    with pytest.raises(rt.errors.RuntimeCoreError):
+        s.run(None, feeds)
+
+
+def test_sdpa_saved_model_loads_in_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    m = _sdpa_model((2, 1, 1, 33))
+    path = tmp_path / "opt.onnx"
+    _run(m, optimized_model_filepath=str(path))
+    saved = onnx.load(str(path))
+    assert not [n for n in saved.graph.node if n.domain == "runtime_core.fused"]
+    assert "FusedMatMul" in [n.op_type for n in saved.graph.node]
+    feeds = _feeds(m)
+    (ours,) = ort.InferenceSession(str(path), providers=CPU).run(None, feeds)
+    (ref,) = run_oracle(m, feeds)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)

@@ -242,3 +242,55 @@ PyObject *rc_py_bmm(PyObject *self, PyObject *args)
     const int parts = rc_parts(work, 2.5e5, batch * ((M + j.rb - 1) / j.rb), &threads);
     return rc_run_job(bmm_part, &j, parts, threads, v, 3, &j.oom);
 }
+
+/* sdpa: softmax(q k^T * scale + bias) v per head of q, k, v laid out (heads, S, d), each
+ * C-contiguous (what the exporters' head splits leave): mh_part with a head as its batch */
+PyObject *rc_py_sdpa(PyObject *self, PyObject *args)
+{
+    PyObject *qo, *ko, *vo, *mo, *md, *yo;
+    Py_ssize_t BH, S, d;
+    float scale;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOO(nnn)fOOOi:sdpa", &qo, &ko, &vo, &BH, &S, &d, &scale, &mo, &md, &yo, &threads))
+        return NULL;
+    if (!rc_sgemm) {
+        PyErr_SetString(PyExc_RuntimeError, "sdpa: no sgemm (set_sgemm was not called)");
+        return NULL;
+    }
+    if (BH < 1 || S < 1 || d < 1 || d > INT32_MAX || S > INT32_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "sdpa: sizes out of range");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul3(&sz, "q's size", BH, S, d);
+    if (sz_check(&sz, "sdpa", PyExc_ValueError) < 0)
+        return NULL;
+    rc_buf spec[4] = {{qo, n, RC_F32, 0, 0, "q"}, {ko, n, RC_F32, 0, 0, "k"}, {vo, n, RC_F32, 0, 0, "v"},
+                      {yo, n, RC_F32, 1, 0, "y"}};
+    Py_buffer v[5];
+    if (get_buffers("sdpa", spec, v, 4) < 0)
+        return NULL;
+    mh_job j;
+    memset(&j, 0, sizeof j);
+    if (mh_bias(mo, md, BH, 1, S, "bias", &v[4], &j.m1b, &j.m1h, &j.m1s) < 0) {
+        release_buffers(v, 4);
+        return NULL;
+    }
+    j.q = (const float *)v[0].buf;
+    j.k = (const float *)v[1].buf;
+    j.v = (const float *)v[2].buf;
+    j.y = (float *)v[3].buf;
+    j.m1 = (const float *)v[4].buf;
+    j.xb = S * d;
+    j.xs = d;
+    j.B = BH, j.H = 1, j.S = S, j.dq = d, j.dv = d;
+    j.scale = scale;
+    /* the units of mha: whole heads when there are 8 or more, else blocks of rows */
+    Py_ssize_t nrb = BH >= 8 ? 1 : (8 + BH - 1) / BH;
+    if (nrb > S)
+        nrb = S;
+    j.rb = (S + nrb - 1) / nrb;
+    const double work = 4.0 * (double)BH * (double)S * (double)S * (double)d;
+    const int parts = rc_parts(work, 2.5e5, BH * ((S + j.rb - 1) / j.rb), &threads);
+    return rc_run_job(mh_part, &j, parts, threads, v, 5, &j.oom);
+}

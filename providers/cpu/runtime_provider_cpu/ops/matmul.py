@@ -202,3 +202,56 @@ def fused_matmul(ctx, a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, tra
     if alpha != 1.0:
         y *= np.float32(alpha)
     return y
+
+
+def _sdpa_check(node):
+    info = node.input_info[:3] if len(node.input_info) >= 3 else []
+    ranks = {len(i.shape) for i in info if i is not None and i.shape is not None}
+    if any(r < 3 for r in ranks):
+        return f"{FUSED}::ScaledDotProductAttention takes q, k, v of rank >= 3"
+    return None
+
+
+@kernel("ScaledDotProductAttention", 1, domain=FUSED, dtypes={"float32"}, check=_sdpa_check)
+def scaled_dot_product_attention(ctx, q, k, v, bias=None, *, scale):
+    """``Softmax(scale * q @ k^T (+ bias), axis=-1) @ v`` for q, k, v [..., S, d] of one shape (the
+    attention the optimizer finds around int8 projections, ``matmul_fusions.py``): on
+    ``_native.sdpa`` a head's scores stay in a per-thread buffer (no [.., S, S] tensor and no
+    separate Softmax pass), else numpy's batched products."""
+    if q.ndim < 3 or q.shape != k.shape or q.shape != v.shape:
+        raise ValueError(f"{FUSED}::ScaledDotProductAttention: q, k, v must share one shape of rank >= 3, got "
+                         f"{q.shape}, {k.shape}, {v.shape}")
+    S, d = q.shape[-2:]
+    lead = q.shape[:-2]
+    scores = (*lead, S, S)
+    if bias is not None:
+        try:
+            ok = bias.ndim <= len(scores) and np.broadcast_shapes(bias.shape, scores) == scores
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{FUSED}::ScaledDotProductAttention: bias of shape {bias.shape} does not broadcast "
+                             f"to the scores' shape {scores}")
+    BH = int(np.prod(lead))
+    p = current()
+    if (BH and S and d and q.dtype == _F32 and k.dtype == _F32 and v.dtype == _F32 and sgemm_ready()
+            and (bias is None or bias.dtype == _F32)):
+        m = md = None
+        if bias is not None:
+            ds = S if bias.ndim >= 2 and bias.shape[-2] != 1 else 1
+            if all(x == 1 for x in bias.shape[:-2]):  # one bias for every head: not copied per head
+                m = np.ascontiguousarray(np.broadcast_to(bias.reshape(bias.shape[-2:]), (ds, S)), dtype=_F32)
+                md = (1, 1, ds)
+            else:
+                m = np.ascontiguousarray(np.broadcast_to(bias, (*lead, ds, S)), dtype=_F32)
+                md = (BH, 1, ds)
+        y = np.empty(q.shape, _F32)
+        p.native.sdpa(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v), (BH, S, d),
+                      float(scale), m, md, y, getattr(ctx, "threads", 1))
+        return y
+    z = np.matmul(q, k.swapaxes(-1, -2)) * q.dtype.type(scale)
+    if bias is not None:
+        z = z + bias
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    z /= z.sum(axis=-1, keepdims=True)
+    return np.matmul(z, v).astype(q.dtype, copy=False)
