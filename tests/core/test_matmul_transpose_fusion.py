@@ -309,3 +309,18 @@ def test_sdpa_saved_model_loads_in_onnxruntime(tmp_path):
     (ours,) = ort.InferenceSession(str(path), providers=CPU).run(None, feeds)
     (ref,) = run_oracle(m, feeds)
     np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_contrib_types_of_loaded_fused_ops():
+    """A model that holds FusedMatMul (e.g. saved by onnxruntime) gets its outputs typed on load."""
+    from runtime_core.graph.contrib_types import RULES
+
+    g = helper.make_graph(
+        [helper.make_node("FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", transA=1, transB=1)], "g",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3, 4, "S"]),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, [5, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    assert ("com.microsoft", "FusedMatMul") in RULES
+    s = rt.InferenceSession(m.SerializeToString(), providers=CPU)
+    assert s._graph.value_info("y").shape == (2, 3, "S", 5)
