@@ -97,6 +97,8 @@ class MatMulTransposeFusion(RewriteRule):
                 src, reader = nxt, p
             srcs.append(src)
             trans.append(t)
+        if any(ed.const(x) is not None for x in srcs):
+            return False  # a tied weight's unfolded Transpose: the Linear path reads it in place, unpacked
         out = mm.outputs[0]
         post = only_reader(ed, out, ("Mul", "Div"))
         if post is not None:
