@@ -32,9 +32,10 @@ def batched_matmul(ctx, a, b, transA=False, transB=False, alpha=1.0):
     """``alpha * op(a) @ op(b)`` for C-contiguous float32 ``a``, ``b`` of rank >= 3 (or one of them
     2-D, broadcast) on ``_native.bmm``: the matrices of the batch (blocks of their rows) spread
     over the kernel threads, each a single-threaded sgemm reading the transposes in place. None
-    where that is not the path (another dtype, layout or broadcast, a small product, no sgemm)."""
+    where that is not the path (another dtype, layout or broadcast, a small product, no sgemm).
+    Taken at one thread too (no slower than numpy's loop there): the same bits at any count."""
     threads = getattr(ctx, "threads", 1)
-    if (threads < 2 or type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != _F32
+    if (type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != _F32
             or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2 or max(a.ndim, b.ndim) < 3
             or not a.flags.c_contiguous or not b.flags.c_contiguous):
         return None
@@ -46,7 +47,6 @@ def batched_matmul(ctx, a, b, transA=False, transB=False, alpha=1.0):
         return None
     lead = la if la == lb else np.broadcast_shapes(la, lb)
     batch = int(np.prod(lead))
-    # one thread's product gains nothing from the pool (numpy's BLAS call is the same sgemm)
     if batch * M * K * N < current().blas_min_macs or M == 0 or N == 0 or K == 0 or not sgemm_ready():
         return None
     y = np.empty((*lead, M, N), np.float32)
