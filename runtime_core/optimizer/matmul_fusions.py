@@ -75,7 +75,7 @@ class MatMulTransposeFusion(RewriteRule):
             return False
         alpha = 1.0
         group: list[Node] = [mm]
-        srcs, trans = [], []
+        srcs, trans, readers = [], [], []
         for x in (a, b):
             src, t, reader = x, False, mm
             for _ in range(3):  # a Transpose and a scale, in either order
@@ -97,8 +97,10 @@ class MatMulTransposeFusion(RewriteRule):
                 src, reader = nxt, p
             srcs.append(src)
             trans.append(t)
+            readers.append(reader)
         if any(ed.const(x) is not None for x in srcs):
             return False  # a tied weight's unfolded Transpose: the Linear path reads it in place, unpacked
+        extra = self._heads_of_k(ed, srcs, trans, readers[1], group)
         out = mm.outputs[0]
         post = only_reader(ed, out, ("Mul", "Div"))
         if post is not None:
@@ -111,15 +113,40 @@ class MatMulTransposeFusion(RewriteRule):
             return False
         attrs = {"alpha": float(np.float32(alpha)), "transA": int(trans[0]), "transB": int(trans[1])}
         node = ed.new_node("FusedMatMul", srcs, [out], base=mm.name + "_fused", domain=MS_DOMAIN, attrs=attrs)
-        if ed.replace(group, [node], at=mm):
+        if ed.replace(group, extra + [node], at=mm):
             ed.log("%s: FusedMatMul (transA=%d, transB=%d, alpha=%g; %d nodes)", mm.name, trans[0], trans[1],
                    alpha, len(group))
             return True
         return False
 
+    @staticmethod
+    def _heads_of_k(ed: Editor, srcs: list, trans: list, reader: Node, group: list) -> list:
+        """GPT-2's K^T = Transpose(k, [0, 2, 3, 1]) as Transpose(k, [0, 2, 1, 3]) read transposed
+        (the same copy), where that gives the q operand's own shape: K in the heads' layout, as the
+        ScaledDotProductFusion takes it. Edits ``srcs``/``trans``/``group``; returns the new node."""
+        p = ed.producer(srcs[1])
+        if (trans[1] or p is None or p.domain or p.op_type != "Transpose" or not ed.single_use(srcs[1], reader)
+                or not ed.single_use(srcs[1])):
+            return []
+        perm = list(p.attrs.get("perm") or [])
+        x_shape, q_shape = ed.shape(p.inputs[0]), ed.shape(srcs[0])
+        if len(perm) < 3 or x_shape is None or q_shape is None or len(x_shape) != len(perm):
+            return []
+        perm = perm[:-2] + [perm[-1], perm[-2]]
+        heads = tuple(x_shape[i] for i in perm)
+        if any(d is None for d in heads) or heads != tuple(q_shape):
+            return []
+        out = ed.fresh(srcs[1] + "_heads")
+        t = ed.new_node("Transpose", [p.inputs[0]], [out], base=p.name + "_heads", attrs={"perm": perm})
+        ed.set_type(out, _F32, heads)
+        group.append(p)
+        srcs[1], trans[1] = out, True
+        return [t]
+
 
 class ScaledDotProductFusion(RewriteRule):
-    """``MatMul(Softmax(FusedMatMul(q, k, transB=1, alpha) [+ bias], axis=-1), v)`` with q, k, v of
+    """``MatMul(Softmax(FusedMatMul(q, k, transB=1, alpha) [+ bias | masked by Where], axis=-1), v)``
+    (a Where with a fill of at most -1e30 becomes the bias ``Where(c, 0, fill)``) with q, k, v of
     one shape [..., S, d] (float32, rank >= 3, every dim known or named) ->
     ``runtime_core.fused::ScaledDotProductAttention(q, k, v[, bias], scale=alpha)``: attention whose
     projections the attention fusion does not take (int8 ones), on the compiled per-head kernel.
@@ -136,7 +163,7 @@ class ScaledDotProductFusion(RewriteRule):
         r = ed.rank(x)
         if r is None or r < 3 or sm.attrs.get("axis", -1) not in (-1, r - 1) or not ed.single_use(x, sm):
             return False
-        group, bias = [sm], ""
+        group, bias, extra = [sm], "", None
         p = ed.producer(x)
         if p is not None and not p.domain and p.op_type == "Add" and len(p.inputs) == 2:
             fm_in = next((i for i in p.inputs if self._qk(ed, i) is not None), None)
@@ -147,6 +174,12 @@ class ScaledDotProductFusion(RewriteRule):
                 return False
             group.append(p)
             x = fm_in
+        elif p is not None and not p.domain and p.op_type == "Where" and len(p.inputs) == 3:
+            where = self._mask_where(ed, p)
+            if where is None:
+                return False
+            x, extra = where
+            group.append(p)
         fm = self._qk(ed, x)
         if fm is None:
             return False
@@ -161,13 +194,34 @@ class ScaledDotProductFusion(RewriteRule):
         if (any(s is None or len(s) != r or any(d is None for d in s) for s in shapes)
                 or not shapes[0] == shapes[1] == shapes[2] or any(ed.dtype(n) != _F32 for n in (q, k, v))):
             return False
+        if extra is not None:
+            bias = extra.outputs[0]
         ins = [q, k, v] + ([bias] if bias else [])
         node = ed.new_node("ScaledDotProductAttention", ins, [mm.outputs[0]], base=sm.name + "_sdpa",
                            domain=FUSED, attrs={"scale": float(fm.attrs.get("alpha", 1.0))})
-        if ed.replace(group, [node], at=mm):
+        if ed.replace(group, ([extra] if extra is not None else []) + [node], at=mm):
             ed.log("%s: ScaledDotProductAttention (%d nodes)", sm.name, len(group))
             return True
         return False
+
+    def _mask_where(self, ed: Editor, w: Node):
+        """``Where(c, scores, fill)`` / ``Where(c, fill, scores)`` with a constant fill of at most -1e30
+        (it absorbs any real score, so adding it is exact): (the scores, a new node computing the
+        bias ``Where(c, 0, fill)``), else None."""
+        cond, a, b = w.inputs
+        for scores, other, fill_first in ((a, b, False), (b, a, True)):
+            f = ed.scalar(other)
+            if self._qk(ed, scores) is None or not ed.single_use(scores, w) or f is None or f > -1e30:
+                continue
+            if ed.dtype(other) != _F32:
+                return None
+            zero = ed.add_const(np.zeros((), np.float32), "sdpa_zero")
+            out = ed.fresh(w.outputs[0] + "_bias")
+            ins = [cond, other, zero] if fill_first else [cond, zero, other]
+            node = ed.new_node("Where", ins, [out], base=w.name + "_bias")
+            ed.set_type(out, _F32, ed.shape(cond))
+            return scores, node
+        return None
 
     @staticmethod
     def _qk(ed: Editor, name: str) -> Node | None:

@@ -102,12 +102,21 @@ def test_folded(kw, trans, alpha):
 
 @pytest.mark.parametrize("kw", [
     {"extra_reader": "kt"},                                  # the transpose is read elsewhere
-    {"kperm": (3, 1, 2, 0), "kshape": [5, 3, 4, 2]},         # not the last two axes alone
+    {"kperm": (3, 1, 2, 0), "kshape": [7, 3, 4, 2]},         # not the last two axes, keys not q's shape
     {"kt": "given", "qscale": ("Div", True, 2.0)},           # 2 / q is no scale of q
     {"kt": "given", "post": ("Mul", False, 2.0, 5)},         # a rank-5 constant raises the rank
 ])
 def test_left_alone(kw):
     assert not _fused(_run(_model(**kw)))
+
+
+def test_k_transposed_from_another_layout_is_read_in_heads_layout():
+    """K^T = Transpose(k, p) with p not a last-two swap, where Transpose(k, p with its last two
+    swapped) has q's shape (GPT-2's [0, 2, 3, 1]): that Transpose (the same copy), read transposed."""
+    nodes = _run(_model(kperm=(3, 1, 2, 0), kshape=[5, 3, 4, 2]))
+    (f,) = _fused(nodes)
+    (t,) = [n for n in nodes if n.op_type == "Transpose"]
+    assert f.attrs.get("transB") == 1 and list(t.attrs["perm"]) == [3, 1, 0, 2]
 
 
 def test_extended_level_keeps_matmul():
@@ -326,3 +335,50 @@ def test_contrib_types_of_loaded_fused_ops():
     assert ("com.microsoft", "FusedMatMul") in RULES
     s = rt.InferenceSession(m.SerializeToString(), providers=CPU)
     assert s._graph.value_info("y").shape == (2, 3, "S", 5)
+
+
+def _gpt2_model(fill=-3.4e38, fill_first=True, B=1, S=24, H=2, d=8):
+    """GPT-2's attention as its TorchScript export writes it: heads split from [B, S, H, d] by
+    Transpose(0, 2, 1, 3) (q, v) and K^T by Transpose(0, 2, 3, 1); the scores masked by
+    Where(causal, scores, fill) (``fill_first``: Where(not causal, fill, scores))."""
+    causal = np.tril(np.ones((S, S), bool))[None, None]
+    cond = ~causal if fill_first else causal
+    nodes = [helper.make_node("Transpose", ["q"], ["qh"], perm=[0, 2, 1, 3]),
+             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 3, 1]),
+             helper.make_node("Transpose", ["v"], ["vh"], perm=[0, 2, 1, 3]),
+             helper.make_node("MatMul", ["qh", "kt"], ["z"]),
+             helper.make_node("Div", ["z", "c"], ["zs"]),
+             helper.make_node("Where", ["m", "f", "zs"] if fill_first else ["m", "zs", "f"], ["zm"]),
+             helper.make_node("Softmax", ["zm"], ["p"], axis=-1),
+             helper.make_node("MatMul", ["p", "vh"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(np.sqrt(d), np.float32), "c"),
+             numpy_helper.from_array(np.array(fill, np.float32), "f"), numpy_helper.from_array(cond, "m")]
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [B, S, H, d]) for n in "qkv"]
+    g = helper.make_graph(nodes, "g", ins, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("fill_first", [True, False])
+def test_sdpa_from_gpt2_heads_and_where_mask(fill_first, threads):
+    nodes = _run(_gpt2_model(fill_first=fill_first), intra_op_num_threads=threads)
+    (a,) = _sdpa_nodes(nodes)
+    assert a.attrs["scale"] == pytest.approx(8 ** -0.5)
+    assert not [n for n in nodes if n.op_type in ("MatMul", "FusedMatMul", "Softmax")]
+
+
+def test_sdpa_where_with_a_finite_fill_is_left_alone():
+    """A fill of -1e4 does not absorb the scores: the Where stays, and so does the Softmax."""
+    nodes = _run(_gpt2_model(fill=-1e4))
+    assert not _sdpa_nodes(nodes) and _fused(nodes)
+
+
+def test_sdpa_where_saved_model_loads_in_onnxruntime(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    m = _gpt2_model()
+    path = tmp_path / "opt.onnx"
+    _run(m, optimized_model_filepath=str(path))
+    feeds = _feeds(m)
+    (ours,) = ort.InferenceSession(str(path), providers=CPU).run(None, feeds)
+    (ref,) = run_oracle(m, feeds)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
