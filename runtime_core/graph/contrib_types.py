@@ -3,8 +3,8 @@ the optimizer emits, and everything downstream of them.
 
 onnx knows no schema for ``com.microsoft`` ops (``Attention``, ``SkipLayerNormalization``,
 ``SimplifiedLayerNormalization``, ``SkipSimplifiedLayerNormalization``, ``FusedConv``, ``Gelu``,
-``FastGelu``, ``BiasGelu``) nor for the core's channels-last
-``runtime_core.nhwc`` ops and ``runtime_core.fused::MatMulActivation``, so after them every value has an unknown type, and providers that
+``FastGelu``, ``BiasGelu``, ``FusedMatMul``) nor for the core's channels-last
+``runtime_core.nhwc`` ops and ``runtime_core.fused``'s ``MatMulActivation`` and ``ScaledDotProductAttention``, so after them every value has an unknown type, and providers that
 need types decline correct work. :func:`fill_types` walks the graph once, in order, and
 types each untyped output: a contrib op by its rule here, any other op by onnx's inference of
 that one node (``onnx.shape_inference.infer_node_outputs``) from the types of its inputs.
@@ -115,6 +115,19 @@ def _matmul_activation(node, types, opset) -> list:
     return _by_proxy("MatMul", node.inputs[:2], [], types, 13)
 
 
+def _fused_matmul(node, types, opset) -> list:
+    """MatMul's inference on the operands with their last two axes swapped where transA/transB."""
+    swapped = dict(types)
+    for k, flag in ((0, "transA"), (1, "transB")):
+        tp = types.get(node.inputs[k]) if len(node.inputs) > k else None
+        dims = _dims(tp)
+        if node.attrs.get(flag) and tp is not None:
+            if dims is None or len(dims) < 2:
+                return [None]
+            swapped[node.inputs[k]] = _tensor(_elem(tp), dims[:-2] + [dims[-1], dims[-2]])
+    return _by_proxy("MatMul", node.inputs[:2], [], swapped, 13)
+
+
 def _nhwc(node, types, opset) -> list:
     """A channels-last op: the NCHW op's inference on the transposed input, transposed back."""
     x = types.get(node.inputs[0])
@@ -142,6 +155,8 @@ RULES: dict[tuple[str, str], Callable] = {
     (MS, "Attention"): _attention,
     (MS, "FusedConv"): _fused_conv,
     (FUSED, "MatMulActivation"): _matmul_activation,
+    (MS, "FusedMatMul"): _fused_matmul,
+    (FUSED, "ScaledDotProductAttention"): _same_as_input,  # q, k, v and y share one shape
     **{(NHWC, op): _nhwc for op in ("Conv", "MaxPool", "AveragePool", "GlobalAveragePool")},
 }
 

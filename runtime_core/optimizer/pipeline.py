@@ -13,7 +13,8 @@ into single ops (a standard ONNX op where the opset has one, else a ``com.micros
 the CPU provider implements, or a ``runtime_core.fused`` one that only it runs, written back
 as standard ops in a saved model: ``portable.py``; ``linear_fusions.py``, ``gelu_fusions.py``,
 ``norm_fusions.py``, ``attention.py``, ``qdq_fusions.py``, ``dynq_fusions.py``); ALL (99) adds the channels-last layout for
-providers that ask for it (``layout.py``). The passes of one level run in order,
+providers that ask for it (``layout.py``) and the transposes and scales folded into products of
+computed tensors (``matmul_fusions.py``). The passes of one level run in order,
 repeatedly, until none changes anything.
 """
 
@@ -38,6 +39,7 @@ from .fallback import FallbackProvider
 from .folding import MAX_BYTES, ConstantFolding, ShapeFolding, max_bytes_from_config
 from .gelu_fusions import BiasGeluFusion, FastGeluFusion, GeluFusion
 from .layout import PROVIDERS, LayoutTransformation
+from .matmul_fusions import MatMulTransposeFusion, ScaledDotProductFusion
 from .linear_fusions import (
     Conv1dAs2dFusion,
     ConvActivationFusion,
@@ -83,6 +85,8 @@ OPTIMIZERS: list[Pass] = [
     *EXTENDED_PASSES,
     _dce_after_fusions,
     MatMulActivationFusion(),
+    MatMulTransposeFusion(),
+    ScaledDotProductFusion(),
     LayoutTransformation(),
 ]
 

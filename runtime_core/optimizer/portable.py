@@ -2,11 +2,11 @@
 
 The optimizer's ``com.microsoft.FusedConv`` may carry activations onnxruntime's FusedConv does
 not know (``HardSwish``, ``SiLU``: ours), and ``runtime_core.fused``'s ops (``SqueezeExcite``,
-``MatMulActivation``) are ours alone. A model written for others to load
+``MatMulActivation``, ``ScaledDotProductAttention``) are ours alone. A model written for others to load
 (``SessionOptions.optimized_model_filepath``, ``runtime-core optimize``) gets those nodes back
 as standard ops: ``Conv`` (+ ``Add`` of the residual) + the activation; ``GlobalAveragePool``,
 two ``FusedConv`` (or ``Conv`` + the activation) and ``Mul``; ``MatMul`` (+ ``Add`` of the
-bias) + ``Relu``.
+bias) + ``Relu``; ``FusedMatMul`` (+ ``Add``) + ``Softmax`` + ``MatMul``.
 """
 
 from __future__ import annotations
@@ -87,6 +87,24 @@ def _split_matmul_act(node: onnx.NodeProto, fresh) -> list[onnx.NodeProto]:
     return nodes + [helper.make_node(act, [pre], [node.output[0]], name=fresh(f"{name}_{act.lower()}"))]
 
 
+def _split_sdpa(node: onnx.NodeProto, fresh) -> list[onnx.NodeProto]:
+    """A ScaledDotProductAttention (q, k, v[, bias]) as onnxruntime's ``FusedMatMul`` (q k^T with
+    the scale as alpha) (+ ``Add`` of the bias), ``Softmax`` and ``MatMul`` by v."""
+    q, k, v, bias = (list(node.input) + [""])[:4]
+    scale = next((a.f for a in node.attribute if a.name == "scale"), 1.0)
+    name = node.name or node.output[0]
+    z = fresh(f"{name}_scores")
+    nodes = [helper.make_node("FusedMatMul", [q, k], [z], name=fresh(f"{name}_qk"), domain=MS, alpha=scale,
+                              transB=1)]
+    if bias:
+        zb = fresh(f"{name}_biased")
+        nodes.append(helper.make_node("Add", [z, bias], [zb], name=fresh(f"{name}_bias")))
+        z = zb
+    p = fresh(f"{name}_probs")
+    return nodes + [helper.make_node("Softmax", [z], [p], name=fresh(f"{name}_softmax"), axis=-1),
+                    helper.make_node("MatMul", [p, v], [node.output[0]], name=fresh(f"{name}_pv"))]
+
+
 def _split(node: onnx.NodeProto, act: str, fresh) -> list[onnx.NodeProto]:
     """``act(Conv(x, w, b) + z)`` as standard nodes writing ``node``'s output."""
     ins = list(node.input)
@@ -121,6 +139,9 @@ def _graph(g: onnx.GraphProto, fresh) -> bool:
             changed = True
         elif n.op_type == "MatMulActivation" and n.domain == RC_FUSED:
             nodes.extend(_split_matmul_act(n, fresh))
+            changed = True
+        elif n.op_type == "ScaledDotProductAttention" and n.domain == RC_FUSED:
+            nodes.extend(_split_sdpa(n, fresh))
             changed = True
         elif act in OURS_ONLY_ACTIVATIONS:
             nodes.extend(_split(n, act, fresh))

@@ -162,3 +162,135 @@ PyObject *rc_py_mha(PyObject *self, PyObject *args)
     const int parts = rc_parts(work, 2.5e5, heads * ((S + j.rb - 1) / j.rb), &threads);
     return rc_run_job(mh_part, &j, parts, threads, v, 4, &j.oom);
 }
+
+/* bmm: y[i] = alpha * op(a[i]) op(b[i]) over a batch of row-major matrices (op: the transpose
+ * of the last two axes where asked, read in place), a or b broadcast when its stride is 0; a
+ * unit a (matrix, block of rows) on the kernel threads, each a single-threaded sgemm, for the
+ * attention's Q K^T and P V products (numpy loops its batch on one BLAS thread) */
+typedef struct {
+    const float *a, *b;
+    float *y;
+    Py_ssize_t sa, sb, batch, M, K, N, rb;
+    int ta, tb, oom;
+    float alpha;
+} bmm_job;
+
+static void bmm_part(void *arg, int part, int parts)
+{
+    const bmm_job *j = (const bmm_job *)arg;
+    const Py_ssize_t nrb = (j->M + j->rb - 1) / j->rb, units = j->batch * nrb;
+    const Py_ssize_t u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    char ca = j->ta ? 'T' : 'N', cb = j->tb ? 'T' : 'N';
+    int iN = (int)j->N, iK = (int)j->K, lda = (int)(j->ta ? j->M : j->K), ldb = (int)(j->tb ? j->K : j->N);
+    float alpha = j->alpha, zero = 0.0f;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        const Py_ssize_t i = u / nrb, s0 = (u - i * nrb) * j->rb;
+        const Py_ssize_t s1 = s0 + j->rb < j->M ? s0 + j->rb : j->M;
+        int n = (int)(s1 - s0);
+        const float *a = j->a + i * j->sa + (j->ta ? s0 : s0 * j->K);
+        const float *b = j->b + i * j->sb;
+        float *y = j->y + (i * j->M + s0) * j->N;
+        /* column-major y^T (N x n) = op(b)^T (N x K) op(a)^T (K x n) */
+        rc_sgemm(&cb, &ca, &iN, &n, &iK, &alpha, (float *)b, &ldb, (float *)a, &lda, &zero, y, &iN);
+    }
+}
+
+PyObject *rc_py_bmm(PyObject *self, PyObject *args)
+{
+    PyObject *ao, *bo, *yo;
+    Py_ssize_t batch, M, K, N;
+    int ba, bb, ta, tb, threads;
+    float alpha;
+    if (!PyArg_ParseTuple(args, "OOO(nnnnpp)ppfi:bmm", &ao, &bo, &yo, &batch, &M, &K, &N, &ba, &bb, &ta, &tb,
+                          &alpha, &threads))
+        return NULL;
+    if (!rc_sgemm) {
+        PyErr_SetString(PyExc_RuntimeError, "bmm: no sgemm (set_sgemm was not called)");
+        return NULL;
+    }
+    if (batch < 1 || M < 1 || K < 1 || N < 1 || M > INT32_MAX || K > INT32_MAX || N > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "bmm: sizes out of range");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t an = sz_mul3(&sz, "a's size", ba ? batch : 1, M, K);
+    const Py_ssize_t bn = sz_mul3(&sz, "b's size", bb ? batch : 1, K, N);
+    const Py_ssize_t yn = sz_mul3(&sz, "y's size", batch, M, N);
+    if (sz_check(&sz, "bmm", PyExc_ValueError) < 0)
+        return NULL;
+    rc_buf spec[3] = {{ao, an, RC_F32, 0, 0, "a"}, {bo, bn, RC_F32, 0, 0, "b"}, {yo, yn, RC_F32, 1, 0, "y"}};
+    Py_buffer v[3];
+    if (get_buffers("bmm", spec, v, 3) < 0)
+        return NULL;
+    bmm_job j;
+    memset(&j, 0, sizeof j);
+    j.a = (const float *)v[0].buf;
+    j.b = (const float *)v[1].buf;
+    j.y = (float *)v[2].buf;
+    j.sa = ba ? M * K : 0;
+    j.sb = bb ? K * N : 0;
+    j.batch = batch, j.M = M, j.K = K, j.N = N;
+    j.ta = ta, j.tb = tb;
+    j.alpha = alpha;
+    /* whole matrices when there are 8 or more, else blocks of rows, 8 units or more: not a
+       function of the thread count, so that any number of threads gives the same bits */
+    Py_ssize_t nrb = batch >= 8 ? 1 : (8 + batch - 1) / batch;
+    if (nrb > M)
+        nrb = M;
+    j.rb = (M + nrb - 1) / nrb;
+    const double work = 2.0 * (double)batch * (double)M * (double)K * (double)N;
+    const int parts = rc_parts(work, 2.5e5, batch * ((M + j.rb - 1) / j.rb), &threads);
+    return rc_run_job(bmm_part, &j, parts, threads, v, 3, &j.oom);
+}
+
+/* sdpa: softmax(q k^T * scale + bias) v per head of q, k, v laid out (heads, S, d), each
+ * C-contiguous (what the exporters' head splits leave): mh_part with a head as its batch */
+PyObject *rc_py_sdpa(PyObject *self, PyObject *args)
+{
+    PyObject *qo, *ko, *vo, *mo, *md, *yo;
+    Py_ssize_t BH, S, d;
+    float scale;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OOO(nnn)fOOOi:sdpa", &qo, &ko, &vo, &BH, &S, &d, &scale, &mo, &md, &yo, &threads))
+        return NULL;
+    if (!rc_sgemm) {
+        PyErr_SetString(PyExc_RuntimeError, "sdpa: no sgemm (set_sgemm was not called)");
+        return NULL;
+    }
+    if (BH < 1 || S < 1 || d < 1 || d > INT32_MAX || S > INT32_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "sdpa: sizes out of range");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t n = sz_mul3(&sz, "q's size", BH, S, d);
+    if (sz_check(&sz, "sdpa", PyExc_ValueError) < 0)
+        return NULL;
+    rc_buf spec[4] = {{qo, n, RC_F32, 0, 0, "q"}, {ko, n, RC_F32, 0, 0, "k"}, {vo, n, RC_F32, 0, 0, "v"},
+                      {yo, n, RC_F32, 1, 0, "y"}};
+    Py_buffer v[5];
+    if (get_buffers("sdpa", spec, v, 4) < 0)
+        return NULL;
+    mh_job j;
+    memset(&j, 0, sizeof j);
+    if (mh_bias(mo, md, BH, 1, S, "bias", &v[4], &j.m1b, &j.m1h, &j.m1s) < 0) {
+        release_buffers(v, 4);
+        return NULL;
+    }
+    j.q = (const float *)v[0].buf;
+    j.k = (const float *)v[1].buf;
+    j.v = (const float *)v[2].buf;
+    j.y = (float *)v[3].buf;
+    j.m1 = (const float *)v[4].buf;
+    j.xb = S * d;
+    j.xs = d;
+    j.B = BH, j.H = 1, j.S = S, j.dq = d, j.dv = d;
+    j.scale = scale;
+    /* the units of mha: whole heads when there are 8 or more, else blocks of rows */
+    Py_ssize_t nrb = BH >= 8 ? 1 : (8 + BH - 1) / BH;
+    if (nrb > S)
+        nrb = S;
+    j.rb = (S + nrb - 1) / nrb;
+    const double work = 4.0 * (double)BH * (double)S * (double)S * (double)d;
+    const int parts = rc_parts(work, 2.5e5, BH * ((S + j.rb - 1) / j.rb), &threads);
+    return rc_run_job(mh_part, &j, parts, threads, v, 5, &j.oom);
+}

@@ -220,6 +220,16 @@ static PyMethodDef methods[] = {
      "ov): softmax(q k^T * scale + mask [causal cut] + bias) v into y (B, S, H * dv); mask and bias\n"
      "(or None) are float32 (db, dh, ds, S) with each d 1 or full. Single-threaded sgemm calls\n"
      "(set_sgemm's) on the kernel threads, a unit a (batch, head, block of rows)."},
+    {"bmm", rc_py_bmm, METH_VARARGS,
+     "bmm(a, b, y, (batch, M, K, N, a_batched, b_batched), transA, transB, alpha, threads)\n"
+     "y[i] (M x N) = alpha * op(a[i]) op(b[i]) for C-contiguous float32 row-major matrices (op: the\n"
+     "transpose where asked, read in place; a or b without a batch broadcast), on the kernel\n"
+     "threads, a unit a (matrix, block of rows), each a single-threaded sgemm (set_sgemm's)."},
+    {"sdpa", rc_py_sdpa, METH_VARARGS,
+     "sdpa(q, k, v, (BH, S, d), scale, bias, bias_dims, y, threads)\n"
+     "softmax(q k^T * scale + bias) v for each of BH heads of C-contiguous float32 (BH, S, d) q, k,\n"
+     "v into y (BH, S, d); bias (or None) float32 (db, 1, ds, S), db 1 or BH, ds 1 or S. A unit a\n"
+     "(head, block of rows) on the kernel threads, single-threaded sgemm calls (set_sgemm's)."},
     {"fma_peak", rc_py_fma_peak, METH_VARARGS,
      "fma_peak(threads, iters) -> (flops, lanes, seconds)\n"
      "This CPU's float32 multiply-add rate, measured: threads threads each run iters steps of 12\n"

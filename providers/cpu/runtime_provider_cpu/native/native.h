@@ -362,6 +362,8 @@ PyObject *rc_py_maxpool2d(PyObject *self, PyObject *args);
 PyObject *rc_py_linear(PyObject *self, PyObject *args);
 PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args);
 PyObject *rc_py_mha(PyObject *self, PyObject *args);
+PyObject *rc_py_bmm(PyObject *self, PyObject *args);
+PyObject *rc_py_sdpa(PyObject *self, PyObject *args);
 PyObject *rc_py_softmax(PyObject *self, PyObject *args);
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args);
 PyObject *rc_py_run_enter(PyObject *self, PyObject *flag);

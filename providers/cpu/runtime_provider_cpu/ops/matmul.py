@@ -14,7 +14,7 @@ import numpy as np
 
 from ..fast import linear as fast_linear
 from ..fast.policy import current
-from ..fast.sgemm import pooled_matmul
+from ..fast.sgemm import pooled_matmul, sgemm_ready
 from ..registry import kernel
 from ._nncommon import _BF16, _F32, _FLOAT, _MATMUL_TYPES, _as, _cdtype
 
@@ -28,6 +28,33 @@ def _matmul(a, b):
     return np.matmul(a, b)
 
 
+def batched_matmul(ctx, a, b, transA=False, transB=False, alpha=1.0):
+    """``alpha * op(a) @ op(b)`` for C-contiguous float32 ``a``, ``b`` of rank >= 3 (or one of them
+    2-D, broadcast) on ``_native.bmm``: the matrices of the batch (blocks of their rows) spread
+    over the kernel threads, each a single-threaded sgemm reading the transposes in place. None
+    where that is not the path (another dtype, layout or broadcast, a small product, no sgemm).
+    Taken at one thread too (no slower than numpy's loop there): the same bits at any count."""
+    threads = getattr(ctx, "threads", 1)
+    if (type(a) is not np.ndarray or type(b) is not np.ndarray or a.dtype != _F32
+            or b.dtype != _F32 or a.ndim < 2 or b.ndim < 2 or max(a.ndim, b.ndim) < 3
+            or not a.flags.c_contiguous or not b.flags.c_contiguous):
+        return None
+    M, K = a.shape[-2:][::-1] if transA else a.shape[-2:]
+    Kb, N = b.shape[-2:][::-1] if transB else b.shape[-2:]
+    la, lb = a.shape[:-2], b.shape[:-2]
+    na, nb = int(np.prod(la)), int(np.prod(lb))
+    if K != Kb or not (la == lb or na == 1 or nb == 1):
+        return None
+    lead = la if la == lb else np.broadcast_shapes(la, lb)
+    batch = int(np.prod(lead))
+    if batch * M * K * N < current().blas_min_macs or M == 0 or N == 0 or K == 0 or not sgemm_ready():
+        return None
+    y = np.empty((*lead, M, N), np.float32)
+    current().native.bmm(a, b, y, (batch, M, K, N, na == batch, nb == batch), bool(transA),
+                         bool(transB), float(alpha), threads)
+    return y
+
+
 @kernel("MatMul", 1, 9, 13, dtypes=_MATMUL_TYPES | _BF16)
 def matmul(ctx, a, b):
     if a.dtype.name in ("float16", "bfloat16") or b.dtype.name in ("float16", "bfloat16"):
@@ -38,6 +65,8 @@ def matmul(ctx, a, b):
             y = pooled_matmul(getattr(ctx, "threads", 1), a, b)
         if y is not None:
             return y
+    if a.ndim >= 3 and b.ndim >= 3 and (y := batched_matmul(ctx, a, b)) is not None:
+        return y
     return _matmul(a, b)
 
 
@@ -139,3 +168,90 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
         yf = yf + c.astype(np.float64) * beta
     return yf.astype(dt)
 
+
+
+MS = "com.microsoft"
+
+
+def _fused_matmul_check(node):
+    for name in ("transBatchA", "transBatchB"):
+        if node.attrs.get(name):
+            return f"com.microsoft::FusedMatMul: {name}=1 is not implemented"
+    return None
+
+
+@kernel("FusedMatMul", 1, domain=MS, dtypes={"float32"}, check=_fused_matmul_check)
+def fused_matmul(ctx, a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, transBatchB=0):
+    """``alpha * op(a) @ op(b)`` (onnxruntime's contrib op; op transposes the last two axes):
+    the transposed operands are read in place by BLAS (a strided view, not a copy)."""
+    if transBatchA or transBatchB:
+        raise ValueError("com.microsoft::FusedMatMul: transBatchA / transBatchB are not implemented")
+    if (transA and a.ndim < 2) or (transB and b.ndim < 2):
+        raise ValueError(f"com.microsoft::FusedMatMul: transA/transB need rank >= 2, got {a.shape} and {b.shape}")
+    A = a.swapaxes(-1, -2) if transA else a
+    if b.ndim == 2 and not transA:
+        y = fast_linear.linear(ctx, A, b, bool(transB))  # a 2-D weight on the Linear plan
+        if y is None:
+            y = pooled_matmul(getattr(ctx, "threads", 1), A, b.T if transB else b)
+    else:
+        y = batched_matmul(ctx, a, b, transA, transB, alpha)
+        if y is not None:
+            return y
+    if y is None:
+        y = np.asarray(np.matmul(A, b.swapaxes(-1, -2) if transB else b))
+    if alpha != 1.0:
+        y *= np.float32(alpha)
+    return y
+
+
+def _sdpa_check(node):
+    info = node.input_info[:3] if len(node.input_info) >= 3 else []
+    ranks = {len(i.shape) for i in info if i is not None and i.shape is not None}
+    if any(r < 3 for r in ranks):
+        return f"{FUSED}::ScaledDotProductAttention takes q, k, v of rank >= 3"
+    return None
+
+
+@kernel("ScaledDotProductAttention", 1, domain=FUSED, dtypes={"float32"}, check=_sdpa_check)
+def scaled_dot_product_attention(ctx, q, k, v, bias=None, *, scale):
+    """``Softmax(scale * q @ k^T (+ bias), axis=-1) @ v`` for q, k, v [..., S, d] of one shape (the
+    attention the optimizer finds around int8 projections, ``matmul_fusions.py``): on
+    ``_native.sdpa`` a head's scores stay in a per-thread buffer (no [.., S, S] tensor and no
+    separate Softmax pass), else numpy's batched products."""
+    if q.ndim < 3 or q.shape != k.shape or q.shape != v.shape:
+        raise ValueError(f"{FUSED}::ScaledDotProductAttention: q, k, v must share one shape of rank >= 3, got "
+                         f"{q.shape}, {k.shape}, {v.shape}")
+    S, d = q.shape[-2:]
+    lead = q.shape[:-2]
+    scores = (*lead, S, S)
+    if bias is not None:
+        try:
+            ok = bias.ndim <= len(scores) and np.broadcast_shapes(bias.shape, scores) == scores
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"{FUSED}::ScaledDotProductAttention: bias of shape {bias.shape} does not broadcast "
+                             f"to the scores' shape {scores}")
+    BH = int(np.prod(lead))
+    p = current()
+    if (BH and S and d and q.dtype == _F32 and k.dtype == _F32 and v.dtype == _F32 and sgemm_ready()
+            and (bias is None or bias.dtype == _F32)):
+        m = md = None
+        if bias is not None:
+            ds = S if bias.ndim >= 2 and bias.shape[-2] != 1 else 1
+            if all(x == 1 for x in bias.shape[:-2]):  # one bias for every head: not copied per head
+                m = np.ascontiguousarray(np.broadcast_to(bias.reshape(bias.shape[-2:]), (ds, S)), dtype=_F32)
+                md = (1, 1, ds)
+            else:
+                m = np.ascontiguousarray(np.broadcast_to(bias, (*lead, ds, S)), dtype=_F32)
+                md = (BH, 1, ds)
+        y = np.empty(q.shape, _F32)
+        p.native.sdpa(np.ascontiguousarray(q), np.ascontiguousarray(k), np.ascontiguousarray(v), (BH, S, d),
+                      float(scale), m, md, y, getattr(ctx, "threads", 1))
+        return y
+    z = np.matmul(q, k.swapaxes(-1, -2)) * q.dtype.type(scale)
+    if bias is not None:
+        z = z + bias
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    z /= z.sum(axis=-1, keepdims=True)
+    return np.matmul(z, v).astype(q.dtype, copy=False)
