@@ -702,23 +702,26 @@ PyObject *rc_py_squeeze_excite(PyObject *self, PyObject *args)
     se_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, (const float *)v[3].buf,
                 (const float *)v[4].buf, (float *)v[5].buf, scratch, scratch + N * C, scratch + N * C + N * CR,
                 N, C, CR, HW, 0};
-    const double rows_work = (double)N * (double)C * (double)HW, mv_work = (double)N * (double)C * (double)CR;
+    /* the usual 2.5e5 flops a thread (a mean or product element counted as 2): a batch-1 block's */
+    /* passes (at most tens of us) stay on the caller, where a pool hand-off costs more than it   */
+    /* saves and, beside busy processes, can wait a scheduler slice for a descheduled worker      */
+    const double rows_work = 2.0 * (double)N * (double)C * (double)HW, mv_work = 2.0 * (double)N * (double)C * (double)CR;
     Py_BEGIN_ALLOW_THREADS
     int th = threads;
-    rc_parallel(se_part, &j, rc_parts(rows_work, 16384.0, N * C, &th), th);
+    rc_parallel(se_part, &j, rc_parts(rows_work, 2.5e5, N * C, &th), th);
     j.phase = 1;
     th = threads;
-    rc_parallel(se_part, &j, rc_parts(mv_work, 65536.0, CR, &th), th);
+    rc_parallel(se_part, &j, rc_parts(mv_work, 2.5e5, CR, &th), th);
     for (Py_ssize_t i = 0; i < N * CR; i++)
         j.h[i] = clipf(j.h[i], lo, hi);
     act_block(j.h, 0, 1, N * CR, &act);
     j.phase = 2;
     th = threads;
-    rc_parallel(se_part, &j, rc_parts(mv_work, 65536.0, C, &th), th);
+    rc_parallel(se_part, &j, rc_parts(mv_work, 2.5e5, C, &th), th);
     act_block(j.g, 0, 1, N * C, &gate);
     j.phase = 3;
     th = threads;
-    rc_parallel(se_part, &j, rc_parts(rows_work, 16384.0, N * C, &th), th);
+    rc_parallel(se_part, &j, rc_parts(rows_work, 2.5e5, N * C, &th), th);
     Py_END_ALLOW_THREADS
     free(scratch);
     release_buffers(v, 6);
