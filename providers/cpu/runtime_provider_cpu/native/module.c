@@ -230,6 +230,7 @@ static PyMethodDef methods[] = {
      "softmax(q k^T * scale + bias) v for each of BH heads of C-contiguous float32 (BH, S, d) q, k,\n"
      "v into y (BH, S, d); bias (or None) float32 (db, 1, ds, S), db 1 or BH, ds 1 or S. A unit a\n"
      "(head, block of rows) on the kernel threads, single-threaded sgemm calls (set_sgemm's)."},
+    {"cpu_isa", rc_py_cpu_isa, METH_NOARGS, "cpu_isa() -> {flag: bool}: the ISA extensions CPUID reports here."},
     {"fma_peak", rc_py_fma_peak, METH_VARARGS,
      "fma_peak(threads, iters) -> (flops, lanes, seconds)\n"
      "This CPU's float32 multiply-add rate, measured: threads threads each run iters steps of 12\n"

@@ -183,6 +183,8 @@ static inline Py_ssize_t rc_pf_share(const char *nx, Py_ssize_t nbytes, Py_ssize
 /* whether this machine runs the AVX-512 kernels (the module's CONV_FAST), set once at load */
 extern int rc_conv_fast;
 void rc_cpu_init(void);
+extern int rc_avx_vnni;
+PyObject *rc_py_cpu_isa(PyObject *self, PyObject *noargs);
 PyObject *rc_py_fma_peak(PyObject *self, PyObject *args);
 
 /* ---- SciPy's sgemm (sgemm_bridge.c) ---------------------------------------------------- */
