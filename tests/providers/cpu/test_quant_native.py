@@ -18,10 +18,12 @@ if quant._native is None:
 
 RNG = np.random.default_rng(97)
 F32, I8, U8 = np.float32, np.int8, np.uint8
-PATHS = ["portable", "avx2", "avx512vnni"]
+# qgemm_path's indices; vnni256-evex is the AVX-VNNI loop's body EVEX-encoded, run on AVX512_VNNI + VL
+# CPUs in its stead (the VEX form runs on no CPU here), avxvnni runs only where CPUID says AVX-VNNI
+PATHS = ["portable", "avx2", "avx512vnni", "avxvnni", "vnni256-evex"]
 
 
-@pytest.fixture(params=range(3), ids=PATHS)
+@pytest.fixture(params=range(len(PATHS)), ids=PATHS)
 def path(request):
     got = quant._native.qgemm_path(request.param)
     if got != PATHS[request.param]:

@@ -18,7 +18,7 @@ static int cv_fast(void)
 }
 
 /* AVX-VNNI (VEX vpdpbusd on ymm, Alder Lake and later clients, Sierra Forest, Zen 5), asked
- * once when the module loads (AVX_VNNI); no int8 tile runs on it yet: reported only */
+ * once when the module loads (AVX_VNNI): int8.c dispatches its VEX ymm vpdpbusd tile on it */
 int rc_avx_vnni;
 
 #if defined(__GNUC__) && defined(__x86_64__)

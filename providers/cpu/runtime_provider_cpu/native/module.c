@@ -95,7 +95,10 @@ static PyMethodDef methods[] = {
      "qim2col(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads)\n"
      "im2col rows of NCHW bytes: row (n, oh, ow), items in (kh, kw, c) order, taps outside the image = pad."},
     {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
-     "qgemm_path(force=-1) -> the inner loop this CPU runs (force: 0 portable, 1 avx2, 2 vnni, for tests)."},
+     "qgemm_path(force=-1) -> the inner loop this CPU runs (force, for tests: 0 portable, 1 avx2, 2 avx512vnni, "
+     "3 avxvnni, 4 vnni256-evex, where this CPU runs it)."},
+    {"qgemm_dispatch", rc_py_qgemm_dispatch, METH_VARARGS,
+     "qgemm_dispatch(avx512vnni, avx_vnni, avx2) -> the inner loop dispatch picks on a CPU with these flags."},
     {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,
      "dyn_quantize(x, y, n) -> (scale, zero_point): DynamicQuantizeLinear of n float32 into uint8 y."},
     {"dqmm", rc_py_dqmm, METH_VARARGS,

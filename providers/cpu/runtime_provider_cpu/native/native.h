@@ -379,6 +379,7 @@ PyObject *rc_py_qgemm_packed_size(PyObject *self, PyObject *args);
 PyObject *rc_py_qgemm_pack(PyObject *self, PyObject *args);
 PyObject *rc_py_qgemm(PyObject *self, PyObject *args);
 PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args);
+PyObject *rc_py_qgemm_dispatch(PyObject *self, PyObject *args);
 PyObject *rc_py_qconv_nchw(PyObject *self, PyObject *args);
 PyObject *rc_py_qim2col_rows(PyObject *self, PyObject *args);
 PyObject *rc_py_qadd_lut(PyObject *self, PyObject *args);
