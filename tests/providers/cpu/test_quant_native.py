@@ -1,8 +1,8 @@
 """The compiled int8 kernels of the CPU provider (``_native.qgemm``, ``_native.qconv_nchw``,
 ``_native.qdwconv``, ``_native.dyn_quantize``, ``_native.qadd_lut``)
-against the numpy paths they replace, bit for bit: every inner loop this machine runs (VNNI,
-AVX2, portable), odd K and N, signed and unsigned operands, scalar and per-column B zero
-points, int32 wrap-around, a constant (packed once) and a run-time B."""
+against the numpy paths they replace, bit for bit: every inner loop this machine runs (VNNI, the
+AVX-VNNI body as its EVEX twin, AVX2, portable), odd K and N, signed and unsigned operands, scalar
+and per-column B zero points, int32 wrap-around, a constant (packed once) and a run-time B."""
 
 from __future__ import annotations
 
