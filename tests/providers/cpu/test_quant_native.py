@@ -1,8 +1,8 @@
 """The compiled int8 kernels of the CPU provider (``_native.qgemm``, ``_native.qconv_nchw``,
 ``_native.qdwconv``, ``_native.dyn_quantize``, ``_native.qadd_lut``)
-against the numpy paths they replace, bit for bit: every inner loop this machine runs (VNNI,
-AVX2, portable), odd K and N, signed and unsigned operands, scalar and per-column B zero
-points, int32 wrap-around, a constant (packed once) and a run-time B."""
+against the numpy paths they replace, bit for bit: every inner loop this machine runs (VNNI, the
+AVX-VNNI body as its EVEX twin, AVX2, portable), odd K and N, signed and unsigned operands, scalar
+and per-column B zero points, int32 wrap-around, a constant (packed once) and a run-time B."""
 
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ if quant._native is None:
 
 RNG = np.random.default_rng(97)
 F32, I8, U8 = np.float32, np.int8, np.uint8
-PATHS = ["portable", "avx2", "avx512vnni"]
+# qgemm_path's indices; vnni256-evex is the AVX-VNNI loop's body EVEX-encoded, run on AVX512_VNNI + VL
+# CPUs in its stead (the VEX form runs on no CPU here), avxvnni runs only where CPUID says AVX-VNNI
+PATHS = ["portable", "avx2", "avx512vnni", "avxvnni", "vnni256-evex"]
 
 
-@pytest.fixture(params=range(3), ids=PATHS)
+@pytest.fixture(params=range(len(PATHS)), ids=PATHS)
 def path(request):
     got = quant._native.qgemm_path(request.param)
     if got != PATHS[request.param]:

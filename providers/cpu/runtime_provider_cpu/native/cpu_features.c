@@ -17,7 +17,57 @@ static int cv_fast(void)
 #endif
 }
 
-void rc_cpu_init(void) { rc_conv_fast = cv_fast(); }
+/* AVX-VNNI (VEX vpdpbusd on ymm, Alder Lake and later clients, Sierra Forest, Zen 5), asked
+ * once when the module loads (AVX_VNNI): int8.c dispatches its VEX ymm vpdpbusd tile on it */
+int rc_avx_vnni;
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
+/* CPUID.(EAX=7,ECX=1):EAX bit 4, with AVX2 (CPUID.7.0:EBX bit 5) and the OS saving YMM state
+ * (OSXSAVE, then XCR0 bits 1 and 2): without the last, a ymm instruction faults */
+static int avx_vnni(void)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)))
+        return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 6u) != 6u)
+        return 0;
+    unsigned sub_max;
+    if (!__get_cpuid_count(7, 0, &sub_max, &b, &c, &d) || !(b & (1u << 5)) || sub_max < 1)
+        return 0;
+    __cpuid_count(7, 1, a, b, c, d);
+    return (a >> 4) & 1u;
+#else
+    return 0;
+#endif
+}
+
+void rc_cpu_init(void)
+{
+    rc_conv_fast = cv_fast();
+    rc_avx_vnni = avx_vnni();
+}
+
+/* cpu_isa() -> {flag: bool} for the ISA extensions the kernels dispatch on, as this process's
+ * CPUID and the OS's saved state say (an emulator's CPU model included) */
+PyObject *rc_py_cpu_isa(PyObject *self, PyObject *noargs)
+{
+    int avx2 = 0, avx512vnni = 0, avx512f = 0;
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    __builtin_cpu_init();
+    avx2 = __builtin_cpu_supports("avx2");
+    avx512f = __builtin_cpu_supports("avx512f");
+    avx512vnni = __builtin_cpu_supports("avx512vnni");
+#endif
+    return Py_BuildValue("{sOsOsOsO}", "avx2", avx2 ? Py_True : Py_False, "avx512f", avx512f ? Py_True : Py_False,
+                         "avx512_vnni", avx512vnni ? Py_True : Py_False, "avx_vnni",
+                         rc_avx_vnni ? Py_True : Py_False);
+}
 
 /* ---------------------------------------------------------------------------------------
  * fma_peak: this CPU's float32 multiply-add peak as measured, not looked up: each of

@@ -3,16 +3,20 @@
  * Every product runs as u8 x s8: A (u8, or s8 + 128) against B (s8, or u8 - 128), packed in
  * the VNNI layout (panels of 16 columns, K in groups of 4 bytes); the offsets and both zero
  * points are folded into a row-sum / column-sum correction afterwards, so the int32 results
- * are exact (mod 2^32, as the spec allows) whatever the inner loop. Three inner loops read the
- * same layout, chosen once at load by the CPU: AVX-512 VNNI (vpdpbusd), AVX2 (bytes widened to
- * int16 pairs, vpmaddwd: exact, no vpmaddubsw saturation) and portable C. */
+ * are exact (mod 2^32, as the spec allows) whatever the inner loop. Four inner loops read the
+ * same layout, chosen once at load by the CPU: AVX-512 VNNI (vpdpbusd zmm), AVX-VNNI (VEX
+ * vpdpbusd ymm), AVX2 (bytes widened to int16 pairs, vpmaddwd: exact, no vpmaddubsw saturation)
+ * and portable C. The AVX-VNNI loop has an EVEX twin (one macro body, AVX512_VNNI + VL) that
+ * tests force on AVX-512 machines, since the VEX form cannot run there. */
 #include "native.h"
 
 #define QG_MR 8  /* rows a tile */
 #define QG_NR 32 /* columns a tile: two 16-column panels */
 #define QG_RB 32 /* row blocks a unit of work: 256 rows of A, in L2 while the unit's tiles pass */
 
-/* which inner loop runs here: 2 VNNI, 1 AVX2, 0 portable (set by rc_int8_init) */
+/* which inner loop runs here (set by rc_int8_init): an index of QG_NAMES */
+enum { QG_PORTABLE, QG_AVX2, QG_VNNI512, QG_AVXVNNI, QG_VNNI256_EVEX, QG_NPATHS };
+static const char *const QG_NAMES[QG_NPATHS] = {"portable", "avx2", "avx512vnni", "avxvnni", "vnni256-evex"};
 static int qg_path;
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
@@ -22,17 +26,35 @@ static int qg_path;
 #define QG_X86 0
 #endif
 
-void rc_int8_init(void)
+/* the dispatch order, on flags given (qgemm_dispatch tests it with flags no CPU here has):
+ * AVX-512 VNNI (zmm), else AVX-VNNI (VEX ymm), else AVX2, else portable */
+static int qg_choose(int vnni512, int avx_vnni, int avx2)
+{
+    return vnni512 ? QG_VNNI512 : avx_vnni ? QG_AVXVNNI : avx2 ? QG_AVX2 : QG_PORTABLE;
+}
+
+/* whether this CPU runs inner loop p (the EVEX twin included, which dispatch never picks) */
+static int qg_runs(int p)
 {
 #if QG_X86
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw"))
-        qg_path = 2;
-    else if (__builtin_cpu_supports("avx2"))
-        qg_path = 1;
-    else
+    const int vnni = __builtin_cpu_supports("avx512vnni");
+    switch (p) {
+    case QG_PORTABLE: return 1;
+    case QG_AVX2: return __builtin_cpu_supports("avx2");
+    case QG_VNNI512: return vnni && __builtin_cpu_supports("avx512bw");
+    case QG_AVXVNNI: return rc_avx_vnni;
+    case QG_VNNI256_EVEX: return vnni && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2");
+    default: return 0;
+    }
+#else
+    return p == QG_PORTABLE;
 #endif
-        qg_path = 0;
+}
+
+void rc_int8_init(void)
+{
+    qg_path = qg_choose(qg_runs(QG_VNNI512), qg_runs(QG_AVXVNNI), qg_runs(QG_AVX2));
 }
 
 /* packed B: Np = N rounded up to QG_NR, Kq = ceil(K / 4): Np / 16 panels of Kq x 16 x 4 bytes,
@@ -139,6 +161,67 @@ __attribute__((target("avx2"))) static void qg_quad_avx2(const int32_t *restrict
     }
 }
 
+/* 4 rows x one 16-column panel in ymm vpdpbusd, the 8 accumulators tied to registers 0-15 ("x":
+ * the VEX form reaches no others); `insn` spells the encoding, so the VEX loop and its EVEX twin
+ * are one body. Columns 0-7 of a group are the panel's first 32 bytes, 8-15 the next 32. */
+#define QG_VNNI256_QUAD(name, tgt, insn)                                                                         \
+    __attribute__((target(tgt), noinline)) static void name(const int32_t *restrict ap, const int8_t *restrict b, \
+                                                            Py_ssize_t Kq, int32_t *restrict c)                   \
+    {                                                                                                            \
+        __m256i c00 = _mm256_setzero_si256(), c01 = c00, c10 = c00, c11 = c00;                                   \
+        __m256i c20 = c00, c21 = c00, c30 = c00, c31 = c00;                                                      \
+        for (Py_ssize_t q = 0; q < Kq; q++) {                                                                    \
+            const __m256i w0 = _mm256_loadu_si256((const __m256i *)(b + q * 64));                                \
+            const __m256i w1 = _mm256_loadu_si256((const __m256i *)(b + q * 64 + 32));                           \
+            __m256i a_ = _mm256_set1_epi32(ap[q * QG_MR]);                                                       \
+            __asm__(insn " %2, %1, %0" : "+x"(c00) : "x"(a_), "x"(w0));                                        \
+            __asm__(insn " %2, %1, %0" : "+x"(c01) : "x"(a_), "x"(w1));                                        \
+            a_ = _mm256_set1_epi32(ap[q * QG_MR + 1]);                                                           \
+            __asm__(insn " %2, %1, %0" : "+x"(c10) : "x"(a_), "x"(w0));                                        \
+            __asm__(insn " %2, %1, %0" : "+x"(c11) : "x"(a_), "x"(w1));                                        \
+            a_ = _mm256_set1_epi32(ap[q * QG_MR + 2]);                                                           \
+            __asm__(insn " %2, %1, %0" : "+x"(c20) : "x"(a_), "x"(w0));                                        \
+            __asm__(insn " %2, %1, %0" : "+x"(c21) : "x"(a_), "x"(w1));                                        \
+            a_ = _mm256_set1_epi32(ap[q * QG_MR + 3]);                                                           \
+            __asm__(insn " %2, %1, %0" : "+x"(c30) : "x"(a_), "x"(w0));                                        \
+            __asm__(insn " %2, %1, %0" : "+x"(c31) : "x"(a_), "x"(w1));                                        \
+        }                                                                                                        \
+        _mm256_storeu_si256((__m256i *)c, c00);                                                                  \
+        _mm256_storeu_si256((__m256i *)(c + 8), c01);                                                            \
+        _mm256_storeu_si256((__m256i *)(c + QG_NR), c10);                                                        \
+        _mm256_storeu_si256((__m256i *)(c + QG_NR + 8), c11);                                                    \
+        _mm256_storeu_si256((__m256i *)(c + 2 * QG_NR), c20);                                                    \
+        _mm256_storeu_si256((__m256i *)(c + 2 * QG_NR + 8), c21);                                                \
+        _mm256_storeu_si256((__m256i *)(c + 3 * QG_NR), c30);                                                    \
+        _mm256_storeu_si256((__m256i *)(c + 3 * QG_NR + 8), c31);                                                \
+    }
+
+/* AVX-VNNI CPUs (no AVX-512): nothing EVEX may reach this function, hence target avx2 alone */
+QG_VNNI256_QUAD(qg_quad_avxvnni, "avx2", "%{vex%} vpdpbusd")
+/* the same body EVEX-encoded, run where AVX512_VNNI + VL are: how tests reach the VEX loop's logic */
+QG_VNNI256_QUAD(qg_quad_vnni256_evex, "avx2,avx512f,avx512vl,avx512vnni", "%{evex%} vpdpbusd")
+
+/* the 8 x 32 tile as four quads (the AVX2 tile's order) */
+#define QG_QUADS(quad)                                                                                           \
+    do {                                                                                                         \
+        quad(ap, b0, Kq, c);                                                                                     \
+        quad(ap + 4, b0, Kq, c + 4 * QG_NR);                                                                     \
+        quad(ap, b1, Kq, c + 16);                                                                                \
+        quad(ap + 4, b1, Kq, c + 4 * QG_NR + 16);                                                                \
+    } while (0)
+
+static void qg_tile_avxvnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1,
+                            Py_ssize_t Kq, int32_t *restrict c)
+{
+    QG_QUADS(qg_quad_avxvnni);
+}
+
+static void qg_tile_vnni256_evex(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1,
+                                 Py_ssize_t Kq, int32_t *restrict c)
+{
+    QG_QUADS(qg_quad_vnni256_evex);
+}
+
 __attribute__((target("avx2"))) static void qg_tile_avx2(const int32_t *restrict ap, const int8_t *restrict b0,
                                                          const int8_t *restrict b1, Py_ssize_t Kq, int32_t *restrict c)
 {
@@ -163,6 +246,22 @@ static void qg_tile_c(const int32_t *restrict ap, const int8_t *restrict b0, con
             }
         }
     memcpy(c, acc, sizeof acc);
+}
+
+/* one 8 x 32 tile of raw sums on the inner loop qg_path names */
+static void qg_tile(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t *restrict b1, Py_ssize_t Kq,
+                    int32_t *restrict c)
+{
+#if QG_X86
+    switch (qg_path) {
+    case QG_VNNI512: qg_tile_vnni(ap, b0, b1, Kq, c); return;
+    case QG_AVXVNNI: qg_tile_avxvnni(ap, b0, b1, Kq, c); return;
+    case QG_VNNI256_EVEX: qg_tile_vnni256_evex(ap, b0, b1, Kq, c); return;
+    case QG_AVX2: qg_tile_avx2(ap, b0, b1, Kq, c); return;
+    default: break;
+    }
+#endif
+    qg_tile_c(ap, b0, b1, Kq, c);
 }
 
 typedef struct {
@@ -275,16 +374,10 @@ static void qg_part(void *arg, int part, int parts)
         for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
             const int32_t *ap = j->ap + mb * j->Kq * QG_MR;
             const Py_ssize_t m0 = mb * QG_MR, mm = j->M - m0 < QG_MR ? j->M - m0 : QG_MR;
-#if QG_X86
-            if (qg_path == 2 && mm == 1)
+            if (qg_path == QG_VNNI512 && mm == 1)
                 qg_row_vnni(ap, b0, b1, j->Kq, c);
-            else if (qg_path == 2)
-                qg_tile_vnni(ap, b0, b1, j->Kq, c);
-            else if (qg_path == 1)
-                qg_tile_avx2(ap, b0, b1, j->Kq, c);
             else
-#endif
-                qg_tile_c(ap, b0, b1, j->Kq, c);
+                qg_tile(ap, b0, b1, j->Kq, c);
             qg_epilogue(j, c, zbv, ct, m0, mm, n0, nn);
         }
     }
@@ -597,17 +690,10 @@ static void qc_part(void *arg, int part, int parts)
         uint8_t *y = j->y + n * j->M * j->P + p0;
         for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
             const int32_t *ap = j->ap + mb * j->Kq * QG_MR;
-#if QG_X86
-            if (qg_path == 2)
-                qg_tile_vnni(ap, b0, b1, j->Kq, c);
-            else if (qg_path == 1)
-                qg_tile_avx2(ap, b0, b1, j->Kq, c);
-            else
-#endif
-                qg_tile_c(ap, b0, b1, j->Kq, c);
+            qg_tile(ap, b0, b1, j->Kq, c);
             const Py_ssize_t m0 = mb * QG_MR, mm = j->M - m0 < QG_MR ? j->M - m0 : QG_MR;
 #if QG_X86
-            if (qg_path == 2)
+            if (qg_path == QG_VNNI512)
                 qc_epilogue_avx512(j, c, cs, y, m0, mm, pp);
             else
 #endif
@@ -966,20 +1052,30 @@ PyObject *rc_py_qquantize(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* qgemm_path(force=-1) -> the inner loop's name; force (0 portable, 1 AVX2, 2 VNNI, at most
- * what this CPU runs) sets it, so that tests reach every loop on one machine */
+/* qgemm_path(force=-1) -> the inner loop's name; force (0 portable, 1 avx2, 2 avx512vnni, 3 avxvnni,
+ * 4 vnni256-evex) sets it where this CPU runs it, else (9, say) the one dispatch picks: tests reach
+ * every loop this machine runs, and see by the name returned whether they got it */
 PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args)
 {
-    static const char *names[] = {"portable", "avx2", "avx512vnni"};
     int force = -1;
     if (!PyArg_ParseTuple(args, "|i:qgemm_path", &force))
         return NULL;
     if (force >= 0) {
         rc_int8_init();
-        if (force < qg_path)
+        if (force < QG_NPATHS && qg_runs(force))
             qg_path = force;
     }
-    return PyUnicode_FromString(names[qg_path]);
+    return PyUnicode_FromString(QG_NAMES[qg_path]);
+}
+
+/* qgemm_dispatch(avx512vnni, avx_vnni, avx2) -> the loop dispatch would pick on a CPU with these
+ * flags (avx512vnni: with AVX-512 BW), so that tests check the order for CPUs not here */
+PyObject *rc_py_qgemm_dispatch(PyObject *self, PyObject *args)
+{
+    int vnni512, avx_vnni, avx2;
+    if (!PyArg_ParseTuple(args, "ppp:qgemm_dispatch", &vnni512, &avx_vnni, &avx2))
+        return NULL;
+    return PyUnicode_FromString(QG_NAMES[qg_choose(vnni512, avx_vnni, avx2)]);
 }
 
 /* the range of n floats with 0 in it, 16 lanes at a time (vectorized in the clones); NaNs are
@@ -1053,12 +1149,5 @@ PyObject *rc_py_dyn_quantize(PyObject *self, PyObject *args)
 _Static_assert(QG_MR == RC_QG_MR && QG_NR == RC_QG_NR, "native.h's int8 tile size");
 void rc_qg_tile(const int32_t *ap, const int8_t *b0, const int8_t *b1, Py_ssize_t Kq, int32_t *c)
 {
-#if QG_X86
-    if (qg_path == 2)
-        qg_tile_vnni(ap, b0, b1, Kq, c);
-    else if (qg_path == 1)
-        qg_tile_avx2(ap, b0, b1, Kq, c);
-    else
-#endif
-        qg_tile_c(ap, b0, b1, Kq, c);
+    qg_tile(ap, b0, b1, Kq, c);
 }

@@ -444,9 +444,11 @@ PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
     return Py_BuildValue("(fi)", ascale, (int)zpf);
 }
 
-/* dqmm_path(force=-1) -> the quantizing loop and tile: "portable", "avx512" (the AVX-512 quantizing
- * loops, int8.c's tile and dq_epilogue) or "avx512vnni" (and the VNNI tile with its epilogue on the
- * registers); force (0, 1, 2: at most what this CPU runs) sets it, so that tests reach each one */
+/* dqmm_path(force=-1) -> the quantizing loop and tile: "portable" (the portable quantizing loop,
+ * int8.c's tile as qgemm_path names it: AVX-VNNI, AVX2 or C, and dq_epilogue), "avx512" (the AVX-512
+ * quantizing loops, the same tile and dq_epilogue) or "avx512vnni" (and the VNNI tile with its
+ * epilogue on the registers); force (0, 1, 2: at most what this CPU runs) sets it, so that tests
+ * reach each one */
 PyObject *rc_py_dqmm_path(PyObject *self, PyObject *args)
 {
     int force = -1;

@@ -95,7 +95,10 @@ static PyMethodDef methods[] = {
      "qim2col(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads)\n"
      "im2col rows of NCHW bytes: row (n, oh, ow), items in (kh, kw, c) order, taps outside the image = pad."},
     {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
-     "qgemm_path(force=-1) -> the inner loop this CPU runs (force: 0 portable, 1 avx2, 2 vnni, for tests)."},
+     "qgemm_path(force=-1) -> the inner loop this CPU runs (force, for tests: 0 portable, 1 avx2, 2 avx512vnni, "
+     "3 avxvnni, 4 vnni256-evex, where this CPU runs it)."},
+    {"qgemm_dispatch", rc_py_qgemm_dispatch, METH_VARARGS,
+     "qgemm_dispatch(avx512vnni, avx_vnni, avx2) -> the inner loop dispatch picks on a CPU with these flags."},
     {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,
      "dyn_quantize(x, y, n) -> (scale, zero_point): DynamicQuantizeLinear of n float32 into uint8 y."},
     {"dqmm", rc_py_dqmm, METH_VARARGS,
@@ -230,6 +233,7 @@ static PyMethodDef methods[] = {
      "softmax(q k^T * scale + bias) v for each of BH heads of C-contiguous float32 (BH, S, d) q, k,\n"
      "v into y (BH, S, d); bias (or None) float32 (db, 1, ds, S), db 1 or BH, ds 1 or S. A unit a\n"
      "(head, block of rows) on the kernel threads, single-threaded sgemm calls (set_sgemm's)."},
+    {"cpu_isa", rc_py_cpu_isa, METH_NOARGS, "cpu_isa() -> {flag: bool}: the ISA extensions CPUID reports here."},
     {"fma_peak", rc_py_fma_peak, METH_VARARGS,
      "fma_peak(threads, iters) -> (flops, lanes, seconds)\n"
      "This CPU's float32 multiply-add rate, measured: threads threads each run iters steps of 12\n"

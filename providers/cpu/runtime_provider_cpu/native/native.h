@@ -183,6 +183,8 @@ static inline Py_ssize_t rc_pf_share(const char *nx, Py_ssize_t nbytes, Py_ssize
 /* whether this machine runs the AVX-512 kernels (the module's CONV_FAST), set once at load */
 extern int rc_conv_fast;
 void rc_cpu_init(void);
+extern int rc_avx_vnni;
+PyObject *rc_py_cpu_isa(PyObject *self, PyObject *noargs);
 PyObject *rc_py_fma_peak(PyObject *self, PyObject *args);
 
 /* ---- SciPy's sgemm (sgemm_bridge.c) ---------------------------------------------------- */
@@ -377,6 +379,7 @@ PyObject *rc_py_qgemm_packed_size(PyObject *self, PyObject *args);
 PyObject *rc_py_qgemm_pack(PyObject *self, PyObject *args);
 PyObject *rc_py_qgemm(PyObject *self, PyObject *args);
 PyObject *rc_py_qgemm_path(PyObject *self, PyObject *args);
+PyObject *rc_py_qgemm_dispatch(PyObject *self, PyObject *args);
 PyObject *rc_py_qconv_nchw(PyObject *self, PyObject *args);
 PyObject *rc_py_qim2col_rows(PyObject *self, PyObject *args);
 PyObject *rc_py_qadd_lut(PyObject *self, PyObject *args);
