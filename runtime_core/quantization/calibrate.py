@@ -172,6 +172,7 @@ class _Histogram:
         self.method, self.symmetric, self.num_bins = method, symmetric, num_bins
         self.num_quantized_bins, self.percentile, self.scenario = num_quantized_bins, percentile, scenario
         self.h: dict[str, list] = {}
+        self.binner = _Binner()
 
     def end_batch(self) -> None:
         pass
@@ -198,7 +199,7 @@ class _Histogram:
         if old is None:
             # anchored at 0 so that later, smaller values still land in a bin
             width = np.float32(amax / self.num_bins) if amax > 0 else np.float32(1.0)
-            self.h[name] = [_bincount(np.abs(a), 0.0, width, self.num_bins),
+            self.h[name] = [self.binner.count(a, 0.0, width, self.num_bins, absolute=True),
                             (np.arange(self.num_bins + 1, dtype=np.float32) * width), lo, hi]
             return
         hist0, edges, lo0, hi0 = old
@@ -207,30 +208,30 @@ class _Histogram:
             extra = np.arange(edges[-1] + width, amax + width, width, dtype=np.float32)
             edges = np.hstack((edges, extra))
             hist0 = np.concatenate([hist0, np.zeros(len(extra), hist0.dtype)])
-        hist0 += _bincount(np.abs(a), 0.0, edges[1] - edges[0], len(hist0))
+        hist0 += self.binner.count(a, 0.0, edges[1] - edges[0], len(hist0), absolute=True)
         self.h[name] = [hist0, edges, min(lo0, lo), max(hi0, hi)]
 
     def _collect_signed(self, name, a, lo, hi) -> None:
         th = np.float32(max(abs(lo), abs(hi)))
         old = self.h.get(name)
         if old is None:
-            self.h[name] = [_bincount(a, -th, 2 * th / self.num_bins, self.num_bins),
+            self.h[name] = [self.binner.count(a, -th, 2 * th / self.num_bins, self.num_bins),
                             np.linspace(-th, th, self.num_bins + 1, dtype=np.float32), lo, hi, th]
             return
         hist0, edges0, lo0, hi0, th0 = old
         if th <= th0:
-            hist0 += _bincount(a, -th0, 2 * th0 / len(hist0), len(hist0))
+            hist0 += self.binner.count(a, -th0, 2 * th0 / len(hist0), len(hist0))
             self.h[name] = [hist0, edges0, min(lo0, lo), max(hi0, hi), th0]
             return
         if th0 == 0:
-            hist = _bincount(a, -th, 2 * th / len(hist0), len(hist0)) + hist0
+            hist = self.binner.count(a, -th, 2 * th / len(hist0), len(hist0)) + hist0
             nbins = len(hist0)
         else:  # widen symmetrically by whole bins of the old width, then add the old counts in the middle
             stride = 2 * th0 / len(hist0)
             half = int((th - th0) // stride + 1)
             nbins = len(hist0) + 2 * half
             th = np.float32(half * stride + th0)
-            hist = _bincount(a, -th, 2 * th / nbins, nbins)
+            hist = self.binner.count(a, -th, 2 * th / nbins, nbins)
             hist[half: nbins - half] += hist0
         self.h[name] = [hist, np.linspace(-th, th, nbins + 1, dtype=np.float32), min(lo0, lo), max(hi0, hi), th]
 
@@ -261,18 +262,44 @@ class _Histogram:
         return max(lo, vmin), min(hi, vmax)
 
 
-def _bincount(a: np.ndarray, lo, width, nbins: int) -> np.ndarray:
-    """Counts of ``a`` in ``nbins`` bins of ``width`` from ``lo`` (the last bin closed, values
-    outside clamped to the end bins): one pass of arithmetic and a bincount, several times
-    faster than numpy.histogram."""
-    if a.size == 0 or width <= 0:
+_CHUNK = 1 << 15  # elements per pass: the float and index work buffers stay in the L2 cache
+
+
+class _Binner:
+    """Bin counting with work buffers reused across tensors and batches: each chunk goes
+    through abs/subtract, scale, clip and the integer cast in place, so a tensor costs one
+    read of its values instead of a fresh temporary per step."""
+
+    def __init__(self):
+        self.f = np.empty(_CHUNK, np.float32)
+        self.i = np.empty(_CHUNK, np.intp)
+
+    def count(self, a: np.ndarray, lo, width, nbins: int, absolute: bool = False) -> np.ndarray:
+        """Counts of ``a`` (of ``|a|`` with ``absolute``) in ``nbins`` bins of ``width`` from
+        ``lo`` (the last bin closed, values outside clamped to the end bins); the same float32
+        arithmetic as a whole-array subtract, scale, clip and cast, so the same counts."""
+        if a.size == 0 or width <= 0:
+            h = np.zeros(nbins, np.int64)
+            h[nbins // 2 if lo < 0 else 0] += a.size  # a zero range: every value is 0
+            return h
+        scale, lo32 = np.float32(1.0 / width), np.float32(lo)
         h = np.zeros(nbins, np.int64)
-        h[nbins // 2 if lo < 0 else 0] += a.size  # a zero range: every value is 0
+        for s in range(0, a.size, _CHUNK):
+            x = a[s: s + _CHUNK]
+            f, i = self.f[: x.size], self.i[: x.size]
+            if absolute:
+                np.abs(x, out=f)
+                if lo:
+                    f -= lo32
+            elif lo:
+                np.subtract(x, lo32, out=f)
+            else:
+                f[...] = x
+            f *= scale
+            np.clip(f, 0, nbins - 1, out=f)
+            np.copyto(i, f, casting="unsafe")  # truncation toward zero, as astype
+            h += np.bincount(i, minlength=nbins)[:nbins]
         return h
-    idx = a - np.float32(lo) if lo else a.copy()
-    idx *= np.float32(1.0 / width)
-    np.clip(idx, 0, nbins - 1, out=idx)
-    return np.bincount(idx.astype(np.intp), minlength=nbins)[:nbins].astype(np.int64)
 
 
 def _smooth(p: np.ndarray, eps: float = 0.0001) -> np.ndarray | None:
