@@ -270,9 +270,10 @@ class _Binner:
     through abs/subtract, scale, clip and the integer cast in place, so a tensor costs one
     read of its values instead of a fresh temporary per step."""
 
-    def __init__(self):
-        self.f = np.empty(_CHUNK, np.float32)
-        self.i = np.empty(_CHUNK, np.intp)
+    def __init__(self, chunk: int = _CHUNK):
+        self.chunk = chunk
+        self.f = np.empty(chunk, np.float32)
+        self.i = np.empty(chunk, np.intp)
 
     def count(self, a: np.ndarray, lo, width, nbins: int, absolute: bool = False) -> np.ndarray:
         """Counts of ``a`` (of ``|a|`` with ``absolute``) in ``nbins`` bins of ``width`` from
@@ -284,8 +285,8 @@ class _Binner:
             return h
         scale, lo32 = np.float32(1.0 / width), np.float32(lo)
         h = np.zeros(nbins, np.int64)
-        for s in range(0, a.size, _CHUNK):
-            x = a[s: s + _CHUNK]
+        for s in range(0, a.size, self.chunk):
+            x = a[s: s + self.chunk]
             f, i = self.f[: x.size], self.i[: x.size]
             if absolute:
                 np.abs(x, out=f)
