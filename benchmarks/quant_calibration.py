@@ -2,7 +2,7 @@
 
 Each method runs in its own process (peak RSS = VmHWM of that process: the model, the session and
 one batch's activations). Run:
-    python benchmarks/quant_calibration.py [--layers 4] [--samples 128] [--seq 128]
+    python benchmarks/quant_calibration.py [--layers 4] [--samples 128] [--seq 128] [--repeat 3]
 (torch is a benchmark-only dependency; methods "ort:MinMax", "ort:Percentile" run onnxruntime's
 calibrator on the same model and data, for comparison.)
 """
@@ -11,6 +11,7 @@ import io
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -88,6 +89,7 @@ def main():
     ap.add_argument("--samples", type=int, default=128)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--methods", default="MinMax,Percentile,Entropy")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per method, methods alternating; medians printed")
     ap.add_argument("--child", nargs=2)
     a = ap.parse_args()
     if a.child:
@@ -95,9 +97,19 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "enc.onnx")
         export(p, a.layers, a.seq)
-        for m in a.methods.split(","):
-            subprocess.run([sys.executable, __file__, "--child", p, m, "--samples", str(a.samples),
-                            "--seq", str(a.seq)], check=True)
+        runs: dict[str, list] = {}
+        for _ in range(a.repeat):  # alternating, so that a change in machine load hits every method
+            for m in a.methods.split(","):
+                out = subprocess.run([sys.executable, __file__, "--child", p, m, "--samples", str(a.samples),
+                                      "--seq", str(a.seq)], check=True, capture_output=True, text=True).stdout
+                print(out.strip(), flush=True)
+                runs.setdefault(m, []).append(json.loads(out.strip().splitlines()[-1]))
+        if a.repeat > 1:
+            base = statistics.median(r["seconds"] for r in next(iter(runs.values())))
+            for m, rs in runs.items():
+                t = statistics.median(r["seconds"] for r in rs)
+                print(json.dumps({"method": m, "median_seconds": t, "runs": len(rs), "ratio_to_first": t / base,
+                                  "peak_rss_mib": max(r["peak_rss_mib"] for r in rs)}))
 
 
 if __name__ == "__main__":

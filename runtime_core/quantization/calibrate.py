@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import abc
 import copy
+import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,11 +174,35 @@ class _Histogram:
         self.method, self.symmetric, self.num_bins = method, symmetric, num_bins
         self.num_quantized_bins, self.percentile, self.scenario = num_quantized_bins, percentile, scenario
         self.h: dict[str, list] = {}
+        self.binner = _Binner()
+        self._binners: list[_Binner] = []
+        self.threads = min(2, os.cpu_count() or 1)  # a small pool: the run between batches uses the cores too
 
     def end_batch(self) -> None:
         pass
 
-    def collect(self, name: str, a: np.ndarray) -> None:
+    def collect_batch(self, items: Sequence[tuple[str, np.ndarray]]) -> None:
+        """Fold one batch: the tensors split over a small thread pool (numpy's loops release
+        the GIL, so one thread's arithmetic overlaps another's bincount); each tensor's state is
+        updated by one thread, in batch order, so the histograms do not depend on scheduling."""
+        if self.threads < 2 or len(items) < 2:
+            for name, a in items:
+                self.collect(name, a)
+            return
+        if len(self._binners) < self.threads:
+            self._binners = [self.binner] + [_Binner(self.binner.chunk) for _ in range(self.threads - 1)]
+        parts = [items[k:: self.threads] for k in range(self.threads)]
+
+        def work(k):
+            for name, a in parts[k]:
+                self.collect(name, a, self._binners[k])
+
+        with ThreadPoolExecutor(self.threads) as ex:
+            for f in [ex.submit(work, k) for k in range(self.threads)]:
+                f.result()  # re-raises a worker's error here
+
+    def collect(self, name: str, a: np.ndarray, b: _Binner | None = None) -> None:
+        b = b or self.binner
         a = a.reshape(-1)
         if a.dtype != np.float32:
             a = a.astype(np.float32)
@@ -188,17 +214,17 @@ class _Histogram:
                 a = a[~np.isnan(a)]
                 lo, hi = (a.min(), a.max()) if a.size else (np.float32(0), np.float32(0))
         if self.method == "percentile" and self.symmetric:
-            self._collect_abs(name, a, lo, hi)
+            self._collect_abs(name, a, lo, hi, b)
         else:
-            self._collect_signed(name, a, lo, hi)
+            self._collect_signed(name, a, lo, hi, b)
 
-    def _collect_abs(self, name, a, lo, hi) -> None:
+    def _collect_abs(self, name, a, lo, hi, b) -> None:
         amax = np.float32(max(abs(lo), abs(hi)))
         old = self.h.get(name)
         if old is None:
             # anchored at 0 so that later, smaller values still land in a bin
             width = np.float32(amax / self.num_bins) if amax > 0 else np.float32(1.0)
-            self.h[name] = [_bincount(np.abs(a), 0.0, width, self.num_bins),
+            self.h[name] = [b.count(a, 0.0, width, self.num_bins, absolute=True),
                             (np.arange(self.num_bins + 1, dtype=np.float32) * width), lo, hi]
             return
         hist0, edges, lo0, hi0 = old
@@ -207,30 +233,30 @@ class _Histogram:
             extra = np.arange(edges[-1] + width, amax + width, width, dtype=np.float32)
             edges = np.hstack((edges, extra))
             hist0 = np.concatenate([hist0, np.zeros(len(extra), hist0.dtype)])
-        hist0 += _bincount(np.abs(a), 0.0, edges[1] - edges[0], len(hist0))
+        hist0 += b.count(a, 0.0, edges[1] - edges[0], len(hist0), absolute=True)
         self.h[name] = [hist0, edges, min(lo0, lo), max(hi0, hi)]
 
-    def _collect_signed(self, name, a, lo, hi) -> None:
+    def _collect_signed(self, name, a, lo, hi, b) -> None:
         th = np.float32(max(abs(lo), abs(hi)))
         old = self.h.get(name)
         if old is None:
-            self.h[name] = [_bincount(a, -th, 2 * th / self.num_bins, self.num_bins),
+            self.h[name] = [b.count(a, -th, 2 * th / self.num_bins, self.num_bins),
                             np.linspace(-th, th, self.num_bins + 1, dtype=np.float32), lo, hi, th]
             return
         hist0, edges0, lo0, hi0, th0 = old
         if th <= th0:
-            hist0 += _bincount(a, -th0, 2 * th0 / len(hist0), len(hist0))
+            hist0 += b.count(a, -th0, 2 * th0 / len(hist0), len(hist0))
             self.h[name] = [hist0, edges0, min(lo0, lo), max(hi0, hi), th0]
             return
         if th0 == 0:
-            hist = _bincount(a, -th, 2 * th / len(hist0), len(hist0)) + hist0
+            hist = b.count(a, -th, 2 * th / len(hist0), len(hist0)) + hist0
             nbins = len(hist0)
         else:  # widen symmetrically by whole bins of the old width, then add the old counts in the middle
             stride = 2 * th0 / len(hist0)
             half = int((th - th0) // stride + 1)
             nbins = len(hist0) + 2 * half
             th = np.float32(half * stride + th0)
-            hist = _bincount(a, -th, 2 * th / nbins, nbins)
+            hist = b.count(a, -th, 2 * th / nbins, nbins)
             hist[half: nbins - half] += hist0
         self.h[name] = [hist, np.linspace(-th, th, nbins + 1, dtype=np.float32), min(lo0, lo), max(hi0, hi), th]
 
@@ -261,18 +287,45 @@ class _Histogram:
         return max(lo, vmin), min(hi, vmax)
 
 
-def _bincount(a: np.ndarray, lo, width, nbins: int) -> np.ndarray:
-    """Counts of ``a`` in ``nbins`` bins of ``width`` from ``lo`` (the last bin closed, values
-    outside clamped to the end bins): one pass of arithmetic and a bincount, several times
-    faster than numpy.histogram."""
-    if a.size == 0 or width <= 0:
+_CHUNK = 1 << 15  # elements per pass: the float and index work buffers stay in the L2 cache
+
+
+class _Binner:
+    """Bin counting with work buffers reused across tensors and batches: each chunk goes
+    through abs/subtract, scale, clip and the integer cast in place, so a tensor costs one
+    read of its values instead of a fresh temporary per step."""
+
+    def __init__(self, chunk: int = _CHUNK):
+        self.chunk = chunk
+        self.f = np.empty(chunk, np.float32)
+        self.i = np.empty(chunk, np.intp)
+
+    def count(self, a: np.ndarray, lo, width, nbins: int, absolute: bool = False) -> np.ndarray:
+        """Counts of ``a`` (of ``|a|`` with ``absolute``) in ``nbins`` bins of ``width`` from
+        ``lo`` (the last bin closed, values outside clamped to the end bins); the same float32
+        arithmetic as a whole-array subtract, scale, clip and cast, so the same counts."""
+        if a.size == 0 or width <= 0:
+            h = np.zeros(nbins, np.int64)
+            h[nbins // 2 if lo < 0 else 0] += a.size  # a zero range: every value is 0
+            return h
+        scale, lo32 = np.float32(1.0 / width), np.float32(lo)
         h = np.zeros(nbins, np.int64)
-        h[nbins // 2 if lo < 0 else 0] += a.size  # a zero range: every value is 0
+        for s in range(0, a.size, self.chunk):
+            x = a[s: s + self.chunk]
+            f, i = self.f[: x.size], self.i[: x.size]
+            if absolute:
+                np.abs(x, out=f)
+                if lo:
+                    f -= lo32
+            elif lo:
+                np.subtract(x, lo32, out=f)
+            else:
+                f[...] = x
+            f *= scale
+            np.clip(f, 0, nbins - 1, out=f)
+            np.copyto(i, f, casting="unsafe")  # truncation toward zero, as astype
+            h += np.bincount(i, minlength=nbins)[:nbins]
         return h
-    idx = a - np.float32(lo) if lo else a.copy()
-    idx *= np.float32(1.0 / width)
-    np.clip(idx, 0, nbins - 1, out=idx)
-    return np.bincount(idx.astype(np.intp), minlength=nbins)[:nbins].astype(np.int64)
 
 
 def _smooth(p: np.ndarray, eps: float = 0.0001) -> np.ndarray | None:
@@ -371,8 +424,12 @@ class Calibrator:
                 if not feed:
                     break
                 values = self.session.run(self.output_names, feed)
-                for name, v in zip(self.output_names, values):
-                    self.collector.collect(name, np.asarray(v))
+                items = [(name, np.asarray(v)) for name, v in zip(self.output_names, values)]
+                if hasattr(self.collector, "collect_batch"):
+                    self.collector.collect_batch(items)
+                else:
+                    for name, v in items:
+                        self.collector.collect(name, v)
                 self.collector.end_batch()
                 self.batches += 1
                 bar.update()
