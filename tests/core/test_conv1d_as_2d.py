@@ -63,10 +63,25 @@ def test_a_weight_fed_at_run_time_stays_1d():
     assert optimized(m, {"x": x, "w": w}) == [("Conv", 3)]
 
 
+def _export(module, x, path, exporter):
+    """A ``module`` class, built after seeding torch and exported by the TorchScript (opset 17) or the dynamo (opset 18) exporter, loaded back."""
+    import onnx
+    import torch
+
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kw = dict(input_names=["x"], output_names=["y"])
+        if exporter == "torchscript":
+            torch.onnx.export(module().eval(), (torch.from_numpy(x),), str(path), dynamo=False, opset_version=17, **kw)
+        else:
+            torch.onnx.export(module().eval(), (torch.from_numpy(x),), dynamo=True, opset_version=18, **kw).save(str(path))
+    return onnx.load(str(path))
+
+
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_whisper_front_end_of_both_exporters(exporter, tmp_path):
     """Two Conv1d + GELU (the second with stride 2), as Whisper's encoder starts."""
-    import onnx
     import torch
 
     class Front(torch.nn.Module):
@@ -79,18 +94,8 @@ def test_whisper_front_end_of_both_exporters(exporter, tmp_path):
             x = torch.nn.functional.gelu(self.conv1(x))
             return torch.nn.functional.gelu(self.conv2(x)).permute(0, 2, 1)
 
-    torch.manual_seed(0)
     x = f32(1, 10, 40)
-    path = tmp_path / "front.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        kw = dict(input_names=["x"], output_names=["y"])
-        if exporter == "torchscript":
-            torch.onnx.export(Front().eval(), (torch.from_numpy(x),), str(path), dynamo=False, opset_version=17, **kw)
-        else:
-            torch.onnx.export(Front().eval(), (torch.from_numpy(x),), dynamo=True, opset_version=18,
-                              **kw).save(str(path))
-    got = optimized(onnx.load(str(path)), {"x": x}, L.ORT_ENABLE_ALL)
+    got = optimized(_export(Front, x, tmp_path / "front.onnx", exporter), {"x": x}, L.ORT_ENABLE_ALL)
     assert [r for op, r in got if op == "Conv"] == [4, 4]
 
 
@@ -119,7 +124,6 @@ def test_residual_of_a_1d_fused_conv_goes_2d_too():
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_conv1d_relu_of_both_exporters(exporter, tmp_path):
     """A torch Conv1d + ReLU ends as one 2-D FusedConv (no Relu node left)."""
-    import onnx
     import torch
 
     class Front(torch.nn.Module):
@@ -130,17 +134,7 @@ def test_conv1d_relu_of_both_exporters(exporter, tmp_path):
         def forward(self, x):
             return torch.relu(self.conv(x))
 
-    torch.manual_seed(0)
     x = f32(1, 10, 40)
-    path = tmp_path / "relu.onnx"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        kw = dict(input_names=["x"], output_names=["y"])
-        if exporter == "torchscript":
-            torch.onnx.export(Front().eval(), (torch.from_numpy(x),), str(path), dynamo=False, opset_version=17, **kw)
-        else:
-            torch.onnx.export(Front().eval(), (torch.from_numpy(x),), dynamo=True, opset_version=18,
-                              **kw).save(str(path))
-    got = optimized(onnx.load(str(path)), {"x": x}, L.ORT_ENABLE_ALL)
+    got = optimized(_export(Front, x, tmp_path / "relu.onnx", exporter), {"x": x}, L.ORT_ENABLE_ALL)
     assert [op for op, _ in got if op not in ("Unsqueeze", "Squeeze")] == ["FusedConv"]
     assert ("FusedConv", 4) in got

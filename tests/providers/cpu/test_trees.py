@@ -92,6 +92,21 @@ def test_compiled_walk_matches_numpy_walk_and_onnxruntime(modes, x_dtype, rows, 
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def _compiled_equals_numpy_and_onnxruntime(blob, X, monkeypatch):
+    """The session's output through the compiled sums (checked taken) is the numpy path's bits and
+    onnxruntime's values."""
+    calls = []
+    real = forest._Forest._native_sums
+    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: calls.append(threads) or real(self, X, threads))
+    got = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
+    assert calls, "the dense forest did not take the compiled sums"
+    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: None)
+    numpy_sums = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
+    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
+    np.testing.assert_array_equal(got, numpy_sums)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("modes", [["BRANCH_LEQ"], MODES], ids=["leq", "mixed"])
 @pytest.mark.parametrize("x_dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("rows", [1, 37])
@@ -109,16 +124,7 @@ def test_compiled_sums_match_numpy_sums_and_onnxruntime(modes, x_dtype, rows, ag
     blob = _model(attrs, n_feat, n_targets, x_type, agg)
     X = (rng.integers(-4, 5, size=(rows, n_feat)) + 0.5 * rng.integers(0, 2, size=(rows, n_feat))).astype(x_dtype)
     X[rng.random(X.shape) < 0.15] = np.nan
-    calls = []
-    real = forest._Forest._native_sums
-    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: calls.append(threads) or real(self, X, threads))
-    got = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
-    assert calls, "the dense forest did not take the compiled sums"
-    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: None)
-    numpy_sums = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
-    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
-    np.testing.assert_array_equal(got, numpy_sums)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _compiled_equals_numpy_and_onnxruntime(blob, X, monkeypatch)
 
 
 @pytest.mark.parametrize("n_targets", [1, 2, 4, 5])
@@ -133,16 +139,7 @@ def test_compiled_sums_every_target_count(n_targets, monkeypatch):
                           p_weight=1.0)
     blob = _model(attrs, n_feat, n_targets, TensorProto.FLOAT)
     X = (rng.integers(-4, 5, size=(29, n_feat)) + 0.5 * rng.integers(0, 2, size=(29, n_feat))).astype(np.float32)
-    calls = []
-    real = forest._Forest._native_sums
-    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: calls.append(threads) or real(self, X, threads))
-    got = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
-    assert calls, "the dense forest did not take the compiled sums"
-    monkeypatch.setattr(forest._Forest, "_native_sums", lambda self, X, threads=1: None)
-    numpy_sums = rt.InferenceSession(blob, providers=["cpu"]).run(None, {"X": X})[0]
-    want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]
-    np.testing.assert_array_equal(got, numpy_sums)
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    _compiled_equals_numpy_and_onnxruntime(blob, X, monkeypatch)
 
 
 def test_compiled_sums_split_rows_over_threads(monkeypatch):
