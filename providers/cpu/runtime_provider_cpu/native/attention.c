@@ -101,6 +101,19 @@ static int mh_bias(PyObject *o, PyObject *dims, Py_ssize_t B, Py_ssize_t H, Py_s
     return 0;
 }
 
+/* rows in a unit of the batched kernels: whole matrices when there are 8 or more, else blocks of
+ * rows, 8 units or more, at least min_blocks blocks a matrix; not a function of the thread count,
+ * so that any number of threads gives the same bits */
+static Py_ssize_t unit_rows(Py_ssize_t batch, Py_ssize_t rows, Py_ssize_t min_blocks)
+{
+    Py_ssize_t nrb = batch >= 8 ? 1 : (8 + batch - 1) / batch;
+    if (nrb < min_blocks)
+        nrb = min_blocks;
+    if (nrb > rows)
+        nrb = rows;
+    return (rows + nrb - 1) / nrb;
+}
+
 PyObject *rc_py_mha(PyObject *self, PyObject *args)
 {
     PyObject *xo, *yo, *m1o, *m1d, *m2o, *m2d;
@@ -148,16 +161,9 @@ PyObject *rc_py_mha(PyObject *self, PyObject *args)
     j.B = B, j.H = H, j.S = S, j.dq = dq, j.dv = dv;
     j.scale = scale;
     j.causal = causal;
-    /* whole heads when there are 8 or more, else blocks of rows, 8 units or more (causal:
-       blocks of at most MH_CAUSAL_ROWS rows, the finer the more masked work is skipped): not
-       a function of the thread count, so that any number of threads gives the same bits */
+    /* causal: blocks of at most MH_CAUSAL_ROWS rows, the finer the more masked work is skipped */
     const Py_ssize_t heads = B * H;
-    Py_ssize_t nrb = heads >= 8 ? 1 : (8 + heads - 1) / heads;
-    if (causal && nrb < (S + MH_CAUSAL_ROWS - 1) / MH_CAUSAL_ROWS)
-        nrb = (S + MH_CAUSAL_ROWS - 1) / MH_CAUSAL_ROWS;
-    if (nrb > S)
-        nrb = S;
-    j.rb = (S + nrb - 1) / nrb;
+    j.rb = unit_rows(heads, S, causal ? (S + MH_CAUSAL_ROWS - 1) / MH_CAUSAL_ROWS : 1);
     const double work = (causal ? 1.0 : 2.0) * (double)heads * (double)S * (double)S * (double)(dq + dv);
     const int parts = rc_parts(work, 2.5e5, heads * ((S + j.rb - 1) / j.rb), &threads);
     return rc_run_job(mh_part, &j, parts, threads, v, 4, &j.oom);
@@ -232,12 +238,7 @@ PyObject *rc_py_bmm(PyObject *self, PyObject *args)
     j.batch = batch, j.M = M, j.K = K, j.N = N;
     j.ta = ta, j.tb = tb;
     j.alpha = alpha;
-    /* whole matrices when there are 8 or more, else blocks of rows, 8 units or more: not a
-       function of the thread count, so that any number of threads gives the same bits */
-    Py_ssize_t nrb = batch >= 8 ? 1 : (8 + batch - 1) / batch;
-    if (nrb > M)
-        nrb = M;
-    j.rb = (M + nrb - 1) / nrb;
+    j.rb = unit_rows(batch, M, 1);
     const double work = 2.0 * (double)batch * (double)M * (double)K * (double)N;
     const int parts = rc_parts(work, 2.5e5, batch * ((M + j.rb - 1) / j.rb), &threads);
     return rc_run_job(bmm_part, &j, parts, threads, v, 3, &j.oom);
@@ -285,11 +286,7 @@ PyObject *rc_py_sdpa(PyObject *self, PyObject *args)
     j.xs = d;
     j.B = BH, j.H = 1, j.S = S, j.dq = d, j.dv = d;
     j.scale = scale;
-    /* the units of mha: whole heads when there are 8 or more, else blocks of rows */
-    Py_ssize_t nrb = BH >= 8 ? 1 : (8 + BH - 1) / BH;
-    if (nrb > S)
-        nrb = S;
-    j.rb = (S + nrb - 1) / nrb;
+    j.rb = unit_rows(BH, S, 1); /* the units of mha */
     const double work = 4.0 * (double)BH * (double)S * (double)S * (double)d;
     const int parts = rc_parts(work, 2.5e5, BH * ((S + j.rb - 1) / j.rb), &threads);
     return rc_run_job(mh_part, &j, parts, threads, v, 5, &j.oom);
