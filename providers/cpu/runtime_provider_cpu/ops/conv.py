@@ -184,12 +184,12 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
     the kernel's epilogue where it has one). ``cache`` (the node's) keeps what the first run decided for the
     input's shape (``fast/conv.py``); ``threads`` bounds the compiled kernels' threads;
     ``ctx`` (the node's) says whether its session measures kernels and records the choice."""
-    _check_kernel_shape("Conv", kernel_shape, w.shape)
     if cache is not None:
         plan = cache.get("conv_plan")
         if (plan is None or plan.xshape != x.shape or plan.w is not w or plan.b is not b or plan.clip != clip
                 or plan.act != act):
             plan = None
+            _check_kernel_shape("Conv", kernel_shape, w.shape)  # a kept plan's W passed it
             _check_output(ctx, x, w, strides, dilations, pads, auto_pad)
             if x.ndim == 4 and x.shape[1] == w.shape[1] * group and w.ndim == 4:
                 st, dl = _ints(strides, 2, 1), _ints(dilations, 2, 1)
@@ -202,6 +202,7 @@ def conv_clipped(x, w, b, clip, *, auto_pad, dilations, group, kernel_shape, pad
     nd = x.ndim - 2
     if nd < 1:
         raise ValueError(f"Conv needs an input of rank >= 3, got shape {x.shape}")
+    _check_kernel_shape("Conv", kernel_shape, w.shape)
     strides = _ints(strides, nd, 1)
     dilations = _ints(dilations, nd, 1)
     ks = w.shape[2:]

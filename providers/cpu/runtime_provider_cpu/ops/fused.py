@@ -125,6 +125,15 @@ FUSED_CONV_ACTIVATIONS = {"Relu": 0, "Tanh": 0, "Sigmoid": 0, "LeakyRelu": 1, "C
 _NATIVE_ACT = {"HardSwish": 0, "HardSigmoid": 1, "Sigmoid": 2, "SiLU": 3}
 
 
+def _native_act(act, params):
+    """``(kind, alpha, beta)`` of ``_native.activate`` for ``act`` (HardSigmoid's alpha and beta
+    from its params, HardSwish's fixed 1/6 and 1/2, ignored by the others), or None."""
+    kind = _NATIVE_ACT.get(act)
+    if kind is None:
+        return None
+    return (kind,) + ((float(params[0]), float(params[1])) if act == "HardSigmoid" else (1.0 / 6.0, 0.5))
+
+
 def _fused_conv_check(node):
     act = node.attrs.get("activation")
     act = act.decode() if isinstance(act, bytes) else act
@@ -146,11 +155,9 @@ def _fused_conv_check(node):
 def _activate(y, act, params):
     """Apply ``act`` to ``y`` in place (y is this call's own array). Relu and Clip are not
     here: the convolution's epilogue applies them."""
-    kind = _NATIVE_ACT.get(act)
-    if kind is not None and _native is not None and y.dtype == np.float32 and y.flags.c_contiguous:
-        # one pass instead of numpy's three or four
-        ab = (float(params[0]), float(params[1])) if act == "HardSigmoid" else ()
-        _native.activate(y, y, y.size, kind, *ab)
+    na = _native_act(act, params)
+    if na is not None and _native is not None and y.dtype == np.float32 and y.flags.c_contiguous:
+        _native.activate(y, y, y.size, *na)  # one pass instead of numpy's three or four
         return y
     if act == "HardSwish":
         h = y * np.float32(1.0 / 6.0)
@@ -195,10 +202,7 @@ def fused_conv(ctx, x, w, b=None, z=None, *, activation=None, activation_params=
         clip, act = (float(params[0]), float(params[1])), None
     cache = fast_conv.plan_cache(ctx, w, b)
     # a compiled activation goes with the convolution (its kernel's epilogue where it has one)
-    kind = _NATIVE_ACT.get(act) if _native is not None and x.dtype == np.float32 else None
-    native_act = None
-    if kind is not None:
-        native_act = (kind,) + ((float(params[0]), float(params[1])) if act == "HardSigmoid" else (1.0 / 6.0, 0.5))
+    native_act = _native_act(act, params) if _native is not None and x.dtype == np.float32 else None
     y = conv_clipped(x, w, b, clip, auto_pad=auto_pad, dilations=dilations, group=group,
                          kernel_shape=kernel_shape, pads=pads, strides=strides, z=z,
                          cache=cache, threads=getattr(ctx, "threads", 1), ctx=ctx, act=native_act)
@@ -256,20 +260,16 @@ def _se_native(act, params, gate, gate_params):
     activations, or None (the extension not built, or an activation it does not have)."""
     if _native is None or not hasattr(_native, "squeeze_excite"):
         return None
-    lo, hi, kind, ab = -np.inf, np.inf, -1, (1.0 / 6.0, 0.5)
+    lo, hi, a = -np.inf, np.inf, (-1, 1.0 / 6.0, 0.5)
     if act == "Relu":
         lo = 0.0
     elif act == "Clip":
         lo, hi = float(params[0]), float(params[1])
-    elif act in _NATIVE_ACT:
-        kind = _NATIVE_ACT[act]
-        if act == "HardSigmoid":
-            ab = (float(params[0]), float(params[1]))
     elif act is not None:
-        return None
-    gk = _NATIVE_ACT[gate]  # Sigmoid or HardSigmoid (_se_check)
-    gab = (float(gate_params[0]), float(gate_params[1])) if gate == "HardSigmoid" else (1.0 / 6.0, 0.5)
-    return (lo, hi, kind) + ab + (gk,) + gab
+        a = _native_act(act, params)
+        if a is None:
+            return None
+    return (lo, hi) + a + _native_act(gate, gate_params)  # gate: Sigmoid or HardSigmoid (_se_check)
 
 
 def _squeeze_excite(x, w1, b1, w2, b2, act, params, gate, gate_params, out, threads=1):
