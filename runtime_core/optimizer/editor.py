@@ -26,6 +26,8 @@ logger = logging.getLogger("runtime_core.optimizer")
 BASIC, EXTENDED, ALL = 1, 2, 99
 
 MS_DOMAIN = "com.microsoft"
+#: the domain of the fused ops only runtime-core runs (``portable.py`` writes them back as standard ops)
+FUSED_DOMAIN = "runtime_core.fused"
 
 #: ops whose outputs differ from run to run: never folded, never merged
 NONDETERMINISTIC = frozenset({

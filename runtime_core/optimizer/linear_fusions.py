@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 
 from ..graph.ir import Node
-from .editor import ALL, EXTENDED, MS_DOMAIN, Editor, same_dim
+from .editor import ALL, EXTENDED, FUSED_DOMAIN, MS_DOMAIN, Editor, same_dim
 from .match import F32, FLOATS, op_of
 from .rewrite import RewriteRule
 
@@ -392,7 +392,6 @@ class ConvActivationFusion(RewriteRule):
 
 #: the domain of the fused ops only runtime-core runs (written back as standard ops in a saved
 #: model: ``portable.py``)
-RC_DOMAIN = "runtime_core.fused"
 #: activations the excitation's first 1x1 convolution may carry; its gate's
 _SE_ACTS = frozenset({"Relu", "Tanh", "Sigmoid", "LeakyRelu", "HardSigmoid", "HardSwish", "Clip", "SiLU"})
 _SE_GATES = frozenset({"Sigmoid", "HardSigmoid"})
@@ -501,7 +500,7 @@ class SqueezeExciteFusion(RewriteRule):
             while not ins[-1]:
                 ins.pop()
             new = ed.new_node("SqueezeExcite", ins, [mul.outputs[0]], base=fc1.name + "_se",
-                              domain=RC_DOMAIN, attrs=attrs)
+                              domain=FUSED_DOMAIN, attrs=attrs)
             if ed.replace([pool, fc1, fc2, mul], [new]):
                 ed.log("%s + %s + %s + %s -> SqueezeExcite", pool.name, fc1.name, fc2.name, mul.name)
                 return True
@@ -665,7 +664,6 @@ class FlattenedGemmFusion(RewriteRule):
 
 # -- MatMul (+ bias) + Relu -> runtime_core.fused::MatMulActivation --------------------------
 
-FUSED_DOMAIN = "runtime_core.fused"
 
 
 class MatMulActivationFusion(RewriteRule):

@@ -22,13 +22,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..graph.ir import Node
-from .editor import ALL, MS_DOMAIN, Editor
+from .editor import ALL, FUSED_DOMAIN, MS_DOMAIN, Editor
 from .match import only_reader
 from .rewrite import RewriteRule
 
 _F32 = np.dtype(np.float32)
-#: the optimizer's private fused ops (written back as standard ones by ``portable.py``)
-FUSED = "runtime_core.fused"
 
 
 def _swaps_last_two(n: Node) -> bool:
@@ -198,7 +196,7 @@ class ScaledDotProductFusion(RewriteRule):
             bias = extra.outputs[0]
         ins = [q, k, v] + ([bias] if bias else [])
         node = ed.new_node("ScaledDotProductAttention", ins, [mm.outputs[0]], base=sm.name + "_sdpa",
-                           domain=FUSED, attrs={"scale": float(fm.attrs.get("alpha", 1.0))})
+                           domain=FUSED_DOMAIN, attrs={"scale": float(fm.attrs.get("alpha", 1.0))})
         if ed.replace(group, ([extra] if extra is not None else []) + [node], at=mm):
             ed.log("%s: ScaledDotProductAttention (%d nodes)", sm.name, len(group))
             return True
