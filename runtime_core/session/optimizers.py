@@ -25,6 +25,10 @@ ORT_ALIASES: dict[str, str] = {
     "ConvBNFusion": "ConvBatchNormFusion",
     "SimplifiedLayerNormFusion": "RMSNormFusion",
     "ShapeToInitializer": "ShapeFolding",
+    "MatmulTransposeFusion": "MatMulTransposeFusion",
+    "MatMulScaleFusion": "MatMulTransposeFusion",  # ours folds the scalar scales too
+    "MatMulIntegerToFloatFusion": "DynamicQuantizeMatMulFusion",
+    "GemmActivationFusion": "MatMulActivationFusion",
 }
 
 #: onnxruntime 1.32's other transformer / rule names: accepted, nothing here to disable
@@ -33,10 +37,10 @@ ORT_ONLY: frozenset[str] = frozenset("""
     CastChainElimination CastFloat16Transformer ConstantSharing ConvAddActivationFusion
     DQMatMulNBitsFusion DivMulFusion DoubleQDQPairsRemover EliminateSlice EmbedLayerNormFusion
     ExpandElimination FreeDimensionOverrideTransformer FuseFp16InitializerToFp32NodeTransformer
-    FuseReluClip GatherToSliceFusion GemmActivationFusion GemmSumFusion GemmTransposeFusion
+    FuseReluClip GatherToSliceFusion GemmSumFusion GemmTransposeFusion
     GqaValueLayoutTransformer GroupQueryAttentionFusion GroupQueryAttentionPreNormFusion
-    InsertCastTransformer LabelEncoderFusion MatMulIntegerToFloatFusion MatMulNBitsMlpFusion
-    MatMulNBitsQLoRAFusion MatMulNBitsQkvFusion MatMulScaleFusion MatmulTransposeFusion
+    InsertCastTransformer LabelEncoderFusion MatMulNBitsMlpFusion
+    MatMulNBitsQLoRAFusion MatMulNBitsQkvFusion
     MemcpyTransformer NchwcTransformer NhwcTransformer NoopElimination NotWhereFusion
     PreShapeNodeElimination QDQFinalCleanupTransformer QDQPropagationTransformer
     QDQS8ToU8Transformer QDQSelectorActionTransformer QuickGeluFusion RemoveDuplicateCastTransformer

@@ -86,6 +86,24 @@ def test_disabled_optimizers_kwarg_keeps_the_nodes_onnxruntime_keeps(names, tmp_
     assert "ident" not in ops(rt.InferenceSession(m.SerializeToString(), opts(L.ORT_ENABLE_BASIC)))
 
 
+def test_disabled_optimizers_onnxruntime_names_of_the_transpose_fold(tmp_path):
+    """onnxruntime's MatmulTransposeFusion folds a last-two-axes Transpose into FusedMatMul, as ours
+    does: disabling it by its name keeps the Transpose in both runtimes."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Transpose", ["b"], ["bt"], perm=[0, 2, 1], name="t"),
+                           helper.make_node("MatMul", ["a", "bt"], ["y"], name="mm")], "g",
+                          [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 3, 4]),
+                           helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 5, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    names = ["MatmulTransposeFusion"]
+    assert "t" not in ops(rt.InferenceSession(m.SerializeToString(), opts(L.ORT_ENABLE_ALL)))
+    assert "t" not in _ort_optimized_ops(m, L.ORT_ENABLE_ALL, tmp_path)
+    assert "t" in ops(rt.InferenceSession(m.SerializeToString(), opts(L.ORT_ENABLE_ALL), disabled_optimizers=names))
+    assert "t" in _ort_optimized_ops(m, L.ORT_ENABLE_ALL, tmp_path, disabled_optimizers=names)
+
+
 def test_disabled_optimizers_kwarg_adds_to_the_config_entry_and_survives_a_rebuild():
     s = rt.InferenceSession(chain_model().SerializeToString(), opts(L.ORT_ENABLE_ALL, disable="DeadNodeElimination"),
                             disabled_optimizers=("IdentityElimination",))
