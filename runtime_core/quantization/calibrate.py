@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import abc
 import copy
-import os
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -175,34 +173,11 @@ class _Histogram:
         self.num_quantized_bins, self.percentile, self.scenario = num_quantized_bins, percentile, scenario
         self.h: dict[str, list] = {}
         self.binner = _Binner()
-        self._binners: list[_Binner] = []
-        self.threads = min(2, os.cpu_count() or 1)  # a small pool: the run between batches uses the cores too
 
     def end_batch(self) -> None:
         pass
 
-    def collect_batch(self, items: Sequence[tuple[str, np.ndarray]]) -> None:
-        """Fold one batch: the tensors split over a small thread pool (numpy's loops release
-        the GIL, so one thread's arithmetic overlaps another's bincount); each tensor's state is
-        updated by one thread, in batch order, so the histograms do not depend on scheduling."""
-        if self.threads < 2 or len(items) < 2:
-            for name, a in items:
-                self.collect(name, a)
-            return
-        if len(self._binners) < self.threads:
-            self._binners = [self.binner] + [_Binner(self.binner.chunk) for _ in range(self.threads - 1)]
-        parts = [items[k:: self.threads] for k in range(self.threads)]
-
-        def work(k):
-            for name, a in parts[k]:
-                self.collect(name, a, self._binners[k])
-
-        with ThreadPoolExecutor(self.threads) as ex:
-            for f in [ex.submit(work, k) for k in range(self.threads)]:
-                f.result()  # re-raises a worker's error here
-
-    def collect(self, name: str, a: np.ndarray, b: _Binner | None = None) -> None:
-        b = b or self.binner
+    def collect(self, name: str, a: np.ndarray) -> None:
         a = a.reshape(-1)
         if a.dtype != np.float32:
             a = a.astype(np.float32)
@@ -214,11 +189,12 @@ class _Histogram:
                 a = a[~np.isnan(a)]
                 lo, hi = (a.min(), a.max()) if a.size else (np.float32(0), np.float32(0))
         if self.method == "percentile" and self.symmetric:
-            self._collect_abs(name, a, lo, hi, b)
+            self._collect_abs(name, a, lo, hi)
         else:
-            self._collect_signed(name, a, lo, hi, b)
+            self._collect_signed(name, a, lo, hi)
 
-    def _collect_abs(self, name, a, lo, hi, b) -> None:
+    def _collect_abs(self, name, a, lo, hi) -> None:
+        b = self.binner
         amax = np.float32(max(abs(lo), abs(hi)))
         old = self.h.get(name)
         if old is None:
@@ -236,7 +212,8 @@ class _Histogram:
         hist0 += b.count(a, 0.0, edges[1] - edges[0], len(hist0), absolute=True)
         self.h[name] = [hist0, edges, min(lo0, lo), max(hi0, hi)]
 
-    def _collect_signed(self, name, a, lo, hi, b) -> None:
+    def _collect_signed(self, name, a, lo, hi) -> None:
+        b = self.binner
         th = np.float32(max(abs(lo), abs(hi)))
         old = self.h.get(name)
         if old is None:
@@ -424,12 +401,8 @@ class Calibrator:
                 if not feed:
                     break
                 values = self.session.run(self.output_names, feed)
-                items = [(name, np.asarray(v)) for name, v in zip(self.output_names, values)]
-                if hasattr(self.collector, "collect_batch"):
-                    self.collector.collect_batch(items)
-                else:
-                    for name, v in items:
-                        self.collector.collect(name, v)
+                for name, v in zip(self.output_names, values):
+                    self.collector.collect(name, np.asarray(v))
                 self.collector.end_batch()
                 self.batches += 1
                 bar.update()
