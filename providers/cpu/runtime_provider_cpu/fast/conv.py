@@ -101,6 +101,8 @@ def select_plan(x, w, b, clip, group, strides, dilations, pb, pe, threads=1, ctx
         return plan
     names = list(found)
     shape = tuple(x.shape) + tuple(w.shape) + (group,) + tuple(strides) + tuple(dilations) + tuple(pb) + tuple(pe)
+    if act is not None:  # measured with the activation (in some kernels' epilogue): its own entry
+        shape += ("act", act[0])
     key = autotune.cache_key("conv", shape, "float32", threads)
     name = autotune.decide("conv", key, names, "im2col", getattr(ctx, "tune", True))
     if name is None:
