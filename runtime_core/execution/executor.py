@@ -20,6 +20,8 @@ import logging
 import threading
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import ExecutionError, OutOfMemoryError, RunTerminatedError
 from ..partition.report import CopyEntry, FusionEntry
 from .cancel import accepts_stop, find_terminated, in_chain, terminated_error
@@ -62,6 +64,21 @@ def same_device(owner, consumer, tensor) -> bool:
     holds = getattr(consumer, "holds", None)
     return True if holds is None else bool(holds(tensor))
 
+
+
+def _owned(v, feeds: dict, earlier: list):
+    """``v``, or a copy of it when the caller would otherwise share memory it does not own: a
+    feed (an Identity or Reshape of an input), a constant (read-only: a Gather or Slice view of
+    a weight) or an output returned before it. onnxruntime returns every output in its own
+    buffer, so writing into one changes nothing else."""
+    if not isinstance(v, np.ndarray):
+        return v
+    if not v.flags.writeable:
+        return v.copy()
+    for other in (*feeds.values(), *earlier):
+        if isinstance(other, np.ndarray) and np.may_share_memory(v, other):
+            return v.copy()
+    return v
 
 class TransferStats:
     """Host<->device copies: how many each way and their bytes.
@@ -395,7 +412,7 @@ class ExecutionPlan:
             src, natural = self.output_source[name]
             host_key = self.output_keys[name]
             if want is None:
-                result.append(env[host_key] if host_key in env
+                result.append(_owned(env[host_key], feeds, result) if host_key in env
                               else transfer(name, src, None, env[natural], stats))
                 continue
             if src is None and device_feeds and name in device_feeds:
