@@ -38,6 +38,11 @@ _NP_TO_OIP = {np.dtype(v).str: k for k, v in _OIP_TO_NP.items() if v is not np.o
 _GPU_PROVIDERS = {"cuda", "cudaexecutionprovider"}
 _REGISTRY_NAME = "runtime_core_partition_reports"
 
+# No telemetry, ever: ray.init's own local cluster turns Ray's usage stats off, but a driver that
+# joins a running cluster leaves them on, and Ray Data then starts a usage-collecting actor for it;
+# set before the user's ray.init (an explicit RAY_USAGE_STATS_ENABLED=1 wins).
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 
 def _ray():
     try:

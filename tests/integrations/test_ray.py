@@ -150,6 +150,39 @@ def test_lightgbm_100k_rows_parquet_to_parquet_through_ray_data(cluster, lgb_mod
         assert all(n["provider"] == "CPUExecutionProvider" for n in r["report"]["nodes"])
 
 
+def test_usage_stats_stay_off(cluster):
+    """No telemetry: a Ray Data job starts no usage-collecting actor, and workers see Ray's usage
+    stats off."""
+    assert ray.data.range(10).map_batches(lambda b: b).count() == 10
+    names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+    assert "DataUsageCollectionActor" not in names, names
+
+    @ray.remote(num_cpus=0)
+    def enabled():
+        from ray._common.usage import usage_lib
+        return usage_lib.usage_stats_enabled()
+
+    assert ray.get(enabled.remote()) is False
+
+
+@pytest.mark.parametrize("preset", [None, "1"])
+def test_importing_the_module_turns_usage_stats_off_unless_asked(preset):
+    """A driver that joins a running cluster (ray.init(address=...)) does not get the switch-off that
+    ray.init's own local cluster makes: importing the module does it, an explicit 1 is kept."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_USAGE_STATS_ENABLED"}
+    if preset:
+        env["RAY_USAGE_STATS_ENABLED"] = preset
+    code = ("import runtime_core.integrations.ray\n"
+            "from ray.data._internal.usage.collector import usage_collection_disabled\n"
+            "print(usage_collection_disabled())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("False" if preset == "1" else "True")
+
+
 def test_cnn_2000_images_through_ray_data(cluster, cnn_model):
     images = np.random.default_rng(3).random((2000, 1, 16, 16), dtype=np.float32)
     ds = ray.data.from_numpy(images)  # one tensor column, "data"
