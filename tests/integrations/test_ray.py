@@ -25,8 +25,9 @@ except ImportError:
     pytest.skip("ray is not installed (extra runtime-core[ray])", allow_module_level=True)
 
 import runtime_core as rt
-from runtime_core.integrations.ray import (BatchRowShapeError, BatchRowTypeError, Predictor, deployment,
-                                           partition_reports)
+from runtime_core.errors import InvalidArgumentError
+from runtime_core.integrations.ray import (BatchRowShapeError, BatchRowTypeError, Predictor, _arrow_table,
+                                           deployment, partition_reports)
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +120,7 @@ def test_lightgbm_100k_rows_parquet_to_parquet_through_ray_data(cluster, lgb_mod
             while len(os.listdir(started)) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
             out = super().__call__(batch)
-            out["pid"] = np.full(len(out["id"]), os.getpid())
-            return out
+            return out.append_column("pid", pa.array(np.full(out.num_rows, os.getpid())))
 
     df, x = _features(100_000)
     path = tmp_path / "features.parquet"
@@ -134,7 +134,7 @@ def test_lightgbm_100k_rows_parquet_to_parquet_through_ray_data(cluster, lgb_mod
     if hasattr(ctx, "parquet_chunker_target_chunk_size"):
         monkeypatch.setattr(ctx, "parquet_chunker_target_chunk_size", os.path.getsize(path) // 5 + 1)
     ds = (ray.data.read_parquet(str(path), ray_remote_args={"num_cpus": 0.5})  # as the actors: else no fusion
-          .map_batches(Tagged, fn_constructor_kwargs={"model": lgb_model, "id_column": "id"},
+          .map_batches(Tagged, fn_constructor_kwargs={"model": lgb_model, "id_column": "id", "output_format": "pyarrow"},
                        compute=ray.data.ActorPoolStrategy(size=2, max_tasks_in_flight_per_actor=1),
                        num_cpus=0.5, batch_size=None, batch_format="numpy"))
     ds.write_parquet(str(tmp_path / "out"), min_rows_per_file=25_000)
@@ -324,6 +324,41 @@ def test_bad_rows_go_to_the_error_column_when_asked(lgb_model):
     np.testing.assert_array_equal(out["label"][good].astype(np.int64), label)
     assert out["label"][5] is None and np.isnan(out["probabilities"][5]).all()
     np.testing.assert_allclose(out["probabilities"][good], [list(m.values()) for m in probs], rtol=1e-6)
+
+
+def test_pyarrow_output_holds_the_numpy_outputs_without_copies(cnn_model, lgb_model):
+    """output_format="pyarrow": the same columns as the dict of numpy (labels, ZipMap columns or an
+    [N, K] tensor column, an error column), numeric columns sharing the session's buffers, and Ray
+    makes the same block of it as of the dict."""
+    from ray.data.block import BlockAccessor
+
+    df, x = _features(300, seed=5)
+    data = {c: df[c].to_numpy() for c in df.columns}
+    for kw in ({}, {"zipmap": "array", "keep_columns": False}):
+        want = Predictor(lgb_model, id_column="id", publish_report=False, **kw)(dict(data))
+        got = Predictor(lgb_model, id_column="id", publish_report=False, output_format="pyarrow", **kw)(dict(data))
+        assert got.column_names == list(want)
+        assert BlockAccessor.batch_to_block(got).equals(BlockAccessor.batch_to_block(want))
+        same = _arrow_table(want)  # the conversion the Predictor makes, on these very arrays
+        for name, col in want.items():
+            np.testing.assert_array_equal(got.column(name).chunk(0).to_numpy(), col)
+            if col.ndim == 1:  # zero-copy: the table's buffer is the numpy column's
+                assert same.column(name).chunk(0).buffers()[1].address == col.ctypes.data, name
+    _check_lgb(Predictor(lgb_model, id_column="id", publish_report=False, output_format="pyarrow")(dict(data))
+               .to_pandas(), x, lgb_model)
+    images = np.random.default_rng(4).random((5, 1, 16, 16), dtype=np.float32)
+    got = Predictor(cnn_model, input_columns={"input": "data"}, output_format="pyarrow",
+                    publish_report=False)({"data": images})
+    np.testing.assert_allclose(got.column("probs").chunk(0).to_numpy(),
+                               rt.InferenceSession(cnn_model).run(None, {"input": images})[0], rtol=1e-6)
+    f2 = data["f2"].astype(object)
+    f2[3] = "n/a"
+    got = Predictor(lgb_model, id_column="id", on_error="column", output_format="pyarrow",
+                    publish_report=False)({**data, "f2": f2})
+    errors = got.column("error").to_pylist()
+    assert [bool(e) for e in errors] == [i == 3 for i in range(300)] and got.column("label")[3].as_py() is None
+    with pytest.raises(InvalidArgumentError, match="output_format"):
+        Predictor(lgb_model, output_format="arrow", publish_report=False)
 
 
 def test_pandas_batches_and_a_missing_column(cnn_model, lgb_model):
