@@ -309,7 +309,7 @@ class Predictor:
     - ``on_error``: ``"raise"`` (default) raises :class:`BatchRowError` naming the bad rows; ``"column"``
       scores the good rows and writes each bad row's reason to ``error_column`` (empty string when
       fine), its outputs null (NaN for floats) — every row comes back either way.
-    - ``output_format``: None (default) answers in the batch's form (dict of numpy or pandas);
+    - ``output_format``: None (default) answers in the batch's form (dict of numpy, pandas or pyarrow);
       ``"numpy"``, ``"pandas"`` or ``"pyarrow"`` (a ``pyarrow.Table``, which Ray Data takes as the
       block as it is, with no per-value type inference: the cheapest for numeric outputs).
     """
@@ -475,8 +475,12 @@ class Predictor:
             self._published()
 
     def _score(self, batch):
-        pandas = not isinstance(batch, dict)
-        if pandas:  # a pandas.DataFrame batch: columns as numpy, the answer as a DataFrame again
+        form = "numpy" if isinstance(batch, dict) else "pyarrow" if hasattr(batch, "column_names") else "pandas"
+        if form == "pyarrow":  # batch_format="pyarrow": Ray's own Arrow -> numpy (zero-copy for numbers)
+            from ray.data.block import BlockAccessor
+
+            data = BlockAccessor.for_block(batch).to_batch_format("numpy")
+        elif form == "pandas":  # a pandas.DataFrame batch: columns as numpy, the answer as a DataFrame again
             data = {c: batch[c].to_numpy() for c in batch.columns}
         else:
             data = batch
@@ -513,7 +517,7 @@ class Predictor:
             else:
                 if self._on_error == "column":
                     out[self._error_column] = np.array([""] * n, dtype=object)
-        fmt = self._output_format or ("pandas" if pandas else "numpy")
+        fmt = self._output_format or form
         if fmt == "pyarrow":
             return _arrow_table(out)
         if fmt == "pandas":

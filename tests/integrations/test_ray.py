@@ -361,6 +361,26 @@ def test_pyarrow_output_holds_the_numpy_outputs_without_copies(cnn_model, lgb_mo
         Predictor(lgb_model, output_format="arrow", publish_report=False)
 
 
+def test_pyarrow_batches_answer_as_pyarrow(cnn_model, lgb_model):
+    """batch_format="pyarrow": the batch's columns reach the model as numpy (tensor columns too) and
+    the answer is a pyarrow Table unless output_format says otherwise."""
+    import pyarrow as pa
+    from ray.data.block import BlockAccessor
+
+    df, x = _features(200, seed=6)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    got = Predictor(lgb_model, id_column="id", publish_report=False)(table)
+    assert isinstance(got, pa.Table)
+    _check_lgb(got.to_pandas(), x, lgb_model)
+    as_dict = Predictor(lgb_model, id_column="id", publish_report=False, output_format="numpy")(table)
+    assert isinstance(as_dict, dict) and as_dict["f3"].dtype == np.float32
+    images = np.random.default_rng(8).random((6, 1, 16, 16), dtype=np.float32)
+    block = BlockAccessor.batch_to_block({"data": images})  # a tensor column, as Ray Data holds it
+    got = Predictor(cnn_model, input_columns={"input": "data"}, keep_columns=False, publish_report=False)(block)
+    np.testing.assert_allclose(got.column("probs").chunk(0).to_numpy(),
+                               rt.InferenceSession(cnn_model).run(None, {"input": images})[0], rtol=1e-6)
+
+
 def test_pandas_batches_and_a_missing_column(cnn_model, lgb_model):
     df, x = _features(10, seed=8)
     out = Predictor(lgb_model, feature_columns=[f"f{i}" for i in range(6)], keep_columns=["id"],
