@@ -246,8 +246,9 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_
             os.environ.setdefault("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", "1")
             (ray.data.read_parquet(data)
              .map_batches(TimedPredictor,
+                          # outputs as a pyarrow Table: Ray takes it as the block, no per-value type inference
                           fn_constructor_kwargs={"model": model, "id_column": "id", "keep_columns": ["id"],
-                                                 "publish_report": False},
+                                                 "publish_report": False, "output_format": "pyarrow"},
                           compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=1, batch_size=None,
                           batch_format="numpy")
              .write_parquet(out, min_rows_per_file=rows_per_file))  # a few write tasks, not one per block

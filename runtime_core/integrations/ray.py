@@ -38,6 +38,11 @@ _NP_TO_OIP = {np.dtype(v).str: k for k, v in _OIP_TO_NP.items() if v is not np.o
 _GPU_PROVIDERS = {"cuda", "cudaexecutionprovider"}
 _REGISTRY_NAME = "runtime_core_partition_reports"
 
+# No telemetry, ever: ray.init's own local cluster turns Ray's usage stats off, but a driver that
+# joins a running cluster leaves them on, and Ray Data then starts a usage-collecting actor for it;
+# set before the user's ray.init (an explicit RAY_USAGE_STATS_ENABLED=1 wins).
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 
 def _ray():
     try:
@@ -178,6 +183,29 @@ def _fmt(shape) -> str:
     return "(" + ", ".join("?" if not isinstance(d, int) else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def _arrow_table(cols: dict):
+    """Output columns as a pyarrow Table: 1-D numeric columns without a copy, ``[N, ...]`` columns
+    as Ray's tensor extension (what Ray makes of them). Ray's own conversion of a dict of numpy
+    columns infers each column's type value by value (``pa.infer_type``), ~0.6 CPU s per 1M rows of
+    5 numeric columns, 4% of the LightGBM example's scoring."""
+    import pyarrow as pa
+
+    arrays = {}
+    for name, col in cols.items():
+        col = np.asarray(col) if not isinstance(col, np.ndarray) else col
+        if col.ndim == 1 and col.dtype != object:
+            arrays[name] = pa.array(col)  # numbers, zero-copy
+        elif col.ndim > 1:
+            from ray.data.extensions import ArrowTensorArray
+
+            arrays[name] = ArrowTensorArray.from_numpy(col)
+        else:  # an object column (strings, None, mixed bad rows, per-row arrays): Ray's own rules
+            from ray.data.block import BlockAccessor
+
+            arrays[name] = BlockAccessor.batch_to_block({name: col}).column(name)
+    return pa.table(arrays)
+
+
 def _ranges(rows: list[int]) -> str:
     """[3, 4, 5, 9] -> '3-5, 9'"""
     out, start, prev = [], None, None
@@ -281,13 +309,19 @@ class Predictor:
     - ``on_error``: ``"raise"`` (default) raises :class:`BatchRowError` naming the bad rows; ``"column"``
       scores the good rows and writes each bad row's reason to ``error_column`` (empty string when
       fine), its outputs null (NaN for floats) — every row comes back either way.
+    - ``output_format``: None (default) answers in the batch's form (dict of numpy, pandas or pyarrow);
+      ``"numpy"``, ``"pandas"`` or ``"pyarrow"`` (a ``pyarrow.Table``, which Ray Data takes as the
+      block as it is, with no per-value type inference: the cheapest for numeric outputs).
     """
 
     def __init__(self, model, providers=None, sess_options=None, provider_options=None, *,
                  input_columns: dict[str, str] | None = None, feature_columns: list[str] | None = None,
                  keep_columns: bool | list[str] = True, output_names: list[str] | None = None,
                  zipmap: str = "columns", on_error: str = "raise", error_column: str = "error",
-                 id_column: str | None = None, publish_report: bool = True):
+                 id_column: str | None = None, publish_report: bool = True, output_format: str | None = None):
+        if output_format not in (None, "numpy", "pandas", "pyarrow"):
+            raise InvalidArgumentError(f"output_format must be None, 'numpy', 'pandas' or 'pyarrow', got {output_format!r}")
+        self._output_format = output_format
         if on_error not in ("raise", "column"):
             raise InvalidArgumentError(f"on_error must be 'raise' or 'column', got {on_error!r}")
         if zipmap not in ("columns", "array"):
@@ -441,8 +475,12 @@ class Predictor:
             self._published()
 
     def _score(self, batch):
-        pandas = not isinstance(batch, dict)
-        if pandas:  # a pandas.DataFrame batch: columns as numpy, the answer as a DataFrame again
+        form = "numpy" if isinstance(batch, dict) else "pyarrow" if hasattr(batch, "column_names") else "pandas"
+        if form == "pyarrow":  # batch_format="pyarrow": Ray's own Arrow -> numpy (zero-copy for numbers)
+            from ray.data.block import BlockAccessor
+
+            data = BlockAccessor.for_block(batch).to_batch_format("numpy")
+        elif form == "pandas":  # a pandas.DataFrame batch: columns as numpy, the answer as a DataFrame again
             data = {c: batch[c].to_numpy() for c in batch.columns}
         else:
             data = batch
@@ -479,7 +517,10 @@ class Predictor:
             else:
                 if self._on_error == "column":
                     out[self._error_column] = np.array([""] * n, dtype=object)
-        if pandas:
+        fmt = self._output_format or form
+        if fmt == "pyarrow":
+            return _arrow_table(out)
+        if fmt == "pandas":
             import pandas as pd
             return pd.DataFrame({k: (list(v) if isinstance(v, np.ndarray) and v.ndim > 1 else v)
                                  for k, v in out.items()})

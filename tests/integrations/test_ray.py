@@ -25,8 +25,9 @@ except ImportError:
     pytest.skip("ray is not installed (extra runtime-core[ray])", allow_module_level=True)
 
 import runtime_core as rt
-from runtime_core.integrations.ray import (BatchRowShapeError, BatchRowTypeError, Predictor, deployment,
-                                           partition_reports)
+from runtime_core.errors import InvalidArgumentError
+from runtime_core.integrations.ray import (BatchRowShapeError, BatchRowTypeError, Predictor, _arrow_table,
+                                           deployment, partition_reports)
 
 
 @pytest.fixture(scope="module")
@@ -119,8 +120,7 @@ def test_lightgbm_100k_rows_parquet_to_parquet_through_ray_data(cluster, lgb_mod
             while len(os.listdir(started)) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
             out = super().__call__(batch)
-            out["pid"] = np.full(len(out["id"]), os.getpid())
-            return out
+            return out.append_column("pid", pa.array(np.full(out.num_rows, os.getpid())))
 
     df, x = _features(100_000)
     path = tmp_path / "features.parquet"
@@ -134,7 +134,7 @@ def test_lightgbm_100k_rows_parquet_to_parquet_through_ray_data(cluster, lgb_mod
     if hasattr(ctx, "parquet_chunker_target_chunk_size"):
         monkeypatch.setattr(ctx, "parquet_chunker_target_chunk_size", os.path.getsize(path) // 5 + 1)
     ds = (ray.data.read_parquet(str(path), ray_remote_args={"num_cpus": 0.5})  # as the actors: else no fusion
-          .map_batches(Tagged, fn_constructor_kwargs={"model": lgb_model, "id_column": "id"},
+          .map_batches(Tagged, fn_constructor_kwargs={"model": lgb_model, "id_column": "id", "output_format": "pyarrow"},
                        compute=ray.data.ActorPoolStrategy(size=2, max_tasks_in_flight_per_actor=1),
                        num_cpus=0.5, batch_size=None, batch_format="numpy"))
     ds.write_parquet(str(tmp_path / "out"), min_rows_per_file=25_000)
@@ -148,6 +148,43 @@ def test_lightgbm_100k_rows_parquet_to_parquet_through_ray_data(cluster, lgb_mod
     for r in reports.values():  # threads sized from the actor's CPU share, not the node's 2
         assert r["intra_op_num_threads"] == 1, r
         assert all(n["provider"] == "CPUExecutionProvider" for n in r["report"]["nodes"])
+
+
+def test_usage_stats_stay_off(cluster):
+    """No telemetry: a Ray Data job starts no usage-collecting actor, and workers see Ray's usage
+    stats off."""
+    assert ray.data.range(10).map_batches(lambda b: b).count() == 10
+    names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+    assert "DataUsageCollectionActor" not in names, names
+
+    @ray.remote(num_cpus=0)
+    def enabled():
+        try:
+            from ray._common.usage import usage_lib
+        except ImportError:  # Ray before the module moved
+            from ray._private.usage import usage_lib
+        return usage_lib.usage_stats_enabled()
+
+    assert ray.get(enabled.remote()) is False
+
+
+@pytest.mark.parametrize("preset", [None, "1"])
+def test_importing_the_module_turns_usage_stats_off_unless_asked(preset):
+    """A driver that joins a running cluster (ray.init(address=...)) does not get the switch-off that
+    ray.init's own local cluster makes: importing the module does it, an explicit 1 is kept."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "RAY_USAGE_STATS_ENABLED"}
+    if preset:
+        env["RAY_USAGE_STATS_ENABLED"] = preset
+    code = ("import runtime_core.integrations.ray\n"
+            "try:\n    from ray._common.usage import usage_lib\n"
+            "except ImportError:\n    from ray._private.usage import usage_lib\n"
+            "print(usage_lib.usage_stats_enabled())")  # what Ray Data's usage collection asks too
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ("True" if preset == "1" else "False")
 
 
 def test_cnn_2000_images_through_ray_data(cluster, cnn_model):
@@ -291,6 +328,61 @@ def test_bad_rows_go_to_the_error_column_when_asked(lgb_model):
     np.testing.assert_array_equal(out["label"][good].astype(np.int64), label)
     assert out["label"][5] is None and np.isnan(out["probabilities"][5]).all()
     np.testing.assert_allclose(out["probabilities"][good], [list(m.values()) for m in probs], rtol=1e-6)
+
+
+def test_pyarrow_output_holds_the_numpy_outputs_without_copies(cnn_model, lgb_model):
+    """output_format="pyarrow": the same columns as the dict of numpy (labels, ZipMap columns or an
+    [N, K] tensor column, an error column), numeric columns sharing the session's buffers, and Ray
+    makes the same block of it as of the dict."""
+    from ray.data.block import BlockAccessor
+
+    df, x = _features(300, seed=5)
+    data = {c: df[c].to_numpy() for c in df.columns}
+    for kw in ({}, {"zipmap": "array", "keep_columns": False}):
+        want = Predictor(lgb_model, id_column="id", publish_report=False, **kw)(dict(data))
+        got = Predictor(lgb_model, id_column="id", publish_report=False, output_format="pyarrow", **kw)(dict(data))
+        assert got.column_names == list(want)
+        assert BlockAccessor.batch_to_block(got).equals(BlockAccessor.batch_to_block(want))
+        same = _arrow_table(want)  # the conversion the Predictor makes, on these very arrays
+        for name, col in want.items():
+            np.testing.assert_array_equal(got.column(name).chunk(0).to_numpy(), col)
+            if col.ndim == 1:  # zero-copy: the table's buffer is the numpy column's
+                assert same.column(name).chunk(0).buffers()[1].address == col.ctypes.data, name
+    _check_lgb(Predictor(lgb_model, id_column="id", publish_report=False, output_format="pyarrow")(dict(data))
+               .to_pandas(), x, lgb_model)
+    images = np.random.default_rng(4).random((5, 1, 16, 16), dtype=np.float32)
+    got = Predictor(cnn_model, input_columns={"input": "data"}, output_format="pyarrow",
+                    publish_report=False)({"data": images})
+    np.testing.assert_allclose(got.column("probs").chunk(0).to_numpy(),
+                               rt.InferenceSession(cnn_model).run(None, {"input": images})[0], rtol=1e-6)
+    f2 = data["f2"].astype(object)
+    f2[3] = "n/a"
+    got = Predictor(lgb_model, id_column="id", on_error="column", output_format="pyarrow",
+                    publish_report=False)({**data, "f2": f2})
+    errors = got.column("error").to_pylist()
+    assert [bool(e) for e in errors] == [i == 3 for i in range(300)] and got.column("label")[3].as_py() is None
+    with pytest.raises(InvalidArgumentError, match="output_format"):
+        Predictor(lgb_model, output_format="arrow", publish_report=False)
+
+
+def test_pyarrow_batches_answer_as_pyarrow(cnn_model, lgb_model):
+    """batch_format="pyarrow": the batch's columns reach the model as numpy (tensor columns too) and
+    the answer is a pyarrow Table unless output_format says otherwise."""
+    import pyarrow as pa
+    from ray.data.block import BlockAccessor
+
+    df, x = _features(200, seed=6)
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    got = Predictor(lgb_model, id_column="id", publish_report=False)(table)
+    assert isinstance(got, pa.Table)
+    _check_lgb(got.to_pandas(), x, lgb_model)
+    as_dict = Predictor(lgb_model, id_column="id", publish_report=False, output_format="numpy")(table)
+    assert isinstance(as_dict, dict) and as_dict["f3"].dtype == np.float32
+    images = np.random.default_rng(8).random((6, 1, 16, 16), dtype=np.float32)
+    block = BlockAccessor.batch_to_block({"data": images})  # a tensor column, as Ray Data holds it
+    got = Predictor(cnn_model, input_columns={"input": "data"}, keep_columns=False, publish_report=False)(block)
+    np.testing.assert_allclose(got.column("probs").chunk(0).to_numpy(),
+                               rt.InferenceSession(cnn_model).run(None, {"input": images})[0], rtol=1e-6)
 
 
 def test_pandas_batches_and_a_missing_column(cnn_model, lgb_model):
