@@ -166,3 +166,15 @@ def test_quantizer_sets_accuracy_level():
     got = rt.InferenceSession(m).run(None, {"a": a})[0]
     want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
     assert np.abs(got - want).max() <= 1e-4 * (np.abs(want).max() + 1)
+
+
+def test_without_vnni_level4_keeps_float_compute(monkeypatch):
+    rng = np.random.default_rng(8)
+    K, N, bs = 96, 40, 32
+    inits = dict(b=rng.integers(0, 256, (N, 3, bs // 2)).astype(np.uint8),
+                 s=rng.uniform(0.01, 0.05, N * 3).astype(np.float32))
+    a = rng.standard_normal((4, K)).astype(np.float32)
+    f = rt.InferenceSession(_model(K, N, bs, inits, ["a", "b", "s"], level=0)).run(None, {"a": a})[0]
+    monkeypatch.setattr(qc, "_nbits_int8_fast", lambda nat: False)
+    got = rt.InferenceSession(_model(K, N, bs, inits, ["a", "b", "s"])).run(None, {"a": a})[0]
+    assert np.array_equal(got, f)

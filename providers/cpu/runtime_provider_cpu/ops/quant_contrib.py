@@ -419,6 +419,21 @@ def _nbits_native():
     return current().native
 
 
+def _nbits_int8_fast(nat) -> bool:
+    """Whether ``nbits_int8_matmul``'s VNNI loop runs on this CPU: elsewhere accuracy_level 4 keeps
+    float compute (the level is a floor on accuracy; the portable int8 loop is slower than float)."""
+    if nat is None or not hasattr(nat, "nbits_int8_matmul"):
+        return False
+    fast = _INT8_FAST.get(id(nat))
+    if fast is None:
+        isa = nat.cpu_isa()
+        fast = _INT8_FAST[id(nat)] = bool(isa.get("avx512_vnni") and isa.get("avx512f"))
+    return fast
+
+
+_INT8_FAST: dict = {}
+
+
 def _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op):
     """The plan of this node for ``a2``'s row count: the compiled kernel or the dequantized
     weight, forced, cached or measured (``fast/autotune.py``) on a slice of the weight's columns;
@@ -482,8 +497,8 @@ def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, 
         return np.zeros(a.shape[:-1] + (N,), a.dtype)
     a2 = np.ascontiguousarray(a.reshape(-1, K), dtype=_F32)
     nat = _nbits_native()
-    if accuracy_level == 4 and nat is not None and hasattr(nat, "nbits_int8_matmul") and scales.dtype == _F32:
-        # the model asked for int8 compute (onnxruntime's CompInt8): a quantized per block, int8 dots
+    if accuracy_level == 4 and _nbits_int8_fast(nat) and scales.dtype == _F32:
+        # the model allows int8 compute (onnxruntime's CompInt8): a quantized per block, int8 dots
         packed = cache.get("nbits_int8") if const else None
         if packed is None:
             packed = _nbits_int8_pack(b, scales, zero_points, N, nb, block_size, op)
