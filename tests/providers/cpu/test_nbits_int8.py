@@ -178,3 +178,59 @@ def test_without_vnni_level4_keeps_float_compute(monkeypatch):
     monkeypatch.setattr(qc, "_nbits_int8_fast", lambda nat: False)
     got = rt.InferenceSession(_model(K, N, bs, inits, ["a", "b", "s"])).run(None, {"a": a})[0]
     assert np.array_equal(got, f)
+
+
+def _biased_mlp(rng, level, bias_shape=None, extra_reader=False):
+    """x -> MatMulNBits -> Add(bias) [-> Relu], K=64 N=48; the Add's output also a graph output
+    where ``extra_reader``."""
+    K, N, bs = 64, 48, 32
+    inits = dict(b=rng.integers(0, 256, (N, 2, bs // 2)).astype(np.uint8),
+                 s=rng.uniform(0.01, 0.05, N * 2).astype(np.float32),
+                 bias=rng.standard_normal(bias_shape or (N,)).astype(np.float32))
+    nodes = [helper.make_node("MatMulNBits", ["a", "b", "s"], ["mm"], "q4", domain=MS, K=K, N=N, bits=4,
+                              block_size=bs, accuracy_level=level),
+             helper.make_node("Add", ["bias", "mm"], ["t"], "add"),
+             helper.make_node("Relu", ["t"], ["y"], "relu")]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    if extra_reader:
+        outs.append(helper.make_tensor_value_info("mm", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, None)], outs,
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _ops(sess):
+    return [n["op_type"] for n in sess.get_partition_report().to_dict()["nodes"]]
+
+
+@pytest.mark.parametrize("level", [0, 4])
+@pytest.mark.parametrize("rows", [1, 128])
+def test_bias_add_goes_into_matmulnbits(level, rows):
+    rng = np.random.default_rng(9 + rows)
+    m = _biased_mlp(rng, level)
+    a = rng.standard_normal((2, rows, 64)).astype(np.float32)
+    sess = rt.InferenceSession(m)
+    assert "Add" not in _ops(sess) and "MatMulNBits" in _ops(sess)
+    so = rt.SessionOptions()
+    so.graph_optimization_level = rt.GraphOptimizationLevel.ORT_DISABLE_ALL
+    plain = rt.InferenceSession(m, so)
+    assert "Add" in _ops(plain)
+    got, want = sess.run(None, {"a": a})[0], plain.run(None, {"a": a})[0]
+    assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert np.allclose(got, _ort(m, a), rtol=1e-4, atol=1e-4 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("case", ["broadcast_bias", "shared_output"])
+def test_bias_add_stays_where_it_must(case):
+    rng = np.random.default_rng(10)
+    m = _biased_mlp(rng, 0, bias_shape=(3, 1, 48) if case == "broadcast_bias" else None,
+                    extra_reader=case == "shared_output")
+    sess = rt.InferenceSession(m)
+    assert "Add" in _ops(sess)
+    a = rng.standard_normal((1, 64)).astype(np.float32)
+    got = sess.run(None, {"a": a})
+    want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, {"a": a})
+    for g_, w_ in zip(got, want):
+        assert g_.shape == w_.shape and np.allclose(g_, w_, rtol=1e-4, atol=1e-4 * np.abs(w_).max())
