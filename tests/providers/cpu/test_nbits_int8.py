@@ -60,12 +60,18 @@ def _reference(a, b, s, z, bias, K, N, bs):
     return y + (0 if bias is None else bias.astype(np.float64))
 
 
-@pytest.fixture(params=["cpu", "portable"])
+LOOPS = {"portable": 0, "avx2": 1, "avx512vnni": 2}
+
+
+@pytest.fixture(params=["cpu", "portable", "avx2"])
 def loop(request):
-    """The kernel's loop the test names: the one this CPU runs, or the portable C."""
-    NATIVE.nbits_int8_path(1 if request.param == "portable" else 0)
+    """The kernel's loop the test names: the one this CPU picks, the portable C or the AVX2 loop
+    (where this CPU runs it)."""
+    if request.param != "cpu" and NATIVE.nbits_int8_path(LOOPS[request.param]) != request.param:
+        NATIVE.nbits_int8_path(9)
+        pytest.skip(f"this CPU does not run the {request.param} loop")
     yield request.param
-    NATIVE.nbits_int8_path(0)
+    NATIVE.nbits_int8_path(9)
 
 
 @pytest.mark.parametrize("rows", [1, 128])
@@ -113,12 +119,14 @@ def test_loops_agree_bit_for_bit():
     packed = qc._nbits_int8_pack(b, s, z, N, nb, bs, "t")
     a = rng.standard_normal((M, K)).astype(np.float32)
     out = {}
-    for force in (0, 1):
-        NATIVE.nbits_int8_path(force)
-        out[force] = np.empty((M, N), np.float32)
-        NATIVE.nbits_int8_matmul(a, *packed, None, out[force], (M, K, N, bs), 2)
-    NATIVE.nbits_int8_path(0)
-    assert np.array_equal(out[0], out[1])
+    for name, force in LOOPS.items():
+        if NATIVE.nbits_int8_path(force) == name:
+            out[name] = np.empty((M, N), np.float32)
+            NATIVE.nbits_int8_matmul(a, *packed, None, out[name], (M, K, N, bs), 2)
+    NATIVE.nbits_int8_path(9)
+    assert "portable" in out
+    for name, y in out.items():
+        assert np.array_equal(y, out["portable"]), name
 
 
 def test_zero_and_nonfinite_rows_do_not_crash():

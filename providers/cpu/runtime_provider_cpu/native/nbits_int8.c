@@ -7,9 +7,10 @@
  * B is packed once by the caller (ops/quant_contrib.py, _nbits_int8_pack): panels of 16 columns,
  * K in groups of 8 terms, 64 bytes a group: byte 4c + i holds column c's codes of terms i (low
  * nibble) and 4 + i (high nibble), so one load and two masks give vpdpbusd's two operands; the
- * scales sb and z * sb as [panel][block][16] floats (zeros past N). Paths, chosen once by the CPU:
- * AVX-512 VNNI (up to 6 rows x 16 columns a tile, two accumulators a row) and portable C whose
- * float steps are the same fmaf calls in the same order (the two agree bit for bit). */
+ * scales sb and z * sb as [panel][block][16] floats (zeros past N). Loops, by the CPU: AVX-512
+ * VNNI (up to 6 rows x 16 columns a tile, two accumulators a row), AVX2 (vpmaddubsw + vpmaddwd)
+ * and portable C; their float steps are the same fused multiply-adds in the same order and the
+ * integer dots exact, so the three agree bit for bit. */
 #include "native.h"
 
 #define NI_MR 6 /* rows a tile */
@@ -24,11 +25,15 @@ typedef struct {
     const float *bias;  /* [N] or NULL */
     float *y;           /* [M][N] */
     Py_ssize_t M, N, Kp, nb, bs, P;
-    int vnni;
+    int path;
 } ni_job;
 
-/* 1: the portable loop even where VNNI runs (nbits_int8_path, tests) */
-static int ni_portable;
+#define QN_X86 DWF_OK /* GCC on x86-64 Linux: where simd.h includes the intrinsics */
+
+enum { NI_PORTABLE, NI_AVX2, NI_VNNI512, NI_NPATHS };
+static const char *const NI_NAMES[NI_NPATHS] = {"portable", "avx2", "avx512vnni"};
+/* the loop forced by nbits_int8_path (tests reach every loop this CPU runs), -1: the CPU's choice */
+static int ni_forced = -1;
 
 /* 16 columns of panel p for rows [r0, r0 + mr) into c (16 a row, `ldc` apart) */
 static void ni_tile_portable(const ni_job *j, Py_ssize_t p, Py_ssize_t r0, int mr, float *c, Py_ssize_t ldc)
@@ -110,6 +115,75 @@ NI_TARGET static void ni_tile_vnni(const ni_job *j, Py_ssize_t p, Py_ssize_t r0,
 }
 #endif
 
+#if QN_X86
+/* AVX2 without VNNI: vpmaddubsw (u8 codes x s8 a, pairs to s16: at most 2 * 2 * 15 * 127, no
+ * saturation) and vpmaddwd by ones to s32; 16 columns as two 8-lane halves, up to 3 rows a pass
+ * (the 16 ymm registers) */
+#define NI_AVX2_TARGET __attribute__((target("avx2,fma")))
+
+NI_AVX2_TARGET static inline __attribute__((always_inline)) void ni_tile_avx2_body(const ni_job *j, Py_ssize_t p,
+                                                                                   Py_ssize_t r0, float *c,
+                                                                                   Py_ssize_t ldc, const int MR)
+{
+    const Py_ssize_t bs = j->bs, Kp = j->Kp, nb = j->nb, gb = bs / 8;
+    const __m256i lo4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    const uint8_t *bq = j->bp + p * (Kp / 8) * 64;
+    const int8_t *a[3];
+    __m256 f0[3], f1[3];
+    for (int m = 0; m < MR; m++) {
+        a[m] = j->aq + (r0 + m) * Kp;
+        f0[m] = f1[m] = _mm256_setzero_ps();
+    }
+    for (Py_ssize_t blk = 0; blk < nb; blk++) {
+        __m256i x0[3], x1[3];
+        for (int m = 0; m < MR; m++)
+            x0[m] = x1[m] = _mm256_setzero_si256();
+        for (Py_ssize_t g = blk * gb; g < (blk + 1) * gb; g++) {
+            const __m256i v0 = _mm256_loadu_si256((const __m256i *)(bq + g * 64));
+            const __m256i v1 = _mm256_loadu_si256((const __m256i *)(bq + g * 64 + 32));
+            const __m256i l0 = _mm256_and_si256(v0, lo4), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), lo4);
+            const __m256i l1 = _mm256_and_si256(v1, lo4), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), lo4);
+            for (int m = 0; m < MR; m++) {
+                int32_t a0, a1;
+                memcpy(&a0, a[m] + 8 * g, 4);
+                memcpy(&a1, a[m] + 8 * g + 4, 4);
+                const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);
+                const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(l0, b0), _mm256_maddubs_epi16(h0, b1));
+                const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(l1, b0), _mm256_maddubs_epi16(h1, b1));
+                x0[m] = _mm256_add_epi32(x0[m], _mm256_madd_epi16(s0, ones));
+                x1[m] = _mm256_add_epi32(x1[m], _mm256_madd_epi16(s1, ones));
+            }
+        }
+        const float *sbp = j->sb + (p * nb + blk) * 16, *zsp = j->zs + (p * nb + blk) * 16;
+        const __m256 sb0 = _mm256_loadu_ps(sbp), sb1 = _mm256_loadu_ps(sbp + 8);
+        const __m256 nz0 = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(zsp));
+        const __m256 nz1 = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(zsp + 8));
+        for (int m = 0; m < MR; m++) {
+            const __m256 sa = _mm256_set1_ps(j->sa[(r0 + m) * nb + blk]);
+            const __m256 sas = _mm256_set1_ps(j->sas[(r0 + m) * nb + blk]);
+            f0[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x0[m]), _mm256_mul_ps(sb0, sa), f0[m]);
+            f1[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x1[m]), _mm256_mul_ps(sb1, sa), f1[m]);
+            f0[m] = _mm256_fmadd_ps(nz0, sas, f0[m]);
+            f1[m] = _mm256_fmadd_ps(nz1, sas, f1[m]);
+        }
+    }
+    for (int m = 0; m < MR; m++) {
+        _mm256_storeu_ps(c + m * ldc, f0[m]);
+        _mm256_storeu_ps(c + m * ldc + 8, f1[m]);
+    }
+}
+
+NI_AVX2_TARGET static void ni_tile_avx2(const ni_job *j, Py_ssize_t p, Py_ssize_t r0, int mr, float *c, Py_ssize_t ldc)
+{
+    for (int r = 0; r < mr; r += 3)
+        switch (mr - r < 3 ? mr - r : 3) {
+        case 1: ni_tile_avx2_body(j, p, r0 + r, c + r * ldc, ldc, 1); break;
+        case 2: ni_tile_avx2_body(j, p, r0 + r, c + r * ldc, ldc, 2); break;
+        default: ni_tile_avx2_body(j, p, r0 + r, c + r * ldc, ldc, 3); break;
+        }
+}
+#endif
+
 static void ni_part(void *arg, int part, int parts)
 {
     const ni_job *j = (const ni_job *)arg;
@@ -119,8 +193,13 @@ static void ni_part(void *arg, int part, int parts)
         for (Py_ssize_t r0 = 0; r0 < j->M; r0 += NI_MR) {
             const int mr = (int)(j->M - r0 < NI_MR ? j->M - r0 : NI_MR);
 #if DWF_OK
-            if (j->vnni)
+            if (j->path == NI_VNNI512)
                 ni_tile_vnni(j, p, r0, mr, t, 16);
+            else
+#endif
+#if QN_X86
+            if (j->path == NI_AVX2)
+                ni_tile_avx2(j, p, r0, mr, t, 16);
             else
 #endif
                 ni_tile_portable(j, p, r0, mr, t, 16);
@@ -158,15 +237,31 @@ RC_CLONES static void ni_quantize_row(const float *a, Py_ssize_t K, Py_ssize_t b
     }
 }
 
-static int ni_vnni_here(void)
+/* whether this CPU runs loop p */
+static int ni_runs(int p)
 {
-#if DWF_OK
+#if QN_X86
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
+    switch (p) {
+    case NI_PORTABLE: return 1;
+    case NI_AVX2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case NI_VNNI512:
+        return DWF_OK && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("fma");
+    default: return 0;
+    }
 #else
-    return 0;
+    return p == NI_PORTABLE;
 #endif
+}
+
+/* the loop a call takes: the forced one, else AVX-512 VNNI, else AVX2, else portable */
+static int ni_path(void)
+{
+    if (ni_forced >= 0)
+        return ni_forced;
+    return ni_runs(NI_VNNI512) ? NI_VNNI512 : ni_runs(NI_AVX2) ? NI_AVX2 : NI_PORTABLE;
 }
 
 /* nbits_int8_matmul(a, bp, sb, zs, bias, y, (M, K, N, block_size), threads) */
@@ -205,8 +300,7 @@ PyObject *rc_py_nbits_int8_matmul(PyObject *self, PyObject *args)
         float *sa = (float *)w, *sas = sa + mn;
         int8_t *aq = (int8_t *)(sas + mn);
         ni_job j = {aq, sa, sas, (const uint8_t *)v[1].buf, (const float *)v[2].buf, (const float *)v[3].buf,
-                    (const float *)v[4].buf, (float *)v[5].buf, M, N, Kp, nb, bs, P,
-                    !ni_portable && ni_vnni_here()};
+                    (const float *)v[4].buf, (float *)v[5].buf, M, N, Kp, nb, bs, P, ni_path()};
         Py_BEGIN_ALLOW_THREADS
         const float *a = (const float *)v[0].buf;
         for (Py_ssize_t m = 0; m < M; m++)
@@ -223,14 +317,15 @@ PyObject *rc_py_nbits_int8_matmul(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* nbits_int8_path(force=-1) -> "avx512vnni" or "portable"; force 1 takes the portable loop, 0 the
- * CPU's own choice again (tests reach both on one machine) */
+/* nbits_int8_path(force=-1) -> the loop calls take here ("avx512vnni", "avx2" or "portable");
+ * force 0 portable, 1 avx2, 2 avx512vnni sets it where this CPU runs it, else (9, say) the CPU's
+ * own choice again (tests reach every loop on one machine) */
 PyObject *rc_py_nbits_int8_path(PyObject *self, PyObject *args)
 {
     int force = -1;
     if (!PyArg_ParseTuple(args, "|i:nbits_int8_path", &force))
         return NULL;
     if (force >= 0)
-        ni_portable = force != 0;
-    return PyUnicode_FromString(!ni_portable && ni_vnni_here() ? "avx512vnni" : "portable");
+        ni_forced = force < NI_NPATHS && ni_runs(force) ? force : -1;
+    return PyUnicode_FromString(NI_NAMES[ni_path()]);
 }

@@ -420,14 +420,15 @@ def _nbits_native():
 
 
 def _nbits_int8_fast(nat) -> bool:
-    """Whether ``nbits_int8_matmul``'s VNNI loop runs on this CPU: elsewhere accuracy_level 4 keeps
-    float compute (the level is a floor on accuracy; the portable int8 loop is slower than float)."""
+    """Whether ``nbits_int8_matmul``'s AVX-512 VNNI or AVX2 loop runs on this CPU: elsewhere
+    accuracy_level 4 keeps float compute (the level is a floor on accuracy; the portable int8 loop
+    is slower than float)."""
     if nat is None or not hasattr(nat, "nbits_int8_matmul"):
         return False
     fast = _INT8_FAST.get(id(nat))
     if fast is None:
         isa = nat.cpu_isa()
-        fast = _INT8_FAST[id(nat)] = bool(isa.get("avx512_vnni") and isa.get("avx512f"))
+        fast = _INT8_FAST[id(nat)] = bool((isa.get("avx512_vnni") and isa.get("avx512f")) or isa.get("avx2"))
     return fast
 
 
@@ -478,7 +479,7 @@ def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, 
     zp: packed uint8 [N * ceil(n_blocks / 2)], float of the scales' shape, or 8 when absent.
     Runs on ``_native.nbits_matmul`` (the codes as stored) or on the weight dequantized once,
     whichever was measured faster on this machine for the row count; accuracy_level 4 on a CPU
-    with AVX-512 VNNI: ``_native.nbits_int8_matmul`` (A quantized to int8 per block, int8 dots, as
+    with AVX-512 VNNI or AVX2: ``_native.nbits_int8_matmul`` (A quantized to int8 per block, int8 dots, as
     onnxruntime's CompInt8), the codes repacked once per session."""
     op = "MatMulNBits"
     if g_idx is not None:
