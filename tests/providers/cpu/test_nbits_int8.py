@@ -242,3 +242,9 @@ def test_bias_add_stays_where_it_must(case):
     want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, {"a": a})
     for g_, w_ in zip(got, want):
         assert g_.shape == w_.shape and np.allclose(g_, w_, rtol=1e-4, atol=1e-4 * np.abs(w_).max())
+
+
+def test_fast_flag_names_the_cpu_choice():
+    # accuracy_level 4 routes to int8 compute only where the CPU's own choice is a vector loop
+    assert bool(NATIVE.NBITS_INT8_FAST) == (NATIVE.nbits_int8_path(9) != "portable")
+    assert qc._nbits_int8_fast(NATIVE) == bool(NATIVE.NBITS_INT8_FAST)

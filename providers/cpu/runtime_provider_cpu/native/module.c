@@ -296,7 +296,8 @@ PyMODINIT_FUNC PyInit__native(void)
               PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0 ||
               PyModule_AddIntConstant(m, "CONV_LANES", CT_MR) < 0 ||
               PyModule_AddIntConstant(m, "CONV_FAST", rc_conv_fast) < 0 ||
-              PyModule_AddIntConstant(m, "NBITS_DOT_ROWS", RC_NBITS_DOT_ROWS) < 0)) {
+              PyModule_AddIntConstant(m, "NBITS_DOT_ROWS", RC_NBITS_DOT_ROWS) < 0 ||
+              PyModule_AddIntConstant(m, "NBITS_INT8_FAST", rc_nbits_int8_fast()) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

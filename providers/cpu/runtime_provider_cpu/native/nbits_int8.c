@@ -256,6 +256,12 @@ static int ni_runs(int p)
 #endif
 }
 
+/* whether a vector loop (AVX-512 VNNI or AVX2) runs here: the module's NBITS_INT8_FAST */
+int rc_nbits_int8_fast(void)
+{
+    return ni_runs(NI_VNNI512) || ni_runs(NI_AVX2);
+}
+
 /* the loop a call takes: the forced one, else AVX-512 VNNI, else AVX2, else portable */
 static int ni_path(void)
 {

@@ -423,16 +423,7 @@ def _nbits_int8_fast(nat) -> bool:
     """Whether ``nbits_int8_matmul``'s AVX-512 VNNI or AVX2 loop runs on this CPU: elsewhere
     accuracy_level 4 keeps float compute (the level is a floor on accuracy; the portable int8 loop
     is slower than float)."""
-    if nat is None or not hasattr(nat, "nbits_int8_matmul"):
-        return False
-    fast = _INT8_FAST.get(id(nat))
-    if fast is None:
-        isa = nat.cpu_isa()
-        fast = _INT8_FAST[id(nat)] = bool((isa.get("avx512_vnni") and isa.get("avx512f")) or isa.get("avx2"))
-    return fast
-
-
-_INT8_FAST: dict = {}
+    return nat is not None and hasattr(nat, "nbits_int8_matmul") and bool(getattr(nat, "NBITS_INT8_FAST", 0))
 
 
 def _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op):
