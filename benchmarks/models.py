@@ -90,9 +90,9 @@ def bert_tiny_b8():
     return _encoder(2, 128, 2, 512, 128, 8)
 
 
-def gpt2_small():
-    """GPT-2-small-sized decoder: vocab 50257, 12 layers x 768, 12 heads, seq 128, batch 1,
-    causal attention written as GPT-2 does (matmuls, mask, softmax), tied LM head."""
+def gpt2_small(seq: int = 128):
+    """GPT-2-small-sized decoder: vocab 50257, 12 layers x 768, 12 heads, seq 128 (or ``seq``),
+    batch 1, causal attention written as GPT-2 does (matmuls, mask, softmax), tied LM head."""
     import torch
     from torch import nn
 
@@ -132,7 +132,7 @@ def gpt2_small():
             return self.ln(x) @ self.wte.weight.t()
 
     torch.manual_seed(0)
-    ids = torch.randint(0, 50257, (1, 128))
+    ids = torch.randint(0, 50257, (1, seq))
     return _export(GPT(), (ids,), ["input_ids"]), {"input_ids": ids.numpy()}
 
 

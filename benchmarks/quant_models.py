@@ -11,7 +11,11 @@ Five float models are built at benchmark time (torch exports with random weights
 * ``resnet18_qdq_b1``: ResNet-18, ``quantize_static`` QDQ, int8 per-channel weights, batch 1;
 * ``mobilenet_v2_qdq_b1``: MobileNetV2, ``quantize_static`` QDQ, int8 per-channel weights, batch 1;
 * ``gpt2_nbits_b1``: GPT-2-small-sized decoder, MatMul weights as 4-bit ``MatMulNBits``
-  (block 32, symmetric), batch 1, 128 tokens.
+  (block 32, symmetric), batch 1, 128 tokens;
+* ``gpt2_nbits_int8_b1``: the same with ``accuracy_level=4`` (int8 compute: activations quantized
+  per block, int8 dot products, as onnxruntime's CompInt8);
+* ``gpt2_nbits_s1``: the same decoder exported for one token (the decode step's matmul shapes,
+  without a KV cache), 4-bit block 32 symmetric, float compute.
 
 Both runtimes run both quantizers' models (a row per model and quantizer). Run::
 
@@ -68,16 +72,20 @@ def _static_qdq(tool, src: Path, dst: Path, feeds: dict) -> None:
                       weight_type=q.QuantType.QInt8, calibrate_method=q.CalibrationMethod.MinMax)
 
 
-def _nbits(tool, src: Path, dst: Path, feeds: dict) -> None:
+def _nbits(tool, src: Path, dst: Path, feeds: dict, accuracy_level: int | None = None) -> None:
     if tool == "ort":
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
     else:
         from runtime_core.quantization import MatMulNBitsQuantizer
     import onnx
 
-    q = MatMulNBitsQuantizer(onnx.load(str(src)), block_size=32, is_symmetric=True)
+    q = MatMulNBitsQuantizer(onnx.load(str(src)), block_size=32, is_symmetric=True, accuracy_level=accuracy_level)
     q.process()
     q.model.save_model_to_file(str(dst))
+
+
+def _nbits_int8(tool, src: Path, dst: Path, feeds: dict) -> None:
+    _nbits(tool, src, dst, feeds, accuracy_level=4)
 
 
 def _tool(tool):
@@ -95,15 +103,35 @@ MODELS = {
     "resnet18_qdq_b1": ("resnet18", _static_qdq, "ResNet-18, quantize_static QDQ per-channel int8, b1"),
     "mobilenet_v2_qdq_b1": ("mobilenet_v2", _static_qdq, "MobileNetV2, quantize_static QDQ per-channel int8, b1"),
     "gpt2_nbits_b1": ("gpt2_small", _nbits, "GPT-2-small-sized, MatMulNBits 4-bit block 32 symmetric, b1 s128"),
+    "gpt2_nbits_int8_b1": ("gpt2_small", _nbits_int8,
+                           "GPT-2-small-sized, MatMulNBits 4-bit block 32 symmetric accuracy_level=4, b1 s128"),
+    "gpt2_nbits_s1": ("gpt2_small_s1", _nbits, "GPT-2-small-sized, MatMulNBits 4-bit block 32 symmetric, b1 s1"),
 }
 TOOLS = ("ort", "ours")
+
+
+#: float models of these rows that benchmarks/models.py does not list (its own table stays as is)
+EXTRA_FLOAT = {"gpt2_small_s1": lambda: float_models.gpt2_small(seq=1)}
+
+
+def _build_float(fname: str, cache: Path) -> tuple[Path, Path]:
+    if fname not in EXTRA_FLOAT:
+        return float_models.build(fname, cache)
+    model, feeds = cache / f"{fname}.onnx", cache / f"{fname}.npz"
+    if not (model.exists() and feeds.exists()):
+        data, inputs = EXTRA_FLOAT[fname]()
+        tmp = model.with_suffix(".onnx.tmp")
+        tmp.write_bytes(data)
+        np.savez(feeds, **inputs)
+        os.replace(tmp, model)
+    return model, feeds
 
 
 def build(name: str, cache: Path, with_float: bool = False) -> list[tuple[str, str, str]]:
     """Build ``name``'s float model and both quantizers' models into ``cache`` (unless there);
     returns the protocol's ``(label, model path, feeds path)`` rows."""
     fname, quantize, _ = MODELS[name]
-    fmodel, feeds_path = float_models.build(fname, cache)
+    fmodel, feeds_path = _build_float(fname, cache)
     rows = [(f"{fname} (float)", str(fmodel), str(feeds_path))] if with_float else []
     with np.load(feeds_path) as f:
         feeds = {k: f[k] for k in f.files}

@@ -29,6 +29,7 @@ SOURCES = [
     "int8_dyn.c",          # dqmm (DynamicQuantizeMatMul, MatMulIntegerToFloat)
     "int8_depthwise.c",    # qdwconv (depthwise QLinearConv)
     "nbits.c",             # nbits_matmul (MatMulNBits on the 4-bit codes)
+    "nbits_int8.c",        # nbits_int8_matmul (MatMulNBits accuracy_level 4: int8 a, vpdpbusd)
 ]
 HEADERS = ["native.h", "simd.h"]  # in the sdist through MANIFEST.in
 

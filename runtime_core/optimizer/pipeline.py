@@ -27,6 +27,7 @@ from .attention import AttentionFusion
 from .cleanup import ConstantToInitializer, DeadNodeElimination, IdentityElimination
 from .editor import BASIC, EXTENDED, FROZEN, Pass, logger
 from .dynq_fusions import DynamicQuantizeMatMulFusion
+from .nbits_fusions import MatMulNBitsBiasFusion
 from .elimination import (
     CastElimination,
     CommonSubexpressionElimination,
@@ -72,7 +73,7 @@ EXTENDED_PASSES: list[Pass] = [
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
     LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(), QDQGemmFusion(),
-    QDQAddFusion(), QDQGlobalAveragePoolFusion(), DynamicQuantizeMatMulFusion(),
+    QDQAddFusion(), QDQGlobalAveragePoolFusion(), DynamicQuantizeMatMulFusion(), MatMulNBitsBiasFusion(),
 ]
 
 _dce_after_fusions = DeadNodeElimination()

@@ -124,6 +124,14 @@ static PyMethodDef methods[] = {
     {"nbits_path", rc_py_nbits_path, METH_VARARGS,
      "nbits_path(force=-1) -> nbits_matmul's per-column loop here, \"avx512\" or \"portable\" (force 1: the\n"
      "portable clones, 0: the CPU's choice; for tests)."},
+    {"nbits_int8_matmul", rc_py_nbits_int8_matmul, METH_VARARGS,
+     "nbits_int8_matmul(a, bp, sb, zs, bias, y, (M, K, N, block_size), threads)\n"
+     "MatMulNBits with accuracy_level 4 (onnxruntime's CompInt8): a's rows quantized to int8 per block (scale\n"
+     "amax / 127), y = sum over blocks of sa * sb * sum(aq * q) - sa * sum(aq) * z * sb (+ bias), against B packed\n"
+     "by ops/quant_contrib.py: bp [ceil(N / 16)][Kp / 8][64] bytes, sb and zs = z * sb [ceil(N / 16)][blocks][16]."},
+    {"nbits_int8_path", rc_py_nbits_int8_path, METH_VARARGS,
+     "nbits_int8_path(force=-1) -> nbits_int8_matmul's loop here, \"avx512vnni\", \"avx2\" or \"portable\"\n"
+     "(force 0 portable, 1 avx2, 2 avx512vnni where this CPU runs it, else the CPU's choice; for tests)."},
     {"depthwise2d", rc_py_depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
      "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},
@@ -288,7 +296,8 @@ PyMODINIT_FUNC PyInit__native(void)
               PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0 ||
               PyModule_AddIntConstant(m, "CONV_LANES", CT_MR) < 0 ||
               PyModule_AddIntConstant(m, "CONV_FAST", rc_conv_fast) < 0 ||
-              PyModule_AddIntConstant(m, "NBITS_DOT_ROWS", RC_NBITS_DOT_ROWS) < 0)) {
+              PyModule_AddIntConstant(m, "NBITS_DOT_ROWS", RC_NBITS_DOT_ROWS) < 0 ||
+              PyModule_AddIntConstant(m, "NBITS_INT8_FAST", rc_nbits_int8_fast()) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

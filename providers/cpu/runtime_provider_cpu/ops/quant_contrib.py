@@ -319,22 +319,44 @@ def _nbits_check(node):
     return None
 
 
+def _nbits_zeros(zero_points, N, nb, op):
+    """The zero points as float32 [N, nb, 1] (8 where absent, as a scalar)."""
+    if zero_points is None:
+        return np.float32(8)
+    if zero_points.dtype == np.uint8:
+        zb = -(-nb // 2)
+        if zero_points.size != N * zb:
+            raise ValueError(f"{op}: packed zero_points has {zero_points.size} bytes, expected {N * zb}")
+        return _unpack4(zero_points.reshape(N, zb), nb).astype(_F32).reshape(N, nb, 1)
+    if zero_points.size != N * nb:
+        raise ValueError(f"{op}: zero_points has {zero_points.size} elements, expected {N * nb}")
+    return zero_points.reshape(N, nb, 1).astype(_F32)
+
+
 def _nbits_weight(b, scales, zero_points, K, N, nb, block_size, op):
     """The dequantized weight, transposed: float32 [K, N]."""
     q = _unpack4(b.reshape(N, nb, block_size // 2), block_size).astype(_F32)  # [N, nb, bs]
     s = scales.reshape(N, nb, 1).astype(_F32)
-    if zero_points is None:
-        z = np.float32(8)
-    elif zero_points.dtype == np.uint8:
-        zb = -(-nb // 2)
-        if zero_points.size != N * zb:
-            raise ValueError(f"{op}: packed zero_points has {zero_points.size} bytes, expected {N * zb}")
-        z = _unpack4(zero_points.reshape(N, zb), nb).astype(_F32).reshape(N, nb, 1)
-    else:
-        if zero_points.size != N * nb:
-            raise ValueError(f"{op}: zero_points has {zero_points.size} elements, expected {N * nb}")
-        z = zero_points.reshape(N, nb, 1).astype(_F32)
+    z = _nbits_zeros(zero_points, N, nb, op)
     return np.ascontiguousarray(((q - z) * s).reshape(N, nb * block_size)[:, :K].T)
+
+
+def _nbits_int8_pack(b, scales, zero_points, N, nb, block_size, op):
+    """B in ``_native.nbits_int8_matmul``'s layout: (codes [P][Kp / 8][16][4] bytes, byte (c, i) of
+    a group of 8 terms holding column c's terms i (low nibble) and 4 + i (high); sb and z * sb
+    [P][nb][16] float32), P = ceil(N / 16) panels, zeros past N."""
+    kp, P = nb * block_size, -(-N // 16)
+    q = np.zeros((P * 16, kp), np.uint8)
+    q[:N] = _unpack4(b.reshape(N, nb, block_size // 2), block_size).reshape(N, kp)
+    g = q.reshape(P, 16, kp // 8, 2, 4)
+    bp = np.ascontiguousarray((g[:, :, :, 0, :] | (g[:, :, :, 1, :] << 4)).transpose(0, 2, 1, 3))
+    s = scales.reshape(N, nb).astype(_F32)
+    z = _nbits_zeros(zero_points, N, nb, op)
+    zs = (s * (z if z.ndim == 0 else z.reshape(N, nb))).astype(_F32)
+    sb, zsb = np.zeros((P * 16, nb), _F32), np.zeros((P * 16, nb), _F32)
+    sb[:N], zsb[:N] = s, zs
+    return (bp, np.ascontiguousarray(sb.reshape(P, 16, nb).transpose(0, 2, 1)),
+            np.ascontiguousarray(zsb.reshape(P, 16, nb).transpose(0, 2, 1)))
 
 
 #: the columns a MatMulNBits choice is measured on (both candidates on the same slice of the
@@ -390,6 +412,20 @@ class _NbitsDequant:
         return y
 
 
+def _nbits_native():
+    """The compiled module where the policy lets kernels use it, else None."""
+    from ..fast.policy import current
+
+    return current().native
+
+
+def _nbits_int8_fast(nat) -> bool:
+    """Whether ``nbits_int8_matmul``'s AVX-512 VNNI or AVX2 loop runs on this CPU: elsewhere
+    accuracy_level 4 keeps float compute (the level is a floor on accuracy; the portable int8 loop
+    is slower than float)."""
+    return nat is not None and hasattr(nat, "nbits_int8_matmul") and bool(getattr(nat, "NBITS_INT8_FAST", 0))
+
+
 def _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op):
     """The plan of this node for ``a2``'s row count: the compiled kernel or the dequantized
     weight, forced, cached or measured (``fast/autotune.py``) on a slice of the weight's columns;
@@ -433,7 +469,9 @@ def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, 
     q: 4-bit codes packed two a byte (low nibble first) in B [N, n_blocks, block_size / 2];
     zp: packed uint8 [N * ceil(n_blocks / 2)], float of the scales' shape, or 8 when absent.
     Runs on ``_native.nbits_matmul`` (the codes as stored) or on the weight dequantized once,
-    whichever was measured faster on this machine for the row count."""
+    whichever was measured faster on this machine for the row count; accuracy_level 4 on a CPU
+    with AVX-512 VNNI or AVX2: ``_native.nbits_int8_matmul`` (A quantized to int8 per block, int8 dots, as
+    onnxruntime's CompInt8), the codes repacked once per session."""
     op = "MatMulNBits"
     if g_idx is not None:
         raise ValueError(f"{op}: g_idx is not implemented")
@@ -452,6 +490,18 @@ def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, 
     if a.size == 0:  # an empty batch: no weight needed
         return np.zeros(a.shape[:-1] + (N,), a.dtype)
     a2 = np.ascontiguousarray(a.reshape(-1, K), dtype=_F32)
+    nat = _nbits_native()
+    if accuracy_level == 4 and _nbits_int8_fast(nat) and scales.dtype == _F32:
+        # the model allows int8 compute (onnxruntime's CompInt8): a quantized per block, int8 dots
+        packed = cache.get("nbits_int8") if const else None
+        if packed is None:
+            packed = _nbits_int8_pack(b, scales, zero_points, N, nb, block_size, op)
+            if const:
+                cache["nbits_int8"] = packed
+        y = np.empty((a2.shape[0], N), _F32)
+        nat.nbits_int8_matmul(a2, *packed, None if bias is None else np.ascontiguousarray(bias.reshape(N), _F32), y,
+                              (a2.shape[0], K, N, block_size), max(1, int(getattr(ctx, "threads", 1))))
+        return y.reshape(a.shape[:-1] + (N,)).astype(a.dtype, copy=False)
     if type(a) is np.ndarray:
         plans = cache.setdefault("nbits_plans", {}) if const else {}
         plan = plans.get(a2.shape[0])
