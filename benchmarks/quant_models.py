@@ -109,6 +109,12 @@ MODELS = {
 }
 TOOLS = ("ort", "ours")
 
+#: rows whose outputs may differ from onnxruntime's by more than the protocol's default: with
+#: accuracy_level=4 each runtime quantizes A to int8 per block, and a float difference far below
+#: 1e-6 upstream can flip a code by one step (onnxruntime differs from itself by 2e-3 on this model
+#: between its BASIC and ALL optimization levels)
+TOLERANCE = {"gpt2_nbits_int8_b1": 1e-2}
+
 
 #: float models of these rows that benchmarks/models.py does not list (its own table stays as is)
 EXTRA_FLOAT = {"gpt2_small_s1": lambda: float_models.gpt2_small(seq=1)}
@@ -127,9 +133,9 @@ def _build_float(fname: str, cache: Path) -> tuple[Path, Path]:
     return model, feeds
 
 
-def build(name: str, cache: Path, with_float: bool = False) -> list[tuple[str, str, str]]:
+def build(name: str, cache: Path, with_float: bool = False) -> list[tuple]:
     """Build ``name``'s float model and both quantizers' models into ``cache`` (unless there);
-    returns the protocol's ``(label, model path, feeds path)`` rows."""
+    returns the protocol's ``(label, model path, feeds path[, tolerance])`` rows."""
     fname, quantize, _ = MODELS[name]
     fmodel, feeds_path = _build_float(fname, cache)
     rows = [(f"{fname} (float)", str(fmodel), str(feeds_path))] if with_float else []
@@ -142,7 +148,7 @@ def build(name: str, cache: Path, with_float: bool = False) -> list[tuple[str, s
             quantize(tool, fmodel, tmp, feeds)
             os.replace(tmp, out)
         rows.append((f"{name} ({'onnxruntime' if tool == 'ort' else 'runtime-core'}-quantized)", str(out),
-                     str(feeds_path)))
+                     str(feeds_path), *([TOLERANCE[name]] if name in TOLERANCE else [])))
     return rows
 
 
@@ -173,9 +179,12 @@ def main(argv=None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in names:
-        for label, model, feeds in build(name, cache, args.float):
+        for row in build(name, cache, args.float):
+            label, model = row[0], row[1]
+            if "(float)" in label and any(r[0] == label for r in rows):
+                continue  # one float original serves several quantized rows
             if "(float)" in label or any(f".{t}.onnx" in model for t in tools):
-                rows.append((label, model, feeds))
+                rows.append(row)
     if args.build_only:
         for label, model, _ in rows:
             print(f"{label}: {model}")

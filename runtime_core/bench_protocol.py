@@ -181,7 +181,8 @@ class ProtocolReport:
                 "median_ratio": self.median_ratio}
 
 
-def _compare_outputs(mc: ModelComparison, ours_npz: Path, ort_npz: Path) -> None:
+def _compare_outputs(mc: ModelComparison, ours_npz: Path, ort_npz: Path,
+                     tolerance: float = MISMATCH_TOLERANCE) -> None:
     with np.load(ours_npz) as a, np.load(ort_npz) as b:
         if sorted(a.files) != sorted(b.files):
             mc.mismatch = f"numeric outputs differ: ours {sorted(a.files)}, onnxruntime {sorted(b.files)}"
@@ -202,7 +203,7 @@ def _compare_outputs(mc: ModelComparison, ours_npz: Path, ort_npz: Path) -> None
             worst_abs = max(worst_abs, float(d.max()))
             worst_rel = max(worst_rel, float(d.max()) / max(scale, 1e-12))
         mc.max_abs_diff, mc.max_rel_diff = worst_abs, worst_rel
-        if worst_rel > MISMATCH_TOLERANCE:
+        if worst_rel > tolerance:
             mc.mismatch = (f"outputs differ from onnxruntime's: max abs difference {worst_abs:.3g} "
                            f"({worst_rel:.3g} of the output's largest magnitude)")
 
@@ -223,9 +224,11 @@ def _feeds_file(model: str, inputs: str | None, dim: int, providers, tmp: Path) 
 def compare_model(model: str, *, label: str | None = None, inputs: str | None = None, threads: int = 2,
                   rounds: int = 3, warmup: int = 3, repeat: int = 10, min_time: float = 1.0,
                   level: int | None = None, providers=None, dim: int = 1, env: dict | None = None,
-                  timeout: float = 1800, check: bool = True, log=None) -> ModelComparison:
+                  timeout: float = 1800, check: bool = True, log=None,
+                  tolerance: float = MISMATCH_TOLERANCE) -> ModelComparison:
     """The protocol for one model (see the module docstring). A child that fails is recorded in
-    the result's ``error`` (the other models of a corpus go on), never raised."""
+    the result's ``error`` (the other models of a corpus go on), never raised. ``tolerance``: the
+    largest output difference, relative to the output's largest magnitude, not called a mismatch."""
     if rounds < 3:
         raise BenchError(f"the protocol needs at least 3 rounds, got {rounds}")
     env = child_env() if env is None else env
@@ -267,7 +270,7 @@ def compare_model(model: str, *, label: str | None = None, inputs: str | None = 
                               "ours_ms": got["ours"]["median_ms"], "ort_ms": got[ORT]["median_ms"],
                               "ratio": ratio})
             if check and r == 0:
-                _compare_outputs(mc, tmp / "ours.npz", tmp / f"{ORT}.npz")
+                _compare_outputs(mc, tmp / "ours.npz", tmp / f"{ORT}.npz", tolerance)
         for rt_name, side in (("ours", mc.ours), (ORT, mc.ort)):
             res = results[rt_name]
             if not res:
@@ -304,18 +307,20 @@ def compare(models: list, *, threads: int = 2, rounds: int = 3, warmup: int = 3,
             min_time: float = 1.0, level: int | None = None, providers=None, dim: int = 1,
             keep_blas_env: bool = False, timeout: float = 1800, check: bool = True, log=None,
             on_model=None) -> ProtocolReport:
-    """Run :func:`compare_model` on each ``(label, model path, inputs path or None)``;
-    ``on_model(header, result)`` is called as each model finishes."""
+    """Run :func:`compare_model` on each ``(label, model path, inputs path or None)``, or
+    ``(..., tolerance)`` for a model whose outputs may differ more than ``MISMATCH_TOLERANCE``
+    by design; ``on_model(header, result)`` is called as each model finishes."""
     if rounds < 3:
         raise BenchError(f"the protocol needs at least 3 rounds, got {rounds}")
     env = child_env(keep_blas_env)
     head = header(threads=threads, rounds=rounds, warmup=warmup, repeat=repeat, min_time=min_time,
                   keep_blas_env=keep_blas_env, env=env)
     out = []
-    for label, model, inputs in models:
+    for label, model, inputs, *tol in models:
         mc = compare_model(model, label=label, inputs=inputs, threads=threads, rounds=rounds, warmup=warmup,
                            repeat=repeat, min_time=min_time, level=level, providers=providers, dim=dim,
-                           env=env, timeout=timeout, check=check, log=log)
+                           env=env, timeout=timeout, check=check, log=log,
+                           tolerance=tol[0] if tol else MISMATCH_TOLERANCE)
         out.append(mc)
         if on_model:
             on_model(head, mc)

@@ -170,3 +170,14 @@ def test_protocol_option_mistakes_are_usage_errors(tmp_path, capsys, args, messa
         rc = exc.code
     err = capsys.readouterr().err
     assert rc == 2 and message in err, err
+
+
+def test_an_output_difference_is_a_mismatch_above_the_rows_tolerance(tmp_path):
+    y = np.linspace(-1, 1, 64, dtype=np.float32)
+    np.savez(tmp_path / "ort.npz", y=y)
+    np.savez(tmp_path / "ours.npz", y=y + np.float32(5e-3))  # 5e-3 of the largest magnitude
+    for tol, flagged in ((bp.MISMATCH_TOLERANCE, True), (1e-2, False)):
+        mc = bp.ModelComparison(label="m", model="m.onnx", inputs="")
+        bp._compare_outputs(mc, tmp_path / "ours.npz", tmp_path / "ort.npz", tol)
+        assert mc.max_rel_diff == pytest.approx(5e-3, rel=1e-3)
+        assert (mc.mismatch is not None) is flagged, (tol, mc.mismatch)
