@@ -288,6 +288,8 @@ int dwf_setup(dwf_job *j, const char *fn)
     const Py_ssize_t s = j->s, OH = j->OH, OW = j->OW, k = j->k, halo = (k - 1) / s; /* k odd */
     rc_sz sz = {NULL};
     j->Wq = sz_add(&sz, "a phase plane's width", OW, halo);
+    if (OW >= 16) /* rows of vectors (dwf_range's row mode): each row's taps of column offset 0 are aligned loads */
+        j->Wq = sz_add(&sz, "a phase plane's width", j->Wq, 15) / 16 * 16;
     j->Hq = sz_add(&sz, "a phase plane's rows", OH, halo);
     j->nv = sz_add(&sz, "the output vectors", sz_mul(&sz, "the output vectors", OH, j->Wq), 15) / 16;
     /* the last vector of each tap reads up to halo rows + halo columns + 15 floats past the
