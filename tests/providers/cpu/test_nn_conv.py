@@ -139,7 +139,7 @@ def test_depthwise_native_phase_planes(stride, k):
 
     rng = np.random.default_rng(6)
     for H, W in [(1, 1), (2, 3), (7, 7), (14, 14), (13, 17), (16, 15), (31, 33), (4, 40), (40, 4),
-                 (9, 64), (3, 65)]:
+                 (9, 64), (3, 65), (3, 112), (2, 99)]:  # several whole 32-column chunks, then a tail
         for pads in [(1, 1, 1, 1), (0, 0, 0, 0), (1, 0, 0, 1), (0, 1, 1, 0), (2, 2, 2, 2),
                      (2, 1, 0, 2), (3, 3, 3, 3), (3, 0, 2, 1)]:
             pt, pl, pb, pr = pads

@@ -34,7 +34,10 @@ DWF_TARGET static void dwf_fill(const dwf_job *j, const float *xc, float *ph)
         if (s == 1) {
             float *dst = ph + i * Wq + pl;
             const Py_ssize_t n = W < Wq - pl ? W : Wq - pl;
-            for (Py_ssize_t c0 = 0; c0 < n; c0 += 16) {
+            Py_ssize_t c0 = 0;
+            for (; c0 + 16 <= n; c0 += 16) /* whole vectors: no mask to build */
+                _mm512_storeu_ps(dst + c0, _mm512_loadu_ps(src + c0));
+            for (; c0 < n; c0 += 16) {
                 const __mmask16 m = dwf_mask(n - c0);
                 _mm512_mask_storeu_ps(dst + c0, m, _mm512_maskz_loadu_ps(m, src + c0));
             }
@@ -44,7 +47,15 @@ DWF_TARGET static void dwf_fill(const dwf_job *j, const float *xc, float *ph)
         float *rowb = ph + (R & 1) * 2 * pn + i * Wq;
         float *de = rowb + (pl & 1) * pn, *dod = rowb + ((pl + 1) & 1) * pn;
         const Py_ssize_t je = pl >> 1, jo = (pl + 1) >> 1; /* where columns 0 and 1 go */
-        for (Py_ssize_t c0 = 0; c0 < W; c0 += 32) {
+        Py_ssize_t c0 = 0;
+        /* whole 32-column chunks whose halves land inside the row: no masks, no clamps (the
+           general loop's index and mask arithmetic was most of a large plane's fill) */
+        for (; c0 + 32 <= W && c0 / 2 + (je > jo ? je : jo) + 16 <= Wq; c0 += 32) {
+            const __m512 a = _mm512_loadu_ps(src + c0), b = _mm512_loadu_ps(src + c0 + 16);
+            _mm512_storeu_ps(de + c0 / 2 + je, _mm512_permutex2var_ps(a, ev, b));
+            _mm512_storeu_ps(dod + c0 / 2 + jo, _mm512_permutex2var_ps(a, od, b));
+        }
+        for (; c0 < W; c0 += 32) {
             const __m512 a = _mm512_maskz_loadu_ps(dwf_mask(W - c0), src + c0);
             const __m512 b = W - c0 > 16 ? _mm512_maskz_loadu_ps(dwf_mask(W - c0 - 16), src + c0 + 16)
                                          : _mm512_setzero_ps();
@@ -277,6 +288,8 @@ int dwf_setup(dwf_job *j, const char *fn)
     const Py_ssize_t s = j->s, OH = j->OH, OW = j->OW, k = j->k, halo = (k - 1) / s; /* k odd */
     rc_sz sz = {NULL};
     j->Wq = sz_add(&sz, "a phase plane's width", OW, halo);
+    if (OW >= 16) /* rows of vectors (dwf_range's row mode): each row's taps of column offset 0 are aligned loads */
+        j->Wq = sz_add(&sz, "a phase plane's width", j->Wq, 15) / 16 * 16;
     j->Hq = sz_add(&sz, "a phase plane's rows", OH, halo);
     j->nv = sz_add(&sz, "the output vectors", sz_mul(&sz, "the output vectors", OH, j->Wq), 15) / 16;
     /* the last vector of each tap reads up to halo rows + halo columns + 15 floats past the
