@@ -230,3 +230,30 @@ def test_depthwise_on_the_phase_planes_is_not_timed_against_numpy(k, s, cache_di
         assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-5)
     assert list(sess.get_partition_report().kernels.values())[0] in ("depthwise", "depthwise_lanes")
     assert timed == [["depthwise", "depthwise_lanes"]]
+
+
+def test_quick_candidates_get_more_rounds_so_one_preempted_call_cannot_decide(cache_dir, monkeypatch):
+    from runtime_provider_cpu.fast import autotune
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
+    # "fast" takes 1 us but was preempted (1 ms) in each of its first three timed calls;
+    # "slow" always takes 8 us: three rounds would keep "slow"
+    calls = {"fast": 0, "slow": 0}
+
+    def runner(name, cost):
+        def run():
+            calls[name] += 1
+            clock["t"] += cost(calls[name])
+        return run
+
+    name, best = autotune.measure("k-quick", {
+        "fast": runner("fast", lambda i: 1e-3 if 2 <= i <= 4 else 1e-6),
+        "slow": runner("slow", lambda i: 8e-6)})
+    assert name == "fast" and best["fast"] == pytest.approx(1e-6)
+    assert calls["fast"] == 1 + autotune.MAX_ROUNDS  # the untimed call and every round
+
+    # a candidate that takes longer than QUICK_S a call stops at ROUNDS as before
+    calls.update(fast=0, slow=0)
+    autotune.measure("k-long", {"fast": runner("fast", lambda i: 0.02), "slow": runner("slow", lambda i: 0.03)})
+    assert calls["fast"] == 1 + autotune.ROUNDS

@@ -40,6 +40,11 @@ DIR_ENV = "RUNTIME_CORE_AUTOTUNE_DIR"
 ROUNDS = 3
 #: stop adding rounds once the measurement took this long (seconds), one timed round at least
 BUDGET_S = 0.5
+#: quick candidates (all rounds so far under QUICK_S) get up to MAX_ROUNDS rounds: on a loaded
+#: machine a sub-millisecond call is often preempted, and a choice kept on disk for good should
+#: not rest on three samples (a plan 8x slower was kept that way beside busy processes)
+MAX_ROUNDS = 15
+QUICK_S = 0.05
 
 _LOCK = threading.Lock()
 _MEMORY: dict[str, str] = {}
@@ -219,7 +224,8 @@ def decide(family: str, key: str, names: list[str], library: str, tune: bool = T
 
 def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[str, float]]:
     """Time each of ``runners`` (name -> a call on the node's real inputs): one untimed call
-    each, then alternating timed rounds (at most :data:`ROUNDS`, fewer past :data:`BUDGET_S`);
+    each, then alternating timed rounds (:data:`ROUNDS`, fewer past :data:`BUDGET_S`, up to
+    :data:`MAX_ROUNDS` while the whole measurement stays under :data:`QUICK_S`);
     the fastest by its best round is kept for ``key`` (memory and file) and returned with
     every candidate's best time in seconds."""
     names = list(runners)
@@ -227,12 +233,13 @@ def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[
         runners[n]()
     best = dict.fromkeys(names, float("inf"))
     start = time.perf_counter()
-    for _ in range(ROUNDS):
+    for r in range(1, MAX_ROUNDS + 1):
         for n in names:
             t0 = time.perf_counter()
             runners[n]()
             best[n] = min(best[n], time.perf_counter() - t0)
-        if time.perf_counter() - start > BUDGET_S:
+        took = time.perf_counter() - start
+        if took > BUDGET_S or (r >= ROUNDS and took > QUICK_S):
             break
     name = min(names, key=best.__getitem__)
     with _LOCK:
