@@ -186,7 +186,7 @@ def main(argv=None) -> int:
             if "(float)" in label or any(f".{t}.onnx" in model for t in tools):
                 rows.append(row)
     if args.build_only:
-        for label, model, _ in rows:
+        for label, model, *_ in rows:
             print(f"{label}: {model}")
         return 0
 
