@@ -3,7 +3,8 @@
 Each method runs in its own process (peak RSS = VmHWM of that process: the model, the session and
 one batch's activations). Run:
     python benchmarks/quant_calibration.py [--layers 4] [--samples 128] [--seq 128] [--repeat 3]
-(torch is a benchmark-only dependency; methods "ort:MinMax", "ort:Percentile" run onnxruntime's
+``cpu_seconds`` (all of the process's threads) is the figure to compare on a shared machine,
+where wall time follows the load. (torch is a benchmark-only dependency; methods "ort:MinMax", "ort:Percentile" run onnxruntime's
 calibrator on the same model and data, for comparison.)
 """
 import argparse
@@ -65,7 +66,7 @@ def child(path, method, samples, seq):
             return {"x": self.r.normal(0, 1, (1, seq, 768)).astype(np.float32)}
 
     rss0 = peak_mib()
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     if method.startswith("ort:"):  # onnxruntime's calibrator on the same model, for comparison
         from onnxruntime.quantization import CalibrationMethod as OM
         from onnxruntime.quantization import create_calibrator as oc
@@ -78,8 +79,8 @@ def child(path, method, samples, seq):
         cal = create_calibrator(load_model(path), STATIC_OPS, getattr(CalibrationMethod, method), progress=False)
         cal.collect_data(Reader())
         ranges = cal.compute_data()
-    dt = time.perf_counter() - t
-    print(json.dumps({"method": method, "seconds": dt, "tensors": len(ranges),
+    dt, dc = time.perf_counter() - t, time.process_time() - c
+    print(json.dumps({"method": method, "seconds": dt, "cpu_seconds": dc, "tensors": len(ranges),
                       "peak_rss_mib": peak_mib(), "peak_rss_before_calibration_mib": rss0}))
 
 
@@ -105,10 +106,14 @@ def main():
                 print(out.strip(), flush=True)
                 runs.setdefault(m, []).append(json.loads(out.strip().splitlines()[-1]))
         if a.repeat > 1:
-            base = statistics.median(r["seconds"] for r in next(iter(runs.values())))
+            first = next(iter(runs.values()))
+            base = statistics.median(r["seconds"] for r in first)
+            cbase = statistics.median(r["cpu_seconds"] for r in first)
             for m, rs in runs.items():
                 t = statistics.median(r["seconds"] for r in rs)
+                c = statistics.median(r["cpu_seconds"] for r in rs)
                 print(json.dumps({"method": m, "median_seconds": t, "runs": len(rs), "ratio_to_first": t / base,
+                                  "median_cpu_seconds": c, "cpu_ratio_to_first": c / cbase,
                                   "peak_rss_mib": max(r["peak_rss_mib"] for r in rs)}))
 
 

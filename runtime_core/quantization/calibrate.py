@@ -92,6 +92,41 @@ def tensors_to_calibrate(model: onnx.ModelProto, op_types: Iterable[str] | None)
     return list(seen)
 
 
+# Ops whose output holds exactly the input's values, rearranged: the same multiset, so the same
+# min, max and histogram (every collector is order-blind); the output's range is the input's.
+_DATA_MOVEMENT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity",
+                            "DepthToSpace", "SpaceToDepth"})
+# Ops that can give different values for the same inputs.
+_NONDETERMINISTIC = frozenset({"RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
+
+
+def value_aliases(model: onnx.ModelProto, tensors: Sequence[str]) -> dict[str, str]:
+    """{tensor: the calibrated tensor it rearranges}: the output of a data-movement op
+    (Reshape, Transpose, ...) whose data input, or that input's own source, is calibrated."""
+    wanted = set(tensors)
+    out: dict[str, str] = {}
+    for n in model.graph.node:  # graph order is topological: a source is resolved before its users
+        if n.op_type in _DATA_MOVEMENT and n.domain in ("", "ai.onnx") and n.input and n.output:
+            src = out.get(n.input[0], n.input[0])
+            if src in wanted and n.output[0] in wanted and n.output[0] != src:
+                out[n.output[0]] = src
+    return out
+
+
+def constant_tensors(model: onnx.ModelProto) -> set[str]:
+    """Tensors computed from initializers and Constant nodes only (not from anything fed):
+    the same values in every batch."""
+    fed = {i.name for i in model.graph.input}
+    const = {t.name for t in model.graph.initializer if t.name not in fed}  # a fed initializer is a default
+    for n in model.graph.node:
+        if n.domain not in ("", "ai.onnx") or n.op_type in _NONDETERMINISTIC or any(
+                a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute):
+            continue  # unknown ops, random ops and subgraphs (which may read outer values) are not assumed constant
+        if n.op_type == "Constant" or (n.input and all(not i or i in const for i in n.input)):
+            const.update(o for o in n.output if o)
+    return const
+
+
 class _Progress:
     """tqdm when installed, else one rewritten stderr line; silent for calibrations that end
     within ``delay`` seconds."""
@@ -134,13 +169,20 @@ class _MinMax:
         self.symmetric, self.moving_average, self.c = symmetric, moving_average, averaging_constant
         self.lo: dict[str, Any] = {}
         self.hi: dict[str, Any] = {}
+        self.memo: dict[str, tuple] = {}
         self.count = 0
 
-    def collect(self, name: str, a: np.ndarray) -> None:
-        if a.size == 0:
+    def collect(self, name: str, a: np.ndarray, constant: bool = False) -> None:
+        """Fold one batch's ``a`` in; ``constant``: ``a`` is the same every batch, so its
+        extremes are taken once (the update itself still runs: the moving average moves)."""
+        if constant and name in self.memo:
+            lo, hi = self.memo[name]
+        elif a.size == 0:
             lo = hi = np.array(0, dtype=a.dtype)
         else:
             lo, hi = np.nanmin(a), np.nanmax(a)
+        if constant:
+            self.memo[name] = (lo, hi)
         if name not in self.lo:
             self.lo[name], self.hi[name] = lo, hi
         elif self.moving_average:  # running mean of the per-batch extremes (onnxruntime's nanmean)
@@ -173,28 +215,28 @@ class _Histogram:
         self.num_quantized_bins, self.percentile, self.scenario = num_quantized_bins, percentile, scenario
         self.h: dict[str, list] = {}
         self.binner = _Binner()
+        self.memo: dict[str, tuple] = {}
 
     def end_batch(self) -> None:
         pass
 
-    def collect(self, name: str, a: np.ndarray) -> None:
-        a = a.reshape(-1)
-        if a.dtype != np.float32:
-            a = a.astype(np.float32)
-        if a.size == 0:
-            lo = hi = np.float32(0)
+    def collect(self, name: str, a: np.ndarray, constant: bool = False) -> None:
+        """Fold one batch's ``a`` in; ``constant``: ``a`` is the same every batch, so its
+        extremes and its counts for a given bin layout are computed once and reused."""
+        memo = self.memo.get(name) if constant else None
+        if memo is None:
+            a, lo, hi = _flat_without_nan(a)
+            if constant:
+                self.memo[name] = (lo, hi, {})
         else:
-            lo, hi = a.min(), a.max()
-            if np.isnan(lo) or np.isnan(hi):  # NaNs are left out, as onnxruntime's nanmin/nanmax do
-                a = a[~np.isnan(a)]
-                lo, hi = (a.min(), a.max()) if a.size else (np.float32(0), np.float32(0))
+            lo, hi = memo[0], memo[1]
+        b = self.binner if not constant else _MemoBinner(self.binner, self.memo[name][2])
         if self.method == "percentile" and self.symmetric:
-            self._collect_abs(name, a, lo, hi)
+            self._collect_abs(name, a, lo, hi, b)
         else:
-            self._collect_signed(name, a, lo, hi)
+            self._collect_signed(name, a, lo, hi, b)
 
-    def _collect_abs(self, name, a, lo, hi) -> None:
-        b = self.binner
+    def _collect_abs(self, name, a, lo, hi, b) -> None:
         amax = np.float32(max(abs(lo), abs(hi)))
         old = self.h.get(name)
         if old is None:
@@ -212,8 +254,7 @@ class _Histogram:
         hist0 += b.count(a, 0.0, edges[1] - edges[0], len(hist0), absolute=True)
         self.h[name] = [hist0, edges, min(lo0, lo), max(hi0, hi)]
 
-    def _collect_signed(self, name, a, lo, hi) -> None:
-        b = self.binner
+    def _collect_signed(self, name, a, lo, hi, b) -> None:
         th = np.float32(max(abs(lo), abs(hi)))
         old = self.h.get(name)
         if old is None:
@@ -264,6 +305,33 @@ class _Histogram:
         return max(lo, vmin), min(hi, vmax)
 
 
+def _flat_without_nan(a: np.ndarray) -> tuple[np.ndarray, Any, Any]:
+    """``a`` as flat float32 with NaNs left out (as onnxruntime's nanmin/nanmax do), its min, its max."""
+    a = a.reshape(-1)
+    if a.dtype != np.float32:
+        a = a.astype(np.float32)
+    if a.size == 0:
+        return a, np.float32(0), np.float32(0)
+    lo, hi = a.min(), a.max()
+    if np.isnan(lo) or np.isnan(hi):
+        a = a[~np.isnan(a)]
+        lo, hi = (a.min(), a.max()) if a.size else (np.float32(0), np.float32(0))
+    return a, lo, hi
+
+
+class _MemoBinner:
+    """A constant tensor's counts, kept per bin layout: its values never change between batches."""
+
+    def __init__(self, binner: _Binner, counts: dict):
+        self.binner, self.counts = binner, counts
+
+    def count(self, a, lo, width, nbins, absolute=False):
+        key = (lo, width, nbins, absolute)
+        if key not in self.counts:
+            self.counts[key] = self.binner.count(_flat_without_nan(a)[0], lo, width, nbins, absolute)
+        return self.counts[key].copy()  # the caller adds into it
+
+
 _CHUNK = 1 << 15  # elements per pass: the float and index work buffers stay in the L2 cache
 
 
@@ -275,7 +343,7 @@ class _Binner:
     def __init__(self, chunk: int = _CHUNK):
         self.chunk = chunk
         self.f = np.empty(chunk, np.float32)
-        self.i = np.empty(chunk, np.intp)
+        self.i = np.empty(chunk, np.int32)  # float32 to int32 casts several times faster than to int64
 
     def count(self, a: np.ndarray, lo, width, nbins: int, absolute: bool = False) -> np.ndarray:
         """Counts of ``a`` (of ``|a|`` with ``absolute``) in ``nbins`` bins of ``width`` from
@@ -376,17 +444,21 @@ class Calibrator:
     def __post_init__(self):
         from ..session import GraphOptimizationLevel, InferenceSession, SessionOptions
 
+        # a rearranged tensor takes its source's range, so it is neither fetched nor binned
+        self.aliases = value_aliases(self.model, self.tensors)
+        self.output_names = [t for t in self.tensors if t not in self.aliases]
+        constant = constant_tensors(self.model)
+        self.constant = [t in constant for t in self.output_names]
         aug = copy.deepcopy(self.model)
         have = {o.name for o in aug.graph.output}
         vis = {vi.name: vi for vi in list(aug.graph.value_info) + list(aug.graph.input)}
-        for t in self.tensors:
+        for t in self.output_names:
             if t not in have:
                 aug.graph.output.append(copy.deepcopy(vis[t]) if t in vis else
                                         onnx.helper.make_empty_tensor_value_info(t))
         so = SessionOptions()
         so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL  # every calibrated value stays
         self.session = InferenceSession(aug.SerializeToString(), so, providers=list(self.providers or ["cpu"]))
-        self.output_names = list(self.tensors)
 
     def collect_data(self, reader) -> None:
         """Run every batch ``reader`` yields and fold it into the per-tensor state."""
@@ -401,8 +473,8 @@ class Calibrator:
                 if not feed:
                     break
                 values = self.session.run(self.output_names, feed)
-                for name, v in zip(self.output_names, values):
-                    self.collector.collect(name, np.asarray(v))
+                for name, v, const in zip(self.output_names, values, self.constant):
+                    self.collector.collect(name, np.asarray(v), const)
                 self.collector.end_batch()
                 self.batches += 1
                 bar.update()
@@ -414,7 +486,9 @@ class Calibrator:
         if not self.batches:
             raise InvalidArgumentError("the calibration data reader yielded no batch; "
                                        "give it at least one input feed")
-        return self.collector.result()
+        res = self.collector.result()
+        return {t: (res[t] if t not in self.aliases else copy.deepcopy(res[self.aliases[t]]))
+                for t in self.tensors if self.aliases.get(t, t) in res}
 
 
 def create_calibrator(model: onnx.ModelProto, op_types_to_calibrate: Iterable[str] | None = None,
