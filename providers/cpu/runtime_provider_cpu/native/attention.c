@@ -117,12 +117,16 @@ static Py_ssize_t unit_rows(Py_ssize_t batch, Py_ssize_t rows, Py_ssize_t min_bl
     return (rows + nrb - 1) / nrb;
 }
 
-/* rows in a unit of mha / sdpa: unit_rows's, at most MH_ROWS_MAX (a constant: the same bits
- * at any thread count) */
+/* rows in a unit of mha / sdpa: unit_rows's, or where that passes MH_ROWS_MAX, the fewest
+ * blocks of at most that many, of even size (384 rows: 192 + 192, not 256 + 128); not a
+ * function of the thread count (the same bits at any count) */
 static Py_ssize_t mh_rows(Py_ssize_t heads, Py_ssize_t S, Py_ssize_t min_blocks)
 {
     const Py_ssize_t rb = unit_rows(heads, S, min_blocks);
-    return rb < MH_ROWS_MAX ? rb : MH_ROWS_MAX;
+    if (rb <= MH_ROWS_MAX)
+        return rb;
+    const Py_ssize_t nrb = (S + MH_ROWS_MAX - 1) / MH_ROWS_MAX;
+    return (S + nrb - 1) / nrb;
 }
 
 PyObject *rc_py_mha(PyObject *self, PyObject *args)
