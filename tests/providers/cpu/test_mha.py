@@ -53,6 +53,11 @@ CASES = [
     (1, 150, 32, 2, (), None, {"unidirectional": 1}),
     (2, 130, 16, 2, ("m", "", "ab"), lambda B, S: {"m": (RNG.random((B, S)) > 0.2).astype(np.int32),
                                                    "ab": rnd(1, 2, S, S)}, {"unidirectional": 1}),
+    # longer than one block of rows (at most 256; Whisper's 1500 positions): odd lengths, the last
+    # block short, with a key mask and a per-head bias
+    (1, 601, 32, 2, (), None, {}),
+    (1, 263, 48, 3, ("m", "", "ab"), lambda B, S: {"m": (RNG.random((B, S)) > 0.2).astype(np.int32),
+                                                   "ab": rnd(1, 3, S, S)}, {}),
 ]
 
 
@@ -86,6 +91,10 @@ def test_mha_same_bits_on_any_thread_count(cpu_policy):
         assert np.array_equal(y, outs[0])
     m, inputs = _model(1, 200, 32, 2, unidirectional=1)  # causal: blocks of rows on any count
     outs = [_run(m, inputs, t) for t in (1, 2, 3, 8)]
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])
+    m, inputs = _model(1, 530, 32, 2)  # whole heads longer than a block: blocks of the same rows on any count
+    outs = [_run(m, inputs, t) for t in (1, 2, 3)]
     for y in outs[1:]:
         assert np.array_equal(y, outs[0])
 

@@ -81,9 +81,10 @@ def test_softmax_axis_not_last_uses_numpy(monkeypatch):
 
 @pytest.mark.native
 @pytest.mark.parametrize("pre_exp", [False, True])
-def test_softmax_native_special_values(pre_exp, monkeypatch):
-    # masked rows (all -inf), partly masked rows, +inf, NaN, large magnitudes, a tail past 8
-    t = 11
+@pytest.mark.parametrize("t", [11, 37])
+def test_softmax_native_special_values(pre_exp, t, monkeypatch):
+    # masked rows (all -inf), partly masked rows, +inf, NaN, large magnitudes; rows shorter than
+    # the kernel's 16 lanes (all tail) and rows of two full vectors and a tail
     x = RNG.standard_normal((7, t)).astype(np.float32)
     x[0] = -np.inf
     x[1, ::2] = -np.inf

@@ -10,6 +10,9 @@
  * masks are neither scored nor summed (exp of a masked score is 0 either way). */
 /* rows a causal block: smaller skips more of the masked keys, larger keeps the sgemm calls long */
 #define MH_CAUSAL_ROWS 32
+/* most rows a block: its scores (rows x S) stay a few MiB at most per thread at long sequences
+ * (Whisper's 1500), and a few heads still split into enough units to balance the threads */
+#define MH_ROWS_MAX 256
 
 typedef struct {
     const float *q, *k, *v;  /* element (b, s, h, d) at q[b * xb + s * xs + h * dq + d] */
@@ -114,6 +117,18 @@ static Py_ssize_t unit_rows(Py_ssize_t batch, Py_ssize_t rows, Py_ssize_t min_bl
     return (rows + nrb - 1) / nrb;
 }
 
+/* rows in a unit of mha / sdpa: unit_rows's, or where that passes MH_ROWS_MAX, the fewest
+ * blocks of at most that many, of even size (384 rows: 192 + 192, not 256 + 128); not a
+ * function of the thread count (the same bits at any count) */
+static Py_ssize_t mh_rows(Py_ssize_t heads, Py_ssize_t S, Py_ssize_t min_blocks)
+{
+    const Py_ssize_t rb = unit_rows(heads, S, min_blocks);
+    if (rb <= MH_ROWS_MAX)
+        return rb;
+    const Py_ssize_t nrb = (S + MH_ROWS_MAX - 1) / MH_ROWS_MAX;
+    return (S + nrb - 1) / nrb;
+}
+
 PyObject *rc_py_mha(PyObject *self, PyObject *args)
 {
     PyObject *xo, *yo, *m1o, *m1d, *m2o, *m2d;
@@ -163,7 +178,7 @@ PyObject *rc_py_mha(PyObject *self, PyObject *args)
     j.causal = causal;
     /* causal: blocks of at most MH_CAUSAL_ROWS rows, the finer the more masked work is skipped */
     const Py_ssize_t heads = B * H;
-    j.rb = unit_rows(heads, S, causal ? (S + MH_CAUSAL_ROWS - 1) / MH_CAUSAL_ROWS : 1);
+    j.rb = mh_rows(heads, S, causal ? (S + MH_CAUSAL_ROWS - 1) / MH_CAUSAL_ROWS : 1);
     const double work = (causal ? 1.0 : 2.0) * (double)heads * (double)S * (double)S * (double)(dq + dv);
     const int parts = rc_parts(work, 2.5e5, heads * ((S + j.rb - 1) / j.rb), &threads);
     return rc_run_job(mh_part, &j, parts, threads, v, 4, &j.oom);
@@ -286,7 +301,7 @@ PyObject *rc_py_sdpa(PyObject *self, PyObject *args)
     j.xs = d;
     j.B = BH, j.H = 1, j.S = S, j.dq = d, j.dv = d;
     j.scale = scale;
-    j.rb = unit_rows(BH, S, 1); /* the units of mha */
+    j.rb = mh_rows(BH, S, 1); /* the units of mha */
     const double work = 4.0 * (double)BH * (double)S * (double)S * (double)d;
     const int parts = rc_parts(work, 2.5e5, BH * ((S + j.rb - 1) / j.rb), &threads);
     return rc_run_job(mh_part, &j, parts, threads, v, 5, &j.oom);
