@@ -244,10 +244,15 @@ static PyMethodDef methods[] = {
      "The softmax of every row of t floats of the C-contiguous float32 buffer z, in place, on up to\n"
      "threads threads; inf_nan: a row holding +inf becomes NaN (the Softmax op's arithmetic)."},
     {"pool_stats", rc_py_pool_stats, METH_NOARGS,
-     "pool_stats() -> (workers, last_threads, runs, skipped, started)\n"
+     "pool_stats() -> (workers, last_threads, runs, skipped, started, stalls, solo_ns)\n"
      "The kernel thread pool's started workers, how many threads ran the last pooled job, the\n"
-     "runs in flight (run_enter scopes), and the parts skipped for a stop flag and the parts of\n"
-     "pooled jobs started so far."},
+     "runs in flight (run_enter scopes), the parts skipped for a stop flag and the parts of\n"
+     "pooled jobs started so far, the stalls seen (a caller waiting on a worker's part longer\n"
+     "than its own work) and the ns left of the solo period a stall starts (jobs run alone)."},
+    {"pool_probe", rc_py_pool_probe, METH_VARARGS,
+     "pool_probe(counts, threads, stall_us) -> parts that pool workers ran\n"
+     "A pool job of one part an int32 of counts, each adding 1 to its own; a part a worker runs\n"
+     "first sleeps stall_us (a worker descheduled mid-part): for the tests of the pool."},
     {"run_enter", rc_py_run_enter, METH_O,
      "run_enter(flag) -> scope\n"
      "Until run_exit(scope), this thread's kernels skip their parts not started once flag's\n"

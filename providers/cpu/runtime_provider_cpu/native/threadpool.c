@@ -9,7 +9,12 @@
  *   callers in the pool and the runs in flight) are fewer than the job's threads: eight runs
  *   on two cores run their kernels on their own threads instead of stacking workers on them.
  * - Every part first reads the caller's stop flag (run_enter's): once set, the remaining parts
- *   are skipped (the run that set it is ending and discards what the kernel wrote). */
+ *   are skipped (the run that set it is ending and discards what the kernel wrote).
+ * - The stall guard: a caller that finished its parts and then waited on a worker's part for
+ *   longer than its own work (a worker descheduled mid-part, by another process on the cores)
+ *   runs every job alone for a while (RC_SOLO_MIN_NS, doubled while stalls keep coming right
+ *   after, up to RC_SOLO_MAX_NS): on busy cores a pooled job costs a scheduler slice a stall,
+ *   so the default thread count would be slower than one thread. */
 #include "native.h"
 
 #include <pthread.h>
@@ -51,8 +56,17 @@ static _Thread_local const volatile unsigned char *rc_tls_stop;
 /* the stop flag of the job whose part this thread is running (rc_stop_requested's) */
 static _Thread_local const volatile unsigned char *rc_part_stop;
 static _Thread_local int rc_tls_depth;
+static _Thread_local int rc_tls_worker; /* this thread is a pool worker */
 
 #define RC_SPIN_NS 100000L
+/* a wait on helpers past this (and past the caller's own work) is a stall, not a late part */
+#define RC_STALL_NS 500000L
+#define RC_SOLO_MIN_NS 8000000L
+#define RC_SOLO_MAX_NS 256000000L
+
+static long rc_solo_until;            /* atomic: CLOCK_MONOTONIC ns until which jobs run alone */
+static long rc_solo_len;              /* atomic: the length of the last solo period */
+static unsigned long rc_stalls;       /* atomic: stalls seen, ever */
 #if defined(__x86_64__) || defined(__i386__)
 #define RC_PAUSE() __asm__ __volatile__("pause")
 #else
@@ -64,6 +78,30 @@ static long rc_ns_since(const struct timespec *t0)
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
+}
+
+static long rc_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* a caller waited `wait` ns on a helper's part after `work` ns of its own parts: when that is a
+ * stall, jobs run alone from now on for a solo period, doubled when the stall came soon after
+ * the last period ended (the load is still there), reset to the shortest otherwise */
+static void rc_note_wait(long work, long wait, long now)
+{
+    if (wait <= RC_STALL_NS || wait <= work)
+        return;
+    __atomic_add_fetch(&rc_stalls, 1, __ATOMIC_RELAXED);
+    const long len = __atomic_load_n(&rc_solo_len, __ATOMIC_RELAXED);
+    const long until = __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED);
+    long next = RC_SOLO_MIN_NS;
+    if (len > 0 && now - until < 2 * len)
+        next = 2 * len < RC_SOLO_MAX_NS ? 2 * len : RC_SOLO_MAX_NS;
+    __atomic_store_n(&rc_solo_len, next, __ATOMIC_RELAXED);
+    __atomic_store_n(&rc_solo_until, now + next, __ATOMIC_RELAXED);
 }
 
 int rc_stop_requested(void)
@@ -117,6 +155,7 @@ static rc_job *rc_pick(void)
 static void *rc_worker(void *unused)
 {
     (void)unused;
+    rc_tls_worker = 1;
     pthread_mutex_lock(&rc_pool.mu);
     for (;;) {
         rc_job *j = rc_pick();
@@ -162,6 +201,7 @@ void rc_pool_forked(void)
     rc_pool.started = rc_pool.idle = rc_pool.busy = rc_pool.callers = 0;
     rc_pool.first = rc_pool.last = NULL;
     rc_runs = 0;
+    rc_solo_until = rc_solo_len = 0;
     rc_tls_depth = 0;
     rc_tls_stop = NULL;
 }
@@ -177,6 +217,12 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         threads = RC_POOL_MAX;
     if (threads > parts)
         threads = parts;
+    long t_open = 0;
+    if (threads > 1) {
+        t_open = rc_now_ns();
+        if (t_open < __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED))
+            threads = 1; /* the stall guard's solo period */
+    }
     rc_job j = {fn, arg, parts, 0, threads, threads - 1, 0, 0, 0, 0, rc_tls_stop, NULL, NULL};
     if (threads <= 1) {
         rc_job_work(&j);
@@ -215,6 +261,7 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
     pthread_mutex_unlock(&rc_pool.mu);
 
     rc_job_work(&j);
+    const long t_worked = rc_now_ns();
 
     pthread_mutex_lock(&rc_pool.mu);
     /* closed: no worker joins any more; those inside finish the part they hold */
@@ -242,13 +289,16 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         j.waiting = 1;
         while (__atomic_load_n(&j.helpers_in, __ATOMIC_ACQUIRE) > 0)
             pthread_cond_wait(&rc_pool.done, &rc_pool.mu);
+        const long t_end = rc_now_ns();
+        rc_note_wait(t_worked - t_open, t_end - t_worked, t_end);
     }
     rc_pool.last_threads = __atomic_load_n(&j.ran, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&rc_pool.mu);
 }
 
 /* pool_stats() -> (workers started, threads that ran parts of the last pooled job, runs in
- * flight, parts skipped for a stop flag and parts of pooled jobs started since the module loaded) */
+ * flight, parts skipped for a stop flag and parts of pooled jobs started since the module loaded,
+ * stalls seen since then, ns left of the stall guard's solo period) */
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -256,9 +306,59 @@ PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
     pthread_mutex_lock(&rc_pool.mu);
     const int started = rc_pool.started, last = rc_pool.last_threads;
     pthread_mutex_unlock(&rc_pool.mu);
-    return Py_BuildValue("(iiikk)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
+    long left = __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED) - rc_now_ns();
+    return Py_BuildValue("(iiikkkl)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_skipped, __ATOMIC_RELAXED),
-                         __atomic_load_n(&rc_started, __ATOMIC_RELAXED));
+                         __atomic_load_n(&rc_started, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_stalls, __ATOMIC_RELAXED), left > 0 ? left : 0L);
+}
+
+typedef struct {
+    int *counts;
+    long stall_us;
+    int by_workers; /* atomic: parts pool workers ran */
+} rc_probe_job;
+
+static void rc_probe_part(void *arg, int part, int parts)
+{
+    (void)parts;
+    rc_probe_job *j = (rc_probe_job *)arg;
+    if (rc_tls_worker) {
+        __atomic_add_fetch(&j->by_workers, 1, __ATOMIC_RELAXED);
+        if (j->stall_us > 0) {
+            const struct timespec d = {j->stall_us / 1000000, (j->stall_us % 1000000) * 1000};
+            nanosleep(&d, NULL);
+        }
+    }
+    __atomic_add_fetch(&j->counts[part], 1, __ATOMIC_RELAXED);
+}
+
+/* pool_probe(counts, threads, stall_us) -> parts that pool workers ran: a job of one part an int32 of
+ * counts, each adding 1 to its own; a part a worker runs first sleeps stall_us (a worker
+ * descheduled mid-part), for the tests of the pool */
+PyObject *rc_py_pool_probe(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *co;
+    int threads;
+    long stall_us;
+    if (!PyArg_ParseTuple(args, "Oil:pool_probe", &co, &threads, &stall_us))
+        return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(co, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    const Py_ssize_t n = v.len / (Py_ssize_t)sizeof(int);
+    if (n < 1 || n > RC_PARTS_FINE_MAX || stall_us < 0 || stall_us > 1000000) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, "pool_probe: 1 to 4096 int32 counts and stall_us in [0, 1e6]");
+        return NULL;
+    }
+    rc_probe_job j = {(int *)v.buf, stall_us, 0};
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(rc_probe_part, &j, (int)n, threads);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return PyLong_FromLong(__atomic_load_n(&j.by_workers, __ATOMIC_RELAXED));
 }
 
 /* ---- the run scope --------------------------------------------------------------------- */
