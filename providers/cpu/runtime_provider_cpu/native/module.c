@@ -247,12 +247,14 @@ static PyMethodDef methods[] = {
      "pool_stats() -> (workers, last_threads, runs, skipped, started, stalls, solo_ns)\n"
      "The kernel thread pool's started workers, how many threads ran the last pooled job, the\n"
      "runs in flight (run_enter scopes), the parts skipped for a stop flag and the parts of\n"
-     "pooled jobs started so far, the stalls seen (a caller waiting on a worker's part longer\n"
-     "than its own work) and the ns left of the solo period a stall starts (jobs run alone)."},
+     "pooled jobs started so far, the stalls seen (a caller waiting on workers so long that it\n"
+     "would have done the job sooner alone) and the ns left of the solo period a stall starts\n"
+     "(jobs run on the caller alone)."},
     {"pool_probe", rc_py_pool_probe, METH_VARARGS,
-     "pool_probe(counts, threads, stall_us) -> parts that pool workers ran\n"
-     "A pool job of one part an int32 of counts, each adding 1 to its own; a part a worker runs\n"
-     "first sleeps stall_us (a worker descheduled mid-part): for the tests of the pool."},
+     "pool_probe(counts, threads, stall_us, part_us=0) -> parts that pool workers ran\n"
+     "A pool job of one part an int32 of counts, each adding 1 to its own after sleeping part_us;\n"
+     "a part a worker runs first sleeps stall_us more (a worker descheduled mid-part): for the\n"
+     "tests of the pool."},
     {"run_enter", rc_py_run_enter, METH_O,
      "run_enter(flag) -> scope\n"
      "Until run_exit(scope), this thread's kernels skip their parts not started once flag's\n"

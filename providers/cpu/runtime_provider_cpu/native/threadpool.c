@@ -10,9 +10,9 @@
  *   on two cores run their kernels on their own threads instead of stacking workers on them.
  * - Every part first reads the caller's stop flag (run_enter's): once set, the remaining parts
  *   are skipped (the run that set it is ending and discards what the kernel wrote).
- * - The stall guard: a caller that finished its parts and then waited on a worker's part for
- *   longer than its own work (a worker descheduled mid-part, by another process on the cores)
- *   runs every job alone for a while (RC_SOLO_MIN_NS, doubled while stalls keep coming right
+ * - The stall guard: a caller that finished its parts and then waited on a worker's part so long
+ *   that it would have done the job sooner alone (a worker descheduled mid-part, by another
+ *   process on the cores) runs every job alone for a while (RC_SOLO_MIN_NS, doubled while stalls keep coming right
  *   after, up to RC_SOLO_MAX_NS): on busy cores a pooled job costs a scheduler slice a stall,
  *   so the default thread count would be slower than one thread. */
 #include "native.h"
@@ -87,18 +87,19 @@ static long rc_now_ns(void)
     return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-/* a caller waited `wait` ns on a helper's part after `work` ns of its own parts: when that is a
- * stall, jobs run alone from now on for a solo period, doubled when the stall came soon after
- * the last period ended (the load is still there), reset to the shortest otherwise */
-static void rc_note_wait(long work, long wait, long now)
+/* a caller opened a job at `open`, ran `mine` of its `parts` for `work` ns, then waited `wait` ns
+ * on helpers: when that is a stall (the job ended later than the caller alone would have ended
+ * it, at its own pace a part), jobs run alone from now on for a solo period, doubled when the
+ * job opened soon after the last period ended (the load is still there), else the shortest */
+static void rc_note_wait(long open, long work, long wait, long now, int mine, int parts)
 {
-    if (wait <= RC_STALL_NS || wait <= work)
+    if (wait <= RC_STALL_NS || (mine > 0 && (double)wait <= (double)work * (parts - mine) / mine))
         return;
     __atomic_add_fetch(&rc_stalls, 1, __ATOMIC_RELAXED);
     const long len = __atomic_load_n(&rc_solo_len, __ATOMIC_RELAXED);
     const long until = __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED);
     long next = RC_SOLO_MIN_NS;
-    if (len > 0 && now - until < 2 * len)
+    if (len > 0 && open - until < 2 * len)
         next = 2 * len < RC_SOLO_MAX_NS ? 2 * len : RC_SOLO_MAX_NS;
     __atomic_store_n(&rc_solo_len, next, __ATOMIC_RELAXED);
     __atomic_store_n(&rc_solo_until, now + next, __ATOMIC_RELAXED);
@@ -111,8 +112,9 @@ int rc_stop_requested(void)
     return s && __atomic_load_n(s, __ATOMIC_RELAXED);
 }
 
-/* the parts of j this thread can claim, until none is left or the stop flag is set */
-static void rc_job_work(rc_job *j)
+/* the parts of j this thread can claim, until none is left or the stop flag is set; returns
+ * how many it ran */
+static int rc_job_work(rc_job *j)
 {
     int mine = 0;
     for (;;) {
@@ -133,10 +135,11 @@ static void rc_job_work(rc_job *j)
         rc_part_stop = j->stop;
         j->fn(j->arg, p, j->parts);
         rc_part_stop = outer;
-        mine = 1;
+        mine++;
     }
     if (mine)
         __atomic_add_fetch(&j->ran, 1, __ATOMIC_RELAXED);
+    return mine;
 }
 
 /* an open job a worker may join now (under mu): the oldest with parts left, a free slot,
@@ -260,7 +263,7 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         pthread_cond_signal(&rc_pool.go);
     pthread_mutex_unlock(&rc_pool.mu);
 
-    rc_job_work(&j);
+    const int mine = rc_job_work(&j);
     const long t_worked = rc_now_ns();
 
     pthread_mutex_lock(&rc_pool.mu);
@@ -290,7 +293,7 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         while (__atomic_load_n(&j.helpers_in, __ATOMIC_ACQUIRE) > 0)
             pthread_cond_wait(&rc_pool.done, &rc_pool.mu);
         const long t_end = rc_now_ns();
-        rc_note_wait(t_worked - t_open, t_end - t_worked, t_end);
+        rc_note_wait(t_open, t_worked - t_open, t_end - t_worked, t_end, mine, parts);
     }
     rc_pool.last_threads = __atomic_load_n(&j.ran, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&rc_pool.mu);
@@ -315,9 +318,15 @@ PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
 
 typedef struct {
     int *counts;
-    long stall_us;
+    long stall_us, part_us;
     int by_workers; /* atomic: parts pool workers ran */
 } rc_probe_job;
+
+static void rc_sleep_us(long us)
+{
+    const struct timespec d = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&d, NULL);
+}
 
 static void rc_probe_part(void *arg, int part, int parts)
 {
@@ -325,35 +334,36 @@ static void rc_probe_part(void *arg, int part, int parts)
     rc_probe_job *j = (rc_probe_job *)arg;
     if (rc_tls_worker) {
         __atomic_add_fetch(&j->by_workers, 1, __ATOMIC_RELAXED);
-        if (j->stall_us > 0) {
-            const struct timespec d = {j->stall_us / 1000000, (j->stall_us % 1000000) * 1000};
-            nanosleep(&d, NULL);
-        }
+        if (j->stall_us > 0)
+            rc_sleep_us(j->stall_us);
     }
+    if (j->part_us > 0)
+        rc_sleep_us(j->part_us);
     __atomic_add_fetch(&j->counts[part], 1, __ATOMIC_RELAXED);
 }
 
-/* pool_probe(counts, threads, stall_us) -> parts that pool workers ran: a job of one part an int32 of
- * counts, each adding 1 to its own; a part a worker runs first sleeps stall_us (a worker
- * descheduled mid-part), for the tests of the pool */
+/* pool_probe(counts, threads, stall_us, part_us=0) -> parts that pool workers ran: a job of one
+ * part an int32 of counts, each adding 1 to its own after sleeping part_us; a part a worker runs
+ * first sleeps stall_us more (a worker descheduled mid-part), for the tests of the pool */
 PyObject *rc_py_pool_probe(PyObject *self, PyObject *args)
 {
     (void)self;
     PyObject *co;
     int threads;
-    long stall_us;
-    if (!PyArg_ParseTuple(args, "Oil:pool_probe", &co, &threads, &stall_us))
+    long stall_us, part_us = 0;
+    if (!PyArg_ParseTuple(args, "Oil|l:pool_probe", &co, &threads, &stall_us, &part_us))
         return NULL;
     Py_buffer v;
     if (PyObject_GetBuffer(co, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
     const Py_ssize_t n = v.len / (Py_ssize_t)sizeof(int);
-    if (n < 1 || n > RC_PARTS_FINE_MAX || stall_us < 0 || stall_us > 1000000) {
+    if (n < 1 || n > RC_PARTS_FINE_MAX || stall_us < 0 || stall_us > 1000000 || part_us < 0 || part_us > 100000) {
         PyBuffer_Release(&v);
-        PyErr_SetString(PyExc_ValueError, "pool_probe: 1 to 4096 int32 counts and stall_us in [0, 1e6]");
+        PyErr_SetString(PyExc_ValueError,
+                        "pool_probe: 1 to 4096 int32 counts, stall_us in [0, 1e6] and part_us in [0, 1e5]");
         return NULL;
     }
-    rc_probe_job j = {(int *)v.buf, stall_us, 0};
+    rc_probe_job j = {(int *)v.buf, stall_us, part_us, 0};
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(rc_probe_part, &j, (int)n, threads);
     Py_END_ALLOW_THREADS
