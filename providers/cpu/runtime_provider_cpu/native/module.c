@@ -255,6 +255,12 @@ static PyMethodDef methods[] = {
      "A pool job of one part an int32 of counts, each adding 1 to its own after sleeping part_us;\n"
      "a part a worker runs first sleeps stall_us more (a worker descheduled mid-part): for the\n"
      "tests of the pool."},
+#ifdef RC_POOL_DEBUG
+    {"pool_debug", rc_py_pool_debug, METH_VARARGS,
+     "pool_debug(guard) -> (jobs, waits, wait_ns)\n"
+     "A debug build's (-DRC_POOL_DEBUG) pool measurements: jobs that asked for threads, the\n"
+     "callers' waits on helpers and their ns; guard 0 / 1 turns the stall guard off / on."},
+#endif
     {"run_enter", rc_py_run_enter, METH_O,
      "run_enter(flag) -> scope\n"
      "Until run_exit(scope), this thread's kernels skip their parts not started once flag's\n"

@@ -67,6 +67,11 @@ static _Thread_local int rc_tls_worker; /* this thread is a pool worker */
 static long rc_solo_until;            /* atomic: CLOCK_MONOTONIC ns until which jobs run alone */
 static long rc_solo_len;              /* atomic: the length of the last solo period */
 static unsigned long rc_stalls;       /* atomic: stalls seen, ever */
+#ifdef RC_POOL_DEBUG
+/* a debug build's measurements (pool_debug): the guard on or off, callers' waits on helpers */
+static int rc_dbg_guard = 1;
+static unsigned long rc_dbg_waits, rc_dbg_wait_ns, rc_dbg_jobs;
+#endif
 #if defined(__x86_64__) || defined(__i386__)
 #define RC_PAUSE() __asm__ __volatile__("pause")
 #else
@@ -223,6 +228,10 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
     long t_open = 0;
     if (threads > 1) {
         t_open = rc_now_ns();
+#ifdef RC_POOL_DEBUG
+        __atomic_add_fetch(&rc_dbg_jobs, 1, __ATOMIC_RELAXED);
+        if (rc_dbg_guard)
+#endif
         if (t_open < __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED))
             threads = 1; /* the stall guard's solo period */
     }
@@ -293,6 +302,11 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         while (__atomic_load_n(&j.helpers_in, __ATOMIC_ACQUIRE) > 0)
             pthread_cond_wait(&rc_pool.done, &rc_pool.mu);
         const long t_end = rc_now_ns();
+#ifdef RC_POOL_DEBUG
+        __atomic_add_fetch(&rc_dbg_waits, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&rc_dbg_wait_ns, (unsigned long)(t_end - t_worked), __ATOMIC_RELAXED);
+        if (rc_dbg_guard)
+#endif
         rc_note_wait(t_open, t_worked - t_open, t_end - t_worked, t_end, mine, parts);
     }
     rc_pool.last_threads = __atomic_load_n(&j.ran, __ATOMIC_RELAXED);
@@ -370,6 +384,27 @@ PyObject *rc_py_pool_probe(PyObject *self, PyObject *args)
     PyBuffer_Release(&v);
     return PyLong_FromLong(__atomic_load_n(&j.by_workers, __ATOMIC_RELAXED));
 }
+
+#ifdef RC_POOL_DEBUG
+/* pool_debug(guard) -> (jobs that asked for threads, callers' waits on helpers, their ns): a
+ * debug build's measurements (-DRC_POOL_DEBUG); guard 0 turns the stall guard off, 1 on, -1
+ * leaves it */
+PyObject *rc_py_pool_debug(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int guard;
+    if (!PyArg_ParseTuple(args, "i:pool_debug", &guard))
+        return NULL;
+    if (guard >= 0) {
+        rc_dbg_guard = guard;
+        if (!guard)
+            __atomic_store_n(&rc_solo_until, 0L, __ATOMIC_RELAXED);
+    }
+    return Py_BuildValue("(kkk)", __atomic_load_n(&rc_dbg_jobs, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_dbg_waits, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_dbg_wait_ns, __ATOMIC_RELAXED));
+}
+#endif
 
 /* ---- the run scope --------------------------------------------------------------------- */
 
