@@ -103,3 +103,62 @@ def test_a_session_run_in_a_solo_period_matches_onnxruntime():
     _stall()
     during = sess.run(None, {"x": x})[0]
     np.testing.assert_allclose(during, want, rtol=1e-4, atol=1e-4)
+
+
+class _FakeNative:
+    def __init__(self):
+        self.solo = False
+
+    def run_solo(self, on):
+        before, self.solo = self.solo, bool(on)
+        return before
+
+
+def _drive(chooser, native, runs, alone_ms, pooled_ms):
+    """Runs through ``chooser`` whose time is the mode's (fed to record, not slept)."""
+    modes = []
+    for _ in range(runs):
+        alone = chooser.alone("sig")
+        modes.append(alone)
+        chooser.record("sig", alone, int((alone_ms if alone else pooled_ms) * 1e6))
+    return modes
+
+
+def test_the_solo_chooser_picks_the_faster_mode_and_keeps_exploring():
+    from runtime_provider_cpu.execution import solo
+
+    native = _FakeNative()
+    c = solo.SoloChooser(native)
+    modes = _drive(c, native, 200, alone_ms=10.0, pooled_ms=20.0)
+    assert not any(modes[: solo._WARM])  # the warm-up runs (kernel choices measured) are pooled
+    late = modes[100:]
+    assert sum(late) > 0.9 * len(late) and not all(late)  # alone, the pool tried now and then
+    c = solo.SoloChooser(native)
+    late = _drive(c, native, 200, alone_ms=20.0, pooled_ms=10.0)[100:]
+    assert sum(late) < 0.1 * len(late) and any(late)
+    c = solo.SoloChooser(native)  # within the margin the pool stays
+    late = _drive(c, native, 200, alone_ms=9.8, pooled_ms=10.0)[100:]
+    assert sum(late) < 0.1 * len(late)
+
+
+def test_the_solo_chooser_follows_a_change_of_load():
+    from runtime_provider_cpu.execution import solo
+
+    native = _FakeNative()
+    c = solo.SoloChooser(native)
+    _drive(c, native, 100, alone_ms=10.0, pooled_ms=20.0)
+    late = _drive(c, native, 600, alone_ms=20.0, pooled_ms=10.0)[-100:]
+    assert sum(late) < 0.1 * len(late)
+
+
+def test_a_run_alone_restores_the_threads_setting_and_matches_a_pooled_run():
+    ort = pytest.importorskip("onnxruntime")
+    data = _conv_model()
+    x = np.random.default_rng(5).standard_normal((1, 16, 40, 40)).astype(np.float32)
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = rt.InferenceSession(data, so, providers=["cpu"])
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for _ in range(12):  # past the warm-up: runs alternate between the modes
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+    assert NATIVE.run_solo(False) is False  # the run put this thread's setting back

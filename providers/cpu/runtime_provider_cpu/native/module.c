@@ -255,6 +255,10 @@ static PyMethodDef methods[] = {
      "A pool job of one part an int32 of counts, each adding 1 to its own after sleeping part_us;\n"
      "a part a worker runs first sleeps stall_us more (a worker descheduled mid-part): for the\n"
      "tests of the pool."},
+    {"run_solo", rc_py_run_solo, METH_O,
+     "run_solo(on) -> before\n"
+     "Whether the pool jobs this thread opens run on it alone (True) or on the pool (False);\n"
+     "returns the setting before."},
 #ifdef RC_POOL_DEBUG
     {"pool_debug", rc_py_pool_debug, METH_VARARGS,
      "pool_debug(guard) -> (jobs, waits, wait_ns)\n"

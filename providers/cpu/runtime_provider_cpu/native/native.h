@@ -369,6 +369,7 @@ PyObject *rc_py_sdpa(PyObject *self, PyObject *args);
 PyObject *rc_py_softmax(PyObject *self, PyObject *args);
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args);
 PyObject *rc_py_pool_probe(PyObject *self, PyObject *args);
+PyObject *rc_py_run_solo(PyObject *self, PyObject *on);
 #ifdef RC_POOL_DEBUG
 PyObject *rc_py_pool_debug(PyObject *self, PyObject *args);
 #endif

@@ -57,6 +57,7 @@ static _Thread_local const volatile unsigned char *rc_tls_stop;
 static _Thread_local const volatile unsigned char *rc_part_stop;
 static _Thread_local int rc_tls_depth;
 static _Thread_local int rc_tls_worker; /* this thread is a pool worker */
+static _Thread_local int rc_tls_solo;   /* this thread's jobs run on it alone (run_solo) */
 
 #define RC_SPIN_NS 100000L
 /* a wait on helpers past this (and past the caller's own work) is a stall, not a late part */
@@ -225,6 +226,8 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         threads = RC_POOL_MAX;
     if (threads > parts)
         threads = parts;
+    if (rc_tls_solo)
+        threads = 1;
     long t_open = 0;
     if (threads > 1) {
         t_open = rc_now_ns();
@@ -405,6 +408,19 @@ PyObject *rc_py_pool_debug(PyObject *self, PyObject *args)
                          __atomic_load_n(&rc_dbg_wait_ns, __ATOMIC_RELAXED));
 }
 #endif
+
+/* run_solo(on) -> before: whether the jobs this thread opens run on it alone (a run whose
+ * kernels were measured faster without the pool, execution/solo.py) */
+PyObject *rc_py_run_solo(PyObject *self, PyObject *on)
+{
+    (void)self;
+    const int v = PyObject_IsTrue(on);
+    if (v < 0)
+        return NULL;
+    const int before = rc_tls_solo;
+    rc_tls_solo = v;
+    return PyBool_FromLong(before);
+}
 
 /* ---- the run scope --------------------------------------------------------------------- */
 
