@@ -247,7 +247,7 @@ static PyMethodDef methods[] = {
      "pool_stats() -> (workers, last_threads, runs, skipped, started, stalls, solo_ns)\n"
      "The kernel thread pool's started workers, how many threads ran the last pooled job, the\n"
      "runs in flight (run_enter scopes), the parts skipped for a stop flag and the parts of\n"
-     "pooled jobs started so far, the stalls seen (a caller waiting on workers so long that it\n"
+     "jobs asking for several threads (run alone or not) started so far, the stalls seen (a caller waiting on workers so long that it\n"
      "would have done the job sooner alone) and the ns left of the solo period a stall starts\n"
      "(jobs run on the caller alone)."},
     {"pool_probe", rc_py_pool_probe, METH_VARARGS,

@@ -34,6 +34,7 @@ typedef struct rc_job {
     int stopped;                       /* atomic: parts were skipped for the stop flag */
     const volatile unsigned char *stop; /* the caller's run's stop flag, or NULL */
     struct rc_job *older, *newer;      /* in the list of open jobs (under mu) */
+    int asked;                         /* the threads the kernel asked for (before a solo run) */
 } rc_job;
 
 static struct {
@@ -135,7 +136,7 @@ static int rc_job_work(rc_job *j)
             __atomic_add_fetch(&rc_skipped, (unsigned long)(left > 0 ? left : 0), __ATOMIC_RELAXED);
             break;
         }
-        if (j->threads > 1)
+        if (j->asked > 1)
             __atomic_add_fetch(&rc_started, 1, __ATOMIC_RELAXED);
         const volatile unsigned char *outer = rc_part_stop;
         rc_part_stop = j->stop;
@@ -226,6 +227,7 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         threads = RC_POOL_MAX;
     if (threads > parts)
         threads = parts;
+    const int asked = threads;
     if (rc_tls_solo)
         threads = 1;
     long t_open = 0;
@@ -238,7 +240,7 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         if (t_open < __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED))
             threads = 1; /* the stall guard's solo period */
     }
-    rc_job j = {fn, arg, parts, 0, threads, threads - 1, 0, 0, 0, 0, rc_tls_stop, NULL, NULL};
+    rc_job j = {fn, arg, parts, 0, threads, threads - 1, 0, 0, 0, 0, rc_tls_stop, NULL, NULL, asked};
     if (threads <= 1) {
         rc_job_work(&j);
         return;
@@ -317,7 +319,8 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
 }
 
 /* pool_stats() -> (workers started, threads that ran parts of the last pooled job, runs in
- * flight, parts skipped for a stop flag and parts of pooled jobs started since the module loaded,
+ * flight, parts skipped for a stop flag and parts of jobs asking for several threads (run
+ * alone or not) started since the module loaded,
  * stalls seen since then, ns left of the stall guard's solo period) */
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
 {
