@@ -11,7 +11,8 @@
   this part on other models (each ``NAME.onnx`` with its feeds in ``NAME.npz``, e.g. the corpus
   cache: ``--part latency --models ~/.cache/rcb/*.onnx --latency-runtimes runtime_core``) and
   checks each against the targets (default-thread median no worse than one thread's, p90 at
-  most 3x the median).
+  most 3x the median), with the kernel pool's stalls a run (a caller left waiting on a part
+  that a descheduled worker holds; each starts a period of jobs on the caller alone).
 
 Both runtimes run without ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` (users do not have them)
 unless ``--keep-openblas-env``. The CPU model, core count and load average are printed: the
@@ -92,6 +93,7 @@ def worker(args) -> None:
         # CPU time (all threads) tells spinning and oversubscription apart from a busy machine
         print(json.dumps({"wall": wall, "cpu": cpu, "runs": n * per}))
     else:
+        stats = _pool_stats() if args.runtime == "runtime_core" else None
         lat = []
         end = time.perf_counter() + args.seconds
         while time.perf_counter() < end or len(lat) < args.min_runs:
@@ -99,8 +101,18 @@ def worker(args) -> None:
             sess.run(None, feeds)
             lat.append(time.perf_counter() - t0)
         ms = np.asarray(lat) * 1e3
+        # the kernel pool's stalls (a caller left waiting on a descheduled worker's part) a run
+        stalls = (_pool_stats()[5] - stats[5]) / len(lat) if stats and len(stats) > 5 else None
         print(json.dumps({"n": len(lat), "p10": float(np.percentile(ms, 10)), "p50": float(np.median(ms)),
-                          "p90": float(np.percentile(ms, 90))}))
+                          "p90": float(np.percentile(ms, 90)), "stalls": stalls}))
+
+
+def _pool_stats():
+    try:
+        from runtime_provider_cpu.fast.policy import NATIVE
+    except ImportError:
+        return None
+    return NATIVE.pool_stats() if NATIVE is not None else None
 
 
 def _child(env, model, *extra) -> dict:
@@ -186,8 +198,8 @@ def main(argv=None) -> int:
                 name = MODEL if m == model else m.stem
                 print(f"\n## latency: {name}, runs in turn for {args.seconds:.0f} s (at least {args.min_runs}) "
                       f"beside {args.busy} busy processes (ms)\n")
-                print("| runtime | intra_op_num_threads | p10 | p50 | p90 |")
-                print("|---|---|---|---|---|", flush=True)
+                print("| runtime | intra_op_num_threads | p10 | p50 | p90 | pool stalls a run |")
+                print("|---|---|---|---|---|---|", flush=True)
                 res: dict = {}
                 for _ in range(args.rounds):
                     for r in lat_runtimes:
@@ -198,7 +210,9 @@ def main(argv=None) -> int:
                 med = {key: {k: np.median([g[k] for g in got]) for k in ("p10", "p50", "p90")}
                        for key, got in res.items()}
                 for (r, t), v in med.items():
-                    print(f"| {r} | {t or 'default'} | {v['p10']:.2f} | {v['p50']:.2f} | {v['p90']:.2f} |")
+                    st = [g["stalls"] for g in res[(r, t)] if g.get("stalls") is not None]
+                    stalls = f"{np.median(st):.2f}" if st else "-"
+                    print(f"| {r} | {t or 'default'} | {v['p10']:.2f} | {v['p50']:.2f} | {v['p90']:.2f} | {stalls} |")
                 if ("runtime_core", 0) in med:
                     d, one = med[("runtime_core", 0)], med[("runtime_core", 1)]
                     ok = d["p50"] <= one["p50"] * 1.05 and d["p90"] <= 3 * d["p50"]

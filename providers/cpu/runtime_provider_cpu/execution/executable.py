@@ -26,7 +26,8 @@ from ..registry import REGISTRY, KernelContext
 from . import fusion, inplace
 from .parallel import ParallelRun
 from .schedule import Schedule
-from .step import NONE_SLOT, STOP, end_scope, run_scope, run_step
+from .solo import SoloChooser
+from .step import _NATIVE, NONE_SLOT, STOP, end_scope, run_scope, run_step
 from .subgraph import compile_subgraphs, with_outer
 
 
@@ -143,6 +144,9 @@ class CPUExecutable:
         # what plain sequential runs iterate: the steps, with pairs fused after binding
         self.run_steps = self.steps
         self._fused: list = []
+        # sequential runs on several kernel threads: pooled or on the caller alone, by measurement
+        self._solo = (SoloChooser(_NATIVE) if _NATIVE is not None and kernel_threads > 1 and tune
+                      and self._schedule is None else None)
 
     @property
     def parallel(self) -> bool:
@@ -181,7 +185,11 @@ class CPUExecutable:
             with np.errstate(all="ignore"):
                 if self._schedule is not None:
                     return self._run_parallel(inputs, None, stop)
-                outs = self._run(self.run_steps, inputs, stop)
+                if self._solo is not None:
+                    sig = tuple(getattr(v, "shape", None) for v in inputs)
+                    outs = self._solo.run(sig, self._run, self.run_steps, inputs, stop)
+                else:
+                    outs = self._run(self.run_steps, inputs, stop)
         finally:
             end_scope(scope)
             STOP.reset(token)

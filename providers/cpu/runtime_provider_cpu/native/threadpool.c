@@ -9,7 +9,12 @@
  *   callers in the pool and the runs in flight) are fewer than the job's threads: eight runs
  *   on two cores run their kernels on their own threads instead of stacking workers on them.
  * - Every part first reads the caller's stop flag (run_enter's): once set, the remaining parts
- *   are skipped (the run that set it is ending and discards what the kernel wrote). */
+ *   are skipped (the run that set it is ending and discards what the kernel wrote).
+ * - The stall guard: a caller that finished its parts and then waited on a worker's part so long
+ *   that it would have done the job sooner alone (a worker descheduled mid-part, by another
+ *   process on the cores) runs every job alone for a while (RC_SOLO_MIN_NS, doubled while stalls keep coming right
+ *   after, up to RC_SOLO_MAX_NS): on busy cores a pooled job costs a scheduler slice a stall,
+ *   so the default thread count would be slower than one thread. */
 #include "native.h"
 
 #include <pthread.h>
@@ -29,6 +34,7 @@ typedef struct rc_job {
     int stopped;                       /* atomic: parts were skipped for the stop flag */
     const volatile unsigned char *stop; /* the caller's run's stop flag, or NULL */
     struct rc_job *older, *newer;      /* in the list of open jobs (under mu) */
+    int asked;                         /* the threads the kernel asked for (before a solo run) */
 } rc_job;
 
 static struct {
@@ -51,8 +57,23 @@ static _Thread_local const volatile unsigned char *rc_tls_stop;
 /* the stop flag of the job whose part this thread is running (rc_stop_requested's) */
 static _Thread_local const volatile unsigned char *rc_part_stop;
 static _Thread_local int rc_tls_depth;
+static _Thread_local int rc_tls_worker; /* this thread is a pool worker */
+static _Thread_local int rc_tls_solo;   /* this thread's jobs run on it alone (run_solo) */
 
 #define RC_SPIN_NS 100000L
+/* a wait on helpers past this (and past the caller's own work) is a stall, not a late part */
+#define RC_STALL_NS 500000L
+#define RC_SOLO_MIN_NS 8000000L
+#define RC_SOLO_MAX_NS 256000000L
+
+static long rc_solo_until;            /* atomic: CLOCK_MONOTONIC ns until which jobs run alone */
+static long rc_solo_len;              /* atomic: the length of the last solo period */
+static unsigned long rc_stalls;       /* atomic: stalls seen, ever */
+#ifdef RC_POOL_DEBUG
+/* a debug build's measurements (pool_debug): the guard on or off, callers' waits on helpers */
+static int rc_dbg_guard = 1;
+static unsigned long rc_dbg_waits, rc_dbg_wait_ns, rc_dbg_jobs;
+#endif
 #if defined(__x86_64__) || defined(__i386__)
 #define RC_PAUSE() __asm__ __volatile__("pause")
 #else
@@ -66,6 +87,31 @@ static long rc_ns_since(const struct timespec *t0)
     return (t.tv_sec - t0->tv_sec) * 1000000000L + (t.tv_nsec - t0->tv_nsec);
 }
 
+static long rc_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000000L + t.tv_nsec;
+}
+
+/* a caller opened a job at `open`, ran `mine` of its `parts` for `work` ns, then waited `wait` ns
+ * on helpers: when that is a stall (the job ended later than the caller alone would have ended
+ * it, at its own pace a part), jobs run alone from now on for a solo period, doubled when the
+ * job opened soon after the last period ended (the load is still there), else the shortest */
+static void rc_note_wait(long open, long work, long wait, long now, int mine, int parts)
+{
+    if (wait <= RC_STALL_NS || (mine > 0 && (double)wait <= (double)work * (parts - mine) / mine))
+        return;
+    __atomic_add_fetch(&rc_stalls, 1, __ATOMIC_RELAXED);
+    const long len = __atomic_load_n(&rc_solo_len, __ATOMIC_RELAXED);
+    const long until = __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED);
+    long next = RC_SOLO_MIN_NS;
+    if (len > 0 && open - until < 2 * len)
+        next = 2 * len < RC_SOLO_MAX_NS ? 2 * len : RC_SOLO_MAX_NS;
+    __atomic_store_n(&rc_solo_len, next, __ATOMIC_RELAXED);
+    __atomic_store_n(&rc_solo_until, now + next, __ATOMIC_RELAXED);
+}
+
 int rc_stop_requested(void)
 {
     /* in a part: its job's flag; on a caller's thread outside rc_parallel: its run scope's */
@@ -73,8 +119,9 @@ int rc_stop_requested(void)
     return s && __atomic_load_n(s, __ATOMIC_RELAXED);
 }
 
-/* the parts of j this thread can claim, until none is left or the stop flag is set */
-static void rc_job_work(rc_job *j)
+/* the parts of j this thread can claim, until none is left or the stop flag is set; returns
+ * how many it ran */
+static int rc_job_work(rc_job *j)
 {
     int mine = 0;
     for (;;) {
@@ -89,16 +136,17 @@ static void rc_job_work(rc_job *j)
             __atomic_add_fetch(&rc_skipped, (unsigned long)(left > 0 ? left : 0), __ATOMIC_RELAXED);
             break;
         }
-        if (j->threads > 1)
+        if (j->asked > 1)
             __atomic_add_fetch(&rc_started, 1, __ATOMIC_RELAXED);
         const volatile unsigned char *outer = rc_part_stop;
         rc_part_stop = j->stop;
         j->fn(j->arg, p, j->parts);
         rc_part_stop = outer;
-        mine = 1;
+        mine++;
     }
     if (mine)
         __atomic_add_fetch(&j->ran, 1, __ATOMIC_RELAXED);
+    return mine;
 }
 
 /* an open job a worker may join now (under mu): the oldest with parts left, a free slot,
@@ -117,6 +165,7 @@ static rc_job *rc_pick(void)
 static void *rc_worker(void *unused)
 {
     (void)unused;
+    rc_tls_worker = 1;
     pthread_mutex_lock(&rc_pool.mu);
     for (;;) {
         rc_job *j = rc_pick();
@@ -162,6 +211,7 @@ void rc_pool_forked(void)
     rc_pool.started = rc_pool.idle = rc_pool.busy = rc_pool.callers = 0;
     rc_pool.first = rc_pool.last = NULL;
     rc_runs = 0;
+    rc_solo_until = rc_solo_len = 0;
     rc_tls_depth = 0;
     rc_tls_stop = NULL;
 }
@@ -177,7 +227,20 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         threads = RC_POOL_MAX;
     if (threads > parts)
         threads = parts;
-    rc_job j = {fn, arg, parts, 0, threads, threads - 1, 0, 0, 0, 0, rc_tls_stop, NULL, NULL};
+    const int asked = threads;
+    if (rc_tls_solo)
+        threads = 1;
+    long t_open = 0;
+    if (threads > 1) {
+        t_open = rc_now_ns();
+#ifdef RC_POOL_DEBUG
+        __atomic_add_fetch(&rc_dbg_jobs, 1, __ATOMIC_RELAXED);
+        if (rc_dbg_guard)
+#endif
+        if (t_open < __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED))
+            threads = 1; /* the stall guard's solo period */
+    }
+    rc_job j = {fn, arg, parts, 0, threads, threads - 1, 0, 0, 0, 0, rc_tls_stop, NULL, NULL, asked};
     if (threads <= 1) {
         rc_job_work(&j);
         return;
@@ -214,7 +277,8 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         pthread_cond_signal(&rc_pool.go);
     pthread_mutex_unlock(&rc_pool.mu);
 
-    rc_job_work(&j);
+    const int mine = rc_job_work(&j);
+    const long t_worked = rc_now_ns();
 
     pthread_mutex_lock(&rc_pool.mu);
     /* closed: no worker joins any more; those inside finish the part they hold */
@@ -242,13 +306,22 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         j.waiting = 1;
         while (__atomic_load_n(&j.helpers_in, __ATOMIC_ACQUIRE) > 0)
             pthread_cond_wait(&rc_pool.done, &rc_pool.mu);
+        const long t_end = rc_now_ns();
+#ifdef RC_POOL_DEBUG
+        __atomic_add_fetch(&rc_dbg_waits, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&rc_dbg_wait_ns, (unsigned long)(t_end - t_worked), __ATOMIC_RELAXED);
+        if (rc_dbg_guard)
+#endif
+        rc_note_wait(t_open, t_worked - t_open, t_end - t_worked, t_end, mine, parts);
     }
     rc_pool.last_threads = __atomic_load_n(&j.ran, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&rc_pool.mu);
 }
 
 /* pool_stats() -> (workers started, threads that ran parts of the last pooled job, runs in
- * flight, parts skipped for a stop flag and parts of pooled jobs started since the module loaded) */
+ * flight, parts skipped for a stop flag and parts of jobs asking for several threads (run
+ * alone or not) started since the module loaded,
+ * stalls seen since then, ns left of the stall guard's solo period) */
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -256,9 +329,100 @@ PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
     pthread_mutex_lock(&rc_pool.mu);
     const int started = rc_pool.started, last = rc_pool.last_threads;
     pthread_mutex_unlock(&rc_pool.mu);
-    return Py_BuildValue("(iiikk)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
+    long left = __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED) - rc_now_ns();
+    return Py_BuildValue("(iiikkkl)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_skipped, __ATOMIC_RELAXED),
-                         __atomic_load_n(&rc_started, __ATOMIC_RELAXED));
+                         __atomic_load_n(&rc_started, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_stalls, __ATOMIC_RELAXED), left > 0 ? left : 0L);
+}
+
+typedef struct {
+    int *counts;
+    long stall_us, part_us;
+    int by_workers; /* atomic: parts pool workers ran */
+} rc_probe_job;
+
+static void rc_sleep_us(long us)
+{
+    const struct timespec d = {us / 1000000, (us % 1000000) * 1000};
+    nanosleep(&d, NULL);
+}
+
+static void rc_probe_part(void *arg, int part, int parts)
+{
+    (void)parts;
+    rc_probe_job *j = (rc_probe_job *)arg;
+    if (rc_tls_worker) {
+        __atomic_add_fetch(&j->by_workers, 1, __ATOMIC_RELAXED);
+        if (j->stall_us > 0)
+            rc_sleep_us(j->stall_us);
+    }
+    if (j->part_us > 0)
+        rc_sleep_us(j->part_us);
+    __atomic_add_fetch(&j->counts[part], 1, __ATOMIC_RELAXED);
+}
+
+/* pool_probe(counts, threads, stall_us, part_us=0) -> parts that pool workers ran: a job of one
+ * part an int32 of counts, each adding 1 to its own after sleeping part_us; a part a worker runs
+ * first sleeps stall_us more (a worker descheduled mid-part), for the tests of the pool */
+PyObject *rc_py_pool_probe(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *co;
+    int threads;
+    long stall_us, part_us = 0;
+    if (!PyArg_ParseTuple(args, "Oil|l:pool_probe", &co, &threads, &stall_us, &part_us))
+        return NULL;
+    Py_buffer v;
+    if (PyObject_GetBuffer(co, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    const Py_ssize_t n = v.len / (Py_ssize_t)sizeof(int);
+    if (n < 1 || n > RC_PARTS_FINE_MAX || stall_us < 0 || stall_us > 1000000 || part_us < 0 || part_us > 100000) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError,
+                        "pool_probe: 1 to 4096 int32 counts, stall_us in [0, 1e6] and part_us in [0, 1e5]");
+        return NULL;
+    }
+    rc_probe_job j = {(int *)v.buf, stall_us, part_us, 0};
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(rc_probe_part, &j, (int)n, threads);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&v);
+    return PyLong_FromLong(__atomic_load_n(&j.by_workers, __ATOMIC_RELAXED));
+}
+
+#ifdef RC_POOL_DEBUG
+/* pool_debug(guard) -> (jobs that asked for threads, callers' waits on helpers, their ns): a
+ * debug build's measurements (-DRC_POOL_DEBUG); guard 0 turns the stall guard off, 1 on, -1
+ * leaves it */
+PyObject *rc_py_pool_debug(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int guard;
+    if (!PyArg_ParseTuple(args, "i:pool_debug", &guard))
+        return NULL;
+    if (guard >= 0) {
+        rc_dbg_guard = guard;
+        if (!guard)
+            __atomic_store_n(&rc_solo_until, 0L, __ATOMIC_RELAXED);
+    }
+    return Py_BuildValue("(kkk)", __atomic_load_n(&rc_dbg_jobs, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_dbg_waits, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_dbg_wait_ns, __ATOMIC_RELAXED));
+}
+#endif
+
+/* run_solo(on) -> before: whether the jobs this thread opens run on it alone (a run whose
+ * kernels were measured faster without the pool, execution/solo.py) */
+PyObject *rc_py_run_solo(PyObject *self, PyObject *on)
+{
+    (void)self;
+    const int v = PyObject_IsTrue(on);
+    if (v < 0)
+        return NULL;
+    const int before = rc_tls_solo;
+    rc_tls_solo = v;
+    return PyBool_FromLong(before);
 }
 
 /* ---- the run scope --------------------------------------------------------------------- */

@@ -1,0 +1,177 @@
+"""The kernel pool's stall guard: a caller left waiting on a part that a descheduled worker holds
+(simulated by ``pool_probe``, whose worker parts sleep) still gets every part run exactly once,
+and runs its jobs alone for a while afterwards, so that on cores other processes keep busy the
+default thread count is not slower than one thread. No timing is asserted beyond the simulated
+stall itself (20 ms against parts of 20 us; the machine is shared)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import runtime_core as rt
+from runtime_provider_cpu.fast.policy import NATIVE
+
+pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled extension is not built here")
+
+STALLS, SOLO_NS = 5, 6  # fields of pool_stats()
+
+
+def _stall(tries=100):
+    """A pooled job whose worker part sleeps 20 ms: the caller's wait on it is a stall. Returns
+    the stats after the first try in which a worker joined and the stall was counted."""
+    for _ in range(tries):
+        before = NATIVE.pool_stats()
+        if before[SOLO_NS]:  # a solo period runs jobs alone: nothing would join
+            time.sleep(before[SOLO_NS] / 1e9 + 1e-3)
+            continue
+        counts = np.zeros(64, np.int32)
+        by_workers = NATIVE.pool_probe(counts, 2, 20000, 20)
+        # each part exactly once, whoever ran it and however long it stalled
+        np.testing.assert_array_equal(counts, np.ones(64, np.int32))
+        after = NATIVE.pool_stats()
+        if by_workers and after[STALLS] > before[STALLS]:
+            return after
+    pytest.fail(f"no pool worker joined a 2-thread job in {tries} tries")
+
+
+def test_a_stall_starts_a_solo_period_in_which_jobs_run_on_the_caller():
+    seen = 0
+    for _ in range(20):
+        _stall()
+        for _ in range(20):
+            before = NATIVE.pool_stats()
+            counts = np.zeros(16, np.int32)  # about 1 ms: well inside the shortest solo period
+            by_workers = NATIVE.pool_probe(counts, 2, 0, 20)
+            np.testing.assert_array_equal(counts, np.ones(16, np.int32))
+            now = NATIVE.pool_stats()
+            if now[STALLS] != before[STALLS] or not now[SOLO_NS]:
+                break
+            # the solo period was still on when this job ended, so it was on when it began
+            assert by_workers == 0
+            seen += 1
+        if seen >= 3:
+            return
+    pytest.fail(f"saw {seen} jobs in a solo period (the shared machine kept this test from running)")
+
+
+def test_the_pool_is_used_again_after_the_solo_period():
+    after = _stall()
+    time.sleep(after[SOLO_NS] / 1e9 + 2e-3)
+    for _ in range(200):
+        counts = np.zeros(64, np.int32)
+        if NATIVE.pool_probe(counts, 2, 0, 200):
+            np.testing.assert_array_equal(counts, np.ones(64, np.int32))
+            return
+        left = NATIVE.pool_stats()[SOLO_NS]
+        if left:  # a stall of the shared machine's own began another period
+            time.sleep(left / 1e9 + 1e-3)
+    pytest.fail("no pool worker joined a job after the solo period")
+
+
+def test_probe_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        NATIVE.pool_probe(np.zeros(0, np.int32), 2, 0)
+    with pytest.raises(ValueError):
+        NATIVE.pool_probe(np.zeros(4, np.int32), 2, -1)
+    with pytest.raises(ValueError):
+        NATIVE.pool_probe(np.zeros(4, np.int32), 2, 0, 10**6)
+
+
+def _conv_model():
+    rng = np.random.default_rng(3)
+    w = numpy_helper.from_array(rng.standard_normal((32, 16, 3, 3)).astype(np.float32) * 0.1, "w")
+    b = numpy_helper.from_array(rng.standard_normal(32).astype(np.float32), "b")
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1, 1, 1, 1])
+    g = helper.make_graph([node], "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 40, 40])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w, b])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_a_session_run_in_a_solo_period_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    data = _conv_model()
+    x = np.random.default_rng(4).standard_normal((1, 16, 40, 40)).astype(np.float32)
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = rt.InferenceSession(data, so, providers=["cpu"])
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    sess.run(None, {"x": x})
+    _stall()
+    during = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(during, want, rtol=1e-4, atol=1e-4)
+
+
+class _FakeNative:
+    def __init__(self):
+        self.solo = False
+
+    def run_solo(self, on):
+        before, self.solo = self.solo, bool(on)
+        return before
+
+
+def _drive(chooser, native, runs, alone_ms, pooled_ms):
+    """Runs through ``chooser`` whose time is the mode's (fed to record, not slept);
+    ``pooled_ms`` may be a function of the run's index (a loaded machine's uneven times)."""
+    modes = []
+    for i in range(runs):
+        alone = chooser.alone("sig")
+        modes.append(alone)
+        ms = alone_ms if alone else (pooled_ms(i) if callable(pooled_ms) else pooled_ms)
+        chooser.record("sig", alone, int(ms * 1e6))
+    return modes
+
+
+def _loaded(i):  # pooled runs beside busy processes: most lose a scheduler slice
+    return 10.0 if i % 4 == 0 else 40.0
+
+
+def test_a_quiet_machine_never_runs_alone():
+    from runtime_provider_cpu.execution import solo
+
+    c = solo.SoloChooser(_FakeNative())
+    # even where alone would be faster, steady pooled times show no load: the pool is kept
+    assert not any(_drive(c, None, 300, alone_ms=5.0, pooled_ms=lambda i: 10.0 + (i % 3) * 0.5))
+
+
+def test_under_load_the_solo_chooser_picks_the_faster_mode_and_keeps_exploring():
+    from runtime_provider_cpu.execution import solo
+
+    c = solo.SoloChooser(_FakeNative())
+    modes = _drive(c, None, 200, alone_ms=12.0, pooled_ms=_loaded)
+    assert not any(modes[: solo._WARM + solo._SAMPLES])  # warm-up, then pooled until the load shows
+    late = modes[100:]
+    assert sum(late) > 0.75 * len(late) and not all(late)  # mostly alone, the pool tried now and then
+    c = solo.SoloChooser(_FakeNative())
+    late = _drive(c, None, 200, alone_ms=60.0, pooled_ms=_loaded)[100:]
+    assert sum(late) < 0.1 * len(late) and any(late)  # loaded, but alone is slower still
+    c = solo.SoloChooser(_FakeNative())  # within the margin the pool stays
+    late = _drive(c, None, 200, alone_ms=31.0, pooled_ms=lambda i: 10.0 if i % 4 else 40.0)[100:]
+    assert sum(late) < 0.1 * len(late)
+
+
+def test_the_solo_chooser_follows_a_change_of_load():
+    from runtime_provider_cpu.execution import solo
+
+    c = solo.SoloChooser(_FakeNative())
+    assert sum(_drive(c, None, 100, alone_ms=12.0, pooled_ms=_loaded)[-50:]) > 40
+    # the load goes: pooled runs back at 10 ms, alone 20 ms; the pool is taken and alone no longer tried
+    late = _drive(c, None, 600, alone_ms=20.0, pooled_ms=10.0)[-200:]
+    assert not any(late)
+
+
+def test_a_run_alone_restores_the_threads_setting_and_matches_a_pooled_run():
+    ort = pytest.importorskip("onnxruntime")
+    data = _conv_model()
+    x = np.random.default_rng(5).standard_normal((1, 16, 40, 40)).astype(np.float32)
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = rt.InferenceSession(data, so, providers=["cpu"])
+    want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    for _ in range(12):  # past the warm-up: runs alternate between the modes
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
+    assert NATIVE.run_solo(False) is False  # the run put this thread's setting back
