@@ -61,6 +61,8 @@ PROVIDED = {
                                                      "user has it, a stderr line otherwise (never required)",
     ("runtime_core.integrations.ray", "pandas"): "only to hand back a pandas batch in the form Ray Data handed it "
                                                  "over: pandas is loaded already",
+    ("runtime_core.integrations.ray", "pyarrow"): "only for pyarrow batches and output_format='pyarrow': "
+                                                  "ray[data], which the ray extra names, requires pyarrow",
 }
 
 

@@ -55,9 +55,11 @@ def test_a_big_conv_stops_within_100ms(cpu_policy, kernel):  # noqa: F811
     x = np.random.default_rng(1).standard_normal(xshape).astype(np.float32)
     (want,) = sess.run(None, {"x": x})  # first run: the plan is made and bound
     assert sess.get_partition_report().kernels, "no compiled kernel was chosen"
-    t0 = time.perf_counter()
-    sess.run(None, {"x": x})
-    full = time.perf_counter() - t0
+    full = float("inf")
+    for _ in range(3):  # the fastest of three: one slow run would put the flags past the run's end
+        t0 = time.perf_counter()
+        sess.run(None, {"x": x})
+        full = min(full, time.perf_counter() - t0)
     rnd = random.Random(7)
     lat = []
     for _ in range(TRIALS):
