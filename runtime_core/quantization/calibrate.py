@@ -226,6 +226,11 @@ class _Histogram:
         memo = self.memo.get(name) if constant else None
         if memo is None:
             a, lo, hi = _flat_without_nan(a)
+            if not (np.isfinite(lo) and np.isfinite(hi)):
+                raise InvalidArgumentError(
+                    f"tensor {name!r} holds an infinite value in this calibration batch (range {lo} to "
+                    f"{hi}): a histogram cannot be made of it; leave its node out (nodes_to_exclude), "
+                    f"check the calibration data, or calibrate with CalibrationMethod.MinMax")
             if constant:
                 self.memo[name] = (lo, hi, {})
         else:

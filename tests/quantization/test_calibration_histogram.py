@@ -120,3 +120,32 @@ def test_binner_reuses_its_buffers_and_leaves_input_alone():
     assert np.array_equal(a, before) and b.f is f and b.i is i
     assert np.array_equal(h, RefBinner().count(a, np.float32(-3), np.float32(6 / 16), 16))
     assert h.sum() == 1000
+
+
+@pytest.mark.parametrize("method", ["Percentile", "Entropy", "Distribution"])
+def test_an_infinite_activation_is_a_typed_error_naming_the_tensor(tmp_path, method):
+    from onnx import TensorProto as T
+    from onnx import helper as h
+
+    from runtime_core import quantization as q
+    from runtime_core.errors import InvalidArgumentError
+
+    g = h.make_graph([h.make_node("Log", ["x"], ["lx"]), h.make_node("Conv", ["lx", "w"], ["y"])], "g",
+                     [h.make_tensor_value_info("x", T.FLOAT, [1, 1, 4, 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 1, 4, 4])],
+                     [onnx.numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")])
+    src, dst = tmp_path / "m.onnx", tmp_path / "q.onnx"
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)]), src)
+    x = np.abs(np.random.default_rng(0).standard_normal((1, 1, 4, 4))).astype(np.float32)
+    x[0, 0, 0, 0] = 0.0  # Log(0) = -inf
+
+    class Reader(q.CalibrationDataReader):
+        def __init__(self):
+            self.it = iter([{"x": x}])
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with pytest.raises(InvalidArgumentError, match="'lx'.*infinite.*MinMax"):
+        q.quantize_static(str(src), str(dst), Reader(), calibrate_method=getattr(q.CalibrationMethod, method))
+    assert not dst.exists()  # nothing written
