@@ -252,12 +252,11 @@ static PyMethodDef methods[] = {
      "The softmax of every row of t floats of the C-contiguous float32 buffer z, in place, on up to\n"
      "threads threads; inf_nan: a row holding +inf becomes NaN (the Softmax op's arithmetic)."},
     {"pool_stats", rc_py_pool_stats, METH_NOARGS,
-     "pool_stats() -> (workers, last_threads, runs, skipped, started, stalls, solo_ns)\n"
+     "pool_stats() -> (workers, last_threads, runs, skipped, started, stalls)\n"
      "The kernel thread pool's started workers, how many threads ran the last pooled job, the\n"
      "runs in flight (run_enter scopes), the parts skipped for a stop flag and the parts of\n"
-     "jobs asking for several threads (run alone or not) started so far, the stalls seen (a caller waiting on workers so long that it\n"
-     "would have done the job sooner alone) and the ns left of the solo period a stall starts\n"
-     "(jobs run on the caller alone)."},
+     "jobs asking for several threads (run alone or not) started so far, and the stalls seen\n"
+     "(a caller waiting on workers so long that it would have done the job sooner alone)."},
     {"pool_probe", rc_py_pool_probe, METH_VARARGS,
      "pool_probe(counts, threads, stall_us, part_us=0) -> parts that pool workers ran\n"
      "A pool job of one part an int32 of counts, each adding 1 to its own after sleeping part_us;\n"
@@ -268,10 +267,10 @@ static PyMethodDef methods[] = {
      "Whether the pool jobs this thread opens run on it alone (True) or on the pool (False);\n"
      "returns the setting before."},
 #ifdef RC_POOL_DEBUG
-    {"pool_debug", rc_py_pool_debug, METH_VARARGS,
-     "pool_debug(guard) -> (jobs, waits, wait_ns)\n"
+    {"pool_debug", rc_py_pool_debug, METH_NOARGS,
+     "pool_debug() -> (jobs, waits, wait_ns)\n"
      "A debug build's (-DRC_POOL_DEBUG) pool measurements: jobs that asked for threads, the\n"
-     "callers' waits on helpers and their ns; guard 0 / 1 turns the stall guard off / on."},
+     "callers' waits on helpers and their ns."},
 #endif
     {"run_enter", rc_py_run_enter, METH_O,
      "run_enter(flag) -> scope\n"

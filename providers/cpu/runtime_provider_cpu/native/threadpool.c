@@ -10,11 +10,11 @@
  *   on two cores run their kernels on their own threads instead of stacking workers on them.
  * - Every part first reads the caller's stop flag (run_enter's): once set, the remaining parts
  *   are skipped (the run that set it is ending and discards what the kernel wrote).
- * - The stall guard: a caller that finished its parts and then waited on a worker's part so long
- *   that it would have done the job sooner alone (a worker descheduled mid-part, by another
- *   process on the cores) runs every job alone for a while (RC_SOLO_MIN_NS, doubled while stalls keep coming right
- *   after, up to RC_SOLO_MAX_NS): on busy cores a pooled job costs a scheduler slice a stall,
- *   so the default thread count would be slower than one thread. */
+ * - Stalls are counted (pool_stats): a caller that finished its parts and then waited on a
+ *   worker's part so long that it would have done the job sooner alone (a worker descheduled
+ *   mid-part, or a part much slower than the caller's). Counted only: acting on them (running
+ *   jobs alone for a while) fired on a quiet virtual machine's uneven parts and halved conv
+ *   models' speed. */
 #include "native.h"
 
 #include <pthread.h>
@@ -63,15 +63,10 @@ static _Thread_local int rc_tls_solo;   /* this thread's jobs run on it alone (r
 #define RC_SPIN_NS 100000L
 /* a wait on helpers past this (and past the caller's own work) is a stall, not a late part */
 #define RC_STALL_NS 500000L
-#define RC_SOLO_MIN_NS 8000000L
-#define RC_SOLO_MAX_NS 256000000L
 
-static long rc_solo_until;            /* atomic: CLOCK_MONOTONIC ns until which jobs run alone */
-static long rc_solo_len;              /* atomic: the length of the last solo period */
 static unsigned long rc_stalls;       /* atomic: stalls seen, ever */
 #ifdef RC_POOL_DEBUG
-/* a debug build's measurements (pool_debug): the guard on or off, callers' waits on helpers */
-static int rc_dbg_guard = 1;
+/* a debug build's measurements (pool_debug): callers' waits on helpers */
 static unsigned long rc_dbg_waits, rc_dbg_wait_ns, rc_dbg_jobs;
 #endif
 #if defined(__x86_64__) || defined(__i386__)
@@ -94,22 +89,14 @@ static long rc_now_ns(void)
     return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
-/* a caller opened a job at `open`, ran `mine` of its `parts` for `work` ns, then waited `wait` ns
- * on helpers: when that is a stall (the job ended later than the caller alone would have ended
- * it, at its own pace a part), jobs run alone from now on for a solo period, doubled when the
- * job opened soon after the last period ended (the load is still there), else the shortest */
-static void rc_note_wait(long open, long work, long wait, long now, int mine, int parts)
+/* a caller ran `mine` of its job's `parts` for `work` ns, then waited `wait` ns on helpers: a
+ * stall when the job ended later than the caller alone would have ended it, at its own pace a
+ * part (counted for pool_stats) */
+static void rc_note_wait(long work, long wait, int mine, int parts)
 {
     if (wait <= RC_STALL_NS || (mine > 0 && (double)wait <= (double)work * (parts - mine) / mine))
         return;
     __atomic_add_fetch(&rc_stalls, 1, __ATOMIC_RELAXED);
-    const long len = __atomic_load_n(&rc_solo_len, __ATOMIC_RELAXED);
-    const long until = __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED);
-    long next = RC_SOLO_MIN_NS;
-    if (len > 0 && open - until < 2 * len)
-        next = 2 * len < RC_SOLO_MAX_NS ? 2 * len : RC_SOLO_MAX_NS;
-    __atomic_store_n(&rc_solo_len, next, __ATOMIC_RELAXED);
-    __atomic_store_n(&rc_solo_until, now + next, __ATOMIC_RELAXED);
 }
 
 int rc_stop_requested(void)
@@ -211,7 +198,6 @@ void rc_pool_forked(void)
     rc_pool.started = rc_pool.idle = rc_pool.busy = rc_pool.callers = 0;
     rc_pool.first = rc_pool.last = NULL;
     rc_runs = 0;
-    rc_solo_until = rc_solo_len = 0;
     rc_tls_depth = 0;
     rc_tls_stop = NULL;
 }
@@ -235,10 +221,7 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         t_open = rc_now_ns();
 #ifdef RC_POOL_DEBUG
         __atomic_add_fetch(&rc_dbg_jobs, 1, __ATOMIC_RELAXED);
-        if (rc_dbg_guard)
 #endif
-        if (t_open < __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED))
-            threads = 1; /* the stall guard's solo period */
     }
     rc_job j = {fn, arg, parts, 0, threads, threads - 1, 0, 0, 0, 0, rc_tls_stop, NULL, NULL, asked};
     if (threads <= 1) {
@@ -310,9 +293,8 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
 #ifdef RC_POOL_DEBUG
         __atomic_add_fetch(&rc_dbg_waits, 1, __ATOMIC_RELAXED);
         __atomic_add_fetch(&rc_dbg_wait_ns, (unsigned long)(t_end - t_worked), __ATOMIC_RELAXED);
-        if (rc_dbg_guard)
 #endif
-        rc_note_wait(t_open, t_worked - t_open, t_end - t_worked, t_end, mine, parts);
+        rc_note_wait(t_worked - t_open, t_end - t_worked, mine, parts);
     }
     rc_pool.last_threads = __atomic_load_n(&j.ran, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&rc_pool.mu);
@@ -321,7 +303,7 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
 /* pool_stats() -> (workers started, threads that ran parts of the last pooled job, runs in
  * flight, parts skipped for a stop flag and parts of jobs asking for several threads (run
  * alone or not) started since the module loaded,
- * stalls seen since then, ns left of the stall guard's solo period) */
+ * stalls seen since then) */
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -329,11 +311,10 @@ PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
     pthread_mutex_lock(&rc_pool.mu);
     const int started = rc_pool.started, last = rc_pool.last_threads;
     pthread_mutex_unlock(&rc_pool.mu);
-    long left = __atomic_load_n(&rc_solo_until, __ATOMIC_RELAXED) - rc_now_ns();
-    return Py_BuildValue("(iiikkkl)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
+    return Py_BuildValue("(iiikkk)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_skipped, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_started, __ATOMIC_RELAXED),
-                         __atomic_load_n(&rc_stalls, __ATOMIC_RELAXED), left > 0 ? left : 0L);
+                         __atomic_load_n(&rc_stalls, __ATOMIC_RELAXED));
 }
 
 typedef struct {
@@ -392,20 +373,12 @@ PyObject *rc_py_pool_probe(PyObject *self, PyObject *args)
 }
 
 #ifdef RC_POOL_DEBUG
-/* pool_debug(guard) -> (jobs that asked for threads, callers' waits on helpers, their ns): a
- * debug build's measurements (-DRC_POOL_DEBUG); guard 0 turns the stall guard off, 1 on, -1
- * leaves it */
+/* pool_debug() -> (jobs that asked for threads, callers' waits on helpers, their ns): a debug
+ * build's measurements (-DRC_POOL_DEBUG) */
 PyObject *rc_py_pool_debug(PyObject *self, PyObject *args)
 {
     (void)self;
-    int guard;
-    if (!PyArg_ParseTuple(args, "i:pool_debug", &guard))
-        return NULL;
-    if (guard >= 0) {
-        rc_dbg_guard = guard;
-        if (!guard)
-            __atomic_store_n(&rc_solo_until, 0L, __ATOMIC_RELAXED);
-    }
+    (void)args;
     return Py_BuildValue("(kkk)", __atomic_load_n(&rc_dbg_jobs, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_dbg_waits, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_dbg_wait_ns, __ATOMIC_RELAXED));
