@@ -56,13 +56,18 @@ MAX_TENSOR_BYTES = "session.max_tensor_bytes"
 #: "1" (default): the CPU provider measures its compiled kernels against the library calls on
 #: this machine and keeps the faster per shape (cached on disk); "0": the library calls
 CPU_AUTOTUNE = "session.cpu.autotune"
+#: "1": a CPU partition on several threads measures, once its runs slow down (other processes on
+#: the cores), whether its kernels run faster on the calling thread alone; "0" (default): pooled
+CPU_SOLO_CHOICE = "session.cpu.solo_choice"
 
 
 def _check_cpu_autotune(opts: SessionOptions) -> None:
-    """A typed error for a ``session.cpu.autotune`` other than "0" or "1"."""
-    raw = (opts.get_config(CPU_AUTOTUNE, "") or "").strip()
-    if raw not in ("", "0", "1"):
-        raise InvalidArgumentError(f"session config entry {CPU_AUTOTUNE!r} must be '0' or '1', got {raw!r}")
+    """A typed error for a ``session.cpu.autotune`` or ``session.cpu.solo_choice`` other than
+    "0" or "1"."""
+    for key in (CPU_AUTOTUNE, CPU_SOLO_CHOICE):
+        raw = (opts.get_config(key, "") or "").strip()
+        if raw not in ("", "0", "1"):
+            raise InvalidArgumentError(f"session config entry {key!r} must be '0' or '1', got {raw!r}")
 
 
 def _max_tensor_bytes(opts: SessionOptions) -> int:

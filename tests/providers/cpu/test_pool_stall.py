@@ -115,14 +115,41 @@ def test_the_solo_chooser_follows_a_change_of_load():
     assert not any(late)
 
 
-def test_a_run_alone_restores_the_threads_setting_and_matches_a_pooled_run():
+def _choosers():
+    import gc
+
+    from runtime_provider_cpu.execution import solo
+
+    return [o for o in gc.get_objects() if isinstance(o, solo.SoloChooser)]
+
+
+def test_a_run_alone_restores_the_threads_setting_and_matches_a_pooled_run(monkeypatch):
     ort = pytest.importorskip("onnxruntime")
+    from runtime_provider_cpu.execution import solo
+
+    monkeypatch.setattr(solo, "_CONTENDED", 0.0)  # any pooled time looks loaded: runs alternate
     data = _conv_model()
     x = np.random.default_rng(5).standard_normal((1, 16, 40, 40)).astype(np.float32)
     so = rt.SessionOptions()
     so.intra_op_num_threads = 2
+    so.add_session_config_entry("session.cpu.solo_choice", "1")
+    before = {id(c) for c in _choosers()}
     sess = rt.InferenceSession(data, so, providers=["cpu"])
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    for _ in range(12):  # past the warm-up: runs alternate between the modes
+    for _ in range(16):  # past the warm-up and 5 pooled runs: runs alternate between the modes
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-4)
     assert NATIVE.run_solo(False) is False  # the run put this thread's setting back
+    mine = [c for c in _choosers() if id(c) not in before]
+    assert len(mine) == 1 and any(len(t.alone) for t in mine[0]._by_sig.values())
+
+
+def test_the_solo_choice_is_off_unless_asked_and_its_value_is_checked():
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 2
+    before = {id(c) for c in _choosers()}
+    sess = rt.InferenceSession(_conv_model(), so, providers=["cpu"])
+    assert not [c for c in _choosers() if id(c) not in before]
+    del sess
+    so.add_session_config_entry("session.cpu.solo_choice", "yes")
+    with pytest.raises(rt.errors.InvalidArgumentError, match="solo_choice"):
+        rt.InferenceSession(_conv_model(), so, providers=["cpu"])

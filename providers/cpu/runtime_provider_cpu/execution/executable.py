@@ -49,6 +49,18 @@ def intra_op_threads(partition) -> int:
 AUTOTUNE_CONFIG = "session.cpu.autotune"
 
 
+#: "1": sequential runs on several kernel threads choose between the pool and the caller alone
+#: once the load shows (``execution/solo.py``); off by default: on a noisy virtual machine the
+#: alone runs it measures slowed benchmark medians and tail latency
+SOLO_CONFIG = "session.cpu.solo_choice"
+
+
+def solo_enabled(partition) -> bool:
+    """Whether this partition's runs may choose the caller alone: ``session.cpu.solo_choice``."""
+    config = getattr(partition, "config", None) or {}
+    return str(config.get(SOLO_CONFIG, "0")).strip() == "1"
+
+
 def autotune_enabled(partition) -> bool:
     """Whether this partition's kernels measure their candidates: its session's
     ``session.cpu.autotune`` (default "1"); a core older than plugin API 1.4 says nothing."""
@@ -146,7 +158,7 @@ class CPUExecutable:
         self._fused: list = []
         # sequential runs on several kernel threads: pooled or on the caller alone, by measurement
         self._solo = (SoloChooser(_NATIVE) if _NATIVE is not None and kernel_threads > 1 and tune
-                      and self._schedule is None else None)
+                      and self._schedule is None and solo_enabled(partition) else None)
 
     @property
     def parallel(self) -> bool:
