@@ -331,7 +331,8 @@ class ExecutionPlan:
         return None if src is None else src[0]
 
     def run(self, feeds: dict, output_names: list[str], *, device_feeds: dict | None = None,
-            placements: dict | None = None, stats: TransferStats | None = None, stop=None) -> list:
+            placements: dict | None = None, stats: TransferStats | None = None, stop=None,
+            own: bool = True) -> list:
         """Run the plan once and return the outputs in ``output_names`` order.
 
         ``feeds`` are host arrays. ``device_feeds`` maps input names to
@@ -339,7 +340,8 @@ class ExecutionPlan:
         names to the provider instance whose device should hold them (``None`` or
         absent: host). Copies made are counted in ``stats``. ``stop`` (see
         :mod:`.cancel`) is called before each step and handed to the executables that
-        take it; a :class:`RunTerminatedError` it raises ends the run.
+        take it; a :class:`RunTerminatedError` it raises ends the run. ``own``: copy a host
+        output that shares memory with a feed, a constant or another output (``_owned``).
         """
         env = dict(feeds)
         skip: set[int] = set()
@@ -412,7 +414,7 @@ class ExecutionPlan:
             src, natural = self.output_source[name]
             host_key = self.output_keys[name]
             if want is None:
-                result.append(_owned(env[host_key], feeds, result) if host_key in env
+                result.append((_owned(env[host_key], feeds, result) if own else env[host_key]) if host_key in env
                               else transfer(name, src, None, env[natural], stats))
                 continue
             if src is None and device_feeds and name in device_feeds:

@@ -464,6 +464,7 @@ class Calibrator:
         so = SessionOptions()
         so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL  # every calibrated value stays
         self.session = InferenceSession(aug.SerializeToString(), so, providers=list(self.providers or ["cpu"]))
+        self.session._own_outputs = False  # the collectors only read the outputs: no copies of shared ones
 
     def collect_data(self, reader) -> None:
         """Run every batch ``reader`` yields and fold it into the per-tensor state."""

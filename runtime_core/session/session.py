@@ -279,6 +279,9 @@ class InferenceSession:
         self._report = report
         self._graph = graph
         self._transfers = TransferStats(keep_copies=False)  # host<->device copies of all runs
+        # outputs sharing memory with a feed, a weight or each other are copied for the caller;
+        # an internal reader that only reads them (calibration) turns that off
+        self._own_outputs = True
         if self._profiler is not None:
             self._profiler.mark("session_initialization")
         logger.info("session ready:\n%s", report.summary())
@@ -519,9 +522,10 @@ class InferenceSession:
         feeds = validate_feeds(host, specs, self._max_tensor_bytes)
         if self._profiler is not None:
             return self._profiler.run_model(self._plan.run, feeds, names, device_feeds=device_feeds or None,
-                                            placements=placements, stats=stats, stop=stop)
+                                            placements=placements, stats=stats, stop=stop,
+                                            own=self._own_outputs)
         return self._plan.run(feeds, names, device_feeds=device_feeds or None, placements=placements,
-                              stats=stats, stop=stop)
+                              stats=stats, stop=stop, own=self._own_outputs)
 
     def _overriding_session(self) -> InferenceSession:
         """A session of the same model whose overridable initializers are plain inputs with
