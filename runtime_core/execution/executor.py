@@ -65,7 +65,6 @@ def same_device(owner, consumer, tensor) -> bool:
     return True if holds is None else bool(holds(tensor))
 
 
-
 def _owned(v, feeds: dict, earlier: list):
     """``v``, or a copy of it when the caller would otherwise share memory it does not own: a
     feed (an Identity or Reshape of an input), a constant (read-only: a Gather or Slice view of
@@ -79,6 +78,7 @@ def _owned(v, feeds: dict, earlier: list):
         if isinstance(other, np.ndarray) and np.may_share_memory(v, other):
             return v.copy()
     return v
+
 
 class TransferStats:
     """Host<->device copies: how many each way and their bytes.
