@@ -266,12 +266,6 @@ static PyMethodDef methods[] = {
      "run_solo(on) -> before\n"
      "Whether the pool jobs this thread opens run on it alone (True) or on the pool (False);\n"
      "returns the setting before."},
-#ifdef RC_POOL_DEBUG
-    {"pool_debug", rc_py_pool_debug, METH_NOARGS,
-     "pool_debug() -> (jobs, waits, wait_ns)\n"
-     "A debug build's (-DRC_POOL_DEBUG) pool measurements: jobs that asked for threads, the\n"
-     "callers' waits on helpers and their ns."},
-#endif
     {"run_enter", rc_py_run_enter, METH_O,
      "run_enter(flag) -> scope\n"
      "Until run_exit(scope), this thread's kernels skip their parts not started once flag's\n"

@@ -370,9 +370,6 @@ PyObject *rc_py_softmax(PyObject *self, PyObject *args);
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args);
 PyObject *rc_py_pool_probe(PyObject *self, PyObject *args);
 PyObject *rc_py_run_solo(PyObject *self, PyObject *on);
-#ifdef RC_POOL_DEBUG
-PyObject *rc_py_pool_debug(PyObject *self, PyObject *args);
-#endif
 PyObject *rc_py_run_enter(PyObject *self, PyObject *flag);
 PyObject *rc_py_run_exit(PyObject *self, PyObject *scope);
 PyObject *rc_py_sgemm(PyObject *self, PyObject *args);

@@ -65,10 +65,6 @@ static _Thread_local int rc_tls_solo;   /* this thread's jobs run on it alone (r
 #define RC_STALL_NS 500000L
 
 static unsigned long rc_stalls;       /* atomic: stalls seen, ever */
-#ifdef RC_POOL_DEBUG
-/* a debug build's measurements (pool_debug): callers' waits on helpers */
-static unsigned long rc_dbg_waits, rc_dbg_wait_ns, rc_dbg_jobs;
-#endif
 #if defined(__x86_64__) || defined(__i386__)
 #define RC_PAUSE() __asm__ __volatile__("pause")
 #else
@@ -217,12 +213,8 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
     if (rc_tls_solo)
         threads = 1;
     long t_open = 0;
-    if (threads > 1) {
+    if (threads > 1)
         t_open = rc_now_ns();
-#ifdef RC_POOL_DEBUG
-        __atomic_add_fetch(&rc_dbg_jobs, 1, __ATOMIC_RELAXED);
-#endif
-    }
     rc_job j = {fn, arg, parts, 0, threads, threads - 1, 0, 0, 0, 0, rc_tls_stop, NULL, NULL, asked};
     if (threads <= 1) {
         rc_job_work(&j);
@@ -290,10 +282,6 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         while (__atomic_load_n(&j.helpers_in, __ATOMIC_ACQUIRE) > 0)
             pthread_cond_wait(&rc_pool.done, &rc_pool.mu);
         const long t_end = rc_now_ns();
-#ifdef RC_POOL_DEBUG
-        __atomic_add_fetch(&rc_dbg_waits, 1, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&rc_dbg_wait_ns, (unsigned long)(t_end - t_worked), __ATOMIC_RELAXED);
-#endif
         rc_note_wait(t_worked - t_open, t_end - t_worked, mine, parts);
     }
     rc_pool.last_threads = __atomic_load_n(&j.ran, __ATOMIC_RELAXED);
@@ -371,19 +359,6 @@ PyObject *rc_py_pool_probe(PyObject *self, PyObject *args)
     PyBuffer_Release(&v);
     return PyLong_FromLong(__atomic_load_n(&j.by_workers, __ATOMIC_RELAXED));
 }
-
-#ifdef RC_POOL_DEBUG
-/* pool_debug() -> (jobs that asked for threads, callers' waits on helpers, their ns): a debug
- * build's measurements (-DRC_POOL_DEBUG) */
-PyObject *rc_py_pool_debug(PyObject *self, PyObject *args)
-{
-    (void)self;
-    (void)args;
-    return Py_BuildValue("(kkk)", __atomic_load_n(&rc_dbg_jobs, __ATOMIC_RELAXED),
-                         __atomic_load_n(&rc_dbg_waits, __ATOMIC_RELAXED),
-                         __atomic_load_n(&rc_dbg_wait_ns, __ATOMIC_RELAXED));
-}
-#endif
 
 /* run_solo(on) -> before: whether the jobs this thread opens run on it alone (a run whose
  * kernels were measured faster without the pool, execution/solo.py) */
