@@ -60,13 +60,15 @@ def _reference(a, b, s, z, bias, K, N, bs):
     return y + (0 if bias is None else bias.astype(np.float64))
 
 
-LOOPS = {"portable": 0, "avx2": 1, "avx512vnni": 2}
+# nbits_int8_path's indices; vnni256-evex is the AVX-VNNI loop's body EVEX-encoded, which AVX512_VNNI +
+# VL CPUs run, so that its logic is tested there too (the VEX form runs only where CPUID says AVX-VNNI)
+LOOPS = {"portable": 0, "avx2": 1, "avx512vnni": 2, "avxvnni": 3, "vnni256-evex": 4}
 
 
-@pytest.fixture(params=["cpu", "portable", "avx2"])
+@pytest.fixture(params=["cpu", "portable", "avx2", "avxvnni", "vnni256-evex"])
 def loop(request):
-    """The kernel's loop the test names: the one this CPU picks, the portable C or the AVX2 loop
-    (where this CPU runs it)."""
+    """The kernel's loop the test names: the one this CPU picks, or the portable C, AVX2, AVX-VNNI
+    loop or its EVEX twin (where this CPU runs it)."""
     if request.param != "cpu" and NATIVE.nbits_int8_path(LOOPS[request.param]) != request.param:
         NATIVE.nbits_int8_path(9)
         pytest.skip(f"this CPU does not run the {request.param} loop")
@@ -242,6 +244,14 @@ def test_bias_add_stays_where_it_must(case):
     want = ort.InferenceSession(m, providers=["CPUExecutionProvider"]).run(None, {"a": a})
     for g_, w_ in zip(got, want):
         assert g_.shape == w_.shape and np.allclose(g_, w_, rtol=1e-4, atol=1e-4 * np.abs(w_).max())
+
+
+def test_cpu_choice_follows_the_isa():
+    isa = NATIVE.cpu_isa()
+    want = ("avx512vnni" if isa["avx512_vnni"] and isa["avx512f"] else "avxvnni" if isa["avx_vnni"]
+            else "avx2" if isa["avx2"] else "portable")
+    assert NATIVE.nbits_int8_path(9) == want
+    assert NATIVE.nbits_int8_path(7) == want  # no such loop: the CPU's choice again
 
 
 def test_fast_flag_names_the_cpu_choice():

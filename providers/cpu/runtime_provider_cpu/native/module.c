@@ -130,8 +130,9 @@ static PyMethodDef methods[] = {
      "amax / 127), y = sum over blocks of sa * sb * sum(aq * q) - sa * sum(aq) * z * sb (+ bias), against B packed\n"
      "by ops/quant_contrib.py: bp [ceil(N / 16)][Kp / 8][64] bytes, sb and zs = z * sb [ceil(N / 16)][blocks][16]."},
     {"nbits_int8_path", rc_py_nbits_int8_path, METH_VARARGS,
-     "nbits_int8_path(force=-1) -> nbits_int8_matmul's loop here, \"avx512vnni\", \"avx2\" or \"portable\"\n"
-     "(force 0 portable, 1 avx2, 2 avx512vnni where this CPU runs it, else the CPU's choice; for tests)."},
+     "nbits_int8_path(force=-1) -> nbits_int8_matmul's loop here, \"avx512vnni\", \"avxvnni\", \"avx2\" or\n"
+     "\"portable\" (force 0 portable, 1 avx2, 2 avx512vnni, 3 avxvnni, 4 vnni256-evex where this CPU runs it,\n"
+     "else the CPU's choice; for tests)."},
     {"depthwise2d", rc_py_depthwise2d, METH_VARARGS,
      "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
      "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},

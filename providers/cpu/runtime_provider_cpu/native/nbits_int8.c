@@ -8,9 +8,11 @@
  * K in groups of 8 terms, 64 bytes a group: byte 4c + i holds column c's codes of terms i (low
  * nibble) and 4 + i (high nibble), so one load and two masks give vpdpbusd's two operands; the
  * scales sb and z * sb as [panel][block][16] floats (zeros past N). Loops, by the CPU: AVX-512
- * VNNI (up to 6 rows x 16 columns a tile, two accumulators a row), AVX2 (vpmaddubsw + vpmaddwd)
- * and portable C; their float steps are the same fused multiply-adds in the same order and the
- * integer dots exact, so the three agree bit for bit. */
+ * VNNI (up to 6 rows x 16 columns a tile, two accumulators a row), AVX-VNNI (VEX ymm vpdpbusd, up
+ * to 4 rows a pass: Intel's AVX-512-less cores from Alder Lake on; its body EVEX-encoded runs on
+ * AVX512_VNNI + VL CPUs as `vnni256-evex`, so that tests reach its logic there), AVX2 (vpmaddubsw
+ * + vpmaddwd) and portable C; their float steps are the same fused multiply-adds in the same order
+ * and the integer dots exact, so they all agree bit for bit. */
 #include "native.h"
 
 #define NI_MR 6 /* rows a tile */
@@ -30,8 +32,8 @@ typedef struct {
 
 #define QN_X86 DWF_OK /* GCC on x86-64 Linux: where simd.h includes the intrinsics */
 
-enum { NI_PORTABLE, NI_AVX2, NI_VNNI512, NI_NPATHS };
-static const char *const NI_NAMES[NI_NPATHS] = {"portable", "avx2", "avx512vnni"};
+enum { NI_PORTABLE, NI_AVX2, NI_VNNI512, NI_AVXVNNI, NI_VNNI256_EVEX, NI_NPATHS };
+static const char *const NI_NAMES[NI_NPATHS] = {"portable", "avx2", "avx512vnni", "avxvnni", "vnni256-evex"};
 /* the loop forced by nbits_int8_path (tests reach every loop this CPU runs), -1: the CPU's choice */
 static int ni_forced = -1;
 
@@ -184,6 +186,83 @@ NI_AVX2_TARGET static void ni_tile_avx2(const ni_job *j, Py_ssize_t p, Py_ssize_
 }
 #endif
 
+#if QN_X86
+/* AVX-VNNI: the AVX2 tile's layout (16 columns as two 8-lane halves) with vpdpbusd doing
+ * vpmaddubsw + vpmaddwd's work in one step, up to 4 rows a pass (8 accumulators, 4 code vectors,
+ * 2 broadcasts: 14 of the 16 ymm registers). The instruction is written as inline assembly, as
+ * int8.c's, so any GCC that assembles it builds this file; `insn` picks the VEX form (AVX-VNNI)
+ * or the EVEX one (AVX512_VNNI + VL, the same operation). */
+#define NI_VNNI256_BODY(name, tgt, insn)                                                                         \
+    __attribute__((target(tgt))) static inline __attribute__((always_inline)) void name(                        \
+        const ni_job *j, Py_ssize_t p, Py_ssize_t r0, float *c, Py_ssize_t ldc, const int MR)                   \
+    {                                                                                                            \
+        const Py_ssize_t bs = j->bs, Kp = j->Kp, nb = j->nb, gb = bs / 8;                                        \
+        const __m256i lo4 = _mm256_set1_epi8(15);                                                                \
+        const uint8_t *bq = j->bp + p * (Kp / 8) * 64;                                                           \
+        const int8_t *a[4];                                                                                      \
+        __m256 f0[4], f1[4];                                                                                     \
+        for (int m = 0; m < MR; m++) {                                                                           \
+            a[m] = j->aq + (r0 + m) * Kp;                                                                        \
+            f0[m] = f1[m] = _mm256_setzero_ps();                                                                 \
+        }                                                                                                        \
+        for (Py_ssize_t blk = 0; blk < nb; blk++) {                                                              \
+            __m256i x0[4], x1[4];                                                                                \
+            for (int m = 0; m < MR; m++)                                                                         \
+                x0[m] = x1[m] = _mm256_setzero_si256();                                                          \
+            for (Py_ssize_t g = blk * gb; g < (blk + 1) * gb; g++) {                                             \
+                const __m256i v0 = _mm256_loadu_si256((const __m256i *)(bq + g * 64));                           \
+                const __m256i v1 = _mm256_loadu_si256((const __m256i *)(bq + g * 64 + 32));                      \
+                const __m256i l0 = _mm256_and_si256(v0, lo4), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), lo4); \
+                const __m256i l1 = _mm256_and_si256(v1, lo4), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), lo4); \
+                for (int m = 0; m < MR; m++) {                                                                   \
+                    int32_t a0, a1;                                                                              \
+                    memcpy(&a0, a[m] + 8 * g, 4);                                                                \
+                    memcpy(&a1, a[m] + 8 * g + 4, 4);                                                            \
+                    const __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);                        \
+                    __asm__(insn " %2, %1, %0" : "+x"(x0[m]) : "x"(l0), "x"(b0));                                \
+                    __asm__(insn " %2, %1, %0" : "+x"(x1[m]) : "x"(l1), "x"(b0));                                \
+                    __asm__(insn " %2, %1, %0" : "+x"(x0[m]) : "x"(h0), "x"(b1));                                \
+                    __asm__(insn " %2, %1, %0" : "+x"(x1[m]) : "x"(h1), "x"(b1));                                \
+                }                                                                                                \
+            }                                                                                                    \
+            const float *sbp = j->sb + (p * nb + blk) * 16, *zsp = j->zs + (p * nb + blk) * 16;                  \
+            const __m256 sb0 = _mm256_loadu_ps(sbp), sb1 = _mm256_loadu_ps(sbp + 8);                             \
+            const __m256 nz0 = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(zsp));                         \
+            const __m256 nz1 = _mm256_sub_ps(_mm256_setzero_ps(), _mm256_loadu_ps(zsp + 8));                     \
+            for (int m = 0; m < MR; m++) {                                                                       \
+                const __m256 sa = _mm256_set1_ps(j->sa[(r0 + m) * nb + blk]);                                    \
+                const __m256 sas = _mm256_set1_ps(j->sas[(r0 + m) * nb + blk]);                                  \
+                f0[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x0[m]), _mm256_mul_ps(sb0, sa), f0[m]);               \
+                f1[m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(x1[m]), _mm256_mul_ps(sb1, sa), f1[m]);               \
+                f0[m] = _mm256_fmadd_ps(nz0, sas, f0[m]);                                                        \
+                f1[m] = _mm256_fmadd_ps(nz1, sas, f1[m]);                                                        \
+            }                                                                                                    \
+        }                                                                                                        \
+        for (int m = 0; m < MR; m++) {                                                                           \
+            _mm256_storeu_ps(c + m * ldc, f0[m]);                                                                \
+            _mm256_storeu_ps(c + m * ldc + 8, f1[m]);                                                            \
+        }                                                                                                        \
+    }
+#define NI_VNNI256_TILE(name, body, tgt)                                                                         \
+    __attribute__((target(tgt))) static void name(const ni_job *j, Py_ssize_t p, Py_ssize_t r0, int mr, float *c, \
+                                                  Py_ssize_t ldc)                                                \
+    {                                                                                                            \
+        for (int r = 0; r < mr; r += 4)                                                                          \
+            switch (mr - r < 4 ? mr - r : 4) {                                                                   \
+            case 1: body(j, p, r0 + r, c + r * ldc, ldc, 1); break;                                              \
+            case 2: body(j, p, r0 + r, c + r * ldc, ldc, 2); break;                                              \
+            case 3: body(j, p, r0 + r, c + r * ldc, ldc, 3); break;                                              \
+            default: body(j, p, r0 + r, c + r * ldc, ldc, 4); break;                                             \
+            }                                                                                                    \
+    }
+NI_VNNI256_BODY(ni_body_avxvnni, "avx2,fma", "%{vex%} vpdpbusd")
+NI_VNNI256_TILE(ni_tile_avxvnni, ni_body_avxvnni, "avx2,fma")
+#if DWF_OK
+NI_VNNI256_BODY(ni_body_vnni256_evex, "avx2,fma,avx512f,avx512vl,avx512vnni", "%{evex%} vpdpbusd")
+NI_VNNI256_TILE(ni_tile_vnni256_evex, ni_body_vnni256_evex, "avx2,fma,avx512f,avx512vl,avx512vnni")
+#endif
+#endif
+
 static void ni_part(void *arg, int part, int parts)
 {
     const ni_job *j = (const ni_job *)arg;
@@ -197,8 +276,15 @@ static void ni_part(void *arg, int part, int parts)
                 ni_tile_vnni(j, p, r0, mr, t, 16);
             else
 #endif
+#if DWF_OK
+            if (j->path == NI_VNNI256_EVEX)
+                ni_tile_vnni256_evex(j, p, r0, mr, t, 16);
+            else
+#endif
 #if QN_X86
-            if (j->path == NI_AVX2)
+            if (j->path == NI_AVXVNNI)
+                ni_tile_avxvnni(j, p, r0, mr, t, 16);
+            else if (j->path == NI_AVX2)
                 ni_tile_avx2(j, p, r0, mr, t, 16);
             else
 #endif
@@ -249,6 +335,10 @@ static int ni_runs(int p)
         return DWF_OK && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("fma");
+    case NI_AVXVNNI: return rc_avx_vnni && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case NI_VNNI256_EVEX:
+        return DWF_OK && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     default: return 0;
     }
 #else
@@ -256,18 +346,19 @@ static int ni_runs(int p)
 #endif
 }
 
-/* whether a vector loop (AVX-512 VNNI or AVX2) runs here: the module's NBITS_INT8_FAST */
+/* whether a vector loop (AVX-512 VNNI, AVX-VNNI or AVX2) runs here: the module's NBITS_INT8_FAST */
 int rc_nbits_int8_fast(void)
 {
-    return ni_runs(NI_VNNI512) || ni_runs(NI_AVX2);
+    return ni_runs(NI_VNNI512) || ni_runs(NI_AVXVNNI) || ni_runs(NI_AVX2);
 }
 
-/* the loop a call takes: the forced one, else AVX-512 VNNI, else AVX2, else portable */
+/* the loop a call takes: the forced one, else AVX-512 VNNI, else AVX-VNNI, else AVX2, else
+ * portable (the EVEX twin only when forced) */
 static int ni_path(void)
 {
     if (ni_forced >= 0)
         return ni_forced;
-    return ni_runs(NI_VNNI512) ? NI_VNNI512 : ni_runs(NI_AVX2) ? NI_AVX2 : NI_PORTABLE;
+    return ni_runs(NI_VNNI512) ? NI_VNNI512 : ni_runs(NI_AVXVNNI) ? NI_AVXVNNI : ni_runs(NI_AVX2) ? NI_AVX2 : NI_PORTABLE;
 }
 
 /* nbits_int8_matmul(a, bp, sb, zs, bias, y, (M, K, N, block_size), threads) */
@@ -323,9 +414,9 @@ PyObject *rc_py_nbits_int8_matmul(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* nbits_int8_path(force=-1) -> the loop calls take here ("avx512vnni", "avx2" or "portable");
- * force 0 portable, 1 avx2, 2 avx512vnni sets it where this CPU runs it, else (9, say) the CPU's
- * own choice again (tests reach every loop on one machine) */
+/* nbits_int8_path(force=-1) -> the loop calls take here ("avx512vnni", "avxvnni", "avx2" or
+ * "portable"); force 0 portable, 1 avx2, 2 avx512vnni, 3 avxvnni, 4 vnni256-evex sets it where this
+ * CPU runs it, else (9, say) the CPU's own choice again (tests reach every loop on one machine) */
 PyObject *rc_py_nbits_int8_path(PyObject *self, PyObject *args)
 {
     int force = -1;
