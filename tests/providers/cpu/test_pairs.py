@@ -90,18 +90,20 @@ def _lengths(sess):
     return len(exe.steps), len(exe.run_steps)
 
 
-@pytest.mark.parametrize("C,M,H,W,stride,bias,act", [
-    (16, 96, 28, 28, 2, True, "Clip"),    # MobileNetV2's second block, smaller
-    (24, 144, 14, 14, 1, True, "Clip"),   # a stride-1 block: 196 positions, a 4-wide tail panel
-    (8, 30, 9, 13, 2, False, "Relu"),     # no bias; 30 channels: a 6-row last panel; odd sizes
-    (5, 12, 7, 40, 1, True, "Relu"),      # rows of 16 or more: the row mode of the phase planes
-    (40, 17, 3, 5, 2, True, "Clip"),      # a 2 x 3 output, one short panel
+@pytest.mark.parametrize("N,C,M,H,W,stride,bias,act", [
+    (1, 16, 96, 28, 28, 2, True, "Clip"),    # MobileNetV2's second block, smaller
+    (1, 24, 144, 14, 14, 1, True, "Clip"),   # a stride-1 block: 196 positions, a 4-wide tail panel
+    (1, 8, 30, 9, 13, 2, False, "Relu"),     # no bias; 30 channels: a 6-row last panel; odd sizes
+    (1, 5, 12, 7, 40, 1, True, "Relu"),      # rows of 16 or more: the row mode of the phase planes
+    (1, 40, 17, 3, 5, 2, True, "Clip"),      # a 2 x 3 output, one short panel
+    (3, 16, 64, 20, 20, 2, True, "Relu"),    # a batch: one call an image
+    (2, 8, 30, 9, 13, 1, False, "Clip"),     # a batch, odd sizes, no bias
 ])
-def test_expansion_and_depthwise_are_one_step(C, M, H, W, stride, bias, act):
+def test_expansion_and_depthwise_are_one_step(N, C, M, H, W, stride, bias, act):
     # the same tiles and the same depthwise code: bit for bit the two steps' result
     nodes, inits, outs = _block(C, M, stride, bias, act)
-    model = make_model(nodes, {"x": rnd(1, C, H, W)}, outs, opset=13, initializers=inits)
-    sess, y = _against_two_steps(model, "expand_dw", lambda run: rnd(1, C, H, W))
+    model = make_model(nodes, {"x": rnd(N, C, H, W)}, outs, opset=13, initializers=inits)
+    sess, y = _against_two_steps(model, "expand_dw", lambda run: rnd(N, C, H, W))
     steps, run_steps = _lengths(sess)
     assert steps == 2  # Conv + Clip / Relu, twice: two FusedConv nodes
     assert run_steps == (1 if _fast() else 2)
