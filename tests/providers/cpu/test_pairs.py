@@ -23,7 +23,7 @@ def rnd(*shape):
 @pytest.fixture(autouse=True)
 def forced(cpu_policy):
     """The plans the pair fusers take wherever they apply, not the ones measured faster here."""
-    cpu_policy(conv_kernel="pointwise,depthwise,direct")
+    cpu_policy(conv_kernel="pointwise,depthwise,direct", pair_kernel="fused")
 
 
 def _fast():
@@ -32,15 +32,15 @@ def _fast():
     return bool(getattr(_native, "CONV_FAST", 0))
 
 
-def _block(C, M, stride, bias=True, act="Clip", extra_out=False, extra_reader=False):
-    """x -> 1x1 Conv (C -> M) + act -> 3x3 depthwise Conv (stride) + act -> y; optionally the
+def _block(C, M, stride, bias=True, act="Clip", extra_out=False, extra_reader=False, k=3):
+    """x -> 1x1 Conv (C -> M) + act -> k x k depthwise Conv (stride) + act -> y; optionally the
     expansion also a graph output, or also read by another node"""
     ins1 = ["x", "w1", "b1"] if bias else ["x", "w1"]
     ins2 = ["e", "wd", "bd"] if bias else ["e", "wd"]
     clip = ["lo", "hi"] if act == "Clip" else []
     nodes = [helper.make_node("Conv", ins1, ["c1"]),
              helper.make_node(act, ["c1"] + clip, ["e"]),
-             helper.make_node("Conv", ins2, ["c2"], group=M, pads=[1, 1, 1, 1], strides=[stride, stride]),
+             helper.make_node("Conv", ins2, ["c2"], group=M, pads=[k // 2] * 4, strides=[stride, stride]),
              helper.make_node(act, ["c2"] + clip, ["y"])]
     outs = ["y"]
     if extra_out:
@@ -48,7 +48,7 @@ def _block(C, M, stride, bias=True, act="Clip", extra_out=False, extra_reader=Fa
     if extra_reader:
         nodes.append(helper.make_node("ReduceMax", ["e"], ["m"], keepdims=0))
         outs.append("m")
-    inits = {"w1": rnd(M, C, 1, 1) * 0.4, "wd": rnd(M, 1, 3, 3)}
+    inits = {"w1": rnd(M, C, 1, 1) * 0.4, "wd": rnd(M, 1, k, k)}
     if bias:
         inits.update(b1=rnd(M), bd=rnd(M))
     if act == "Clip":
@@ -98,16 +98,22 @@ def _lengths(sess):
     (1, 40, 17, 3, 5, 2, True, "Clip"),      # a 2 x 3 output, one short panel
     (3, 16, 64, 20, 20, 2, True, "Relu"),    # a batch: one call an image
     (2, 8, 30, 9, 13, 1, False, "Clip"),     # a batch, odd sizes, no bias
+    (1, 16, 40, 17, 19, 2, True, "HardSwish"),  # MobileNetV3's activation, in both kernels' epilogues
+    (2, 8, 24, 12, 12, 1, True, "Sigmoid"),
 ])
-def test_expansion_and_depthwise_are_one_step(N, C, M, H, W, stride, bias, act):
+@pytest.mark.parametrize("k", [3, 5])
+def test_expansion_and_depthwise_are_one_step(N, C, M, H, W, stride, bias, act, k):
     # the same tiles and the same depthwise code: bit for bit the two steps' result
-    nodes, inits, outs = _block(C, M, stride, bias, act)
-    model = make_model(nodes, {"x": rnd(N, C, H, W)}, outs, opset=13, initializers=inits)
+    nodes, inits, outs = _block(C, M, stride, bias, act, k=k)
+    model = make_model(nodes, {"x": rnd(N, C, H, W)}, outs, opset=14, initializers=inits)
     sess, y = _against_two_steps(model, "expand_dw", lambda run: rnd(N, C, H, W))
     steps, run_steps = _lengths(sess)
     assert steps == 2  # Conv + Clip / Relu, twice: two FusedConv nodes
     assert run_steps == (1 if _fast() else 2)
-    assert (y == 0).any() and (y > 0).any()
+    if act == "Sigmoid":
+        assert ((y > 0) & (y < 1)).all() and y.std() > 0.05
+    else:
+        assert (y == 0).any() and (y > 0).any()
 
 
 @pytest.mark.parametrize("extra_out,extra_reader", [(True, False), (False, True)])
