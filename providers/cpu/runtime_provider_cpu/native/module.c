@@ -224,9 +224,9 @@ static PyMethodDef methods[] = {
      "y (R x N) = clip(a (R x K) w (+ bias), lo, hi) in float32 on the kernel threads, w packed as\n"
      "[ceil(N / 32)][K][32] (64-byte aligned, zeros past N), or (packed false) w itself, K x N."},
     {"pointwise_lanes", rc_py_pointwise_lanes, METH_VARARGS,
-     "pointwise_lanes(wp, x, b, z, y, (M, C, P), lo, hi, threads)\n"
-     "y (M x P) = clip(w x + b (+ z), lo, hi) in float32 on the kernel threads, w packed in\n"
-     "12-row panels [ceil(M / 12)][C][12] (zeros past M)."},
+     "pointwise_lanes(wp, x, b, z, y, (M, C, P), lo, hi, threads, act=-1, alpha=1/6, beta=0.5, N=1)\n"
+     "y (M x P) = act(clip(w x + b (+ z), lo, hi)) in float32 on the kernel threads, w packed in\n"
+     "12-row panels [ceil(M / 12)][C][12] (zeros past M); N images: x N x C x P, y and z N x M x P."},
     {"mha", rc_py_mha, METH_VARARGS,
      "mha(qkv, (B, S, W, oq, ok, ov), (H, dq, dv), scale, causal, mask, mask_dims, bias, bias_dims, y, threads)\n"
      "Multi-head attention from the projected (B, S, W) float32 qkv (heads' columns from oq, ok,\n"
