@@ -364,3 +364,33 @@ def test_fusions_made_after_the_first_run_show_in_the_partition_report(block, cp
         for f in report.fusions]
     if report.fusions:
         assert "fused at run time" in str(report) and "run-time fusion" in report.summary()
+
+
+@pytest.mark.skipif(not _fast(), reason="expand_dw is the AVX-512 build's (CONV_FAST)")
+def test_pair_over_a_depthwise_plan_in_the_lanes(cpu_policy):
+    # the depthwise node planned with 16 channels in the lanes: the pair (phase planes) gives
+    # the same sums in another order, within rounding of the two steps
+    from runtime_provider_cpu.fast import policy
+
+    cpu_policy(conv_kernel="pointwise,depthwise_lanes", pair_kernel="fused")
+    nodes, inits, outs = _block(16, 48, 2, act="HardSwish", k=5)
+    x = rnd(2, 16, 15, 15)
+    model = make_model(nodes, {"x": x}, outs, opset=14, initializers=inits)
+    sess, apart = cpu_session(model), cpu_session(model)
+    got = sess.run(None, {"x": x})
+    with policy.installed(expand_dw=False):
+        two = apart.run(None, {"x": x})
+    assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[0], two[0], rtol=1e-5, atol=1e-5)
+    assert _lengths(sess) == (2, 1)
+
+
+@pytest.mark.parametrize("choice", ["apart", ""])
+def test_pair_kept_apart_or_measured(choice, cpu_policy):
+    # forced apart: two steps; measured (tuning on): either, the same bits as the two steps
+    cpu_policy(conv_kernel="pointwise,depthwise", pair_kernel=choice)
+    nodes, inits, outs = _block(8, 36, 1, act="HardSwish")
+    model = make_model(nodes, {"x": rnd(2, 8, 10, 10)}, outs, opset=14, initializers=inits)
+    sess, y = _against_two_steps(model, "expand_dw", lambda run: rnd(2, 8, 10, 10))
+    steps, run_steps = _lengths(sess)
+    assert run_steps == 2 if choice == "apart" else run_steps in (1, 2)

@@ -41,7 +41,9 @@ def _fuse_expand_depthwise(ca, cb):
     ``_native.expand_dw`` (AVX-512): both nodes planned (``fast/conv.py``) on the compiled
     pointwise kernel and the phase-plane depthwise one (3x3, 5x5 or 7x7, stride 1 or 2 both
     ways, no dilation; each with its FusedConv activation in the kernels' epilogues),
-    the second reading the first's output shape: the expanded tensor is never written and read
+    the second reading the first's output shape (a depthwise plan of 16 channels in the lanes
+    gives the same sums in another order: the pair is then not bit for bit the two steps, but
+    within rounding): the expanded tensor is never written and read
     back whole. A batch is one call an image (each image's expansion stays in L2; a batch of 8
     at 112 x 112 wrote and read back 25 MB). Whether the pair is fused is measured on this
     machine (``fast/autotune.py``, family "pair": the fused call against the two steps, on a
@@ -51,7 +53,7 @@ def _fuse_expand_depthwise(ca, cb):
     pa, pb = _plan_act(ca), _plan_act(cb)
     if (not pol.expand_dw or pa is None or pb is None or not getattr(_native, "CONV_FAST", 0)
             or not hasattr(_native, "expand_dw") or pa.kind != "pointwise" or pa.sub is not None
-            or pa.w12 is None or pb.kind != "depthwise" or pb.xshape != pa.shape):
+            or pa.w12 is None or pb.kind not in ("depthwise", "depthwise_lanes") or pb.xshape != pa.shape):
         return None
     _, out, ks, strides, dilations, pads, lo, hi, threads = pb.args
     if (ks[0] != ks[1] or ks[0] not in (3, 5, 7) or strides[0] != strides[1] or strides[0] not in (1, 2)
