@@ -180,6 +180,8 @@ def test_pointwise_lanes_batch_is_each_image(N, M, K, P, act):
         _native.pointwise_lanes(wp, x, b, None, y[:-1], (M, K, P), -3.0, 3.0, 2, *a, N)
     with pytest.raises(ValueError, match="sizes"):
         _native.pointwise_lanes(wp, x, b, None, y, (M, K, P), -3.0, 3.0, 2, *a, 0)
+    with pytest.raises(ValueError):  # N x C x P past the address space: refused, nothing read
+        _native.pointwise_lanes(wp, x, b, None, y, (M, K, P), -3.0, 3.0, 2, *a, 2 ** 62)
 
 
 @pytest.mark.parametrize("kernel", ["pointwise", "pointwise_lanes"])
