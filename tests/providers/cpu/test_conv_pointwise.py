@@ -1,5 +1,5 @@
-"""1x1 stride-1 convolutions, a batch one image at a time: ``_native.pointwise_lanes`` (the compiled Linear's
-tiles, the weights packed once) where the AVX-512 build runs; else ``_native.pointwise``,
+"""1x1 stride-1 convolutions: ``_native.pointwise_lanes`` (the compiled Linear's
+tiles, the weights packed once; a batch in one call) where the AVX-512 build runs; else ``_native.pointwise``,
 blocks of the output split between the kernel threads, each one single-threaded sgemm of
 SciPy's BLAS and its bias, residual and clip, that library kept at one thread; numpy's
 matmul where neither is to be had."""
@@ -154,6 +154,36 @@ def test_pointwise_lanes_same_bits_on_any_thread_count(M, K, P):
     np.testing.assert_allclose(y, w.astype(np.float64) @ x, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("N,M,K,P,act", [(3, 40, 64, 300, -1), (8, 600, 96, 49, 2), (2, 13, 300, 33, 0),
+                                         (5, 5, 3, 7, 3), (8, 672, 112, 196, 2)])
+def test_pointwise_lanes_batch_is_each_image(N, M, K, P, act):
+    # a batch in one call (the images' tiles split between the threads together): each image's
+    # result the bits of its own call, on any thread count
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.fast import policy
+    from runtime_provider_cpu.fast.packing import pack_rows
+
+    if not policy.current().linear:
+        pytest.skip("the lanes kernel needs the AVX-512 build (CONV_FAST)")
+    w, x, b, z = rnd(M, K), rnd(N, K, P), rnd(M), rnd(N, M, P)
+    wp, a = pack_rows(w), (act, 1.0 / 6.0, 0.5)
+    one = np.empty((N, M, P), np.float32)
+    for n in range(N):
+        _native.pointwise_lanes(wp, x[n], b, z[n], one[n], (M, K, P), -3.0, 3.0, 1, *a)
+    for threads in (1, 2, 3):
+        y = np.full((N, M, P), np.nan, np.float32)
+        _native.pointwise_lanes(wp, x, b, z, y, (M, K, P), -3.0, 3.0, threads, *a, N)
+        assert np.array_equal(y, one)
+    with pytest.raises(ValueError, match="X holds"):
+        _native.pointwise_lanes(wp, x[:-1], b, z, y, (M, K, P), -3.0, 3.0, 2, *a, N)
+    with pytest.raises(ValueError, match="Y holds"):
+        _native.pointwise_lanes(wp, x, b, None, y[:-1], (M, K, P), -3.0, 3.0, 2, *a, N)
+    with pytest.raises(ValueError, match="sizes"):
+        _native.pointwise_lanes(wp, x, b, None, y, (M, K, P), -3.0, 3.0, 2, *a, 0)
+    with pytest.raises(ValueError):  # N x C x P past the address space: refused, nothing read
+        _native.pointwise_lanes(wp, x, b, None, y, (M, K, P), -3.0, 3.0, 2, *a, 2 ** 62)
+
+
 @pytest.mark.parametrize("kernel", ["pointwise", "pointwise_lanes"])
 def test_pointwise_checks_buffers(kernel):
     from runtime_provider_cpu import _native
@@ -199,16 +229,18 @@ def test_pointwise_without_scipy_blas_uses_matmul(cpu_policy, calls):
 # a strided 1x1 is a pointwise plan on the lanes kernel only
 @pytest.mark.parametrize("path,strides", [("lanes", [1, 1]), ("lanes", [2, 2]), ("sgemm", [1, 1]),
                                           ("matmul", [1, 1])])
-def test_pointwise_batch_one_image_at_a_time(path, strides, cpu_policy, spy_native):
-    # a batch (MobileNetV3 at b8) runs each image on the NCHW tensor as it is, with the residual
-    # and clip of that image; every run after the first on the bound plan
+def test_pointwise_batch_on_the_nchw_tensor(path, strides, cpu_policy, spy_native):
+    # a batch (MobileNetV3 at b8) runs on the NCHW tensor as it is, with the residual and clip
+    # of each image: the lanes kernel (stride 1) in one call of all the images, the others an
+    # image a call; every run after the first on the bound plan
     from runtime_provider_cpu.fast import policy
 
     if path == "lanes" and not policy.current().linear:
         pytest.skip("the lanes kernel needs the AVX-512 build (CONV_FAST)")
     cpu_policy(pw_lanes=path == "lanes", sgemm=path != "matmul")
     seen = []
-    spy_native("pointwise_lanes" if path == "lanes" else "pointwise", lambda args: seen.append(args[5]))
+    spy_native("pointwise_lanes" if path == "lanes" else "pointwise",
+               lambda args: seen.append((args[5], args[-1] if len(args) > 12 else 1)))
     x, w, b = rnd(3, 24, 13, 11), rnd(40, 24, 1, 1) * 0.2, rnd(40)
     out = [len(range(0, 13, strides[0])), len(range(0, 11, strides[1]))]
     r = rnd(3, 40, *out)
@@ -221,8 +253,10 @@ def test_pointwise_batch_one_image_at_a_time(path, strides, cpu_policy, spy_nati
     ref = run_oracle(model, {"x": x, "r": r})
     for _ in range(3):
         assert_close(sess.run(None, {"x": x, "r": r}), ref, rtol=1e-4, atol=1e-5)
-    if path != "matmul":
-        assert seen == [(40, 24, out[0] * out[1])] * 9  # 3 images x 3 runs
+    if path == "lanes" and strides == [1, 1]:
+        assert seen == [((40, 24, out[0] * out[1]), 3)] * 3  # 3 runs, the 3 images in each
+    elif path != "matmul":
+        assert seen == [((40, 24, out[0] * out[1]), 1)] * 9  # 3 images x 3 runs
     else:
         assert seen == []
 

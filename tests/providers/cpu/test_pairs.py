@@ -23,7 +23,7 @@ def rnd(*shape):
 @pytest.fixture(autouse=True)
 def forced(cpu_policy):
     """The plans the pair fusers take wherever they apply, not the ones measured faster here."""
-    cpu_policy(conv_kernel="pointwise,depthwise,direct")
+    cpu_policy(conv_kernel="pointwise,depthwise,direct", pair_kernel="fused")
 
 
 def _fast():
@@ -32,15 +32,15 @@ def _fast():
     return bool(getattr(_native, "CONV_FAST", 0))
 
 
-def _block(C, M, stride, bias=True, act="Clip", extra_out=False, extra_reader=False):
-    """x -> 1x1 Conv (C -> M) + act -> 3x3 depthwise Conv (stride) + act -> y; optionally the
+def _block(C, M, stride, bias=True, act="Clip", extra_out=False, extra_reader=False, k=3):
+    """x -> 1x1 Conv (C -> M) + act -> k x k depthwise Conv (stride) + act -> y; optionally the
     expansion also a graph output, or also read by another node"""
     ins1 = ["x", "w1", "b1"] if bias else ["x", "w1"]
     ins2 = ["e", "wd", "bd"] if bias else ["e", "wd"]
     clip = ["lo", "hi"] if act == "Clip" else []
     nodes = [helper.make_node("Conv", ins1, ["c1"]),
              helper.make_node(act, ["c1"] + clip, ["e"]),
-             helper.make_node("Conv", ins2, ["c2"], group=M, pads=[1, 1, 1, 1], strides=[stride, stride]),
+             helper.make_node("Conv", ins2, ["c2"], group=M, pads=[k // 2] * 4, strides=[stride, stride]),
              helper.make_node(act, ["c2"] + clip, ["y"])]
     outs = ["y"]
     if extra_out:
@@ -48,7 +48,7 @@ def _block(C, M, stride, bias=True, act="Clip", extra_out=False, extra_reader=Fa
     if extra_reader:
         nodes.append(helper.make_node("ReduceMax", ["e"], ["m"], keepdims=0))
         outs.append("m")
-    inits = {"w1": rnd(M, C, 1, 1) * 0.4, "wd": rnd(M, 1, 3, 3)}
+    inits = {"w1": rnd(M, C, 1, 1) * 0.4, "wd": rnd(M, 1, k, k)}
     if bias:
         inits.update(b1=rnd(M), bd=rnd(M))
     if act == "Clip":
@@ -90,22 +90,30 @@ def _lengths(sess):
     return len(exe.steps), len(exe.run_steps)
 
 
-@pytest.mark.parametrize("C,M,H,W,stride,bias,act", [
-    (16, 96, 28, 28, 2, True, "Clip"),    # MobileNetV2's second block, smaller
-    (24, 144, 14, 14, 1, True, "Clip"),   # a stride-1 block: 196 positions, a 4-wide tail panel
-    (8, 30, 9, 13, 2, False, "Relu"),     # no bias; 30 channels: a 6-row last panel; odd sizes
-    (5, 12, 7, 40, 1, True, "Relu"),      # rows of 16 or more: the row mode of the phase planes
-    (40, 17, 3, 5, 2, True, "Clip"),      # a 2 x 3 output, one short panel
+@pytest.mark.parametrize("N,C,M,H,W,stride,bias,act", [
+    (1, 16, 96, 28, 28, 2, True, "Clip"),    # MobileNetV2's second block, smaller
+    (1, 24, 144, 14, 14, 1, True, "Clip"),   # a stride-1 block: 196 positions, a 4-wide tail panel
+    (1, 8, 30, 9, 13, 2, False, "Relu"),     # no bias; 30 channels: a 6-row last panel; odd sizes
+    (1, 5, 12, 7, 40, 1, True, "Relu"),      # rows of 16 or more: the row mode of the phase planes
+    (1, 40, 17, 3, 5, 2, True, "Clip"),      # a 2 x 3 output, one short panel
+    (3, 16, 64, 20, 20, 2, True, "Relu"),    # a batch: one call an image
+    (2, 8, 30, 9, 13, 1, False, "Clip"),     # a batch, odd sizes, no bias
+    (1, 16, 40, 17, 19, 2, True, "HardSwish"),  # MobileNetV3's activation, in both kernels' epilogues
+    (2, 8, 24, 12, 12, 1, True, "Sigmoid"),
 ])
-def test_expansion_and_depthwise_are_one_step(C, M, H, W, stride, bias, act):
+@pytest.mark.parametrize("k", [3, 5])
+def test_expansion_and_depthwise_are_one_step(N, C, M, H, W, stride, bias, act, k):
     # the same tiles and the same depthwise code: bit for bit the two steps' result
-    nodes, inits, outs = _block(C, M, stride, bias, act)
-    model = make_model(nodes, {"x": rnd(1, C, H, W)}, outs, opset=13, initializers=inits)
-    sess, y = _against_two_steps(model, "expand_dw", lambda run: rnd(1, C, H, W))
+    nodes, inits, outs = _block(C, M, stride, bias, act, k=k)
+    model = make_model(nodes, {"x": rnd(N, C, H, W)}, outs, opset=14, initializers=inits)
+    sess, y = _against_two_steps(model, "expand_dw", lambda run: rnd(N, C, H, W))
     steps, run_steps = _lengths(sess)
     assert steps == 2  # Conv + Clip / Relu, twice: two FusedConv nodes
     assert run_steps == (1 if _fast() else 2)
-    assert (y == 0).any() and (y > 0).any()
+    if act == "Sigmoid":
+        assert ((y > 0) & (y < 1)).all() and y.std() > 0.05
+    else:
+        assert (y == 0).any() and (y > 0).any()
 
 
 @pytest.mark.parametrize("extra_out,extra_reader", [(True, False), (False, True)])
@@ -356,3 +364,33 @@ def test_fusions_made_after_the_first_run_show_in_the_partition_report(block, cp
         for f in report.fusions]
     if report.fusions:
         assert "fused at run time" in str(report) and "run-time fusion" in report.summary()
+
+
+@pytest.mark.skipif(not _fast(), reason="expand_dw is the AVX-512 build's (CONV_FAST)")
+def test_pair_over_a_depthwise_plan_in_the_lanes(cpu_policy):
+    # the depthwise node planned with 16 channels in the lanes: the pair (phase planes) gives
+    # the same sums in another order, within rounding of the two steps
+    from runtime_provider_cpu.fast import policy
+
+    cpu_policy(conv_kernel="pointwise,depthwise_lanes", pair_kernel="fused")
+    nodes, inits, outs = _block(16, 48, 2, act="HardSwish", k=5)
+    x = rnd(2, 16, 15, 15)
+    model = make_model(nodes, {"x": x}, outs, opset=14, initializers=inits)
+    sess, apart = cpu_session(model), cpu_session(model)
+    got = sess.run(None, {"x": x})
+    with policy.installed(expand_dw=False):
+        two = apart.run(None, {"x": x})
+    assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[0], two[0], rtol=1e-5, atol=1e-5)
+    assert _lengths(sess) == (2, 1)
+
+
+@pytest.mark.parametrize("choice", ["apart", ""])
+def test_pair_kept_apart_or_measured(choice, cpu_policy):
+    # forced apart: two steps; measured (tuning on): either, the same bits as the two steps
+    cpu_policy(conv_kernel="pointwise,depthwise", pair_kernel=choice)
+    nodes, inits, outs = _block(8, 36, 1, act="HardSwish")
+    model = make_model(nodes, {"x": rnd(2, 8, 10, 10)}, outs, opset=14, initializers=inits)
+    sess, y = _against_two_steps(model, "expand_dw", lambda run: rnd(2, 8, 10, 10))
+    steps, run_steps = _lengths(sess)
+    assert run_steps == 2 if choice == "apart" else run_steps in (1, 2)

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..executable import pairs, siblings
 # the module, not its names: fast.conv imports the ops package, which imports this module
+from . import autotune as _autotune
 from . import conv as _fconv
 from .packing import pack_direct, pack_lanes
 from .policy import current
@@ -25,37 +26,67 @@ def _plan(ctx):
     return None if ctx.cache.get("conv_post") else ctx.cache.get("conv_plan")
 
 
+def _plan_act(ctx):
+    """The node's conv plan where its result is the plan's own, a FusedConv activation in its
+    kernel's epilogue (``plan.act``) included; None where an activation runs after the plan."""
+    plan = ctx.cache.get("conv_plan")
+    if plan is None or (ctx.cache.get("conv_post") and (plan.act is None or not plan.NATIVE_ACT)):
+        return None
+    return plan
+
+
 @pairs
 def _fuse_expand_depthwise(ca, cb):
     """An inverted-residual block's expansion and depthwise convolution as one call of
     ``_native.expand_dw`` (AVX-512): both nodes planned (``fast/conv.py``) on the compiled
-    pointwise kernel and the phase-plane depthwise one (3x3, stride 1 or 2 both ways, no dilation) for
-    one image, the second reading the first's output shape: the expanded tensor is never
-    written and read back whole."""
+    pointwise kernel and the phase-plane depthwise one (3x3, 5x5 or 7x7, stride 1 or 2 both
+    ways, no dilation; each with its FusedConv activation in the kernels' epilogues),
+    the second reading the first's output shape (a depthwise plan of 16 channels in the lanes
+    gives the same sums in another order: the pair is then not bit for bit the two steps, but
+    within rounding): the expanded tensor is never written and read
+    back whole. A batch is one call an image (each image's expansion stays in L2; a batch of 8
+    at 112 x 112 wrote and read back 25 MB). Whether the pair is fused is measured on this
+    machine (``fast/autotune.py``, family "pair": the fused call against the two steps, on a
+    random input of the shape) and cached per shape; with tuning off it is fused."""
     pol = current()
     _native = pol.native
-    pa, pb = _plan(ca), _plan(cb)
+    pa, pb = _plan_act(ca), _plan_act(cb)
     if (not pol.expand_dw or pa is None or pb is None or not getattr(_native, "CONV_FAST", 0)
             or not hasattr(_native, "expand_dw") or pa.kind != "pointwise" or pa.sub is not None
-            or pa.w12 is None or pb.kind != "depthwise" or pa.xshape[0] != 1 or pb.xshape != pa.shape):
+            or pa.w12 is None or pb.kind not in ("depthwise", "depthwise_lanes") or pb.xshape != pa.shape):
         return None
     _, out, ks, strides, dilations, pads, lo, hi, threads = pb.args
-    if ks != (3, 3) or strides[0] != strides[1] or strides[0] not in (1, 2) or tuple(dilations) != (1, 1):
+    if (ks[0] != ks[1] or ks[0] not in (3, 5, 7) or strides[0] != strides[1] or strides[0] not in (1, 2)
+            or tuple(dilations) != (1, 1)):
         return None
     M, C, H, W = pa.shape[1], pa.xshape[1], pa.xshape[2], pa.xshape[3]
-    geometry = ((M, C, H, W), (out[0], out[1], strides[0], pads[0], pads[1]), lo, hi, pa.threads)
+    none = (-1, 1.0 / 6.0, 0.5)
+    geometry = ((M, C, H, W), (out[0], out[1], strides[0], pads[0], pads[1]), lo, hi, pa.threads, ks[0],
+                tuple(pa.act or none), tuple(pb.act or none))
     lo1, hi1 = pa.args[1], pa.args[2]
-    w12, b1, wd, bd, shape = pa.w12, pa.b2, pb.w2, pb.b2, pb.shape
+    w12, b1, wd, bd, shape, N = pa.w12, pa.b2, pb.w2, pb.b2, pb.shape, pa.xshape[0]
+    fn = _native.expand_dw
 
     def run(args_a, args_b):
         if (len(args_b) > 2 or args_b[0] is not pb.w or (args_b[1] if len(args_b) > 1 else None) is not pb.b
                 or not _fconv.plan_takes(pa, args_a)):
             return None
+        return fused(_fconv.contig(args_a[0]))
+
+    def fused(x):
         y = np.empty(shape, _F32)
-        _native.expand_dw(w12, _fconv.contig(args_a[0]), b1, lo1, hi1, wd, bd, y, *geometry)
+        for n in range(N):  # contiguous images of x and y: the kernel's one-image buffers
+            fn(w12, x[n], b1, lo1, hi1, wd, bd, y[n], *geometry)
         return y
 
-    return run
+    key = _autotune.cache_key("pair", ("expand_dw",) + tuple(pa.xshape) + (M,) + tuple(ks) + tuple(strides)
+                              + tuple(pads) + geometry[-2][:1] + geometry[-1][:1], "float32", pa.threads)
+    name = _autotune.decide("pair", key, ["fused", "apart"], "fused", getattr(ca, "tune", True))
+    if name is None:
+        x = np.random.default_rng(0).standard_normal(pa.xshape).astype(_F32)
+        call_a, call_b = pa.fast_call(), pb.fast_call()
+        name, _ = _autotune.measure(key, {"fused": lambda: fused(x), "apart": lambda: call_b(call_a(x, None), None)})
+    return run if name == "fused" else None
 
 
 @pairs

@@ -1,6 +1,6 @@
-"""Pointwise (1x1) convolutions, one image at a time: ``_native.pointwise_lanes`` (the output
-channels in the vector lanes), else SciPy's sgemm a block on the kernel threads
-(``_native.pointwise``), else one numpy GEMM and the compiled epilogue."""
+"""Pointwise (1x1) convolutions: ``_native.pointwise_lanes`` (the output channels in the
+vector lanes; a batch in one call), else, one image at a time, SciPy's sgemm a block on the
+kernel threads (``_native.pointwise``), else one numpy GEMM and the compiled epilogue."""
 
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ class PointwisePlan(ConvPlan):
         if N == 1:
             return lambda x, z: one(x, z, None)
         empty, contig, shape = np.empty, np.ascontiguousarray, self.shape
+        if self.w12 is not None and self.sub is None:
+            return self._make_call_batch()
 
         def call(x, z):  # a batch: one GEMM an image on NCHW as it is (no [C, N*P] copy)
             if not x.flags.c_contiguous:
@@ -45,6 +47,24 @@ class PointwisePlan(ConvPlan):
             y = empty(shape, _F32)
             for n in range(N):
                 one(x[n:n + 1], None if z is None else z[n:n + 1], y[n:n + 1])
+            return y
+        return call
+
+    def _make_call_batch(self):
+        """``call(x, z)`` of a batch as one ``pointwise_lanes`` call: the images' tiles are the
+        kernel threads' units together (an image a call woke the threads N times, for a few
+        tiles each at 14 x 14 and 7 x 7)."""
+        empty, contig, fn = np.empty, np.ascontiguousarray, self.native.pointwise_lanes
+        w12, b2, th, shape, N = self.w12, self.b2, self.threads, self.shape, self.xshape[0]
+        (M, P), lo, hi = self.args
+        dims = (M, self.xshape[1], P)
+        act = (-1, 1.0 / 6.0, 0.5) if self.act is None else self.act
+
+        def call(x, z):
+            if not x.flags.c_contiguous:
+                x = contig(x)
+            y = empty(shape, _F32)
+            fn(w12, x, b2, None if z is None else contig(z), y, dims, lo, hi, th, *act, N)
             return y
         return call
 

@@ -57,6 +57,9 @@ class Policy:
     #: ... MatMulNBits "dequant" (a float copy of the weight, BLAS) or "native" (``_native.nbits_matmul``
     #: on the 4-bit codes; ``ops/quant_contrib.py``)
     nbits_kernel: str = ""
+    #: ... a pair of steps (``fast/pairs.py``'s ``expand_dw``) "fused" (one call) or "apart" (the two
+    #: steps); with tuning off: fused
+    pair_kernel: str = ""
     #: float32 MatMul / Gemm by a constant weight: ``_native.linear`` is a candidate (the AVX-512 build)
     linear: bool = _FAST
     #: Gemm products of fewer multiply-adds skip BLAS (its woken threads spin past the call)

@@ -310,6 +310,7 @@ typedef struct {
     Py_ssize_t M, C, P, kc, G, ngroups, bp, nqb;
     float lo, hi;
     const rc_act *act; /* after the clip, or NULL */
+    Py_ssize_t N;      /* images: x N x C x P, y and z N x M x P, units over all of them */
 } pl_job;
 
 /* rows of nn floats (at most 32) from src, ld apart, into dst [rows][32], zeros past nn */
@@ -328,13 +329,19 @@ void pl_pack32(float *restrict dst, const float *restrict src, Py_ssize_t rows, 
 
 static void pl_part(void *arg, int part, int parts)
 {
-    const pl_job *j = (const pl_job *)arg;
-    const Py_ssize_t P = j->P, C = j->C, np_ = (j->M + LN_RP - 1) / LN_RP, cols = (P + 31) / 32;
-    const Py_ssize_t units = j->ngroups * j->nqb, tn = P - (cols - 1) * 32;
+    const pl_job *j0 = (const pl_job *)arg;
+    const Py_ssize_t P = j0->P, C = j0->C, np_ = (j0->M + LN_RP - 1) / LN_RP, cols = (P + 31) / 32;
+    const Py_ssize_t per = j0->ngroups * j0->nqb, units = per * j0->N, tn = P - (cols - 1) * 32;
     float tail[LN_RP * 32] __attribute__((aligned(64)));
     float xb[PL_XB] __attribute__((aligned(64))); /* the group's chunk of x, [G][kn][32] */
+    pl_job img = *j0; /* the unit's image: x, y and z moved to it */
+    const pl_job *j = &img;
     for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
-        const Py_ssize_t g = u / j->nqb, qb = u - g * j->nqb;
+        const Py_ssize_t n = u / per, ui = u - n * per;
+        img.x = j0->x + n * C * P;
+        img.y = j0->y + n * j0->M * P;
+        img.z = j0->z ? j0->z + n * j0->M * P : NULL;
+        const Py_ssize_t g = ui / j->nqb, qb = ui - g * j->nqb;
         const Py_ssize_t cb0 = g * j->G, cb1 = cb0 + j->G < cols ? cb0 + j->G : cols;
         const Py_ssize_t q0 = qb * j->bp, q1 = q0 + j->bp < np_ ? q0 + j->bp : np_;
         if (q0 >= q1)
@@ -402,26 +409,26 @@ static void pl_part(void *arg, int part, int parts)
 PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args)
 {
     PyObject *wo, *xo, *bo, *zo, *yo;
-    Py_ssize_t M, C, P;
+    Py_ssize_t M, C, P, N = 1;
     float lo, hi;
     int threads;
     rc_act act = {-1, 1.0f / 6.0f, 0.5f};
-    if (!PyArg_ParseTuple(args, "OOOOO(nnn)ffi|iff:pointwise_lanes", &wo, &xo, &bo, &zo, &yo, &M, &C, &P, &lo,
-                          &hi, &threads, &act.act, &act.alpha, &act.beta))
+    if (!PyArg_ParseTuple(args, "OOOOO(nnn)ffi|iffn:pointwise_lanes", &wo, &xo, &bo, &zo, &yo, &M, &C, &P, &lo,
+                          &hi, &threads, &act.act, &act.alpha, &act.beta, &N))
         return NULL;
     if (act.act < -1 || act.act > 3) {
         PyErr_SetString(PyExc_ValueError, "pointwise_lanes: activation kind not in -1..3");
         return NULL;
     }
     act.act += 1; /* activate's kind -> rc_act's */
-    if (M < 1 || C < 1 || P < 1) {
+    if (M < 1 || C < 1 || P < 1 || N < 1) {
         PyErr_SetString(PyExc_ValueError, "pointwise_lanes: sizes must be positive");
         return NULL;
     }
     const Py_ssize_t np_ = M / LN_RP + (M % LN_RP != 0);
     rc_sz sz = {NULL};
-    const Py_ssize_t wn = sz_mul3(&sz, "W's size", np_, C, LN_RP), xn = sz_mul(&sz, "X's size", C, P);
-    const Py_ssize_t yn = sz_mul(&sz, "Y's size", M, P);
+    const Py_ssize_t wn = sz_mul3(&sz, "W's size", np_, C, LN_RP), xn = sz_mul3(&sz, "X's size", N, C, P);
+    const Py_ssize_t yn = sz_mul3(&sz, "Y's size", N, M, P);
     sz_add(&sz, "Y's size", P, 64 * 32); /* the column panels' arithmetic */
     if (sz_check(&sz, "pointwise_lanes", PyExc_ValueError) < 0)
         return NULL;
@@ -438,14 +445,15 @@ PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args)
     Py_ssize_t G = PL_XB / (kc * 32);
     if (G < 1)
         G = 1;
-    /* groups enough for the threads: 8 a thread where the positions allow */
-    const Py_ssize_t want = 8 * (Py_ssize_t)threads;
+    /* groups enough for the threads: 8 a thread where the positions allow (a batch's images
+       are units of their own) */
+    const Py_ssize_t want = (8 * (Py_ssize_t)threads + N - 1) / N;
     if (G > (cols + want - 1) / want)
         G = (cols + want - 1) / want;
     if (G < 1)
         G = 1;
     const Py_ssize_t ngroups = (cols + G - 1) / G;
-    const Py_ssize_t wantq = 4 * (Py_ssize_t)threads;
+    const Py_ssize_t wantq = (4 * (Py_ssize_t)threads + N - 1) / N;
     Py_ssize_t nqb = ngroups >= wantq ? 1 : (wantq + ngroups - 1) / ngroups;
     if (nqb > np_)
         nqb = np_;
@@ -453,8 +461,9 @@ PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args)
     nqb = (np_ + bp - 1) / bp;
     pl_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
                 (const float *)v[3].buf, (float *)v[4].buf, M, C, P, kc, G, ngroups, bp, nqb, lo, hi,
-                act.act ? &act : NULL};
-    const int parts = rc_parts(2.0 * (double)M * (double)C * (double)P, 2.5e5, ngroups * nqb, &threads);
+                act.act ? &act : NULL, N};
+    const int parts = rc_parts(2.0 * (double)N * (double)M * (double)C * (double)P, 2.5e5, N * ngroups * nqb,
+                               &threads);
     Py_BEGIN_ALLOW_THREADS
     rc_parallel(pl_part, &j, parts, threads);
     Py_END_ALLOW_THREADS

@@ -181,10 +181,12 @@ static PyMethodDef methods[] = {
      "or 2), plus b, clipped to [lo, hi], then its 3x3 stride-2 MaxPool padded by 1 into y\n"
      "(M x POH x POW), the convolution's output never written whole. AVX-512 only (CONV_FAST)."},
     {"expand_dw", rc_py_expand_dw, METH_VARARGS,
-     "expand_dw(w, x, b, lo1, hi1, wd, bd, y, (M, C, H, W), (OH, OW, s, pt, pl), lo, hi, threads)\n"
-     "One image's 1x1 convolution e = clip(w x + b, lo1, hi1) (w packed as pointwise_lanes reads\n"
-     "it, x C x H x W) and then y = clip(depthwise3x3(e, wd, stride s, pads pt, pl) + bd, lo, hi)\n"
-     "(wd M x 1 x 3 x 3, y M x OH x OW), e never written whole. AVX-512 only (CONV_FAST)."},
+     "expand_dw(w, x, b, lo1, hi1, wd, bd, y, (M, C, H, W), (OH, OW, s, pt, pl), lo, hi, threads,\n"
+     "          k=3, act1=(-1, 1/6, 0.5), act=(-1, 1/6, 0.5))\n"
+     "One image's 1x1 convolution e = act1(clip(w x + b, lo1, hi1)) (w packed as pointwise_lanes\n"
+     "reads it, x C x H x W) and then y = act(clip(depthwise kxk(e, wd, stride s, pads pt, pl) + bd,\n"
+     "lo, hi)) (k 3, 5 or 7; wd M x 1 x k x k, y M x OH x OW), e never written whole; act1 and act\n"
+     "(kind, alpha, beta) as activate's kinds, -1 none. AVX-512 only (CONV_FAST)."},
 #endif
     {"winograd3x3", rc_py_winograd3x3, METH_VARARGS,
      "winograd3x3(x, u, b, z, y, (N, C, H, W), M, (pt, pl), (OH, OW), lo, hi, threads, lanes=False)\n"
@@ -223,9 +225,9 @@ static PyMethodDef methods[] = {
      "y (R x N) = clip(a (R x K) w (+ bias), lo, hi) in float32 on the kernel threads, w packed as\n"
      "[ceil(N / 32)][K][32] (64-byte aligned, zeros past N), or (packed false) w itself, K x N."},
     {"pointwise_lanes", rc_py_pointwise_lanes, METH_VARARGS,
-     "pointwise_lanes(wp, x, b, z, y, (M, C, P), lo, hi, threads)\n"
-     "y (M x P) = clip(w x + b (+ z), lo, hi) in float32 on the kernel threads, w packed in\n"
-     "12-row panels [ceil(M / 12)][C][12] (zeros past M)."},
+     "pointwise_lanes(wp, x, b, z, y, (M, C, P), lo, hi, threads, act=-1, alpha=1/6, beta=0.5, N=1)\n"
+     "y (M x P) = act(clip(w x + b (+ z), lo, hi)) in float32 on the kernel threads, w packed in\n"
+     "12-row panels [ceil(M / 12)][C][12] (zeros past M); N images: x N x C x P, y and z N x M x P."},
     {"mha", rc_py_mha, METH_VARARGS,
      "mha(qkv, (B, S, W, oq, ok, ov), (H, dq, dv), scale, causal, mask, mask_dims, bias, bias_dims, y, threads)\n"
      "Multi-head attention from the projected (B, S, W) float32 qkv (heads' columns from oq, ok,\n"

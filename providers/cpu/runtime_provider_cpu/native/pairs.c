@@ -178,9 +178,9 @@ PyObject *rc_py_conv_maxpool(PyObject *self, PyObject *args)
 #endif
 
 #if DWF_OK
-/* expand_dw: an inverted-residual block's expansion (a 1x1 convolution, bias and clip) and
- * the 3x3 depthwise convolution after it (stride 1 or 2 both ways, bias and clip) of one
- * image, without the expanded tensor going through memory. A unit is a panel of 12 expanded
+/* expand_dw: an inverted-residual block's expansion (a 1x1 convolution, bias, clip and an
+ * optional activation) and the k x k depthwise convolution after it (k 3, 5 or 7; stride 1 or
+ * 2 both ways; bias, clip and activation) of one image, without the expanded tensor going through memory. A unit is a panel of 12 expanded
  * channels: their 1x1 sums (pointwise_lanes's tiles, x read in place) into a per-part plane
  * buffer E (12 x H x W: 600 KB at MobileNetV2's 112 x 112, in L2), then each channel's depthwise
  * convolution from E through the phase planes (dwf_range). Apart, the expansion wrote a
@@ -189,6 +189,7 @@ typedef struct {
     const float *wp, *x, *b1;
     Py_ssize_t M, C, P;
     float lo1, hi1;
+    const rc_act *act1; /* the expansion's activation after its clip, or NULL */
     dwf_job dw;          /* the depthwise step (its x unused: E is its input) */
     Py_ssize_t scratch_n; /* a part's work buffer: E, 12 x 32 tail tiles, C x 32 tail of x, dw.scratch_n */
     int oom;
@@ -210,7 +211,7 @@ static void ed_part(void *arg, int part, int parts)
     for (Py_ssize_t q = np_ * part / parts; q < np_ * (part + 1) / parts; q++) {
         const Py_ssize_t r0 = q * LN_RP, nr = j->M - r0 < LN_RP ? j->M - r0 : LN_RP;
         const float *ap = j->wp + q * C * LN_RP;
-        const ln_epi e = {j->b1 ? j->b1 + r0 : NULL, NULL, 0, j->lo1, j->hi1};
+        const ln_epi e = {j->b1 ? j->b1 + r0 : NULL, NULL, 0, j->lo1, j->hi1, j->act1};
         for (Py_ssize_t cb = 0; cb < full; cb++)
             ln_tiles[nr](ap, j->x + cb * 32, C, P, E + cb * 32, P, NULL, 1, NULL, 0, 0, &e);
         if (tn) {
@@ -229,13 +230,23 @@ PyObject *rc_py_expand_dw(PyObject *self, PyObject *args)
     Py_ssize_t M, C, H, W, OH, OW, s, pt, pl;
     float lo1, hi1, lo, hi;
     int threads;
-    if (!PyArg_ParseTuple(args, "OOOffOOO(nnnn)(nnnnn)ffi:expand_dw", &wo, &xo, &bo, &lo1, &hi1, &wdo, &bdo,
-                          &yo, &M, &C, &H, &W, &OH, &OW, &s, &pt, &pl, &lo, &hi, &threads))
+    Py_ssize_t k = 3;
+    rc_act a1 = {-1, 1.0f / 6.0f, 0.5f}, a2 = {-1, 1.0f / 6.0f, 0.5f};
+    if (!PyArg_ParseTuple(args, "OOOffOOO(nnnn)(nnnnn)ffi|n(iff)(iff):expand_dw", &wo, &xo, &bo, &lo1, &hi1, &wdo,
+                          &bdo, &yo, &M, &C, &H, &W, &OH, &OW, &s, &pt, &pl, &lo, &hi, &threads, &k, &a1.act,
+                          &a1.alpha, &a1.beta, &a2.act, &a2.alpha, &a2.beta))
         return NULL;
-    if (M < 1 || C < 1 || H < 1 || W < 1 || OH < 1 || OW < 1 || pt < 0 || pl < 0 || (s != 1 && s != 2)) {
-        PyErr_SetString(PyExc_ValueError, "expand_dw: bad sizes, stride (1 or 2) or padding");
+    if (M < 1 || C < 1 || H < 1 || W < 1 || OH < 1 || OW < 1 || pt < 0 || pl < 0 || (s != 1 && s != 2) ||
+        (k != 3 && k != 5 && k != 7)) {
+        PyErr_SetString(PyExc_ValueError, "expand_dw: bad sizes, window (3, 5 or 7), stride (1 or 2) or padding");
         return NULL;
     }
+    if (a1.act < -1 || a1.act > 3 || a2.act < -1 || a2.act > 3) {
+        PyErr_SetString(PyExc_ValueError, "expand_dw: activation kind not in -1..3");
+        return NULL;
+    }
+    a1.act += 1; /* activate's kind -> rc_act's */
+    a2.act += 1;
     if (!rc_conv_fast) {
         PyErr_SetString(PyExc_ValueError, "expand_dw: needs AVX-512 (CONV_FAST)");
         return NULL;
@@ -243,7 +254,7 @@ PyObject *rc_py_expand_dw(PyObject *self, PyObject *args)
     rc_sz sz = {NULL};
     const Py_ssize_t P = sz_mul(&sz, "X's size", H, W), np_ = M / LN_RP + (M % LN_RP != 0);
     const Py_ssize_t wn = sz_mul3(&sz, "W's size", np_, C, LN_RP), xn = sz_mul(&sz, "X's size", C, P);
-    const Py_ssize_t wdn = sz_mul(&sz, "WD's size", M, 9), yn = sz_mul3(&sz, "Y's size", M, OH, OW);
+    const Py_ssize_t wdn = sz_mul3(&sz, "WD's size", M, k, k), yn = sz_mul3(&sz, "Y's size", M, OH, OW);
     if (sz_check(&sz, "expand_dw", PyExc_ValueError) < 0)
         return NULL;
     Py_buffer v[6];
@@ -253,9 +264,12 @@ PyObject *rc_py_expand_dw(PyObject *self, PyObject *args)
     if (get_buffers("expand_dw", spec, v, 6) < 0)
         return NULL;
     ed_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, M, C, P, lo1, hi1,
+                a1.act ? &a1 : NULL,
                 {NULL, (const float *)v[3].buf, (const float *)v[4].buf, (float *)v[5].buf, M, M, H, W, OH, OW,
                  s, pt, pl, 0, 0, 0, 0, lo, hi, NULL, 0, 0},
                 0, 0};
+    j.dw.k = k;
+    j.dw.act = a2.act ? &a2 : NULL;
     if (dwf_setup(&j.dw, "expand_dw") < 0) {
         release_buffers(v, 6);
         return NULL;
