@@ -292,6 +292,11 @@ def report(rows: int, one: float, res: dict) -> None:
               f"Predictor ({work[:, 2].sum() / work[:, 0].sum() * 1e6:.1f} per 1M rows), {between:.1f} between calls "
               f"(Ray: the fused Parquet read, Arrow <-> numpy, the output block; {between / work[:, 0].sum() * 1e6:.1f}"
               " per 1M rows)")
+        if len(work) > 1:  # from its first call's end to its last's: time outside the Predictor, and its CPU
+            gap_wall = work[-1, 3] - work[0, 3] - work[1:, 1].sum()
+            gap_cpu = work[-1, 4] - work[0, 4] - work[1:, 2].sum()
+            print(f"    between its first and last call: {gap_wall:.1f} s of wall outside the Predictor, {gap_cpu:.1f} "
+                  "s of it on a CPU (the rest waited: for its next block from Ray or, on a loaded machine, for a core)")
     # the steady state: from the moment every actor has scored a batch to the first actor's last one
     works = [c[1:] for c in calls.values() if len(c) > 1]
     start, end = max(w[0, 3] for w in works), min(w[-1, 3] for w in works)
