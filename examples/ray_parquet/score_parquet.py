@@ -97,6 +97,7 @@ class _ProcessCPU:
 
     def __init__(self):
         self.seen: dict[int, tuple[str, float]] = {}  # pid -> (most telling title, CPU seconds)
+        self.series: dict[int, list[tuple[float, float]]] = {}  # pid -> [(wall clock, CPU seconds)]
         self.roots: set[int] = {os.getpid()}
         self._before: dict[int, float] = {os.getpid(): time.process_time()}  # the in-process job's among it
         self._t0 = 0  # now, in the clock ticks of /proc/PID/stat's start times
@@ -141,7 +142,7 @@ class _ProcessCPU:
 
     def _loop(self):
         while not self._stop.is_set():
-            procs = self._procs()
+            now, procs = time.time(), self._procs()
             for pid, (_, cmd, cpu) in procs.items():
                 q = pid
                 while q in procs and q not in self.roots and q != 1:
@@ -154,6 +155,7 @@ class _ProcessCPU:
                 if "ray::" in cmd and "IDLE" not in cmd or not title:  # a worker's title names its task
                     title = cmd
                 self.seen[pid] = (title, cpu)
+                self.series.setdefault(pid, []).append((now, cpu))
             self._stop.wait(0.5)
 
     def _started_since(self, pid: int) -> bool:
@@ -164,7 +166,17 @@ class _ProcessCPU:
         except OSError:
             return True
 
-    def by_kind(self) -> dict[str, float]:
+    def _cpu_at(self, pid: int, t: float) -> float:
+        """``pid``'s CPU seconds at wall clock ``t`` (its last sample before; its baseline if none)."""
+        at = self._before.get(pid, 0.0)
+        for when, cpu in self.series.get(pid, []):
+            if when > t:
+                break
+            at = cpu
+        return at
+
+    def by_kind(self, window: tuple[float, float] | None = None) -> dict[str, float]:
+        """CPU seconds per kind of process, over the whole run or (``window``, wall clock) within it."""
         kinds: dict[str, float] = {}
         for pid, (cmd, cpu) in self.seen.items():
             if pid == os.getpid():
@@ -178,7 +190,9 @@ class _ProcessCPU:
                         f"Ray's {name}" if name in ("DashboardAgent", "RuntimeEnvAgent") else f"Ray Data's {name}")
             else:
                 kind = "Ray's daemons (gcs_server, raylet, agents, log monitor)"
-            kinds[kind] = kinds.get(kind, 0.0) + cpu - self._before.get(pid, 0.0)
+            spent = (cpu - self._before.get(pid, 0.0) if window is None
+                     else self._cpu_at(pid, window[1]) - self._cpu_at(pid, window[0]))
+            kinds[kind] = kinds.get(kind, 0.0) + spent
         return kinds
 
 
@@ -260,7 +274,7 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_
         c = np.loadtxt(log, ndmin=2)
         c[:, 3] -= wall0
         calls[os.path.basename(log)[:-4]] = c
-    return {"init": t_init, "total": took, "calls": calls, "cpu": cpu.by_kind()}
+    return {"init": t_init, "total": took, "calls": calls, "cpu": cpu.by_kind(), "cpu_at": cpu.by_kind, "wall0": wall0}
 
 
 def report(rows: int, one: float, res: dict) -> None:
@@ -278,6 +292,11 @@ def report(rows: int, one: float, res: dict) -> None:
               f"Predictor ({work[:, 2].sum() / work[:, 0].sum() * 1e6:.1f} per 1M rows), {between:.1f} between calls "
               f"(Ray: the fused Parquet read, Arrow <-> numpy, the output block; {between / work[:, 0].sum() * 1e6:.1f}"
               " per 1M rows)")
+        if len(work) > 1:  # from its first call's end to its last's: time outside the Predictor, and its CPU
+            gap_wall = work[-1, 3] - work[0, 3] - work[1:, 1].sum()
+            gap_cpu = work[-1, 4] - work[0, 4] - work[1:, 2].sum()
+            print(f"    between its first and last call: {gap_wall:.1f} s of wall outside the Predictor, {gap_cpu:.1f} "
+                  "s of it on a CPU (the rest waited: for its next block from Ray or, on a loaded machine, for a core)")
     # the steady state: from the moment every actor has scored a batch to the first actor's last one
     works = [c[1:] for c in calls.values() if len(c) > 1]
     start, end = max(w[0, 3] for w in works), min(w[-1, 3] for w in works)
@@ -294,6 +313,19 @@ def report(rows: int, one: float, res: dict) -> None:
             print(f"  at these rates the end-to-end ratio reaches 1.6x from about {need:,.0f} rows")
         else:
             print("  the steady state measured here is below 1.6x: at these rates no job size reaches it")
+        # the same CPU seconds split by phase: what Ray spends beside the actors while both score
+        # is what keeps the steady state under 2x; the rest is paid per job
+        phases = {"start-up": (0.0, start), "steady": (start, end), "tail": (end, took)}
+        split = {name: res["cpu_at"]((res["wall0"] + a, res["wall0"] + b)) for name, (a, b) in phases.items()}
+        if any(split.values()):
+            print(f"  CPU seconds by phase (start-up 0-{start:.1f} s, steady {start:.1f}-{end:.1f} s, tail to "
+                  f"{took:.1f} s; {os.cpu_count()} cores give {os.cpu_count() * (end - start):.1f} CPU s in the "
+                  "steady phase; /proc sampled every 0.5 s):")
+            kinds = sorted(res["cpu"], key=lambda k: -res["cpu"][k])
+            print("    start-up  steady    tail")
+            for kind in kinds:
+                print("    " + "  ".join(f"{split[p].get(kind, 0.0):6.1f}" for p in phases) + f"  {kind}")
+            print("    " + "  ".join(f"{sum(split[p].values()):6.1f}" for p in phases) + "  in all")
     if res["cpu"]:
         print("  CPU seconds by process (all of Ray, from before ray.init to its shutdown"
               + (", the running cluster's processes only what they spent meanwhile):" if res["address"] else "):"))

@@ -470,3 +470,32 @@ def test_outputs_equal_an_in_process_sessions_labels_maps_regression_and_several
     assert list(got) == ["key", "y", "z"] and list(got["key"]) == list(range(50))
     np.testing.assert_array_equal(got["y"], want[0])
     np.testing.assert_array_equal(got["z"], want[1])
+
+
+# -- the example's measuring tool -----------------------------------------------------------------
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="the CPU accounting reads /proc (Linux)")
+def test_the_examples_cpu_accounting_splits_a_child_process_by_window():
+    """score_parquet.py's per-process CPU accounting, which the Ray section's before/after figures
+    come from: a child that burns ~0.6 CPU s and then sleeps is counted whole over the run, and by
+    wall-clock window its CPU lands in the window of the burn, none in the window of the sleep."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "ray_parquet", "score_parquet.py")
+    spec = importlib.util.spec_from_file_location("score_parquet", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    code = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6:\n    pass\n"
+            "print(time.time(), flush=True)\ntime.sleep(3)\n")
+    with mod._ProcessCPU() as cpu:
+        t0 = time.time()
+        child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        t1 = time.time()
+        time.sleep(0.7)  # a sample after the child's end
+    assert child.returncode == 0, child.stderr
+    burnt = float(child.stdout)
+    kind = "Ray's daemons (gcs_server, raylet, agents, log monitor)"  # no "ray::" title: a daemon's kind
+    assert 0.55 <= cpu.by_kind()[kind] <= 1.5, cpu.by_kind()  # the burn, the interpreter's start
+    assert cpu.by_kind((t0, burnt + 2.0))[kind] >= 0.55
+    assert cpu.by_kind((burnt + 2.0, t1)).get(kind, 0.0) < 0.1
