@@ -251,3 +251,117 @@ def test_extreme_sizes_give_typed_errors():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert int(r.stdout) > 0
+
+
+def _panels_ref(b, N, K, bs):
+    """nbits_pack_panels' layout built in numpy: [ceil(N / 32)][Kp][16] bytes, byte i of a term holding
+    column 32p + i's code (low nibble) and 32p + 16 + i's (high), zeros past N."""
+    nb = -(-K // bs)
+    P, kp = -(-N // 32), nb * bs
+    q = np.zeros((P * 32, kp), np.uint8)
+    q[:N] = qc._unpack4(b.reshape(N, nb, bs // 2), bs).reshape(N, kp)
+    q = q.reshape(P, 2, 16, kp)
+    return (q[:, 0] | (q[:, 1] << 4)).transpose(0, 2, 1).reshape(-1)
+
+
+@pytest.mark.parametrize("K,N,bs,zp", [(64, 32, 16, None), (200, 45, 64, "packed"), (96, 70, 32, "float"),
+                                       (520, 40, 256, None), (300, 1, 128, "packed")])
+def test_pack_panels_layout(K, N, bs, zp):
+    rng = np.random.default_rng(K + N)
+    inits = _inputs(rng, K, N, bs, zp)
+    nb = -(-K // bs)
+    q, s, z = qc._nbits_panels(NATIVE, inits["b"], inits["s"], inits.get("z"), K, N, nb, bs, "t")
+    np.testing.assert_array_equal(q, _panels_ref(inits["b"], N, K, bs))
+    P = -(-N // 32)
+    assert s.shape == z.shape == (P, nb, 32)
+    # scales and zero points per (panel, block, column), zeros past N
+    w = qc._nbits_weight(inits["b"], inits["s"], inits.get("z"), K, N, nb, bs, "t")
+    codes = _panels_ref(inits["b"], N, K, bs).reshape(P, nb * bs, 16)
+    full = np.concatenate([codes & 15, codes >> 4], axis=2).astype(np.float32)  # [P][Kp][32]
+    wp = (full.reshape(P, nb, bs, 32) - z[:, :, None, :]) * s[:, :, None, :]
+    got = wp.reshape(P, nb * bs, 32)[:, :K].transpose(1, 0, 2).reshape(K, P * 32)
+    np.testing.assert_array_equal(got[:, :N], w)
+    assert not got[:, N:].any()
+
+
+@pytest.mark.parametrize("loop", ["cpu", "portable"])
+@pytest.mark.parametrize("rows,K,N,bs,zp,bias", [
+    (5, 64, 32, 16, None, False),
+    (13, 200, 45, 64, "packed", True),
+    (130, 96, 70, 32, "float", False),
+    (40, 520, 40, 256, None, True),
+    (25, 300, 97, 128, "packed", True),
+])
+def test_panels_match_stored_codes(loop, rows, K, N, bs, zp, bias):
+    """The panel path on the repacked codes gives the same bits as on the codes as stored (the same
+    (q - z) * s, the same tiles), and stays within a dot product's rounding of the dequantized weight."""
+    NATIVE.nbits_path(1 if loop == "portable" else 0)
+    try:
+        rng = np.random.default_rng(rows * K)
+        inits = _inputs(rng, K, N, bs, zp)
+        nb = -(-K // bs)
+        z = inits.get("z")
+        bv = rng.standard_normal(N).astype(np.float32) if bias else None
+        a = rng.standard_normal((rows, K)).astype(np.float32)
+        pan = qc._nbits_panels(NATIVE, inits["b"], inits["s"], z, K, N, nb, bs, "t")
+        y0, y1 = np.empty((rows, N), np.float32), np.empty((rows, N), np.float32)
+        args = (inits["b"], inits["s"], z, zp == "float", bv)
+        for t in (1, 2):
+            NATIVE.nbits_matmul(a, *args, y0, (rows, K, N, bs), t)
+            NATIVE.nbits_matmul(a, *args, y1, (rows, K, N, bs), t, pan)
+            np.testing.assert_array_equal(y0, y1)
+    finally:
+        NATIVE.nbits_path(0)
+    w = qc._nbits_weight(inits["b"], inits["s"], z, K, N, nb, bs, "t")
+    want = a.astype(np.float64) @ w.astype(np.float64) + (0 if bv is None else bv)
+    assert np.all(np.abs(y1 - want) <= _dot_bound(a, w) + 4 * EPS * np.abs(want))
+
+
+def test_panels_made_once_per_node(cpu_policy, monkeypatch):
+    """The repacked codes are made on the first call of more than NBITS_DOT_ROWS rows and shared by
+    the node's other row counts; a few rows never make them."""
+    cpu_policy(nbits_kernel="native")
+    calls = []
+    real = qc._nbits_panels
+    monkeypatch.setattr(qc, "_nbits_panels", lambda *a: calls.append(a[5]) or real(*a))
+    rng = np.random.default_rng(8)
+    inits = _inputs(rng, 128, 64, 32, "packed")
+    n = helper.make_node("MatMulNBits", ["a", "b", "s", "z"], ["y"], domain=MS, K=128, N=64, bits=4, block_size=32)
+    m = _model([n], inits)
+    sess = rt.InferenceSession(m)
+    sess.run(None, {"a": rng.standard_normal((1, 128)).astype(np.float32)})
+    assert calls == []
+    for rows in (20, 30, 20):
+        a = rng.standard_normal((rows, 128)).astype(np.float32)
+        got = sess.run(None, {"a": a})[0]
+        w = qc._nbits_weight(inits["b"], inits["s"], inits["z"], 128, 64, 4, 32, "t")
+        assert np.all(np.abs(got - _ort(m, {"a": a})) <= _dot_bound(a, w))
+    assert calls == [64]
+
+
+def test_bad_panels_raise():
+    K, N, bs, M = 64, 40, 32, 6
+    rng = np.random.default_rng(9)
+    a = np.zeros((M, K), np.float32)
+    b = rng.integers(0, 256, (N, 2, 16)).astype(np.uint8)
+    s = np.ones(N * 2, np.float32)
+    y = np.empty((M, N), np.float32)
+    q, ps, pz = qc._nbits_panels(NATIVE, b, s, None, K, N, 2, bs, "t")
+    NATIVE.nbits_matmul(a, b, s, None, False, None, y, (M, K, N, bs), 1, (q, ps, pz))
+    with pytest.raises(ValueError, match="panel codes holds"):
+        NATIVE.nbits_matmul(a, b, s, None, False, None, y, (M, K, N, bs), 1, (q[:-1], ps, pz))
+    with pytest.raises(ValueError, match="panel zero points holds"):
+        NATIVE.nbits_matmul(a, b, s, None, False, None, y, (M, K, N, bs), 1, (q, ps, pz[:1]))
+    with pytest.raises(TypeError):
+        NATIVE.nbits_matmul(a, b, s, None, False, None, y, (M, K, N, bs), 1, (q, ps))
+    with pytest.raises(ValueError, match="out holds"):
+        NATIVE.nbits_pack_panels(b, q[:-16], (N, K, bs))
+    with pytest.raises(ValueError, match="B holds"):
+        NATIVE.nbits_pack_panels(b[:4], q, (N, K, bs))
+    with pytest.raises(ValueError, match="block_size"):
+        NATIVE.nbits_pack_panels(b, q, (N, K, 48))
+    for big in (2 ** 40, 2 ** 62, 2 ** 63 - 1):  # products past Py_ssize_t: typed errors, no signal
+        with pytest.raises((ValueError, MemoryError)):
+            NATIVE.nbits_pack_panels(b, q, (big, big, bs))
+        with pytest.raises((ValueError, MemoryError)):
+            NATIVE.nbits_matmul(a, b, s, None, False, None, y, (M, big, big, bs), 1, (q, ps, pz))
