@@ -120,9 +120,8 @@ static PyMethodDef methods[] = {
      "MatMulNBits (4 bits): y (M x N) = a (M x K) w^T (+ bias) in float32, w[n, k] = (q - z) * s per block of\n"
      "block_size (16 to 256, a power of two) along K, q the codes of b [N][ceil(K / block_size)][block_size / 2]\n"
      "(low nibble first); zero_points None (8), packed 4-bit uint8 [N][ceil(blocks / 2)], or float32 like the\n"
-     "scales (zp_float); bias None or [N]. Dequantizes in cache: no float copy of w. panels: None, or (codes from\n"
-     "nbits_pack_panels, scales and zero points as float32 [ceil(N / 32)][blocks][32], zeros past N) for the\n"
-     "path of more than NBITS_DOT_ROWS rows."},
+     "scales (zp_float); bias None or [N]. Dequantizes in cache: no float copy of w. panels: None, or b's codes\n"
+     "as nbits_pack_panels writes them, read by the path of more than NBITS_DOT_ROWS rows."},
     {"nbits_pack_panels", rc_py_nbits_pack_panels, METH_VARARGS,
      "nbits_pack_panels(b, out, (N, K, block_size))\n"
      "nbits_matmul's codes b repacked for its panel path: out uint8 [ceil(N / 32)][blocks * block_size][16],\n"

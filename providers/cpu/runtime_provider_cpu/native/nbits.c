@@ -34,12 +34,10 @@ typedef struct {
     float *ap, *y;
     Py_ssize_t M, K, N, bs, nb, zb, Kp, bp; /* Kp: a's padded rows (per-column path); bp: row panels a unit */
     int wide; /* the per-column path's AVX-512 loop: a's rows de-interleaved, even terms then odd, per 32 */
-    /* the panel path's codes repacked by nbits_pack_panels (NULL: read as stored): pq [P][Kp][16] bytes,
-     * ps and pz the scales and zero points [P][nb][32] (zeros past N), P = ceil(N / 32) */
+    /* the panel path's codes repacked by nbits_pack_panels (NULL: read as stored): [P][Kp][16] bytes,
+     * P = ceil(N / 32); the scales and zero points are read where they are */
     const uint8_t *pq;
-    const float *ps, *pz;
 } nb_job;
-
 
 /* column n's zero point of block blk */
 static inline float nb_zero(const nb_job *j, Py_ssize_t n, Py_ssize_t blk)
@@ -51,6 +49,15 @@ static inline float nb_zero(const nb_job *j, Py_ssize_t n, Py_ssize_t blk)
         return (float)(blk & 1 ? v >> 4 : v & 15);
     }
     return 8.0f;
+}
+
+/* block blk's scales and zero points of columns [n0, n0 + nn) into s[32], z[32] (zeros past nn) */
+static inline void nb_block_sz(const nb_job *j, Py_ssize_t n0, Py_ssize_t nn, Py_ssize_t blk, float *s, float *z)
+{
+    for (Py_ssize_t c = 0; c < 32; c++) {
+        s[c] = c < nn ? j->s[(n0 + c) * j->nb + blk] : 0.0f;
+        z[c] = c < nn ? nb_zero(j, n0 + c, blk) : 0.0f;
+    }
 }
 
 /* 16 codes (8 bytes, low nibble first) as (q - z) * s, the reference's two float steps: the
@@ -240,15 +247,17 @@ RC_CLONES static void nb_panel(const nb_job *j, Py_ssize_t n0, Py_ssize_t nn, Py
 /* panel cb's terms [k0, k0 + kn) from the repacked codes into w [kn][32]: a term's 32 codes are 16
  * bytes (columns 0-15 in the low nibbles, 16-31 in the high), so a row of w is one widening load and
  * two (q - z) * s with the block's scales in the lanes: no transpose, no column buffer */
-RC_CLONES static void nb_panel_packed(const nb_job *j, Py_ssize_t cb, Py_ssize_t k0, Py_ssize_t kn, float *restrict w)
+RC_CLONES static void nb_panel_packed(const nb_job *j, Py_ssize_t cb, Py_ssize_t nn, Py_ssize_t k0, Py_ssize_t kn,
+                                       float *restrict w)
 {
     const Py_ssize_t bs = j->bs;
     const uint8_t *q = j->pq + (cb * j->Kp + k0) * 16;
-    const float *ps = j->ps + cb * j->nb * 32, *pz = j->pz + cb * j->nb * 32;
+    float ps[32] __attribute__((aligned(64))), pz[32] __attribute__((aligned(64)));
     for (Py_ssize_t k = 0; k < kn;) {
         const Py_ssize_t blk = (k0 + k) / bs, end = (blk + 1) * bs - k0 < kn ? (blk + 1) * bs - k0 : kn;
-        const v16f s0 = *(const v16f_u *)(ps + blk * 32), s1 = *(const v16f_u *)(ps + blk * 32 + 16);
-        const v16f z0 = *(const v16f_u *)(pz + blk * 32), z1 = *(const v16f_u *)(pz + blk * 32 + 16);
+        nb_block_sz(j, cb * 32, nn, blk, ps, pz);
+        const v16f s0 = *(const v16f *)ps, s1 = *(const v16f *)(ps + 16);
+        const v16f z0 = *(const v16f *)pz, z1 = *(const v16f *)(pz + 16);
         for (; k < end; k++) { /* a 32-bit word to 4 lanes, each shifted to its byte (a byte vector
                                   widened by convertvector was taken apart lane by lane) */
             uint32_t h[4];
@@ -264,16 +273,18 @@ RC_CLONES static void nb_panel_packed(const nb_job *j, Py_ssize_t cb, Py_ssize_t
 
 #if DWF_OK
 /* the same with one vpmovzxbd a term (the vector-extension clones go through the stack) */
-DWF_TARGET static void nb_panel_packed512(const nb_job *j, Py_ssize_t cb, Py_ssize_t k0, Py_ssize_t kn, float *restrict w)
+DWF_TARGET static void nb_panel_packed512(const nb_job *j, Py_ssize_t cb, Py_ssize_t nn, Py_ssize_t k0, Py_ssize_t kn,
+                                           float *restrict w)
 {
     const Py_ssize_t bs = j->bs;
     const uint8_t *q = j->pq + (cb * j->Kp + k0) * 16;
-    const float *ps = j->ps + cb * j->nb * 32, *pz = j->pz + cb * j->nb * 32;
+    float ps[32] __attribute__((aligned(64))), pz[32] __attribute__((aligned(64)));
     const __m512i lo4 = _mm512_set1_epi32(15);
     for (Py_ssize_t k = 0; k < kn;) {
         const Py_ssize_t blk = (k0 + k) / bs, end = (blk + 1) * bs - k0 < kn ? (blk + 1) * bs - k0 : kn;
-        const __m512 s0 = _mm512_loadu_ps(ps + blk * 32), s1 = _mm512_loadu_ps(ps + blk * 32 + 16);
-        const __m512 z0 = _mm512_loadu_ps(pz + blk * 32), z1 = _mm512_loadu_ps(pz + blk * 32 + 16);
+        nb_block_sz(j, cb * 32, nn, blk, ps, pz);
+        const __m512 s0 = _mm512_load_ps(ps), s1 = _mm512_load_ps(ps + 16);
+        const __m512 z0 = _mm512_load_ps(pz), z1 = _mm512_load_ps(pz + 16);
         for (; k < end; k++) {
             const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * k)));
             _mm512_storeu_ps(w + 32 * k, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(x, lo4)), z0), s0));
@@ -301,11 +312,11 @@ static void nb_tile_part(void *arg, int part, int parts)
             const Py_ssize_t kn = j->K - k0 < NB_KC ? j->K - k0 : NB_KC;
 #if DWF_OK
             if (j->pq && rc_conv_fast && !nb_portable)
-                nb_panel_packed512(j, cb, k0, kn, w);
+                nb_panel_packed512(j, cb, nn, k0, kn, w);
             else
 #endif
             if (j->pq)
-                nb_panel_packed(j, cb, k0, kn, w);
+                nb_panel_packed(j, cb, nn, k0, kn, w);
             else
                 nb_panel(j, n0, nn, k0, kn, t, w);
             for (Py_ssize_t q = q0; q < q1; q++) {
@@ -328,7 +339,8 @@ static void nb_tile_part(void *arg, int part, int parts)
     }
 }
 
-/* nbits_matmul(a, b, scales, zero_points, zp_float, bias, y, (M, K, N, block_size), threads, panels=None) */
+/* nbits_matmul(a, b, scales, zero_points, zp_float, bias, y, (M, K, N, block_size), threads, panels=None),
+ * panels: the codes as nbits_pack_panels writes them, for the panel path */
 PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
 {
     PyObject *ao, *bo, *so, *zo, *biaso, *yo, *pano = Py_None;
@@ -337,9 +349,7 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOpOO(nnnn)i|O:nbits_matmul", &ao, &bo, &so, &zo, &zfloat, &biaso, &yo, &M, &K,
                           &N, &bs, &threads, &pano))
         return NULL;
-    PyObject *pqo = NULL, *pso = NULL, *pzo = NULL;
-    if (pano != Py_None && !PyArg_ParseTuple(pano, "OOO:nbits_matmul panels", &pqo, &pso, &pzo))
-        return NULL;
+    PyObject *pqo = pano == Py_None ? NULL : pano;
     if (M < 1 || K < 1 || N < 1 || bs < 16 || bs > NB_KC || (bs & (bs - 1))) {
         PyErr_SetString(PyExc_ValueError,
                         "nbits_matmul: sizes must be positive and block_size a power of two in [16, 256]");
@@ -361,15 +371,13 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
         return NULL;
     const Py_ssize_t P = N / 32 + (N % 32 != 0);
     const Py_ssize_t pqn = pqo ? sz_mul3(&sz, "the panels' codes", P, Kp, 16) : 0;
-    const Py_ssize_t psn = pqo ? sz_mul3(&sz, "the panels' scales", P, nb, 32) : 0;
     if (sz_check(&sz, "nbits_matmul", PyExc_ValueError) < 0)
         return NULL;
-    const int nv = pqo ? 9 : 6;
-    Py_buffer v[9];
-    const rc_buf spec[9] = {{ao, an, RC_F32, 0, 0, "A"}, {bo, bn, 1, 0, 0, "B"}, {so, sn, RC_F32, 0, 0, "scales"},
+    const int nv = pqo ? 7 : 6;
+    Py_buffer v[7];
+    const rc_buf spec[7] = {{ao, an, RC_F32, 0, 0, "A"}, {bo, bn, 1, 0, 0, "B"}, {so, sn, RC_F32, 0, 0, "scales"},
                             {zo, zn, zfloat ? RC_F32 : 1, 0, 1, "zero_points"}, {biaso, N, RC_F32, 0, 1, "bias"},
-                            {yo, yn, RC_F32, 1, 0, "Y"}, {pqo, pqn, 1, 0, 0, "panel codes"},
-                            {pso, psn, RC_F32, 0, 0, "panel scales"}, {pzo, psn, RC_F32, 0, 0, "panel zero points"}};
+                            {yo, yn, RC_F32, 1, 0, "Y"}, {pqo, pqn, 1, 0, 0, "panels"}};
     if (get_buffers("nbits_matmul", spec, v, nv) < 0)
         return NULL;
     float *ap = (float *)rc_work((size_t)apn);
@@ -377,8 +385,7 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
     nb_job j = {(const float *)v[0].buf, (const float *)v[2].buf, zfloat ? (const float *)v[3].buf : NULL,
                 (const float *)v[4].buf, (const uint8_t *)v[1].buf, zfloat ? NULL : (const uint8_t *)v[3].buf,
                 ap, (float *)v[5].buf, M, K, N, bs, nb, zb, Kp, np_, DWF_OK && rc_conv_fast && bs >= 32 && !nb_portable,
-                pqo ? (const uint8_t *)v[6].buf : NULL, pqo ? (const float *)v[7].buf : NULL,
-                pqo ? (const float *)v[8].buf : NULL};
+                pqo ? (const uint8_t *)v[6].buf : NULL};
     if (!oom) {
         Py_BEGIN_ALLOW_THREADS
         const double work = 2.0 * (double)M * (double)K * (double)N;

@@ -377,19 +377,12 @@ def _nbits_zp_ok(zero_points, N, nb):
     return zero_points.dtype == _F32 and zero_points.size == N * nb
 
 
-def _nbits_panels(nat, b, scales, zero_points, K, N, nb, block_size, op):
+def _nbits_panels(nat, b, N, K, nb, block_size):
     """The codes in ``nbits_matmul``'s panel layout (``_native.nbits_pack_panels``: a term's 32 columns
-    in 16 bytes), with the scales and zero points as float32 [ceil(N / 32)][nb][32], zeros past N."""
-    P = -(-N // 32)
-    q = np.empty(P * nb * block_size * 16, np.uint8)
+    in 16 bytes, uint8 [ceil(N / 32)][nb * block_size][16]); the scales and zero points stay as stored."""
+    q = np.empty(-(-N // 32) * nb * block_size * 16, np.uint8)
     nat.nbits_pack_panels(np.ascontiguousarray(b), q, (N, K, block_size))
-    s = np.zeros((P * 32, nb), _F32)
-    s[:N] = scales.reshape(N, nb)
-    z = np.zeros((P * 32, nb), _F32)
-    zz = _nbits_zeros(zero_points, N, nb, op)
-    z[:N] = zz if zz.ndim == 0 else zz.reshape(N, nb)
-    return (q, np.ascontiguousarray(s.reshape(P, 32, nb).transpose(0, 2, 1)),
-            np.ascontiguousarray(z.reshape(P, 32, nb).transpose(0, 2, 1)))
+    return q
 
 
 class _NbitsNative:
@@ -413,8 +406,7 @@ class _NbitsNative:
             return None
         p = self.cache.get("nbits_panels")
         if p is None:
-            p = self.cache["nbits_panels"] = _nbits_panels(self.nat, self.b, self.s, self.z, self.K, self.N,
-                                                           self.nb, self.bs, "MatMulNBits")
+            p = self.cache["nbits_panels"] = _nbits_panels(self.nat, self.b, self.N, self.K, self.nb, self.bs)
         return p
 
     def run(self, a2, bias):
