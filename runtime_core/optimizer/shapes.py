@@ -270,7 +270,7 @@ _BINARY = {"Add", "Sub", "Mul", "Div", "Pow", "Equal", "Less", "Greater", "LessO
 
 _SAME_ELEM = (_UNARY - {"Cast", "CastLike", "IsNaN", "IsInf", "Not"}) | {
     "Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Transpose", "Reshape", "Split", "Gemm", "ReduceMean",
-    "ReduceSum", "ReduceMax", "ReduceMin", "Gather", "Where", "Max", "Min", "Sum", "Mean", "Mod", "PRelu"}
+    "ReduceSum", "ReduceMax", "ReduceMin", "Gather", "Where", "Max", "Min", "Sum", "Mean", "Mod", "PRelu", "MatMulNBits"}
 
 
 def _clean(dims):
@@ -280,6 +280,11 @@ def _clean(dims):
 def _infer_node(ed: Editor, n, shape) -> list | None:
     """Output 0's dims of ``n`` from its inputs' dims (``shape(name)`` gives those)."""
     op = n.op_type
+    if n.domain == "com.microsoft" and op == "MatMulNBits":
+        # a 4-bit weight-only MatMul (onnx knows no contrib schema): A's dims with the last as N; without
+        # it the fusions after it (SkipLayerNormalization on the residual Add) never see a shape
+        a, nn = shape(n.inputs[0]) if n.inputs else None, n.attrs.get("N")
+        return None if a is None or len(a) < 1 or not isinstance(nn, int) else list(a[:-1]) + [nn]
     if n.domain not in ("", "ai.onnx"):
         return None
     ins = [shape(i) if i else None for i in n.inputs]

@@ -251,3 +251,110 @@ def test_extreme_sizes_give_typed_errors():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert int(r.stdout) > 0
+
+
+def _panels_ref(b, N, K, bs):
+    """nbits_pack_panels' layout built in numpy: [ceil(N / 32)][Kp][16] bytes, byte i of a term holding
+    column 32p + i's code (low nibble) and 32p + 16 + i's (high), zeros past N."""
+    nb = -(-K // bs)
+    P, kp = -(-N // 32), nb * bs
+    q = np.zeros((P * 32, kp), np.uint8)
+    q[:N] = qc._unpack4(b.reshape(N, nb, bs // 2), bs).reshape(N, kp)
+    q = q.reshape(P, 2, 16, kp)
+    return (q[:, 0] | (q[:, 1] << 4)).transpose(0, 2, 1).reshape(-1)
+
+
+@pytest.mark.parametrize("K,N,bs", [(64, 32, 16), (200, 45, 64), (96, 70, 32), (520, 40, 256), (300, 1, 128)])
+def test_pack_panels_layout(K, N, bs):
+    rng = np.random.default_rng(K + N)
+    inits = _inputs(rng, K, N, bs, None)
+    nb = -(-K // bs)
+    q = qc._nbits_panels(NATIVE, inits["b"], N, K, nb, bs)
+    np.testing.assert_array_equal(q, _panels_ref(inits["b"], N, K, bs))
+    # the codes of column n, term k read back from the panels are the stored ones; 0 past N
+    P = -(-N // 32)
+    codes = q.reshape(P, nb * bs, 16)
+    full = np.concatenate([codes & 15, codes >> 4], axis=2).transpose(0, 2, 1).reshape(P * 32, nb * bs)
+    np.testing.assert_array_equal(full[:N], qc._unpack4(inits["b"].reshape(N, nb, bs // 2), bs).reshape(N, -1))
+    assert not full[N:].any()
+
+
+@pytest.mark.parametrize("loop", ["cpu", "portable"])
+@pytest.mark.parametrize("rows,K,N,bs,zp,bias", [
+    (5, 64, 32, 16, None, False),
+    (13, 200, 45, 64, "packed", True),
+    (130, 96, 70, 32, "float", False),
+    (40, 520, 40, 256, None, True),
+    (25, 300, 97, 128, "packed", True),
+])
+def test_panels_match_stored_codes(loop, rows, K, N, bs, zp, bias):
+    """The panel path on the repacked codes gives the same bits as on the codes as stored (the same
+    (q - z) * s, the same tiles), and stays within a dot product's rounding of the dequantized weight."""
+    NATIVE.nbits_path(1 if loop == "portable" else 0)
+    try:
+        rng = np.random.default_rng(rows * K)
+        inits = _inputs(rng, K, N, bs, zp)
+        nb = -(-K // bs)
+        z = inits.get("z")
+        bv = rng.standard_normal(N).astype(np.float32) if bias else None
+        a = rng.standard_normal((rows, K)).astype(np.float32)
+        pan = qc._nbits_panels(NATIVE, inits["b"], N, K, nb, bs)
+        y0, y1 = np.empty((rows, N), np.float32), np.empty((rows, N), np.float32)
+        args = (inits["b"], inits["s"], z, zp == "float", bv)
+        for t in (1, 2):
+            NATIVE.nbits_matmul(a, *args, y0, (rows, K, N, bs), t)
+            NATIVE.nbits_matmul(a, *args, y1, (rows, K, N, bs), t, pan)
+            np.testing.assert_array_equal(y0, y1)
+    finally:
+        NATIVE.nbits_path(0)
+    w = qc._nbits_weight(inits["b"], inits["s"], z, K, N, nb, bs, "t")
+    want = a.astype(np.float64) @ w.astype(np.float64) + (0 if bv is None else bv)
+    assert np.all(np.abs(y1 - want) <= _dot_bound(a, w) + 4 * EPS * np.abs(want))
+
+
+def test_panels_made_once_per_node(cpu_policy, monkeypatch):
+    """The repacked codes are made on the first call of more than NBITS_DOT_ROWS rows and shared by
+    the node's other row counts; a few rows never make them."""
+    cpu_policy(nbits_kernel="native")
+    calls = []
+    real = qc._nbits_panels
+    monkeypatch.setattr(qc, "_nbits_panels", lambda *a: calls.append(a[2]) or real(*a))
+    rng = np.random.default_rng(8)
+    inits = _inputs(rng, 128, 64, 32, "packed")
+    n = helper.make_node("MatMulNBits", ["a", "b", "s", "z"], ["y"], domain=MS, K=128, N=64, bits=4, block_size=32)
+    m = _model([n], inits)
+    sess = rt.InferenceSession(m)
+    sess.run(None, {"a": rng.standard_normal((1, 128)).astype(np.float32)})
+    assert calls == []
+    for rows in (20, 30, 20):
+        a = rng.standard_normal((rows, 128)).astype(np.float32)
+        got = sess.run(None, {"a": a})[0]
+        w = qc._nbits_weight(inits["b"], inits["s"], inits["z"], 128, 64, 4, 32, "t")
+        assert np.all(np.abs(got - _ort(m, {"a": a})) <= _dot_bound(a, w))
+    assert calls == [64]
+
+
+def test_bad_panels_raise():
+    K, N, bs, M = 64, 40, 32, 6
+    rng = np.random.default_rng(9)
+    a = np.zeros((M, K), np.float32)
+    b = rng.integers(0, 256, (N, 2, 16)).astype(np.uint8)
+    s = np.ones(N * 2, np.float32)
+    y = np.empty((M, N), np.float32)
+    q = qc._nbits_panels(NATIVE, b, N, K, 2, bs)
+    NATIVE.nbits_matmul(a, b, s, None, False, None, y, (M, K, N, bs), 1, q)
+    with pytest.raises(ValueError, match="panels holds"):
+        NATIVE.nbits_matmul(a, b, s, None, False, None, y, (M, K, N, bs), 1, q[:-1])
+    with pytest.raises(TypeError):
+        NATIVE.nbits_matmul(a, b, s, None, False, None, y, (M, K, N, bs), 1, (q,))
+    with pytest.raises(ValueError, match="out holds"):
+        NATIVE.nbits_pack_panels(b, q[:-16], (N, K, bs))
+    with pytest.raises(ValueError, match="B holds"):
+        NATIVE.nbits_pack_panels(b[:4], q, (N, K, bs))
+    with pytest.raises(ValueError, match="block_size"):
+        NATIVE.nbits_pack_panels(b, q, (N, K, 48))
+    for big in (2 ** 40, 2 ** 62, 2 ** 63 - 1):  # products past Py_ssize_t: typed errors, no signal
+        with pytest.raises((ValueError, MemoryError)):
+            NATIVE.nbits_pack_panels(b, q, (big, big, bs))
+        with pytest.raises((ValueError, MemoryError)):
+            NATIVE.nbits_matmul(a, b, s, None, False, None, y, (M, big, big, bs), 1, q)

@@ -116,14 +116,19 @@ static PyMethodDef methods[] = {
      "+ yz), padding at the zero point. wz and bias may be None. method 1: 16-channel blocks (KH * KW <= 256,\n"
      "else planes); 0: whole planes (tests tie the two)."},
     {"nbits_matmul", rc_py_nbits_matmul, METH_VARARGS,
-     "nbits_matmul(a, b, scales, zero_points, zp_float, bias, y, (M, K, N, block_size), threads)\n"
+     "nbits_matmul(a, b, scales, zero_points, zp_float, bias, y, (M, K, N, block_size), threads, panels=None)\n"
      "MatMulNBits (4 bits): y (M x N) = a (M x K) w^T (+ bias) in float32, w[n, k] = (q - z) * s per block of\n"
      "block_size (16 to 256, a power of two) along K, q the codes of b [N][ceil(K / block_size)][block_size / 2]\n"
      "(low nibble first); zero_points None (8), packed 4-bit uint8 [N][ceil(blocks / 2)], or float32 like the\n"
-     "scales (zp_float); bias None or [N]. Dequantizes in cache: no float copy of w."},
+     "scales (zp_float); bias None or [N]. Dequantizes in cache: no float copy of w. panels: None, or b's codes\n"
+     "as nbits_pack_panels writes them, read by the path of more than NBITS_DOT_ROWS rows."},
+    {"nbits_pack_panels", rc_py_nbits_pack_panels, METH_VARARGS,
+     "nbits_pack_panels(b, out, (N, K, block_size))\n"
+     "nbits_matmul's codes b repacked for its panel path: out uint8 [ceil(N / 32)][blocks * block_size][16],\n"
+     "byte i of a term holding column 32p + i's code (low nibble) and 32p + 16 + i's (high), 0 past N."},
     {"nbits_path", rc_py_nbits_path, METH_VARARGS,
      "nbits_path(force=-1) -> nbits_matmul's per-column loop here, \"avx512\" or \"portable\" (force 1: the\n"
-     "portable clones, 0: the CPU's choice; for tests)."},
+     "portable clones, also for the repacked panels' fill; 0: the CPU's choice; for tests)."},
     {"nbits_int8_matmul", rc_py_nbits_int8_matmul, METH_VARARGS,
      "nbits_int8_matmul(a, bp, sb, zs, bias, y, (M, K, N, block_size), threads)\n"
      "MatMulNBits with accuracy_level 4 (onnxruntime's CompInt8): a's rows quantized to int8 per block (scale\n"

@@ -407,6 +407,7 @@ PyObject *rc_py_qdwconv(PyObject *self, PyObject *args);
 #define RC_NBITS_DOT_ROWS 4 /* rows that take its per-column path (NBITS_DOT_ROWS) */
 PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args);
 PyObject *rc_py_nbits_path(PyObject *self, PyObject *args);
+PyObject *rc_py_nbits_pack_panels(PyObject *self, PyObject *args);
 /* nbits_int8.c: MatMulNBits accuracy_level 4 (int8 a per block, the codes widened to bytes) */
 PyObject *rc_py_nbits_int8_matmul(PyObject *self, PyObject *args);
 PyObject *rc_py_nbits_int8_path(PyObject *self, PyObject *args);

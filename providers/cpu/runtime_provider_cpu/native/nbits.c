@@ -10,7 +10,9 @@
  * - more rows (a prompt): per unit of 32 columns and chunk of NB_KC terms, the codes are
  *   dequantized into a float panel [kn][32] in L1 (a column at a time, then 16 x 16 register
  *   transposes) and linear's 12 x 32 register tiles pass every 12-row panel of a over it, as
- *   onnxruntime's MLAS dequantizes a column panel for its sgemm kernel.
+ *   onnxruntime's MLAS dequantizes a column panel for its sgemm kernel; with the codes repacked once
+ *   per session by nbits_pack_panels (a term's 32 columns in 16 bytes) a row of the panel is one
+ *   widening load and two (q - z) * s, with no transposes and no column buffer.
  * Both are vector-extension C whose clones the CPU picks at load (RC_CLONES; linear's tiles
  * CV_CLONES), plus an AVX-512 intrinsic loop for the per-column path (blocks of 32 and more)
  * where rc_conv_fast says the CPU runs it; whether this beats the dequantized weight and BLAS
@@ -32,6 +34,9 @@ typedef struct {
     float *ap, *y;
     Py_ssize_t M, K, N, bs, nb, zb, Kp, bp; /* Kp: a's padded rows (per-column path); bp: row panels a unit */
     int wide; /* the per-column path's AVX-512 loop: a's rows de-interleaved, even terms then odd, per 32 */
+    /* the panel path's codes repacked by nbits_pack_panels (NULL: read as stored): [P][Kp][16] bytes,
+     * P = ceil(N / 32); the scales and zero points are read where they are */
+    const uint8_t *pq;
 } nb_job;
 
 /* column n's zero point of block blk */
@@ -44,6 +49,15 @@ static inline float nb_zero(const nb_job *j, Py_ssize_t n, Py_ssize_t blk)
         return (float)(blk & 1 ? v >> 4 : v & 15);
     }
     return 8.0f;
+}
+
+/* block blk's scales and zero points of columns [n0, n0 + nn) into s[32], z[32] (zeros past nn) */
+static inline void nb_block_sz(const nb_job *j, Py_ssize_t n0, Py_ssize_t nn, Py_ssize_t blk, float *s, float *z)
+{
+    for (Py_ssize_t c = 0; c < 32; c++) {
+        s[c] = c < nn ? j->s[(n0 + c) * j->nb + blk] : 0.0f;
+        z[c] = c < nn ? nb_zero(j, n0 + c, blk) : 0.0f;
+    }
 }
 
 /* 16 codes (8 bytes, low nibble first) as (q - z) * s, the reference's two float steps: the
@@ -230,12 +244,62 @@ RC_CLONES static void nb_panel(const nb_job *j, Py_ssize_t n0, Py_ssize_t nn, Py
         }
 }
 
+/* panel cb's terms [k0, k0 + kn) from the repacked codes into w [kn][32]: a term's 32 codes are 16
+ * bytes (columns 0-15 in the low nibbles, 16-31 in the high), so a row of w is one widening load and
+ * two (q - z) * s with the block's scales in the lanes: no transpose, no column buffer */
+RC_CLONES static void nb_panel_packed(const nb_job *j, Py_ssize_t cb, Py_ssize_t nn, Py_ssize_t k0, Py_ssize_t kn,
+                                       float *restrict w)
+{
+    const Py_ssize_t bs = j->bs;
+    const uint8_t *q = j->pq + (cb * j->Kp + k0) * 16;
+    float ps[32] __attribute__((aligned(64))), pz[32] __attribute__((aligned(64)));
+    for (Py_ssize_t k = 0; k < kn;) {
+        const Py_ssize_t blk = (k0 + k) / bs, end = (blk + 1) * bs - k0 < kn ? (blk + 1) * bs - k0 : kn;
+        nb_block_sz(j, cb * 32, nn, blk, ps, pz);
+        const v16f s0 = *(const v16f *)ps, s1 = *(const v16f *)(ps + 16);
+        const v16f z0 = *(const v16f *)pz, z1 = *(const v16f *)(pz + 16);
+        for (; k < end; k++) { /* a 32-bit word to 4 lanes, each shifted to its byte (a byte vector
+                                  widened by convertvector was taken apart lane by lane) */
+            uint32_t h[4];
+            memcpy(h, q + 16 * k, 16);
+            const nb_u32x16 x = __builtin_shuffle((nb_u32x16){h[0], h[1], h[2], h[3]},
+                                                  (v16i){0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3});
+            const nb_u32x16 sh = {0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24};
+            *(v16f_u *)(w + 32 * k) = (__builtin_convertvector((v16i)((x >> sh) & 15), v16f) - z0) * s0;
+            *(v16f_u *)(w + 32 * k + 16) = (__builtin_convertvector((v16i)((x >> (sh + 4)) & 15), v16f) - z1) * s1;
+        }
+    }
+}
+
+#if DWF_OK
+/* the same with one vpmovzxbd a term (the vector-extension clones go through the stack) */
+DWF_TARGET static void nb_panel_packed512(const nb_job *j, Py_ssize_t cb, Py_ssize_t nn, Py_ssize_t k0, Py_ssize_t kn,
+                                           float *restrict w)
+{
+    const Py_ssize_t bs = j->bs;
+    const uint8_t *q = j->pq + (cb * j->Kp + k0) * 16;
+    float ps[32] __attribute__((aligned(64))), pz[32] __attribute__((aligned(64)));
+    const __m512i lo4 = _mm512_set1_epi32(15);
+    for (Py_ssize_t k = 0; k < kn;) {
+        const Py_ssize_t blk = (k0 + k) / bs, end = (blk + 1) * bs - k0 < kn ? (blk + 1) * bs - k0 : kn;
+        nb_block_sz(j, cb * 32, nn, blk, ps, pz);
+        const __m512 s0 = _mm512_load_ps(ps), s1 = _mm512_load_ps(ps + 16);
+        const __m512 z0 = _mm512_load_ps(pz), z1 = _mm512_load_ps(pz + 16);
+        for (; k < end; k++) {
+            const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * k)));
+            _mm512_storeu_ps(w + 32 * k, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(x, lo4)), z0), s0));
+            _mm512_storeu_ps(w + 32 * k + 16, _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4)), z1), s1));
+        }
+    }
+}
+#endif
+
 static void nb_tile_part(void *arg, int part, int parts)
 {
     const nb_job *j = (const nb_job *)arg;
     const Py_ssize_t np_ = (j->M + LN_RP - 1) / LN_RP, nbk = (np_ + j->bp - 1) / j->bp;
     const Py_ssize_t cols = (j->N + 31) / 32, units = cols * nbk;
-    float t[32 * NB_KC] __attribute__((aligned(64)));
+    float t[32 * NB_KC] __attribute__((aligned(64))); /* the stored codes' column buffer (unused with pq) */
     float w[NB_KC * 32] __attribute__((aligned(64)));
     float tail[LN_RP * 32] __attribute__((aligned(64)));
     float btail[32];
@@ -246,7 +310,15 @@ static void nb_tile_part(void *arg, int part, int parts)
         const float *bias = ln_panel_bias(j->bias, n0, nn, btail);
         for (Py_ssize_t k0 = 0; k0 < j->K; k0 += NB_KC) {
             const Py_ssize_t kn = j->K - k0 < NB_KC ? j->K - k0 : NB_KC;
-            nb_panel(j, n0, nn, k0, kn, t, w);
+#if DWF_OK
+            if (j->pq && rc_conv_fast && !nb_portable)
+                nb_panel_packed512(j, cb, nn, k0, kn, w);
+            else
+#endif
+            if (j->pq)
+                nb_panel_packed(j, cb, nn, k0, kn, w);
+            else
+                nb_panel(j, n0, nn, k0, kn, t, w);
             for (Py_ssize_t q = q0; q < q1; q++) {
                 const Py_ssize_t r0 = q * LN_RP, nr = j->M - r0 < LN_RP ? j->M - r0 : LN_RP;
                 const float *ap = j->ap + (q * j->K + k0) * LN_RP;
@@ -267,15 +339,17 @@ static void nb_tile_part(void *arg, int part, int parts)
     }
 }
 
-/* nbits_matmul(a, b, scales, zero_points, zp_float, bias, y, (M, K, N, block_size), threads) */
+/* nbits_matmul(a, b, scales, zero_points, zp_float, bias, y, (M, K, N, block_size), threads, panels=None),
+ * panels: the codes as nbits_pack_panels writes them, for the panel path */
 PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
 {
-    PyObject *ao, *bo, *so, *zo, *biaso, *yo;
+    PyObject *ao, *bo, *so, *zo, *biaso, *yo, *pano = Py_None;
     Py_ssize_t M, K, N, bs;
     int zfloat, threads;
-    if (!PyArg_ParseTuple(args, "OOOOpOO(nnnn)i:nbits_matmul", &ao, &bo, &so, &zo, &zfloat, &biaso, &yo, &M, &K,
-                          &N, &bs, &threads))
+    if (!PyArg_ParseTuple(args, "OOOOpOO(nnnn)i|O:nbits_matmul", &ao, &bo, &so, &zo, &zfloat, &biaso, &yo, &M, &K,
+                          &N, &bs, &threads, &pano))
         return NULL;
+    PyObject *pqo = pano == Py_None ? NULL : pano;
     if (M < 1 || K < 1 || N < 1 || bs < 16 || bs > NB_KC || (bs & (bs - 1))) {
         PyErr_SetString(PyExc_ValueError,
                         "nbits_matmul: sizes must be positive and block_size a power of two in [16, 256]");
@@ -295,17 +369,23 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
                                : sz_mul4(&sz, "the packed rows", np_, K, LN_RP, RC_F32);
     if (sz_check(&sz, "nbits_matmul", PyExc_MemoryError) < 0)
         return NULL;
-    Py_buffer v[6];
-    const rc_buf spec[6] = {{ao, an, RC_F32, 0, 0, "A"}, {bo, bn, 1, 0, 0, "B"}, {so, sn, RC_F32, 0, 0, "scales"},
+    const Py_ssize_t P = N / 32 + (N % 32 != 0);
+    const Py_ssize_t pqn = pqo ? sz_mul3(&sz, "the panels' codes", P, Kp, 16) : 0;
+    if (sz_check(&sz, "nbits_matmul", PyExc_ValueError) < 0)
+        return NULL;
+    const int nv = pqo ? 7 : 6;
+    Py_buffer v[7];
+    const rc_buf spec[7] = {{ao, an, RC_F32, 0, 0, "A"}, {bo, bn, 1, 0, 0, "B"}, {so, sn, RC_F32, 0, 0, "scales"},
                             {zo, zn, zfloat ? RC_F32 : 1, 0, 1, "zero_points"}, {biaso, N, RC_F32, 0, 1, "bias"},
-                            {yo, yn, RC_F32, 1, 0, "Y"}};
-    if (get_buffers("nbits_matmul", spec, v, 6) < 0)
+                            {yo, yn, RC_F32, 1, 0, "Y"}, {pqo, pqn, 1, 0, 0, "panels"}};
+    if (get_buffers("nbits_matmul", spec, v, nv) < 0)
         return NULL;
     float *ap = (float *)rc_work((size_t)apn);
     const int oom = ap == NULL;
     nb_job j = {(const float *)v[0].buf, (const float *)v[2].buf, zfloat ? (const float *)v[3].buf : NULL,
                 (const float *)v[4].buf, (const uint8_t *)v[1].buf, zfloat ? NULL : (const uint8_t *)v[3].buf,
-                ap, (float *)v[5].buf, M, K, N, bs, nb, zb, Kp, np_, DWF_OK && rc_conv_fast && bs >= 32 && !nb_portable};
+                ap, (float *)v[5].buf, M, K, N, bs, nb, zb, Kp, np_, DWF_OK && rc_conv_fast && bs >= 32 && !nb_portable,
+                pqo ? (const uint8_t *)v[6].buf : NULL};
     if (!oom) {
         Py_BEGIN_ALLOW_THREADS
         const double work = 2.0 * (double)M * (double)K * (double)N;
@@ -337,14 +417,64 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
         Py_END_ALLOW_THREADS
         rc_work_done(ap, (size_t)apn);
     }
-    release_buffers(v, 6);
+    release_buffers(v, nv);
     if (oom)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
+/* nbits_pack_panels(b, out, (N, K, block_size)): the codes of b (as nbits_matmul takes them) in the
+ * panel path's layout, out [ceil(N / 32)][n_blocks * block_size][16] bytes: byte i of term k of panel p
+ * holds column 32p + i's code (low nibble) and 32p + 16 + i's (high), 0 past N */
+PyObject *rc_py_nbits_pack_panels(PyObject *self, PyObject *args)
+{
+    PyObject *bo, *oo;
+    Py_ssize_t N, K, bs;
+    if (!PyArg_ParseTuple(args, "OO(nnn):nbits_pack_panels", &bo, &oo, &N, &K, &bs))
+        return NULL;
+    if (N < 1 || K < 1 || bs < 16 || bs > NB_KC || (bs & (bs - 1))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "nbits_pack_panels: sizes must be positive and block_size a power of two in [16, 256]");
+        return NULL;
+    }
+    const Py_ssize_t nb = K / bs + (K % bs != 0), P = N / 32 + (N % 32 != 0);
+    rc_sz sz = {NULL};
+    const Py_ssize_t Kp = sz_mul(&sz, "the padded terms", nb, bs), bn = sz_mul(&sz, "B's size", N, Kp / 2);
+    const Py_ssize_t on = sz_mul3(&sz, "the panels' codes", P, Kp, 16);
+    if (sz_check(&sz, "nbits_pack_panels", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{bo, bn, 1, 0, 0, "B"}, {oo, on, 1, 1, 0, "out"}};
+    if (get_buffers("nbits_pack_panels", spec, v, 2) < 0)
+        return NULL;
+    const uint8_t *b = (const uint8_t *)v[0].buf;
+    uint8_t *o = (uint8_t *)v[1].buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t p = 0; p < P; p++)
+        for (int h = 0; h < 2; h++)
+            for (Py_ssize_t i = 0; i < 16; i++) {
+                const Py_ssize_t n = 32 * p + 16 * h + i;
+                uint8_t *d = o + p * Kp * 16 + i;
+                if (n >= N) {
+                    if (!h)
+                        for (Py_ssize_t k = 0; k < Kp; k++)
+                            d[16 * k] = 0;
+                    continue;
+                }
+                const uint8_t *q = b + n * (Kp / 2);
+                for (Py_ssize_t k = 0; k < Kp; k++) {
+                    const uint8_t c = (uint8_t)(k & 1 ? q[k / 2] >> 4 : q[k / 2] & 15);
+                    d[16 * k] = h ? (uint8_t)(d[16 * k] | c << 4) : c;
+                }
+            }
+    Py_END_ALLOW_THREADS
+    release_buffers(v, 2);
+    Py_RETURN_NONE;
+}
+
 /* nbits_path(force=-1) -> the per-column path's loop here ("avx512" or "portable"); force 1 takes
- * the portable clones, 0 the CPU's own choice again (tests reach both on one machine) */
+ * the portable clones (the repacked panels' fill too), 0 the CPU's own choice again (tests reach
+ * both on one machine) */
 PyObject *rc_py_nbits_path(PyObject *self, PyObject *args)
 {
     int force = -1;

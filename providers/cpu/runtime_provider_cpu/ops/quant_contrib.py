@@ -377,23 +377,43 @@ def _nbits_zp_ok(zero_points, N, nb):
     return zero_points.dtype == _F32 and zero_points.size == N * nb
 
 
+def _nbits_panels(nat, b, N, K, nb, block_size):
+    """The codes in ``nbits_matmul``'s panel layout (``_native.nbits_pack_panels``: a term's 32 columns
+    in 16 bytes, uint8 [ceil(N / 32)][nb * block_size][16]); the scales and zero points stay as stored."""
+    q = np.empty(-(-N // 32) * nb * block_size * 16, np.uint8)
+    nat.nbits_pack_panels(np.ascontiguousarray(b), q, (N, K, block_size))
+    return q
+
+
 class _NbitsNative:
-    """``_native.nbits_matmul`` on columns [0, n) of the node's codes as stored (no float copy)."""
+    """``_native.nbits_matmul`` on columns [0, n) of the node's codes as stored (no float copy); more
+    rows than ``NBITS_DOT_ROWS`` read the codes repacked in panels (``_nbits_panels``, made on the
+    first such call or taken from ``cache``, the node's cache shared by its row counts)."""
 
     KIND = "native"
 
-    def __init__(self, nat, b, scales, zero_points, K, N, nb, block_size, threads, n=None):
+    def __init__(self, nat, b, scales, zero_points, K, N, nb, block_size, threads, n=None, cache=None):
         n = N if n is None else n
         self.nat, self.K, self.N, self.bs, self.threads = nat, K, n, block_size, threads
         self.b = np.ascontiguousarray(b.reshape(N, -1)[:n])
         self.s = np.ascontiguousarray(scales.reshape(N, nb)[:n], _F32)
         self.zfloat = zero_points is not None and zero_points.dtype == _F32
         self.z = None if zero_points is None else np.ascontiguousarray(zero_points.reshape(N, -1)[:n])
+        self.nb, self.cache = nb, {} if cache is None else cache
+
+    def _panels(self):
+        if not hasattr(self.nat, "nbits_pack_panels"):
+            return None
+        p = self.cache.get("nbits_panels")
+        if p is None:
+            p = self.cache["nbits_panels"] = _nbits_panels(self.nat, self.b, self.N, self.K, self.nb, self.bs)
+        return p
 
     def run(self, a2, bias):
         y = np.empty((a2.shape[0], self.N), _F32)
-        self.nat.nbits_matmul(a2, self.b, self.s, self.z, self.zfloat, bias, y,
-                              (a2.shape[0], self.K, self.N, self.bs), self.threads)
+        args = (a2, self.b, self.s, self.z, self.zfloat, bias, y, (a2.shape[0], self.K, self.N, self.bs), self.threads)
+        panels = self._panels() if a2.shape[0] > getattr(self.nat, "NBITS_DOT_ROWS", 0) else None
+        self.nat.nbits_matmul(*args, *(() if panels is None else (panels,)))
         return y
 
 
@@ -426,7 +446,7 @@ def _nbits_int8_fast(nat) -> bool:
     return nat is not None and hasattr(nat, "nbits_int8_matmul") and bool(getattr(nat, "NBITS_INT8_FAST", 0))
 
 
-def _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op):
+def _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op, cache=None):
     """The plan of this node for ``a2``'s row count: the compiled kernel or the dequantized
     weight, forced, cached or measured (``fast/autotune.py``) on a slice of the weight's columns;
     None where only the dequantized weight applies."""
@@ -458,7 +478,7 @@ def _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op)
         name, _ = autotune.measure(key, {k: (lambda pl=pl: pl.run(a2, bs)) for k, pl in made.items()})
     autotune.note(ctx, f"{R} rows", name)
     if name == "native":
-        return _NbitsNative(nat, b, scales, zero_points, K, N, nb, block_size, threads)
+        return _NbitsNative(nat, b, scales, zero_points, K, N, nb, block_size, threads, cache=cache)
     return None
 
 
@@ -506,7 +526,8 @@ def matmul_nbits(ctx, a, b, scales, zero_points=None, g_idx=None, bias=None, *, 
         plans = cache.setdefault("nbits_plans", {}) if const else {}
         plan = plans.get(a2.shape[0])
         if plan is None:
-            plan = _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op) or "dequant"
+            plan = _nbits_plan(ctx, a2, b, scales, zero_points, bias, K, N, nb, block_size, op,
+                               cache if const else None) or "dequant"
             if const:
                 plans[a2.shape[0]] = plan
         if plan != "dequant":
