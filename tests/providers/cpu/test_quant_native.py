@@ -110,6 +110,9 @@ CONVS = [  # (x shape, w shape, attributes)
     ((1, 6, 19, 17), (10, 6, 1, 1), {}),
     ((1, 24, 14, 14), (40, 24, 1, 1), {}),  # MobileNet's 14x14 planes: 196 pixels, 7 tiles (the last partial)
     ((2, 3, 33, 31), (9, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    # pixel-row im2col from the NHWC copy: 16-channel transposes and a tail, window rows as one run
+    ((1, 20, 12, 11), (8, 20, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 17, 9, 10), (5, 17, 3, 3), {"strides": [2, 2], "dilations": [2, 1], "pads": [2, 1, 0, 2]}),
 ]
 
 
@@ -323,6 +326,29 @@ def test_qim2col_rows_matches_numpy():
     got = np.empty((2, 3 * kh * kw, oh * ow), U8)
     quant._native.qim2col_rows(x, got, x.shape, (kh, kw), (oh, ow), st, dl, (pt, pl), 7, 2)
     np.testing.assert_array_equal(got, want.reshape(2, 3 * kh * kw, oh * ow))
+
+
+@pytest.mark.parametrize("xs,k,st,dl,pads", [
+    ((2, 3, 9, 8), (3, 2), (2, 1), (1, 2), (1, 2)),
+    ((1, 35, 40, 37), (3, 3), (1, 1), (1, 1), (1, 1)),  # two 16-channel blocks + 3, 1480 pixels (two copy parts)
+    ((2, 16, 11, 13), (7, 7), (2, 2), (1, 1), (3, 3)),  # a stem: windows past both edges
+    ((1, 18, 6, 7), (2, 3), (1, 2), (2, 1), (0, 2)),
+])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_qim2col_matches_numpy(xs, k, st, dl, pads, threads):
+    """Pixel im2col rows ((kh, kw, c) order, zero-point padding), taken from the image's NHWC copy,
+    as numpy's strided slices."""
+    x = ints(xs, U8)
+    (kh, kw), (pt, pl) = k, pads
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, 2), (pl, 1)), constant_values=9)
+    oh = (x.shape[2] + pt + 1 - (kh - 1) * dl[0] - 1) // st[0] + 1
+    ow = (x.shape[3] + pl + 1 - (kw - 1) * dl[1] - 1) // st[1] + 1
+    taps = [xp[:, :, i * dl[0]:i * dl[0] + st[0] * (oh - 1) + 1:st[0],
+               t * dl[1]:t * dl[1] + st[1] * (ow - 1) + 1:st[1]] for i in range(kh) for t in range(kw)]
+    want = np.stack(taps, 1).transpose(0, 3, 4, 1, 2).reshape(xs[0] * oh * ow, kh * kw * xs[1])
+    got = np.empty(want.shape, U8)
+    quant._native.qim2col(x, got, x.shape, (kh, kw), (oh, ow), st, dl, (pt, pl), 9, threads)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_qconv_nchw_rejects_bad_buffers():

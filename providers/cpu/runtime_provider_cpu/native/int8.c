@@ -769,30 +769,37 @@ PyObject *rc_py_qconv_nchw(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* y[n][p][c] = x[n][c][p] for bytes: an image's planes as pixel rows (a pointwise QLinearConv's A),
- * 16 x 16 blocks through byte transposes, the edges item by item */
-static void qt_image(const uint8_t *restrict x, uint8_t *restrict y, Py_ssize_t C, Py_ssize_t P)
+/* y[p][c] = x[c][p] for bytes and pixels [p0, p1) of one image: its planes as pixel rows (a
+ * pointwise QLinearConv's A, im2col's NHWC copy), 16 x 16 blocks through byte transposes, the edges
+ * item by item */
+static void qt_range(const uint8_t *restrict x, uint8_t *restrict y, Py_ssize_t C, Py_ssize_t P, Py_ssize_t p0,
+                     Py_ssize_t p1)
 {
     Py_ssize_t c0 = 0;
 #if RC_SSE2
     for (; c0 + 16 <= C; c0 += 16) {
-        Py_ssize_t p0 = 0;
-        for (; p0 + 16 <= P; p0 += 16) {
+        Py_ssize_t p = p0;
+        for (; p + 16 <= p1; p += 16) {
             __m128i in[16], out[16];
             for (int c = 0; c < 16; c++)
-                in[c] = _mm_loadu_si128((const __m128i *)(x + (c0 + c) * P + p0));
+                in[c] = _mm_loadu_si128((const __m128i *)(x + (c0 + c) * P + p));
             rc_tr16_bytes(in, out);
-            for (int p = 0; p < 16; p++)
-                _mm_storeu_si128((__m128i *)(y + (p0 + p) * C + c0), out[p]);
+            for (int q = 0; q < 16; q++)
+                _mm_storeu_si128((__m128i *)(y + (p + q) * C + c0), out[q]);
         }
-        for (; p0 < P; p0++)
+        for (; p < p1; p++)
             for (int c = 0; c < 16; c++)
-                y[p0 * C + c0 + c] = x[(c0 + c) * P + p0];
+                y[p * C + c0 + c] = x[(c0 + c) * P + p];
     }
 #endif
-    for (Py_ssize_t p = 0; p < P; p++)
+    for (Py_ssize_t p = p0; p < p1; p++)
         for (Py_ssize_t c = c0; c < C; c++)
             y[p * C + c] = x[c * P + p];
+}
+
+static void qt_image(const uint8_t *restrict x, uint8_t *restrict y, Py_ssize_t C, Py_ssize_t P)
+{
+    qt_range(x, y, C, P, 0, P);
 }
 
 /* qtranspose(x, y, (N, C, P)): N images of C planes of P bytes into N x P x C */
@@ -825,35 +832,62 @@ PyObject *rc_py_qtranspose(PyObject *self, PyObject *args)
 }
 
 /* im2col rows of NCHW bytes for a convolution's GEMM: row (n, oh, ow), items in (kh, kw, c)
- * order, taps outside the image the pad byte (x's zero point) */
+ * order, taps outside the image the pad byte (x's zero point). The image is first copied to NHWC
+ * (xt, qt_range), so that a tap is a run of C bytes and, at unit dilation, a window row's KW taps one
+ * run of KW * C bytes: gathering each byte from its plane cost more than the GEMM itself. */
 typedef struct {
     const uint8_t *x;
-    uint8_t *cols;
+    uint8_t *cols, *xt; /* xt: x as NHWC (pixel rows) */
     Py_ssize_t N, C, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl;
+    Py_ssize_t tblocks; /* pixel blocks an image for the NHWC copy */
     uint8_t pad;
 } qi_job;
+
+#define QI_TBLOCK 1024 /* pixels a part of the NHWC copy */
+
+static void qi_nhwc_part(void *arg, int part, int parts)
+{
+    const qi_job *j = (const qi_job *)arg;
+    const Py_ssize_t units = j->N * j->tblocks, u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    const Py_ssize_t P = j->H * j->W, CP = j->C * P;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        const Py_ssize_t n = u / j->tblocks, p0 = (u % j->tblocks) * QI_TBLOCK;
+        qt_range(j->x + n * CP, j->xt + n * CP, j->C, P, p0, p0 + QI_TBLOCK < P ? p0 + QI_TBLOCK : P);
+    }
+}
 
 static void qi_part(void *arg, int part, int parts)
 {
     const qi_job *j = (const qi_job *)arg;
     const Py_ssize_t rows = j->N * j->OH, r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
-    const Py_ssize_t row = j->KH * j->KW * j->C, HW = j->H * j->W;
+    const Py_ssize_t C = j->C, KW = j->KW, row = j->KH * KW * C, run = KW * C;
     for (Py_ssize_t r = r0; r < r1; r++) {
         const Py_ssize_t n = r / j->OH, oh = r % j->OH;
-        const uint8_t *xn = j->x + n * j->C * HW;
+        const uint8_t *xn = j->xt + n * C * j->H * j->W;
         uint8_t *d = j->cols + r * j->OW * row;
-        for (Py_ssize_t ow = 0; ow < j->OW; ow++)
-            for (Py_ssize_t i = 0; i < j->KH; i++) {
+        for (Py_ssize_t ow = 0; ow < j->OW; ow++) {
+            const Py_ssize_t iw0 = ow * j->sw - j->pl;
+            const int inside = iw0 >= 0 && iw0 + (KW - 1) * j->dw < j->W;
+            for (Py_ssize_t i = 0; i < j->KH; i++, d += run) {
                 const Py_ssize_t ih = oh * j->sh - j->pt + i * j->dh;
-                for (Py_ssize_t k = 0; k < j->KW; k++, d += j->C) {
-                    const Py_ssize_t iw = ow * j->sw - j->pl + k * j->dw;
-                    if (ih < 0 || ih >= j->H || iw < 0 || iw >= j->W)
-                        memset(d, j->pad, (size_t)j->C);
+                if (ih < 0 || ih >= j->H) {
+                    memset(d, j->pad, (size_t)run);
+                    continue;
+                }
+                const uint8_t *xr = xn + ih * j->W * C;
+                if (inside && j->dw == 1) {
+                    memcpy(d, xr + iw0 * C, (size_t)run);
+                    continue;
+                }
+                for (Py_ssize_t k = 0; k < KW; k++) {
+                    const Py_ssize_t iw = iw0 + k * j->dw;
+                    if (iw < 0 || iw >= j->W)
+                        memset(d + k * C, j->pad, (size_t)C);
                     else
-                        for (Py_ssize_t c = 0; c < j->C; c++)
-                            d[c] = xn[c * HW + ih * j->W + iw];
+                        memcpy(d + k * C, xr + iw * C, (size_t)C);
                 }
             }
+        }
     }
 }
 
@@ -914,11 +948,27 @@ static PyObject *qim2col_call(PyObject *args, const char *name, int taps)
     j.x = (const uint8_t *)v[0].buf;
     j.cols = (uint8_t *)v[1].buf;
     j.pad = (uint8_t)pad;
+    int oom = 0;
     Py_BEGIN_ALLOW_THREADS
-    const int parts = rc_parts((double)cn, 2.5e5, taps ? j.N * j.C * j.KH * j.KW : j.N * j.OH, &threads);
-    rc_parallel(taps ? qk_part : qi_part, &j, parts, threads);
+    if (!taps) {
+        j.xt = (uint8_t *)rc_work((size_t)xn);
+        oom = j.xt == NULL;
+        if (!oom) {
+            j.tblocks = (j.H * j.W + QI_TBLOCK - 1) / QI_TBLOCK;
+            int tth = threads;
+            rc_parallel(qi_nhwc_part, &j, rc_parts((double)xn, 2.5e5, j.N * j.tblocks, &tth), tth);
+        }
+    }
+    if (!oom) {
+        const int parts = rc_parts((double)cn, 2.5e5, taps ? j.N * j.C * j.KH * j.KW : j.N * j.OH, &threads);
+        rc_parallel(taps ? qk_part : qi_part, &j, parts, threads);
+    }
+    if (j.xt)
+        rc_work_done(j.xt, (size_t)xn);
     Py_END_ALLOW_THREADS
     release_buffers(v, 2);
+    if (oom)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
