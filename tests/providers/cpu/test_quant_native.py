@@ -351,6 +351,45 @@ def test_qim2col_matches_numpy(xs, k, st, dl, pads, threads):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("xs,k,st,dl,pads,M", [
+    ((1, 20, 9, 9), (3, 3), (1, 1), (1, 1), (1, 1), 33),  # 81 pixels: a partial last row block
+    ((2, 3, 23, 21), (7, 7), (2, 2), (1, 1), (3, 3), 10),  # a stem: K = 147, windows past both edges
+    ((1, 17, 9, 10), (3, 2), (2, 1), (2, 1), (1, 0), 40),
+    ((3, 1, 5, 6), (1, 1), (2, 2), (1, 1), (0, 0), 5),
+])
+@pytest.mark.parametrize("at,yt", [(U8, U8), (I8, I8)])
+def test_qgemm_conv_rows_as_im2col(path, xs, k, st, dl, pads, M, at, yt):
+    """qgemm's conv mode (the im2col rows gathered block by block from the image's NHWC copy as A is
+    packed) gives the stored-rows GEMM's bytes, on every inner loop and for both A types."""
+    x = ints(xs, at)
+    (kh, kw), (pt, pl) = k, pads
+    oh = (xs[2] + 2 * pt - (kh - 1) * dl[0] - 1) // st[0] + 1
+    ow = (xs[3] + 2 * pl - (kw - 1) * dl[1] - 1) // st[1] + 1
+    K, rows = xs[1] * kh * kw, xs[0] * oh * ow
+    za = int(ints((), at))
+    cols = np.empty((rows, K), at)
+    quant._native.qim2col(x, cols, xs, k, (oh, ow), st, dl, pads, za, 2)
+    w = ints((K, M), I8)
+    buf = np.empty(quant._native.qgemm_packed_size((K, M)), I8)
+    quant._native.qgemm_pack(w, buf, (K, M), True)
+    mult = RNG.uniform(0.1, 2.0, M).astype(F32) / (K * 64)
+    bias = RNG.integers(-3000, 3000, M).astype(np.int32)
+    want, got = np.empty((xs[0], M, oh * ow), yt), np.empty((xs[0], M, oh * ow), yt)
+    mode = 1 if yt == U8 else 2
+    quant._native.qgemm(cols, at == I8, za, buf, True, None, want, (rows, K, M), mode, mult, 3, 2, bias, oh * ow)
+    conv = (xs[1], xs[2], xs[3], kh, kw, oh, ow, *st, *dl, pt, pl)
+    quant._native.qgemm(x, at == I8, za, buf, True, None, got, (rows, K, M), mode, mult, 3, 2, bias, oh * ow, conv)
+    np.testing.assert_array_equal(got, want)
+    assert 0 < np.count_nonzero((want != np.iinfo(yt).min) & (want != np.iinfo(yt).max))
+    acc = np.empty((rows, M), np.int32)
+    quant._native.qgemm(x, at == I8, za, buf, True, None, acc, (rows, K, M), 0, None, 0, 1, None, 0, conv)
+    np.testing.assert_array_equal(acc, (cols.astype(np.int64) - za) @ w.astype(np.int64))
+    bad = [(xs[1] + 1, *conv[1:]), (*conv[:5], oh + 1, *conv[6:]), (*conv[:7], 0, *conv[8:]), conv[:12]]
+    for c in bad:  # K not KH * KW * C, OH * OW not dividing M, a zero stride, a short tuple
+        with pytest.raises((ValueError, TypeError)):
+            quant._native.qgemm(x, at == I8, za, buf, True, None, acc, (rows, K, M), 0, None, 0, 1, None, 0, c)
+
+
 def test_qconv_nchw_rejects_bad_buffers():
     nat = quant._native
     with pytest.raises(ValueError):
