@@ -1091,6 +1091,29 @@ RC_CLONES static void qa_apply(const uint8_t *restrict a, const uint8_t *restric
     }
 }
 
+#if QG_X86
+/* qa_apply's first n / 16 * 16 items on AVX-512, 16 a step: the tables read by two gathers, the
+ * same float32 sum, rounding (to nearest even) and clamps; the loop above is not vectorized (its
+ * table reads), at about 1.6 ns an item the residual sums of a ResNet cost a tenth of its convs */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static Py_ssize_t
+qa_apply_avx512(const uint8_t *restrict a, const uint8_t *restrict b, const float *restrict ta,
+                const float *restrict tb, float zc, float lo, float hi, uint8_t *restrict y, Py_ssize_t n)
+{
+    const __m512 vz = _mm512_set1_ps(zc), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i ia = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
+        const __m512i ib = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + i)));
+        __m512 t = _mm512_add_ps(_mm512_i32gather_ps(ia, ta, 4), _mm512_i32gather_ps(ib, tb, 4));
+        t = _mm512_roundscale_ps(_mm512_add_ps(t, vz), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        t = _mm512_min_ps(_mm512_max_ps(t, vlo), vhi);
+        /* in [lo, hi]: the low byte of the int32 is the code, signed or not */
+        _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t)));
+    }
+    return i;
+}
+#endif
+
 typedef struct {
     const uint8_t *a, *b;
     const float *ta, *tb;
@@ -1103,7 +1126,13 @@ typedef struct {
 static void qa_part(void *arg, int part, int parts)
 {
     const qa_job *j = (const qa_job *)arg;
-    const Py_ssize_t i0 = j->n * part / parts, i1 = j->n * (part + 1) / parts;
+    Py_ssize_t i0 = j->n * part / parts;
+    const Py_ssize_t i1 = j->n * (part + 1) / parts;
+#if QG_X86
+    if (rc_conv_fast)
+        i0 += qa_apply_avx512(j->a + i0, j->b + i0, j->ta, j->tb, j->zc, j->ysigned ? -128.0f : 0.0f,
+                              j->ysigned ? 127.0f : 255.0f, j->y + i0, i1 - i0);
+#endif
     qa_apply(j->a + i0, j->b + i0, j->ta, j->tb, j->zc, j->ysigned ? -128.0f : 0.0f, j->ysigned ? 127.0f : 255.0f,
              j->ysigned, j->y + i0, i1 - i0);
 }
