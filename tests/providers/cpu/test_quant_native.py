@@ -419,9 +419,9 @@ def test_quantize_linear_exact(yt, monkeypatch):
 @pytest.mark.parametrize("yt", [U8, I8])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_qadd_lut_every_code_pair(yt, threads):
-    """``_native.qadd_lut`` on every (a, b) code pair and 9 more (a part's odd tail, past the AVX-512 loop's
-    16-item steps, on the scalar loop): the float32
-    sum, round-half-even and clamp of the numpy formula, bit for bit, saturating both ways."""
+    """``_native.qadd_lut`` on every (a, b) code pair and 9 more (a part's odd tail, past the AVX-512
+    loop's 16-item steps, on the scalar loop): the float32 sum, round-half-even and clamp of the
+    numpy formula, bit for bit, saturating both ways."""
     codes = np.arange(256, dtype=U8)
     a = np.concatenate([np.repeat(codes, 256), codes[:9]])
     b = np.concatenate([np.tile(codes, 256), codes[-9:]])
