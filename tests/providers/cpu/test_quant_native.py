@@ -418,10 +418,13 @@ def test_quantize_linear_exact(yt, monkeypatch):
 
 @pytest.mark.parametrize("yt", [U8, I8])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_qadd_lut_every_code_pair(yt, threads):
+@pytest.mark.parametrize("affine", [None, (1.3, 3, -0.5, -5), (1.3, 3, -0.5, -4)],
+                         ids=["tables", "affine", "not-affine"])
+def test_qadd_lut_every_code_pair(yt, threads, affine):
     """``_native.qadd_lut`` on every (a, b) code pair and 9 more (a part's odd tail, past the AVX-512
     loop's 16-item steps, on the scalar loop): the float32 sum, round-half-even and clamp of the
-    numpy formula, bit for bit, saturating both ways."""
+    numpy formula, bit for bit, saturating both ways; with the tables' affine form given (the AVX-512
+    loop computes them), and with one the tables are not (the table loop runs)."""
     codes = np.arange(256, dtype=U8)
     a = np.concatenate([np.repeat(codes, 256), codes[:9]])
     b = np.concatenate([np.tile(codes, 256), codes[-9:]])
@@ -429,7 +432,7 @@ def test_qadd_lut_every_code_pair(yt, threads):
     tb = ((codes.view(yt).astype(F32) + F32(5)) * F32(-0.5)).astype(F32)  # x.5 sums: ties to even
     zc = 7.0 if yt == U8 else -2.0
     y = np.empty(a.size, yt)
-    quant._native.qadd_lut(a, b, ta, tb, zc, y, yt == I8, a.size, threads)
+    quant._native.qadd_lut(a, b, ta, tb, zc, y, yt == I8, a.size, threads, affine)
     info = np.iinfo(yt)
     want = np.clip(np.rint((ta[a] + tb[b]) + F32(zc)), info.min, info.max).astype(yt)
     np.testing.assert_array_equal(y, want)

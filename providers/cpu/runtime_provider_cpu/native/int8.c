@@ -1092,20 +1092,31 @@ RC_CLONES static void qa_apply(const uint8_t *restrict a, const uint8_t *restric
 }
 
 #if QG_X86
-/* qa_apply's first n / 16 * 16 items on AVX-512, 16 a step: the tables read by two gathers, the
- * same float32 sum, rounding (to nearest even) and clamps; the loop above is not vectorized (its
- * table reads), at about 1.6 ns an item the residual sums of a ResNet cost a tenth of its convs */
+/* qa_apply's first n / 16 * 16 items on AVX-512, 16 a step, where the tables are known to be
+ * (code - z) * r in float32 (checked by the caller): the same products computed in the lanes, then
+ * the same float32 sum, rounding (to nearest even) and clamps. The scalar loop's table reads are not
+ * vectorized (1.6 ns an item: a ResNet's residual sums cost a tenth of its convs); gathers from the
+ * tables were slower than it on Zen 4 (providers/cpu/docs/performance.md) */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) static Py_ssize_t
-qa_apply_avx512(const uint8_t *restrict a, const uint8_t *restrict b, const float *restrict ta,
-                const float *restrict tb, float zc, float lo, float hi, uint8_t *restrict y, Py_ssize_t n)
+qa_apply_avx512(const uint8_t *restrict a, const uint8_t *restrict b, const float *aff, float zc, float lo,
+                float hi, int ysigned, uint8_t *restrict y, Py_ssize_t n)
 {
-    const __m512 vz = _mm512_set1_ps(zc), vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    const __m512 ra = _mm512_set1_ps(aff[0]), rb = _mm512_set1_ps(aff[2]), vz = _mm512_set1_ps(zc);
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    const __m512i za = _mm512_set1_epi32((int32_t)aff[1]), zb = _mm512_set1_epi32((int32_t)aff[3]);
     Py_ssize_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        const __m512i ia = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(a + i)));
-        const __m512i ib = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + i)));
-        __m512 t = _mm512_add_ps(_mm512_i32gather_ps(ia, ta, 4), _mm512_i32gather_ps(ib, tb, 4));
-        t = _mm512_roundscale_ps(_mm512_add_ps(t, vz), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m128i ba = _mm_loadu_si128((const __m128i *)(a + i)), bb = _mm_loadu_si128((const __m128i *)(b + i));
+        const __m512i ia = ysigned ? _mm512_cvtepi8_epi32(ba) : _mm512_cvtepu8_epi32(ba);
+        const __m512i ib = ysigned ? _mm512_cvtepi8_epi32(bb) : _mm512_cvtepu8_epi32(bb);
+        /* products rounded on their own, as the tables hold them: GCC would contract a plain
+         * _mm512_mul_ps into the sum's FMA (-ffp-contract=fast) and round ties the other way */
+        const __m512 fa = _mm512_mul_round_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ia, za)), ra,
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512 fb = _mm512_mul_round_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ib, zb)), rb,
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 t = _mm512_roundscale_ps(_mm512_add_ps(_mm512_add_ps(fa, fb), vz),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         t = _mm512_min_ps(_mm512_max_ps(t, vlo), vhi);
         /* in [lo, hi]: the low byte of the int32 is the code, signed or not */
         _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t)));
@@ -1114,6 +1125,19 @@ qa_apply_avx512(const uint8_t *restrict a, const uint8_t *restrict b, const floa
 }
 #endif
 
+/* whether ta[c] == (code(c) - za) * ra and tb likewise for every byte c (code(c): c as the signed or
+ * unsigned type), in float32 as the tables were built: then the vector loop may compute them */
+static int qa_tables_affine(const float *ta, const float *tb, const float *aff, int ysigned)
+{
+    for (int c = 0; c < 256; c++) {
+        const int32_t code = ysigned ? (int32_t)(int8_t)(uint8_t)c : c;
+        const float x = (float)(code - (int32_t)aff[1]) * aff[0], w = (float)(code - (int32_t)aff[3]) * aff[2];
+        if (memcmp(&x, ta + c, 4) || memcmp(&w, tb + c, 4))
+            return 0;
+    }
+    return 1;
+}
+
 typedef struct {
     const uint8_t *a, *b;
     const float *ta, *tb;
@@ -1121,6 +1145,8 @@ typedef struct {
     Py_ssize_t n;
     float zc;
     int ysigned;
+    float aff[4]; /* ra, za, rb, zb: the tables' affine form */
+    int affine;   /* the tables are it (qa_tables_affine) */
 } qa_job;
 
 static void qa_part(void *arg, int part, int parts)
@@ -1129,9 +1155,9 @@ static void qa_part(void *arg, int part, int parts)
     Py_ssize_t i0 = j->n * part / parts;
     const Py_ssize_t i1 = j->n * (part + 1) / parts;
 #if QG_X86
-    if (rc_conv_fast)
-        i0 += qa_apply_avx512(j->a + i0, j->b + i0, j->ta, j->tb, j->zc, j->ysigned ? -128.0f : 0.0f,
-                              j->ysigned ? 127.0f : 255.0f, j->y + i0, i1 - i0);
+    if (rc_conv_fast && j->affine)
+        i0 += qa_apply_avx512(j->a + i0, j->b + i0, j->aff, j->zc, j->ysigned ? -128.0f : 0.0f,
+                              j->ysigned ? 127.0f : 255.0f, j->ysigned, j->y + i0, i1 - i0);
 #endif
     qa_apply(j->a + i0, j->b + i0, j->ta, j->tb, j->zc, j->ysigned ? -128.0f : 0.0f, j->ysigned ? 127.0f : 255.0f,
              j->ysigned, j->y + i0, i1 - i0);
@@ -1141,12 +1167,23 @@ static void qa_part(void *arg, int part, int parts)
  * int8 code c at table index c & 255) */
 PyObject *rc_py_qadd_lut(PyObject *self, PyObject *args)
 {
-    PyObject *ao, *bo, *tao, *tbo, *yo;
+    PyObject *ao, *bo, *tao, *tbo, *yo, *affo = Py_None;
     float zc;
     int ysigned, threads;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOOOfOpni:qadd_lut", &ao, &bo, &tao, &tbo, &zc, &yo, &ysigned, &n, &threads))
+    if (!PyArg_ParseTuple(args, "OOOOfOpni|O:qadd_lut", &ao, &bo, &tao, &tbo, &zc, &yo, &ysigned, &n, &threads,
+                          &affo))
         return NULL;
+    float aff[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int za = 0, zb = 0;
+    if (affo != Py_None && !PyArg_ParseTuple(affo, "fifi:qadd_lut affine", &aff[0], &za, &aff[2], &zb))
+        return NULL;
+    if (za < -255 || za > 255 || zb < -255 || zb > 255) {
+        PyErr_SetString(PyExc_ValueError, "qadd_lut: the zero points must be 8-bit codes");
+        return NULL;
+    }
+    aff[1] = (float)za;
+    aff[3] = (float)zb;
     if (n < 1) {
         PyErr_SetString(PyExc_ValueError, "qadd_lut: size must be positive");
         return NULL;
@@ -1157,7 +1194,8 @@ PyObject *rc_py_qadd_lut(PyObject *self, PyObject *args)
     if (get_buffers("qadd_lut", spec, v, 5) < 0)
         return NULL;
     qa_job j = {(const uint8_t *)v[0].buf, (const uint8_t *)v[1].buf, (const float *)v[2].buf,
-                (const float *)v[3].buf, (uint8_t *)v[4].buf, n, zc, ysigned};
+                (const float *)v[3].buf, (uint8_t *)v[4].buf, n, zc, ysigned, {aff[0], aff[1], aff[2], aff[3]}, 0};
+    j.affine = affo != Py_None && qa_tables_affine(j.ta, j.tb, aff, ysigned);
     Py_BEGIN_ALLOW_THREADS
     const int parts = rc_parts((double)n * 4.0, 2.5e5, (n + 4095) / 4096, &threads);
     rc_parallel(qa_part, &j, parts, threads);

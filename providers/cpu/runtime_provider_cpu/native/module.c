@@ -85,8 +85,9 @@ static PyMethodDef methods[] = {
      "qim2col_rows(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads)\n"
      "im2col of NCHW bytes as K x P rows a image for qconv_nchw: row (c, kh, kw), taps outside the image = pad."},
     {"qadd_lut", rc_py_qadd_lut, METH_VARARGS,
-     "qadd_lut(a, b, ta, tb, zc, y, y_signed, n, threads)\n"
-     "y = saturate(rint(ta[a] + tb[b] + zc)) for n bytes: QLinearAdd through per-code float32 tables."},
+     "qadd_lut(a, b, ta, tb, zc, y, y_signed, n, threads, affine=None)\n"
+     "y = saturate(rint(ta[a] + tb[b] + zc)) for n bytes: QLinearAdd through per-code float32 tables.\n"
+     "affine (ra, za, rb, zb): the tables' form (code - z) * r; where they are exactly that, AVX-512 computes them."},
     {"qquantize", rc_py_qquantize, METH_VARARGS,
      "qquantize(x, y, n, scale, zp, y_signed, threads)\n"
      "y = saturate(rint(x / scale) + zp) (NaN -> 0) for n float32: per-tensor QuantizeLinear to int8/uint8."},
