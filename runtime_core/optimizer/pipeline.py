@@ -60,6 +60,7 @@ from .qdq_fusions import (
     QDQGemmFusion,
     QDQGlobalAveragePoolFusion,
     QDQMatMulFusion,
+    QDQMaxPoolFusion,
 )
 from .rewrite import RewriteRule, walk
 from .shapes import fill_missing_shapes, refine_symbols
@@ -73,7 +74,7 @@ EXTENDED_PASSES: list[Pass] = [
     GeluFusion(), FastGeluFusion(), LayerNormFusion(), RMSNormFusion(), AttentionFusion(), SkipLayerNormFusion(),
     SkipSimplifiedLayerNormFusion(), BiasGeluFusion(),
     LayerScaleFusion(), MatMulAddFusion(), QDQConvFusion(), QDQMatMulFusion(), QDQGemmFusion(),
-    QDQAddFusion(), QDQGlobalAveragePoolFusion(), DynamicQuantizeMatMulFusion(), MatMulNBitsBiasFusion(),
+    QDQAddFusion(), QDQGlobalAveragePoolFusion(), QDQMaxPoolFusion(), DynamicQuantizeMatMulFusion(), MatMulNBitsBiasFusion(),
 ]
 
 _dce_after_fusions = DeadNodeElimination()

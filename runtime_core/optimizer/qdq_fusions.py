@@ -297,3 +297,27 @@ class QDQGlobalAveragePoolFusion(_QDQFusion):
         node = ed.new_node("QLinearGlobalAveragePool", ins, [q.outputs[0]], base=pool.name + "_qlinear",
                            domain=MS_DOMAIN, attrs={"channels_last": 0})
         return self._emit(ed, pool, q, [dq], node)
+
+
+class QDQMaxPoolFusion(_QDQFusion):
+    """``Q(MaxPool(DQ(x)))`` where the QuantizeLinear takes back the DequantizeLinear's exact
+    per-tensor scale, zero point and 8-bit type -> ``MaxPool(x)`` on the codes (onnxruntime's
+    drop-QDQ rule; MaxPool takes int8/uint8 from opset 12): dequantizing is monotonic, so the
+    maximum of the codes is the code of the maximum, and the float round trip is skipped."""
+
+    name = "QDQMaxPoolFusion"
+    OP = "MaxPool"
+
+    def _fuse(self, ed: Editor, pool: Node, q: Node, sy, zy, out_dt) -> bool:
+        if ed.opset() < 12 or len([o for o in pool.outputs if o]) != 1:
+            return False
+        a = _dq(ed, pool.inputs[0])
+        if a is None or ed.dtype(a[1]) != out_dt:
+            return False
+        dq, x, sx, zx = a
+        zx = np.zeros((), out_dt) if zx is None else zx
+        if sx.tobytes() != sy.tobytes() or zx.dtype != zy.dtype or zx.tobytes() != zy.tobytes():
+            return False
+        node = ed.g.make_node("MaxPool", [x], [q.outputs[0]], name=ed.fresh(pool.name + "_int8"),
+                              proto_attrs=pool.proto_attrs)
+        return self._emit(ed, pool, q, [dq], node)

@@ -211,3 +211,71 @@ def test_global_average_pool_fuses(tool, tmp_path):
         got = fused.run(None, feed)[0]
         assert np.max(np.abs(got - plain.run(None, feed)[0])) <= step * 1.001
         assert np.max(np.abs(got - oracle.run(None, feed)[0])) <= step * 1.001
+
+
+def pool_model() -> onnx.ModelProto:
+    """Conv-Relu-MaxPool(3x3, stride 2, padded)-Conv, 3x12x12 input: a ResNet stem."""
+    r = np.random.default_rng(11)
+    inits = [nh.from_array(r.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "W1"),
+             nh.from_array(r.normal(0, 0.3, (4, 8, 1, 1)).astype(np.float32), "W2")]
+    nodes = [h.make_node("Conv", ["x", "W1"], ["c"], "conv1", pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c"], ["r"], "relu"),
+             h.make_node("MaxPool", ["r"], ["p"], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             h.make_node("Conv", ["p", "W2"], ["y"], "conv2")]
+    g = h.make_graph(nodes, "pool", [h.make_tensor_value_info("x", T.FLOAT, ["N", 3, 12, 12])],
+                     [h.make_tensor_value_info("y", T.FLOAT, ["N", 4, 6, 6])], inits)
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("tool,act", [("ours", "QInt8"), ("ours", "QUInt8"), ("onnxruntime", "QInt8")])
+def test_maxpool_runs_on_the_codes(tool, act, tmp_path):
+    """``DQ -> MaxPool -> Q`` with the same scale and zero point on both sides becomes a MaxPool of
+    the 8-bit codes (no float round trip); outputs within a step of the unfused model and of
+    onnxruntime."""
+    r = np.random.default_rng(12)
+    feeds = [{"x": r.normal(0, 1, (2, 3, 12, 12)).astype(np.float32)} for _ in range(4)]
+    q = tmp_path / "q.onnx"
+    tq = rq if tool == "ours" else pytest.importorskip("onnxruntime.quantization")
+    logging.disable(logging.WARNING)
+    try:
+        tq.quantize_static(pool_model(), str(q), Reader(feeds[:3]), quant_format=tq.QuantFormat.QDQ,
+                           per_channel=True, activation_type=getattr(tq.QuantType, act),
+                           weight_type=tq.QuantType.QInt8)
+    finally:
+        logging.disable(logging.NOTSET)
+    model = onnx.load(str(q))
+    fused = session(q, L.ORT_ENABLE_EXTENDED)
+    pools = [n for n in fused._graph.nodes if n.op_type == "MaxPool"]
+    assert len(pools) == 1, [n.op_type for n in fused._graph.nodes]
+    src = next((n for n in fused._graph.nodes if pools[0].inputs[0] in n.outputs), None)
+    assert src is not None and src.op_type == "QLinearConv", src
+    step = out_scale(model, "y")
+    plain = session(q, L.ORT_DISABLE_ALL)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    oracle = ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        got = fused.run(None, feed)[0]
+        assert np.max(np.abs(got - plain.run(None, feed)[0])) <= step * 1.001
+        assert np.max(np.abs(got - oracle.run(None, feed)[0])) <= step * 1.001
+
+
+@pytest.mark.parametrize("change", ["scale", "zero_point"])
+def test_maxpool_kept_in_float_when_requantized(change, tmp_path):
+    """A QuantizeLinear after MaxPool with another scale or zero point than the DequantizeLinear
+    before it requantizes: the MaxPool stays in float and the result equals the unfused model's."""
+    inits = [nh.from_array(np.array(0.05, np.float32), "s"), nh.from_array(np.array(3, np.int8), "z"),
+             nh.from_array(np.array(0.07 if change == "scale" else 0.05, np.float32), "s2"),
+             nh.from_array(np.array(3 if change == "scale" else -2, np.int8), "z2")]
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["qx"]), h.make_node("DequantizeLinear", ["qx", "s", "z"], ["dx"]),
+             h.make_node("MaxPool", ["dx"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             h.make_node("QuantizeLinear", ["p", "s2", "z2"], ["qp"]), h.make_node("DequantizeLinear", ["qp", "s2", "z2"], ["y"])]
+    g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [1, 2, 4, 4])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [1, 2, 2, 2])], inits)
+    p = tmp_path / "m.onnx"
+    onnx.save(h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8), str(p))
+    fused = session(p, L.ORT_ENABLE_EXTENDED)
+    pool = next(n for n in fused._graph.nodes if n.op_type == "MaxPool")
+    assert next(n for n in fused._graph.nodes if pool.inputs[0] in n.outputs).op_type == "DequantizeLinear"
+    feed = {"x": np.linspace(-5, 5, 32, dtype=np.float32).reshape(1, 2, 4, 4)}
+    np.testing.assert_array_equal(fused.run(None, feed)[0], session(p, L.ORT_DISABLE_ALL).run(None, feed)[0])

@@ -135,3 +135,48 @@ def test_detection_under_an_emulated_cpu(model, avx512):
         assert isa["avx_vnni"] is False
     want = "avx512vnni" if isa["avx512_vnni"] and isa["avx512f"] else "avxvnni" if isa["avx_vnni"] else "avx2"
     assert path == want
+
+
+#: the implicit-GEMM QLinearConv (qgemm's conv mode) and qadd_lut's affine form on seeded inputs:
+#: their bytes' digest, for the same script on this CPU and under an emulated one
+INT8_PROBE = """
+import hashlib, numpy as np
+from runtime_provider_cpu.ops import quant as q
+nat, r = q._native, np.random.default_rng(4)
+h = hashlib.sha256()
+x = r.integers(-128, 128, (2, 19, 11, 9)).astype(np.int8)
+K, M, oh, ow = 19 * 9, 37, 6, 9
+w = r.integers(-128, 128, (K, M)).astype(np.int8)
+buf = np.empty(nat.qgemm_packed_size((K, M)), np.int8)
+nat.qgemm_pack(w, buf, (K, M), True)
+mult = r.uniform(1e-4, 1e-3, M).astype(np.float32)
+bias = r.integers(-3000, 3000, M).astype(np.int32)
+y = np.empty((2, M, oh * ow), np.int8)
+nat.qgemm(x, True, -5, buf, True, None, y, (2 * oh * ow, K, M), 2, mult, 3, 2, bias, oh * ow,
+          (19, 11, 9, 3, 3, oh, ow, 2, 1, 1, 1, 1, 1))
+h.update(y.tobytes())
+codes = np.arange(256, dtype=np.uint8).view(np.int8)
+ta = (codes.astype(np.int32) - 3).astype(np.float32) * np.float32(0.37)
+tb = (codes.astype(np.int32) + 9).astype(np.float32) * np.float32(-0.5)
+a, b = r.integers(0, 256, 1000).astype(np.uint8), r.integers(0, 256, 1000).astype(np.uint8)
+s = np.empty(1000, np.int8)
+nat.qadd_lut(a, b, ta, tb, 2.0, s, True, 1000, 2, (0.37, 3, -0.5, -9))
+h.update(s.tobytes())
+print(h.hexdigest())
+"""
+
+
+@pytest.mark.skipif(not X86_LINUX, reason="qemu-user runs the x86-64 build on x86-64 Linux here")
+def test_int8_conv_and_add_bytes_under_haswell():
+    """The implicit-GEMM QLinearConv and QLinearAdd give the same bytes on an AVX2-only CPU (qemu's
+    Haswell model: the AVX2 tile, the v3 clones, no AVX-512 loop) as on this one."""
+    if QEMU is None:
+        if os.environ.get("RUNTIME_CORE_QEMU_REQUIRED") == "1":
+            pytest.fail("RUNTIME_CORE_QEMU_REQUIRED=1 but qemu-x86_64 (Debian: qemu-user) is not installed")
+        pytest.skip("qemu-user is not installed (apt-get install qemu-user)")
+    here = subprocess.run([sys.executable, "-c", INT8_PROBE], capture_output=True, text=True, timeout=120)
+    assert here.returncode == 0, here.stderr[-2000:]
+    out = subprocess.run([QEMU, "-cpu", "Haswell", sys.executable, "-c", INT8_PROBE], capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == here.stdout.split()

@@ -445,21 +445,168 @@ PyObject *rc_py_qgemm_pack(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* y[p][c] = x[c][p] for bytes and pixels [p0, p1) of one image: its planes as pixel rows (a
+ * pointwise QLinearConv's A, im2col's NHWC copy), 16 x 16 blocks through byte transposes, the edges
+ * item by item */
+static void qt_range(const uint8_t *restrict x, uint8_t *restrict y, Py_ssize_t C, Py_ssize_t P, Py_ssize_t p0,
+                     Py_ssize_t p1)
+{
+    Py_ssize_t c0 = 0;
+#if RC_SSE2
+    for (; c0 + 16 <= C; c0 += 16) {
+        Py_ssize_t p = p0;
+        for (; p + 16 <= p1; p += 16) {
+            __m128i in[16], out[16];
+            for (int c = 0; c < 16; c++)
+                in[c] = _mm_loadu_si128((const __m128i *)(x + (c0 + c) * P + p));
+            rc_tr16_bytes(in, out);
+            for (int q = 0; q < 16; q++)
+                _mm_storeu_si128((__m128i *)(y + (p + q) * C + c0), out[q]);
+        }
+        for (; p < p1; p++)
+            for (int c = 0; c < 16; c++)
+                y[p * C + c0 + c] = x[(c0 + c) * P + p];
+    }
+#endif
+    for (Py_ssize_t p = p0; p < p1; p++)
+        for (Py_ssize_t c = c0; c < C; c++)
+            y[p * C + c] = x[c * P + p];
+}
+
+/* im2col rows of NCHW bytes for a convolution's GEMM: row (n, oh, ow), items in (kh, kw, c)
+ * order, taps outside the image the pad byte (x's zero point). The image is first copied to NHWC
+ * (xt, qt_range), so that a tap is a run of C bytes and, at unit dilation, a window row's KW taps one
+ * run of KW * C bytes: gathering each byte from its plane cost more than the GEMM itself. */
+typedef struct {
+    const uint8_t *x;
+    uint8_t *cols, *xt; /* xt: x as NHWC (pixel rows) */
+    Py_ssize_t N, C, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl;
+    Py_ssize_t tblocks; /* pixel blocks an image for the NHWC copy */
+    uint8_t pad;
+} qi_job;
+
+#define QI_TBLOCK 1024 /* pixels a part of the NHWC copy */
+
+static void qi_nhwc_part(void *arg, int part, int parts)
+{
+    const qi_job *j = (const qi_job *)arg;
+    const Py_ssize_t units = j->N * j->tblocks, u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    const Py_ssize_t P = j->H * j->W, CP = j->C * P;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        const Py_ssize_t n = u / j->tblocks, p0 = (u % j->tblocks) * QI_TBLOCK;
+        qt_range(j->x + n * CP, j->xt + n * CP, j->C, P, p0, p0 + QI_TBLOCK < P ? p0 + QI_TBLOCK : P);
+    }
+}
+
+/* the im2col row of output pixel (n, oh, ow) into d (KH * KW * C bytes) from the NHWC copy */
+static void qi_pixel(const qi_job *j, Py_ssize_t n, Py_ssize_t oh, Py_ssize_t ow, uint8_t *restrict d)
+{
+    const Py_ssize_t C = j->C, KW = j->KW, run = KW * C;
+    const uint8_t *xn = j->xt + n * C * j->H * j->W;
+    const Py_ssize_t iw0 = ow * j->sw - j->pl;
+    const int inside = iw0 >= 0 && iw0 + (KW - 1) * j->dw < j->W;
+    for (Py_ssize_t i = 0; i < j->KH; i++, d += run) {
+        const Py_ssize_t ih = oh * j->sh - j->pt + i * j->dh;
+        if (ih < 0 || ih >= j->H) {
+            memset(d, j->pad, (size_t)run);
+            continue;
+        }
+        const uint8_t *xr = xn + ih * j->W * C;
+        if (inside && j->dw == 1) {
+            memcpy(d, xr + iw0 * C, (size_t)run);
+            continue;
+        }
+        for (Py_ssize_t k = 0; k < KW; k++) {
+            const Py_ssize_t iw = iw0 + k * j->dw;
+            if (iw < 0 || iw >= j->W)
+                memset(d + k * C, j->pad, (size_t)C);
+            else
+                memcpy(d + k * C, xr + iw * C, (size_t)C);
+        }
+    }
+}
+
+static void qi_part(void *arg, int part, int parts)
+{
+    const qi_job *j = (const qi_job *)arg;
+    const Py_ssize_t rows = j->N * j->OH, r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
+    const Py_ssize_t row = j->KH * j->KW * j->C;
+    for (Py_ssize_t r = r0; r < r1; r++)
+        for (Py_ssize_t ow = 0; ow < j->OW; ow++)
+            qi_pixel(j, r / j->OH, r % j->OH, ow, j->cols + (r * j->OW + ow) * row);
+}
+
 /* A's rows as unsigned bytes (an s8 A shifted by 128) in groups of 4 a row, [Mb][Kq][8], zeros
- * past K and M, and their sums: a part's share of the row blocks */
+ * past K and M, and their sums: a part's share of the row blocks. With conv set, A is a
+ * convolution's im2col rows, never stored whole: each block's 8 rows are gathered from the image's
+ * NHWC copy into a buffer of the part (in L1 / L2) and packed from there (an implicit GEMM). */
 typedef struct {
     const uint8_t *a;
     int32_t *ap, *rs;
     Py_ssize_t M, K, Kq, Mb;
-    uint32_t flip; /* 0x80808080 for an s8 A */
+    uint32_t flip;      /* 0x80808080 for an s8 A */
+    const qi_job *conv; /* NULL: A is M x K bytes */
+    uint8_t *rows;      /* with conv: QG_MR x K bytes a part */
 } qg_pack_job;
+
+#if RC_SSE2
+/* the first q4 groups (a multiple of 4) of a full block's 8 rows: 16 bytes of each row a step, two
+ * 4 x 4 transposes of their 4-byte groups, the row sums by vpsadbw (sum[r] gets them); the scalar
+ * loop, a 4-byte store 32 bytes apart per group and a byte-serial sum, cost half the GEMM's time */
+static void qg_pack8_sse2(const qg_pack_job *j, const uint8_t *a, uint32_t *restrict dst, Py_ssize_t q4,
+                          uint32_t *restrict sum)
+{
+    const uint8_t *row[QG_MR];
+    for (int r = 0; r < QG_MR; r++)
+        row[r] = a + r * j->K;
+    const __m128i flip = _mm_set1_epi32((int)j->flip), z = _mm_setzero_si128();
+    __m128i s[QG_MR];
+    for (int r = 0; r < QG_MR; r++)
+        s[r] = z;
+    for (Py_ssize_t q = 0; q < q4; q += 4) {
+        __m128i v[QG_MR];
+        for (int r = 0; r < QG_MR; r++) {
+            v[r] = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(row[r] + 4 * q)), flip);
+            s[r] = _mm_add_epi64(s[r], _mm_sad_epu8(v[r], z));
+        }
+        for (int h = 0; h < 2; h++) { /* rows 4h..4h+3: group q+i of the four into the quarter at 4h */
+            const __m128i *w = v + 4 * h;
+            const __m128i t0 = _mm_unpacklo_epi32(w[0], w[1]), t1 = _mm_unpacklo_epi32(w[2], w[3]);
+            const __m128i t2 = _mm_unpackhi_epi32(w[0], w[1]), t3 = _mm_unpackhi_epi32(w[2], w[3]);
+            _mm_storeu_si128((__m128i *)(dst + q * QG_MR + 4 * h), _mm_unpacklo_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(dst + (q + 1) * QG_MR + 4 * h), _mm_unpackhi_epi64(t0, t1));
+            _mm_storeu_si128((__m128i *)(dst + (q + 2) * QG_MR + 4 * h), _mm_unpacklo_epi64(t2, t3));
+            _mm_storeu_si128((__m128i *)(dst + (q + 3) * QG_MR + 4 * h), _mm_unpackhi_epi64(t2, t3));
+        }
+    }
+    for (int r = 0; r < QG_MR; r++)
+        sum[r] = (uint32_t)_mm_cvtsi128_si32(s[r]) + (uint32_t)_mm_cvtsi128_si32(_mm_unpackhi_epi64(s[r], s[r]));
+}
+#endif
 
 RC_CLONES static void qg_pack_part(void *arg, int part, int parts)
 {
     const qg_pack_job *j = (const qg_pack_job *)arg;
     const Py_ssize_t b0 = j->Mb * part / parts, b1 = j->Mb * (part + 1) / parts, kf = j->K / 4;
+    const qi_job *cv = j->conv;
+    uint8_t *rows = cv ? j->rows + part * QG_MR * j->K : NULL; /* this part's block of im2col rows */
     for (Py_ssize_t mb = b0; mb < b1; mb++) {
         uint32_t *restrict dst = (uint32_t *)j->ap + mb * j->Kq * QG_MR;
+        const uint8_t *a = j->a + mb * QG_MR * j->K; /* the block's first row; row r at a + r * K */
+        if (cv) {
+            const Py_ssize_t P = cv->OH * cv->OW;
+            for (Py_ssize_t m = mb * QG_MR; m < j->M && m < mb * QG_MR + QG_MR; m++)
+                qi_pixel(cv, m / P, m % P / cv->OW, m % cv->OW, rows + (m - mb * QG_MR) * j->K);
+            a = rows;
+        }
+        Py_ssize_t q0 = 0; /* the groups packed before the loop below */
+        uint32_t s0[QG_MR] = {0};
+#if RC_SSE2
+        if (mb * QG_MR + QG_MR <= j->M && kf >= 4) {
+            q0 = kf / 4 * 4;
+            qg_pack8_sse2(j, a, dst, q0, s0);
+        }
+#endif
         for (int r = 0; r < QG_MR; r++) {
             const Py_ssize_t m = mb * QG_MR + r;
             if (m >= j->M) {
@@ -468,12 +615,12 @@ RC_CLONES static void qg_pack_part(void *arg, int part, int parts)
                 j->rs[m] = 0;
                 continue;
             }
-            const uint8_t *restrict row = j->a + m * j->K;
-            uint32_t s = 0;
-            for (Py_ssize_t k = 0; k < j->K; k++)
+            const uint8_t *restrict row = a + r * j->K;
+            uint32_t s = s0[r];
+            for (Py_ssize_t k = 4 * q0; k < j->K; k++)
                 s += (uint32_t)(uint8_t)(row[k] ^ (uint8_t)j->flip);
             j->rs[m] = (int32_t)s;
-            for (Py_ssize_t q = 0; q < kf; q++) {
+            for (Py_ssize_t q = q0; q < kf; q++) {
                 uint32_t w;
                 memcpy(&w, row + 4 * q, 4);
                 dst[q * QG_MR + r] = w ^ j->flip;
@@ -495,19 +642,39 @@ RC_CLONES static void qg_pack_part(void *arg, int part, int parts)
  * of A a pixel), so that the result needs no layout transpose */
 PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
 {
-    PyObject *ao, *po, *zbo, *yo, *mo, *bo = Py_None;
+    PyObject *ao, *po, *zbo, *yo, *mo, *bo = Py_None, *co = Py_None;
     Py_ssize_t M, K, N, yP = 0;
     int asigned, bsigned, za, mode, yz, threads;
-    if (!PyArg_ParseTuple(args, "OpiOpOO(nnn)iOii|On:qgemm", &ao, &asigned, &za, &po, &bsigned, &zbo, &yo, &M, &K,
-                          &N, &mode, &mo, &yz, &threads, &bo, &yP))
+    if (!PyArg_ParseTuple(args, "OpiOpOO(nnn)iOii|OnO:qgemm", &ao, &asigned, &za, &po, &bsigned, &zbo, &yo, &M, &K,
+                          &N, &mode, &mo, &yz, &threads, &bo, &yP, &co))
         return NULL;
     if (M < 1 || K < 1 || N < 1 || mode < 0 || mode > 2 || yP < 0 || (yP && M % yP)) {
         PyErr_SetString(PyExc_ValueError, "qgemm: sizes must be positive, mode 0, 1 or 2 and y_planes divide M");
         return NULL;
     }
+    qi_job cv;
+    memset(&cv, 0, sizeof cv);
+    const int conv = co != Py_None;
+    if (conv) {
+        if (!PyArg_ParseTuple(co, "nnnnnnnnnnnnn:qgemm conv", &cv.C, &cv.H, &cv.W, &cv.KH, &cv.KW, &cv.OH, &cv.OW,
+                              &cv.sh, &cv.sw, &cv.dh, &cv.dw, &cv.pt, &cv.pl))
+            return NULL;
+        if (cv.C < 1 || cv.H < 1 || cv.W < 1 || cv.KH < 1 || cv.KW < 1 || cv.OH < 1 || cv.OW < 1 || cv.sh < 1
+            || cv.sw < 1 || cv.dh < 1 || cv.dw < 1 || cv.pt < 0 || cv.pl < 0
+            || (double)cv.C * (double)cv.KH * (double)cv.KW != (double)K || (double)cv.OH * (double)cv.OW > (double)M
+            || M % (cv.OH * cv.OW)) {
+            PyErr_SetString(PyExc_ValueError, "qgemm: conv (C, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl) must "
+                                              "have positive sizes, strides and dilations, pads not negative, "
+                                              "K = KH * KW * C and OH * OW dividing M");
+            return NULL;
+        }
+        cv.N = M / (cv.OH * cv.OW);
+        cv.pad = (uint8_t)za; /* x's zero point as its byte: zeros after centering */
+    }
     rc_sz sz = {NULL};
     const Py_ssize_t Np = qg_np(N), Kq = qg_kq(K), Mb = (M + QG_MR - 1) / QG_MR;
-    const Py_ssize_t an = sz_mul(&sz, "A's size", M, K), yn = sz_mul(&sz, "Y's size", M, N);
+    const Py_ssize_t an = conv ? sz_mul4(&sz, "X's size", cv.N, cv.C, cv.H, cv.W) : sz_mul(&sz, "A's size", M, K);
+    const Py_ssize_t yn = sz_mul(&sz, "Y's size", M, N);
     const Py_ssize_t body = sz_mul3(&sz, "the packed size", Np, Kq, 4);
     const Py_ssize_t pn = sz_add(&sz, "the packed size", body, sz_mul(&sz, "the packed size", Np, 4));
     if (sz_check(&sz, "qgemm", PyExc_ValueError) < 0)
@@ -521,7 +688,12 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
                             {bo, N, 4, 0, 1, "bias"}};
     if (get_buffers("qgemm", spec, v, 6) < 0)
         return NULL;
-    const size_t abytes = (size_t)apn + sizeof(int32_t) * (size_t)Mb * QG_MR;
+    int pth = threads;
+    const int pparts = rc_parts((double)M * (double)K * 4.0, 2.5e5, Mb, &pth);
+    /* the packed rows and their sums; with conv also X's NHWC copy and each part's block of rows */
+    const size_t pbytes = ((size_t)apn + sizeof(int32_t) * (size_t)Mb * QG_MR + 63) & ~(size_t)63;
+    const size_t xbytes = conv ? ((size_t)an + 63) & ~(size_t)63 : 0;
+    const size_t abytes = pbytes + xbytes + (conv ? (size_t)pparts * QG_MR * (size_t)K : 0);
     int32_t *ap = (int32_t *)rc_work(abytes);
     int oom = ap == NULL;
     qg_job j = {ap, ap ? ap + Mb * Kq * QG_MR : NULL, (const int8_t *)v[1].buf,
@@ -530,9 +702,16 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
     if (!oom) {
         const uint8_t *a = (const uint8_t *)v[0].buf;
         Py_BEGIN_ALLOW_THREADS
-        qg_pack_job pj = {a, ap, ap + Mb * Kq * QG_MR, M, K, Kq, Mb, asigned ? 0x80808080u : 0u};
-        int pth = threads;
-        const int pparts = rc_parts((double)M * (double)K * 4.0, 2.5e5, Mb, &pth);
+        qg_pack_job pj = {a, ap, ap + Mb * Kq * QG_MR, M, K, Kq, Mb, asigned ? 0x80808080u : 0u, NULL, NULL};
+        if (conv) {
+            cv.x = a;
+            cv.xt = (uint8_t *)ap + pbytes;
+            cv.tblocks = (cv.H * cv.W + QI_TBLOCK - 1) / QI_TBLOCK;
+            int tth = threads;
+            rc_parallel(qi_nhwc_part, &cv, rc_parts((double)an, 2.5e5, cv.N * cv.tblocks, &tth), tth);
+            pj.conv = &cv;
+            pj.rows = cv.xt + xbytes;
+        }
         rc_parallel(qg_pack_part, &pj, pparts, pth);
         const int parts = rc_parts_fine(2.0 * (double)M * (double)K * (double)N, 2.5e5, j.nunits, &threads);
         rc_parallel(qg_part, &j, parts, threads);
@@ -769,30 +948,9 @@ PyObject *rc_py_qconv_nchw(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* y[n][p][c] = x[n][c][p] for bytes: an image's planes as pixel rows (a pointwise QLinearConv's A),
- * 16 x 16 blocks through byte transposes, the edges item by item */
 static void qt_image(const uint8_t *restrict x, uint8_t *restrict y, Py_ssize_t C, Py_ssize_t P)
 {
-    Py_ssize_t c0 = 0;
-#if RC_SSE2
-    for (; c0 + 16 <= C; c0 += 16) {
-        Py_ssize_t p0 = 0;
-        for (; p0 + 16 <= P; p0 += 16) {
-            __m128i in[16], out[16];
-            for (int c = 0; c < 16; c++)
-                in[c] = _mm_loadu_si128((const __m128i *)(x + (c0 + c) * P + p0));
-            rc_tr16_bytes(in, out);
-            for (int p = 0; p < 16; p++)
-                _mm_storeu_si128((__m128i *)(y + (p0 + p) * C + c0), out[p]);
-        }
-        for (; p0 < P; p0++)
-            for (int c = 0; c < 16; c++)
-                y[p0 * C + c0 + c] = x[(c0 + c) * P + p0];
-    }
-#endif
-    for (Py_ssize_t p = 0; p < P; p++)
-        for (Py_ssize_t c = c0; c < C; c++)
-            y[p * C + c] = x[c * P + p];
+    qt_range(x, y, C, P, 0, P);
 }
 
 /* qtranspose(x, y, (N, C, P)): N images of C planes of P bytes into N x P x C */
@@ -822,39 +980,6 @@ PyObject *rc_py_qtranspose(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     release_buffers(v, 2);
     Py_RETURN_NONE;
-}
-
-/* im2col rows of NCHW bytes for a convolution's GEMM: row (n, oh, ow), items in (kh, kw, c)
- * order, taps outside the image the pad byte (x's zero point) */
-typedef struct {
-    const uint8_t *x;
-    uint8_t *cols;
-    Py_ssize_t N, C, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl;
-    uint8_t pad;
-} qi_job;
-
-static void qi_part(void *arg, int part, int parts)
-{
-    const qi_job *j = (const qi_job *)arg;
-    const Py_ssize_t rows = j->N * j->OH, r0 = rows * part / parts, r1 = rows * (part + 1) / parts;
-    const Py_ssize_t row = j->KH * j->KW * j->C, HW = j->H * j->W;
-    for (Py_ssize_t r = r0; r < r1; r++) {
-        const Py_ssize_t n = r / j->OH, oh = r % j->OH;
-        const uint8_t *xn = j->x + n * j->C * HW;
-        uint8_t *d = j->cols + r * j->OW * row;
-        for (Py_ssize_t ow = 0; ow < j->OW; ow++)
-            for (Py_ssize_t i = 0; i < j->KH; i++) {
-                const Py_ssize_t ih = oh * j->sh - j->pt + i * j->dh;
-                for (Py_ssize_t k = 0; k < j->KW; k++, d += j->C) {
-                    const Py_ssize_t iw = ow * j->sw - j->pl + k * j->dw;
-                    if (ih < 0 || ih >= j->H || iw < 0 || iw >= j->W)
-                        memset(d, j->pad, (size_t)j->C);
-                    else
-                        for (Py_ssize_t c = 0; c < j->C; c++)
-                            d[c] = xn[c * HW + ih * j->W + iw];
-                }
-            }
-    }
 }
 
 /* im2col of NCHW bytes as K x P rows for qconv_nchw: row (c, kh, kw) of an image holds that tap
@@ -914,11 +1039,27 @@ static PyObject *qim2col_call(PyObject *args, const char *name, int taps)
     j.x = (const uint8_t *)v[0].buf;
     j.cols = (uint8_t *)v[1].buf;
     j.pad = (uint8_t)pad;
+    int oom = 0;
     Py_BEGIN_ALLOW_THREADS
-    const int parts = rc_parts((double)cn, 2.5e5, taps ? j.N * j.C * j.KH * j.KW : j.N * j.OH, &threads);
-    rc_parallel(taps ? qk_part : qi_part, &j, parts, threads);
+    if (!taps) {
+        j.xt = (uint8_t *)rc_work((size_t)xn);
+        oom = j.xt == NULL;
+        if (!oom) {
+            j.tblocks = (j.H * j.W + QI_TBLOCK - 1) / QI_TBLOCK;
+            int tth = threads;
+            rc_parallel(qi_nhwc_part, &j, rc_parts((double)xn, 2.5e5, j.N * j.tblocks, &tth), tth);
+        }
+    }
+    if (!oom) {
+        const int parts = rc_parts((double)cn, 2.5e5, taps ? j.N * j.C * j.KH * j.KW : j.N * j.OH, &threads);
+        rc_parallel(taps ? qk_part : qi_part, &j, parts, threads);
+    }
+    if (j.xt)
+        rc_work_done(j.xt, (size_t)xn);
     Py_END_ALLOW_THREADS
     release_buffers(v, 2);
+    if (oom)
+        return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
@@ -950,6 +1091,53 @@ RC_CLONES static void qa_apply(const uint8_t *restrict a, const uint8_t *restric
     }
 }
 
+#if QG_X86
+/* qa_apply's first n / 16 * 16 items on AVX-512, 16 a step, where the tables are known to be
+ * (code - z) * r in float32 (checked by the caller): the same products computed in the lanes, then
+ * the same float32 sum, rounding (to nearest even) and clamps. The scalar loop's table reads are not
+ * vectorized (1.6 ns an item: a ResNet's residual sums cost a tenth of its convs); gathers from the
+ * tables were slower than it on Zen 4 (providers/cpu/docs/performance.md) */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static Py_ssize_t
+qa_apply_avx512(const uint8_t *restrict a, const uint8_t *restrict b, const float *aff, float zc, float lo,
+                float hi, int ysigned, uint8_t *restrict y, Py_ssize_t n)
+{
+    const __m512 ra = _mm512_set1_ps(aff[0]), rb = _mm512_set1_ps(aff[2]), vz = _mm512_set1_ps(zc);
+    const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+    const __m512i za = _mm512_set1_epi32((int32_t)aff[1]), zb = _mm512_set1_epi32((int32_t)aff[3]);
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m128i ba = _mm_loadu_si128((const __m128i *)(a + i)), bb = _mm_loadu_si128((const __m128i *)(b + i));
+        const __m512i ia = ysigned ? _mm512_cvtepi8_epi32(ba) : _mm512_cvtepu8_epi32(ba);
+        const __m512i ib = ysigned ? _mm512_cvtepi8_epi32(bb) : _mm512_cvtepu8_epi32(bb);
+        /* products rounded on their own, as the tables hold them: GCC would contract a plain
+         * _mm512_mul_ps into the sum's FMA (-ffp-contract=fast) and round ties the other way */
+        const __m512 fa = _mm512_mul_round_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ia, za)), ra,
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512 fb = _mm512_mul_round_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(ib, zb)), rb,
+                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 t = _mm512_roundscale_ps(_mm512_add_ps(_mm512_add_ps(fa, fb), vz),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        t = _mm512_min_ps(_mm512_max_ps(t, vlo), vhi);
+        /* in [lo, hi]: the low byte of the int32 is the code, signed or not */
+        _mm_storeu_si128((__m128i *)(y + i), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(t)));
+    }
+    return i;
+}
+#endif
+
+/* whether ta[c] == (code(c) - za) * ra and tb likewise for every byte c (code(c): c as the signed or
+ * unsigned type), in float32 as the tables were built: then the vector loop may compute them */
+static int qa_tables_affine(const float *ta, const float *tb, const float *aff, int ysigned)
+{
+    for (int c = 0; c < 256; c++) {
+        const int32_t code = ysigned ? (int32_t)(int8_t)(uint8_t)c : c;
+        const float x = (float)(code - (int32_t)aff[1]) * aff[0], w = (float)(code - (int32_t)aff[3]) * aff[2];
+        if (memcmp(&x, ta + c, 4) || memcmp(&w, tb + c, 4))
+            return 0;
+    }
+    return 1;
+}
+
 typedef struct {
     const uint8_t *a, *b;
     const float *ta, *tb;
@@ -957,12 +1145,20 @@ typedef struct {
     Py_ssize_t n;
     float zc;
     int ysigned;
+    float aff[4]; /* ra, za, rb, zb: the tables' affine form */
+    int affine;   /* the tables are it (qa_tables_affine) */
 } qa_job;
 
 static void qa_part(void *arg, int part, int parts)
 {
     const qa_job *j = (const qa_job *)arg;
-    const Py_ssize_t i0 = j->n * part / parts, i1 = j->n * (part + 1) / parts;
+    Py_ssize_t i0 = j->n * part / parts;
+    const Py_ssize_t i1 = j->n * (part + 1) / parts;
+#if QG_X86
+    if (rc_conv_fast && j->affine)
+        i0 += qa_apply_avx512(j->a + i0, j->b + i0, j->aff, j->zc, j->ysigned ? -128.0f : 0.0f,
+                              j->ysigned ? 127.0f : 255.0f, j->ysigned, j->y + i0, i1 - i0);
+#endif
     qa_apply(j->a + i0, j->b + i0, j->ta, j->tb, j->zc, j->ysigned ? -128.0f : 0.0f, j->ysigned ? 127.0f : 255.0f,
              j->ysigned, j->y + i0, i1 - i0);
 }
@@ -971,12 +1167,23 @@ static void qa_part(void *arg, int part, int parts)
  * int8 code c at table index c & 255) */
 PyObject *rc_py_qadd_lut(PyObject *self, PyObject *args)
 {
-    PyObject *ao, *bo, *tao, *tbo, *yo;
+    PyObject *ao, *bo, *tao, *tbo, *yo, *affo = Py_None;
     float zc;
     int ysigned, threads;
     Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOOOfOpni:qadd_lut", &ao, &bo, &tao, &tbo, &zc, &yo, &ysigned, &n, &threads))
+    if (!PyArg_ParseTuple(args, "OOOOfOpni|O:qadd_lut", &ao, &bo, &tao, &tbo, &zc, &yo, &ysigned, &n, &threads,
+                          &affo))
         return NULL;
+    float aff[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    int za = 0, zb = 0;
+    if (affo != Py_None && !PyArg_ParseTuple(affo, "fifi:qadd_lut affine", &aff[0], &za, &aff[2], &zb))
+        return NULL;
+    if (za < -255 || za > 255 || zb < -255 || zb > 255) {
+        PyErr_SetString(PyExc_ValueError, "qadd_lut: the zero points must be 8-bit codes");
+        return NULL;
+    }
+    aff[1] = (float)za;
+    aff[3] = (float)zb;
     if (n < 1) {
         PyErr_SetString(PyExc_ValueError, "qadd_lut: size must be positive");
         return NULL;
@@ -987,7 +1194,8 @@ PyObject *rc_py_qadd_lut(PyObject *self, PyObject *args)
     if (get_buffers("qadd_lut", spec, v, 5) < 0)
         return NULL;
     qa_job j = {(const uint8_t *)v[0].buf, (const uint8_t *)v[1].buf, (const float *)v[2].buf,
-                (const float *)v[3].buf, (uint8_t *)v[4].buf, n, zc, ysigned};
+                (const float *)v[3].buf, (uint8_t *)v[4].buf, n, zc, ysigned, {aff[0], aff[1], aff[2], aff[3]}, 0};
+    j.affine = affo != Py_None && qa_tables_affine(j.ta, j.tb, aff, ysigned);
     Py_BEGIN_ALLOW_THREADS
     const int parts = rc_parts((double)n * 4.0, 2.5e5, (n + 4095) / 4096, &threads);
     rc_parallel(qa_part, &j, parts, threads);

@@ -72,10 +72,11 @@ static PyMethodDef methods[] = {
      "qgemm_pack(b, packed, (K, N), b_signed)\nB (K x N uint8/int8) packed for qgemm."},
     {"qgemm", rc_py_qgemm, METH_VARARGS,
      "qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None,\n"
-     "      y_planes=0)\n"
+     "      y_planes=0, conv=None)\n"
      "sum_k (a - za)(b - zb[n]) (+ bias[n]) of 8-bit A (M x K) and packed B into y: int32 (mode 0), or\n"
      "saturate(rint(acc * mult[n]) + yz) as uint8 (mode 1) / int8 (mode 2). zb may be None. With y_planes P, Y is\n"
-     "(M / P) x N x P (NCHW)."},
+     "(M / P) x N x P (NCHW). With conv (C, H, W, KH, KW, OH, OW, sh, sw, dh, dw, pt, pl), a is NCHW images and\n"
+     "A their im2col rows (pixel (n, oh, ow), items (kh, kw, c), taps outside the image za), never stored whole."},
     {"qconv_nchw", rc_py_qconv_nchw, METH_VARARGS,
      "qconv_nchw(b, b_signed, bz, w, w_signed, wz, y, (N, M, K, P), mult, bias, y_signed, yz, threads)\n"
      "A convolution as W (M x K bytes) times each image's K x P bytes (NCHW planes or im2col rows), requantized\n"
@@ -84,8 +85,9 @@ static PyMethodDef methods[] = {
      "qim2col_rows(x, cols, (N, C, H, W), (KH, KW), (OH, OW), (sh, sw), (dh, dw), (pt, pl), pad, threads)\n"
      "im2col of NCHW bytes as K x P rows a image for qconv_nchw: row (c, kh, kw), taps outside the image = pad."},
     {"qadd_lut", rc_py_qadd_lut, METH_VARARGS,
-     "qadd_lut(a, b, ta, tb, zc, y, y_signed, n, threads)\n"
-     "y = saturate(rint(ta[a] + tb[b] + zc)) for n bytes: QLinearAdd through per-code float32 tables."},
+     "qadd_lut(a, b, ta, tb, zc, y, y_signed, n, threads, affine=None)\n"
+     "y = saturate(rint(ta[a] + tb[b] + zc)) for n bytes: QLinearAdd through per-code float32 tables.\n"
+     "affine (ra, za, rb, zb): the tables' form (code - z) * r; where they are exactly that, AVX-512 computes them."},
     {"qquantize", rc_py_qquantize, METH_VARARGS,
      "qquantize(x, y, n, scale, zp, y_signed, threads)\n"
      "y = saturate(rint(x / scale) + zp) (NaN -> 0) for n float32: per-tensor QuantizeLinear to int8/uint8."},

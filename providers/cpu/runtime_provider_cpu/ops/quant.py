@@ -19,7 +19,7 @@ With the compiled extension, MatMulInteger and QLinearMatMul of 8-bit A [..., M,
 (per-tensor A parameters, B's per tensor or per column) run on ``_native.qgemm``: an int8 GEMM
 with int32 accumulation and the requantizing epilogue, B packed once when it is a constant;
 a 2-D ungrouped QLinearConv is the same GEMM (bias and per-channel requantization in its
-epilogue, the output written in NCHW planes) on im2col rows, or for a pointwise (1x1, stride 1)
+epilogue, the output written in NCHW planes) on im2col rows (gathered as it packs them: an implicit GEMM), or for a pointwise (1x1, stride 1)
 one on the input's pixels; with 256+ output pixels (pointwise, or a reduction C*KH*KW up to 64)
 the roles swap (``_native.qconv_nchw``): the weight is A, the image's own planes (or K x P im2col
 rows) are B, and Y comes out as plane runs; a 2-D depthwise QLinearConv runs on ``_native.qdwconv`` (16 channels a vector, padded at
@@ -421,13 +421,15 @@ _I8, _U8 = np.dtype(np.int8), np.dtype(np.uint8)
 
 
 def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pack_key="qgemm_b", const=None,
-           planes=None, owner=None):
+           planes=None, owner=None, conv=None):
     """``_native.qgemm`` for 8-bit ``a`` [..., M, K] @ 2-D ``b`` [K, N] (``b`` the node's input
     ``bi``), a scalar ``za`` and a scalar or [N] ``zb``: int32 (``out_dt`` None) or requantized
     by ``mult`` [N] and ``yz`` into ``out_dt``; None where the compiled GEMM does not apply.
     ``planes`` P: the result in NCHW planes [M / P, N, P] (a convolution's output, no transpose).
     ``owner``: the array the cached packing is keyed on (default ``b``; a convolution's 4-D
-    weight, so that its [K, N] rearrangement is not kept once packed)."""
+    weight, so that its [K, N] rearrangement is not kept once packed). ``conv`` (C, H, W, KH, KW, OH,
+    OW, sh, sw, dh, dw, pt, pl): ``a`` is NCHW images and A their im2col rows, gathered block by block
+    as the GEMM packs them (never stored whole)."""
     # numpy arrays only: the kernels also run on the CUDA provider's device arrays (numpy path)
     if (_native is None or type(a) is not np.ndarray or type(b) is not np.ndarray
             or a.dtype not in (_I8, _U8) or b.dtype not in (_I8, _U8) or b.ndim != 2
@@ -435,7 +437,7 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pa
             or (zb is not None and zb.size != 1 and zb.shape != (b.shape[1],))):
         return None
     K, N = b.shape
-    M = a.size // K
+    M = a.size // K if conv is None else a.shape[0] * conv[5] * conv[6]
     yp = planes or 0
     key = b if owner is None else owner
     packed = ctx.cache.get(pack_key)
@@ -448,10 +450,10 @@ def _qgemm(ctx, bi, a, b, za, zb, out_dt=None, mult=None, yz=0, *, bias=None, pa
             ctx.cache[pack_key] = packed
     zbv = None if zb is None else np.ascontiguousarray(np.broadcast_to(zb.astype(np.int32), (N,)))
     ydt = np.int32 if out_dt is None else out_dt
-    y = np.empty((M // yp, N, yp) if yp else a.shape[:-1] + (N,), ydt)
+    y = np.empty((M // yp, N, yp) if yp else (M, N) if conv else a.shape[:-1] + (N,), ydt)
     mode = 0 if out_dt is None else (1 if out_dt == _U8 else 2)
     _native.qgemm(np.ascontiguousarray(a), a.dtype == _I8, 0 if za is None else int(za.reshape(())), packed[1],
-                  b.dtype == _I8, zbv, y, (M, K, N), mode, mult, int(yz), max(1, int(ctx.threads)), bias, yp)
+                  b.dtype == _I8, zbv, y, (M, K, N), mode, mult, int(yz), max(1, int(ctx.threads)), bias, yp, conv)
     return y
 
 
@@ -639,7 +641,7 @@ def _cached(ctx, key, ins, build):
 def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, group, st, dl, pb, pe, keep=None):
     """A 2-D, ungrouped QLinearConv on ``_native.qgemm`` against the weight as a packed
     [C*KH*KW, M] B, bias and per-channel requantization in its epilogue, Y written in NCHW
-    planes; A is the input's pixels as rows for a pointwise convolution, else im2col rows (numpy,
+    planes; A is the input's pixels as rows for a pointwise convolution, else im2col rows (gathered block by block inside the GEMM,
     padded with x's zero point: zeros after centering, as the numpy path pads). None where it does
     not apply (depthwise convolutions: ``_qlinear_conv_depthwise``; other grouped ones: numpy)."""
     if (_native is None or type(x) is not np.ndarray or type(w) is not np.ndarray or type(x_scale) is not np.ndarray
@@ -681,13 +683,25 @@ def _qlinear_conv_native(ctx, x, x_scale, xz, w, w_scale, wz, y_scale, yz, B, gr
     if ph < eh or pw < ew or min(pb) < 0:
         return None
     oh, ow = (ph - eh) // st[0] + 1, (pw - ew) // st[1] + 1
-    # compiled im2col (numpy's per-tap strided copies of C-byte runs cost more than the GEMM),
-    # rows in (kh, kw, c) order, padded with x's zero point: zeros after centering
-    cols = np.empty((n * oh * ow, kh * kw * c), x.dtype)
-    _native.qim2col(np.ascontiguousarray(x), cols, x.shape, (kh, kw), (oh, ow), tuple(st), tuple(dl), (pb[0], pb[1]),
-                    0 if xz is None else int(xz.reshape(())), max(1, int(ctx.threads)))
-    y = _qgemm(ctx, 3, cols, b, xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
-               const=const, planes=oh * ow, owner=w)  # Y written in NCHW planes
+    # an implicit GEMM: im2col rows in (kh, kw, c) order, padded with x's zero point (zeros after
+    # centering), gathered from an NHWC copy of x for each 8-row block as the GEMM packs A
+    conv = (c, x.shape[2], x.shape[3], kh, kw, oh, ow, st[0], st[1], dl[0], dl[1], pb[0], pb[1])
+    y = _qgemm(ctx, 3, x, b, xz, wz, yz.dtype, mult, int(yz.reshape(())), bias=bias, pack_key="qconv_b",
+               const=const, planes=oh * ow, owner=w, conv=conv)  # Y written in NCHW planes
+    packed = ctx.cache.get("qconv_b")
+    if keep is not None and packed is not None and packed[0] is w:
+        # the call with the packed weight and every vector worked out, kept for x of this shape
+        buf, ydt, P = packed[1], yz.dtype, oh * ow
+        zbv = None if wz is None else np.ascontiguousarray(np.broadcast_to(wz.astype(np.int32).reshape(-1), (M,)))
+        args = (x.dtype == _I8, 0 if xz is None else int(xz.reshape(())), buf, w.dtype == _I8, zbv)
+        rest = ((n * P, kh * kw * c, M), 1 if ydt == _U8 else 2, mult, int(yz.reshape(())))
+
+        def run(ctx, x):
+            y = np.empty((n, M, P), ydt)
+            _native.qgemm(np.ascontiguousarray(x), *args, y, *rest, max(1, int(ctx.threads)), bias, P, conv)
+            return y.reshape(n, M, oh, ow)
+
+        keep(run)
     return y.reshape(n, M, oh, ow)
 
 

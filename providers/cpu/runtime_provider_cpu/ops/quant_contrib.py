@@ -90,7 +90,8 @@ def _qlinear_add_native(ctx, a, ra, za, b, rb, zb, zc):
         return None
     y = np.empty(a.shape, a.dtype)
     _native.qadd_lut(np.ascontiguousarray(a), np.ascontiguousarray(b), got[1][0], got[1][1],
-                     float(zc) if zc is not None else 0.0, y, a.dtype == np.int8, a.size, max(1, int(ctx.threads)))
+                     float(zc) if zc is not None else 0.0, y, a.dtype == np.int8, a.size, max(1, int(ctx.threads)),
+                     (params[0], params[1] or 0, params[2], params[3] or 0))
     return y
 
 
