@@ -4,6 +4,8 @@ path it replaces and against onnxruntime."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -130,13 +132,14 @@ def test_mha_tiles_against_the_sgemm_form():
 
     if not getattr(_native, "CONV_FAST", 0) or not fused._sgemm_ready():
         pytest.skip("needs the AVX-512 build and SciPy's sgemm")
-    for B, S, H, dq, dv in [(2, 50, 3, 64, 64), (1, 300, 2, 40, 32), (1, 13, 2, 16, 48)]:
+    for (B, S, H, dq, dv), causal in itertools.product(
+            [(2, 50, 3, 64, 64), (1, 300, 2, 40, 32), (1, 13, 2, 16, 48)], (False, True)):
         W = H * (2 * dq + dv)
         qkv = rnd(B, S, W)
         ys = []
         for tiles in (False, True):
             y = np.full((B, S, H * dv), np.nan, np.float32)
-            _native.mha(qkv, (B, S, W, 0, H * dq, 2 * H * dq), (H, dq, dv), 0.2, False, None, None, None, None,
+            _native.mha(qkv, (B, S, W, 0, H * dq, 2 * H * dq), (H, dq, dv), 0.2, causal, None, None, None, None,
                         y, 2, tiles)
             ys.append(y)
         np.testing.assert_allclose(ys[1], ys[0], rtol=1e-5, atol=1e-6)

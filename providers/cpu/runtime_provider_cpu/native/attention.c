@@ -220,37 +220,41 @@ static void mt_part(void *arg, int part, int parts)
     for (Py_ssize_t u = u0; u < u1; u++) {
         const Py_ssize_t bh = u / np_, b = bh / j->H, h = bh - b * j->H;
         const Py_ssize_t s0 = (u - bh * np_) * LN_RP, nr = S - s0 < LN_RP ? S - s0 : LN_RP;
+        /* the keys this panel reads: with the causal cut, none past its last row (their
+           probabilities are exact zeros: the same sums) */
+        const Py_ssize_t T = j->causal ? s0 + nr : S;
         const float *q = j->q + b * j->xb + s0 * j->xs + h * dq;
         for (Py_ssize_t d = 0; d < dq; d++)
             for (Py_ssize_t p = 0; p < LN_RP; p++)
                 qp[d * LN_RP + p] = p < nr ? q[p * j->xs + d] * j->scale : 0.0f;
         const float *kp = t->kp + bh * t->kps, *vp = t->vp + bh * t->vps;
-        for (Py_ssize_t cb = 0; cb < Sp / 32; cb++)
+        for (Py_ssize_t cb = 0; cb < (T + 31) / 32; cb++)
             ln_tiles[nr](qp, kp + cb * dq * 32, dq, 32, z + cb * 32, Sp, NULL, 1, NULL, 0, 0, NULL);
         for (Py_ssize_t p = 0; p < nr; p++) {
             const Py_ssize_t s = s0 + p;
             float *zr = z + p * Sp;
             if (j->m1) {
                 const float *m = j->m1 + b * j->m1b + h * j->m1h + s * j->m1s;
-                for (Py_ssize_t i = 0; i < S; i++)
+                for (Py_ssize_t i = 0; i < T; i++)
                     zr[i] += m[i];
             }
             if (j->causal)
-                for (Py_ssize_t i = s + 1; i < S; i++)
+                for (Py_ssize_t i = s + 1; i < T; i++)
                     zr[i] = -FLT_MAX;
             if (j->m2) {
                 const float *m = j->m2 + b * j->m2b + h * j->m2h + s * j->m2s;
-                for (Py_ssize_t i = 0; i < S; i++)
+                for (Py_ssize_t i = 0; i < T; i++)
                     zr[i] += m[i];
             }
-            softmax_rows(zr, 1, S);
+            softmax_rows(zr, 1, T);
         }
+        /* the rows Sp apart, all Sp terms packed (those past T are not read) */
         ln_pack_job pj = {z, pp, nr, Sp};
         ln_pack_part(&pj, 0, 1);
         float *y = j->y + b * S * yw + s0 * yw + h * j->dv;
         for (Py_ssize_t cb = 0; cb < j->dv / 32; cb++)
-            for (Py_ssize_t k0 = 0; k0 < S; k0 += LN_KC) {
-                const Py_ssize_t kn = S - k0 < LN_KC ? S - k0 : LN_KC;
+            for (Py_ssize_t k0 = 0; k0 < T; k0 += LN_KC) {
+                const Py_ssize_t kn = T - k0 < LN_KC ? T - k0 : LN_KC;
                 ln_tiles[nr](pp + k0 * LN_RP, vp + (cb * S + k0) * 32, kn, 32, y + cb * 32, yw, NULL, k0 == 0,
                              NULL, 0, 0, NULL);
             }
