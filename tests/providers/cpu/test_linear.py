@@ -132,6 +132,27 @@ def test_linear_against_float64_on_any_thread_count(R, K, N, packed):
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
 
 
+@pytest.mark.parametrize("K", [5, 16, 40, 769])
+def test_whole_row_panels_sum_as_single_rows(K):
+    """Whole 12-row panels of A are packed 16 terms at a time on AVX-512 CPUs (a register
+    transpose), a short panel (one row) by the scalar loop: every element is the same sum
+    either way, so the rows computed together and one at a time agree bit for bit."""
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear
+
+    R, N = 26, 70  # two whole panels and a short one
+    a, w, bias = rnd(R, K), rnd(K, N), rnd(N)
+    wp = _pack_linear(w, False)
+    y = np.full((R, N), np.nan, np.float32)
+    _native.linear(a, wp, bias, y, (R, K, N), 2, True)
+    for r in range(R):
+        yr = np.full((1, N), np.nan, np.float32)
+        _native.linear(a[r:r + 1], wp, bias, yr, (1, K, N), 1, True)
+        assert np.array_equal(yr[0], y[r]), r
+    ref = a.astype(np.float64) @ w.astype(np.float64) + bias
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
+
+
 def test_pack_linear_layout():
     from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear
 

@@ -4,6 +4,8 @@ path it replaces and against onnxruntime."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
@@ -68,7 +70,7 @@ def test_mha_matches_the_numpy_path_and_onnxruntime(case, threads, spy_native, m
 
     B, S, D, H, names, extra, attrs = CASES[case]
     seen = []
-    spy_native("mha", lambda args: seen.append(args[-1]))
+    spy_native("mha", lambda args: seen.append(args[10]))  # threads
     cpu_policy(mha_kernel="native")  # where it applies; the numpy path below
     m, inputs = _model(B, S, D, H, names, extra(B, S) if extra else None, **attrs)
     ours = _run(m, inputs, threads)
@@ -79,6 +81,68 @@ def test_mha_matches_the_numpy_path_and_onnxruntime(case, threads, spy_native, m
     np.testing.assert_allclose(ours, numpy_, rtol=1e-5, atol=1e-5)
     if "ab" not in inputs or inputs["ab"].shape[1] == H and inputs["ab"].shape[0] in (1, B):
         assert_close([ours], run_oracle(m, inputs), 1e-4, 1e-5)
+
+
+TILE_CASES = [
+    # (B, S, D, H, names, extra-maker, attrs): value heads of 32 or 64 (whole column panels)
+    (1, 37, 64, 2, (), None, {}),
+    (2, 12, 64, 1, (), None, {"unidirectional": 1}),
+    (2, 29, 128, 2, ("m",), lambda B, S: {"m": (RNG.random((B, S)) > 0.3).astype(np.int32)}, {}),
+    (3, 25, 96, 3, ("m",), lambda B, S: {"m": np.array([4, 25, 1], np.int32)}, {"unidirectional": 1}),
+    (2, 14, 64, 2, ("m", "", "ab"), lambda B, S: {"m": (RNG.random((B, S, S)) > 0.4).astype(np.int32),
+                                                  "ab": rnd(1, 2, S, S)}, {"scale": 0.3}),
+    # more keys than one chunk of the value product (256 terms), the last row panel short
+    (1, 601, 64, 2, (), None, {}),
+    (1, 263, 96, 3, ("m", "", "ab"), lambda B, S: {"m": (RNG.random((B, S)) > 0.2).astype(np.int32),
+                                                   "ab": rnd(1, 3, S, S)}, {"unidirectional": 1}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(TILE_CASES)))
+@pytest.mark.parametrize("threads", [1, 3])
+def test_mha_tiles_match_the_numpy_path_and_onnxruntime(case, threads, spy_native, monkeypatch, cpu_policy):
+    """The tiles form (the Linear's 12 x 32 tiles, AVX-512 builds) against the numpy path and
+    onnxruntime, and the same bits on any thread count."""
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops import fused
+
+    if not getattr(_native, "CONV_FAST", 0):
+        pytest.skip("the tiles form runs on AVX-512 builds only")
+    B, S, D, H, names, extra, attrs = TILE_CASES[case]
+    seen = []
+    spy_native("mha", lambda args: seen.append(args[11:]))
+    cpu_policy(mha_kernel="tiles", linear_kernel="packed")
+    m, inputs = _model(B, S, D, H, names, extra(B, S) if extra else None, **attrs)
+    ours = _run(m, inputs, threads)
+    assert seen == [(True,)]
+    assert np.array_equal(_run(m, inputs, 2), ours)
+    monkeypatch.setattr(fused, "_MHA_NATIVE", False)
+    numpy_ = _run(m, inputs, threads)
+    assert len(seen) == 2
+    # float32 sums in another order, over head widths of up to 64 (outputs up to ~10)
+    np.testing.assert_allclose(ours, numpy_, rtol=1e-5, atol=1e-5 * np.abs(numpy_).max())
+    assert_close([ours], run_oracle(m, inputs), 1e-4, 1e-5 * np.abs(numpy_).max())
+
+
+def test_mha_tiles_against_the_sgemm_form():
+    """``_native.mha(..., tiles=True)`` and the sgemm form on the same projections: the same
+    attention (sums in another order); a value width the tiles do not take runs the sgemm form."""
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.ops import fused
+
+    if not getattr(_native, "CONV_FAST", 0) or not fused._sgemm_ready():
+        pytest.skip("needs the AVX-512 build and SciPy's sgemm")
+    for (B, S, H, dq, dv), causal in itertools.product(
+            [(2, 50, 3, 64, 64), (1, 300, 2, 40, 32), (1, 13, 2, 16, 48)], (False, True)):
+        W = H * (2 * dq + dv)
+        qkv = rnd(B, S, W)
+        ys = []
+        for tiles in (False, True):
+            y = np.full((B, S, H * dv), np.nan, np.float32)
+            _native.mha(qkv, (B, S, W, 0, H * dq, 2 * H * dq), (H, dq, dv), 0.2, causal, None, None, None, None,
+                        y, 2, tiles)
+            ys.append(y)
+        np.testing.assert_allclose(ys[1], ys[0], rtol=1e-5, atol=1e-6)
 
 
 def test_mha_same_bits_on_any_thread_count(cpu_policy):

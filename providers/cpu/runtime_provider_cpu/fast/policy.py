@@ -52,7 +52,7 @@ class Policy:
     #: ... Conv "im2col", "im2col_sgemm", "winograd", "direct", "pointwise", "depthwise" or
     #: "depthwise_lanes" (``fast/conv.py``) ...
     conv_kernel: str = ""
-    #: ... Attention's heads "numpy" or "native" (``ops/fused.py``)
+    #: ... Attention's heads "numpy", "native" (sgemm calls) or "tiles" (the Linear's tiles) (``ops/fused.py``)
     mha_kernel: str = ""
     #: ... MatMulNBits "dequant" (a float copy of the weight, BLAS) or "native" (``_native.nbits_matmul``
     #: on the 4-bit codes; ``ops/quant_contrib.py``)

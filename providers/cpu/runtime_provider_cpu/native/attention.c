@@ -129,16 +129,186 @@ static Py_ssize_t mh_rows(Py_ssize_t heads, Py_ssize_t S, Py_ssize_t min_blocks)
     return (S + nrb - 1) / nrb;
 }
 
+/* mha on the Linear's 12 x 32 tiles (ln_tiles) instead of sgemm calls: k^T and v of every
+ * (batch, head) packed once as the Linear's weights ([ceil(S / 32)][dq][32], [dv / 32][S][32]),
+ * then a unit is one 12-row panel of queries: q (scaled) packed [dq][12], its scores
+ * (12 x S, in L1 / L2) by the tiles, the mask / causal cut / bias and the softmax row by row,
+ * the probabilities packed [S][12] (ln_pack_part) and p v by the tiles straight into y. The
+ * sgemm calls packed k, the scores and v again for every block of rows and zeroed each
+ * product first. dv a multiple of 32 (whole column panels of y). */
+typedef struct {
+    const mh_job *j;
+    float *kp, *vp;          /* packed k^T and v, a (b, h) every kps / vps floats */
+    Py_ssize_t Sp, kps, vps; /* Sp: S rounded up to 32 */
+    int oom;
+} mt_job;
+
+#if DWF_OK
+/* kp[cb][d][c] = k[32 cb + c][d] for dq a multiple of 16: blocks of 16 keys x 16 dims
+   transposed in registers (rc_tr16_ps), zeros past S */
+DWF_TARGET static void mt_pack_k16(float *restrict kp, const float *restrict k, Py_ssize_t S, Py_ssize_t Sp,
+                                   Py_ssize_t dq, Py_ssize_t xs)
+{
+    for (Py_ssize_t s0 = 0; s0 < Sp; s0 += 16) {
+        float *dst = kp + (s0 / 32) * dq * 32 + (s0 % 32);
+        for (Py_ssize_t d0 = 0; d0 < dq; d0 += 16) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = s0 + i < S ? _mm512_loadu_ps(k + (s0 + i) * xs + d0) : _mm512_setzero_ps();
+            rc_tr16_ps(r);
+            for (int i = 0; i < 16; i++)
+                _mm512_storeu_ps(dst + (d0 + i) * 32, r[i]);
+        }
+    }
+}
+#endif
+
+static void mt_pack(void *arg, int part, int parts)
+{
+    const mt_job *t = (const mt_job *)arg;
+    const mh_job *j = t->j;
+    const Py_ssize_t heads = j->B * j->H, u0 = heads * part / parts, u1 = heads * (part + 1) / parts;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        const Py_ssize_t b = u / j->H, h = u - b * j->H;
+        const float *k = j->k + b * j->xb + h * j->dq, *v = j->v + b * j->xb + h * j->dv;
+        float *kp = t->kp + u * t->kps, *vp = t->vp + u * t->vps;
+        /* kp[cb][d][c] = k[32 cb + c][d], zeros past S */
+#if DWF_OK
+        if (j->dq % 16 == 0) {
+            mt_pack_k16(kp, k, j->S, t->Sp, j->dq, j->xs);
+            goto values;
+        }
+#endif
+        for (Py_ssize_t cb = 0; cb < t->Sp / 32; cb++)
+            for (Py_ssize_t c = 0; c < 32; c++) {
+                const Py_ssize_t s = cb * 32 + c;
+                float *dst = kp + cb * j->dq * 32 + c;
+                if (s < j->S)
+                    for (Py_ssize_t d = 0; d < j->dq; d++)
+                        dst[d * 32] = k[s * j->xs + d];
+                else
+                    for (Py_ssize_t d = 0; d < j->dq; d++)
+                        dst[d * 32] = 0.0f;
+            }
+#if DWF_OK
+    values:
+#endif
+        /* vp[cb][s][c] = v[s][32 cb + c] */
+        for (Py_ssize_t cb = 0; cb < j->dv / 32; cb++)
+            for (Py_ssize_t s = 0; s < j->S; s++)
+                memcpy(vp + (cb * j->S + s) * 32, v + s * j->xs + cb * 32, 32 * sizeof(float));
+    }
+}
+
+static void mt_part(void *arg, int part, int parts)
+{
+    mt_job *t = (mt_job *)arg;
+    const mh_job *j = t->j;
+    const Py_ssize_t S = j->S, Sp = t->Sp, dq = j->dq, np_ = (S + LN_RP - 1) / LN_RP;
+    const Py_ssize_t units = j->B * j->H * np_, u0 = units * part / parts, u1 = units * (part + 1) / parts;
+    if (u0 >= u1)
+        return;
+    const Py_ssize_t yw = j->H * j->dv;
+    /* the scores (12 x Sp), q's panel (dq x 12), the probabilities' panel (Sp x 12) */
+    const size_t zn = sizeof(float) * ((size_t)LN_RP * (size_t)Sp * 2 + (size_t)dq * LN_RP + 16);
+    float *z = (float *)rc_work(zn);
+    if (!z) {
+        __atomic_store_n(&t->oom, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *pp = z + LN_RP * Sp, *qp = pp + LN_RP * Sp;
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        const Py_ssize_t bh = u / np_, b = bh / j->H, h = bh - b * j->H;
+        const Py_ssize_t s0 = (u - bh * np_) * LN_RP, nr = S - s0 < LN_RP ? S - s0 : LN_RP;
+        /* the keys this panel reads: with the causal cut, none past its last row (their
+           probabilities are exact zeros: the same sums) */
+        const Py_ssize_t T = j->causal ? s0 + nr : S;
+        const float *q = j->q + b * j->xb + s0 * j->xs + h * dq;
+        for (Py_ssize_t d = 0; d < dq; d++)
+            for (Py_ssize_t p = 0; p < LN_RP; p++)
+                qp[d * LN_RP + p] = p < nr ? q[p * j->xs + d] * j->scale : 0.0f;
+        const float *kp = t->kp + bh * t->kps, *vp = t->vp + bh * t->vps;
+        for (Py_ssize_t cb = 0; cb < (T + 31) / 32; cb++)
+            ln_tiles[nr](qp, kp + cb * dq * 32, dq, 32, z + cb * 32, Sp, NULL, 1, NULL, 0, 0, NULL);
+        for (Py_ssize_t p = 0; p < nr; p++) {
+            const Py_ssize_t s = s0 + p;
+            float *zr = z + p * Sp;
+            if (j->m1) {
+                const float *m = j->m1 + b * j->m1b + h * j->m1h + s * j->m1s;
+                for (Py_ssize_t i = 0; i < T; i++)
+                    zr[i] += m[i];
+            }
+            if (j->causal)
+                for (Py_ssize_t i = s + 1; i < T; i++)
+                    zr[i] = -FLT_MAX;
+            if (j->m2) {
+                const float *m = j->m2 + b * j->m2b + h * j->m2h + s * j->m2s;
+                for (Py_ssize_t i = 0; i < T; i++)
+                    zr[i] += m[i];
+            }
+            softmax_rows(zr, 1, T);
+        }
+        /* the rows Sp apart, all Sp terms packed (those past T are not read) */
+        ln_pack_job pj = {z, pp, nr, Sp};
+        ln_pack_part(&pj, 0, 1);
+        float *y = j->y + b * S * yw + s0 * yw + h * j->dv;
+        for (Py_ssize_t cb = 0; cb < j->dv / 32; cb++)
+            for (Py_ssize_t k0 = 0; k0 < T; k0 += LN_KC) {
+                const Py_ssize_t kn = T - k0 < LN_KC ? T - k0 : LN_KC;
+                ln_tiles[nr](pp + k0 * LN_RP, vp + (cb * S + k0) * 32, kn, 32, y + cb * 32, yw, NULL, k0 == 0,
+                             NULL, 0, 0, NULL);
+            }
+    }
+    rc_work_done(z, zn);
+}
+
+static PyObject *mt_run(mh_job *j, int threads, Py_buffer *v, int nbuf)
+{
+    mt_job t = {j, NULL, NULL, (j->S + 31) / 32 * 32, 0, 0, 0};
+    t.kps = t.Sp * j->dq;
+    t.vps = j->S * j->dv;
+    const Py_ssize_t heads = j->B * j->H;
+    rc_sz sz = {NULL};
+    sz_mul3(&sz, "the packed keys and values", heads, t.kps + t.vps, RC_F32);
+    if (sz_check(&sz, "mha", PyExc_MemoryError) < 0) {
+        release_buffers(v, nbuf);
+        return NULL;
+    }
+    float *kv = (float *)malloc(sizeof(float) * (size_t)heads * (size_t)(t.kps + t.vps));
+    if (!kv) {
+        release_buffers(v, nbuf);
+        return PyErr_NoMemory();
+    }
+    t.kp = kv;
+    t.vp = kv + heads * t.kps;
+    const Py_ssize_t np_ = (j->S + LN_RP - 1) / LN_RP;
+    const double work = 2.0 * (double)heads * (double)j->S * (double)j->S * (double)(j->dq + j->dv);
+    int pth = threads;
+    const int pparts = rc_parts((double)heads * (double)(t.kps + t.vps) * 4.0, 2.5e5, heads, &pth);
+    const int parts = rc_parts(work, 2.5e5, heads * np_, &threads);
+    Py_BEGIN_ALLOW_THREADS
+    rc_parallel(mt_pack, &t, pparts, pth);
+    rc_parallel(mt_part, &t, parts, threads);
+    Py_END_ALLOW_THREADS
+    free(kv);
+    release_buffers(v, nbuf);
+    if (t.oom)
+        return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
 PyObject *rc_py_mha(PyObject *self, PyObject *args)
 {
     PyObject *xo, *yo, *m1o, *m1d, *m2o, *m2d;
     Py_ssize_t B, S, W, oq, ok, ov, H, dq, dv;
     float scale;
-    int causal, threads;
-    if (!PyArg_ParseTuple(args, "O(nnnnnn)(nnn)fpOOOOOi:mha", &xo, &B, &S, &W, &oq, &ok, &ov, &H, &dq,
-                          &dv, &scale, &causal, &m1o, &m1d, &m2o, &m2d, &yo, &threads))
+    int causal, threads, tiles = 0;
+    if (!PyArg_ParseTuple(args, "O(nnnnnn)(nnn)fpOOOOOi|p:mha", &xo, &B, &S, &W, &oq, &ok, &ov, &H, &dq,
+                          &dv, &scale, &causal, &m1o, &m1d, &m2o, &m2d, &yo, &threads, &tiles))
         return NULL;
-    if (!rc_sgemm) {
+    /* the tiles where they apply (an AVX-512 CPU, whole 32-column panels of a head's output) */
+    tiles = tiles && rc_conv_fast && dv % 32 == 0;
+    if (!tiles && !rc_sgemm) {
         PyErr_SetString(PyExc_RuntimeError, "mha: no sgemm (set_sgemm was not called)");
         return NULL;
     }
@@ -176,6 +346,8 @@ PyObject *rc_py_mha(PyObject *self, PyObject *args)
     j.B = B, j.H = H, j.S = S, j.dq = dq, j.dv = dv;
     j.scale = scale;
     j.causal = causal;
+    if (tiles)
+        return mt_run(&j, threads, v, 4);
     /* causal: blocks of at most MH_CAUSAL_ROWS rows, the finer the more masked work is skipped */
     const Py_ssize_t heads = B * H;
     j.rb = mh_rows(heads, S, causal ? (S + MH_CAUSAL_ROWS - 1) / MH_CAUSAL_ROWS : 1);

@@ -358,34 +358,6 @@ typedef struct {
     const rc_act *act;    /* after the clip, or NULL */
 } dwl_job;
 
-/* r[i][k] -> r[k][i]: unpacks within 128-bit lanes, then lanes across four rows at a time */
-DWF_TARGET static inline void dwl_tr16(__m512 *r)
-{
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    /* r[4g + q], 128-bit lane L: rows 4g..4g+3 of column 4L + q */
-    for (int q = 0; q < 4; q++) {
-        const __m512 u0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), u1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
-        const __m512 u2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
-                     u3 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
-        t[q] = _mm512_shuffle_f32x4(u0, u2, 0x88);
-        t[8 + q] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
-        t[4 + q] = _mm512_shuffle_f32x4(u1, u3, 0x88);
-        t[12 + q] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
-    }
-    for (int i = 0; i < 16; i++)
-        r[i] = t[i];
-}
-
 /* block q (image q / CB, channels (q % CB) * 16 ...): fill, taps, copy-out */
 DWF_TARGET static void dwl_block(const dwl_job *j, float *in, float *out, Py_ssize_t q)
 {
@@ -404,7 +376,7 @@ DWF_TARGET static void dwl_block(const dwl_job *j, float *in, float *out, Py_ssi
             const __mmask16 m = dwf_mask(wc - col);
             for (Py_ssize_t c = 0; c < 16; c++)
                 t[c] = c < nc ? _mm512_maskz_loadu_ps(m, xb + c * H * W + r * W + col) : _mm512_setzero_ps();
-            dwl_tr16(t);
+            rc_tr16_ps(t);
             const Py_ssize_t e = wc - col < 16 ? wc - col : 16;
             for (Py_ssize_t i = 0; i < e; i++)
                 _mm512_store_ps(d + (col + i) * 16, t[i]);
@@ -446,7 +418,7 @@ DWF_TARGET static void dwl_block(const dwl_job *j, float *in, float *out, Py_ssi
         const Py_ssize_t e = P - p < 16 ? P - p : 16;
         for (Py_ssize_t i = 0; i < 16; i++)
             t[i] = i < e ? _mm512_load_ps(out + (p + i) * 16) : _mm512_setzero_ps();
-        dwl_tr16(t);
+        rc_tr16_ps(t);
         const __mmask16 m = dwf_mask(e);
         for (Py_ssize_t c = 0; c < nc; c++)
             _mm512_mask_storeu_ps(yb + c * P + p, m, t[c]);

@@ -114,6 +114,29 @@ static void ln_pack_w(const ln_job *j, Py_ssize_t cb, Py_ssize_t k0, Py_ssize_t 
     }
 }
 
+#if DWF_OK
+/* a whole panel's first K - K % 16 terms, 16 at a time: the 12 rows' vectors (and 4 of zeros)
+   transposed in registers, each term's 12 floats one store (the scalar loop below was 6-8% of
+   a Linear's time at K = 768-1536: docs/performance.md); returns the terms done */
+DWF_TARGET static Py_ssize_t ln_pack12_avx512(float *restrict dst, const float *restrict src, Py_ssize_t K)
+{
+    Py_ssize_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m512 r[16];
+        for (int p = 0; p < LN_RP; p++)
+            r[p] = _mm512_loadu_ps(src + p * K + k);
+        for (int p = LN_RP; p < 16; p++)
+            r[p] = _mm512_setzero_ps();
+        rc_tr16_ps(r);
+        /* in order, each store's last 4 lanes rewritten by the next; the last one masked */
+        for (int i = 0; i < 15; i++)
+            _mm512_storeu_ps(dst + (k + i) * LN_RP, r[i]);
+        _mm512_mask_storeu_ps(dst + (k + 15) * LN_RP, (__mmask16)0x0fff, r[15]);
+    }
+    return k;
+}
+#endif
+
 void ln_pack_part(void *arg, int part, int parts)
 {
     const ln_pack_job *j = (const ln_pack_job *)arg;
@@ -126,8 +149,13 @@ void ln_pack_part(void *arg, int part, int parts)
         const Py_ssize_t r0 = q * LN_RP, nr = R - r0 < LN_RP ? R - r0 : LN_RP;
         const float *src = a + r0 * K;
         if (nr == LN_RP) {
+            Py_ssize_t k0 = 0;
+#if DWF_OK
+            if (rc_conv_fast)
+                k0 = ln_pack12_avx512(dst, src, K);
+#endif
             /* 12 rows read side by side, the panel written in order */
-            for (Py_ssize_t k = 0; k < K; k++)
+            for (Py_ssize_t k = k0; k < K; k++)
                 for (int p = 0; p < LN_RP; p++)
                     dst[k * LN_RP + p] = src[p * K + k];
             continue;

@@ -236,11 +236,13 @@ static PyMethodDef methods[] = {
      "y (M x P) = act(clip(w x + b (+ z), lo, hi)) in float32 on the kernel threads, w packed in\n"
      "12-row panels [ceil(M / 12)][C][12] (zeros past M); N images: x N x C x P, y and z N x M x P."},
     {"mha", rc_py_mha, METH_VARARGS,
-     "mha(qkv, (B, S, W, oq, ok, ov), (H, dq, dv), scale, causal, mask, mask_dims, bias, bias_dims, y, threads)\n"
+     "mha(qkv, (B, S, W, oq, ok, ov), (H, dq, dv), scale, causal, mask, mask_dims, bias, bias_dims, y, threads,\n"
+     "    tiles=False)\n"
      "Multi-head attention from the projected (B, S, W) float32 qkv (heads' columns from oq, ok,\n"
      "ov): softmax(q k^T * scale + mask [causal cut] + bias) v into y (B, S, H * dv); mask and bias\n"
      "(or None) are float32 (db, dh, ds, S) with each d 1 or full. Single-threaded sgemm calls\n"
-     "(set_sgemm's) on the kernel threads, a unit a (batch, head, block of rows)."},
+     "(set_sgemm's) on the kernel threads, a unit a (batch, head, block of rows); with tiles (on an\n"
+     "AVX-512 CPU, dv a multiple of 32) the Linear's 12 x 32 tiles instead, a unit 12 query rows."},
     {"bmm", rc_py_bmm, METH_VARARGS,
      "bmm(a, b, y, (batch, M, K, N, a_batched, b_batched), transA, transB, alpha, threads)\n"
      "y[i] (M x N) = alpha * op(a[i]) op(b[i]) for C-contiguous float32 row-major matrices (op: the\n"

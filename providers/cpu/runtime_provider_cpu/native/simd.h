@@ -113,6 +113,35 @@ DWF_TARGET static inline __mmask16 dwf_mask(Py_ssize_t n)
 {
     return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1u);
 }
+
+/* a 16 x 16 float transpose, r[i][k] -> r[k][i]: unpacks within 128-bit lanes, then lanes across
+   four rows at a time (the depthwise lanes' layout changes, the Linear's row panels) */
+DWF_TARGET static inline void rc_tr16_ps(__m512 *r)
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    /* r[4g + q], 128-bit lane L: rows 4g..4g+3 of column 4L + q */
+    for (int q = 0; q < 4; q++) {
+        const __m512 u0 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88), u1 = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
+        const __m512 u2 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88),
+                     u3 = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
+        t[q] = _mm512_shuffle_f32x4(u0, u2, 0x88);
+        t[8 + q] = _mm512_shuffle_f32x4(u0, u2, 0xdd);
+        t[4 + q] = _mm512_shuffle_f32x4(u1, u3, 0x88);
+        t[12 + q] = _mm512_shuffle_f32x4(u1, u3, 0xdd);
+    }
+    for (int i = 0; i < 16; i++)
+        r[i] = t[i];
+}
 #else
 #define DWF_OK 0
 #endif

@@ -599,8 +599,9 @@ def _add_into(z, other):
 
 
 #: Attention after its projection on ``_native.mha`` (a unit a head on the kernel threads,
-#: single-threaded sgemm calls) is a candidate where SciPy's BLAS is found (measured against
-#: numpy's batched matmuls: ``_mha_kernel``)
+#: single-threaded sgemm calls) is a candidate where SciPy's BLAS is found, and its "tiles" form
+#: (the Linear's 12 x 32 tiles, a unit 12 query rows) on AVX-512 builds where a head's value
+#: width is a multiple of 32 (both measured against numpy's batched matmuls: ``_mha_kernel``)
 _MHA_NATIVE = True
 
 
@@ -616,11 +617,12 @@ def _check_attention_bias(attention_bias, scores):
                          f"the scores' shape {scores}")
 
 
-def _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, filt, unidirectional, attention_bias):
+def _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, filt, unidirectional, attention_bias,
+                tiles=False):
     """``_native.mha`` on the projected (b, s, W) float32 ``proj`` (ours, contiguous): the same
-    sums as the numpy path below, in another order. The mask (from ``_mask_bias``) and a
-    checked attention bias have dims of 1 or full: the kernel takes them as they are, their
-    last axis broadcast to s."""
+    sums as the numpy path below, in another order (``tiles``: on the Linear's tiles instead of
+    sgemm calls). The mask (from ``_mask_bias``) and a checked attention bias have dims of 1 or
+    full: the kernel takes them as they are, their last axis broadcast to s."""
     def full_t(a):
         a = np.ascontiguousarray(np.broadcast_to(a, a.shape[:3] + (s,)), dtype=np.float32)
         return a, a.shape[:3]
@@ -632,7 +634,7 @@ def _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, filt, unidire
         m2, d2 = full_t(attention_bias)
     y = np.empty((b, s, h * dv), np.float32)
     _native.mha(proj, (b, s, proj.shape[-1], 0, sizes[0], sizes[0] + sizes[1]), (h, dq, dv), float(sc),
-                bool(unidirectional), m1, d1, m2, d2, y, getattr(ctx, "threads", 1))
+                bool(unidirectional), m1, d1, m2, d2, y, getattr(ctx, "threads", 1), bool(tiles))
     return y
 
 
@@ -662,13 +664,14 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
         _check_attention_bias(attention_bias, (b, h, s, s))
     heads = (proj, b, s, sizes, h, dq, dv, sc, mask_index, mask_filter_value, unidirectional, attention_bias)
     if _native is not None and type(proj) is np.ndarray and proj.dtype == np.float32 and b * s:
-        if _mha_kernel(ctx, *heads) == "native":
-            return _mha_native(ctx, *heads).astype(x.dtype, copy=False)
+        kind = _mha_kernel(ctx, *heads)
+        if kind != "numpy":
+            return _mha_native(ctx, *heads, tiles=kind == "tiles").astype(x.dtype, copy=False)
     return _mha_numpy(*heads).astype(x.dtype, copy=False)
 
 
 def _mha_kernel(ctx, proj, b, s, sizes, h, dq, dv, *rest):
-    """"native" (``_native.mha``) or "numpy" (batched matmuls, the library call) for this
+    """"native" (``_native.mha``), "tiles" (its tiles form) or "numpy" (batched matmuls, the library call) for this
     node's shape: forced by the policy, cached, or measured on ``proj`` (each candidate on a
     copy: numpy's path scales q in place)."""
     cache = getattr(ctx, "cache", None)
@@ -680,11 +683,14 @@ def _mha_kernel(ctx, proj, b, s, sizes, h, dq, dv, *rest):
     if (_MHA_NATIVE and proj.flags.c_contiguous and sizes[0] % h == 0 and sizes[2] % h == 0
             and _sgemm_ready()):
         names.append("native")
+    if (_MHA_NATIVE and proj.flags.c_contiguous and sizes[0] % h == 0 and sizes[2] % h == 0 and dv % 32 == 0
+            and getattr(_native, "CONV_FAST", 0)):
+        names.append("tiles")
     threads = getattr(ctx, "threads", 1)
     key = _autotune.cache_key("mha", shape, "float32", threads)
     name = _autotune.decide("mha", key, names, "numpy", getattr(ctx, "tune", True))
     if name is None:
-        copies = [proj.copy() for _ in range(2 * (1 + _autotune.ROUNDS))]
+        copies = [proj.copy() for _ in range(len(names) * (1 + _autotune.ROUNDS))]
 
         def runner(fn):
             def run():
@@ -692,9 +698,10 @@ def _mha_kernel(ctx, proj, b, s, sizes, h, dq, dv, *rest):
                 fn(p)
             return run
 
-        name, _ = _autotune.measure(key, {
-            "numpy": runner(lambda p: _mha_numpy(p, b, s, sizes, h, dq, dv, *rest)),
-            "native": runner(lambda p: _mha_native(ctx, p, b, s, sizes, h, dq, dv, *rest))})
+        runs = {"numpy": lambda p: _mha_numpy(p, b, s, sizes, h, dq, dv, *rest),
+                "native": lambda p: _mha_native(ctx, p, b, s, sizes, h, dq, dv, *rest),
+                "tiles": lambda p: _mha_native(ctx, p, b, s, sizes, h, dq, dv, *rest, tiles=True)}
+        name, _ = _autotune.measure(key, {n: runner(runs[n]) for n in names})
     _autotune.note(ctx, f"batch {b} sequence {s}", name)
     if cache is not None:
         cache.setdefault("mha", {})[shape] = name
