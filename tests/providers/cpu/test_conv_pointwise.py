@@ -148,10 +148,14 @@ def test_pointwise_lanes_same_bits_on_any_thread_count(M, K, P):
         outs.append(y)
     for y in outs[1:]:
         assert np.array_equal(y, outs[0])  # each element summed the same way by any thread
-    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-5)
+    # float32 sums of K products: the rounding bound (K + 2) eps * sum |terms|, whatever the data
+    # (a fixed rtol/atol failed at K = 300 for data a different test order drew)
+    bound = (K + 2) * np.finfo(np.float32).eps * (np.abs(w).astype(np.float64) @ np.abs(x) + np.abs(b)[:, None]
+                                                   + np.abs(z))
+    assert (np.abs(outs[0] - ref) <= bound).all()
     y = np.empty((M, P), np.float32)
     _native.pointwise_lanes(wp, x, None, None, y, (M, K, P), -np.inf, np.inf, 2)
-    np.testing.assert_allclose(y, w.astype(np.float64) @ x, rtol=1e-5, atol=1e-4)
+    assert (np.abs(y - w.astype(np.float64) @ x) <= bound).all()
 
 
 @pytest.mark.parametrize("N,M,K,P,act", [(3, 40, 64, 300, -1), (8, 600, 96, 49, 2), (2, 13, 300, 33, 0),
