@@ -177,6 +177,51 @@ def test_quantized_mlp_matches_onnxruntime(cpu_policy, tool, symmetric, bs):
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-5 * scale)
 
 
+def _abs_terms_weight(inits, K, N, bs):
+    """|q| s + |z| s, [K, N]: the per-column loop sums q a per block and subtracts z s sum(a) once,
+    so its float32 rounding is bounded by the two terms' magnitudes, not by |(q - z) s|."""
+    nb = -(-K // bs)
+    q = qc._unpack4(inits["b"].reshape(N, nb, bs // 2), bs).astype(np.float64)
+    z = np.abs(qc._nbits_zeros(inits.get("z"), N, nb, "t")).astype(np.float64)
+    s = inits["s"].reshape(N, nb, 1).astype(np.float64)
+    return ((q + z) * s).reshape(N, nb * bs)[:, :K].T
+
+
+# the per-column path called directly: every row count it takes, both thread counts, the loop this
+# CPU runs (AVX-512 from blocks of 32) and the portable clones, against the dequantized weight in float64
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("loop", ["cpu", "portable"])
+@pytest.mark.parametrize("K,N,bs,zp,bias", [
+    (768, 77, 32, None, False),        # GPT-2's K; N not a multiple of the 4 columns in flight nor of 16
+    (200, 45, 64, "packed", True),     # K not a multiple of the block
+    (100, 19, 32, "float", True),      # a K tail inside a 32-term step
+    (300, 33, 128, "packed", False),
+    (520, 40, 256, "float", True),
+    (80, 21, 16, "packed", True),      # blocks of 16: the portable clones on every CPU
+    (1000, 5, 32, None, True),         # fewer columns than one unit; nb past 16 for the zero-point sums
+])
+def test_dot_path_matches_dequantized_reference(rows, threads, loop, K, N, bs, zp, bias):
+    rng = np.random.default_rng(K * 7 + N * 3 + rows)
+    inits = _inputs(rng, K, N, bs, zp)
+    nb = -(-K // bs)
+    w = qc._nbits_weight(inits["b"], inits["s"], inits.get("z"), K, N, nb, bs, "t")
+    bv = rng.standard_normal(N).astype(np.float32) if bias else None
+    a = rng.standard_normal((rows, K)).astype(np.float32)
+    y = np.full((rows, N), np.nan, np.float32)
+    NATIVE.nbits_path(1 if loop == "portable" else 0)
+    try:
+        NATIVE.nbits_matmul(a, inits["b"], inits["s"], inits.get("z"), zp == "float", bv, y, (rows, K, N, bs),
+                            threads)
+    finally:
+        NATIVE.nbits_path(0)
+    want = a.astype(np.float64) @ w.astype(np.float64) + (0 if bv is None else bv.astype(np.float64))
+    bound = 2 * (K + 2) * EPS * (np.abs(a).astype(np.float64) @ _abs_terms_weight(inits, K, N, bs)
+                                 + (0 if bv is None else np.abs(bv))) + 1e-30
+    err = np.abs(y - want)
+    assert np.all(err <= bound), (err / bound).max()
+
+
 def test_bad_buffers_raise():
     K, N, bs = 64, 8, 32
     a = np.zeros((2, K), np.float32)

@@ -22,6 +22,7 @@
 #define NB_KC 256     /* terms a chunk: a multiple of every block size taken (16 to 256) */
 #define NB_DOT_MAX RC_NBITS_DOT_ROWS
 #define NB_GCOLS 16   /* columns a unit of the per-column path */
+#define NB_DOT_NC 4   /* columns in flight in the per-column AVX-512 loop (2 ran slower here, 1 and 4 alike) */
 
 typedef uint32_t nb_u32x16 __attribute__((vector_size(64)));
 
@@ -32,6 +33,7 @@ typedef struct {
     const float *a, *s, *zf, *bias;
     const uint8_t *b, *zp;
     float *ap, *y;
+    const float *asum; /* the AVX-512 per-column loop: a's sums per row and block, [M][nb] */
     Py_ssize_t M, K, N, bs, nb, zb, Kp, bp; /* Kp: a's padded rows (per-column path); bp: row panels a unit */
     int wide; /* the per-column path's AVX-512 loop: a's rows de-interleaved, even terms then odd, per 32 */
     /* the panel path's codes repacked by nbits_pack_panels (NULL: read as stored): [P][Kp][16] bytes,
@@ -124,45 +126,96 @@ RC_CLONES static void nb_dot_cols(const nb_job *j, Py_ssize_t n0, Py_ssize_t n1)
 }
 
 #if DWF_OK
-/* the per-column path's AVX-512 loop for blocks of 32 and more: 32 codes a step, widened by
- * one vpmovzxbd and split into the even (low nibble) and odd (high nibble) terms, against a's
- * rows de-interleaved the same way; two accumulators a row */
-DWF_TARGET static inline __attribute__((always_inline)) void nb_dot512_body(const nb_job *j, Py_ssize_t n0,
-                                                                            Py_ssize_t n1, const int MR)
+#define NB_PF 1024 /* bytes of codes prefetched ahead of the columns being read (a few columns at GPT-2's K) */
+
+/* sum over column n's blocks of s * z * asum[m][blk], the zero points' term, 16 blocks a step where
+ * they are absent (8) or float; packed ones a block at a time */
+DWF_TARGET static inline __attribute__((always_inline)) void nb_zterm(const nb_job *j, Py_ssize_t n, const int MR,
+                                                                      float *zt)
 {
-    const Py_ssize_t bs = j->bs, nb = j->nb, bb = bs / 2, K = j->K;
-    const __m512i lo4 = _mm512_set1_epi32(15);
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    for (Py_ssize_t n = n0; n < n1; n++) {
-        __m512 ae[NB_DOT_MAX], ao[NB_DOT_MAX];
+    const Py_ssize_t nb = j->nb;
+    const float *s = j->s + n * nb;
+    if (j->zp) {
+        for (int m = 0; m < MR; m++) {
+            float t = 0.0f;
+            for (Py_ssize_t blk = 0; blk < nb; blk++)
+                t += s[blk] * nb_zero(j, n, blk) * j->asum[m * nb + blk];
+            zt[m] = t;
+        }
+        return;
+    }
+    __m512 acc[NB_DOT_MAX];
+    for (int m = 0; m < MR; m++)
+        acc[m] = _mm512_setzero_ps();
+    for (Py_ssize_t blk = 0; blk < nb; blk += 16) {
+        const __mmask16 k = nb - blk >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nb - blk)) - 1);
+        __m512 sz = _mm512_maskz_loadu_ps(k, s + blk);
+        sz = _mm512_mul_ps(sz, j->zf ? _mm512_maskz_loadu_ps(k, j->zf + n * nb + blk) : _mm512_set1_ps(8.0f));
         for (int m = 0; m < MR; m++)
-            ae[m] = ao[m] = _mm512_setzero_ps();
-        const uint8_t *q = j->b + n * nb * bb;
-        for (Py_ssize_t blk = 0; blk < nb; blk++, q += bb) {
-            const __m512 s = _mm512_set1_ps(j->s[n * nb + blk]), z = _mm512_set1_ps(nb_zero(j, n, blk));
-            for (Py_ssize_t g = 0; g < bs / 32; g++) {
-                const Py_ssize_t k = blk * bs + 32 * g;
-                if (k >= K)
-                    break;
-                const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g)));
-                __m512 we = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_and_si512(x, lo4)), z), s);
-                __m512 wo = _mm512_mul_ps(_mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4)), z), s);
-                if (k + 32 > K) { /* the last block's terms past K: its padding codes are not the weight's */
-                    const __m512i left = _mm512_set1_epi32((int)(K - k));
-                    we = _mm512_maskz_mov_ps(_mm512_cmplt_epi32_mask(even, left), we);
-                    wo = _mm512_maskz_mov_ps(_mm512_cmplt_epi32_mask(odd, left), wo);
-                }
+            acc[m] = _mm512_fmadd_ps(sz, _mm512_maskz_loadu_ps(k, j->asum + m * nb + blk), acc[m]);
+    }
+    for (int m = 0; m < MR; m++)
+        zt[m] = _mm512_reduce_add_ps(acc[m]);
+}
+
+/* the per-column path's AVX-512 loop for blocks of 32 and more, on y[n] = sum_blk s (sum_k q a - z asum[blk]):
+ * 32 codes a step widened by one vpmovzxbd and split into the even (low nibble) and odd (high nibble)
+ * terms against a's rows de-interleaved the same way, the codes' products summed per block and scaled
+ * once; a's padding past K is zero, so the last block's padding codes add nothing. NC columns at a
+ * time (independent chains, several code streams in flight) with a prefetch NB_PF bytes ahead: a
+ * thread's columns are one stream, which the hardware prefetcher alone followed at half the speed. */
+DWF_TARGET static inline __attribute__((always_inline)) void nb_dot512_cols(const nb_job *j, Py_ssize_t n,
+                                                                            const int MR, const int NC)
+{
+    const Py_ssize_t bs = j->bs, nb = j->nb, bb = bs / 2, Kp = j->Kp;
+    const __m512i lo4 = _mm512_set1_epi32(15);
+    __m512 acc[4][NB_DOT_MAX];
+    for (int c = 0; c < NC; c++)
+        for (int m = 0; m < MR; m++)
+            acc[c][m] = _mm512_setzero_ps();
+    const uint8_t *q = j->b + n * nb * bb;
+    const float *s = j->s + n * nb;
+    for (Py_ssize_t blk = 0; blk < nb; blk++, q += bb) {
+        __m512 t[4][NB_DOT_MAX] = {{_mm512_setzero_ps()}}; /* set by the first step (g = 0) */
+        for (Py_ssize_t g = 0; g < bb; g += 16) {
+            const Py_ssize_t k = blk * bs + 2 * g;
+            if (!(g & 63))
+                for (int c = 0; c < NC; c++)
+                    _mm_prefetch((const char *)(q + c * nb * bb + g + NB_PF), _MM_HINT_T0);
+            for (int c = 0; c < NC; c++) {
+                const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + c * nb * bb + g)));
+                const __m512 we = _mm512_cvtepi32_ps(_mm512_and_si512(x, lo4));
+                const __m512 wo = _mm512_cvtepi32_ps(_mm512_srli_epi32(x, 4));
                 for (int m = 0; m < MR; m++) {
-                    ae[m] = _mm512_fmadd_ps(we, _mm512_loadu_ps(j->ap + m * j->Kp + k), ae[m]);
-                    ao[m] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(j->ap + m * j->Kp + k + 16), ao[m]);
+                    const __m512 ae = _mm512_loadu_ps(j->ap + m * Kp + k);
+                    t[c][m] = g ? _mm512_fmadd_ps(we, ae, t[c][m]) : _mm512_mul_ps(we, ae);
+                    t[c][m] = _mm512_fmadd_ps(wo, _mm512_loadu_ps(j->ap + m * Kp + k + 16), t[c][m]);
                 }
             }
         }
-        const float b = j->bias ? j->bias[n] : 0.0f;
-        for (int m = 0; m < MR; m++)
-            j->y[m * j->N + n] = _mm512_reduce_add_ps(_mm512_add_ps(ae[m], ao[m])) + b;
+        for (int c = 0; c < NC; c++) {
+            const __m512 sc = _mm512_set1_ps(s[c * nb + blk]);
+            for (int m = 0; m < MR; m++)
+                acc[c][m] = _mm512_fmadd_ps(sc, t[c][m], acc[c][m]);
+        }
     }
+    for (int c = 0; c < NC; c++) {
+        float zt[NB_DOT_MAX];
+        nb_zterm(j, n + c, MR, zt);
+        const float b = j->bias ? j->bias[n + c] : 0.0f;
+        for (int m = 0; m < MR; m++)
+            j->y[m * j->N + n + c] = (_mm512_reduce_add_ps(acc[c][m]) - zt[m]) + b;
+    }
+}
+
+DWF_TARGET static inline __attribute__((always_inline)) void nb_dot512_body(const nb_job *j, Py_ssize_t n0,
+                                                                            Py_ssize_t n1, const int MR)
+{
+    Py_ssize_t n = n0;
+    for (; n + NB_DOT_NC <= n1; n += NB_DOT_NC)
+        nb_dot512_cols(j, n, MR, NB_DOT_NC);
+    for (; n < n1; n++)
+        nb_dot512_cols(j, n, MR, 1);
 }
 
 DWF_TARGET static void nb_dot512(const nb_job *j, Py_ssize_t n0, Py_ssize_t n1)
@@ -365,7 +418,8 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
         return NULL;
     const int dot = M <= NB_DOT_MAX;
     const Py_ssize_t Kp = sz_mul(&sz, "the padded rows", nb, bs);
-    const Py_ssize_t apn = dot ? sz_mul3(&sz, "the padded rows", M, Kp, RC_F32)
+    /* the per-column path: a's padded rows, then their block sums */
+    const Py_ssize_t apn = dot ? sz_mul3(&sz, "the padded rows", M, Kp + nb, RC_F32)
                                : sz_mul4(&sz, "the packed rows", np_, K, LN_RP, RC_F32);
     if (sz_check(&sz, "nbits_matmul", PyExc_MemoryError) < 0)
         return NULL;
@@ -384,7 +438,7 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
     const int oom = ap == NULL;
     nb_job j = {(const float *)v[0].buf, (const float *)v[2].buf, zfloat ? (const float *)v[3].buf : NULL,
                 (const float *)v[4].buf, (const uint8_t *)v[1].buf, zfloat ? NULL : (const uint8_t *)v[3].buf,
-                ap, (float *)v[5].buf, M, K, N, bs, nb, zb, Kp, np_, DWF_OK && rc_conv_fast && bs >= 32 && !nb_portable,
+                ap, (float *)v[5].buf, NULL, M, K, N, bs, nb, zb, Kp, np_, DWF_OK && rc_conv_fast && bs >= 32 && !nb_portable,
                 pqo ? (const uint8_t *)v[6].buf : NULL};
     if (!oom) {
         Py_BEGIN_ALLOW_THREADS
@@ -396,12 +450,21 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
                 if (!j.wide) {
                     memcpy(d, src, sizeof(float) * (size_t)K);
                     memset(d + K, 0, sizeof(float) * (size_t)(j.Kp - K));
-                } else /* each 32 terms in the order nb_dot512 reads the codes: even, then odd */
+                } else { /* each 32 terms in the order nb_dot512 reads the codes: even, then odd */
+                    float *as = ap + M * j.Kp + m * nb;
                     for (Py_ssize_t k = 0; k < j.Kp; k++) {
                         const Py_ssize_t sk = (k & ~(Py_ssize_t)31) + 2 * (k & 15) + ((k >> 4) & 1);
                         d[k] = sk < K ? src[sk] : 0.0f;
                     }
+                    for (Py_ssize_t blk = 0; blk < nb; blk++) {
+                        float t = 0.0f;
+                        for (Py_ssize_t k = blk * bs; k < (blk + 1) * bs; k++)
+                            t += d[k];
+                        as[blk] = t;
+                    }
+                }
             }
+            j.asum = ap + M * j.Kp;
             const int parts = rc_parts_fine(work, 2.5e5, (N + NB_GCOLS - 1) / NB_GCOLS, &threads);
             rc_parallel(nb_dot_part, &j, parts, threads);
         } else {
