@@ -183,6 +183,32 @@ def gap_model() -> onnx.ModelProto:
     return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8)
 
 
+def quantize_qdq(tool, model, path, feeds, act):
+    """``quantize_static`` QDQ, per-channel int8 weights, ``act`` activations, by our tool or
+    onnxruntime's, into ``path``."""
+    tq = rq if tool == "ours" else pytest.importorskip("onnxruntime.quantization")
+    logging.disable(logging.WARNING)
+    try:
+        tq.quantize_static(model, str(path), Reader(feeds), quant_format=tq.QuantFormat.QDQ, per_channel=True,
+                           activation_type=getattr(tq.QuantType, act), weight_type=tq.QuantType.QInt8)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def within_a_step(path, model, fused, feeds):
+    """``fused``'s output on every feed within one output step of the unfused model's and of
+    onnxruntime's."""
+    step = out_scale(model, "y")
+    plain = session(path, L.ORT_DISABLE_ALL)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    oracle = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    for feed in feeds:
+        got = fused.run(None, feed)[0]
+        assert np.max(np.abs(got - plain.run(None, feed)[0])) <= step * 1.001
+        assert np.max(np.abs(got - oracle.run(None, feed)[0])) <= step * 1.001
+
+
 @pytest.mark.parametrize("tool", ["ours", "onnxruntime"])
 def test_global_average_pool_fuses(tool, tmp_path):
     """``DQ -> GlobalAveragePool -> Q`` of a model quantized by either tool (int8 activations)
@@ -191,26 +217,12 @@ def test_global_average_pool_fuses(tool, tmp_path):
     r = np.random.default_rng(8)
     feeds = [{"x": r.normal(0, 1, (2, 3, 10, 10)).astype(np.float32)} for _ in range(4)]
     q = tmp_path / "q.onnx"
-    tq = rq if tool == "ours" else pytest.importorskip("onnxruntime.quantization")
-    logging.disable(logging.WARNING)
-    try:
-        tq.quantize_static(gap_model(), str(q), Reader(feeds[:3]), quant_format=tq.QuantFormat.QDQ,
-                           per_channel=True, activation_type=tq.QuantType.QInt8, weight_type=tq.QuantType.QInt8)
-    finally:
-        logging.disable(logging.NOTSET)
+    quantize_qdq(tool, gap_model(), q, feeds[:3], "QInt8")
     model = onnx.load(str(q))
     ops = [n.op_type for n in session(q, L.ORT_ENABLE_EXTENDED)._graph.nodes]
     assert ops.count("QLinearGlobalAveragePool") == 1 and "GlobalAveragePool" not in ops, ops
     assert ops.count("QGemm") == 1 and "Gemm" not in ops, ops
-    step = out_scale(model, "y")
-    fused, plain = session(q, L.ORT_ENABLE_EXTENDED), session(q, L.ORT_DISABLE_ALL)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    oracle = ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"])
-    for feed in feeds:
-        got = fused.run(None, feed)[0]
-        assert np.max(np.abs(got - plain.run(None, feed)[0])) <= step * 1.001
-        assert np.max(np.abs(got - oracle.run(None, feed)[0])) <= step * 1.001
+    within_a_step(q, model, session(q, L.ORT_ENABLE_EXTENDED), feeds)
 
 
 def pool_model() -> onnx.ModelProto:
@@ -235,29 +247,14 @@ def test_maxpool_runs_on_the_codes(tool, act, tmp_path):
     r = np.random.default_rng(12)
     feeds = [{"x": r.normal(0, 1, (2, 3, 12, 12)).astype(np.float32)} for _ in range(4)]
     q = tmp_path / "q.onnx"
-    tq = rq if tool == "ours" else pytest.importorskip("onnxruntime.quantization")
-    logging.disable(logging.WARNING)
-    try:
-        tq.quantize_static(pool_model(), str(q), Reader(feeds[:3]), quant_format=tq.QuantFormat.QDQ,
-                           per_channel=True, activation_type=getattr(tq.QuantType, act),
-                           weight_type=tq.QuantType.QInt8)
-    finally:
-        logging.disable(logging.NOTSET)
+    quantize_qdq(tool, pool_model(), q, feeds[:3], act)
     model = onnx.load(str(q))
     fused = session(q, L.ORT_ENABLE_EXTENDED)
     pools = [n for n in fused._graph.nodes if n.op_type == "MaxPool"]
     assert len(pools) == 1, [n.op_type for n in fused._graph.nodes]
     src = next((n for n in fused._graph.nodes if pools[0].inputs[0] in n.outputs), None)
     assert src is not None and src.op_type == "QLinearConv", src
-    step = out_scale(model, "y")
-    plain = session(q, L.ORT_DISABLE_ALL)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    oracle = ort.InferenceSession(str(q), so, providers=["CPUExecutionProvider"])
-    for feed in feeds:
-        got = fused.run(None, feed)[0]
-        assert np.max(np.abs(got - plain.run(None, feed)[0])) <= step * 1.001
-        assert np.max(np.abs(got - oracle.run(None, feed)[0])) <= step * 1.001
+    within_a_step(q, model, fused, feeds)
 
 
 @pytest.mark.parametrize("change", ["scale", "zero_point"])

@@ -439,6 +439,27 @@ def test_qadd_lut_every_code_pair(yt, threads, affine):
     assert np.count_nonzero(y == info.min) and np.count_nonzero(y == info.max)
 
 
+def _check_kept_call(model, feeds, chw, t, setups, monkeypatch):
+    """Runs of x with batch sizes 1, 1, 2, 2 on one session: only the first run of the new batch
+    size sets the QLinearConv calls up again (``setups`` geometry calls, none in the other runs),
+    and every run equals the numpy path bit for bit, its outputs not all saturated."""
+    _, sess = run_ours(model, feeds)
+    calls = []
+    real = quant._conv_geometry
+    monkeypatch.setattr(quant, "_conv_geometry", lambda *a: calls.append(1) or real(*a))
+    info = np.iinfo(t)
+    for i, n in enumerate([1, 1, 2, 2]):
+        x = ints((n, *chw), t)
+        got = sess.run(None, {"x": x})[0]
+        assert len(calls) == (setups if i == 2 else 0), (i, calls)
+        with monkeypatch.context() as mp:
+            mp.setattr(quant, "_native", None)
+            want, _ = run_ours(model, {"x": x})
+        calls.clear()
+        np.testing.assert_array_equal(got, want[0])
+        assert 0 < np.count_nonzero((got != info.min) & (got != info.max))
+
+
 def test_qlinear_conv_kept_call(monkeypatch):
     """A QLinearConv whose inputs but x are constants keeps its compiled call: the second run with x
     of the same shape skips the checks and set-up (no geometry worked out again), a new batch size
@@ -456,20 +477,7 @@ def test_qlinear_conv_kept_call(monkeypatch):
              helper.make_node("QLinearConv", ["h", "sh", "zh", "w2", "s2", "z2", "sy", "zy"], ["y"])]
     model = make_model(nodes, feeds, ["y"], opset=10, initializers=inits)
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
-    _, sess = run_ours(model, feeds)
-    calls = []
-    real = quant._conv_geometry
-    monkeypatch.setattr(quant, "_conv_geometry", lambda *a: calls.append(1) or real(*a))
-    for i, n in enumerate([1, 1, 2, 2]):
-        x = ints((n, c, 14, 14), U8)
-        got = sess.run(None, {"x": x})[0]
-        assert len(calls) == (2 if i == 2 else 0), (i, calls)
-        with monkeypatch.context() as mp:
-            mp.setattr(quant, "_native", None)
-            want, _ = run_ours(model, {"x": x})
-        calls.clear()
-        np.testing.assert_array_equal(got, want[0])
-        assert 0 < np.count_nonzero((got != 0) & (got != 255))
+    _check_kept_call(model, feeds, (c, 14, 14), U8, 2, monkeypatch)
 
 
 @pytest.mark.parametrize("t", [U8, I8])
@@ -487,18 +495,4 @@ def test_qlinear_conv_implicit_gemm_kept_call(t, monkeypatch):
     feeds = {"x": ints((1, c, 9, 11), t)}
     model = make_model([node], feeds, ["y"], opset=10, initializers=inits)
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
-    _, sess = run_ours(model, feeds)
-    calls = []
-    real = quant._conv_geometry
-    monkeypatch.setattr(quant, "_conv_geometry", lambda *a: calls.append(1) or real(*a))
-    for i, n in enumerate([1, 1, 2, 2]):
-        x = ints((n, c, 9, 11), t)
-        got = sess.run(None, {"x": x})[0]
-        assert len(calls) == (1 if i == 2 else 0), (i, calls)
-        with monkeypatch.context() as mp:
-            mp.setattr(quant, "_native", None)
-            want, _ = run_ours(model, {"x": x})
-        calls.clear()
-        np.testing.assert_array_equal(got, want[0])
-        info = np.iinfo(t)
-        assert 0 < np.count_nonzero((got != info.min) & (got != info.max))
+    _check_kept_call(model, feeds, (c, 9, 11), t, 1, monkeypatch)
