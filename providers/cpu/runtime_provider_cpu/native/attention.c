@@ -25,6 +25,25 @@ typedef struct {
     int causal, oom;
 } mh_job;
 
+/* query row s's scores zr[0, T) of (batch b, head h): the first additive mask, the causal cut
+ * (keys past s at -FLT_MAX), the second additive mask, in the numpy path's order */
+static inline void mh_mask_row(const mh_job *j, Py_ssize_t b, Py_ssize_t h, Py_ssize_t s, float *zr, Py_ssize_t T)
+{
+    if (j->m1) {
+        const float *m = j->m1 + b * j->m1b + h * j->m1h + s * j->m1s;
+        for (Py_ssize_t t = 0; t < T; t++)
+            zr[t] += m[t];
+    }
+    if (j->causal)
+        for (Py_ssize_t t = s + 1; t < T; t++)
+            zr[t] = -FLT_MAX;
+    if (j->m2) {
+        const float *m = j->m2 + b * j->m2b + h * j->m2h + s * j->m2s;
+        for (Py_ssize_t t = 0; t < T; t++)
+            zr[t] += m[t];
+    }
+}
+
 static void mh_part(void *arg, int part, int parts)
 {
     const mh_job *j = (const mh_job *)arg;
@@ -55,19 +74,7 @@ static void mh_part(void *arg, int part, int parts)
         rc_sgemm(&tn, &nn, &iT, &n, &idq, &sc, (float *)k, &lx, (float *)q, &lx, &zero, z, &iT);
         for (Py_ssize_t s = s0; s < s1; s++) {
             float *zr = z + (s - s0) * T;
-            if (j->m1) {
-                const float *m = j->m1 + b * j->m1b + h * j->m1h + s * j->m1s;
-                for (Py_ssize_t t = 0; t < T; t++)
-                    zr[t] += m[t];
-            }
-            if (j->causal)
-                for (Py_ssize_t t = s + 1; t < T; t++)
-                    zr[t] = -FLT_MAX;
-            if (j->m2) {
-                const float *m = j->m2 + b * j->m2b + h * j->m2h + s * j->m2s;
-                for (Py_ssize_t t = 0; t < T; t++)
-                    zr[t] += m[t];
-            }
+            mh_mask_row(j, b, h, s, zr, T);
         }
         softmax_rows(z, n, T);
         /* column-major y^T (dv x n, ld yw) = v^T (dv x T) p^T (T x n) */
@@ -233,19 +240,7 @@ static void mt_part(void *arg, int part, int parts)
         for (Py_ssize_t p = 0; p < nr; p++) {
             const Py_ssize_t s = s0 + p;
             float *zr = z + p * Sp;
-            if (j->m1) {
-                const float *m = j->m1 + b * j->m1b + h * j->m1h + s * j->m1s;
-                for (Py_ssize_t i = 0; i < T; i++)
-                    zr[i] += m[i];
-            }
-            if (j->causal)
-                for (Py_ssize_t i = s + 1; i < T; i++)
-                    zr[i] = -FLT_MAX;
-            if (j->m2) {
-                const float *m = j->m2 + b * j->m2b + h * j->m2h + s * j->m2s;
-                for (Py_ssize_t i = 0; i < T; i++)
-                    zr[i] += m[i];
-            }
+            mh_mask_row(j, b, h, s, zr, T);
             softmax_rows(zr, 1, T);
         }
         /* the rows Sp apart, all Sp terms packed (those past T are not read) */
