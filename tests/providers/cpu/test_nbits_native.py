@@ -98,15 +98,27 @@ def test_native_matches_onnxruntime(cpu_policy, dot_loop, rows, K, N, bs, zp, bi
     assert np.all(np.abs(got3 - _ort(m, {"a": a3})) <= _dot_bound(a3, w).reshape(got3.shape))
 
 
-def test_native_keeps_no_float_weight(cpu_policy, monkeypatch):
-    cpu_policy(nbits_kernel="native")
+def _spy(monkeypatch, name, arg):
+    """Records argument ``arg`` of every call of ``qc.<name>`` (which still runs)."""
     calls = []
-    real = qc._nbits_weight
-    monkeypatch.setattr(qc, "_nbits_weight", lambda *a: calls.append(a[4]) or real(*a))
-    rng = np.random.default_rng(3)
+    real = getattr(qc, name)
+    monkeypatch.setattr(qc, name, lambda *a: calls.append(a[arg]) or real(*a))
+    return calls
+
+
+def _packed_node(rng):
+    """One MatMulNBits node (K 128, N 64, block 32, packed zero points): its inputs and model."""
     inits = _inputs(rng, 128, 64, 32, "packed")
     n = helper.make_node("MatMulNBits", ["a", "b", "s", "z"], ["y"], domain=MS, K=128, N=64, bits=4, block_size=32)
-    sess = rt.InferenceSession(_model([n], inits))
+    return inits, _model([n], inits)
+
+
+def test_native_keeps_no_float_weight(cpu_policy, monkeypatch):
+    cpu_policy(nbits_kernel="native")
+    calls = _spy(monkeypatch, "_nbits_weight", 4)
+    rng = np.random.default_rng(3)
+    inits, m = _packed_node(rng)
+    sess = rt.InferenceSession(m)
     for rows in (1, 20, 1):
         sess.run(None, {"a": rng.standard_normal((rows, 128)).astype(np.float32)})
     assert sess.run(None, {"a": np.zeros((0, 128), np.float32)})[0].shape == (0, 64)  # an empty batch too
@@ -361,13 +373,9 @@ def test_panels_made_once_per_node(cpu_policy, monkeypatch):
     """The repacked codes are made on the first call of more than NBITS_DOT_ROWS rows and shared by
     the node's other row counts; a few rows never make them."""
     cpu_policy(nbits_kernel="native")
-    calls = []
-    real = qc._nbits_panels
-    monkeypatch.setattr(qc, "_nbits_panels", lambda *a: calls.append(a[2]) or real(*a))
+    calls = _spy(monkeypatch, "_nbits_panels", 2)
     rng = np.random.default_rng(8)
-    inits = _inputs(rng, 128, 64, 32, "packed")
-    n = helper.make_node("MatMulNBits", ["a", "b", "s", "z"], ["y"], domain=MS, K=128, N=64, bits=4, block_size=32)
-    m = _model([n], inits)
+    inits, m = _packed_node(rng)
     sess = rt.InferenceSession(m)
     sess.run(None, {"a": rng.standard_normal((1, 128)).astype(np.float32)})
     assert calls == []
