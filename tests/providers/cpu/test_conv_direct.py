@@ -286,3 +286,78 @@ def test_conv_direct_only_where_its_fast_build_runs(cpu_policy):
     for fast, kind in [(True, "direct"), (False, "im2col")]:
         cpu_policy(direct=fast)
         assert select_plan(x, w, None, None, 1, [1, 1], [1, 1], [1, 1], [1, 1], 2).kind == kind
+
+
+ACTS = [(0, 1 / 6, 0.5), (1, 0.3, 0.4), (2, 1 / 6, 0.5), (3, 1 / 6, 0.5)]  # HardSwish, HardSigmoid, Sigmoid, SiLU
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("case", ["rows", "lanes", "planeless"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_conv_direct_activation_in_epilogue(act, case, residual):
+    # FusedConv's activation in the kernel's epilogue (conv2d's act): the same bits as the
+    # convolution followed by _native.activate's pass, on every tiling: position tiles (a 112-wide
+    # stride-2 stem: runs that end mid-vector), the lane tiles (a channel tail, segments of a row)
+    # and the planeless path of a window far larger than its data; with and without a residual
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.fast.packing import pack_direct as _pack_direct
+    from runtime_provider_cpu.fast.packing import pack_lanes as _pack_lanes
+
+    if case == "rows":
+        xs, (M, KH, KW), strides, dil, pads, out = (1, 3, 61, 61), (20, 3, 3), (2, 2), (1, 1), (1, 1), (31, 31)
+    elif case == "lanes":
+        xs, (M, KH, KW), strides, dil, pads, out = (2, 32, 19, 19), (40, 3, 3), (1, 1), (1, 1), (1, 1), (19, 19)
+    else:
+        xs, (M, KH, KW), strides, dil, pads, out = (1, 2, 5, 5), (3, 2, 2), (1, 1), (4000, 4000), (3998, 3998), (2, 2)
+    lanes = case == "lanes"
+    x, w, b = rnd(*xs), rnd(M, xs[1], KH, KW) * 0.3, rnd(M)
+    wp = _pack_lanes(w) if lanes else _pack_direct(w)
+    z = rnd(xs[0], M, *out) if residual else None
+    args = (xs, (M, KH, KW), strides, dil, pads, out, -2.5, 3.0, 2, lanes)
+    want = np.empty((xs[0], M) + out, np.float32)
+    _native.conv2d(x, wp, b, z, want, *args)
+    assert np.abs(want).max() > 0.5  # a convolution that computed something
+    _native.activate(want, want, want.size, *act)
+    for threads in (1, 2):
+        got = np.full_like(want, np.nan)
+        _native.conv2d(x, wp, b, z, got, *args[:-2], threads, lanes, None, act)
+        assert np.array_equal(got, want), (case, act, threads)
+    # kind -1: no activation, as without the argument
+    plain = np.empty_like(want)
+    _native.conv2d(x, wp, b, z, plain, *args, None, (-1, 1 / 6, 0.5))
+    ref = np.empty_like(want)
+    _native.conv2d(x, wp, b, z, ref, *args)
+    assert np.array_equal(plain, ref)
+
+
+def test_conv_direct_activation_checked():
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.fast.packing import pack_direct as _pack_direct
+
+    x, wp = rnd(1, 4, 6, 6), _pack_direct(rnd(4, 4, 3, 3))
+    y = np.zeros((1, 4, 6, 6), np.float32)
+    args = ((1, 4, 6, 6), (4, 3, 3), (1, 1), (1, 1), (1, 1), (6, 6), -np.inf, np.inf, 1, False, None)
+    with pytest.raises(ValueError, match="activation kind"):
+        _native.conv2d(x, wp, None, None, y, *args, (4, 0.0, 0.0))
+    with pytest.raises(TypeError):
+        _native.conv2d(x, wp, None, None, y, *args, (0, 0.5))
+    assert not y.any()
+
+
+@pytest.mark.parametrize("act", ["HardSwish", "Sigmoid"])
+def test_fused_conv_activation_runs_in_the_direct_kernel(act, spy_native):
+    # a stem and its activation (fused into FusedConv by the optimizer) take the direct kernel
+    # with the activation in its epilogue: no pass of _native.activate after it
+    passes = []
+    spy_native("activate", passes.append)
+    x, w, b = rnd(1, 3, 40, 40), rnd(16, 3, 3, 3) * 0.3, rnd(16)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node(act, ["c"], ["y"])]
+    model = make_model(nodes, {"x": x}, ["y"], opset=14, initializers={"w": w, "b": b})
+    so = rt.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = rt.InferenceSession(model.SerializeToString(), so, providers=["cpu"])
+    ref = run_oracle(model, {"x": x})
+    for _ in range(2):  # the plan's first run, then the bound step
+        assert_close(sess.run(None, {"x": x}), ref, rtol=1e-4, atol=1e-5)
+    assert set(sess.get_partition_report().kernels.values()) == {"direct"} and not passes

@@ -8,12 +8,14 @@ from .plan import ConvPlan, dense_call
 
 
 class DirectPlan(ConvPlan):
-    """Any batch; bias, residual and clip in the epilogue, on ``threads`` threads. With
+    """Any batch; bias, residual, clip and FusedConv's activation in the epilogue, on
+    ``threads`` threads. With
     ``lanes`` (narrow outputs, many terms a sum) the output channels are in the vector lanes,
     so no column past the output's width is computed."""
 
     __slots__ = ()
     KIND = "direct"
+    NATIVE_ACT = True
 
     def __init__(self, x, w, b, clip, native, out, strides, dilations, pb, lanes, threads):
         super().__init__(x, w, b, clip, native, threads)
@@ -24,4 +26,6 @@ class DirectPlan(ConvPlan):
                      self.lo, self.hi, self.threads, lanes)
 
     def _make_call(self):
-        return dense_call(self.native.conv2d, self.w2, self.b2, self.shape, self.args)
+        # the activation after ``args`` (no extra convolution): the pair fusers read ``args`` as they are
+        args = self.args if self.act is None else self.args + (None, tuple(self.act))
+        return dense_call(self.native.conv2d, self.w2, self.b2, self.shape, args)

@@ -60,23 +60,52 @@ typedef struct {
     float lo, hi;
     int tiles_outer;
     int lanes;                        /* output channels in the lanes (ct_run): Mb blocks of 32 */
+    const rc_act *act;                /* FusedConv's activation after the clip, or NULL */
 } cv_job;
+
+/* a's activation of y[0 .. n) in place, 16 at a time, the tail through a local vector (the
+ * epilogues' rows are L1-hot: a pass of its own over the output was a single-threaded read and
+ * write of it after the kernel) */
+CV_CLONES static void cv_act_row(float *y, Py_ssize_t n, const rc_act *a)
+{
+    Py_ssize_t k = 0;
+    for (; k + 16 <= n; k += 16)
+        *(v16f_u *)(y + k) = rc_act16(*(const v16f_u *)(y + k), a);
+    if (k < n) {
+        v16f t = {0};
+        for (Py_ssize_t i = 0; k + i < n; i++)
+            t[i] = y[k + i];
+        t = rc_act16(t, a);
+        for (Py_ssize_t i = 0; k + i < n; i++)
+            y[k + i] = t[i];
+    }
+}
 
 /* the epilogue of one tile: bias, residual and clip, written to the OW real columns of Y
  * (cloned: the baseline build of this loop was a large share of a short sum's time; see
  * docs/performance.md) */
-CV_CLONES static void cv_store(const cv_job *j, Py_ssize_t mb, Py_ssize_t q0, int nv, const float *o)
+CV_CLONES static void cv_store(const cv_job *j, Py_ssize_t mb, Py_ssize_t q0, int nv, float *o)
 {
     const Py_ssize_t P = j->OH * j->OW, left = j->Q - q0;
     const Py_ssize_t qend = q0 + (left < 16 * nv ? left : 16 * nv);
+    const v16f vlo = cv_bcast(j->lo), vhi = cv_bcast(j->hi);
     for (int i = 0; i < CV_MR; i++) {
         const Py_ssize_t m = mb * CV_MR + i;
         if (m >= j->M)
             break;
-        const float *r = o + i * nv * 16 - q0;  /* r[q]: position q of this tile row */
+        float *row = o + i * nv * 16;
+        const float *r = row - q0; /* r[q]: position q of this tile row */
         const float bias = j->b ? j->b[m] : 0.0f;
+        const v16f vb = cv_bcast(bias);
         float *ym = j->y + m * P;
         const float *zm = j->z ? j->z + m * P : NULL;
+        if (!zm) /* bias, clip and activation over the row's whole vectors (the columns past OW
+                    too, dropped below), then its runs copied: a run's short tail no longer takes
+                    scalar code and a partial vector's activation */
+            for (int v = 0; v < nv; v++) {
+                const v16f t = v16_clip(*(v16f *)(row + 16 * v) + vb, vlo, vhi);
+                *(v16f *)(row + 16 * v) = j->act ? rc_act16(t, j->act) : t;
+            }
         for (Py_ssize_t q = q0; q < qend;) {
             const Py_ssize_t oh = q / j->Wq, ow = q - oh * j->Wq;
             const Py_ssize_t rowend = oh * j->Wq + j->OW; /* past the row's last output */
@@ -85,13 +114,19 @@ CV_CLONES static void cv_store(const cv_job *j, Py_ssize_t mb, Py_ssize_t q0, in
                 float *dst = ym + oh * j->OW + ow;
                 const float *src = r + q;
                 const Py_ssize_t n = e - q;
-                if (zm) {
-                    const float *zs = zm + oh * j->OW + ow;
-                    for (Py_ssize_t k = 0; k < n; k++)
-                        dst[k] = clipf(src[k] + bias + zs[k], j->lo, j->hi);
+                if (!zm) {
+                    memcpy(dst, src, (size_t)n * sizeof(float));
                 } else {
-                    for (Py_ssize_t k = 0; k < n; k++)
-                        dst[k] = clipf(src[k] + bias, j->lo, j->hi);
+                    const float *zs = zm + oh * j->OW + ow;
+                    Py_ssize_t k = 0;
+                    for (; k + 16 <= n; k += 16) {
+                        const v16f t = v16_clip(*(const v16f_u *)(src + k) + vb + *(const v16f_u *)(zs + k), vlo, vhi);
+                        *(v16f_u *)(dst + k) = j->act ? rc_act16(t, j->act) : t;
+                    }
+                    for (Py_ssize_t i2 = k; i2 < n; i2++)
+                        dst[i2] = clipf(src[i2] + bias + zs[i2], j->lo, j->hi);
+                    if (j->act && k < n)
+                        cv_act_row(dst + k, n - k, j->act);
                 }
             }
             q = (oh + 1) * j->Wq;
@@ -203,6 +238,26 @@ const ct_tile_f ct_tiles[CT_NP + 1] = {NULL, ct_tile1, ct_tile2, ct_tile3, ct_ti
                                               ct_tile5, ct_tile6, ct_tile7, ct_tile8, ct_tile9,
                                               ct_tile10, ct_tile11, ct_tile12};
 
+/* a lane tile's n positions in o (position-major, CT_MR channels from m0 a position): the bias,
+ * clip and activation on whole 16-channel vectors, in place, before they are scattered to the
+ * channel planes (a's activation over each channel's n <= 12 positions took a partial vector) */
+CV_CLONES static void ct_epi(float *o, int n, const float *b, Py_ssize_t m0, Py_ssize_t M, float lo, float hi,
+                             const rc_act *a)
+{
+    v16f bb[CT_NB];
+    for (int v = 0; v < CT_NB; v++)
+        for (int l = 0; l < 16; l++) {
+            const Py_ssize_t m = m0 + v * 16 + l;
+            bb[v][l] = b && m < M ? b[m] : 0.0f;
+        }
+    const v16f vlo = cv_bcast(lo), vhi = cv_bcast(hi);
+    for (int p = 0; p < n; p++)
+        for (int v = 0; v < CT_NB; v++) {
+            v16f *t = (v16f *)(o + p * CT_MR + v * 16);
+            *t = rc_act16(v16_clip(*t + bb[v], vlo, vhi), a);
+        }
+}
+
 /* units [u0, u1) of the (channel block, row segment) grid, channel blocks outer: a group of
  * up to CV_SUB segments takes the input channels kc at a time, the chunk of weights they
  * share staying in L1 */
@@ -244,7 +299,10 @@ static void ct_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch
             Py_ssize_t ow0;
             int n;
             ct_segment(j->OW, nseg, i - oh * nseg, &ow0, &n);
-            const float *o = scratch + (i - i0) * CT_NP * CT_MR;
+            float *o = scratch + (i - i0) * CT_NP * CT_MR;
+            const int pre = j->act && !j->z; /* bias, clip and activation done in o (ct_epi) */
+            if (pre)
+                ct_epi(o, n, j->b, mb * CT_MR, j->M, j->lo, j->hi, j->act);
             for (Py_ssize_t k = 0; k < CT_MR; k++) {
                 const Py_ssize_t m = mb * CT_MR + k;
                 if (m >= j->M)
@@ -252,12 +310,17 @@ static void ct_run(const cv_job *j, Py_ssize_t u0, Py_ssize_t u1, float *scratch
                 const float bias = j->b ? j->b[m] : 0.0f;
                 float *dst = j->y + m * P + oh * j->OW + ow0;
                 const float *zs = j->z ? j->z + m * P + oh * j->OW + ow0 : NULL;
-                if (zs)
+                if (pre)
+                    for (int p = 0; p < n; p++)
+                        dst[p] = o[p * CT_MR + k];
+                else if (zs)
                     for (int p = 0; p < n; p++)
                         dst[p] = clipf(o[p * CT_MR + k] + bias + zs[p], j->lo, j->hi);
                 else
                     for (int p = 0; p < n; p++)
                         dst[p] = clipf(o[p * CT_MR + k] + bias, j->lo, j->hi);
+                if (j->act && !pre)
+                    cv_act_row(dst, n, j->act);
             }
         }
         u = mb * S + i1;
@@ -396,6 +459,7 @@ typedef struct {
     float *y;
     Py_ssize_t N, C, H, W, M, KH, KW, sh, sw, dh, dw, pt, pl, ty, tx, OH, OW, mr;
     float lo, hi;
+    const rc_act *act; /* after the clip, or NULL */
 } cv_direct_job;
 
 CV_CLONES static void cv_direct(const cv_direct_job *d, Py_ssize_t u0, Py_ssize_t u1)
@@ -426,6 +490,8 @@ CV_CLONES static void cv_direct(const cv_direct_job *d, Py_ssize_t u0, Py_ssize_
                 const Py_ssize_t o = (n * d->M + m) * P + oh * d->OW + ow;
                 d->y[o] = clipf(acc + bias + (d->z ? d->z[o] : 0.0f), d->lo, d->hi);
             }
+        if (d->act)
+            cv_act_row(d->y + (n * d->M + m) * P, P, d->act);
     }
 }
 
@@ -438,14 +504,26 @@ static void cv_direct_part(void *arg, int part, int parts)
 
 PyObject *rc_py_conv2d(PyObject *self, PyObject *args)
 {
-    PyObject *xo, *wo, *bo, *zo, *yo, *extra = Py_None;
+    PyObject *xo, *wo, *bo, *zo, *yo, *extra = Py_None, *acto = Py_None;
     Py_ssize_t N, C, H, W, M, KH, KW, sh, sw, dh, dw, pt, pl, OH, OW;
     float lo, hi;
     int threads, lanes = 0;
-    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)ffi|pO:conv2d", &xo, &wo, &bo, &zo, &yo,
+    if (!PyArg_ParseTuple(args, "OOOOO(nnnn)(nnn)(nn)(nn)(nn)(nn)ffi|pOO:conv2d", &xo, &wo, &bo, &zo, &yo,
                           &N, &C, &H, &W, &M, &KH, &KW, &sh, &sw, &dh, &dw, &pt, &pl, &OH, &OW,
-                          &lo, &hi, &threads, &lanes, &extra))
+                          &lo, &hi, &threads, &lanes, &extra, &acto))
         return NULL;
+    /* act: FusedConv's activation of the first convolution, after its clip, in the epilogue */
+    rc_act act = {-1, 1.0f / 6.0f, 0.5f};
+    if (acto != Py_None) {
+        if (!PyArg_ParseTuple(acto, "iff:conv2d act", &act.act, &act.alpha, &act.beta))
+            return NULL;
+        if (act.act < -1 || act.act > 3) {
+            PyErr_SetString(PyExc_ValueError, "conv2d: activation kind not in -1..3");
+            return NULL;
+        }
+    }
+    act.act += 1; /* activate's kind -> rc_act's */
+    const rc_act *ap = act.act ? &act : NULL;
     if (N < 0 || C < 1 || H < 0 || W < 0 || M < 1 || KH < 1 || KW < 1 || sh < 1 || sw < 1 ||
         dh < 1 || dw < 1 || pt < 0 || pl < 0 || OH < 1 || OW < 1) {
         PyErr_SetString(PyExc_ValueError, "conv2d: negative or zero size, stride or dilation");
@@ -503,11 +581,11 @@ PyObject *rc_py_conv2d(PyObject *self, PyObject *args)
         int t2 = threads;
         cv_direct_job d = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
                            (const float *)v[3].buf, (float *)v[4].buf, N, C, H, W, M, KH, KW, sh, sw, dh, dw, pt, pl,
-                           0, 0, OH, OW, mr, lo, hi};
+                           0, 0, OH, OW, mr, lo, hi, ap};
         cv_direct_job d2 = {(const float *)v[0].buf, nb > 5 ? (const float *)v[5].buf : NULL,
                             nb > 5 ? (const float *)v[6].buf : NULL, nb > 5 ? (const float *)v[7].buf : NULL,
                             nb > 5 ? (float *)v[8].buf : NULL, N, C, H, W, M2, 1, 1, sh, sw, 1, 1, pt, pl, ty, tx,
-                            OH, OW, mr2, lo2, hi2};
+                            OH, OW, mr2, lo2, hi2, NULL};
         const int parts = rc_parts(work, 2.5e5, N * M, &threads), parts2 = rc_parts(work, 2.5e5, N * M2, &t2);
         Py_BEGIN_ALLOW_THREADS
         rc_parallel(cv_direct_part, &d, parts, threads);
@@ -563,10 +641,10 @@ PyObject *rc_py_conv2d(PyObject *self, PyObject *args)
     const float *x = (const float *)v[0].buf;
     cv_job j = {planes, (const float *)v[1].buf, (const float *)v[2].buf, NULL, NULL, toff, scratch,
                 T, C, sh * sw * L, M, Mb, Q, nq, Wq, OH, OW,
-                lanes ? cv_lane_chunk(T) : cv_chunk(toff, T, tiles_outer), lo, hi, tiles_outer, lanes};
+                lanes ? cv_lane_chunk(T) : cv_chunk(toff, T, tiles_outer), lo, hi, tiles_outer, lanes, ap};
     cv_job j2 = {planes, nb > 5 ? (const float *)v[5].buf : NULL, nb > 5 ? (const float *)v[6].buf : NULL, NULL,
                  NULL, toff + T, scratch, 1, C, sh * sw * L, M2, Mb2, Q, nq, Wq, OH, OW,
-                 lanes2 ? cv_lane_chunk(1) : cv_chunk(toff + T, 1, tiles_outer2), lo2, hi2, tiles_outer2, lanes2};
+                 lanes2 ? cv_lane_chunk(1) : cv_chunk(toff + T, 1, tiles_outer2), lo2, hi2, tiles_outer2, lanes2, NULL};
     f.planes = planes;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t n = 0; n < N; n++) {

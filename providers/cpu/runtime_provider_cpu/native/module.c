@@ -172,7 +172,7 @@ static PyMethodDef methods[] = {
      "w1 [CR][C], w2 [C][CR], b1 / b2 or None; act and gate as activate's kinds, -1 none."},
     {"conv2d", rc_py_conv2d, METH_VARARGS,
      "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads,\n"
-     "       lanes=False, extra=None)\n"
+     "       lanes=False, extra=None, act=None)\n"
      "Dense 2-D convolution (group 1) of C-contiguous float32 NCHW buffers into y, plus b and z,\n"
      "clipped to [lo, hi]; wp are the weights packed by CONV_MR output channels\n"
      "([ceil(M / CONV_MR)][C * KH * KW][CONV_MR], zeros past M). Up to threads threads.\n"
@@ -180,7 +180,9 @@ static PyMethodDef methods[] = {
      "64-byte aligned (for outputs a few columns wide: no column past OW is computed).\n"
      "extra = (wp2, b2, z2, y2, M2, ty, tx, lo2, hi2, lanes2): also a 1x1 convolution of the same\n"
      "strides and output size from the same padded input at window position (ty, tx), packed\n"
-     "as its own tiling reads it ([..][C][..]), into y2 (a 1x1 strided shortcut beside a 3x3)."},
+     "as its own tiling reads it ([..][C][..]), into y2 (a 1x1 strided shortcut beside a 3x3).\n"
+     "act = (kind, alpha, beta): the first convolution's activation after its clip (activate's\n"
+     "kinds, -1 none), in the epilogue."},
 #if DWF_OK
     {"conv_maxpool", rc_py_conv_maxpool, METH_VARARGS,
      "conv_maxpool(x, wp, b, y, (C, H, W), (M, KH, KW), (sh, sw), (pt, pl), (OH, OW), lo, hi, (POH, POW), threads)\n"
