@@ -116,6 +116,30 @@ dq_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t
     DQ_ROW_OUT(7);
 }
 
+/* dq_epilogue's steps on rows [0, mm) of an AMX block c[32][32] (int32, in memory) into y */
+__attribute__((target("avx512f"))) static void dq_epilogue_avx512(const int32_t *restrict c, const int32_t *restrict rs,
+                                                                  const uint32_t *restrict zbv,
+                                                                  const uint32_t *restrict ct, const float *restrict sc,
+                                                                  const float *restrict bs, float *restrict y,
+                                                                  Py_ssize_t ldy, Py_ssize_t mm, Py_ssize_t nn)
+{
+    const __mmask16 k0 = nn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nn) - 1u);
+    const __mmask16 k1 = nn >= 32 ? (__mmask16)0xffff : nn <= 16 ? 0 : (__mmask16)((1u << (nn - 16)) - 1u);
+    const __m512i zb0 = _mm512_loadu_si512((const void *)zbv), zb1 = _mm512_loadu_si512((const void *)(zbv + 16));
+    const __m512i ct0 = _mm512_loadu_si512((const void *)ct), ct1 = _mm512_loadu_si512((const void *)(ct + 16));
+    const __m512 s0 = _mm512_loadu_ps(sc), s1 = _mm512_loadu_ps(sc + 16);
+    const __m512 bb0 = _mm512_loadu_ps(bs), bb1 = _mm512_loadu_ps(bs + 16);
+    for (Py_ssize_t r = 0; r < mm; r++) {
+        const __m512i rv = _mm512_set1_epi32(rs[r]);
+        const __m512i c0 = _mm512_load_si512((const void *)(c + r * 32));
+        const __m512i c1 = _mm512_load_si512((const void *)(c + r * 32 + 16));
+        const __m512i v0 = _mm512_add_epi32(_mm512_sub_epi32(c0, _mm512_mullo_epi32(zb0, rv)), ct0);
+        const __m512i v1 = _mm512_add_epi32(_mm512_sub_epi32(c1, _mm512_mullo_epi32(zb1, rv)), ct1);
+        _mm512_mask_storeu_ps(y + r * ldy, k0, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v0), s0), bb0));
+        _mm512_mask_storeu_ps(y + r * ldy + 16, k1, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v1), s1), bb1));
+    }
+}
+
 /* NaNs are left out of the range, as onnxruntime does: vminps / vmaxps return their second
  * operand when either is NaN, so the running range goes second */
 __attribute__((target("avx512f"))) static void dq_range_avx512(const float *x, Py_ssize_t n, float *lo, float *hi)
@@ -397,6 +421,12 @@ static void dq_part_amx(void *arg, int part, int parts)
         for (Py_ssize_t mb = rb0; mb < rb1; mb += 2) {
             const Py_ssize_t m0 = mb * 16, mm = j->M - m0 < 32 ? j->M - m0 : 32;
             rc_amx_tile((const uint8_t *)j->ap + m0 * j->lda, j->lda, b0, b1, j->Kq, mb + 1 < rb1 ? 2 : 1, c);
+#if DQ_X86
+            if (dq_avx512) { /* every AMX CPU has AVX-512 */
+                dq_epilogue_avx512(c, j->rs + m0, zbv, ct, sc, bs, j->y + m0 * j->N + n0, j->N, mm, nn);
+                continue;
+            }
+#endif
             dq_epilogue(j, c, zbv, ct, sc, bs, m0, mm, n0, nn);
         }
     }
