@@ -133,3 +133,42 @@ def test_session_plan_picks_a_tile(forced, cpu_policy, tmp_path, monkeypatch):  
     chosen = list(s.get_partition_report().kernels.values())
     assert chosen == [forced] if forced else len(chosen) == 1 and chosen[0] in ("amx", "vnni")
     autotune.forget()
+
+
+# qgemm (MatMulInteger, QLinearMatMul, the pointwise QLinearConv's product): its products of 16+
+# rows on the tiles, each output mode, A and B of either sign, the NCHW planes output
+@pytest.mark.parametrize("M,K,N", [(16, 64, 32), (17, 61, 5), (40, 130, 47), (300, 256, 70), (64, 770, 33)])
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_qgemm_on_amx_matches_vnni(M, K, N, mode):
+    nat = _amx_or_skip()
+    rng = np.random.default_rng(M * 131 + K * 7 + N + mode)
+    for a_signed, b_signed in ((False, True), (True, False)):
+        a = rng.integers(-128 if a_signed else 0, 128 if a_signed else 256, (M, K)).astype(np.int8 if a_signed
+                                                                                         else np.uint8)
+        b = rng.integers(-128 if b_signed else 0, 128 if b_signed else 256, (K, N)).astype(np.int8 if b_signed
+                                                                                         else np.uint8)
+        buf = np.empty(nat.qgemm_packed_size((K, N)), np.int8)
+        nat.qgemm_pack(b, buf, (K, N), b_signed)
+        za = int(rng.integers(-9, 9) if a_signed else rng.integers(120, 136))
+        zb = rng.integers(-9, 9, N).astype(np.int32) if b_signed else rng.integers(120, 136, N).astype(np.int32)
+        mult = rng.uniform(1e-5, 1e-4, N).astype(np.float32)
+        bias = rng.integers(-5000, 5000, N).astype(np.int32)
+        dt = np.int32 if mode == 0 else np.uint8 if mode == 1 else np.int8
+        planes = 8 if M % 8 == 0 else 0
+        outs = []
+        try:
+            for on in (False, True):
+                assert nat.qgemm_amx(int(on)) == on
+                y = np.empty((M, N), dt)
+                nat.qgemm(a, a_signed, za, buf, b_signed, zb, y, (M, K, N), mode, mult, 3, 2, bias)
+                yp = np.zeros((M // 8, N, 8) if planes else (1,), dt)
+                if planes:
+                    nat.qgemm(a, a_signed, za, buf, b_signed, zb, yp, (M, K, N), mode, mult, 3, 2, bias, planes)
+                outs.append((y, yp))
+        finally:
+            nat.qgemm_amx(1)
+        np.testing.assert_array_equal(outs[1][0], outs[0][0])
+        np.testing.assert_array_equal(outs[1][1], outs[0][1])
+        if mode == 0:  # the int32 sums themselves, against int64 numpy
+            want = (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb) + bias
+            np.testing.assert_array_equal(outs[1][0], want.astype(np.int32))

@@ -13,6 +13,7 @@
  * rc_amx is 0 (cpu_isa() says which of the three). */
 #include "native.h"
 
+extern int rc_qg_amx;
 /* 1: the tile path runs; 0: not (rc_amx_why says why) */
 int rc_amx;
 const char *rc_amx_why = "not an x86-64 Linux build";
@@ -54,7 +55,7 @@ void rc_amx_init(void)
         rc_amx_why = "the OS refused the tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM)";
         return;
     }
-    rc_amx = 1;
+    rc_amx = rc_qg_amx = 1;
     rc_amx_why = "granted";
 #endif
 }
@@ -140,3 +141,45 @@ void rc_amx_tile(const uint8_t *a, Py_ssize_t lda, const int8_t *b0, const int8_
     (void)a, (void)lda, (void)b0, (void)b1, (void)Kq, (void)r16, (void)c;
 }
 #endif
+
+/* rows [r0, r1) of a byte A (M x K, rows past M zeros) as the tiles read them: dst lda bytes a row,
+ * bytes ^ flip (0x80: an s8 A as u8), groups where rc_amx_a_offset puts them, zeros elsewhere;
+ * rs[m] their sums */
+RC_CLONES void rc_amx_pack_rows(const uint8_t *restrict a, Py_ssize_t M, Py_ssize_t K, Py_ssize_t Kq, Py_ssize_t lda,
+                                uint8_t flip, Py_ssize_t r0, Py_ssize_t r1, uint8_t *restrict dst,
+                                int32_t *restrict rs)
+{
+    const Py_ssize_t full = Kq / 16 * 64 < K ? Kq / 16 * 64 : K, tail_at = rc_amx_a_offset(Kq, Kq / 16 * 16);
+    for (Py_ssize_t m = r0; m < r1; m++) {
+        uint8_t *restrict d = dst + m * lda;
+        memset(d, 0, (size_t)lda);
+        uint32_t s = 0;
+        if (m < M) {
+            const uint8_t *restrict row = a + m * K;
+            for (Py_ssize_t k = 0; k < full; k++) {
+                d[k] = row[k] ^ flip;
+                s += d[k];
+            }
+            for (Py_ssize_t k = full; k < K; k++) {
+                d[tail_at + k - full] = row[k] ^ flip;
+                s += d[tail_at + k - full];
+            }
+        }
+        rs[m] = (int32_t)s;
+    }
+}
+
+/* whether qgemm (int8.c) runs its non-convolution products on the tiles: 1 where rc_amx, from
+ * RC_AMX_QG_ROWS rows; qgemm_amx(0) turns it off (tests compare the two) */
+int rc_qg_amx;
+
+/* qgemm_amx(force=-1) -> whether qgemm uses the AMX tiles (force 0: off, 1: on where they run) */
+PyObject *rc_py_qgemm_amx(PyObject *self, PyObject *args)
+{
+    int force = -1;
+    if (!PyArg_ParseTuple(args, "|i:qgemm_amx", &force))
+        return NULL;
+    if (force >= 0)
+        rc_qg_amx = force != 0 && rc_amx;
+    return PyBool_FromLong(rc_qg_amx);
+}

@@ -99,6 +99,9 @@ static PyMethodDef methods[] = {
     {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
      "qgemm_path(force=-1) -> the inner loop this CPU runs (force, for tests: 0 portable, 1 avx2, 2 avx512vnni, "
      "3 avxvnni, 4 vnni256-evex, where this CPU runs it)."},
+    {"qgemm_amx", rc_py_qgemm_amx, METH_VARARGS,
+     "qgemm_amx(force=-1) -> whether qgemm runs products (not conv) of 16+ rows and K > 60 on the AMX tiles\n"
+     "(force, for tests: 0 off, 1 on where AMX_INT8 is 'granted')."},
     {"qgemm_dispatch", rc_py_qgemm_dispatch, METH_VARARGS,
      "qgemm_dispatch(avx512vnni, avx_vnni, avx2) -> the inner loop dispatch picks on a CPU with these flags."},
     {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,
