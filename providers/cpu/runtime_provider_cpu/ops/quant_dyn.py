@@ -92,6 +92,9 @@ def _dqmm_tile(ctx, args, M, K, N, threads):
     "granted", else it says why not) and K fills one (K > 60)."""
     if getattr(_native, "AMX_INT8", "") != "granted" or K <= 60:
         return 0
+    known = ctx.cache.get("dqmm_tile")
+    if known is not None and known[0] == (M, threads):
+        return known[1]
     from ..fast import autotune
 
     key = autotune.cache_key("dqmm", (M, K, N), "int8", threads)
@@ -101,7 +104,8 @@ def _dqmm_tile(ctx, args, M, K, N, threads):
         name, _ = autotune.measure(key, {t: (lambda i=i: _native.dqmm(*args, y, (M, K, N), threads, i))
                                          for i, t in enumerate(("vnni", "amx"))})
     autotune.note(ctx, f"{M} rows", name)
-    return 1 if name == "amx" else 0
+    ctx.cache["dqmm_tile"] = ((M, threads), 1 if name == "amx" else 0)  # the next run of this size: no lookup
+    return ctx.cache["dqmm_tile"][1]
 
 
 @kernel("DynamicQuantizeMatMul", 1, domain=MS, dtypes={"float32"})
