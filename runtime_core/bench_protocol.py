@@ -40,14 +40,24 @@ WORKER = Path(__file__).resolve().with_name("bench_worker.py")
 #: a child's output differs from onnxruntime's by more than this, relative to the output's scale
 MISMATCH_TOLERANCE = 1e-3
 _ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni",
-              "avx_vnni", "avx512_bf16", "amx_tile")
+              "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8")
 
 
 # -- the machine ------------------------------------------------------------------------------
 
+def _amx_state() -> str:
+    """The CPU provider's AMX int8 tiles here: "granted", or why they do not run."""
+    try:
+        from runtime_provider_cpu import _native
+    except ImportError:
+        return "the CPU provider's compiled kernels are not built"
+    return getattr(_native, "AMX_INT8", "not in this build")
+
+
 def cpu_description(cpuinfo: str | None = None) -> dict:
     """CPU model, family/model numbers and ISA level from ``/proc/cpuinfo`` (or ``platform`` where
     there is none)."""
+    here = cpuinfo is None
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
@@ -75,6 +85,8 @@ def cpu_description(cpuinfo: str | None = None) -> dict:
         level = f"unknown ({platform.machine()})"
     if "avx512_vnni" in flags or "avx_vnni" in flags:
         level += " + VNNI"
+    if here and "amx_int8" in flags:  # whether our int8 kernels get the tiles: the OS may refuse them
+        level += f" + AMX int8 ({_amx_state()})"
     return {"model": first.get("model name") or platform.processor() or platform.machine(),
             "family": first.get("cpu family"), "model_number": first.get("model"),
             "logical_cpus": os.cpu_count(), "isa_level": level, "isa_flags": present}

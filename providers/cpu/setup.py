@@ -27,6 +27,7 @@ SOURCES = [
     "pairs.c",             # conv_maxpool, expand_dw: fused pairs
     "int8.c",              # qgemm (MatMulInteger, QLinearMatMul), dyn_quantize
     "int8_dyn.c",          # dqmm (DynamicQuantizeMatMul, MatMulIntegerToFloat)
+    "int8_amx.c",          # the AMX int8 tiles dqmm runs where the OS grants them
     "int8_depthwise.c",    # qdwconv (depthwise QLinearConv)
     "nbits.c",             # nbits_matmul (MatMulNBits on the 4-bit codes)
     "nbits_int8.c",        # nbits_int8_matmul (MatMulNBits accuracy_level 4: int8 a, vpdpbusd)

@@ -44,11 +44,18 @@ def kernel_at_least(major: int, minor: int) -> bool:
 @pytest.mark.skipif(not X86_LINUX, reason="CPUID and /proc/cpuinfo flags: x86-64 Linux only")
 def test_cpu_isa_agrees_with_the_kernel():
     isa, flags = nat.cpu_isa(), cpuinfo_flags()
-    assert set(isa) == {"avx2", "avx512f", "avx512_vnni", "avx_vnni"}
+    assert set(isa) == {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8"}
     for name in ("avx2", "avx512f", "avx512_vnni"):
         assert isa[name] == (name in flags), name
     if kernel_at_least(5, 12):  # the kernel names avx_vnni since 5.12
         assert isa["avx_vnni"] == ("avx_vnni" in flags)
+    # the AMX tiles run only where the kernel lists them (it clears the flags when it does not
+    # enable the tile state) and granted the permission (Linux 5.16+), which AMX_INT8 reports
+    assert isa["amx_int8"] == (nat.AMX_INT8 == "granted")
+    if isa["amx_int8"]:
+        assert {"amx_tile", "amx_int8"} <= flags
+    elif {"amx_tile", "amx_int8"} <= flags and kernel_at_least(5, 16):
+        pytest.fail(f"the kernel lists AMX but the tiles do not run: {nat.AMX_INT8}")
 
 
 def test_qgemm_path_follows_the_isa():

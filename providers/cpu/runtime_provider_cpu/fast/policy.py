@@ -60,6 +60,9 @@ class Policy:
     #: ... a pair of steps (``fast/pairs.py``'s ``expand_dw``) "fused" (one call) or "apart" (the two
     #: steps); with tuning off: fused
     pair_kernel: str = ""
+    #: ... the dynamic-int8 matmuls (``ops/quant_dyn.py``) "vnni" (``_native.dqmm``'s VNNI tile) or
+    #: "amx" (its AMX tiles, where the OS grants them: ``_native.AMX_INT8``)
+    dqmm_kernel: str = ""
     #: float32 MatMul / Gemm by a constant weight: ``_native.linear`` is a candidate (the AVX-512 build)
     linear: bool = _FAST
     #: Gemm products of fewer multiply-adds skip BLAS (its woken threads spin past the call)

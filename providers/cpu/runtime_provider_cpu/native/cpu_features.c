@@ -51,6 +51,7 @@ void rc_cpu_init(void)
 {
     rc_conv_fast = cv_fast();
     rc_avx_vnni = avx_vnni();
+    rc_amx_init();
 }
 
 /* cpu_isa() -> {flag: bool} for the ISA extensions the kernels dispatch on, as this process's
@@ -64,9 +65,10 @@ PyObject *rc_py_cpu_isa(PyObject *self, PyObject *noargs)
     avx512f = __builtin_cpu_supports("avx512f");
     avx512vnni = __builtin_cpu_supports("avx512vnni");
 #endif
-    return Py_BuildValue("{sOsOsOsO}", "avx2", avx2 ? Py_True : Py_False, "avx512f", avx512f ? Py_True : Py_False,
+    /* amx_int8: the tiles run here (CPU, XCR0 and the OS's permission; the module's AMX_INT8 says why not) */
+    return Py_BuildValue("{sOsOsOsOsO}", "avx2", avx2 ? Py_True : Py_False, "avx512f", avx512f ? Py_True : Py_False,
                          "avx512_vnni", avx512vnni ? Py_True : Py_False, "avx_vnni",
-                         rc_avx_vnni ? Py_True : Py_False);
+                         rc_avx_vnni ? Py_True : Py_False, "amx_int8", rc_amx ? Py_True : Py_False);
 }
 
 /* ---------------------------------------------------------------------------------------

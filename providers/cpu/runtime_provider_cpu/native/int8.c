@@ -277,6 +277,7 @@ typedef struct {
     int32_t ZA, ob, yz;  /* A's zero point plus its offset, B's offset, Y's zero point */
     Py_ssize_t yP;       /* 0: Y is M x N; else Y is (M / yP) x N x yP (NCHW planes of yP pixels) */
     int mode;            /* 0: int32 out; 1: uint8; 2: int8 */
+    Py_ssize_t lda;      /* A on the AMX tiles (int8_amx.c): its rows lda bytes apart; 0: the layout above */
 } qg_job;
 
 
@@ -381,6 +382,37 @@ static void qg_part(void *arg, int part, int parts)
             qg_epilogue(j, c, zbv, ct, m0, mm, n0, nn);
         }
     }
+}
+
+/* qg_part on the AMX tiles: 32 x 32 int32 blocks, each through qg_epilogue 8 rows at a time */
+static void qg_part_amx(void *arg, int part, int parts)
+{
+    const qg_job *j = (const qg_job *)arg;
+    int32_t c[32 * QG_NR] __attribute__((aligned(64)));
+    uint32_t zbv[QG_NR], ct[QG_NR];
+    const Py_ssize_t u0 = j->nunits * part / parts, u1 = j->nunits * (part + 1) / parts;
+    const uint32_t K = (uint32_t)j->K, ZA = (uint32_t)j->ZA;
+    rc_amx_begin();
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        const Py_ssize_t n0 = (u % j->ncols) * QG_NR, rb0 = (u / j->ncols) * QG_RB;
+        const Py_ssize_t rb1 = rb0 + QG_RB < j->Mb ? rb0 + QG_RB : j->Mb; /* Mb even: 16-row blocks */
+        for (Py_ssize_t n = 0; n < QG_NR; n++) {
+            const Py_ssize_t col = n0 + n < j->N ? n0 + n : j->N - 1;
+            zbv[n] = (uint32_t)((j->zb ? j->zb[col] : 0) - j->ob);
+            ct[n] = K * ZA * zbv[n] - ZA * (uint32_t)j->cs[col] + (j->bias ? (uint32_t)j->bias[col] : 0u);
+        }
+        const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
+        const Py_ssize_t nn = j->N - n0 < QG_NR ? j->N - n0 : QG_NR;
+        for (Py_ssize_t mb = rb0; mb < rb1; mb += 4) {
+            const int r16 = rb1 - mb >= 4 ? 2 : 1;
+            rc_amx_tile((const uint8_t *)j->ap + mb * QG_MR * j->lda, j->lda, b0, b1, j->Kq, r16, c);
+            for (int i = 0; i < 2 * r16 && (mb + i) * QG_MR < j->M; i++) {
+                const Py_ssize_t m0 = (mb + i) * QG_MR, mm = j->M - m0 < QG_MR ? j->M - m0 : QG_MR;
+                qg_epilogue(j, c + i * QG_MR * QG_NR, zbv, ct, m0, mm, n0, nn);
+            }
+        }
+    }
+    rc_amx_end();
 }
 
 PyObject *rc_py_qgemm_packed_size(PyObject *self, PyObject *args)
@@ -637,6 +669,15 @@ RC_CLONES static void qg_pack_part(void *arg, int part, int parts)
     }
 }
 
+/* qg_pack_part for the AMX tiles: a part's 16-row blocks (Mb is even there) */
+static void qg_pack_amx_part(void *arg, int part, int parts)
+{
+    const qg_pack_job *j = (const qg_pack_job *)arg;
+    const Py_ssize_t nb = j->Mb / 2, r0 = nb * part / parts * 16, r1 = nb * (part + 1) / parts * 16;
+    rc_amx_pack_rows(j->a, j->M, j->K, j->Kq, rc_amx_a_stride(j->Kq), (uint8_t)j->flip, r0, r1, (uint8_t *)j->ap,
+                     j->rs);
+}
+
 /* qgemm(a, a_signed, za, packed, b_signed, zb, y, (M, K, N), mode, mult, yz, threads, bias=None,
  *       y_planes=0): with y_planes P, Y is (M / P) x N x P (a convolution's NCHW output, row m
  * of A a pixel), so that the result needs no layout transpose */
@@ -672,14 +713,18 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
         cv.pad = (uint8_t)za; /* x's zero point as its byte: zeros after centering */
     }
     rc_sz sz = {NULL};
-    const Py_ssize_t Np = qg_np(N), Kq = qg_kq(K), Mb = (M + QG_MR - 1) / QG_MR;
+    const Py_ssize_t Np = qg_np(N), Kq = qg_kq(K);
+    /* the AMX tiles (int8_amx.c) for a product of RC_AMX_QG_ROWS+ rows and 16+ groups of K: rows padded to 16 */
+    const int amx = rc_qg_amx && !conv && M >= RC_AMX_QG_ROWS && Kq >= 16;
+    const Py_ssize_t Mb = amx ? (M + 15) / 16 * 2 : (M + QG_MR - 1) / QG_MR;
     const Py_ssize_t an = conv ? sz_mul4(&sz, "X's size", cv.N, cv.C, cv.H, cv.W) : sz_mul(&sz, "A's size", M, K);
     const Py_ssize_t yn = sz_mul(&sz, "Y's size", M, N);
     const Py_ssize_t body = sz_mul3(&sz, "the packed size", Np, Kq, 4);
     const Py_ssize_t pn = sz_add(&sz, "the packed size", body, sz_mul(&sz, "the packed size", Np, 4));
     if (sz_check(&sz, "qgemm", PyExc_ValueError) < 0)
         return NULL;
-    const Py_ssize_t apn = sz_mul4(&sz, "the packed rows", Mb, Kq, QG_MR, 4);
+    const Py_ssize_t apn = amx ? sz_mul3(&sz, "the packed rows", Mb, QG_MR, rc_amx_a_stride(Kq))
+                               : sz_mul4(&sz, "the packed rows", Mb, Kq, QG_MR, 4);
     if (sz_check(&sz, "qgemm", PyExc_MemoryError) < 0)
         return NULL;
     Py_buffer v[6];
@@ -696,13 +741,15 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
     const size_t abytes = pbytes + xbytes + (conv ? (size_t)pparts * QG_MR * (size_t)K : 0);
     int32_t *ap = (int32_t *)rc_work(abytes);
     int oom = ap == NULL;
-    qg_job j = {ap, ap ? ap + Mb * Kq * QG_MR : NULL, (const int8_t *)v[1].buf,
+    int32_t *rsum = ap ? (int32_t *)((uint8_t *)ap + apn) : NULL; /* A's row sums after its rows */
+    qg_job j = {ap, rsum, (const int8_t *)v[1].buf,
                 (const int32_t *)((const int8_t *)v[1].buf + body), (const int32_t *)v[2].buf, (const int32_t *)v[5].buf, (const float *)v[4].buf,
                 v[3].buf, M, K, N, Kq, Mb, Np / QG_NR, Np / QG_NR * ((Mb + QG_RB - 1) / QG_RB), (int32_t)za + (asigned ? 128 : 0), bsigned ? 0 : 128, yz, yP, mode};
     if (!oom) {
         const uint8_t *a = (const uint8_t *)v[0].buf;
         Py_BEGIN_ALLOW_THREADS
-        qg_pack_job pj = {a, ap, ap + Mb * Kq * QG_MR, M, K, Kq, Mb, asigned ? 0x80808080u : 0u, NULL, NULL};
+        qg_pack_job pj = {a, ap, rsum, M, K, Kq, Mb, asigned ? 0x80808080u : 0u, NULL, NULL};
+        j.lda = amx ? rc_amx_a_stride(Kq) : 0;
         if (conv) {
             cv.x = a;
             cv.xt = (uint8_t *)ap + pbytes;
@@ -712,9 +759,9 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
             pj.conv = &cv;
             pj.rows = cv.xt + xbytes;
         }
-        rc_parallel(qg_pack_part, &pj, pparts, pth);
+        rc_parallel(amx ? qg_pack_amx_part : qg_pack_part, &pj, pparts, pth);
         const int parts = rc_parts_fine(2.0 * (double)M * (double)K * (double)N, 2.5e5, j.nunits, &threads);
-        rc_parallel(qg_part, &j, parts, threads);
+        rc_parallel(amx ? qg_part_amx : qg_part, &j, parts, threads);
         Py_END_ALLOW_THREADS
         rc_work_done(ap, abytes);
     }

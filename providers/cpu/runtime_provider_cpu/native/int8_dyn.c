@@ -26,6 +26,7 @@
 #define DQ_NR RC_QG_NR
 #define DQ_RB 32     /* row blocks a unit of work, as qgemm's */
 #define DQ_CHUNK 256 /* bytes of a row quantized at a time before they are packed */
+#define DQ_AMX_ROWS 16 /* tile -1: the AMX tiles from this many rows (the Python plan measures it) */
 
 typedef struct {
     const float *x;         /* float A (kind 0) */
@@ -35,6 +36,7 @@ typedef struct {
     Py_ssize_t M, K, Kq, Mb;
     float scale, zpf;
     uint8_t flip; /* 0x80 for an int8 A: its bytes as unsigned */
+    Py_ssize_t lda; /* AMX (int8_amx.c): A's rows as bytes, lda apart, rows padded to 16 (0: the VNNI layout) */
 } dq_pack_job;
 
 #if DQ_X86
@@ -112,6 +114,30 @@ dq_tile_vnni(const int32_t *restrict ap, const int8_t *restrict b0, const int8_t
     DQ_ROW_OUT(5);
     DQ_ROW_OUT(6);
     DQ_ROW_OUT(7);
+}
+
+/* dq_epilogue's steps on rows [0, mm) of an AMX block c[32][32] (int32, in memory) into y */
+__attribute__((target("avx512f"))) static void dq_epilogue_avx512(const int32_t *restrict c, const int32_t *restrict rs,
+                                                                  const uint32_t *restrict zbv,
+                                                                  const uint32_t *restrict ct, const float *restrict sc,
+                                                                  const float *restrict bs, float *restrict y,
+                                                                  Py_ssize_t ldy, Py_ssize_t mm, Py_ssize_t nn)
+{
+    const __mmask16 k0 = nn >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nn) - 1u);
+    const __mmask16 k1 = nn >= 32 ? (__mmask16)0xffff : nn <= 16 ? 0 : (__mmask16)((1u << (nn - 16)) - 1u);
+    const __m512i zb0 = _mm512_loadu_si512((const void *)zbv), zb1 = _mm512_loadu_si512((const void *)(zbv + 16));
+    const __m512i ct0 = _mm512_loadu_si512((const void *)ct), ct1 = _mm512_loadu_si512((const void *)(ct + 16));
+    const __m512 s0 = _mm512_loadu_ps(sc), s1 = _mm512_loadu_ps(sc + 16);
+    const __m512 bb0 = _mm512_loadu_ps(bs), bb1 = _mm512_loadu_ps(bs + 16);
+    for (Py_ssize_t r = 0; r < mm; r++) {
+        const __m512i rv = _mm512_set1_epi32(rs[r]);
+        const __m512i c0 = _mm512_load_si512((const void *)(c + r * 32));
+        const __m512i c1 = _mm512_load_si512((const void *)(c + r * 32 + 16));
+        const __m512i v0 = _mm512_add_epi32(_mm512_sub_epi32(c0, _mm512_mullo_epi32(zb0, rv)), ct0);
+        const __m512i v1 = _mm512_add_epi32(_mm512_sub_epi32(c1, _mm512_mullo_epi32(zb1, rv)), ct1);
+        _mm512_mask_storeu_ps(y + r * ldy, k0, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v0), s0), bb0));
+        _mm512_mask_storeu_ps(y + r * ldy + 16, k1, _mm512_add_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(v1), s1), bb1));
+    }
 }
 
 /* NaNs are left out of the range, as onnxruntime does: vminps / vmaxps return their second
@@ -292,6 +318,38 @@ RC_CLONES static void dq_pack_part(void *arg, int part, int parts)
     }
 }
 
+/* a part's 16-row blocks of A for the AMX tiles: bytes as dq_pack_part's, row-major, the groups
+ * where rc_amx_a_offset puts them, zeros elsewhere (past K, the rows past M) */
+RC_CLONES static void dq_pack_amx_part(void *arg, int part, int parts)
+{
+    const dq_pack_job *j = (const dq_pack_job *)arg;
+    const Py_ssize_t Mp = j->Mb * 16, r0 = Mp * part / parts / 16 * 16, r1 = Mp * (part + 1) / parts / 16 * 16;
+    const Py_ssize_t full = j->Kq / 16 * 16 * 4 < j->K ? j->Kq / 16 * 16 * 4 : j->K;
+    const Py_ssize_t tail_at = rc_amx_a_offset(j->Kq, j->Kq / 16 * 16);
+    for (Py_ssize_t m = r0; m < r1; m++) {
+        uint8_t *restrict dst = (uint8_t *)j->ap + m * j->lda;
+        memset(dst, 0, (size_t)j->lda);
+        if (m >= j->M) {
+            j->rs[m] = 0;
+            continue;
+        }
+        uint32_t s = 0;
+        if (j->x) {
+            s = dq_bytes(j->x + m * j->K, dst, full, j->scale, j->zpf);
+            if (full < j->K)
+                s += dq_bytes(j->x + m * j->K + full, dst + tail_at, j->K - full, j->scale, j->zpf);
+        } else {
+            const uint8_t *restrict a = j->a8 + m * j->K;
+            for (Py_ssize_t k = 0; k < j->K; k++) {
+                const uint8_t b = a[k] ^ j->flip;
+                dst[k < full ? k : tail_at + k - full] = b;
+                s += b;
+            }
+        }
+        j->rs[m] = (int32_t)s;
+    }
+}
+
 typedef struct {
     const int32_t *ap, *rs; /* packed A and its row sums */
     const int8_t *bp;       /* B as qgemm_pack packs it */
@@ -303,6 +361,7 @@ typedef struct {
     Py_ssize_t M, K, N, Kq, Mb, ncols, nunits;
     int32_t ZA, ob; /* A's zero point plus its offset (128 for int8), B's offset (128 for uint8) */
     float ascale;
+    Py_ssize_t lda; /* the AMX tiles: A's row stride in bytes (0: the VNNI tiles) */
 } dq_job;
 
 /* rows [m0, m0 + mm) x columns [n0, n0 + nn) of Y from a tile's raw sums: the zero-point
@@ -327,6 +386,53 @@ RC_CLONES static void dq_epilogue(const dq_job *j, const int32_t *restrict c, co
     }
 }
 
+/* the epilogue's vectors of columns [n0, n0 + 32): zero-point terms, scales, bias */
+static void dq_columns(const dq_job *j, Py_ssize_t n0, uint32_t *zbv, uint32_t *ct, float *sc, float *bs)
+{
+    const uint32_t K = (uint32_t)j->K, ZA = (uint32_t)j->ZA;
+    for (Py_ssize_t n = 0; n < DQ_NR; n++) {
+        /* columns past N repeat the last one's (computed, never stored) */
+        const Py_ssize_t col = n0 + n < j->N ? n0 + n : j->N - 1;
+        zbv[n] = (uint32_t)((j->zb ? j->zb[col] : 0) - j->ob);
+        ct[n] = K * ZA * zbv[n] - ZA * (uint32_t)j->cs[col];
+        sc[n] = j->ascale * j->bscale[col]; /* the graph's Mul of the two scales, in float32 */
+        bs[n] = j->bias ? j->bias[col] : 0.0f;
+    }
+}
+
+/* a part's units on the AMX tiles (int8_amx.c): 32 x 32 int32 blocks, then dq_epilogue */
+static void dq_part_amx(void *arg, int part, int parts)
+{
+    const dq_job *j = (const dq_job *)arg;
+    int32_t c[32 * DQ_NR] __attribute__((aligned(64)));
+    uint32_t zbv[DQ_NR], ct[DQ_NR];
+    float sc[DQ_NR], bs[DQ_NR];
+    const Py_ssize_t u0 = j->nunits * part / parts, u1 = j->nunits * (part + 1) / parts;
+    rc_amx_begin();
+    for (Py_ssize_t u = u0; u < u1; u++) {
+        if (rc_stop_requested())
+            break;
+        /* Mb counts 16-row blocks here; a unit DQ_RB of them */
+        const Py_ssize_t n0 = (u % j->ncols) * DQ_NR, rb0 = (u / j->ncols) * DQ_RB;
+        const Py_ssize_t rb1 = rb0 + DQ_RB < j->Mb ? rb0 + DQ_RB : j->Mb;
+        dq_columns(j, n0, zbv, ct, sc, bs);
+        const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
+        const Py_ssize_t nn = j->N - n0 < DQ_NR ? j->N - n0 : DQ_NR;
+        for (Py_ssize_t mb = rb0; mb < rb1; mb += 2) {
+            const Py_ssize_t m0 = mb * 16, mm = j->M - m0 < 32 ? j->M - m0 : 32;
+            rc_amx_tile((const uint8_t *)j->ap + m0 * j->lda, j->lda, b0, b1, j->Kq, mb + 1 < rb1 ? 2 : 1, c);
+#if DQ_X86
+            if (dq_avx512) { /* every AMX CPU has AVX-512 */
+                dq_epilogue_avx512(c, j->rs + m0, zbv, ct, sc, bs, j->y + m0 * j->N + n0, j->N, mm, nn);
+                continue;
+            }
+#endif
+            dq_epilogue(j, c, zbv, ct, sc, bs, m0, mm, n0, nn);
+        }
+    }
+    rc_amx_end();
+}
+
 static void dq_part(void *arg, int part, int parts)
 {
     const dq_job *j = (const dq_job *)arg;
@@ -334,20 +440,12 @@ static void dq_part(void *arg, int part, int parts)
     uint32_t zbv[DQ_NR], ct[DQ_NR];
     float sc[DQ_NR], bs[DQ_NR];
     const Py_ssize_t u0 = j->nunits * part / parts, u1 = j->nunits * (part + 1) / parts;
-    const uint32_t K = (uint32_t)j->K, ZA = (uint32_t)j->ZA;
     for (Py_ssize_t u = u0; u < u1; u++) {
         if (rc_stop_requested())
             return;
         const Py_ssize_t n0 = (u % j->ncols) * DQ_NR, rb0 = (u / j->ncols) * DQ_RB;
         const Py_ssize_t rb1 = rb0 + DQ_RB < j->Mb ? rb0 + DQ_RB : j->Mb;
-        for (Py_ssize_t n = 0; n < DQ_NR; n++) {
-            /* columns past N repeat the last one's (computed, never stored) */
-            const Py_ssize_t col = n0 + n < j->N ? n0 + n : j->N - 1;
-            zbv[n] = (uint32_t)((j->zb ? j->zb[col] : 0) - j->ob);
-            ct[n] = K * ZA * zbv[n] - ZA * (uint32_t)j->cs[col];
-            sc[n] = j->ascale * j->bscale[col]; /* the graph's Mul of the two scales, in float32 */
-            bs[n] = j->bias ? j->bias[col] : 0.0f;
-        }
+        dq_columns(j, n0, zbv, ct, sc, bs);
         const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
         const Py_ssize_t nn = j->N - n0 < DQ_NR ? j->N - n0 : DQ_NR;
         for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
@@ -371,11 +469,16 @@ PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
 {
     PyObject *ao, *po, *zbo, *so, *bo, *yo;
     Py_ssize_t M, K, N;
-    int kind, za, bsigned, threads;
+    int kind, za, bsigned, threads, tile = -1;
     float ascale;
-    if (!PyArg_ParseTuple(args, "OifiOpOOOO(nnn)i:dqmm", &ao, &kind, &ascale, &za, &po, &bsigned, &zbo, &so, &bo,
-                          &yo, &M, &K, &N, &threads))
+    if (!PyArg_ParseTuple(args, "OifiOpOOOO(nnn)i|i:dqmm", &ao, &kind, &ascale, &za, &po, &bsigned, &zbo, &so, &bo,
+                          &yo, &M, &K, &N, &threads, &tile))
         return NULL;
+    if (tile < -1 || tile > 1 || (tile == 1 && !rc_amx)) {
+        PyErr_Format(PyExc_ValueError, "dqmm: tile must be -1 (the default), 0 (VNNI) or 1 (AMX, where it runs: "
+                                       "here %s), got %d", rc_amx_why, tile);
+        return NULL;
+    }
     if (M < 1 || K < 1 || N < 1 || kind < 0 || kind > 2 || (kind == 1 && (za < 0 || za > 255))
         || (kind == 2 && (za < -128 || za > 127))) {
         PyErr_SetString(PyExc_ValueError, "dqmm: sizes must be positive, a_kind 0 (float32), 1 (uint8) or 2 "
@@ -387,13 +490,17 @@ PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
         dq_init(-1);
 #endif
     rc_sz sz = {NULL};
-    const Py_ssize_t Np = (N + DQ_NR - 1) / DQ_NR * DQ_NR, Kq = (K + 3) / 4, Mb = (M + DQ_MR - 1) / DQ_MR;
+    const Py_ssize_t Np = (N + DQ_NR - 1) / DQ_NR * DQ_NR, Kq = (K + 3) / 4;
+    /* the AMX tiles where asked (or, by default, from DQ_AMX_ROWS rows) and K fills a tile's 16 groups */
+    const int amx = rc_amx && Kq >= 16 && (tile == 1 || (tile == -1 && M >= DQ_AMX_ROWS));
+    const Py_ssize_t Mb = amx ? (M + 15) / 16 : (M + DQ_MR - 1) / DQ_MR, lda = amx ? rc_amx_a_stride(Kq) : 0;
     const Py_ssize_t an = sz_mul(&sz, "A's size", M, K), yn = sz_mul(&sz, "Y's size", M, N);
     const Py_ssize_t body = sz_mul3(&sz, "the packed size", Np, Kq, 4);
     const Py_ssize_t pn = sz_add(&sz, "the packed size", body, sz_mul(&sz, "the packed size", Np, 4));
     if (sz_check(&sz, "dqmm", PyExc_ValueError) < 0)
         return NULL;
-    const Py_ssize_t apn = sz_mul4(&sz, "the packed rows", Mb, Kq, DQ_MR, 4);
+    const Py_ssize_t apn = amx ? sz_mul3(&sz, "the packed rows", Mb, 16, lda)
+                               : sz_mul4(&sz, "the packed rows", Mb, Kq, DQ_MR, 4);
     if (sz_check(&sz, "dqmm", PyExc_MemoryError) < 0)
         return NULL;
     Py_buffer v[6];
@@ -402,7 +509,8 @@ PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
                             {yo, yn, RC_F32, 1, 0, "Y"}};
     if (get_buffers("dqmm", spec, v, 6) < 0)
         return NULL;
-    const size_t abytes = (size_t)apn + sizeof(int32_t) * (size_t)Mb * DQ_MR;
+    const Py_ssize_t rows = amx ? Mb * 16 : Mb * DQ_MR; /* A's rows packed, M padded */
+    const size_t abytes = (size_t)apn + sizeof(int32_t) * (size_t)rows;
     int32_t *ap = (int32_t *)rc_work(abytes);
     if (!ap) {
         release_buffers(v, 6);
@@ -410,8 +518,9 @@ PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
     }
     float zpf = (float)za;
     Py_BEGIN_ALLOW_THREADS
+    int32_t *rsum = (int32_t *)((uint8_t *)ap + apn);
     dq_pack_job pj = {kind == 0 ? (const float *)v[0].buf : NULL, kind ? (const uint8_t *)v[0].buf : NULL, ap,
-                      ap + Mb * Kq * DQ_MR, NULL, NULL, M, K, Kq, Mb, 1.0f, 0.0f, kind == 2 ? 0x80 : 0};
+                      rsum, NULL, NULL, M, K, Kq, Mb, 1.0f, 0.0f, kind == 2 ? 0x80 : 0, lda};
     if (kind == 0) {
         float lo[RC_POOL_MAX * 4], hi[RC_POOL_MAX * 4];
         pj.lo = lo, pj.hi = hi;
@@ -429,15 +538,15 @@ PyObject *rc_py_dqmm(PyObject *self, PyObject *args)
     }
     int pth = threads;
     const int pparts = rc_parts((double)M * (double)K * 4.0, 2.5e5, Mb, &pth);
-    rc_parallel(dq_pack_part, &pj, pparts, pth);
+    rc_parallel(amx ? dq_pack_amx_part : dq_pack_part, &pj, pparts, pth);
     const int8_t *bp = (const int8_t *)v[1].buf;
-    dq_job j = {ap, ap + Mb * Kq * DQ_MR, bp, (const int32_t *)(bp + body), (const int32_t *)v[2].buf,
+    dq_job j = {ap, rsum, bp, (const int32_t *)(bp + body), (const int32_t *)v[2].buf,
                 (const float *)v[3].buf, (const float *)v[4].buf, (float *)v[5].buf, M, K, N, Kq, Mb, Np / DQ_NR,
                 Np / DQ_NR * ((Mb + DQ_RB - 1) / DQ_RB), (int32_t)zpf + (kind == 2 ? 128 : 0), bsigned ? 0 : 128,
-                ascale};
+                ascale, lda};
     int gth = threads;
     const int parts = rc_parts_fine(2.0 * (double)M * (double)K * (double)N, 2.5e5, j.nunits, &gth);
-    rc_parallel(dq_part, &j, parts, gth);
+    rc_parallel(amx ? dq_part_amx : dq_part, &j, parts, gth);
     Py_END_ALLOW_THREADS
     rc_work_done(ap, abytes);
     release_buffers(v, 6);

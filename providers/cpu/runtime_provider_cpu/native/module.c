@@ -99,15 +99,20 @@ static PyMethodDef methods[] = {
     {"qgemm_path", rc_py_qgemm_path, METH_VARARGS,
      "qgemm_path(force=-1) -> the inner loop this CPU runs (force, for tests: 0 portable, 1 avx2, 2 avx512vnni, "
      "3 avxvnni, 4 vnni256-evex, where this CPU runs it)."},
+    {"qgemm_amx", rc_py_qgemm_amx, METH_VARARGS,
+     "qgemm_amx(force=-1) -> whether qgemm runs products (not conv) of 16+ rows and K > 60 on the AMX tiles\n"
+     "(force, for tests: 0 off, 1 on where AMX_INT8 is 'granted')."},
     {"qgemm_dispatch", rc_py_qgemm_dispatch, METH_VARARGS,
      "qgemm_dispatch(avx512vnni, avx_vnni, avx2) -> the inner loop dispatch picks on a CPU with these flags."},
     {"dyn_quantize", rc_py_dyn_quantize, METH_VARARGS,
      "dyn_quantize(x, y, n) -> (scale, zero_point): DynamicQuantizeLinear of n float32 into uint8 y."},
     {"dqmm", rc_py_dqmm, METH_VARARGS,
-     "dqmm(a, a_kind, a_scale, a_zp, packed, b_signed, zb, b_scale, bias, y, (M, K, N), threads) -> (a_scale, a_zp)\n"
+     "dqmm(a, a_kind, a_scale, a_zp, packed, b_signed, zb, b_scale, bias, y, (M, K, N), threads, tile=-1)\n"
+     "-> (a_scale, a_zp)\n"
      "y (M x N float32) = float(sum_k (a - a_zp)(b - zb[n])) * (a_scale * b_scale[n]) + bias[n] against B packed by\n"
      "qgemm_pack; a_kind 0: a float32, quantized as DynamicQuantizeLinear (a_scale, a_zp computed), 1 uint8, 2 int8.\n"
-     "zb and bias may be None."},
+     "zb and bias may be None. tile: 1 the AMX tiles (where AMX_INT8 is 'granted' and K > 60), 0 the VNNI tile,\n"
+     "-1 AMX from 16 rows where it runs."},
     {"dqmm_path", rc_py_dqmm_path, METH_VARARGS,
      "dqmm_path(force=-1) -> dqmm's quantizing loop and tile on this CPU (force: 0 portable, 1 avx512, 2 avx512vnni,\n"
      "for tests)."},
@@ -321,7 +326,8 @@ PyMODINIT_FUNC PyInit__native(void)
               PyModule_AddIntConstant(m, "CONV_LANES", CT_MR) < 0 ||
               PyModule_AddIntConstant(m, "CONV_FAST", rc_conv_fast) < 0 ||
               PyModule_AddIntConstant(m, "NBITS_DOT_ROWS", RC_NBITS_DOT_ROWS) < 0 ||
-              PyModule_AddIntConstant(m, "NBITS_INT8_FAST", rc_nbits_int8_fast()) < 0)) {
+              PyModule_AddIntConstant(m, "NBITS_INT8_FAST", rc_nbits_int8_fast()) < 0 ||
+              PyModule_AddStringConstant(m, "AMX_INT8", rc_amx_why) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -401,6 +401,22 @@ void rc_dq_apply(const float *x, uint8_t *y, Py_ssize_t n, float scale, float zp
 /* int8_dyn.c: DynamicQuantizeMatMul / MatMulIntegerToFloat, the dequantization in the epilogue */
 PyObject *rc_py_dqmm(PyObject *self, PyObject *args);
 PyObject *rc_py_dqmm_path(PyObject *self, PyObject *args);
+
+/* int8_amx.c: the AMX int8 tiles (rc_amx: CPUID, XCR0 and the OS's permission, asked at load) */
+extern int rc_amx;
+extern const char *rc_amx_why;
+void rc_amx_init(void);
+Py_ssize_t rc_amx_a_stride(Py_ssize_t Kq);
+Py_ssize_t rc_amx_a_offset(Py_ssize_t Kq, Py_ssize_t g);
+void rc_amx_begin(void);
+void rc_amx_end(void);
+void rc_amx_tile(const uint8_t *a, Py_ssize_t lda, const int8_t *b0, const int8_t *b1, Py_ssize_t Kq, int r16,
+                 int32_t *c);
+void rc_amx_pack_rows(const uint8_t *a, Py_ssize_t M, Py_ssize_t K, Py_ssize_t Kq, Py_ssize_t lda, uint8_t flip,
+                      Py_ssize_t r0, Py_ssize_t r1, uint8_t *dst, int32_t *rs);
+extern int rc_qg_amx;
+#define RC_AMX_QG_ROWS 16 /* qgemm on the tiles from this many rows */
+PyObject *rc_py_qgemm_amx(PyObject *self, PyObject *args);
 /* int8_depthwise.c: depthwise QLinearConv on NCHW planes */
 PyObject *rc_py_qdwconv(PyObject *self, PyObject *args);
 /* nbits.c: MatMulNBits on the 4-bit codes as stored */

@@ -11,7 +11,8 @@ The float steps are the unfused graph's (Cast, Mul by the product of the two sca
 and in that order. Per tensor A parameters; B's scale and zero point per tensor or per column
 (``[N]``). With the compiled extension, a 2-D 8-bit B and float32 scales run on ``_native.dqmm``:
 A quantized into the int8 GEMM's packed rows, B packed once when constant, the dequantization
-and bias in the GEMM's epilogue; bit for bit the numpy path's results.
+and bias in the GEMM's epilogue; bit for bit the numpy path's results. Where the OS grants the AMX
+tile state, the AMX tiles and the VNNI tile are timed per shape (``_dqmm_tile``).
 """
 
 from __future__ import annotations
@@ -77,10 +78,34 @@ def _dqmm(ctx, a, kind, a_scale, a_zp, b, b_scale, b_zp, bias):
                                                               (3 if kind == 0 else 5, b_zp), (4 if kind == 0 else 6, bias))):
             ctx.cache["dqmm_vecs"] = vecs
     zb, sb, bs = vecs[3:]
+    a = np.ascontiguousarray(a)
+    threads = max(1, int(ctx.threads))
     y = np.empty(a.shape[:-1] + (N,), _F32)
-    _native.dqmm(np.ascontiguousarray(a), kind, float(a_scale), int(a_zp), packed[1], b.dtype == _I8, zb, sb, bs, y,
-                 (M, K, N), max(1, int(ctx.threads)))
+    args = (a, kind, float(a_scale), int(a_zp), packed[1], b.dtype == _I8, zb, sb, bs)
+    _native.dqmm(*args, y, (M, K, N), threads, _dqmm_tile(ctx, args, M, K, N, threads))
     return y
+
+
+def _dqmm_tile(ctx, args, M, K, N, threads):
+    """``dqmm``'s tile for this shape: 1 (AMX) or 0 (VNNI), forced, cached or measured
+    (``fast/autotune.py``) on the node's input where the AMX tiles run (``_native.AMX_INT8``
+    "granted", else it says why not) and K fills one (K > 60)."""
+    if getattr(_native, "AMX_INT8", "") != "granted" or K <= 60:
+        return 0
+    known = ctx.cache.get("dqmm_tile")
+    if known is not None and known[0] == (M, threads):
+        return known[1]
+    from ..fast import autotune
+
+    key = autotune.cache_key("dqmm", (M, K, N), "int8", threads)
+    name = autotune.decide("dqmm", key, ["vnni", "amx"], "vnni", getattr(ctx, "tune", True))
+    if name is None:
+        y = np.empty((M, N), _F32)
+        name, _ = autotune.measure(key, {t: (lambda i=i: _native.dqmm(*args, y, (M, K, N), threads, i))
+                                         for i, t in enumerate(("vnni", "amx"))})
+    autotune.note(ctx, f"{M} rows", name)
+    ctx.cache["dqmm_tile"] = ((M, threads), 1 if name == "amx" else 0)  # the next run of this size: no lookup
+    return ctx.cache["dqmm_tile"][1]
 
 
 @kernel("DynamicQuantizeMatMul", 1, domain=MS, dtypes={"float32"})
