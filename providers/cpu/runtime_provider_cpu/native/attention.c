@@ -269,7 +269,10 @@ static PyObject *mt_run(mh_job *j, int threads, Py_buffer *v, int nbuf)
         release_buffers(v, nbuf);
         return NULL;
     }
-    float *kv = (float *)malloc(sizeof(float) * (size_t)heads * (size_t)(t.kps + t.vps));
+    /* kept by this thread between calls (its parts take slot 0 for their panels): a fresh
+       multi-megabyte malloc per call faults its pages in again */
+    const size_t kvn = sizeof(float) * (size_t)heads * (size_t)(t.kps + t.vps);
+    float *kv = (float *)rc_work_slot(1, kvn);
     if (!kv) {
         release_buffers(v, nbuf);
         return PyErr_NoMemory();
@@ -285,7 +288,7 @@ static PyObject *mt_run(mh_job *j, int threads, Py_buffer *v, int nbuf)
     rc_parallel(mt_pack, &t, pparts, pth);
     rc_parallel(mt_part, &t, parts, threads);
     Py_END_ALLOW_THREADS
-    free(kv);
+    rc_work_slot_done(1, kv, kvn);
     release_buffers(v, nbuf);
     if (t.oom)
         return PyErr_NoMemory();
