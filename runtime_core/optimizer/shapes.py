@@ -473,7 +473,10 @@ def refine_symbols(graph: Graph) -> int:
             declared.update(d.dim_param for d in vi.type.tensor_type.shape.dim if d.dim_param)
     ed = Editor(graph, "shapes")
     total = 0
-    for _ in range(4):
+    # to a fixed point: a round may resolve only the first of a chain of symbols (DistilBERT's
+    # Reshape(context, [B, -1, D]) makes a fresh one per layer); every productive round replaces
+    # generated symbols and introduces none, so the rounds end
+    while True:
         sub: dict[str, object] = {}
         hint: dict[str, tuple] = {}
 
