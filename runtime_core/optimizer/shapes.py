@@ -474,9 +474,11 @@ def refine_symbols(graph: Graph) -> int:
     ed = Editor(graph, "shapes")
     total = 0
     # to a fixed point: a round may resolve only the first of a chain of symbols (DistilBERT's
-    # Reshape(context, [B, -1, D]) makes a fresh one per layer); every productive round replaces
-    # generated symbols and introduces none, so the rounds end
-    while True:
+    # Reshape(context, [B, -1, D]) makes a fresh one per layer); a productive round replaces
+    # generated symbols and introduces none, so there are at most as many rounds as symbols
+    generated = {d.dim_param for tp in graph.types.values() if tp.HasField("tensor_type")
+                 for d in tp.tensor_type.shape.dim if d.dim_param and _GENERATED.match(d.dim_param)}
+    for _ in range(len(generated) + 1):
         sub: dict[str, object] = {}
         hint: dict[str, tuple] = {}
 
