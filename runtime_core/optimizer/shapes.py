@@ -473,7 +473,12 @@ def refine_symbols(graph: Graph) -> int:
             declared.update(d.dim_param for d in vi.type.tensor_type.shape.dim if d.dim_param)
     ed = Editor(graph, "shapes")
     total = 0
-    for _ in range(4):
+    # to a fixed point: a round may resolve only the first of a chain of symbols (DistilBERT's
+    # Reshape(context, [B, -1, D]) makes a fresh one per layer); a productive round replaces
+    # generated symbols and introduces none, so there are at most as many rounds as symbols
+    generated = {d.dim_param for tp in graph.types.values() if tp.HasField("tensor_type")
+                 for d in tp.tensor_type.shape.dim if d.dim_param and _GENERATED.match(d.dim_param)}
+    for _ in range(len(generated) + 1):
         sub: dict[str, object] = {}
         hint: dict[str, tuple] = {}
 

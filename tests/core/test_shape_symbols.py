@@ -46,3 +46,38 @@ def test_a_slice_to_another_length_stays_unknown():
     # pos[0:n] with n another input's dim: nothing says n is seq (or 1)
     s = _y_shape("other")
     assert s[0] == "batch" and s[2] == 8 and s[1] not in ("seq", "n")
+
+
+def _heads_chain(layers: int):
+    """``layers`` times DistilBERT's head split and merge of [batch, seq, 8]: Reshape to 2 heads,
+    Transpose there and back, Reshape to [Shape(x)[0], -1, 8] (onnx names each merge's -1 anew)."""
+    nodes, x = [], "x"
+    for i in range(layers):
+        nodes += [helper.make_node("Shape", [x], [f"shp{i}"]),
+                  helper.make_node("Gather", [f"shp{i}", "zero"], [f"b{i}"], axis=0),
+                  helper.make_node("Unsqueeze", [f"b{i}", "zero_ax"], [f"b1{i}"]),
+                  helper.make_node("Concat", [f"b1{i}", "minus_one", "eight"], [f"tgt{i}"], axis=0),
+                  helper.make_node("Reshape", [x, "heads"], [f"h{i}"]),
+                  helper.make_node("Transpose", [f"h{i}"], [f"t{i}"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Transpose", [f"t{i}"], [f"u{i}"], perm=[0, 2, 1, 3]),
+                  helper.make_node("Reshape", [f"u{i}", f"tgt{i}"], [f"x{i + 1}"])]
+        x = f"x{i + 1}"
+    inits = [helper.make_tensor("zero", TensorProto.INT64, [], [0]),
+             helper.make_tensor("zero_ax", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("minus_one", TensorProto.INT64, [1], [-1]),
+             helper.make_tensor("eight", TensorProto.INT64, [1], [8]),
+             helper.make_tensor("heads", TensorProto.INT64, [4], [0, 0, 2, 4])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 8])]
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), x
+
+
+def test_a_chain_of_merged_heads_keeps_the_sequence_dim_through_every_layer():
+    # each layer's -1 is a fresh unk__N that only the layer before it proves: six layers, six
+    # symbols resolved one after another (a fixed number of rounds left the last layers unknown)
+    m, y = _heads_chain(6)
+    g = Graph(m)
+    fill_missing_shapes(g)
+    refine_symbols(g)
+    ed = Editor(g, "t")
+    assert [ed.shape(f"x{i}") for i in range(1, 7)] == [("batch", "seq", 8)] * 6

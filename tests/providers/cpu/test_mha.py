@@ -145,6 +145,58 @@ def test_mha_tiles_against_the_sgemm_form():
         np.testing.assert_allclose(ys[1], ys[0], rtol=1e-5, atol=1e-6)
 
 
+def _attention(qkv, H, dq, dv, scale):
+    """softmax(q k^T * scale) v per head of a (B, S, H * (2 dq + dv)) projection, in float64"""
+    B, S, _ = qkv.shape
+    x = qkv.astype(np.float64)
+    q = x[..., :H * dq].reshape(B, S, H, dq).transpose(0, 2, 1, 3)
+    k = x[..., H * dq:2 * H * dq].reshape(B, S, H, dq).transpose(0, 2, 1, 3)
+    v = x[..., 2 * H * dq:].reshape(B, S, H, dv).transpose(0, 2, 1, 3)
+    z = q @ k.transpose(0, 1, 3, 2) * scale
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return (p @ v).transpose(0, 2, 1, 3).reshape(B, S, H * dv)
+
+
+def test_mha_tiles_keep_their_packed_keys_between_calls_of_other_sizes():
+    """The tiles form keeps its packed k^T and v in the calling thread's second work slot between
+    calls: calls that grow and shrink it, with a Linear between them (slot 0 of the same thread),
+    and calls from another thread all give the attention of their own inputs."""
+    import threading
+
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.fast.packing import pack_linear
+
+    if not getattr(_native, "CONV_FAST", 0):
+        pytest.skip("the tiles form runs on AVX-512 builds only")
+    shapes = [(1, 40, 2, 64, 64), (2, 300, 3, 64, 32), (1, 40, 2, 64, 64), (3, 97, 1, 32, 64)]
+
+    def calls(threads, errors):
+        try:
+            for B, S, H, dq, dv in shapes * 2:
+                W = H * (2 * dq + dv)
+                qkv = rnd(B, S, W)
+                y = np.full((B, S, H * dv), np.nan, np.float32)
+                _native.mha(qkv, (B, S, W, 0, H * dq, 2 * H * dq), (H, dq, dv), 0.3, False, None, None, None,
+                            None, y, threads, True)
+                np.testing.assert_allclose(y, _attention(qkv, H, dq, dv, 0.3), rtol=2e-5, atol=2e-6)
+                a, w = rnd(S, 64), rnd(64, 96)
+                got = np.empty((S, 96), np.float32)
+                _native.linear(a, pack_linear(w, False), None, got, (S, 64, 96), threads, True)
+                np.testing.assert_allclose(got, a.astype(np.float64) @ w, rtol=1e-4, atol=1e-4)
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    errors: list = []
+    calls(2, errors)
+    ts = [threading.Thread(target=calls, args=(t, errors)) for t in (1, 2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
+
+
 def test_mha_same_bits_on_any_thread_count(cpu_policy):
     # the projection's kernel forced too: autotune may choose another one per thread count (the
     # library call's tiles then differ), and this test is about the heads' kernel
