@@ -184,22 +184,26 @@ def test_qlinear_conv_depthwise_exact(xs, k, attrs, t, wt, per_channel, bias, mo
 @pytest.mark.parametrize("shape,k,st,dl,pad", [((1, 35, 23, 40), 3, 1, 1, 1), ((2, 17, 30, 19), 5, 2, 1, 2),
                                                ((1, 48, 14, 14), 3, 2, 2, 0), ((1, 16, 3, 50), 7, 3, 1, 3)])
 @pytest.mark.parametrize("xt,wt,yt", [(I8, I8, I8), (U8, U8, U8), (U8, I8, I8)])
-def test_qdwconv_channel_blocks_match_planes(shape, k, st, dl, pad, xt, wt, yt):
-    """The two depthwise loops (16-channel blocks, the default; whole planes, kept for kernels
-    past the blocks' exact float range) give the same bytes."""
+@pytest.mark.parametrize("mult_hi", [4e-3, 0.5])
+def test_qdwconv_channel_blocks_match_planes(shape, k, st, dl, pad, xt, wt, yt, mult_hi):
+    """The depthwise loops (16-channel blocks, the default, their rows requantized in AVX-512
+    registers where CONV_FAST; the same blocks on the portable rows; whole planes, kept for kernels
+    past the blocks' exact float range) give the same bytes, saturating outputs included."""
     nat = quant._native
     n, c, h, w = shape
     x, wts = ints(shape, xt), ints((c, 1, k, k), wt)
     oh, ow = (h + 2 * pad - (k - 1) * dl - 1) // st + 1, (w + 2 * pad - (k - 1) * dl - 1) // st + 1
     wz = ints((c,), wt).astype(np.int32) if wt == U8 else None
     bias = RNG.integers(-4000, 4000, c).astype(np.int32)
-    mult = RNG.uniform(2e-4, 4e-3, c).astype(F32)
-    got = [np.empty((n, c, oh, ow), yt) for _ in range(2)]
-    for method in (0, 1):
+    mult = RNG.uniform(2e-4, mult_hi, c).astype(F32)
+    got = [np.empty((n, c, oh, ow), yt) for _ in range(3)]
+    for method in (0, 1, 2):
         nat.qdwconv(x, xt == I8, 5, wts, wt == I8, wz, bias, mult, got[method], yt == I8, 3, shape, (k, k),
                     (oh, ow), (st, st), (dl, dl), (pad, pad), 2, method)
     np.testing.assert_array_equal(got[0], got[1])
-    assert 0 < np.count_nonzero((got[1] != np.iinfo(yt).min) & (got[1] != np.iinfo(yt).max))
+    np.testing.assert_array_equal(got[0], got[2])
+    inside = np.count_nonzero((got[1] != np.iinfo(yt).min) & (got[1] != np.iinfo(yt).max))
+    assert 0 < inside < (got[1].size if mult_hi > 0.1 else got[1].size + 1)  # the wide multipliers saturate some
 
 
 def test_qdwconv_rejects_bad_buffers():
