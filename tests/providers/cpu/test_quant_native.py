@@ -318,18 +318,25 @@ def test_qconv_nchw_exact(path, N, M, K, P, bt, wt, yt):
     np.testing.assert_array_equal(y, _qconv_reference(b, bz, w, wz, bias, mult, yz, yt))
 
 
-def test_qim2col_rows_matches_numpy():
+@pytest.mark.parametrize("shape,kh,kw,st,dl,pt,pl,pe", [
+    ((2, 3, 9, 8), 3, 2, (2, 1), (1, 2), 1, 2, (1, 0)),
+    ((1, 3, 20, 71), 3, 3, (2, 2), (1, 1), 1, 1, (1, 1)),  # stride 2 rows past 32 bytes: the vector steps
+    ((1, 2, 12, 66), 3, 3, (2, 2), (1, 1), 1, 1, (0, 0)),  # the last window ends at the row's last byte
+    ((1, 2, 7, 40), 3, 5, (1, 3), (2, 1), 2, 4, (2, 6)),  # stride 3, windows past both edges
+    ((1, 2, 6, 35), 1, 3, (1, 1), (1, 1), 0, 1, (0, 1)),  # stride 1: one copy a row
+])
+def test_qim2col_rows_matches_numpy(shape, kh, kw, st, dl, pt, pl, pe):
     """K x P im2col rows ((c, kh, kw) order, zero-point padding) as numpy's strided slices."""
-    x = ints((2, 3, 9, 8), U8)
-    kh, kw, st, dl, pt, pl = 3, 2, (2, 1), (1, 2), 1, 2
-    xp = np.pad(x, ((0, 0), (0, 0), (pt, 1), (pl, 0)), constant_values=7)
+    x = ints(shape, U8)
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pe[0]), (pl, pe[1])), constant_values=7)
     oh = (xp.shape[2] - (kh - 1) * dl[0] - 1) // st[0] + 1
     ow = (xp.shape[3] - (kw - 1) * dl[1] - 1) // st[1] + 1
     want = np.stack([xp[:, :, i * dl[0]:i * dl[0] + st[0] * (oh - 1) + 1:st[0],
                         k * dl[1]:k * dl[1] + st[1] * (ow - 1) + 1:st[1]] for i in range(kh) for k in range(kw)], 2)
-    got = np.empty((2, 3 * kh * kw, oh * ow), U8)
+    n, c = shape[:2]
+    got = np.empty((n, c * kh * kw, oh * ow), U8)
     quant._native.qim2col_rows(x, got, x.shape, (kh, kw), (oh, ow), st, dl, (pt, pl), 7, 2)
-    np.testing.assert_array_equal(got, want.reshape(2, 3 * kh * kw, oh * ow))
+    np.testing.assert_array_equal(got, want.reshape(n, c * kh * kw, oh * ow))
 
 
 @pytest.mark.parametrize("xs,k,st,dl,pads", [

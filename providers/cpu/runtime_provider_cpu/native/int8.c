@@ -1000,11 +1000,33 @@ static void qk_part(void *arg, int part, int parts)
                 continue;
             }
             const uint8_t *xr = xp + ih * j->W;
-            const Py_ssize_t iw0 = t * j->dw - j->pl;
-            for (Py_ssize_t ow = 0; ow < j->OW; ow++) {
-                const Py_ssize_t iw = iw0 + ow * j->sw;
-                d[ow] = iw < 0 || iw >= j->W ? j->pad : xr[iw];
+            const Py_ssize_t iw0 = t * j->dw - j->pl, sw = j->sw;
+            /* outputs [lo, hi) read inside the row, the rest is padding */
+            Py_ssize_t lo = iw0 < 0 ? (-iw0 + sw - 1) / sw : 0, hi = iw0 < j->W ? (j->W - 1 - iw0) / sw + 1 : 0;
+            lo = lo < j->OW ? lo : j->OW;
+            hi = hi < j->OW ? hi : j->OW;
+            hi = hi > lo ? hi : lo;
+            memset(d, j->pad, (size_t)lo);
+            memset(d + hi, j->pad, (size_t)(j->OW - hi));
+            const uint8_t *xs = xr + iw0;
+            Py_ssize_t ow = lo;
+            if (sw == 1) {
+                memcpy(d + lo, xs + lo, (size_t)(hi - lo));
+                continue;
             }
+#if RC_SSE2
+            if (sw == 2) { /* the even bytes of 32: 16 taps a step, reads kept inside the row */
+                const __m128i even = _mm_set1_epi16(0x00ff);
+                for (; ow + 16 <= hi && iw0 + 2 * ow + 32 <= j->W; ow += 16) {
+                    const __m128i a = _mm_loadu_si128((const __m128i *)(xs + 2 * ow));
+                    const __m128i b = _mm_loadu_si128((const __m128i *)(xs + 2 * ow + 16));
+                    _mm_storeu_si128((__m128i *)(d + ow),
+                                     _mm_packus_epi16(_mm_and_si128(a, even), _mm_and_si128(b, even)));
+                }
+            }
+#endif
+            for (; ow < hi; ow++)
+                d[ow] = xs[ow * sw];
         }
     }
 }
