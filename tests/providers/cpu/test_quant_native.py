@@ -304,14 +304,16 @@ def _qconv_reference(b, bz, w, wz, bias, mult, yz, yt):
 
 @pytest.mark.parametrize("N,M,K,P", [(1, 1, 1, 1), (2, 13, 7, 45), (1, 24, 36, 300), (3, 9, 5, 17)])
 @pytest.mark.parametrize("bt,wt,yt", [(U8, I8, U8), (I8, I8, I8), (U8, U8, I8), (I8, U8, U8)])
-def test_qconv_nchw_exact(path, N, M, K, P, bt, wt, yt):
+@pytest.mark.parametrize("wide", [1, 64])
+def test_qconv_nchw_exact(path, N, M, K, P, bt, wt, yt, wide):
     """W times each image's K x P rows: odd sizes (partial panels, row blocks and K groups), every
-    operand signedness, per-channel weight zero points and bias, against an exact reference."""
+    operand signedness, per-channel weight zero points (or one for all rows) and bias, against an
+    exact reference; ``wide`` multipliers saturate many outputs at both ends."""
     b, w = ints((N, K, P), bt), ints((M, K), wt)
     bz = int(ints((), bt))
     wz = ints((M,), wt).astype(np.int32) if M % 2 else None
     bias = RNG.integers(-5000, 5000, M).astype(np.int32) if K % 2 else None
-    mult = RNG.uniform(0.1, 2.0, M).astype(F32) / (K * 64)
+    mult = RNG.uniform(0.1, 2.0, M).astype(F32) * wide / (K * 64)
     yz = int(ints((), yt))
     y = np.empty((N, M, P), yt)
     quant._native.qconv_nchw(b, bt == I8, bz, w, wt == I8, wz, y, (N, M, K, P), mult, bias, yt == I8, yz, 2)

@@ -796,6 +796,7 @@ typedef struct {
     uint8_t *y;          /* N x M x P */
     Py_ssize_t N, M, K, P, Kq, Mb, Np, ncols, nunits;
     int yz, ysigned;
+    int za_same; /* every row's za is za[0] (symmetric weights): za * cs once a tile */
 } qc_job;
 
 /* rows [m0, m0 + mm) x pixels [p0, p0 + pp) of one image's Y from the raw sums c */
@@ -827,10 +828,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 qc_epilogue_avx512(const qc_job *j, const int32_t *restrict c, const int32_t *restrict cs, uint8_t *restrict y,
                    Py_ssize_t m0, Py_ssize_t mm, Py_ssize_t pp)
 {
-    const __m512 big = _mm512_set1_ps(65536.0f), nbig = _mm512_set1_ps(-65536.0f);
-    const __m512i yz = _mm512_set1_epi32(j->yz), lo = _mm512_set1_epi32(j->ysigned ? -128 : 0);
-    const __m512i hi = _mm512_set1_epi32(j->ysigned ? 127 : 255);
+    /* clamped to [lo - yz, hi - yz] before the rounding: the bounds are integers, so this is
+     * rint-then-clamp, and rint(f) + yz then lies in [lo, hi] with no clamp after it */
+    const float fyz = (float)j->yz;
+    const __m512 flo = _mm512_set1_ps((j->ysigned ? -128.0f : 0.0f) - fyz);
+    const __m512 fhi = _mm512_set1_ps((j->ysigned ? 127.0f : 255.0f) - fyz);
+    const __m512i yz = _mm512_set1_epi32(j->yz);
     const __m512i cs0 = _mm512_loadu_si512((const void *)cs), cs1 = _mm512_loadu_si512((const void *)(cs + 16));
+    const __m512i za0 = _mm512_set1_epi32((int32_t)j->za[m0]);
+    const __m512i zc0 = _mm512_mullo_epi32(za0, cs0), zc1 = _mm512_mullo_epi32(za0, cs1);
     const __mmask16 k0 = pp >= 16 ? 0xffff : (__mmask16)((1u << pp) - 1);
     const __mmask16 k1 = pp >= 32 ? 0xffff : pp <= 16 ? 0 : (__mmask16)((1u << (pp - 16)) - 1);
     for (Py_ssize_t r = 0; r < mm; r++) {
@@ -839,13 +845,12 @@ qc_epilogue_avx512(const qc_job *j, const int32_t *restrict c, const int32_t *re
         const __m512 mu = _mm512_set1_ps(j->mult[m]);
         uint8_t *yr = y + m * j->P;
         for (int h = 0; h < 2; h++) {
+            const __m512i zc = j->za_same ? (h ? zc1 : zc0) : _mm512_mullo_epi32(za, h ? cs1 : cs0);
             const __m512i acc = _mm512_sub_epi32(
-                _mm512_add_epi32(_mm512_load_si512((const void *)(c + r * QG_NR + 16 * h)), rt),
-                _mm512_mullo_epi32(za, h ? cs1 : cs0));
+                _mm512_add_epi32(_mm512_load_si512((const void *)(c + r * QG_NR + 16 * h)), rt), zc);
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), mu);
-            f = _mm512_min_ps(_mm512_max_ps(f, nbig), big);
-            __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), yz);
-            q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+            f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
+            const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), yz);
             _mm_mask_storeu_epi8(yr + 16 * h, h ? k1 : k0, _mm512_cvtepi32_epi8(q));
         }
     }
@@ -940,6 +945,9 @@ PyObject *rc_py_qconv_nchw(PyObject *self, PyObject *args)
     const Py_ssize_t ncols = Np / QG_NR, nunits = N * ncols * ((Mb + QG_RB - 1) / QG_RB);
     qc_job j = {ap, rt, za, bp, cs, (const float *)v[4].buf, (uint8_t *)v[3].buf, N, M, K, P, Kq, Mb, Np, ncols,
                 nunits, yz, ysigned};
+    j.za_same = 1;
+    for (Py_ssize_t m = 1; m < M; m++)
+        j.za_same &= za[m] == za[0];
     const int parts = rc_parts_fine(2.0 * (double)N * (double)M * (double)K * (double)P, 2.5e5, nunits, &threads);
     rc_parallel(qc_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
