@@ -170,6 +170,67 @@ RC_CLONES static void qdc_fill_flat(const uint8_t *const *rows, Py_ssize_t np, P
     }
 }
 
+#if DWF_OK
+/* qdc_fill_flat on AVX-512: a block of 16 pixels that stays inside one row and the stored
+ * columns is converted straight from the transposed registers, no per-pixel test; the rest (row
+ * ends, the last block) as qdc_fill_flat. The same floats. */
+DWF_TARGET static void qdc_fill_flat_avx512(const uint8_t *const *rows, Py_ssize_t np, Py_ssize_t W, Py_ssize_t wn,
+                                            Py_ssize_t rowf, uint8_t flip, float off, float *restrict t)
+{
+    const __m512 offv = _mm512_set1_ps(off);
+    const __m128i fl = _mm_set1_epi8((char)flip);
+    Py_ssize_t w = 0, p0 = 0;
+    for (; p0 + QDW_CB <= np; p0 += QDW_CB) {
+        __m128i in[QDW_CB], px[QDW_CB];
+        for (int c = 0; c < QDW_CB; c++)
+            in[c] = _mm_loadu_si128((const __m128i *)(rows[c] + p0));
+        rc_tr16_bytes(in, px);
+        if (w + QDW_CB <= wn) { /* wn <= W: the block is inside the row */
+            for (int p = 0; p < QDW_CB; p++)
+                _mm512_storeu_ps(t + (w + p) * QDW_CB,
+                                 _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_xor_si128(px[p], fl))), offv));
+            w += QDW_CB;
+            if (w == W) {
+                w = 0;
+                t += rowf;
+            }
+            continue;
+        }
+        for (int p = 0; p < QDW_CB; p++) {
+            if (w < wn)
+                _mm512_storeu_ps(t + w * QDW_CB,
+                                 _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_xor_si128(px[p], fl))), offv));
+            if (++w == W) {
+                w = 0;
+                t += rowf;
+            }
+        }
+    }
+    if (p0 < np) { /* the last 1-15 pixels: the portable loop from where this one stopped */
+        const uint8_t *rest[QDW_CB];
+        for (int c = 0; c < QDW_CB; c++)
+            rest[c] = rows[c] + p0;
+        /* it counts columns from 0: hand it a row start, or finish this row here */
+        Py_ssize_t p = p0;
+        for (; p < np && w != 0; p++) {
+            if (w < wn) {
+                for (int c = 0; c < QDW_CB; c++)
+                    t[w * QDW_CB + c] = (float)(uint8_t)(rows[c][p] ^ flip) - off;
+            }
+            if (++w == W) {
+                w = 0;
+                t += rowf;
+            }
+        }
+        if (p < np) {
+            for (int c = 0; c < QDW_CB; c++)
+                rest[c] = rows[c] + p;
+            qdc_fill_flat(rest, np - p, W, wn, rowf, flip, off, t);
+        }
+    }
+}
+#endif
+
 /* the band's input rows into the tile (rows outside the image and the pad columns zero) */
 static void qdc_fill(const qdw_job *j, const qdc_job *q, Py_ssize_t n, Py_ssize_t c0, Py_ssize_t r0, float *restrict t)
 {
@@ -195,8 +256,16 @@ static void qdc_fill(const qdw_job *j, const qdc_job *q, Py_ssize_t n, Py_ssize_
         const Py_ssize_t cc = c0 + c < j->C ? c0 + c : j->C - 1; /* past C: a copy, never stored */
         rows[c] = j->x + ((n * j->C + cc) * j->H + h0) * j->W;
     }
-    qdc_fill_flat(rows, (h1 - h0) * j->W, j->W, wn, rowf, j->xsigned ? 0x80 : 0,
-                  (float)(j->xz + (j->xsigned ? 128 : 0)), t + (h0 + j->pt - r0) * rowf + j->pl * QDW_CB);
+    float *t0 = t + (h0 + j->pt - r0) * rowf + j->pl * QDW_CB;
+    const uint8_t flip = j->xsigned ? 0x80 : 0;
+    const float off = (float)(j->xz + (j->xsigned ? 128 : 0));
+#if DWF_OK
+    if (q->fast) {
+        qdc_fill_flat_avx512(rows, (h1 - h0) * j->W, j->W, wn, rowf, flip, off, t0);
+        return;
+    }
+#endif
+    qdc_fill_flat(rows, (h1 - h0) * j->W, j->W, wn, rowf, flip, off, t0);
 }
 
 /* pixels [ow, ow + NP) of an output row: every tap a 16-channel multiply-add (the sums of NP
