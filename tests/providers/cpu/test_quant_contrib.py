@@ -105,6 +105,37 @@ def test_add_same_shape_compiled(dt, monkeypatch):
 
 
 @pytest.mark.parametrize("dt", DTS, ids=["u8", "s8"])
+def test_add_kept_call_across_runs(dt, monkeypatch):
+    """With constant scales and zero points the compiled QLinearAdd call is kept after the first
+    run: later runs (new data, then a new shape, which sets it up again) give the numpy path's
+    bytes and stay within a code of onnxruntime's, and same-shaped runs skip the set-up."""
+    from runtime_provider_cpu.ops import quant_contrib
+
+    if quant_contrib._native is None:
+        pytest.skip("the compiled extension is not built here")
+    sa, za = _params(dt, 0.05)
+    sb, zb = _params(dt, 0.03)
+    sc, zc = _params(dt, 0.06)
+    n = helper.make_node("QLinearAdd", ["a", "sa", "za", "b", "sb", "zb", "sc", "zc"], ["y"], domain=MS)
+    tt = helper.np_dtype_to_tensor_dtype(np.dtype(dt))
+    ins = [helper.make_tensor_value_info(k, tt, ["n", 24, 7]) for k in ("a", "b")]
+    m = _model([n], ins, [helper.make_tensor_value_info("y", tt, None)], dict(sa=sa, za=za, sb=sb, zb=zb, sc=sc, zc=zc))
+    sess, oracle = rt.InferenceSession(m), ort.InferenceSession(m, providers=["CPUExecutionProvider"])
+    calls = []
+    set_up = quant_contrib._qlinear_add_native
+    monkeypatch.setattr(quant_contrib, "_qlinear_add_native", lambda *a: calls.append(1) or set_up(*a))
+    feeds = [{"a": _q(dt, (nb, 24, 7)), "b": _q(dt, (nb, 24, 7))} for nb in (2, 2, 2, 3, 3)]
+    got = [sess.run(None, f)[0] for f in feeds]
+    assert len(calls) == 2  # the first run and the first of the new shape
+    for f, y in zip(feeds, got):
+        _close_codes(y, oracle.run(None, f)[0], 1)
+    monkeypatch.setattr(quant_contrib, "_native", None)
+    ref = rt.InferenceSession(m)
+    for f, y in zip(feeds, got):
+        np.testing.assert_array_equal(y, ref.run(None, f)[0])
+
+
+@pytest.mark.parametrize("dt", DTS, ids=["u8", "s8"])
 @pytest.mark.parametrize("op", ["QLinearSigmoid", "QLinearLeakyRelu"])
 def test_unary(op, dt):
     x = _q(dt, (4, 64))

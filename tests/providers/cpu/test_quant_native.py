@@ -184,22 +184,29 @@ def test_qlinear_conv_depthwise_exact(xs, k, attrs, t, wt, per_channel, bias, mo
 @pytest.mark.parametrize("shape,k,st,dl,pad", [((1, 35, 23, 40), 3, 1, 1, 1), ((2, 17, 30, 19), 5, 2, 1, 2),
                                                ((1, 48, 14, 14), 3, 2, 2, 0), ((1, 16, 3, 50), 7, 3, 1, 3)])
 @pytest.mark.parametrize("xt,wt,yt", [(I8, I8, I8), (U8, U8, U8), (U8, I8, I8)])
-def test_qdwconv_channel_blocks_match_planes(shape, k, st, dl, pad, xt, wt, yt):
-    """The two depthwise loops (16-channel blocks, the default; whole planes, kept for kernels
-    past the blocks' exact float range) give the same bytes."""
+@pytest.mark.parametrize("mult_hi", [4e-3, 0.5])
+def test_qdwconv_channel_blocks_match_planes(shape, k, st, dl, pad, xt, wt, yt, mult_hi):
+    """The depthwise loops (16-channel blocks, the default, their rows requantized in AVX-512
+    registers where CONV_FAST; the same blocks on the portable rows; whole planes, kept for kernels
+    past the blocks' exact float range) give the same bytes, saturating outputs included."""
     nat = quant._native
     n, c, h, w = shape
     x, wts = ints(shape, xt), ints((c, 1, k, k), wt)
     oh, ow = (h + 2 * pad - (k - 1) * dl - 1) // st + 1, (w + 2 * pad - (k - 1) * dl - 1) // st + 1
     wz = ints((c,), wt).astype(np.int32) if wt == U8 else None
     bias = RNG.integers(-4000, 4000, c).astype(np.int32)
-    mult = RNG.uniform(2e-4, 4e-3, c).astype(F32)
-    got = [np.empty((n, c, oh, ow), yt) for _ in range(2)]
-    for method in (0, 1):
+    mult = RNG.uniform(2e-4, mult_hi, c).astype(F32)
+    got = [np.empty((n, c, oh, ow), yt) for _ in range(3)]
+    for method in (0, 1, 2):
         nat.qdwconv(x, xt == I8, 5, wts, wt == I8, wz, bias, mult, got[method], yt == I8, 3, shape, (k, k),
                     (oh, ow), (st, st), (dl, dl), (pad, pad), 2, method)
     np.testing.assert_array_equal(got[0], got[1])
-    assert 0 < np.count_nonzero((got[1] != np.iinfo(yt).min) & (got[1] != np.iinfo(yt).max))
+    np.testing.assert_array_equal(got[0], got[2])
+    inside = np.count_nonzero((got[1] != np.iinfo(yt).min) & (got[1] != np.iinfo(yt).max))
+    if mult_hi > 0.1:  # the wide multipliers saturate
+        assert inside < got[1].size
+    else:
+        assert 0 < inside
 
 
 def test_qdwconv_rejects_bad_buffers():
@@ -300,32 +307,41 @@ def _qconv_reference(b, bz, w, wz, bias, mult, yz, yt):
 
 @pytest.mark.parametrize("N,M,K,P", [(1, 1, 1, 1), (2, 13, 7, 45), (1, 24, 36, 300), (3, 9, 5, 17)])
 @pytest.mark.parametrize("bt,wt,yt", [(U8, I8, U8), (I8, I8, I8), (U8, U8, I8), (I8, U8, U8)])
-def test_qconv_nchw_exact(path, N, M, K, P, bt, wt, yt):
+@pytest.mark.parametrize("wide", [1, 64])
+def test_qconv_nchw_exact(path, N, M, K, P, bt, wt, yt, wide):
     """W times each image's K x P rows: odd sizes (partial panels, row blocks and K groups), every
-    operand signedness, per-channel weight zero points and bias, against an exact reference."""
+    operand signedness, per-channel weight zero points (or one for all rows) and bias, against an
+    exact reference; ``wide`` multipliers saturate many outputs at both ends."""
     b, w = ints((N, K, P), bt), ints((M, K), wt)
     bz = int(ints((), bt))
     wz = ints((M,), wt).astype(np.int32) if M % 2 else None
     bias = RNG.integers(-5000, 5000, M).astype(np.int32) if K % 2 else None
-    mult = RNG.uniform(0.1, 2.0, M).astype(F32) / (K * 64)
+    mult = RNG.uniform(0.1, 2.0, M).astype(F32) * wide / (K * 64)
     yz = int(ints((), yt))
     y = np.empty((N, M, P), yt)
     quant._native.qconv_nchw(b, bt == I8, bz, w, wt == I8, wz, y, (N, M, K, P), mult, bias, yt == I8, yz, 2)
     np.testing.assert_array_equal(y, _qconv_reference(b, bz, w, wz, bias, mult, yz, yt))
 
 
-def test_qim2col_rows_matches_numpy():
+@pytest.mark.parametrize("shape,kh,kw,st,dl,pt,pl,pe", [
+    ((2, 3, 9, 8), 3, 2, (2, 1), (1, 2), 1, 2, (1, 0)),
+    ((1, 3, 20, 71), 3, 3, (2, 2), (1, 1), 1, 1, (1, 1)),  # stride 2 rows past 32 bytes: the vector steps
+    ((1, 2, 12, 66), 3, 3, (2, 2), (1, 1), 1, 1, (0, 0)),  # the last window ends at the row's last byte
+    ((1, 2, 7, 40), 3, 5, (1, 3), (2, 1), 2, 4, (2, 6)),  # stride 3, windows past both edges
+    ((1, 2, 6, 35), 1, 3, (1, 1), (1, 1), 0, 1, (0, 1)),  # stride 1: one copy a row
+])
+def test_qim2col_rows_matches_numpy(shape, kh, kw, st, dl, pt, pl, pe):
     """K x P im2col rows ((c, kh, kw) order, zero-point padding) as numpy's strided slices."""
-    x = ints((2, 3, 9, 8), U8)
-    kh, kw, st, dl, pt, pl = 3, 2, (2, 1), (1, 2), 1, 2
-    xp = np.pad(x, ((0, 0), (0, 0), (pt, 1), (pl, 0)), constant_values=7)
+    x = ints(shape, U8)
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pe[0]), (pl, pe[1])), constant_values=7)
     oh = (xp.shape[2] - (kh - 1) * dl[0] - 1) // st[0] + 1
     ow = (xp.shape[3] - (kw - 1) * dl[1] - 1) // st[1] + 1
     want = np.stack([xp[:, :, i * dl[0]:i * dl[0] + st[0] * (oh - 1) + 1:st[0],
                         k * dl[1]:k * dl[1] + st[1] * (ow - 1) + 1:st[1]] for i in range(kh) for k in range(kw)], 2)
-    got = np.empty((2, 3 * kh * kw, oh * ow), U8)
+    n, c = shape[:2]
+    got = np.empty((n, c * kh * kw, oh * ow), U8)
     quant._native.qim2col_rows(x, got, x.shape, (kh, kw), (oh, ow), st, dl, (pt, pl), 7, 2)
-    np.testing.assert_array_equal(got, want.reshape(2, 3 * kh * kw, oh * ow))
+    np.testing.assert_array_equal(got, want.reshape(n, c * kh * kw, oh * ow))
 
 
 @pytest.mark.parametrize("xs,k,st,dl,pads", [

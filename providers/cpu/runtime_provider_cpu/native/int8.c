@@ -799,6 +799,11 @@ RC_CLONES static void qc_bpack_part(void *arg, int part, int parts)
         int32_t *cs = j->cs + n * j->Np + p0;
         const Py_ssize_t pp = j->P - p0 < 16 ? j->P - p0 : 16;
         int32_t s[16] = {0};
+#if RC_SSE2
+        /* the full groups' column sums in vectors: the 4 rows' bytes sign-extended to int16 and
+         * added, then widened into 4 x 4 int32 sums (pixels 0-3, 4-7, 8-11, 12-15) */
+        __m128i sv[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+#endif
         for (Py_ssize_t q = 0; q < j->Kq; q++) {
             int8_t *d = dst + q * 64;
 #if RC_SSE2
@@ -815,9 +820,16 @@ RC_CLONES static void qc_bpack_part(void *arg, int part, int parts)
                 _mm_storeu_si128((__m128i *)(d + 16), _mm_unpackhi_epi16(a, c));
                 _mm_storeu_si128((__m128i *)(d + 32), _mm_unpacklo_epi16(b, e));
                 _mm_storeu_si128((__m128i *)(d + 48), _mm_unpackhi_epi16(b, e));
-                for (int k = 0; k < 4; k++)
-                    for (int i = 0; i < 16; i++)
-                        s[i] += (int8_t)(r[k * j->P + i] ^ j->flip);
+#define QC_SX16(v, lohi) _mm_srai_epi16(_mm_unpack##lohi##_epi8(v, v), 8)
+                const __m128i tl = _mm_add_epi16(_mm_add_epi16(QC_SX16(r0, lo), QC_SX16(r1, lo)),
+                                                 _mm_add_epi16(QC_SX16(r2, lo), QC_SX16(r3, lo)));
+                const __m128i th = _mm_add_epi16(_mm_add_epi16(QC_SX16(r0, hi), QC_SX16(r1, hi)),
+                                                 _mm_add_epi16(QC_SX16(r2, hi), QC_SX16(r3, hi)));
+#undef QC_SX16
+                sv[0] = _mm_add_epi32(sv[0], _mm_srai_epi32(_mm_unpacklo_epi16(tl, tl), 16));
+                sv[1] = _mm_add_epi32(sv[1], _mm_srai_epi32(_mm_unpackhi_epi16(tl, tl), 16));
+                sv[2] = _mm_add_epi32(sv[2], _mm_srai_epi32(_mm_unpacklo_epi16(th, th), 16));
+                sv[3] = _mm_add_epi32(sv[3], _mm_srai_epi32(_mm_unpackhi_epi16(th, th), 16));
                 continue;
             }
 #endif
@@ -829,6 +841,14 @@ RC_CLONES static void qc_bpack_part(void *arg, int part, int parts)
                     s[i] += v;
                 }
         }
+#if RC_SSE2
+        for (int h = 0; h < 4; h++) {
+            int32_t t[4];
+            _mm_storeu_si128((__m128i *)t, sv[h]);
+            for (int i = 0; i < 4; i++)
+                s[4 * h + i] += t[i];
+        }
+#endif
         memcpy(cs, s, sizeof s);
     }
 }
@@ -843,6 +863,7 @@ typedef struct {
     uint8_t *y;          /* N x M x P */
     Py_ssize_t N, M, K, P, Kq, Mb, Np, ncols, nunits;
     int yz, ysigned;
+    int za_same; /* every row's za is za[0] (symmetric weights): za * cs once a tile */
 } qc_job;
 
 /* rows [m0, m0 + mm) x pixels [p0, p0 + pp) of one image's Y from the raw sums c */
@@ -874,10 +895,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 qc_epilogue_avx512(const qc_job *j, const int32_t *restrict c, const int32_t *restrict cs, uint8_t *restrict y,
                    Py_ssize_t m0, Py_ssize_t mm, Py_ssize_t pp)
 {
-    const __m512 big = _mm512_set1_ps(65536.0f), nbig = _mm512_set1_ps(-65536.0f);
-    const __m512i yz = _mm512_set1_epi32(j->yz), lo = _mm512_set1_epi32(j->ysigned ? -128 : 0);
-    const __m512i hi = _mm512_set1_epi32(j->ysigned ? 127 : 255);
+    /* clamped to [lo - yz, hi - yz] before the rounding: the bounds are integers, so this is
+     * rint-then-clamp, and rint(f) + yz then lies in [lo, hi] with no clamp after it */
+    const float fyz = (float)j->yz;
+    const __m512 flo = _mm512_set1_ps((j->ysigned ? -128.0f : 0.0f) - fyz);
+    const __m512 fhi = _mm512_set1_ps((j->ysigned ? 127.0f : 255.0f) - fyz);
+    const __m512i yz = _mm512_set1_epi32(j->yz);
     const __m512i cs0 = _mm512_loadu_si512((const void *)cs), cs1 = _mm512_loadu_si512((const void *)(cs + 16));
+    const __m512i za0 = _mm512_set1_epi32((int32_t)j->za[m0]);
+    const __m512i zc0 = _mm512_mullo_epi32(za0, cs0), zc1 = _mm512_mullo_epi32(za0, cs1);
     const __mmask16 k0 = pp >= 16 ? 0xffff : (__mmask16)((1u << pp) - 1);
     const __mmask16 k1 = pp >= 32 ? 0xffff : pp <= 16 ? 0 : (__mmask16)((1u << (pp - 16)) - 1);
     for (Py_ssize_t r = 0; r < mm; r++) {
@@ -886,13 +912,12 @@ qc_epilogue_avx512(const qc_job *j, const int32_t *restrict c, const int32_t *re
         const __m512 mu = _mm512_set1_ps(j->mult[m]);
         uint8_t *yr = y + m * j->P;
         for (int h = 0; h < 2; h++) {
+            const __m512i zc = j->za_same ? (h ? zc1 : zc0) : _mm512_mullo_epi32(za, h ? cs1 : cs0);
             const __m512i acc = _mm512_sub_epi32(
-                _mm512_add_epi32(_mm512_load_si512((const void *)(c + r * QG_NR + 16 * h)), rt),
-                _mm512_mullo_epi32(za, h ? cs1 : cs0));
+                _mm512_add_epi32(_mm512_load_si512((const void *)(c + r * QG_NR + 16 * h)), rt), zc);
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), mu);
-            f = _mm512_min_ps(_mm512_max_ps(f, nbig), big);
-            __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), yz);
-            q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
+            f = _mm512_min_ps(_mm512_max_ps(f, flo), fhi);
+            const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), yz);
             _mm_mask_storeu_epi8(yr + 16 * h, h ? k1 : k0, _mm512_cvtepi32_epi8(q));
         }
     }
@@ -987,6 +1012,9 @@ PyObject *rc_py_qconv_nchw(PyObject *self, PyObject *args)
     const Py_ssize_t ncols = Np / QG_NR, nunits = N * ncols * ((Mb + QG_RB - 1) / QG_RB);
     qc_job j = {ap, rt, za, bp, cs, (const float *)v[4].buf, (uint8_t *)v[3].buf, N, M, K, P, Kq, Mb, Np, ncols,
                 nunits, yz, ysigned};
+    j.za_same = 1;
+    for (Py_ssize_t m = 1; m < M; m++)
+        j.za_same &= za[m] == za[0];
     const int parts = rc_parts_fine(2.0 * (double)N * (double)M * (double)K * (double)P, 2.5e5, nunits, &threads);
     rc_parallel(qc_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
@@ -1047,11 +1075,33 @@ static void qk_part(void *arg, int part, int parts)
                 continue;
             }
             const uint8_t *xr = xp + ih * j->W;
-            const Py_ssize_t iw0 = t * j->dw - j->pl;
-            for (Py_ssize_t ow = 0; ow < j->OW; ow++) {
-                const Py_ssize_t iw = iw0 + ow * j->sw;
-                d[ow] = iw < 0 || iw >= j->W ? j->pad : xr[iw];
+            const Py_ssize_t iw0 = t * j->dw - j->pl, sw = j->sw;
+            /* outputs [lo, hi) read inside the row, the rest is padding */
+            Py_ssize_t lo = iw0 < 0 ? (-iw0 + sw - 1) / sw : 0, hi = iw0 < j->W ? (j->W - 1 - iw0) / sw + 1 : 0;
+            lo = lo < j->OW ? lo : j->OW;
+            hi = hi < j->OW ? hi : j->OW;
+            hi = hi > lo ? hi : lo;
+            memset(d, j->pad, (size_t)lo);
+            memset(d + hi, j->pad, (size_t)(j->OW - hi));
+            const uint8_t *xs = xr + iw0;
+            Py_ssize_t ow = lo;
+            if (sw == 1) {
+                memcpy(d + lo, xs + lo, (size_t)(hi - lo));
+                continue;
             }
+#if RC_SSE2
+            if (sw == 2) { /* the even bytes of 32: 16 taps a step, reads kept inside the row */
+                const __m128i even = _mm_set1_epi16(0x00ff);
+                for (; ow + 16 <= hi && iw0 + 2 * ow + 32 <= j->W; ow += 16) {
+                    const __m128i a = _mm_loadu_si128((const __m128i *)(xs + 2 * ow));
+                    const __m128i b = _mm_loadu_si128((const __m128i *)(xs + 2 * ow + 16));
+                    _mm_storeu_si128((__m128i *)(d + ow),
+                                     _mm_packus_epi16(_mm_and_si128(a, even), _mm_and_si128(b, even)));
+                }
+            }
+#endif
+            for (; ow < hi; ow++)
+                d[ow] = xs[ow * sw];
         }
     }
 }

@@ -118,6 +118,7 @@ static void qdw_part(void *arg, int part, int parts)
 typedef struct {
     const qdw_job *j;
     Py_ssize_t ncb, R, nb, trows, wstride; /* channel blocks, rows a band, bands, tile rows, floats a part */
+    int fast;                              /* rows on qdc_row_avx512 */
     float *work;
 } qdc_job;
 
@@ -169,6 +170,67 @@ RC_CLONES static void qdc_fill_flat(const uint8_t *const *rows, Py_ssize_t np, P
     }
 }
 
+#if DWF_OK
+/* qdc_fill_flat on AVX-512: a block of 16 pixels that stays inside one row and the stored
+ * columns is converted straight from the transposed registers, no per-pixel test; the rest (row
+ * ends, the last block) as qdc_fill_flat. The same floats. */
+DWF_TARGET static void qdc_fill_flat_avx512(const uint8_t *const *rows, Py_ssize_t np, Py_ssize_t W, Py_ssize_t wn,
+                                            Py_ssize_t rowf, uint8_t flip, float off, float *restrict t)
+{
+    const __m512 offv = _mm512_set1_ps(off);
+    const __m128i fl = _mm_set1_epi8((char)flip);
+    Py_ssize_t w = 0, p0 = 0;
+    for (; p0 + QDW_CB <= np; p0 += QDW_CB) {
+        __m128i in[QDW_CB], px[QDW_CB];
+        for (int c = 0; c < QDW_CB; c++)
+            in[c] = _mm_loadu_si128((const __m128i *)(rows[c] + p0));
+        rc_tr16_bytes(in, px);
+        if (w + QDW_CB <= wn) { /* wn <= W: the block is inside the row */
+            for (int p = 0; p < QDW_CB; p++)
+                _mm512_storeu_ps(t + (w + p) * QDW_CB,
+                                 _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_xor_si128(px[p], fl))), offv));
+            w += QDW_CB;
+            if (w == W) {
+                w = 0;
+                t += rowf;
+            }
+            continue;
+        }
+        for (int p = 0; p < QDW_CB; p++) {
+            if (w < wn)
+                _mm512_storeu_ps(t + w * QDW_CB,
+                                 _mm512_sub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_xor_si128(px[p], fl))), offv));
+            if (++w == W) {
+                w = 0;
+                t += rowf;
+            }
+        }
+    }
+    if (p0 < np) { /* the last 1-15 pixels: the portable loop from where this one stopped */
+        const uint8_t *rest[QDW_CB];
+        for (int c = 0; c < QDW_CB; c++)
+            rest[c] = rows[c] + p0;
+        /* it counts columns from 0: hand it a row start, or finish this row here */
+        Py_ssize_t p = p0;
+        for (; p < np && w != 0; p++) {
+            if (w < wn) {
+                for (int c = 0; c < QDW_CB; c++)
+                    t[w * QDW_CB + c] = (float)(uint8_t)(rows[c][p] ^ flip) - off;
+            }
+            if (++w == W) {
+                w = 0;
+                t += rowf;
+            }
+        }
+        if (p < np) {
+            for (int c = 0; c < QDW_CB; c++)
+                rest[c] = rows[c] + p;
+            qdc_fill_flat(rest, np - p, W, wn, rowf, flip, off, t);
+        }
+    }
+}
+#endif
+
 /* the band's input rows into the tile (rows outside the image and the pad columns zero) */
 static void qdc_fill(const qdw_job *j, const qdc_job *q, Py_ssize_t n, Py_ssize_t c0, Py_ssize_t r0, float *restrict t)
 {
@@ -194,8 +256,16 @@ static void qdc_fill(const qdw_job *j, const qdc_job *q, Py_ssize_t n, Py_ssize_
         const Py_ssize_t cc = c0 + c < j->C ? c0 + c : j->C - 1; /* past C: a copy, never stored */
         rows[c] = j->x + ((n * j->C + cc) * j->H + h0) * j->W;
     }
-    qdc_fill_flat(rows, (h1 - h0) * j->W, j->W, wn, rowf, j->xsigned ? 0x80 : 0,
-                  (float)(j->xz + (j->xsigned ? 128 : 0)), t + (h0 + j->pt - r0) * rowf + j->pl * QDW_CB);
+    float *t0 = t + (h0 + j->pt - r0) * rowf + j->pl * QDW_CB;
+    const uint8_t flip = j->xsigned ? 0x80 : 0;
+    const float off = (float)(j->xz + (j->xsigned ? 128 : 0));
+#if DWF_OK
+    if (q->fast) {
+        qdc_fill_flat_avx512(rows, (h1 - h0) * j->W, j->W, wn, rowf, flip, off, t0);
+        return;
+    }
+#endif
+    qdc_fill_flat(rows, (h1 - h0) * j->W, j->W, wn, rowf, flip, off, t0);
 }
 
 /* pixels [ow, ow + NP) of an output row: every tap a 16-channel multiply-add (the sums of NP
@@ -251,6 +321,50 @@ RC_CLONES static void qdc_row(const qdw_job *j, const float *restrict t, const f
     qdc_requant(j, sums, bias, mult, ob);
 }
 
+#if DWF_OK
+/* qdc_row on AVX-512 (the CONV_FAST CPUs): the same sums, requantized in the registers they were
+ * summed in (no pass over a row of stored sums): rounded in the current mode (rintf's), + yz,
+ * clamped and truncated to the low byte as qdc_requant does; the same bytes */
+#define QDC_PIXELS_512(NP)                                                                                              \
+    do {                                                                                                                \
+        __m512 a[NP];                                                                                                   \
+        for (int p = 0; p < NP; p++)                                                                                    \
+            a[p] = _mm512_setzero_ps();                                                                                 \
+        for (Py_ssize_t i = 0; i < KH; i++)                                                                             \
+            for (Py_ssize_t k = 0; k < KW; k++) {                                                                       \
+                const float *tp = t + i * dh + k * dw + ow * sw;                                                        \
+                const __m512 w = _mm512_loadu_ps(wf + (i * KW + k) * QDW_CB);                                           \
+                for (int p = 0; p < NP; p++)                                                                            \
+                    a[p] = _mm512_fmadd_ps(_mm512_loadu_ps(tp + p * sw), w, a[p]);                                      \
+            }                                                                                                           \
+        for (int p = 0; p < NP; p++) {                                                                                  \
+            const __m512i s = _mm512_add_epi32(_mm512_cvttps_epi32(a[p]), bv);                                          \
+            __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s), mv), _MM_FROUND_CUR_DIRECTION);        \
+            v = _mm512_min_ps(_mm512_max_ps(_mm512_add_ps(v, yzv), lov), hiv);                                          \
+            _mm_storeu_si128((__m128i *)(ob + (ow + p) * QDW_CB), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));        \
+        }                                                                                                               \
+    } while (0)
+
+DWF_TARGET static void qdc_row_avx512(const qdw_job *j, const float *restrict t, const float *restrict wf,
+                                      const int32_t *restrict bias, const float *restrict mult, uint8_t *restrict ob)
+{
+    const Py_ssize_t KH = j->KH, KW = j->KW, rowf = j->PW * QDW_CB, sw = j->sw * QDW_CB, dw = j->dw * QDW_CB;
+    const Py_ssize_t dh = j->dh * rowf, OW = j->OW;
+    const __m512i bv = _mm512_loadu_si512((const void *)bias);
+    const __m512 mv = _mm512_loadu_ps(mult), yzv = _mm512_set1_ps((float)j->yz);
+    const __m512 lov = _mm512_set1_ps(j->ysigned ? -128.0f : 0.0f), hiv = _mm512_set1_ps(j->ysigned ? 127.0f : 255.0f);
+    Py_ssize_t ow = 0;
+    for (; ow + 4 <= OW; ow += 4)
+        QDC_PIXELS_512(4);
+    if (OW - ow == 3)
+        QDC_PIXELS_512(3);
+    else if (OW - ow == 2)
+        QDC_PIXELS_512(2);
+    else if (OW - ow == 1)
+        QDC_PIXELS_512(1);
+}
+#endif
+
 /* a band's bytes ob [np][16] (np pixels, pixel-major) into the nc channels' output runs o[c]
  * (a band's rows are contiguous in each plane): 16 pixels a byte transpose, across row ends */
 RC_CLONES static void qdc_store(const uint8_t *restrict ob, uint8_t *const *o, Py_ssize_t np, Py_ssize_t nc)
@@ -302,8 +416,17 @@ static void qdc_part(void *arg, int part, int parts)
         }
         const Py_ssize_t oh0 = band * q->R, oh1 = oh0 + q->R < j->OH ? oh0 + q->R : j->OH;
         qdc_fill(j, q, n, c0, oh0 * j->sh, t);
-        for (Py_ssize_t oh = oh0; oh < oh1; oh++)
-            qdc_row(j, t + (oh - oh0) * j->sh * j->PW * QDW_CB, wf, bias, mult, sums, ob + (oh - oh0) * j->OW * QDW_CB);
+        for (Py_ssize_t oh = oh0; oh < oh1; oh++) {
+            const float *tr = t + (oh - oh0) * j->sh * j->PW * QDW_CB;
+            uint8_t *orow = ob + (oh - oh0) * j->OW * QDW_CB;
+#if DWF_OK
+            if (q->fast) {
+                qdc_row_avx512(j, tr, wf, bias, mult, orow);
+                continue;
+            }
+#endif
+            qdc_row(j, tr, wf, bias, mult, sums, orow);
+        }
         uint8_t *rows[QDW_CB];
         for (Py_ssize_t c = 0; c < nc; c++)
             rows[c] = j->y + ((n * j->C + c0 + c) * j->OH + oh0) * j->OW;
@@ -311,12 +434,14 @@ static void qdc_part(void *arg, int part, int parts)
     }
 }
 
-/* the channel-block path (KH * KW <= QDW_KK_EXACT); -1 with an exception set */
-static int qdc_run(qdw_job *j, int threads)
+/* the channel-block path (KH * KW <= QDW_KK_EXACT), its rows on AVX-512 where fast; -1 with an
+ * exception set */
+static int qdc_run(qdw_job *j, int threads, int fast)
 {
     qdc_job q;
     memset(&q, 0, sizeof q);
     q.j = j;
+    q.fast = fast;
     q.ncb = (j->C + QDW_CB - 1) / QDW_CB;
     const Py_ssize_t eh = (j->KH - 1) * j->dh + 1, rowb = j->PW * QDW_CB * (Py_ssize_t)sizeof(float);
     Py_ssize_t R = (QDW_TILE_BYTES / rowb - eh) / j->sh + 1;
@@ -404,7 +529,7 @@ PyObject *rc_py_qdwconv(PyObject *self, PyObject *args)
     j.y = (uint8_t *)v[5].buf;
     j.xsigned = xs, j.wsigned = ws, j.ysigned = ys, j.xz = xz, j.yz = yz;
     if (method != 0 && j.KH * j.KW <= QDW_KK_EXACT) {
-        const int rc = qdc_run(&j, threads);
+        const int rc = qdc_run(&j, threads, method == 1 && rc_conv_fast);
         release_buffers(v, 6);
         if (rc < 0)
             return NULL;

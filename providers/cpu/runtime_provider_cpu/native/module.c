@@ -121,7 +121,8 @@ static PyMethodDef methods[] = {
      "        (sh, sw), (dh, dw), (pt, pl), threads, method=1)\n"
      "Depthwise int8 convolution of NCHW bytes: y = saturate(rint((sum (x - xz)(w[c] - wz[c]) + bias[c]) * mult[c])\n"
      "+ yz), padding at the zero point. wz and bias may be None. method 1: 16-channel blocks (KH * KW <= 256,\n"
-     "else planes); 0: whole planes (tests tie the two)."},
+     "else planes; their rows on AVX-512 where CONV_FAST); 2: the same blocks, portable rows; 0: whole planes\n"
+     "(tests tie the three)."},
     {"nbits_matmul", rc_py_nbits_matmul, METH_VARARGS,
      "nbits_matmul(a, b, scales, zero_points, zp_float, bias, y, (M, K, N, block_size), threads, panels=None)\n"
      "MatMulNBits (4 bits): y (M x N) = a (M x K) w^T (+ bias) in float32, w[n, k] = (q - z) * s per block of\n"
