@@ -134,6 +134,7 @@ def _mlp():
 def test_a_measured_choice_is_cached_on_disk_and_read_back(cache_dir, monkeypatch):
     from runtime_provider_cpu.fast import autotune
 
+    monkeypatch.setattr(autotune, "NOISY_SHARE", float("inf"))  # written even beside busy processes
     model, feeds = _mlp()
     want = run_oracle(model, feeds)
     sess = session(model)
@@ -257,3 +258,47 @@ def test_quick_candidates_get_more_rounds_so_one_preempted_call_cannot_decide(ca
     calls.update(fast=0, slow=0)
     autotune.measure("k-long", {"fast": runner("fast", lambda i: 0.02), "slow": runner("slow", lambda i: 0.03)})
     assert calls["fast"] == 1 + autotune.ROUNDS
+
+
+def test_a_choice_measured_beside_busy_threads_is_not_kept_on_disk(cache_dir, monkeypatch):
+    from runtime_provider_cpu.fast import autotune
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
+    waited = {"ns": 0}  # this process's threads' time runnable without a core
+    monkeypatch.setattr(autotune, "contention", lambda: (waited["ns"], 0.0))
+
+    def runner(cost, wait):
+        def run():
+            clock["t"] += cost
+            waited["ns"] += int(wait * 1e9)
+        return run
+
+    def on_disk():
+        files = [p for p in os.listdir(cache_dir) if p.startswith("autotune-")]
+        return json.loads((cache_dir / files[0]).read_text())["choices"] if files else {}
+
+    # quiet: the waits stay under NOISY_SHARE of the measurement: written
+    name, _ = autotune.measure("k-quiet", {"a": runner(1e-3, 0.0), "b": runner(2e-3, 1e-5)})
+    assert name == "a" and on_disk() == {"k-quiet": "a"}
+    # busy: the threads waited a quarter of every call: held in memory only
+    name, _ = autotune.measure("k-busy", {"a": runner(2e-3, 5e-4), "b": runner(1e-3, 2.5e-4)})
+    assert name == "b" and on_disk() == {"k-quiet": "a"}
+    assert autotune.decide("linear", "k-busy", ["a", "b"], "a") == "b"  # this process keeps it
+    autotune.forget()  # a new process measures it again
+    assert autotune.decide("linear", "k-busy", ["a", "b"], "a") is None
+    assert autotune.decide("linear", "k-quiet", ["a", "b"], "b") == "a"
+
+
+def test_contention_reads_this_process_and_the_machine():
+    from runtime_provider_cpu.fast import autotune
+
+    got = autotune.contention()
+    if not os.path.exists("/proc/self/task"):
+        assert got is None
+        return
+    assert got is not None and got[0] >= 0 and got[1] >= 0
+    later = autotune.contention()
+    assert later[0] >= got[0] and later[1] >= got[1]  # counted since boot: never backwards
+    assert autotune.noise(got, None, 1.0) == 0.0 and autotune.noise(None, later, 1.0) == 0.0
+    assert autotune.noise((0, 0.0), (int(2e8), 1e8), 1.0) == pytest.approx(0.3)

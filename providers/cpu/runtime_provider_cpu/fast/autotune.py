@@ -11,6 +11,13 @@ the folder ``$RUNTIME_CORE_AUTOTUNE_DIR``, else ``$XDG_CACHE_HOME/runtime-core``
 (a temporary file renamed over the old one, merged with what other processes wrote); a file
 that does not parse is ignored with a warning and replaced.
 
+A measurement made while other threads held the cores is not written to the file: the time this
+process's threads spent runnable but waiting for a core (``/proc/self/task/*/schedstat``) and the
+time the hypervisor took from the virtual CPUs (steal, ``/proc/stat``) are read around it, and past
+:data:`NOISY_SHARE` of its wall time the choice holds for this process only (a later process
+measures it again), as a plan chosen beside busy processes was kept on disk for good and ran twice
+as slow on the quiet machine.
+
 The policy decides before any measurement (:func:`decide`): a forced candidate
 (``Policy.linear_kernel`` and the like, what tests use; "a,b": the first that applies)
 wherever it applies; with tuning off
@@ -45,6 +52,9 @@ BUDGET_S = 0.5
 #: not rest on three samples (a plan 8x slower was kept that way beside busy processes)
 MAX_ROUNDS = 15
 QUICK_S = 0.05
+#: a measurement whose threads waited for a core (or lost it to the hypervisor) this share of
+#: its wall time or more is noisy: its choice is kept in memory, not on disk
+NOISY_SHARE = 0.1
 
 _LOCK = threading.Lock()
 _MEMORY: dict[str, str] = {}
@@ -222,16 +232,61 @@ def decide(family: str, key: str, names: list[str], library: str, tune: bool = T
     return name if name in names else None
 
 
+def _ticks_ns() -> float:
+    """Nanoseconds of one ``/proc/stat`` tick."""
+    try:
+        return 1e9 / os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError, AttributeError):
+        return 1e7
+
+
+def _head(path: str) -> bytes:
+    """The first 256 bytes of ``path`` (os.read: a /proc file through open() costs 10x more)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 256)
+    finally:
+        os.close(fd)
+
+
+def contention() -> tuple[int, float] | None:
+    """(ns this process's threads have waited runnable for a core, ns of CPU time the hypervisor
+    stole from each virtual CPU on average), both counted since boot; None where Linux's
+    ``/proc`` does not say (no noise is detected there)."""
+    try:
+        waited = 0
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                waited += int(_head(f"/proc/self/task/{tid}/schedstat").split()[1])
+            except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+                continue
+        cpu = _head("/proc/stat").split(b"\n", 1)[0].split()  # the first line: all CPUs
+        steal = int(cpu[8]) if len(cpu) > 8 and cpu[0] == b"cpu" else 0
+        return waited, steal * _ticks_ns() / (os.cpu_count() or 1)
+    except (OSError, ValueError):
+        return None
+
+
+def noise(before: tuple[int, float] | None, after: tuple[int, float] | None, wall_s: float) -> float:
+    """The share of ``wall_s`` that this process's threads waited for a core or lost to the
+    hypervisor between two :func:`contention` readings (0 where either is None)."""
+    if before is None or after is None or wall_s <= 0:
+        return 0.0
+    return ((after[0] - before[0]) + (after[1] - before[1])) / (wall_s * 1e9)
+
+
 def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[str, float]]:
     """Time each of ``runners`` (name -> a call on the node's real inputs): one untimed call
     each, then alternating timed rounds (:data:`ROUNDS`, fewer past :data:`BUDGET_S`, up to
     :data:`MAX_ROUNDS` while the whole measurement stays under :data:`QUICK_S`);
-    the fastest by its best round is kept for ``key`` (memory and file) and returned with
-    every candidate's best time in seconds."""
+    the fastest by its best round is kept for ``key`` (in memory; in the file too unless the
+    measurement was noisy, :data:`NOISY_SHARE`) and returned with every candidate's best time
+    in seconds."""
     names = list(runners)
     for n in names:
         runners[n]()
     best = dict.fromkeys(names, float("inf"))
+    before = contention()
     start = time.perf_counter()
     for r in range(1, MAX_ROUNDS + 1):
         for n in names:
@@ -241,13 +296,17 @@ def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[
         took = time.perf_counter() - start
         if took > BUDGET_S or (r >= ROUNDS and took > QUICK_S):
             break
+    share = noise(before, contention(), time.perf_counter() - start)
     name = min(names, key=best.__getitem__)
     with _LOCK:
         _MEMORY[key] = name
-        _write(key, name)
+        if share < NOISY_SHARE:
+            _write(key, name)
     arena.release()  # the trial results, freed, are not kept by the arena
-    _log.info("CPU provider: %s: %s (%s)", key, name,
-              ", ".join(f"{n} {best[n] * 1e3:.3f} ms" for n in names))
+    _log.info("CPU provider: %s: %s (%s)%s", key, name,
+              ", ".join(f"{n} {best[n] * 1e3:.3f} ms" for n in names),
+              "" if share < NOISY_SHARE else f"; not cached on disk: threads waited for a core {share:.0%} "
+              "of the time")
     return name, best
 
 
