@@ -13,10 +13,11 @@ that does not parse is ignored with a warning and replaced.
 
 A measurement made while other threads held the cores is not written to the file: the time this
 process's threads spent runnable but waiting for a core (``/proc/self/task/*/schedstat``) and the
-time the hypervisor took from the virtual CPUs (steal, ``/proc/stat``) are read around it, and past
-:data:`NOISY_SHARE` of its wall time the choice holds for this process only (a later process
-measures it again), as a plan chosen beside busy processes was kept on disk for good and ran twice
-as slow on the quiet machine.
+time the hypervisor took from the virtual CPUs (steal, ``/proc/stat``) are read around it and
+around each round, and past :data:`NOISY_SHARE` of the wall time the choice holds for this process
+only (a later process measures it again), unless every candidate had a round under that share
+and those quiet rounds pick the same candidate: a plan chosen beside busy processes was kept on
+disk for good and ran twice as slow on the quiet machine.
 
 The policy decides before any measurement (:func:`decide`): a forced candidate
 (``Policy.linear_kernel`` and the like, what tests use; "a,b": the first that applies)
@@ -280,33 +281,48 @@ def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[
     each, then alternating timed rounds (:data:`ROUNDS`, fewer past :data:`BUDGET_S`, up to
     :data:`MAX_ROUNDS` while the whole measurement stays under :data:`QUICK_S`);
     the fastest by its best round is kept for ``key`` (in memory; in the file too unless the
-    measurement was noisy, :data:`NOISY_SHARE`) and returned with every candidate's best time
-    in seconds."""
+    measurement was noisy and its quiet rounds do not confirm the choice, :data:`NOISY_SHARE`)
+    and returned with every candidate's best time in seconds."""
     names = list(runners)
     for n in names:
         runners[n]()
     best = dict.fromkeys(names, float("inf"))
-    before = contention()
+    clean = dict.fromkeys(names, float("inf"))  # the best of rounds in which no thread waited long
+    before = last = contention()
+    prev_round: dict[str, float] = {}
+    prev_ok = False
     start = time.perf_counter()
     for r in range(1, MAX_ROUNDS + 1):
+        took_round = {}
         for n in names:
             t0 = time.perf_counter()
             runners[n]()
-            best[n] = min(best[n], time.perf_counter() - t0)
+            took_round[n] = time.perf_counter() - t0
+            best[n] = min(best[n], took_round[n])
+        now = contention()
+        ok = noise(last, now, sum(took_round.values())) < NOISY_SHARE
+        # a thread's wait is counted when it gets a core back: a worker still queued when the
+        # round ended shows in the next reading, so a round is quiet once the next one is too
+        if ok and prev_ok:
+            for n, t in prev_round.items():
+                clean[n] = min(clean[n], t)
+        prev_round, prev_ok, last = took_round, ok, now
         took = time.perf_counter() - start
         if took > BUDGET_S or (r >= ROUNDS and took > QUICK_S):
             break
-    share = noise(before, contention(), time.perf_counter() - start)
+    share = noise(before, last, time.perf_counter() - start)
     name = min(names, key=best.__getitem__)
+    # kept on disk where the whole measurement was quiet, or where every candidate had a quiet
+    # round (and a quiet one after it) and the quiet rounds pick the same candidate
+    quiet = share < NOISY_SHARE or (max(clean.values()) < float("inf") and min(names, key=clean.__getitem__) == name)
     with _LOCK:
         _MEMORY[key] = name
-        if share < NOISY_SHARE:
+        if quiet:
             _write(key, name)
     arena.release()  # the trial results, freed, are not kept by the arena
     _log.info("CPU provider: %s: %s (%s)%s", key, name,
               ", ".join(f"{n} {best[n] * 1e3:.3f} ms" for n in names),
-              "" if share < NOISY_SHARE else f"; not cached on disk: threads waited for a core {share:.0%} "
-              "of the time")
+              "" if quiet else f"; not cached on disk: threads waited for a core {share:.0%} of the time")
     return name, best
 
 
