@@ -267,6 +267,7 @@ def test_a_choice_measured_beside_busy_threads_is_not_kept_on_disk(cache_dir, mo
     monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
     waited = {"ns": 0}  # this process's threads' time runnable without a core
     monkeypatch.setattr(autotune, "contention", lambda: (waited["ns"], 0.0))
+    monkeypatch.setattr(autotune, "crowded", lambda: False)  # the machine's own load out of the test
 
     def runner(cost, wait):
         def run():
@@ -311,6 +312,7 @@ def test_a_noisy_measurement_is_kept_on_disk_where_its_quiet_rounds_agree(cache_
     monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
     waited = {"ns": 0}
     monkeypatch.setattr(autotune, "contention", lambda: (waited["ns"], 0.0))
+    monkeypatch.setattr(autotune, "crowded", lambda: False)  # the machine's own load out of the test
     noisy_rounds = 10  # of MAX_ROUNDS: the threads waited as long as the calls ran
 
     def runner(noisy_cost, quiet_cost):
@@ -347,6 +349,7 @@ def test_a_wait_counted_only_in_the_next_round_still_makes_a_round_noisy(cache_d
     monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
     waited = {"ns": 0, "owed": 0}
     monkeypatch.setattr(autotune, "contention", lambda: (waited["ns"], 0.0))
+    monkeypatch.setattr(autotune, "crowded", lambda: False)  # the machine's own load out of the test
 
     calls = {"n": 0}
 
@@ -364,3 +367,38 @@ def test_a_wait_counted_only_in_the_next_round_still_makes_a_round_noisy(cache_d
     # because pooled was slowed, must not be kept on disk on that round's word
     files = [p for p in os.listdir(cache_dir) if p.startswith("autotune-")]
     assert name == "alone" and not files
+
+
+def test_rounds_on_a_crowded_machine_do_not_confirm_a_noisy_choice(cache_dir, monkeypatch):
+    """Every round looked quiet to this process's counters, but more threads were runnable than
+    cores (a queued worker's wait not counted yet): the noisy measurement stays in memory."""
+    from runtime_provider_cpu.fast import autotune
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
+    waited = {"ns": 0}
+    monkeypatch.setattr(autotune, "contention", lambda: (waited["ns"], 0.0))
+
+    def runner(cost):
+        def run():
+            clock["t"] += cost
+        return run
+
+    def run(key, crowded, wait_at_end):
+        monkeypatch.setattr(autotune, "crowded", lambda: crowded)
+        clock["t"] = 0.0
+        measured = {"a": runner(1e-4), "b": runner(2e-4)}
+        # the whole measurement noisy: a wait counted at the last reading
+        last = measured["b"]
+
+        def b_then_wait():
+            last()
+            if clock["t"] > 3e-3:
+                waited["ns"] += wait_at_end
+        measured["b"] = b_then_wait
+        autotune.measure(key, measured)
+        files = [p for p in os.listdir(cache_dir) if p.startswith("autotune-")]
+        return json.loads((cache_dir / files[0]).read_text())["choices"] if files else {}
+
+    assert run("k-crowded", True, int(1e9)) == {}
+    assert run("k-uncrowded", False, int(1e9)) == {"k-uncrowded": "a"}

@@ -16,7 +16,8 @@ process's threads spent runnable but waiting for a core (``/proc/self/task/*/sch
 time the hypervisor took from the virtual CPUs (steal, ``/proc/stat``) are read around it and
 around each round, and past :data:`NOISY_SHARE` of the wall time the choice holds for this process
 only (a later process measures it again), unless every candidate had a round under that share
-and those quiet rounds pick the same candidate: a plan chosen beside busy processes was kept on
+with no more runnable threads on the machine than cores (``/proc/loadavg``; a queued thread's
+wait is counted only when it runs again) and those quiet rounds pick the same candidate: a plan chosen beside busy processes was kept on
 disk for good and ran twice as slow on the quiet machine.
 
 The policy decides before any measurement (:func:`decide`): a forced candidate
@@ -268,6 +269,18 @@ def contention() -> tuple[int, float] | None:
         return None
 
 
+def crowded() -> bool:
+    """Whether more threads are runnable on the machine now than this process has cores (the
+    instantaneous count in ``/proc/loadavg``): a thread that waits for a core shows in
+    :func:`contention` only once it gets one back. False where Linux's ``/proc`` does not say."""
+    try:
+        running = int(_head("/proc/loadavg").split()[3].split(b"/")[0])
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return running > cores
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def noise(before: tuple[int, float] | None, after: tuple[int, float] | None, wall_s: float) -> float:
     """The share of ``wall_s`` that this process's threads waited for a core or lost to the
     hypervisor between two :func:`contention` readings (0 where either is None)."""
@@ -300,7 +313,7 @@ def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[
             took_round[n] = time.perf_counter() - t0
             best[n] = min(best[n], took_round[n])
         now = contention()
-        ok = noise(last, now, sum(took_round.values())) < NOISY_SHARE
+        ok = noise(last, now, sum(took_round.values())) < NOISY_SHARE and not crowded()
         # a thread's wait is counted when it gets a core back: a worker still queued when the
         # round ended shows in the next reading, so a round is quiet once the next one is too
         if ok and prev_ok:
@@ -313,7 +326,7 @@ def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[
     share = noise(before, last, time.perf_counter() - start)
     name = min(names, key=best.__getitem__)
     # kept on disk where the whole measurement was quiet, or where every candidate had a quiet
-    # round (and a quiet one after it) and the quiet rounds pick the same candidate
+    # round (uncrowded, and a quiet one after it) and the quiet rounds pick the same candidate
     quiet = share < NOISY_SHARE or (max(clean.values()) < float("inf") and min(names, key=clean.__getitem__) == name)
     with _LOCK:
         _MEMORY[key] = name
