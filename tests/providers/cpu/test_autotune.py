@@ -268,6 +268,7 @@ def test_a_choice_measured_beside_busy_threads_is_not_kept_on_disk(cache_dir, mo
     monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
     waited = {"ns": 0}  # this process's threads' time runnable without a core
     monkeypatch.setattr(autotune, "contention", lambda: (waited["ns"], 0.0))
+    monkeypatch.setattr(autotune, "GROUP_S", 0.0)  # a reading after every round
     monkeypatch.setattr(autotune, "crowded", lambda: False)  # the machine's own load out of the test
 
     def runner(cost, wait):
@@ -313,6 +314,7 @@ def test_a_noisy_measurement_is_kept_on_disk_where_its_quiet_rounds_agree(cache_
     monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
     waited = {"ns": 0}
     monkeypatch.setattr(autotune, "contention", lambda: (waited["ns"], 0.0))
+    monkeypatch.setattr(autotune, "GROUP_S", 0.0)  # a reading after every round
     monkeypatch.setattr(autotune, "crowded", lambda: False)  # the machine's own load out of the test
     noisy_rounds = 10  # of MAX_ROUNDS: the threads waited as long as the calls ran
 
@@ -350,6 +352,7 @@ def test_a_wait_counted_only_in_the_next_round_still_makes_a_round_noisy(cache_d
     monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
     waited = {"ns": 0, "owed": 0}
     monkeypatch.setattr(autotune, "contention", lambda: (waited["ns"], 0.0))
+    monkeypatch.setattr(autotune, "GROUP_S", 0.0)  # a reading after every round
     monkeypatch.setattr(autotune, "crowded", lambda: False)  # the machine's own load out of the test
 
     calls = {"n": 0}
@@ -379,6 +382,7 @@ def test_rounds_on_a_crowded_machine_do_not_confirm_a_noisy_choice(cache_dir, mo
     monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
     waited = {"ns": 0}
     monkeypatch.setattr(autotune, "contention", lambda: (waited["ns"], 0.0))
+    monkeypatch.setattr(autotune, "GROUP_S", 0.0)  # a reading after every round
 
     def runner(cost):
         def run():
@@ -403,3 +407,23 @@ def test_rounds_on_a_crowded_machine_do_not_confirm_a_noisy_choice(cache_dir, mo
 
     assert run("k-crowded", True, int(1e9)) == {}
     assert run("k-uncrowded", False, int(1e9)) == {"k-uncrowded": "a"}
+
+
+def test_quick_rounds_are_read_for_noise_in_groups(cache_dir, monkeypatch):
+    from runtime_provider_cpu.fast import autotune
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(autotune.time, "perf_counter", lambda: clock["t"])
+    reads = []
+    monkeypatch.setattr(autotune, "contention", lambda: reads.append(clock["t"]) or (0, 0.0))
+    monkeypatch.setattr(autotune, "crowded", lambda: False)
+
+    def runner(cost):
+        def run():
+            clock["t"] += cost
+        return run
+
+    # 15 rounds of 0.1 ms: one reading before, one a GROUP_S (1 ms), one at the end
+    autotune.measure("k-groups", {"a": runner(4e-5), "b": runner(6e-5)})
+    assert len(reads) == 1 + int(15 * 1e-4 / autotune.GROUP_S) + 1
+    assert all(b - a >= autotune.GROUP_S - 1e-9 for a, b in zip(reads[1:-1], reads[2:-1]))

@@ -14,7 +14,7 @@ that does not parse is ignored with a warning and replaced.
 A measurement made while other threads held the cores is not written to the file: the time this
 process's threads spent runnable but waiting for a core (``/proc/self/task/*/schedstat``) and the
 time the hypervisor took from the virtual CPUs (steal, ``/proc/stat``) are read around it and
-around each round, and past :data:`NOISY_SHARE` of the wall time the choice holds for this process
+after each group of rounds (:data:`GROUP_S`), and past :data:`NOISY_SHARE` of the wall time the choice holds for this process
 only (a later process measures it again), unless every candidate had a round under that share
 with no more runnable threads on the machine than cores (``/proc/loadavg``; a queued thread's
 wait is counted only when it runs again) and those quiet rounds pick the same candidate: a plan chosen beside busy processes was kept on
@@ -57,6 +57,8 @@ QUICK_S = 0.05
 #: a measurement whose threads waited for a core (or lost it to the hypervisor) this share of
 #: its wall time or more is noisy: its choice is kept in memory, not on disk
 NOISY_SHARE = 0.1
+#: rounds are read for noise in groups of at least this long (seconds): a reading costs ~30 us
+GROUP_S = 0.001
 
 _LOCK = threading.Lock()
 _MEMORY: dict[str, str] = {}
@@ -302,31 +304,37 @@ def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[
     best = dict.fromkeys(names, float("inf"))
     clean = dict.fromkeys(names, float("inf"))  # the best of rounds in which no thread waited long
     before = last = contention()
-    prev_round: dict[str, float] = {}
+    prev_group: dict[str, float] = {}
     prev_ok = False
+    group: dict[str, float] = {}  # each candidate's best in the rounds since the last reading
+    group_s = 0.0
     start = time.perf_counter()
     for r in range(1, MAX_ROUNDS + 1):
-        took_round = {}
         for n in names:
             t0 = time.perf_counter()
             runners[n]()
-            took_round[n] = time.perf_counter() - t0
-            best[n] = min(best[n], took_round[n])
-        now = contention()
-        ok = noise(last, now, sum(took_round.values())) < NOISY_SHARE and not crowded()
-        # a thread's wait is counted when it gets a core back: a worker still queued when the
-        # round ended shows in the next reading, so a round is quiet once the next one is too
-        if ok and prev_ok:
-            for n, t in prev_round.items():
-                clean[n] = min(clean[n], t)
-        prev_round, prev_ok, last = took_round, ok, now
+            dt = time.perf_counter() - t0
+            best[n] = min(best[n], dt)
+            group[n] = min(group.get(n, float("inf")), dt)
+            group_s += dt
         took = time.perf_counter() - start
-        if took > BUDGET_S or (r >= ROUNDS and took > QUICK_S):
+        done = r == MAX_ROUNDS or took > BUDGET_S or (r >= ROUNDS and took > QUICK_S)
+        if group_s >= GROUP_S or done:
+            now = contention()
+            ok = noise(last, now, group_s) < NOISY_SHARE and not crowded()
+            # a thread's wait is counted when it gets a core back: a worker still queued at a
+            # reading shows in the next one, so a group is quiet once the next one is too
+            if ok and prev_ok:
+                for n, t in prev_group.items():
+                    clean[n] = min(clean[n], t)
+            prev_group, prev_ok, last = group, ok, now
+            group, group_s = {}, 0.0
+        if done:
             break
     share = noise(before, last, time.perf_counter() - start)
     name = min(names, key=best.__getitem__)
-    # kept on disk where the whole measurement was quiet, or where every candidate had a quiet
-    # round (uncrowded, and a quiet one after it) and the quiet rounds pick the same candidate
+    # kept on disk where the whole measurement was quiet, or where every candidate had quiet
+    # rounds (uncrowded, the next reading quiet too) and the quiet rounds pick the same candidate
     quiet = share < NOISY_SHARE or (max(clean.values()) < float("inf") and min(names, key=clean.__getitem__) == name)
     with _LOCK:
         _MEMORY[key] = name
