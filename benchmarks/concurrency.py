@@ -12,7 +12,10 @@
   cache: ``--part latency --models ~/.cache/rcb/*.onnx --latency-runtimes runtime_core``) and
   checks each against the targets (default-thread median no worse than one thread's, p90 at
   most 3x the median), with the kernel pool's stalls a run (a caller left waiting on a part
-  that a descheduled worker holds; each starts a period of jobs on the caller alone).
+  that a descheduled worker holds; counted, not acted on). With
+  ``--paired`` a runtime's two thread settings run in one process, alternating in blocks of
+  ``--block`` runs for ``--seconds`` in all, so that a drifting background load (other users of a
+  shared machine) falls on both alike.
 
 Both runtimes run without ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` (users do not have them)
 unless ``--keep-openblas-env``. The CPU model, core count and load average are printed: the
@@ -72,6 +75,9 @@ def worker(args) -> None:
 
     path = Path(args.model)
     feeds = dict(np.load(path.with_suffix(".npz")))
+    if args.worker == "latency" and args.paired:
+        _paired(args, path, feeds)
+        return
     sess = _session(args.runtime, path, args.threads)
     for _ in range(20):
         sess.run(None, feeds)
@@ -100,11 +106,41 @@ def worker(args) -> None:
             t0 = time.perf_counter()
             sess.run(None, feeds)
             lat.append(time.perf_counter() - t0)
-        ms = np.asarray(lat) * 1e3
         # the kernel pool's stalls (a caller left waiting on a descheduled worker's part) a run
         stalls = (_pool_stats()[5] - stats[5]) / len(lat) if stats and len(stats) > 5 else None
-        print(json.dumps({"n": len(lat), "p10": float(np.percentile(ms, 10)), "p50": float(np.median(ms)),
-                          "p90": float(np.percentile(ms, 90)), "stalls": stalls}))
+        print(json.dumps(dict(_stats(lat), stalls=stalls)))
+
+
+def _stats(lat: list) -> dict:
+    ms = np.asarray(lat) * 1e3
+    return {"n": len(lat), "p10": float(np.percentile(ms, 10)), "p50": float(np.median(ms)),
+            "p90": float(np.percentile(ms, 90))}
+
+
+def _paired(args, path: Path, feeds: dict) -> None:
+    """--paired: sessions at the default thread count and at one thread in this process, runs
+    alternating in blocks of --block, so that both see the same background load; prints one
+    JSON line {"0": stats, "1": stats}."""
+    sessions = {t: _session(args.runtime, path, t) for t in (0, 1)}
+    for s in sessions.values():
+        for _ in range(20):
+            s.run(None, feeds)
+    lat: dict = {0: [], 1: []}
+    stalls = {0: 0, 1: 0}
+    end = time.perf_counter() + args.seconds
+    while time.perf_counter() < end or min(len(v) for v in lat.values()) < args.min_runs:
+        for t, s in sessions.items():
+            before = _pool_stats() if args.runtime == "runtime_core" else None
+            for _ in range(args.block):
+                t0 = time.perf_counter()
+                s.run(None, feeds)
+                lat[t].append(time.perf_counter() - t0)
+            if before and len(before) > 5:
+                stalls[t] += _pool_stats()[5] - before[5]
+    out = {}
+    for t, v in lat.items():
+        out[str(t)] = dict(_stats(v), stalls=stalls[t] / len(v) if args.runtime == "runtime_core" else None)
+    print(json.dumps(out))
 
 
 def _pool_stats():
@@ -148,6 +184,10 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="*", help="latency part: these models instead of the BERT-tiny encoder")
     ap.add_argument("--latency-runtimes", default="runtime_core,onnxruntime")
     ap.add_argument("--min-runs", type=int, default=10, help="latency part: at least this many runs")
+    ap.add_argument("--paired", action="store_true",
+                    help="latency part: both thread settings in one process, runs alternating in blocks of --block "
+                    "(both see the same background load: on a shared machine the load drifts between processes)")
+    ap.add_argument("--block", type=int, default=5, help="--paired: runs a block")
     ap.add_argument("--keep-openblas-env", action="store_true")
     ap.add_argument("--cache", default=os.environ.get("RUNTIME_CORE_BENCH_CACHE",
                                                       str(Path.home() / ".cache" / "runtime-core-bench")))
@@ -192,6 +232,7 @@ def main(argv=None) -> int:
     if args.part in ("latency", "all"):
         lat_models = [Path(m) for m in args.models] if args.models else [model]
         lat_runtimes = tuple(args.latency_runtimes.split(","))
+        paired = ("--paired", "--block", args.block) if args.paired else ()
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
         try:
             for m in lat_models:
@@ -203,6 +244,12 @@ def main(argv=None) -> int:
                 res: dict = {}
                 for _ in range(args.rounds):
                     for r in lat_runtimes:
+                        if args.paired:
+                            got = _child(env, m, "--worker", "latency", "--runtime", r, "--seconds", args.seconds,
+                                         "--min-runs", args.min_runs, *paired)
+                            for t in (0, 1):
+                                res.setdefault((r, t), []).append(got[str(t)])
+                            continue
                         for t in (0, 1):
                             got = _child(env, m, "--worker", "latency", "--runtime", r, "--threads", t,
                                          "--seconds", args.seconds, "--min-runs", args.min_runs)
@@ -216,7 +263,9 @@ def main(argv=None) -> int:
                 if ("runtime_core", 0) in med:
                     d, one = med[("runtime_core", 0)], med[("runtime_core", 1)]
                     ok = d["p50"] <= one["p50"] * 1.05 and d["p90"] <= 3 * d["p50"]
-                    print(f"\nruntime-core default / one thread p50: {d['p50'] / one['p50']:.2f}; default p90 / p50: "
+                    rounds = [a["p50"] / b["p50"] for a, b in zip(res[("runtime_core", 0)], res[("runtime_core", 1)])]
+                    print(f"\nruntime-core default / one thread p50 a round: {' '.join(f'{x:.2f}' for x in rounds)}")
+                    print(f"runtime-core default / one thread p50: {d['p50'] / one['p50']:.2f}; default p90 / p50: "
                           f"{d['p90'] / d['p50']:.2f} ({'meets' if ok else 'MISSES'} the targets <= 1 (5% noise "
                           "allowed) and <= 3)", flush=True)
         finally:

@@ -11,6 +11,15 @@ the folder ``$RUNTIME_CORE_AUTOTUNE_DIR``, else ``$XDG_CACHE_HOME/runtime-core``
 (a temporary file renamed over the old one, merged with what other processes wrote); a file
 that does not parse is ignored with a warning and replaced.
 
+A measurement made while other threads held the cores is not written to the file: the time this
+process's threads spent runnable but waiting for a core (``/proc/self/task/*/schedstat``) and the
+time the hypervisor took from the virtual CPUs (steal, ``/proc/stat``) are read around it and
+after each group of rounds (:data:`GROUP_S`), and past :data:`NOISY_SHARE` of the wall time the choice holds for this process
+only (a later process measures it again), unless every candidate had a round under that share
+with no more runnable threads on the machine than cores (``/proc/loadavg``; a queued thread's
+wait is counted only when it runs again) and those quiet rounds pick the same candidate: a plan chosen beside busy processes was kept on
+disk for good and ran twice as slow on the quiet machine.
+
 The policy decides before any measurement (:func:`decide`): a forced candidate
 (``Policy.linear_kernel`` and the like, what tests use; "a,b": the first that applies)
 wherever it applies; with tuning off
@@ -45,6 +54,11 @@ BUDGET_S = 0.5
 #: not rest on three samples (a plan 8x slower was kept that way beside busy processes)
 MAX_ROUNDS = 15
 QUICK_S = 0.05
+#: a measurement whose threads waited for a core (or lost it to the hypervisor) this share of
+#: its wall time or more is noisy: its choice is kept in memory, not on disk
+NOISY_SHARE = 0.1
+#: rounds are read for noise in groups of at least this long (seconds): a reading costs ~30 us
+GROUP_S = 0.001
 
 _LOCK = threading.Lock()
 _MEMORY: dict[str, str] = {}
@@ -222,32 +236,114 @@ def decide(family: str, key: str, names: list[str], library: str, tune: bool = T
     return name if name in names else None
 
 
+def _ticks_ns() -> float:
+    """Nanoseconds of one ``/proc/stat`` tick."""
+    try:
+        return 1e9 / os.sysconf("SC_CLK_TCK")
+    except (ValueError, OSError, AttributeError):
+        return 1e7
+
+
+def _head(path: str) -> bytes:
+    """The first 256 bytes of ``path`` (os.read: a /proc file through open() costs 10x more)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 256)
+    finally:
+        os.close(fd)
+
+
+def contention() -> tuple[int, float] | None:
+    """(ns this process's threads have waited runnable for a core, ns of CPU time the hypervisor
+    stole from each virtual CPU on average), both counted since boot; None where Linux's
+    ``/proc`` does not say (no noise is detected there)."""
+    try:
+        waited = 0
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                waited += int(_head(f"/proc/self/task/{tid}/schedstat").split()[1])
+            except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+                continue
+        cpu = _head("/proc/stat").split(b"\n", 1)[0].split()  # the first line: all CPUs
+        steal = int(cpu[8]) if len(cpu) > 8 and cpu[0] == b"cpu" else 0
+        return waited, steal * _ticks_ns() / (os.cpu_count() or 1)
+    except (OSError, ValueError):
+        return None
+
+
+def crowded() -> bool:
+    """Whether more threads are runnable on the machine now than this process has cores (the
+    instantaneous count in ``/proc/loadavg``): a thread that waits for a core shows in
+    :func:`contention` only once it gets one back. False where Linux's ``/proc`` does not say."""
+    try:
+        running = int(_head("/proc/loadavg").split()[3].split(b"/")[0])
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return running > cores
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def noise(before: tuple[int, float] | None, after: tuple[int, float] | None, wall_s: float) -> float:
+    """The share of ``wall_s`` that this process's threads waited for a core or lost to the
+    hypervisor between two :func:`contention` readings (0 where either is None)."""
+    if before is None or after is None or wall_s <= 0:
+        return 0.0
+    return ((after[0] - before[0]) + (after[1] - before[1])) / (wall_s * 1e9)
+
+
 def measure(key: str, runners: dict[str, Callable[[], Any]]) -> tuple[str, dict[str, float]]:
     """Time each of ``runners`` (name -> a call on the node's real inputs): one untimed call
     each, then alternating timed rounds (:data:`ROUNDS`, fewer past :data:`BUDGET_S`, up to
     :data:`MAX_ROUNDS` while the whole measurement stays under :data:`QUICK_S`);
-    the fastest by its best round is kept for ``key`` (memory and file) and returned with
-    every candidate's best time in seconds."""
+    the fastest by its best round is kept for ``key`` (in memory; in the file too unless the
+    measurement was noisy and its quiet rounds do not confirm the choice, :data:`NOISY_SHARE`)
+    and returned with every candidate's best time in seconds."""
     names = list(runners)
     for n in names:
         runners[n]()
     best = dict.fromkeys(names, float("inf"))
+    clean = dict.fromkeys(names, float("inf"))  # the best of rounds in which no thread waited long
+    before = last = contention()
+    prev_group: dict[str, float] = {}
+    prev_ok = False
+    group: dict[str, float] = {}  # each candidate's best in the rounds since the last reading
+    group_s = 0.0
     start = time.perf_counter()
     for r in range(1, MAX_ROUNDS + 1):
         for n in names:
             t0 = time.perf_counter()
             runners[n]()
-            best[n] = min(best[n], time.perf_counter() - t0)
+            dt = time.perf_counter() - t0
+            best[n] = min(best[n], dt)
+            group[n] = min(group.get(n, float("inf")), dt)
+            group_s += dt
         took = time.perf_counter() - start
-        if took > BUDGET_S or (r >= ROUNDS and took > QUICK_S):
+        done = r == MAX_ROUNDS or took > BUDGET_S or (r >= ROUNDS and took > QUICK_S)
+        if group_s >= GROUP_S or done:
+            now = contention()
+            ok = noise(last, now, group_s) < NOISY_SHARE and not crowded()
+            # a thread's wait is counted when it gets a core back: a worker still queued at a
+            # reading shows in the next one, so a group is quiet once the next one is too
+            if ok and prev_ok:
+                for n, t in prev_group.items():
+                    clean[n] = min(clean[n], t)
+            prev_group, prev_ok, last = group, ok, now
+            group, group_s = {}, 0.0
+        if done:
             break
+    share = noise(before, last, time.perf_counter() - start)
     name = min(names, key=best.__getitem__)
+    # kept on disk where the whole measurement was quiet, or where every candidate had quiet
+    # rounds (uncrowded, the next reading quiet too) and the quiet rounds pick the same candidate
+    quiet = share < NOISY_SHARE or (max(clean.values()) < float("inf") and min(names, key=clean.__getitem__) == name)
     with _LOCK:
         _MEMORY[key] = name
-        _write(key, name)
+        if quiet:
+            _write(key, name)
     arena.release()  # the trial results, freed, are not kept by the arena
-    _log.info("CPU provider: %s: %s (%s)", key, name,
-              ", ".join(f"{n} {best[n] * 1e3:.3f} ms" for n in names))
+    _log.info("CPU provider: %s: %s (%s)%s", key, name,
+              ", ".join(f"{n} {best[n] * 1e3:.3f} ms" for n in names),
+              "" if quiet else f"; not cached on disk: threads waited for a core {share:.0%} of the time")
     return name, best
 
 
