@@ -132,6 +132,25 @@ def test_linear_against_float64_on_any_thread_count(R, K, N, packed):
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
 
 
+@pytest.mark.parametrize("rows", range(1, 13))
+def test_linear_every_tile_height_and_step_count(rows):
+    """Each tile height (a panel's last rows: 1 to 12) over K of 1-3 terms past a multiple of
+    4 (the unrolled steps' remainder), and over a chunk long enough for the first row panel's
+    steps that prefetch the next chunk (unpacked weights) or the others' shares of it (packed),
+    against float64."""
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear
+
+    for K in (1, 2, 3, 4, 7, 261, 517):
+        R, N = 24 + rows, 40  # two whole row panels, then the tile under test
+        a, w = rnd(R, K), rnd(K, N)
+        ref = a.astype(np.float64) @ w.astype(np.float64)
+        for wp, packed in ((_pack_linear(w, False), True), (w, False)):
+            y = np.full((R, N), np.nan, np.float32)
+            _native.linear(a, wp, None, y, (R, K, N), 1, packed)
+            np.testing.assert_allclose(y, ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
+
+
 @pytest.mark.parametrize("K", [5, 16, 40, 769])
 def test_whole_row_panels_sum_as_single_rows(K):
     """Whole 12-row panels of A are packed 16 terms at a time on AVX-512 CPUs (a register

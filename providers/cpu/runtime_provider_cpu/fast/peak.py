@@ -75,20 +75,32 @@ def gemm_rates(sizes, threads: int = 1, repeats: int = 5) -> dict:
             return contextlib.nullcontext()
     nat = current().native
     rng = np.random.default_rng(0)
+    cases = []
+    for M, K, N in sizes:
+        cases.append((M, K, N, rng.standard_normal((M, K)).astype(np.float32),
+                      rng.standard_normal((K, N)).astype(np.float32)))
+    # ours first, every size, then numpy's: OpenBLAS's threads spin for tens of milliseconds
+    # after each of its calls, and timed right after numpy's (or after the check below) our
+    # second thread shared its core with them (docs/performance.md); in a model numpy's BLAS
+    # is held at one thread (sgemm.hold_blas)
+    ours, outs = [], []
+    for M, K, N, a, w in cases:
+        if nat is None or not current().linear:
+            ours.append(None)
+            continue
+        wp = pack_linear(w, False)
+        y = np.empty((M, N), np.float32)
+        ours.append(_rate(lambda: nat.linear(a, wp, None, y, (M, K, N), int(threads), True), 2.0 * M * K * N,
+                          threads, repeats))
+        outs.append(y)
     rows = []
     with threadpool_limits(limits=int(threads), user_api="blas"):
-        for M, K, N in sizes:
-            a = rng.standard_normal((M, K)).astype(np.float32)
-            w = rng.standard_normal((K, N)).astype(np.float32)
+        for (M, K, N, a, w), o in zip(cases, ours):
             flops = 2.0 * M * K * N
-            row = {"size": (M, K, N), "numpy": _rate(lambda: np.matmul(a, w), flops, threads, repeats), "ours": None}
-            if nat is not None and current().linear:
-                wp = pack_linear(w, False)
-                y = np.empty((M, N), np.float32)
-                row["ours"] = _rate(lambda: nat.linear(a, wp, None, y, (M, K, N), int(threads), True), flops,
-                                    threads, repeats)
-                np.testing.assert_allclose(y, a @ w, rtol=1e-3, atol=1e-3 * math.sqrt(K))
-            rows.append(row)
+            rows.append({"size": (M, K, N), "numpy": _rate(lambda: np.matmul(a, w), flops, threads, repeats),
+                         "ours": o})
+        for (M, K, N, a, w), y in zip(cases, outs):
+            np.testing.assert_allclose(y, a @ w, rtol=1e-3, atol=1e-3 * math.sqrt(K))
         blas = autotune.blas_info()
     return {"cpu": autotune.cpu_model(), "isa": autotune.isa_level(), "threads": int(threads),
             "blas": blas, "peak": fma_peak(threads), "rows": rows}

@@ -17,6 +17,18 @@
 /* c[p][0 .. 32) = sum over k of ap[k * 12 + p] * wp[k * ldw + ...], plus (init ? bias (or 0) :
  * what c[p] holds), then e's epilogue when given; and npf rows of 128 bytes from pf (pfs
  * bytes apart) asked into L2, one a step */
+/* one term k of a tile: two weight vectors, NP broadcasts, 2 NP multiply-adds */
+#define LN_STEP(NP, k)                                                                           \
+    do {                                                                                         \
+        const v16f w0_ = *(const v16f_u *)(wp + ldw * (k));                                      \
+        const v16f w1_ = *(const v16f_u *)(wp + ldw * (k) + 16);                                 \
+        for (int p_ = 0; p_ < NP; p_++) {                                                        \
+            const v16f x_ = cv_bcast(ap[LN_RP * (k) + p_]);                                      \
+            acc[p_][0] += x_ * w0_;                                                              \
+            acc[p_][1] += x_ * w1_;                                                              \
+        }                                                                                        \
+    } while (0)
+
 #define LN_TILE(NP)                                                                              \
     CV_CLONES static void ln_tile##NP(const float *restrict ap, const float *restrict wp,          \
                                       Py_ssize_t kn, Py_ssize_t ldw, float *restrict c,            \
@@ -31,21 +43,22 @@
             acc[p][0] = (v16f){0};                                                               \
             acc[p][1] = (v16f){0};                                                               \
         }                                                                                        \
-        for (Py_ssize_t k = 0; k < kn; k++) {                                                    \
-            if (npf > 0) {                                                                       \
-                __builtin_prefetch(pf, 0, 2);                                                    \
-                __builtin_prefetch(pf + 64, 0, 2);                                               \
-                pf += pfs;                                                                       \
-                npf--;                                                                           \
-            }                                                                                    \
-            const v16f w0 = *(const v16f_u *)(wp + ldw * k);                                     \
-            const v16f w1 = *(const v16f_u *)(wp + ldw * k + 16);                                \
-            for (int p = 0; p < NP; p++) {                                                       \
-                const v16f x = cv_bcast(ap[LN_RP * k + p]);                                      \
-                acc[p][0] += x * w0;                                                             \
-                acc[p][1] += x * w1;                                                             \
-            }                                                                                    \
+        /* the steps that prefetch first, then the rest without the test; tiles of up to 8   \
+           rows unrolled by 4 (more rows: GCC's unrolled loop rotated and spilled the 24      \
+           accumulators, docs/performance.md) */                                              \
+        const Py_ssize_t kp = npf < 0 ? 0 : npf < kn ? npf : kn;                                 \
+        Py_ssize_t k = 0;                                                                        \
+        for (; k < kp; k++) {                                                                    \
+            __builtin_prefetch(pf, 0, 2);                                                        \
+            __builtin_prefetch(pf + 64, 0, 2);                                                   \
+            pf += pfs;                                                                           \
+            LN_STEP(NP, k);                                                                      \
         }                                                                                        \
+        if (NP <= 8) {                                                                           \
+            _Pragma("GCC unroll 4") for (; k < kn; k++) LN_STEP(NP, k);                          \
+        } else                                                                                   \
+            for (; k < kn; k++)                                                                  \
+                LN_STEP(NP, k);                                                                  \
         if (!init)                                                                               \
             for (int p = 0; p < NP; p++) {                                                       \
                 acc[p][0] += *(const v16f_u *)(c + p * ldc);                                     \
