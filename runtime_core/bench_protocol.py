@@ -48,10 +48,10 @@ _ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "av
 def _amx_state() -> str:
     """The CPU provider's AMX int8 tiles here: "granted", or why they do not run."""
     try:
-        from runtime_provider_cpu import _native
-    except ImportError:
-        return "the CPU provider's compiled kernels are not built"
-    return getattr(_native, "AMX_INT8", "not in this build")
+        from runtime_provider_cpu.api import amx_int8_state
+    except ImportError:  # no CPU provider, or one older than API 1.2
+        return "not reported by the installed CPU provider"
+    return amx_int8_state()
 
 
 def cpu_description(cpuinfo: str | None = None) -> dict:

@@ -39,11 +39,11 @@ from .executable import CPUExecutable
 from .plugin import decline_reason
 from .registry import REGISTRY, KernelContext
 
-API_VERSION = "1.1"
+API_VERSION = "1.2"
 """This module's API version: major for incompatible changes, minor for additions."""
 
-__all__ = ["API_VERSION", "CPUExecutable", "KernelContext", "Kernel", "decline_reason", "gemm_benchmark",
-           "kernel_for", "supported_ops"]
+__all__ = ["API_VERSION", "CPUExecutable", "KernelContext", "Kernel", "amx_int8_state", "decline_reason",
+           "gemm_benchmark", "kernel_for", "supported_ops"]
 
 
 class Kernel(NamedTuple):
@@ -91,3 +91,14 @@ def gemm_benchmark(sizes: list[tuple[int, int, int]], threads: int = 1, repeats:
     from .fast.peak import gemm_rates
 
     return gemm_rates([tuple(int(d) for d in s) for s in sizes], int(threads), int(repeats))
+
+
+def amx_int8_state() -> str:
+    """Whether the int8 kernels run on AMX tiles here: ``"granted"``, or why not (the CPU has
+    no AMX int8, the OS refused the tile state, the compiled kernels are not built). Added in
+    API 1.2."""
+    try:
+        from . import _native
+    except ImportError:
+        return "the CPU provider's compiled kernels are not built"
+    return getattr(_native, "AMX_INT8", "not in this build")

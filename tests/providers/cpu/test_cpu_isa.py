@@ -58,6 +58,15 @@ def test_cpu_isa_agrees_with_the_kernel():
         pytest.fail(f"the kernel lists AMX but the tiles do not run: {nat.AMX_INT8}")
 
 
+def test_the_api_and_the_bench_header_report_the_amx_state():
+    from runtime_core.bench_protocol import _amx_state
+    from runtime_provider_cpu import api
+
+    assert api.amx_int8_state() == nat.AMX_INT8
+    assert _amx_state() == nat.AMX_INT8
+    assert (nat.AMX_INT8 == "granted") == nat.cpu_isa()["amx_int8"]
+
+
 def test_qgemm_path_follows_the_isa():
     isa = nat.cpu_isa()
     nat.qgemm_path(9)  # the best this CPU runs
