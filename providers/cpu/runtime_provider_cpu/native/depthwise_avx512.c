@@ -394,10 +394,11 @@ void dwf_range(const dwf_job *j, const float *xs, Py_ssize_t pbase, float *scrat
 
 int dwd_prefers(Py_ssize_t k, Py_ssize_t s, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW)
 {
-    /* one thread, CPU time a layer (docs/performance.md, issue 27): 3x3 on 112 x 112 planes
-       0.6-0.75x the phase planes at stride 1 and 2; 56 x 56 and below, and 5x5, no better */
-    (void)s, (void)OH, (void)OW;
-    return k == 3 && H >= 96 && W >= 96;
+    /* one thread, CPU time a layer (docs/performance.md, issue 27): 3x3 stride 2 0.7-0.85x the
+       phase planes from 112 x 112 to 14 x 14, 3x3 stride 1 0.65-0.7x on 112 x 112 but 1.0x on
+       56 x 56 and 1.25-1.3x on 28 x 28 and 14 x 14; 5x5 1.1-1.4x */
+    (void)OH, (void)OW;
+    return k == 3 && (s == 2 || (H >= 96 && W >= 96));
 }
 
 static void dwf_part(void *arg, int part, int parts)
