@@ -226,14 +226,11 @@ DWF_TARGET static void dwf_copy_out(const dwf_job *j, Py_ssize_t p, const float 
  * output rows a pass share the input rows between them (a 3x3 stride-1 row read by three). */
 #define DWD_R 4
 
-/* the 16 floats src[base ..], those outside [0, W) read as 0 (masked: nothing read there) */
-DWF_TARGET static inline __m512 dwd_load(const float *src, Py_ssize_t base, Py_ssize_t W)
+/* the lanes i of 16 whose column base + i lies in [0, W) */
+DWF_TARGET static inline __mmask16 dwd_mask(Py_ssize_t base, Py_ssize_t W)
 {
-    if (base >= 0 && base + 16 <= W)
-        return _mm512_loadu_ps(src + base);
     const Py_ssize_t a = base < 0 ? (base < -16 ? 16 : -base) : 0, e = W - base;
-    const __mmask16 m = e <= a ? 0 : (__mmask16)(dwf_mask(e > 16 ? 16 : e) & ~dwf_mask(a));
-    return _mm512_maskz_loadu_ps(m, src + base);
+    return e <= a ? 0 : (__mmask16)(dwf_mask(e > 16 ? 16 : e) & ~dwf_mask(a));
 }
 
 /* the DWD_R sums acc[r] += w[ky * k + kx] * v for the output rows r whose window holds input
@@ -257,6 +254,14 @@ dwd_vec(const dwf_job *j, const float *wk, const float *xc, float *yc, Py_ssize_
     __m512 acc[DWD_R];
     for (int r = 0; r < DWD_R; r++)
         acc[r] = vb;
+    /* a column edge: each load's mask, the same for every row (ma: stride 1, or the even /
+       odd pair's first vector; mb its second) */
+    __mmask16 ma[DWF_KMAX + 1], mb[DWF_KMAX + 1];
+    if (cedge)
+        for (Py_ssize_t kx = 0; kx < k; kx++) {
+            ma[kx] = dwd_mask(s * ox - pl + kx, W);
+            mb[kx] = dwd_mask(s * ox - pl + kx + 16, W);
+        }
 #pragma GCC unroll 16
     for (Py_ssize_t i = 0; i < nrows; i++) {
         if (redge && (r0 + i < 0 || r0 + i >= H)) /* a padding row: no taps */
@@ -265,7 +270,7 @@ dwd_vec(const dwf_job *j, const float *wk, const float *xc, float *yc, Py_ssize_
         if (s == 1) {
 #pragma GCC unroll 8
             for (Py_ssize_t kx = 0; kx < k; kx++) {
-                const __m512 v = cedge ? dwd_load(src, ox - pl + kx, W) : _mm512_loadu_ps(src + ox - pl + kx);
+                const __m512 v = cedge ? _mm512_maskz_loadu_ps(ma[kx], src + ox - pl + kx) : _mm512_loadu_ps(src + ox - pl + kx);
                 DWD_TAP(v, kx)
             }
             continue;
@@ -275,8 +280,8 @@ dwd_vec(const dwf_job *j, const float *wk, const float *xc, float *yc, Py_ssize_
 #pragma GCC unroll 4
         for (Py_ssize_t kx = 0; kx < k; kx += 2) {
             const Py_ssize_t base = 2 * ox - pl + kx;
-            const __m512 a = cedge ? dwd_load(src, base, W) : _mm512_loadu_ps(src + base);
-            const __m512 b = cedge ? dwd_load(src, base + 16, W) : _mm512_loadu_ps(src + base + 16);
+            const __m512 a = cedge ? _mm512_maskz_loadu_ps(ma[kx], src + base) : _mm512_loadu_ps(src + base);
+            const __m512 b = cedge ? _mm512_maskz_loadu_ps(mb[kx], src + base + 16) : _mm512_loadu_ps(src + base + 16);
             const __m512 e = _mm512_permutex2var_ps(a, ev, b);
             DWD_TAP(e, kx)
             if (kx + 1 < k) {
