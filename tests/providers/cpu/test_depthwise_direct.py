@@ -3,8 +3,9 @@ from the input rows themselves, no phase planes) against a float64 reference and
 phase planes (``fast=2``) and the 8-float path (``fast=0``): 3x3, 5x5 and 7x7, stride 1 and 2,
 no, symmetric, one-sided and oversized pads, rows shorter and longer than a vector, fewer
 output rows than a pass computes, a batch (the channel cycling through the weights), no bias,
-an activation in the epilogue, 1 and 2 threads. Also the default choice (``fast=1``) and the
-expansion + depthwise pair on a 112 x 112 plane, where the direct rows are chosen."""
+an activation in the epilogue, 1 and 2 threads. Also the default (``fast=1``, the direct rows on
+the AVX-512 build) and the expansion + depthwise pair on a 112 x 112 plane, which runs its
+depthwise step through them too."""
 
 from __future__ import annotations
 
@@ -108,8 +109,7 @@ def test_direct_rows_keep_nan_and_inf():
 
 
 def test_default_choice_matches_reference_on_large_and_small_planes():
-    # fast=1: the direct rows on the 112 x 112 planes, the phase planes below (or the portable
-    # path without AVX-512): the same result either way
+    # fast=1: the direct rows (the 8-float path without AVX-512), bit for bit fast=3's result
     for shape, k, s, pads, out in (CASES[0], CASES[1], CASES[3]):
         C = shape[1]
         x = RNG.standard_normal(shape).astype(np.float32)
@@ -117,6 +117,8 @@ def test_default_choice_matches_reference_on_large_and_small_planes():
         b = RNG.standard_normal(C).astype(np.float32)
         got = _run(x, w, b, s, pads, out, 0.0, 6.0, 1, 2)
         np.testing.assert_allclose(got, _reference(x, w, b, s, *pads, *out, 0.0, 6.0), rtol=1e-5, atol=2e-5)
+        if FAST:
+            assert np.array_equal(got, _run(x, w, b, s, pads, out, 0.0, 6.0, 3, 1))
 
 
 @pytest.mark.parametrize("fast", [-1, 4])
@@ -130,7 +132,7 @@ def test_fast_out_of_range_is_a_value_error(fast):
 @pytest.mark.skipif(not FAST, reason="expand_dw is the AVX-512 build's (CONV_FAST)")
 @pytest.mark.parametrize("k,s", [(3, 1), (3, 2)])
 def test_expand_dw_on_a_large_plane_matches_reference(k, s):
-    # the pair runs its depthwise step through the direct rows on 112 x 112 (dwd_prefers)
+    # the pair runs its depthwise step through the direct rows, here on 112 x 112
     from runtime_provider_cpu.fast.packing import pack_rows
 
     M, C, H, W = 20, 8, 112, 112

@@ -229,8 +229,9 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
                       (float *)v[3].buf, N * C, C, H, W, OH, OW, sh, pt, pl, 0, 0, 0, 0, lo, hi, NULL, 0, 0};
         fj.k = KH;
         fj.act = ap;
-        /* fast: 1 the measured choice, 2 the phase planes, 3 the direct rows */
-        fj.direct = fast == 3 || (fast == 1 && dwd_prefers(KH, sh, H, W, OH, OW));
+        /* fast 2: the phase planes (kept for maxpool2d, and to compare); 1 and 3 the direct
+           rows, measured faster on every MobileNet / EfficientNet / ConvNeXt shape (issue 27) */
+        fj.direct = fast != 2;
         return dwf_run(&fj, threads, v, 4);
     }
 #endif

@@ -2,7 +2,9 @@
 
 #if DWF_OK
 
-/* The AVX-512 depthwise path: 3x3, 5x5 or 7x7, dilation 1, stride 1 or 2 both ways. Each channel's input
+/* The AVX-512 depthwise path: 3x3, 5x5 or 7x7, dilation 1, stride 1 or 2 both ways. Convolutions
+ * run the direct rows below (dwd_plane); maxpool2d's 3x3 and depthwise2d(fast=2) the phase
+ * planes described here. Each channel's input
  * goes once into zero-padded phase planes (stride 1: the padded plane; stride 2: its four
  * even / odd row x column phases, the column split by two-register permutes), each Wq floats
  * wide. The output is then computed over the flat index oy * Wq + ox, 16 at a time, every tap
@@ -219,7 +221,8 @@ DWF_TARGET static void dwf_copy_out(const dwf_job *j, Py_ssize_t p, const float 
 
 /* ---- direct rows: no phase planes ------------------------------------------------------
  * A large plane's phase planes (112 x 112: 59 KB at stride 1, four of 15 KB at stride 2) are
- * more than L1 holds, and their fill was half of a stride-2 layer's time. Here each output
+ * more than L1 holds, and their fill was half of a stride-2 layer's time; a small plane's
+ * are mostly halo. Here each output
  * vector reads the input rows themselves: stride 1 one unaligned load a tap column, stride 2
  * two loads split into their even and odd columns by two permutes (columns kx and kx + 1 from
  * one pair), the padding masked off the loads and the rows outside the input skipped. DWD_R
@@ -395,15 +398,6 @@ void dwf_range(const dwf_job *j, const float *xs, Py_ssize_t pbase, float *scrat
         if (q - L - 1 >= p0 && q - L - 1 < p1)
             dwf_copy_out(j, q - L - 1, out + ((q - L - 1) & m) * os);
     }
-}
-
-int dwd_prefers(Py_ssize_t k, Py_ssize_t s, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW)
-{
-    /* one thread, CPU time a layer (docs/performance.md, issue 27): 3x3 stride 2 0.7-0.85x the
-       phase planes from 112 x 112 to 14 x 14, 3x3 stride 1 0.65-0.7x on 112 x 112 but 1.0x on
-       56 x 56 and 1.25-1.3x on 28 x 28 and 14 x 14; 5x5 1.1-1.4x */
-    (void)OH, (void)OW;
-    return k == 3 && (s == 2 || (H >= 96 && W >= 96));
 }
 
 static void dwf_part(void *arg, int part, int parts)

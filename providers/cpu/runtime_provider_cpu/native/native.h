@@ -332,9 +332,6 @@ int dwf_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t sh, Py_ssize_t sw, Py_ssi
 int dwf_setup(dwf_job *j, const char *fn);
 /* channels [p0, p1), channel p's input at xs + (p - pbase) * H * W, with scratch's planes */
 void dwf_range(const dwf_job *j, const float *xs, Py_ssize_t pbase, float *scratch, Py_ssize_t p0, Py_ssize_t p1);
-/* whether the direct rows (dwf_job.direct) beat the phase planes for a k x k window of stride s
-   from H x W to OH x OW (measured) */
-int dwd_prefers(Py_ssize_t k, Py_ssize_t s, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OH, Py_ssize_t OW);
 /* j on up to threads threads, then the caller's nbuf buffers released: None, or NULL with an error */
 PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf);
 /* whether the channels-in-lanes depthwise kernel takes a window of these sizes and dilations */
