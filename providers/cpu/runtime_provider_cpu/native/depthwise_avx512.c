@@ -273,7 +273,8 @@ dwd_vec(const dwf_job *j, const float *wk, const float *xc, float *yc, Py_ssize_
         if (s == 1) {
 #pragma GCC unroll 8
             for (Py_ssize_t kx = 0; kx < k; kx++) {
-                const __m512 v = cedge ? _mm512_maskz_loadu_ps(ma[kx], src + ox - pl + kx) : _mm512_loadu_ps(src + ox - pl + kx);
+                const float *q = src + ox - pl + kx;
+                const __m512 v = cedge ? _mm512_maskz_loadu_ps(ma[kx], q) : _mm512_loadu_ps(q);
                 DWD_TAP(v, kx)
             }
             continue;
@@ -340,12 +341,18 @@ dwd_plane_ks(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc, Py_s
     }
 }
 
-DWF_TARGET static void dwd_3_1(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc) { dwd_plane_ks(j, p, c, xc, 3, 1); }
-DWF_TARGET static void dwd_3_2(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc) { dwd_plane_ks(j, p, c, xc, 3, 2); }
-DWF_TARGET static void dwd_5_1(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc) { dwd_plane_ks(j, p, c, xc, 5, 1); }
-DWF_TARGET static void dwd_5_2(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc) { dwd_plane_ks(j, p, c, xc, 5, 2); }
-DWF_TARGET static void dwd_7_1(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc) { dwd_plane_ks(j, p, c, xc, 7, 1); }
-DWF_TARGET static void dwd_7_2(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc) { dwd_plane_ks(j, p, c, xc, 7, 2); }
+/* the k x k, stride s instance of dwd_plane_ks */
+#define DWD_INST(k, s)                                                                                  \
+    DWF_TARGET static void dwd_##k##_##s(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc) \
+    {                                                                                                   \
+        dwd_plane_ks(j, p, c, xc, k, s);                                                                \
+    }
+DWD_INST(3, 1)
+DWD_INST(3, 2)
+DWD_INST(5, 1)
+DWD_INST(5, 2)
+DWD_INST(7, 1)
+DWD_INST(7, 2)
 
 /* channel p (weights c) from its input plane xc: the k and s instance */
 DWF_TARGET static void dwd_plane(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc)
