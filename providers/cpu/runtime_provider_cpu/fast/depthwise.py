@@ -111,7 +111,7 @@ class DepthwisePlan(ConvPlan):
     def _make_call(self):
         empty, f32, contig = np.empty, np.float32, np.ascontiguousarray
         fn, w2, b2, shape = self.native.depthwise2d, self.w2, self.b2, self.shape
-        args = self.args + (True, self.LANES)  # fast (the phase planes where they apply), the layout
+        args = self.args + (1, self.LANES)  # fast (the AVX-512 direct rows where they apply), the layout
         if self.act is not None:
             args += self.act
 

@@ -2,7 +2,9 @@
 
 #if DWF_OK
 
-/* The AVX-512 depthwise path: 3x3, 5x5 or 7x7, dilation 1, stride 1 or 2 both ways. Each channel's input
+/* The AVX-512 depthwise path: 3x3, 5x5 or 7x7, dilation 1, stride 1 or 2 both ways. Convolutions
+ * run the direct rows below (dwd_plane); maxpool2d's 3x3 and depthwise2d(fast=2) the phase
+ * planes described here. Each channel's input
  * goes once into zero-padded phase planes (stride 1: the padded plane; stride 2: its four
  * even / odd row x column phases, the column split by two-register permutes), each Wq floats
  * wide. The output is then computed over the flat index oy * Wq + ox, 16 at a time, every tap
@@ -217,6 +219,149 @@ DWF_TARGET static void dwf_copy_out(const dwf_job *j, Py_ssize_t p, const float 
         }
 }
 
+/* ---- direct rows: no phase planes ------------------------------------------------------
+ * A large plane's phase planes (112 x 112: 59 KB at stride 1, four of 15 KB at stride 2) are
+ * more than L1 holds, and their fill was half of a stride-2 layer's time; a small plane's
+ * are mostly halo. Here each output
+ * vector reads the input rows themselves: stride 1 one unaligned load a tap column, stride 2
+ * two loads split into their even and odd columns by two permutes (columns kx and kx + 1 from
+ * one pair), the padding masked off the loads and the rows outside the input skipped. DWD_R
+ * output rows a pass share the input rows between them (a 3x3 stride-1 row read by three). */
+#define DWD_R 4
+
+/* the lanes i of 16 whose column base + i lies in [0, W) */
+DWF_TARGET static inline __mmask16 dwd_mask(Py_ssize_t base, Py_ssize_t W)
+{
+    const Py_ssize_t a = base < 0 ? (base < -16 ? 16 : -base) : 0, e = W - base;
+    return e <= a ? 0 : (__mmask16)(dwf_mask(e > 16 ? 16 : e) & ~dwf_mask(a));
+}
+
+/* the DWD_R sums acc[r] += w[ky * k + kx] * v for the output rows r whose window holds input
+   row i (ky = i - r * s) */
+#define DWD_TAP(v, kx)                                                                    \
+    _Pragma("GCC unroll 8") for (int r = 0; r < DWD_R; r++) {                                                     \
+        const Py_ssize_t ky = i - r * s;                                                  \
+        if (r < R && ky >= 0 && ky < k)                                                   \
+            acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(wk[ky * k + (kx)]), (v), acc[r]);     \
+    }
+
+/* the output vector at column ox of the R rows from oy0 (R <= DWD_R), stored: k, s, R and
+   the edge flags constants where inlined (the taps unrolled, the sums in registers). redge:
+   some input rows are padding; cedge: some loads reach past the row's ends (masked). */
+DWF_TARGET static inline __attribute__((always_inline)) void
+dwd_vec(const dwf_job *j, const float *wk, const float *xc, float *yc, Py_ssize_t oy0, int R, Py_ssize_t ox,
+        Py_ssize_t k, Py_ssize_t s, __m512 vb, int redge, int cedge)
+{
+    const Py_ssize_t H = j->H, W = j->W, OW = j->OW, pl = j->pl;
+    const Py_ssize_t r0 = oy0 * s - j->pt, nrows = (R - 1) * s + k;
+    __m512 acc[DWD_R];
+    for (int r = 0; r < DWD_R; r++)
+        acc[r] = vb;
+    /* a column edge: each load's mask, the same for every row (ma: stride 1, or the even /
+       odd pair's first vector; mb its second) */
+    __mmask16 ma[DWF_KMAX + 1], mb[DWF_KMAX + 1];
+    if (cedge)
+        for (Py_ssize_t kx = 0; kx < k; kx++) {
+            ma[kx] = dwd_mask(s * ox - pl + kx, W);
+            mb[kx] = dwd_mask(s * ox - pl + kx + 16, W);
+        }
+#pragma GCC unroll 16
+    for (Py_ssize_t i = 0; i < nrows; i++) {
+        if (redge && (r0 + i < 0 || r0 + i >= H)) /* a padding row: no taps */
+            continue;
+        const float *src = xc + (r0 + i) * W;
+        if (s == 1) {
+#pragma GCC unroll 8
+            for (Py_ssize_t kx = 0; kx < k; kx++) {
+                const float *q = src + ox - pl + kx;
+                const __m512 v = cedge ? _mm512_maskz_loadu_ps(ma[kx], q) : _mm512_loadu_ps(q);
+                DWD_TAP(v, kx)
+            }
+            continue;
+        }
+        const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+#pragma GCC unroll 4
+        for (Py_ssize_t kx = 0; kx < k; kx += 2) {
+            const Py_ssize_t base = 2 * ox - pl + kx;
+            const __m512 a = cedge ? _mm512_maskz_loadu_ps(ma[kx], src + base) : _mm512_loadu_ps(src + base);
+            const __m512 b = cedge ? _mm512_maskz_loadu_ps(mb[kx], src + base + 16) : _mm512_loadu_ps(src + base + 16);
+            const __m512 e = _mm512_permutex2var_ps(a, ev, b);
+            DWD_TAP(e, kx)
+            if (kx + 1 < k) {
+                const __m512 o = _mm512_permutex2var_ps(a, od, b);
+                DWD_TAP(o, kx + 1)
+            }
+        }
+    }
+    const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+    const __mmask16 m = dwf_mask(OW - ox);
+    for (int r = 0; r < DWD_R; r++)
+        if (r < R)
+            _mm512_mask_storeu_ps(yc + (oy0 + r) * OW + ox, m, dwf_epi(acc[r], lo, hi, j->act));
+}
+
+/* every output vector of the R rows from oy0: the columns whose loads all lie inside the row
+   with plain loads */
+DWF_TARGET static inline __attribute__((always_inline)) void
+dwd_rows(const dwf_job *j, const float *wk, const float *xc, float *yc, Py_ssize_t oy0, int R, Py_ssize_t k,
+         Py_ssize_t s, __m512 vb, int redge)
+{
+    const Py_ssize_t W = j->W, OW = j->OW, pl = j->pl;
+    for (Py_ssize_t ox = 0; ox < OW; ox += 16) {
+        /* the loads read columns [s * ox - pl, s * ox - pl + k - 1 + 16 * s) */
+        const Py_ssize_t c0 = s * ox - pl, c1 = c0 + k - 1 + 16 * s;
+        if (c0 >= 0 && c1 <= W)
+            dwd_vec(j, wk, xc, yc, oy0, R, ox, k, s, vb, redge, 0);
+        else
+            dwd_vec(j, wk, xc, yc, oy0, R, ox, k, s, vb, redge, 1);
+    }
+}
+
+/* channel p (weights c) from its input plane xc straight into y: blocks of DWD_R rows, the
+   last one moved up to end at the last row (rows computed twice, the same values) */
+DWF_TARGET static inline __attribute__((always_inline)) void
+dwd_plane_ks(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc, Py_ssize_t k, Py_ssize_t s)
+{
+    const Py_ssize_t OH = j->OH;
+    const float *wk = j->w + c * k * k;
+    const __m512 vb = _mm512_set1_ps(j->b ? j->b[c] : 0.0f);
+    float *yc = j->y + p * OH * j->OW;
+    if (OH < DWD_R) {
+        for (Py_ssize_t oy = 0; oy < OH; oy++)
+            dwd_rows(j, wk, xc, yc, oy, 1, k, s, vb, 1);
+        return;
+    }
+    for (Py_ssize_t oy0 = 0; oy0 < OH; oy0 += DWD_R) {
+        const Py_ssize_t o = oy0 + DWD_R <= OH ? oy0 : OH - DWD_R, r0 = o * s - j->pt;
+        if (r0 >= 0 && r0 + (DWD_R - 1) * s + k <= j->H)
+            dwd_rows(j, wk, xc, yc, o, DWD_R, k, s, vb, 0);
+        else
+            dwd_rows(j, wk, xc, yc, o, DWD_R, k, s, vb, 1);
+    }
+}
+
+/* the k x k, stride s instance of dwd_plane_ks */
+#define DWD_INST(k, s)                                                                                  \
+    DWF_TARGET static void dwd_##k##_##s(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc) \
+    {                                                                                                   \
+        dwd_plane_ks(j, p, c, xc, k, s);                                                                \
+    }
+DWD_INST(3, 1)
+DWD_INST(3, 2)
+DWD_INST(5, 1)
+DWD_INST(5, 2)
+DWD_INST(7, 1)
+DWD_INST(7, 2)
+
+/* channel p (weights c) from its input plane xc: the k and s instance */
+DWF_TARGET static void dwd_plane(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc)
+{
+    static void (*const fn[3][2])(const dwf_job *, Py_ssize_t, Py_ssize_t, const float *) = {
+        {dwd_3_1, dwd_3_2}, {dwd_5_1, dwd_5_2}, {dwd_7_1, dwd_7_2}};
+    fn[(j->k - 3) / 2][j->s - 1](j, p, c, xc);
+}
+
 /* channels [p0, p1), channel p's input at xs + (p - pbase) * H * W: rows of 16 or more a
  * channel at a time, smaller planes pipelined */
 void dwf_range(const dwf_job *j, const float *xs, Py_ssize_t pbase, float *scratch, Py_ssize_t p0,
@@ -224,6 +369,11 @@ void dwf_range(const dwf_job *j, const float *xs, Py_ssize_t pbase, float *scrat
 {
     const Py_ssize_t hw = j->H * j->W;
     const Py_ssize_t ps = j->s * j->s * j->pn, os = j->nv * 16;
+    if (j->direct && !j->max) {
+        for (Py_ssize_t p = p0, c = p0 % j->C; p < p1; p++, c = c + 1 == j->C ? 0 : c + 1)
+            dwd_plane(j, p, c, xs + (p - pbase) * hw);
+        return;
+    }
     const int row = j->OW >= 16;
     float *ph = scratch, *out = row ? NULL : scratch + DWF_SETS * ps;
     /* padding (0, or -inf for a maximum): written once; each channel writes only the same

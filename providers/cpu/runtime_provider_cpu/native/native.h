@@ -321,6 +321,7 @@ typedef struct {
     Py_ssize_t toff[DWF_KMAX * DWF_KMAX]; /* each tap's offset from a set of phase planes (dwf_setup) */
     Py_ssize_t k; /* the window's side (3, 5 or 7; 0 reads as 3: the callers that name only 3x3) */
     const rc_act *act; /* after the clip, or NULL */
+    int direct; /* 1: each output row from the input rows themselves, no phase planes (dwd_plane) */
 } dwf_job;
 
 /* whether a k x k depthwise window (k 3, 5 or 7) of these strides and dilations, on this

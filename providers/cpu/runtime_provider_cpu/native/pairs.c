@@ -270,6 +270,7 @@ PyObject *rc_py_expand_dw(PyObject *self, PyObject *args)
                 0, 0};
     j.dw.k = k;
     j.dw.act = a2.act ? &a2 : NULL;
+    j.dw.direct = 1; /* from E's rows, no phase planes (depthwise_avx512.c's direct rows) */
     if (dwf_setup(&j.dw, "expand_dw") < 0) {
         release_buffers(v, 6);
         return NULL;
