@@ -147,8 +147,11 @@ static PyMethodDef methods[] = {
      "\"portable\" (force 0 portable, 1 avx2, 2 avx512vnni, 3 avxvnni, 4 vnni256-evex where this CPU runs it,\n"
      "else the CPU's choice; for tests)."},
     {"depthwise2d", rc_py_depthwise2d, METH_VARARGS,
-     "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi)\n"
-     "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi]."},
+     "depthwise2d(x, w, b, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), lo, hi,\n"
+     "            threads=1, fast=1, lanes=False, act=-1, alpha=1/6, beta=0.5)\n"
+     "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi], then act.\n"
+     "fast: 0 the portable 8-float rows, 1 the default (the direct rows on AVX-512), 2 the\n"
+     "phase planes, 3 the direct rows (AVX-512; elsewhere as 1)."},
     {"bias_clip", rc_py_bias_clip, METH_VARARGS,
      "bias_clip(y, b, (M, P), lo, hi, z=None)\n"
      "y[m, p] = clip(y[m, p] + b[m] + z[m, p], lo, hi) in place over C-contiguous float32 buffers\n"
