@@ -203,6 +203,34 @@ def test_dynamic_quantize(lo, hi):
     run_both([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], {"x": x}, ["y", "s", "z"], 11)
 
 
+@pytest.mark.parametrize("zp", [0, 32, 129, 255])
+@pytest.mark.parametrize("numpy_path", [False, True], ids=["native", "numpy"])
+def test_dynamic_quantize_ties_bit_exact(zp, numpy_path, monkeypatch):
+    """Codes at exact ties (x / scale = k + 0.5: half to even) and the saturate-rounded zero point,
+    bit for bit as onnxruntime's, on the compiled pass and on the numpy path. The range is
+    [-zp, 255 - zp] quarter steps, so the scale is exactly 0.25 and every x below is a tie. (The
+    quantized BERT-base of benchmarks/quant_models.py first differs from onnxruntime's at such a
+    tie, x / scale = -20.5, reached from a LayerNormalization output one ulp apart: a code one step
+    apart then, not a rounding rule apart; this pins the rule.)"""
+    from runtime_provider_cpu.ops import quant
+
+    if numpy_path:
+        monkeypatch.setattr(quant, "_native", None)
+    k = RNG.integers(-zp, 255 - zp, size=(3, 517))  # past the compiled pass's vector steps, with a tail
+    x = ((k + 0.5) * 0.25).astype(F32)
+    x[0, 0], x[0, 1] = -zp * 0.25, (255 - zp) * 0.25  # the range's ends
+    near0 = [v for v in (0.125, -0.125, 0.375, -0.375) if -zp * 0.25 <= v <= (255 - zp) * 0.25]
+    x[1, :len(near0)] = near0  # ties next to zero, where the range holds them
+    model = make_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], {"x": x},
+                       ["y", "s", "z"], opset=11)
+    ours, _ = run_ours(model, {"x": x})
+    ref = run_oracle(model, {"x": x})
+    assert float(ref[1]) == 0.25 and int(ref[2]) == zp  # the construction holds on the oracle
+    for got, want in zip(ours, ref):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+
+
 # -- MatMulInteger / QLinearMatMul ----------------------------------------------------------------
 
 @pytest.mark.parametrize("a_t,b_t", [(U8, U8), (I8, I8), (U8, I8), (I8, U8)])
