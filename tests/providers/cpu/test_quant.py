@@ -47,6 +47,33 @@ def test_quantize_per_tensor(opset, zp_t):
     check_node("QuantizeLinear", {"x": x, "s": np.array(0.5, F32), "z": np.array(3, zp_t)}, opset=opset)
 
 
+@pytest.mark.parametrize("zp_t", [U8, I8])
+@pytest.mark.parametrize("per_axis", [False, True], ids=["tensor", "axis"])
+@pytest.mark.parametrize("numpy_path", [False, True], ids=["native", "numpy"])
+def test_quantize_ties_bit_exact(zp_t, per_axis, numpy_path, monkeypatch):
+    """x / scale = k + 0.5 exactly (scales are powers of two): half to even, then the zero point,
+    then saturation, bit for bit as onnxruntime's; on the compiled per-tensor pass (16-item steps and
+    a tail) and the numpy path. (The QDQ ResNet-18 and MobileNetV2 of benchmarks/quant_models.py
+    first differ from onnxruntime's at a QuantizeLinear whose float input is one ulp from such a tie.)"""
+    from runtime_provider_cpu.ops import quant
+
+    if numpy_path:
+        monkeypatch.setattr(quant, "_native", None)
+    info = np.iinfo(zp_t)
+    s = np.array([0.25, 0.5, 2.0 ** -7], F32) if per_axis else np.array(2.0 ** -5, F32)
+    z = np.array([info.min + 3, info.max - 5, 0], zp_t) if per_axis else np.array(info.min // 2 + 7, zp_t)
+    k = RNG.integers(-300, 300, size=(3, 517))  # past the code range both ways: saturation too
+    x = ((k + 0.5) * s.reshape(-1, 1) if per_axis else (k + 0.5) * s).astype(F32)
+    assert np.all(x / (s.reshape(-1, 1) if per_axis else s) % 1 == 0.5)  # every x is a tie
+    check = {"axis": 0} if per_axis else {}
+    model = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], **check)],
+                       {"x": x, "s": s, "z": z}, ["y"], opset=13)
+    (got,), _ = run_ours(model, {"x": x, "s": s, "z": z})
+    (want,) = run_oracle(model, {"x": x, "s": s, "z": z})
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype
+
+
 @pytest.mark.parametrize("opset", [13, 19, 21])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_quantize_per_axis(opset, axis):
