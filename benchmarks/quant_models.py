@@ -113,7 +113,33 @@ TOOLS = ("ort", "ours")
 #: accuracy_level=4 each runtime quantizes A to int8 per block, and a float difference far below
 #: 1e-6 upstream can flip a code by one step (onnxruntime differs from itself by 2e-3 on this model
 #: between its BASIC and ALL optimization levels)
-TOLERANCE = {"gpt2_nbits_int8_b1": 1e-2}
+#:
+#: The other rows' differences were traced layer by layer (issue 31: every node output made a graph
+#: output, onnxruntime at ORT_DISABLE_ALL against runtime-core with its optimizer off) and are the
+#: same rounding effect, not a rule of ours that differs (tests/providers/cpu/test_quant.py pins
+#: QuantizeLinear's and DynamicQuantizeLinear's ties bit-exact against onnxruntime):
+#:
+#: * QDQ rows: the first difference is one int8 code of one element, at a QuantizeLinear whose float
+#:   input (a Conv's, its sums in another order) is one ulp from a tie (x / scale = 70.5000000 against
+#:   70.5000076); the same input gives the same codes on both runtimes. At the output (Gemm ->
+#:   QuantizeLinear -> DequantizeLinear) it ends as exactly one step of the output's scale, 0 or 1 step
+#:   and never more: 0.00775 (MobileNetV2) / 0.0075 (ResNet-18) of the largest magnitude, on the bench
+#:   feeds and 3 seeded ones, both quantizers' models. onnxruntime differs from itself by the same one
+#:   step (ORT_ENABLE_ALL against ORT_DISABLE_ALL: 0.0078 / 0.0075 on 3 of those 4 feeds). 1e-2 passes
+#:   one output step (the largest magnitude is ~130 steps) and fails two.
+#: * bert_base_dyn_b1: the first difference is one uint8 code of 98304 in layer 0's first
+#:   DynamicQuantizeLinear: the LayerNormalization before it differs in the last ulp (4.8e-7), so the
+#:   scale is 1 ulp apart and x / scale = -20.5 rounds to even on one side, -20.500001 away on the
+#:   other. Twelve layers of float residuals, softmax and GELU, each with DynamicQuantizeLinears of
+#:   its own, grow that to 0.016-0.021 of the largest magnitude; onnxruntime against itself
+#:   (ORT_ENABLE_ALL, which fuses into DynamicQuantizeMatMul / SkipLayerNorm, against ORT_DISABLE_ALL)
+#:   0.017-0.021 on the same 4 feeds, our optimizer on against off 0.016-0.021 (and each runtime
+#:   0.025-0.030 from the float model on the bench feeds). 5e-2 is ~2.4x the largest measured
+#:   spread; so loose a bound cannot see a rounding rule of its own, which the unit tests check
+#:   bit-exact instead.
+#: bert_tiny_dyn_b8 (2 layers) passes the default.
+TOLERANCE = {"gpt2_nbits_int8_b1": 1e-2, "bert_base_dyn_b1": 5e-2, "resnet18_qdq_b1": 1e-2,
+             "mobilenet_v2_qdq_b1": 1e-2}
 
 
 #: float models of these rows that benchmarks/models.py does not list (its own table stays as is)

@@ -47,6 +47,33 @@ def test_quantize_per_tensor(opset, zp_t):
     check_node("QuantizeLinear", {"x": x, "s": np.array(0.5, F32), "z": np.array(3, zp_t)}, opset=opset)
 
 
+@pytest.mark.parametrize("zp_t", [U8, I8])
+@pytest.mark.parametrize("per_axis", [False, True], ids=["tensor", "axis"])
+@pytest.mark.parametrize("numpy_path", [False, True], ids=["native", "numpy"])
+def test_quantize_ties_bit_exact(zp_t, per_axis, numpy_path, monkeypatch):
+    """x / scale = k + 0.5 exactly (scales are powers of two): half to even, then the zero point,
+    then saturation, bit for bit as onnxruntime's; on the compiled per-tensor pass (16-item steps and
+    a tail) and the numpy path. (The QDQ ResNet-18 and MobileNetV2 of benchmarks/quant_models.py
+    first differ from onnxruntime's at a QuantizeLinear whose float input is one ulp from such a tie.)"""
+    from runtime_provider_cpu.ops import quant
+
+    if numpy_path:
+        monkeypatch.setattr(quant, "_native", None)
+    info = np.iinfo(zp_t)
+    s = np.array([0.25, 0.5, 2.0 ** -7], F32) if per_axis else np.array(2.0 ** -5, F32)
+    z = np.array([info.min + 3, info.max - 5, 0], zp_t) if per_axis else np.array(info.min // 2 + 7, zp_t)
+    k = RNG.integers(-300, 300, size=(3, 517))  # past the code range both ways: saturation too
+    x = ((k + 0.5) * s.reshape(-1, 1) if per_axis else (k + 0.5) * s).astype(F32)
+    assert np.all(x / (s.reshape(-1, 1) if per_axis else s) % 1 == 0.5)  # every x is a tie
+    check = {"axis": 0} if per_axis else {}
+    model = make_model([helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"], **check)],
+                       {"x": x, "s": s, "z": z}, ["y"], opset=13)
+    (got,), _ = run_ours(model, {"x": x, "s": s, "z": z})
+    (want,) = run_oracle(model, {"x": x, "s": s, "z": z})
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype
+
+
 @pytest.mark.parametrize("opset", [13, 19, 21])
 @pytest.mark.parametrize("axis", [0, 1, -1])
 def test_quantize_per_axis(opset, axis):
@@ -201,6 +228,34 @@ def test_quantize_dequantize_roundtrip_graph():
 def test_dynamic_quantize(lo, hi):
     x = floats((7, 13), lo, hi) if lo != hi else np.zeros((7, 13), F32)
     run_both([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], {"x": x}, ["y", "s", "z"], 11)
+
+
+@pytest.mark.parametrize("zp", [0, 32, 129, 255])
+@pytest.mark.parametrize("numpy_path", [False, True], ids=["native", "numpy"])
+def test_dynamic_quantize_ties_bit_exact(zp, numpy_path, monkeypatch):
+    """Codes at exact ties (x / scale = k + 0.5: half to even) and the saturate-rounded zero point,
+    bit for bit as onnxruntime's, on the compiled pass and on the numpy path. The range is
+    [-zp, 255 - zp] quarter steps, so the scale is exactly 0.25 and every x below is a tie. (The
+    quantized BERT-base of benchmarks/quant_models.py first differs from onnxruntime's at such a
+    tie, x / scale = -20.5, reached from a LayerNormalization output one ulp apart: a code one step
+    apart then, not a rounding rule apart; this pins the rule.)"""
+    from runtime_provider_cpu.ops import quant
+
+    if numpy_path:
+        monkeypatch.setattr(quant, "_native", None)
+    k = RNG.integers(-zp, 255 - zp, size=(3, 517))  # past the compiled pass's vector steps, with a tail
+    x = ((k + 0.5) * 0.25).astype(F32)
+    x[0, 0], x[0, 1] = -zp * 0.25, (255 - zp) * 0.25  # the range's ends
+    near0 = [v for v in (0.125, -0.125, 0.375, -0.375) if -zp * 0.25 <= v <= (255 - zp) * 0.25]
+    x[1, :len(near0)] = near0  # ties next to zero, where the range holds them
+    model = make_model([helper.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])], {"x": x},
+                       ["y", "s", "z"], opset=11)
+    ours, _ = run_ours(model, {"x": x})
+    ref = run_oracle(model, {"x": x})
+    assert float(ref[1]) == 0.25 and int(ref[2]) == zp  # the construction holds on the oracle
+    for got, want in zip(ours, ref):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
 
 
 # -- MatMulInteger / QLinearMatMul ----------------------------------------------------------------
