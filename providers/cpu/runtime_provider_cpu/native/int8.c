@@ -354,22 +354,29 @@ RC_CLONES static void qg_epilogue(const qg_job *j, const int32_t *restrict c, co
     }
 }
 
+/* the per-column terms of the 32 columns from n0 (the last column repeated past N): B's zero
+   point less the output's, and K za zb - za colsum + bias (uint32: wraps as int32 does) */
+static void qg_columns(const qg_job *j, Py_ssize_t n0, uint32_t *zbv, uint32_t *ct)
+{
+    const uint32_t K = (uint32_t)j->K, ZA = (uint32_t)j->ZA;
+    for (Py_ssize_t n = 0; n < QG_NR; n++) {
+        const Py_ssize_t col = n0 + n < j->N ? n0 + n : j->N - 1;
+        zbv[n] = (uint32_t)((j->zb ? j->zb[col] : 0) - j->ob);
+        ct[n] = K * ZA * zbv[n] - ZA * (uint32_t)j->cs[col] + (j->bias ? (uint32_t)j->bias[col] : 0u);
+    }
+}
+
 static void qg_part(void *arg, int part, int parts)
 {
     const qg_job *j = (const qg_job *)arg;
     int32_t c[QG_MR * QG_NR] __attribute__((aligned(64)));
     uint32_t zbv[QG_NR], ct[QG_NR];
     const Py_ssize_t u0 = j->nunits * part / parts, u1 = j->nunits * (part + 1) / parts;
-    const uint32_t K = (uint32_t)j->K, ZA = (uint32_t)j->ZA;
     for (Py_ssize_t u = u0; u < u1; u++) {
         /* a unit: one 32-column tile column x up to QG_RB row blocks (B's panels in L1) */
         const Py_ssize_t n0 = (u % j->ncols) * QG_NR, rb0 = (u / j->ncols) * QG_RB;
         const Py_ssize_t rb1 = rb0 + QG_RB < j->Mb ? rb0 + QG_RB : j->Mb;
-        for (Py_ssize_t n = 0; n < QG_NR; n++) {
-            const Py_ssize_t col = n0 + n < j->N ? n0 + n : j->N - 1;
-            zbv[n] = (uint32_t)((j->zb ? j->zb[col] : 0) - j->ob);
-            ct[n] = K * ZA * zbv[n] - ZA * (uint32_t)j->cs[col] + (j->bias ? (uint32_t)j->bias[col] : 0u);
-        }
+        qg_columns(j, n0, zbv, ct);
         const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
         const Py_ssize_t nn = j->N - n0 < QG_NR ? j->N - n0 : QG_NR;
         for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
@@ -391,16 +398,11 @@ static void qg_part_amx(void *arg, int part, int parts)
     int32_t c[32 * QG_NR] __attribute__((aligned(64)));
     uint32_t zbv[QG_NR], ct[QG_NR];
     const Py_ssize_t u0 = j->nunits * part / parts, u1 = j->nunits * (part + 1) / parts;
-    const uint32_t K = (uint32_t)j->K, ZA = (uint32_t)j->ZA;
     rc_amx_begin();
     for (Py_ssize_t u = u0; u < u1; u++) {
         const Py_ssize_t n0 = (u % j->ncols) * QG_NR, rb0 = (u / j->ncols) * QG_RB;
         const Py_ssize_t rb1 = rb0 + QG_RB < j->Mb ? rb0 + QG_RB : j->Mb; /* Mb even: 16-row blocks */
-        for (Py_ssize_t n = 0; n < QG_NR; n++) {
-            const Py_ssize_t col = n0 + n < j->N ? n0 + n : j->N - 1;
-            zbv[n] = (uint32_t)((j->zb ? j->zb[col] : 0) - j->ob);
-            ct[n] = K * ZA * zbv[n] - ZA * (uint32_t)j->cs[col] + (j->bias ? (uint32_t)j->bias[col] : 0u);
-        }
+        qg_columns(j, n0, zbv, ct);
         const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
         const Py_ssize_t nn = j->N - n0 < QG_NR ? j->N - n0 : QG_NR;
         for (Py_ssize_t mb = rb0; mb < rb1; mb += 4) {

@@ -400,6 +400,24 @@ static void dq_columns(const dq_job *j, Py_ssize_t n0, uint32_t *zbv, uint32_t *
     }
 }
 
+/* unit u's columns [n0, n0 + nn) (B's two 16-column panels b0, b1) and its row blocks [rb0, rb1) */
+typedef struct {
+    Py_ssize_t n0, nn, rb0, rb1;
+    const int8_t *b0, *b1;
+} dq_unit;
+
+static dq_unit dq_unit_at(const dq_job *j, Py_ssize_t u)
+{
+    dq_unit t;
+    t.n0 = (u % j->ncols) * DQ_NR;
+    t.rb0 = (u / j->ncols) * DQ_RB;
+    t.rb1 = t.rb0 + DQ_RB < j->Mb ? t.rb0 + DQ_RB : j->Mb;
+    t.nn = j->N - t.n0 < DQ_NR ? j->N - t.n0 : DQ_NR;
+    t.b0 = j->bp + (t.n0 / 16) * j->Kq * 64;
+    t.b1 = t.b0 + j->Kq * 64;
+    return t;
+}
+
 /* a part's units on the AMX tiles (int8_amx.c): 32 x 32 int32 blocks, then dq_epilogue */
 static void dq_part_amx(void *arg, int part, int parts)
 {
@@ -413,11 +431,10 @@ static void dq_part_amx(void *arg, int part, int parts)
         if (rc_stop_requested())
             break;
         /* Mb counts 16-row blocks here; a unit DQ_RB of them */
-        const Py_ssize_t n0 = (u % j->ncols) * DQ_NR, rb0 = (u / j->ncols) * DQ_RB;
-        const Py_ssize_t rb1 = rb0 + DQ_RB < j->Mb ? rb0 + DQ_RB : j->Mb;
+        const dq_unit t = dq_unit_at(j, u);
+        const Py_ssize_t n0 = t.n0, rb0 = t.rb0, rb1 = t.rb1, nn = t.nn;
+        const int8_t *b0 = t.b0, *b1 = t.b1;
         dq_columns(j, n0, zbv, ct, sc, bs);
-        const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
-        const Py_ssize_t nn = j->N - n0 < DQ_NR ? j->N - n0 : DQ_NR;
         for (Py_ssize_t mb = rb0; mb < rb1; mb += 2) {
             const Py_ssize_t m0 = mb * 16, mm = j->M - m0 < 32 ? j->M - m0 : 32;
             rc_amx_tile((const uint8_t *)j->ap + m0 * j->lda, j->lda, b0, b1, j->Kq, mb + 1 < rb1 ? 2 : 1, c);
@@ -443,11 +460,10 @@ static void dq_part(void *arg, int part, int parts)
     for (Py_ssize_t u = u0; u < u1; u++) {
         if (rc_stop_requested())
             return;
-        const Py_ssize_t n0 = (u % j->ncols) * DQ_NR, rb0 = (u / j->ncols) * DQ_RB;
-        const Py_ssize_t rb1 = rb0 + DQ_RB < j->Mb ? rb0 + DQ_RB : j->Mb;
+        const dq_unit t = dq_unit_at(j, u);
+        const Py_ssize_t n0 = t.n0, rb0 = t.rb0, rb1 = t.rb1, nn = t.nn;
+        const int8_t *b0 = t.b0, *b1 = t.b1;
         dq_columns(j, n0, zbv, ct, sc, bs);
-        const int8_t *b0 = j->bp + (n0 / 16) * j->Kq * 64, *b1 = b0 + j->Kq * 64;
-        const Py_ssize_t nn = j->N - n0 < DQ_NR ? j->N - n0 : DQ_NR;
         for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
             const Py_ssize_t m0 = mb * DQ_MR, mm = j->M - m0 < DQ_MR ? j->M - m0 : DQ_MR;
 #if DQ_X86
