@@ -432,12 +432,11 @@ static void dq_part_amx(void *arg, int part, int parts)
             break;
         /* Mb counts 16-row blocks here; a unit DQ_RB of them */
         const dq_unit t = dq_unit_at(j, u);
-        const Py_ssize_t n0 = t.n0, rb0 = t.rb0, rb1 = t.rb1, nn = t.nn;
-        const int8_t *b0 = t.b0, *b1 = t.b1;
+        const Py_ssize_t n0 = t.n0, rb1 = t.rb1, nn = t.nn;
         dq_columns(j, n0, zbv, ct, sc, bs);
-        for (Py_ssize_t mb = rb0; mb < rb1; mb += 2) {
+        for (Py_ssize_t mb = t.rb0; mb < rb1; mb += 2) {
             const Py_ssize_t m0 = mb * 16, mm = j->M - m0 < 32 ? j->M - m0 : 32;
-            rc_amx_tile((const uint8_t *)j->ap + m0 * j->lda, j->lda, b0, b1, j->Kq, mb + 1 < rb1 ? 2 : 1, c);
+            rc_amx_tile((const uint8_t *)j->ap + m0 * j->lda, j->lda, t.b0, t.b1, j->Kq, mb + 1 < rb1 ? 2 : 1, c);
 #if DQ_X86
             if (dq_avx512) { /* every AMX CPU has AVX-512 */
                 dq_epilogue_avx512(c, j->rs + m0, zbv, ct, sc, bs, j->y + m0 * j->N + n0, j->N, mm, nn);
@@ -461,19 +460,18 @@ static void dq_part(void *arg, int part, int parts)
         if (rc_stop_requested())
             return;
         const dq_unit t = dq_unit_at(j, u);
-        const Py_ssize_t n0 = t.n0, rb0 = t.rb0, rb1 = t.rb1, nn = t.nn;
-        const int8_t *b0 = t.b0, *b1 = t.b1;
+        const Py_ssize_t n0 = t.n0, rb1 = t.rb1, nn = t.nn;
         dq_columns(j, n0, zbv, ct, sc, bs);
-        for (Py_ssize_t mb = rb0; mb < rb1; mb++) {
+        for (Py_ssize_t mb = t.rb0; mb < rb1; mb++) {
             const Py_ssize_t m0 = mb * DQ_MR, mm = j->M - m0 < DQ_MR ? j->M - m0 : DQ_MR;
 #if DQ_X86
             if (dq_vnni) {
-                dq_tile_vnni(j->ap + mb * j->Kq * DQ_MR, b0, b1, j->Kq, j->rs + m0, zbv, ct, sc, bs,
+                dq_tile_vnni(j->ap + mb * j->Kq * DQ_MR, t.b0, t.b1, j->Kq, j->rs + m0, zbv, ct, sc, bs,
                              j->y + m0 * j->N + n0, j->N, mm, nn);
                 continue;
             }
 #endif
-            rc_qg_tile(j->ap + mb * j->Kq * DQ_MR, b0, b1, j->Kq, c);
+            rc_qg_tile(j->ap + mb * j->Kq * DQ_MR, t.b0, t.b1, j->Kq, c);
             dq_epilogue(j, c, zbv, ct, sc, bs, m0, mm, n0, nn);
         }
     }
