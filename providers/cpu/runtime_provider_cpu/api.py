@@ -98,7 +98,7 @@ def amx_int8_state() -> str:
     no AMX int8, the OS refused the tile state, the compiled kernels are not built). Added in
     API 1.2."""
     try:
-        from . import _native
+        from . import _native  # type: ignore[attr-defined]  # the C extension, where built
     except ImportError:
         return "the CPU provider's compiled kernels are not built"
     return getattr(_native, "AMX_INT8", "not in this build")
