@@ -319,11 +319,16 @@ RC_CLONES static void dq_pack_part(void *arg, int part, int parts)
 }
 
 /* a part's 16-row blocks of A for the AMX tiles: bytes as dq_pack_part's, row-major, the groups
- * where rc_amx_a_offset puts them, zeros elsewhere (past K, the rows past M) */
+ * where rc_amx_a_offset puts them, zeros elsewhere (past K, the rows past M); byte A as qgemm's
+ * rows (rc_amx_pack_rows), float A quantized on the way */
 RC_CLONES static void dq_pack_amx_part(void *arg, int part, int parts)
 {
     const dq_pack_job *j = (const dq_pack_job *)arg;
     const Py_ssize_t Mp = j->Mb * 16, r0 = Mp * part / parts / 16 * 16, r1 = Mp * (part + 1) / parts / 16 * 16;
+    if (!j->x) {
+        rc_amx_pack_rows(j->a8, j->M, j->K, j->Kq, j->lda, j->flip, r0, r1, (uint8_t *)j->ap, j->rs);
+        return;
+    }
     const Py_ssize_t full = j->Kq / 16 * 16 * 4 < j->K ? j->Kq / 16 * 16 * 4 : j->K;
     const Py_ssize_t tail_at = rc_amx_a_offset(j->Kq, j->Kq / 16 * 16);
     for (Py_ssize_t m = r0; m < r1; m++) {
@@ -333,19 +338,9 @@ RC_CLONES static void dq_pack_amx_part(void *arg, int part, int parts)
             j->rs[m] = 0;
             continue;
         }
-        uint32_t s = 0;
-        if (j->x) {
-            s = dq_bytes(j->x + m * j->K, dst, full, j->scale, j->zpf);
-            if (full < j->K)
-                s += dq_bytes(j->x + m * j->K + full, dst + tail_at, j->K - full, j->scale, j->zpf);
-        } else {
-            const uint8_t *restrict a = j->a8 + m * j->K;
-            for (Py_ssize_t k = 0; k < j->K; k++) {
-                const uint8_t b = a[k] ^ j->flip;
-                dst[k < full ? k : tail_at + k - full] = b;
-                s += b;
-            }
-        }
+        uint32_t s = dq_bytes(j->x + m * j->K, dst, full, j->scale, j->zpf);
+        if (full < j->K)
+            s += dq_bytes(j->x + m * j->K + full, dst + tail_at, j->K - full, j->scale, j->zpf);
         j->rs[m] = (int32_t)s;
     }
 }
