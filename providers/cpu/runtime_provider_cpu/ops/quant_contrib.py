@@ -95,7 +95,7 @@ def _qlinear_add_native(ctx, a, ra, za, b, rb, zb, zc):
     return y
 
 
-def _keep_qadd_run(ctx, a, params, ins):
+def _keep_qadd_run(ctx, a, zc, ins):
     """Keeps the ``qadd_lut`` call with its tables and scalars worked out while every scale and
     zero point is the partition's constant (MobileNetV2's residual adds: the per-run Python set-up
     was more than the kernel's time); later runs with same-shaped A and B go straight to it."""
@@ -103,7 +103,7 @@ def _keep_qadd_run(ctx, a, params, ins):
     if got is None or got[1] is None or not all(v is None or _is_const(ctx, i, v) for i, v in ins):
         return
     ta, tb = got[1]
-    zc, ys8, dt, shape = params[-1], a.dtype == np.int8, a.dtype, a.shape
+    ys8, dt, shape = a.dtype == np.int8, a.dtype, a.shape
     aff, n = got[0], a.size
 
     def run(ctx, a, b):
@@ -131,7 +131,7 @@ def qlinear_add(ctx, a, a_scale, a_zero_point, b, b_scale, b_zero_point, c_scale
     rb = sb.astype(_F32) / sc.astype(_F32)
     y = _qlinear_add_native(ctx, a, ra, za, b, rb, zb, zc)
     if y is not None:
-        _keep_qadd_run(ctx, a, (float(zc) if zc is not None else 0.0,), ins)
+        _keep_qadd_run(ctx, a, float(zc) if zc is not None else 0.0, ins)
         return y
     v = _deq(a, ra, za) + _deq(b, rb, zb)
     if zc is not None:
