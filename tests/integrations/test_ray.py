@@ -144,10 +144,16 @@ def test_lightgbm_100k_rows_parquet_to_parquet_through_ray_data(cluster, lgb_mod
     assert len(out) == 100_000 and out["id"].is_unique  # no row lost or doubled
     _check_lgb(out, x, lgb_model)
     reports = partition_reports()
-    assert reports, "no actor published its partition report"
-    for r in reports.values():  # threads sized from the actor's CPU share, not the node's 2
+    mine = {k: r for k, r in reports.items() if r["pid"] in set(out["pid"])}
+    assert len(mine) == 2, reports  # each actor published its own report
+    want = Predictor(lgb_model, publish_report=False).report["report"]
+    for r in mine.values():  # threads sized from the actor's CPU share, not the node's 2
         assert r["intra_op_num_threads"] == 1, r
         assert all(n["provider"] == "CPUExecutionProvider" for n in r["report"]["nodes"])
+        assert r["report"] == want
+    # published to the cluster's key-value store: no registry actor (one more process per job)
+    names = {a["name"] for a in ray.util.list_named_actors(all_namespaces=True)}
+    assert not any("runtime_core" in n for n in names), names
 
 
 def test_usage_stats_stay_off(cluster):
@@ -223,6 +229,10 @@ def test_an_actor_killed_mid_job_loses_no_rows(cluster, lgb_model, tmp_path):
                          max_restarts=-1, max_task_retries=-1).to_pandas()
     assert os.path.exists(marker), "no actor died: the test did not test anything"
     _check_lgb(out, x, lgb_model)
+    incarnations: dict[str, int] = {}
+    for key in partition_reports():  # "actor id:worker id"
+        incarnations[key.split(":")[0]] = incarnations.get(key.split(":")[0], 0) + 1
+    assert max(incarnations.values()) >= 2, incarnations  # the restarted actor published again
 
 
 # -- Ray Serve -----------------------------------------------------------------------------------
