@@ -73,8 +73,7 @@ def in_process(model: str, data: str, out: str, batch: int) -> tuple[float, floa
     from runtime_core.integrations.ray import Predictor
 
     t = time.perf_counter()
-    pred = Predictor(model, sess_options={"intra_op_num_threads": 1}, id_column="id", keep_columns=["id"],
-                     publish_report=False)
+    pred = Predictor(model, sess_options={"intra_op_num_threads": 1}, id_column="id", keep_columns=["id"])
     writer, in_pred = None, 0.0
     for rb in pq.ParquetFile(data).iter_batches(batch_size=batch):
         cols = {name: rb.column(i).to_numpy() for i, name in enumerate(rb.schema.names)}
@@ -262,7 +261,7 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_
              .map_batches(TimedPredictor,
                           # outputs as a pyarrow Table: Ray takes it as the block, no per-value type inference
                           fn_constructor_kwargs={"model": model, "id_column": "id", "keep_columns": ["id"],
-                                                 "publish_report": False, "output_format": "pyarrow"},
+                                                 "output_format": "pyarrow"},
                           compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=1, batch_size=None,
                           batch_format="numpy")
              .write_parquet(out, min_rows_per_file=rows_per_file))  # a few write tasks, not one per block

@@ -193,6 +193,24 @@ def test_importing_the_module_turns_usage_stats_off_unless_asked(preset):
     assert out.stdout.strip() == ("True" if preset == "1" else "False")
 
 
+def test_an_in_process_predictor_never_imports_ray(lgb_model, tmp_path):
+    """Outside a Ray cluster the Predictor (its default publish_report=True and thread sizing
+    included) scores without importing Ray (~0.3 CPU s), and keeps its report on itself."""
+    import subprocess
+    import sys
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(lgb_model)
+    code = ("import sys\nimport numpy as np\nfrom runtime_core.integrations.ray import Predictor\n"
+            f"p = Predictor({str(model)!r})\n"
+            "out = p({'input': np.zeros((3, 6), np.float32)})\n"
+            "print(sorted(out), p.report['pid'] > 0, 'ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("]")[1].split() == ["True", "False"], out.stdout
+    assert "'label'" in out.stdout and "'probabilities_0'" in out.stdout, out.stdout
+
+
 def test_cnn_2000_images_through_ray_data(cluster, cnn_model):
     images = np.random.default_rng(3).random((2000, 1, 16, 16), dtype=np.float32)
     ds = ray.data.from_numpy(images)  # one tensor column, "data"
