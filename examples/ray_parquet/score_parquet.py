@@ -191,7 +191,7 @@ class _ProcessCPU:
                     "write tasks" if task.startswith("Write") else
                     "idle or other workers" if task.startswith("IDLE") else
                     f"Ray's {name}" if name in ("DashboardAgent", "RuntimeEnvAgent") else f"Ray Data's {name}")
-        words = [os.path.basename(w) for w in cmd.split()[:2]]
+        words = [os.path.basename(w) for w in cmd.split()[:4]]  # the program, or python [-u] script
         for name, what in (("gcs_server", "GCS"), ("raylet", "raylet"), ("dashboard.py", "dashboard head"),
                            ("log_monitor.py", "log monitor"), ("monitor.py", "autoscaler monitor")):
             if name in words:

@@ -39,7 +39,7 @@ _OIP_TO_NP = {
 _NP_TO_OIP = {np.dtype(v).str: k for k, v in _OIP_TO_NP.items() if v is not np.object_}
 _GPU_PROVIDERS = {"cuda", "cudaexecutionprovider"}
 # each Predictor's partition report: one internal-KV entry per actor incarnation, keyed by the Ray
-# namespace (a named registry actor was one more Python process to start per job: ~1 CPU s)
+# namespace (a named registry actor was one more Python process to start per job)
 _REPORT_NAMESPACE = "runtime_core"
 _REPORT_PREFIX = "partition_report"
 
