@@ -192,6 +192,8 @@ class _ProcessCPU:
                     "idle or other workers" if task.startswith("IDLE") else
                     f"Ray's {name}" if name in ("DashboardAgent", "RuntimeEnvAgent") else f"Ray Data's {name}")
         words = [os.path.basename(w) for w in cmd.split()[:4]]  # the program, or python [-u] script
+        if "default_worker.py" in cmd:  # ended (or not yet titled) before a sample saw its task
+            return "workers whose task no sample saw (short-lived: the footer reader, as a rule)"
         for name, what in (("gcs_server", "GCS"), ("raylet", "raylet"), ("dashboard.py", "dashboard head"),
                            ("log_monitor.py", "log monitor"), ("monitor.py", "autoscaler monitor")):
             if name in words:
