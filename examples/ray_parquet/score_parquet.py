@@ -73,8 +73,7 @@ def in_process(model: str, data: str, out: str, batch: int) -> tuple[float, floa
     from runtime_core.integrations.ray import Predictor
 
     t = time.perf_counter()
-    pred = Predictor(model, sess_options={"intra_op_num_threads": 1}, id_column="id", keep_columns=["id"],
-                     publish_report=False)
+    pred = Predictor(model, sess_options={"intra_op_num_threads": 1}, id_column="id", keep_columns=["id"])
     writer, in_pred = None, 0.0
     for rb in pq.ParquetFile(data).iter_batches(batch_size=batch):
         cols = {name: rb.column(i).to_numpy() for i, name in enumerate(rb.schema.names)}
@@ -97,13 +96,16 @@ class _ProcessCPU:
 
     def __init__(self):
         self.seen: dict[int, tuple[str, float]] = {}  # pid -> (most telling title, CPU seconds)
+        self.started: dict[int, float] = {}  # pid -> when it started (wall clock, 1/100 s)
         self.series: dict[int, list[tuple[float, float]]] = {}  # pid -> [(wall clock, CPU seconds)]
         self.roots: set[int] = {os.getpid()}
         self._before: dict[int, float] = {os.getpid(): time.process_time()}  # the in-process job's among it
         self._t0 = 0  # now, in the clock ticks of /proc/PID/stat's start times
+        self._boot = 0.0  # the wall clock at those ticks' zero
         if os.path.isdir("/proc/self"):
             with open("/proc/uptime") as f:
-                self._t0 = int(float(f.read().split()[0]) * os.sysconf("SC_CLK_TCK"))
+                up = float(f.read().split()[0])
+            self._t0, self._boot = int(up * os.sysconf("SC_CLK_TCK")), time.time() - up
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -118,7 +120,8 @@ class _ProcessCPU:
             self._thread.join()
 
     @staticmethod
-    def _procs() -> dict[int, tuple[int, str, float]]:
+    def _procs() -> dict[int, tuple[int, str, float, int]]:
+        """pid -> (parent pid, command line, CPU seconds, start time in clock ticks since boot)"""
         tick, procs = os.sysconf("SC_CLK_TCK"), {}
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
@@ -129,13 +132,13 @@ class _ProcessCPU:
             except OSError:  # ended meanwhile
                 continue
             fields = stat[stat.rindex(")") + 2:].split()
-            procs[int(pid)] = (int(fields[1]), cmd, sum(int(x) for x in fields[11:13]) / tick)
+            procs[int(pid)] = (int(fields[1]), cmd, sum(int(x) for x in fields[11:13]) / tick, int(fields[19]))
         return procs
 
     def add_cluster(self, session_dir: str) -> None:
         """Count the running cluster of ``session_dir`` too: its daemons, and the workers under
         them, from now on."""
-        for pid, (_, cmd, cpu) in self._procs().items():
+        for pid, (_, cmd, cpu, _) in self._procs().items():
             if session_dir in cmd:
                 self.roots.add(pid)
                 self._before.setdefault(pid, cpu)
@@ -143,7 +146,7 @@ class _ProcessCPU:
     def _loop(self):
         while not self._stop.is_set():
             now, procs = time.time(), self._procs()
-            for pid, (_, cmd, cpu) in procs.items():
+            for pid, (_, cmd, cpu, ticks) in procs.items():
                 q = pid
                 while q in procs and q not in self.roots and q != 1:
                     q = procs[q][0]
@@ -155,6 +158,7 @@ class _ProcessCPU:
                 if "ray::" in cmd and "IDLE" not in cmd or not title:  # a worker's title names its task
                     title = cmd
                 self.seen[pid] = (title, cpu)
+                self.started.setdefault(pid, self._boot + ticks / os.sysconf("SC_CLK_TCK"))
                 self.series.setdefault(pid, []).append((now, cpu))
             self._stop.wait(0.5)
 
@@ -175,25 +179,48 @@ class _ProcessCPU:
             at = cpu
         return at
 
+    @staticmethod
+    def kind(pid: int, cmd: str) -> str:
+        """What a process is, from its title or command line."""
+        if pid == os.getpid():
+            return "driver (this script: Ray Data's executor, ray.init)"
+        if "ray::" in cmd:
+            task = cmd.split()[0][5:]
+            name = task.split(".")[0]
+            return ("actors (Predictor)" if "MapWorker" in task else
+                    "write tasks" if task.startswith("Write") else
+                    "idle or other workers" if task.startswith("IDLE") else
+                    f"Ray's {name}" if name in ("DashboardAgent", "RuntimeEnvAgent") else f"Ray Data's {name}")
+        words = [os.path.basename(w) for w in cmd.split()[:4]]  # the program, or python [-u] script
+        if "default_worker.py" in cmd:  # ended (or not yet titled) before a sample saw its task
+            return "workers whose task no sample saw (short-lived: the footer reader, as a rule)"
+        for name, what in (("gcs_server", "GCS"), ("raylet", "raylet"), ("dashboard.py", "dashboard head"),
+                           ("log_monitor.py", "log monitor"), ("monitor.py", "autoscaler monitor")):
+            if name in words:
+                return f"Ray's daemons: {what}"
+        return "Ray's daemons: other"
+
     def by_kind(self, window: tuple[float, float] | None = None) -> dict[str, float]:
         """CPU seconds per kind of process, over the whole run or (``window``, wall clock) within it."""
         kinds: dict[str, float] = {}
         for pid, (cmd, cpu) in self.seen.items():
-            if pid == os.getpid():
-                kind = "driver (this script: Ray Data's executor, ray.init)"
-            elif "ray::" in cmd:
-                task = cmd.split()[0][5:]
-                name = task.split(".")[0]
-                kind = ("actors (Predictor)" if "MapWorker" in task else
-                        "write tasks" if task.startswith("Write") else
-                        "idle or other workers" if task.startswith("IDLE") else
-                        f"Ray's {name}" if name in ("DashboardAgent", "RuntimeEnvAgent") else f"Ray Data's {name}")
-            else:
-                kind = "Ray's daemons (gcs_server, raylet, agents, log monitor)"
+            kind = self.kind(pid, cmd)
             spent = (cpu - self._before.get(pid, 0.0) if window is None
                      else self._cpu_at(pid, window[1]) - self._cpu_at(pid, window[0]))
             kinds[kind] = kinds.get(kind, 0.0) + spent
         return kinds
+
+    def first_start(self) -> dict[str, tuple[float, int]]:
+        """Per kind of process: when its first process started (wall clock) and how many started
+        during the run (the driver and a running cluster's processes not counted)."""
+        out: dict[str, tuple[float, int]] = {}
+        for pid, (cmd, _) in self.seen.items():
+            if pid == os.getpid() or pid in self._before:
+                continue
+            kind, at = self.kind(pid, cmd), self.started[pid]
+            first, n = out.get(kind, (at, 0))
+            out[kind] = (min(first, at), n + 1)
+        return out
 
 
 def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_file: int,
@@ -262,7 +289,7 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_
              .map_batches(TimedPredictor,
                           # outputs as a pyarrow Table: Ray takes it as the block, no per-value type inference
                           fn_constructor_kwargs={"model": model, "id_column": "id", "keep_columns": ["id"],
-                                                 "publish_report": False, "output_format": "pyarrow"},
+                                                 "output_format": "pyarrow"},
                           compute=ray.data.ActorPoolStrategy(size=actors), num_cpus=1, batch_size=None,
                           batch_format="numpy")
              .write_parquet(out, min_rows_per_file=rows_per_file))  # a few write tasks, not one per block
@@ -274,7 +301,8 @@ def with_ray(model: str, data: str, out: str, batch: int, actors: int, rows_per_
         c = np.loadtxt(log, ndmin=2)
         c[:, 3] -= wall0
         calls[os.path.basename(log)[:-4]] = c
-    return {"init": t_init, "total": took, "calls": calls, "cpu": cpu.by_kind(), "cpu_at": cpu.by_kind, "wall0": wall0}
+    return {"init": t_init, "total": took, "calls": calls, "cpu": cpu.by_kind(), "cpu_at": cpu.by_kind, "wall0": wall0,
+            "starts": cpu.first_start()}
 
 
 def report(rows: int, one: float, res: dict) -> None:
@@ -321,10 +349,14 @@ def report(rows: int, one: float, res: dict) -> None:
             print(f"  CPU seconds by phase (start-up 0-{start:.1f} s, steady {start:.1f}-{end:.1f} s, tail to "
                   f"{took:.1f} s; {os.cpu_count()} cores give {os.cpu_count() * (end - start):.1f} CPU s in the "
                   "steady phase; /proc sampled every 0.5 s):")
-            kinds = sorted(res["cpu"], key=lambda k: -res["cpu"][k])
-            print("    start-up  steady    tail")
+            # in the order the processes started: the chain of the start-up (the driver first, at 0)
+            starts = {k: (at - res["wall0"], n) for k, (at, n) in res["starts"].items()}
+            kinds = sorted(res["cpu"], key=lambda k: (starts.get(k, (0.0, 0))[0], -res["cpu"][k]))
+            print("    start-up  steady    tail  started at (s, processes)")
             for kind in kinds:
-                print("    " + "  ".join(f"{split[p].get(kind, 0.0):6.1f}" for p in phases) + f"  {kind}")
+                at, n = starts.get(kind, (0.0, 1))
+                print("    " + "  ".join(f"{split[p].get(kind, 0.0):6.1f}" for p in phases)
+                      + f"  {at:6.1f} x{n:<3d} {kind}")
             print("    " + "  ".join(f"{sum(split[p].values()):6.1f}" for p in phases) + "  in all")
     if res["cpu"]:
         print("  CPU seconds by process (all of Ray, from before ray.init to its shutdown"

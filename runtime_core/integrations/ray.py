@@ -11,7 +11,9 @@ from __future__ import annotations
 import copy
 import difflib
 import os
+import pickle
 import socket
+import sys
 from typing import Any
 
 import numpy as np
@@ -36,7 +38,10 @@ _OIP_TO_NP = {
 }
 _NP_TO_OIP = {np.dtype(v).str: k for k, v in _OIP_TO_NP.items() if v is not np.object_}
 _GPU_PROVIDERS = {"cuda", "cudaexecutionprovider"}
-_REGISTRY_NAME = "runtime_core_partition_reports"
+# each Predictor's partition report: one internal-KV entry per actor incarnation, keyed by the Ray
+# namespace (a named registry actor was one more Python process to start per job)
+_REPORT_NAMESPACE = "runtime_core"
+_REPORT_PREFIX = "partition_report"
 
 # No telemetry, ever: ray.init's own local cluster turns Ray's usage stats off, but a driver that
 # joins a running cluster leaves them on, and Ray Data then starts a usage-collecting actor for it;
@@ -50,6 +55,13 @@ def _ray():
     except ImportError as e:  # the extra is not installed
         raise ImportError("runtime_core.integrations.ray needs Ray: pip install 'runtime-core[ray]'") from e
     return ray
+
+
+def _running_ray():
+    """Ray, when this process is connected to a cluster; else None, without importing Ray (a
+    Predictor used in-process never pays for ``import ray``: ~0.3 CPU s)."""
+    ray = sys.modules.get("ray")
+    return ray if ray is not None and ray.is_initialized() else None
 
 
 def _provider_names(providers) -> list[str]:
@@ -68,8 +80,8 @@ def resources_for(providers=None, num_cpus: float = 1) -> dict:
 
 def _actor_cpus() -> int | None:
     """The CPUs Ray assigned to the calling actor or task, or None outside Ray."""
-    ray = _ray()
-    if not ray.is_initialized():
+    ray = _running_ray()
+    if ray is None:
         return None
     try:
         cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
@@ -101,36 +113,28 @@ def _make_session(model, providers, sess_options, provider_options):
                             provider_options=provider_options)
 
 
-def _report_registry(create: bool):
-    """The named actor that collects each Predictor's partition report (one per Ray namespace)."""
-    ray = _ray()
-
-    @ray.remote(num_cpus=0)
-    class _Registry:
-        def __init__(self):
-            self.reports: dict[str, dict] = {}
-
-        def put(self, key, value):
-            self.reports[key] = value
-
-        def get(self):
-            return dict(self.reports)
-
-    if create:
-        return _Registry.options(name=_REGISTRY_NAME, get_if_exists=True, lifetime="detached").remote()
-    try:
-        return ray.get_actor(_REGISTRY_NAME)
-    except ValueError:
-        return None
+def _report_prefix() -> str:
+    """The internal-KV key prefix of this Ray namespace's partition reports."""
+    return f"{_REPORT_PREFIX}:{_ray().get_runtime_context().namespace}:"
 
 
 def partition_reports() -> dict[str, dict]:
     """Each Predictor actor's partition report in this Ray namespace, keyed by actor id (a restarted
     actor reports again under its new incarnation's key): ``{"host", "pid", "providers",
-    "intra_op_num_threads", "report": report.to_dict()}``."""
-    ray = _ray()
-    reg = _report_registry(create=False)
-    return {} if reg is None else ray.get(reg.get.remote())
+    "intra_op_num_threads", "report": report.to_dict()}``. Reports live in the cluster's internal
+    key-value store (the GCS), so publishing one starts no process."""
+    _ray()
+    from ray.experimental import internal_kv
+
+    if not internal_kv._internal_kv_initialized():  # no cluster connected: nothing was published
+        return {}
+    prefix = _report_prefix()
+    out = {}
+    for key in internal_kv._internal_kv_list(prefix, namespace=_REPORT_NAMESPACE):
+        value = internal_kv._internal_kv_get(key, namespace=_REPORT_NAMESPACE)
+        if value is not None:  # deleted meanwhile
+            out[key.decode()[len(prefix):]] = pickle.loads(value)
+    return out
 
 
 def _check_rows(name: str, col, dtype, row_shape, lo: int) -> tuple[np.ndarray | None, list[tuple[int, str]]]:
@@ -353,30 +357,26 @@ class Predictor:
         if self._fixed is None and any(isinstance(d, int) for d in firsts):
             raise InvalidArgumentError(f"inputs disagree on the row dim ({firsts}); Predictor needs one")
         self.report = self._report_info()
-        self._publishing = self._publish() if publish_report else None
+        if publish_report:
+            self._publish()
 
     def _report_info(self) -> dict:
         return {"host": socket.gethostname(), "pid": os.getpid(), "providers": self.session.get_providers(),
                 "intra_op_num_threads": int(self.session._sess_options.intra_op_num_threads or 0),
                 "report": self.session.get_partition_report().to_dict()}
 
-    def _publish(self):
-        """Send the report to the registry; the reference to wait on, or None outside Ray. Not
-        waited for here: the registry's process may still be starting, and the actor's first batch
-        need not wait for it (``__call__`` waits once, after scoring its first batch)."""
-        ray = _ray()
-        if not ray.is_initialized():
-            return None
+    def _publish(self) -> None:
+        """Store the report in the cluster's internal key-value store (one GCS call, no process to
+        wait for), before the actor takes its first batch; nothing to do outside Ray."""
+        ray = _running_ray()
+        if ray is None:
+            return
+        from ray.experimental import internal_kv
+
         ctx = ray.get_runtime_context()
         key = ctx.get_actor_id() or f"pid-{os.getpid()}"
         key = f"{key}:{ctx.get_worker_id()}"  # a restarted actor keeps its id but gets a new worker
-        return _report_registry(create=True).put.remote(key, self.report)
-
-    def _published(self) -> None:
-        """Wait for the report to be stored (once): no batch's result leaves before it is."""
-        if self._publishing is not None:
-            ref, self._publishing = self._publishing, None
-            _ray().get(ref)
+        internal_kv._internal_kv_put(_report_prefix() + key, pickle.dumps(self.report), namespace=_REPORT_NAMESPACE)
 
     # -- columns -> feeds ------------------------------------------------------------------------
     def _columns_for(self, batch: dict) -> dict[str, Any]:
@@ -469,12 +469,6 @@ class Predictor:
         return {f"{name}_{k}": np.ascontiguousarray(mat[:, j]) for j, k in enumerate(classes)}
 
     def __call__(self, batch):
-        try:
-            return self._score(batch)
-        finally:
-            self._published()
-
-    def _score(self, batch):
         form = "numpy" if isinstance(batch, dict) else "pyarrow" if hasattr(batch, "column_names") else "pandas"
         if form == "pyarrow":  # batch_format="pyarrow": Ray's own Arrow -> numpy (zero-copy for numbers)
             from ray.data.block import BlockAccessor
