@@ -121,7 +121,7 @@ class PointwisePlan(ConvPlan):
 class PointwiseRowsPlan(ConvPlan):
     """A 1x1 convolution (no pads, strides ``strides``) on ``_native.pointwise_rows``: the
     positions in 12-row panels split as evenly as the plane allows (a 7 x 7 or 14 x 14 plane
-    fills whole tiles, which the lanes kernel's 32-position panels pad by 15-31%), the output
+    fills whole tiles, where the lanes kernel's 32-position panels compute 14-31% more), the output
     channels in the vector lanes; a strided one reads its positions in place (no subsampled
     copy). ``w2`` holds the weights packed as the Linear's [ceil(M / 32)][C][32]."""
 
