@@ -23,6 +23,7 @@ SOURCES = [
     "winograd.c",          # winograd3x3
     "gemm.c",              # gemm_rows, pointwise
     "linear.c",            # linear, pointwise_lanes
+    "pointwise.c",         # pointwise_rows (a 1x1 conv as Linear over the positions)
     "attention.c",         # mha
     "pairs.c",             # conv_maxpool, expand_dw: fused pairs
     "int8.c",              # qgemm (MatMulInteger, QLinearMatMul), dyn_quantize

@@ -75,6 +75,6 @@ def test_every_plan_sets_every_slot(cpu_policy):
             for cls in type(plan).__mro__:
                 for slot in getattr(cls, "__slots__", ()):
                     getattr(plan, slot)  # raises AttributeError where a branch left one unset
-    lanes = {"im2col_lanes"} if policy.current().pw_lanes and policy.current().linear else set()
+    lanes = {"im2col_lanes", "pointwise_rows"} if policy.current().pw_lanes and policy.current().linear else set()
     lanes |= {"depthwise_lanes"} if getattr(policy.NATIVE, "CONV_FAST", 0) else set()
     assert kinds == {"im2col", "im2col_sgemm", "winograd", "direct", "pointwise", "depthwise"} | lanes, kinds

@@ -306,6 +306,28 @@ def test_strided_conv_and_its_shortcut_are_one_step(C, M, H, W, cpu_policy):
     assert run_steps == (2 if _fast() else 3)
 
 
+def test_shortcut_pair_also_takes_a_rows_shortcut(cpu_policy):
+    # the shortcut measured faster on pointwise_rows: still one step with the first convolution
+    from runtime_provider_cpu.fast import policy
+
+    if not hasattr(policy.NATIVE, "pointwise_rows") or not policy.current().linear:
+        pytest.skip("the rows kernel needs the AVX-512 build's Linear tiles")
+    cpu_policy(direct=True, conv_kernel="pointwise_rows,depthwise,direct")
+    C, M, H, W = 32, 40, 11, 13
+    nodes, inits = _down_block(C, M)
+    model = make_model(nodes, {"x": rnd(1, C, H, W)}, ["y"], opset=13, initializers=inits)
+    sess, apart = cpu_session(model), cpu_session(model)
+    for _ in range(3):
+        x = rnd(1, C, H, W)
+        got = sess.run(None, {"x": x})
+        assert_close(got, run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+        with policy.installed(conv_shortcut=False):
+            two = apart.run(None, {"x": x})
+        np.testing.assert_allclose(got[0], two[0], rtol=1e-5, atol=1e-5)  # the rows kernel's sums: another order
+    assert _lengths(sess) == (3, 2 if _fast() else 3)
+    assert _lengths(apart)[1] == _lengths(apart)[0]
+
+
 def test_no_shortcut_pair_when_the_outputs_differ():
     # an unpadded first convolution: 5 x 5 from 12 x 12 where the shortcut gives 6 x 6
     # (and the second convolution pads back to it): each reads the input its own way

@@ -67,6 +67,8 @@ def candidates(x, w, b, clip, group, strides, dilations, pb, pe, threads=1) -> d
         elif p.pw_lanes and p.linear:
             found["pointwise"] = lambda: pointwise.PointwisePlan(x, w, b, clip, nat, out, (int(strides[0]), int(strides[1])),
                                                        True, threads)
+        if p.pw_lanes and p.linear and hasattr(nat, "pointwise_rows"):
+            found["pointwise_rows"] = lambda: pointwise.PointwiseRowsPlan(x, w, b, clip, nat, out, strides, threads)
     if w.shape[1] == 1 and M == C == group and group > 1 and nonneg:
         found["depthwise"] = lambda: depthwise.DepthwisePlan(x, w, b, clip, nat, out, ks, strides, dilations, pb, threads)
         if getattr(nat, "CONV_FAST", 0) and max(ks) <= 7 and tuple(dilations) == (1, 1):

@@ -132,21 +132,25 @@ def _fuse_conv_shortcut(ca, cb):
     (pointwise plan on the subsampled image), as one ``_native.conv2d`` call with ``extra``:
     the shortcut reads the phase planes the first one filled, at the window position of
     input (0, 0) (its top and left pads), instead of numpy's strided copy of the input and a
-    kernel of its own. Bit-identical to the two steps."""
+    kernel of its own. Bit-identical to the two steps of a pointwise shortcut; a shortcut on
+    ``pointwise_rows`` (which reads its positions in place too) sums in another order: within
+    rounding of it."""
     pol = current()
     pa, pb = _plan(ca), _plan(cb)
+    sub = None if pb is None else pb.sub if pb.kind == "pointwise" else (
+        pb.args[1] if pb.kind == "pointwise_rows" and max(pb.args[1]) > 1 else None)
     if (not pol.conv_shortcut or pol.native is None or pa is None or pb is None or pa.kind != "direct"
-            or pb.kind != "pointwise" or pb.sub is None or pa.xshape != pb.xshape or pa.xshape[0] != 1
-            or pa.shape[2:] != pb.shape[2:] or tuple(pa.args[2]) != tuple(pb.sub)):
+            or sub is None or pa.xshape != pb.xshape or pa.xshape[0] != 1
+            or pa.shape[2:] != pb.shape[2:] or tuple(pa.args[2]) != tuple(sub)):
         return None
     xshape, mk, strides, dilations, pads, out, lo, hi, threads, lanes = pa.args
     if pads[0] > (mk[1] - 1) * dilations[0] or pads[1] > (mk[2] - 1) * dilations[1]:
         return None
-    M2, C = pb.w2.shape
-    w4 = pb.w2.reshape(M2, C, 1, 1)
+    M2, C = pb.w.shape[:2]
+    w4 = np.ascontiguousarray(pb.w, dtype=_F32).reshape(M2, C, 1, 1)
     wp2 = pack_lanes(w4) if lanes else pack_direct(w4)
     fn, w2, b2, shape_a, shape_b, args = pol.native.conv2d, pa.w2, pa.b2, pa.shape, pb.shape, pa.args
-    extra_tail = (M2, pads[0], pads[1], pb.args[1], pb.args[2], lanes)
+    extra_tail = (M2, pads[0], pads[1], pb.lo, pb.hi, lanes)
 
     def run(args_a, args_b):
         if not _fconv.plan_takes(pa, args_a) or not _fconv.plan_takes(pb, args_b):

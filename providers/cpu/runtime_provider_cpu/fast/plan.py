@@ -26,7 +26,7 @@ class ConvPlan:
     #: whether the kernel applies ``act`` in its own epilogue (else a pass over the result)
     NATIVE_ACT = False
     #: the kinds whose kernels add a residual in their epilogue
-    Z_KINDS = ("pointwise", "direct", "winograd", "im2col", "im2col_sgemm", "im2col_lanes")
+    Z_KINDS = ("pointwise", "direct", "winograd", "im2col", "im2col_sgemm", "im2col_lanes", "pointwise_rows")
 
     def __init__(self, x, w, b, clip, native=None, threads=1):
         self.xshape, self.w, self.b, self.clip, self.kind = x.shape, w, b, clip, self.KIND

@@ -1,12 +1,14 @@
 """Pointwise (1x1) convolutions: ``_native.pointwise_lanes`` (the output channels in the
 vector lanes; a batch in one call), else, one image at a time, SciPy's sgemm a block on the
-kernel threads (``_native.pointwise``), else one numpy GEMM and the compiled epilogue."""
+kernel threads (``_native.pointwise``), else one numpy GEMM and the compiled epilogue; and
+``_native.pointwise_rows`` (:class:`PointwiseRowsPlan`: the Linear over the positions, any
+stride), a candidate of its own."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .packing import pack_rows
+from .packing import pack_linear, pack_rows
 from .plan import ConvPlan
 from .sgemm import sgemm_ready
 
@@ -113,4 +115,38 @@ class PointwisePlan(ConvPlan):
             if act:
                 nat.activate(r, r, r.size, *act)
             return r.reshape(shape)
+        return call
+
+
+class PointwiseRowsPlan(ConvPlan):
+    """A 1x1 convolution (no pads, strides ``strides``) on ``_native.pointwise_rows``: the
+    positions in 12-row panels split as evenly as the plane allows (a 7 x 7 or 14 x 14 plane
+    fills whole tiles, where the lanes kernel's 32-position panels compute 14-31% more), the output
+    channels in the vector lanes; a strided one reads its positions in place (no subsampled
+    copy). ``w2`` holds the weights packed as the Linear's [ceil(M / 32)][C][32]."""
+
+    __slots__ = ()
+    KIND = "pointwise_rows"
+    NATIVE_ACT = True
+
+    def __init__(self, x, w, b, clip, native, out, strides, threads):
+        super().__init__(x, w, b, clip, native, threads)
+        M, C = w.shape[:2]
+        self.w2 = pack_linear(w.reshape(M, C), True)
+        self.shape = (x.shape[0], M) + tuple(out)
+        self.args = ((M, C, x.shape[2], x.shape[3]), (int(strides[0]), int(strides[1])))
+
+    def _make_call(self):
+        empty, contig, fn = np.empty, np.ascontiguousarray, self.native.pointwise_rows
+        w2, b2, th, shape, N = self.w2, self.b2, self.threads, self.shape, self.xshape[0]
+        dims, strides = self.args
+        lo, hi = self.lo, self.hi
+        act = (-1, 1.0 / 6.0, 0.5) if self.act is None else self.act
+
+        def call(x, z):
+            if not x.flags.c_contiguous:
+                x = contig(x)
+            y = empty(shape, _F32)
+            fn(w2, x, b2, None if z is None else contig(z), y, dims, strides, lo, hi, th, *act, N)
+            return y
         return call

@@ -49,8 +49,8 @@ class Policy:
     #: that applies; elsewhere the library call): Linear "blas", "packed", "stream" or "rows"
     #: (``fast/linear.py``) ...
     linear_kernel: str = ""
-    #: ... Conv "im2col", "im2col_sgemm", "winograd", "direct", "pointwise", "depthwise" or
-    #: "depthwise_lanes" (``fast/conv.py``) ...
+    #: ... Conv "im2col", "im2col_sgemm", "winograd", "direct", "pointwise", "pointwise_rows",
+    #: "depthwise" or "depthwise_lanes" (``fast/conv.py``) ...
     conv_kernel: str = ""
     #: ... Attention's heads "numpy", "native" (sgemm calls) or "tiles" (the Linear's tiles) (``ops/fused.py``)
     mha_kernel: str = ""

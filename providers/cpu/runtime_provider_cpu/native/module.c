@@ -246,6 +246,11 @@ static PyMethodDef methods[] = {
      "pointwise_lanes(wp, x, b, z, y, (M, C, P), lo, hi, threads, act=-1, alpha=1/6, beta=0.5, N=1)\n"
      "y (M x P) = act(clip(w x + b (+ z), lo, hi)) in float32 on the kernel threads, w packed in\n"
      "12-row panels [ceil(M / 12)][C][12] (zeros past M); N images: x N x C x P, y and z N x M x P."},
+    {"pointwise_rows", rc_py_pointwise_rows, METH_VARARGS,
+     "pointwise_rows(wp, x, b, z, y, (M, C, H, W), (sh, sw), lo, hi, threads, act=-1, alpha=1/6, beta=0.5, N=1)\n"
+     "A 1x1 convolution (no pads) of N images x (N x C x H x W), strides sh, sw: y (N x M x OH x OW)\n"
+     "= act(clip(w x + b (+ z), lo, hi)) in float32 on the kernel threads, the positions in 12-row\n"
+     "panels, w packed as linear's [ceil(M / 32)][C][32] (64-byte aligned, zeros past M)."},
     {"mha", rc_py_mha, METH_VARARGS,
      "mha(qkv, (B, S, W, oq, ok, ov), (H, dq, dv), scale, causal, mask, mask_dims, bias, bias_dims, y, threads,\n"
      "    tiles=False)\n"

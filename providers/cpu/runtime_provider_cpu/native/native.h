@@ -368,6 +368,7 @@ PyObject *rc_py_layer_norm_cf(PyObject *self, PyObject *args);
 PyObject *rc_py_maxpool2d(PyObject *self, PyObject *args);
 PyObject *rc_py_linear(PyObject *self, PyObject *args);
 PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args);
+PyObject *rc_py_pointwise_rows(PyObject *self, PyObject *args);
 PyObject *rc_py_mha(PyObject *self, PyObject *args);
 PyObject *rc_py_bmm(PyObject *self, PyObject *args);
 PyObject *rc_py_sdpa(PyObject *self, PyObject *args);
