@@ -251,6 +251,7 @@ typedef struct {
     float *ap, *y;
     Py_ssize_t R, K, N, kc, bp; /* bp: row panels a unit */
     int packed;                 /* wp packed [ceil(N / 32)][K][32], else w itself, K x N */
+    int by_rows;                /* units row block by row block (else column panel by panel) */
     const ln_epi *epi;          /* a clip (Relu) on the last chunk, while the tile is in registers */
 } ln_job;
 
@@ -322,6 +323,21 @@ void ln_pack_part(void *arg, int part, int parts)
     }
 }
 
+/* unit u's column panel and row block: blocks split for the threads' sake one after another
+   on a column panel (its weights then still in L2), blocks split to fit L2 (by_rows) each over
+   every column panel (its packed rows then still in L2) */
+static inline void ln_unit(const ln_job *j, Py_ssize_t u, Py_ssize_t cols, Py_ssize_t nb, Py_ssize_t *cb,
+                           Py_ssize_t *qb)
+{
+    if (j->by_rows) {
+        *qb = u / cols;
+        *cb = u - *qb * cols;
+    } else {
+        *cb = u / nb;
+        *qb = u - *cb * nb;
+    }
+}
+
 static void ln_part(void *arg, int part, int parts)
 {
     const ln_job *j = (const ln_job *)arg;
@@ -339,7 +355,9 @@ static void ln_part(void *arg, int part, int parts)
         tiles[LN_RP] = ln_ptile12_asm;
 #endif
     for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
-        const Py_ssize_t cb = u / nb, q0 = (u - cb * nb) * j->bp;
+        Py_ssize_t cb, qb;
+        ln_unit(j, u, cols, nb, &cb, &qb);
+        const Py_ssize_t q0 = qb * j->bp;
         const Py_ssize_t q1 = q0 + j->bp < np_ ? q0 + j->bp : np_;
         const Py_ssize_t n0 = cb * 32, nn = j->N - n0 < 32 ? j->N - n0 : 32;
         const float *bias = ln_panel_bias(j->bias, n0, nn, btail);
@@ -373,7 +391,9 @@ static void ln_part(void *arg, int part, int parts)
                     nx = (const char *)(wp + kn * 32);
                     nbytes = (Py_ssize_t)sizeof(float) * 32 * (j->K - k0 - kn < j->kc ? j->K - k0 - kn : j->kc);
                 } else if (u + 1 < units * (part + 1) / parts) {
-                    nx = (const char *)(j->wp + ((u + 1) / nb) * j->K * 32);
+                    Py_ssize_t cn, qn;
+                    ln_unit(j, u + 1, cols, nb, &cn, &qn);
+                    nx = (const char *)(j->wp + cn * j->K * 32);
                     nbytes = (Py_ssize_t)sizeof(float) * 32 * (j->kc < j->K ? j->kc : j->K);
                 }
             }
@@ -404,6 +424,8 @@ static void ln_part(void *arg, int part, int parts)
     }
 }
 
+#define LN_ABYTES (3 << 19) /* 1.5 MB of packed rows a row block */
+
 /* the products of j on up to threads threads (j->ap packed; j->kc and j->bp set here) */
 Py_ssize_t ln_row_block(Py_ssize_t np_, Py_ssize_t cols, Py_ssize_t units)
 {
@@ -424,6 +446,16 @@ static void ln_run(ln_job *j, int threads)
     /* 16 units a thread, so that an odd count does not leave one thread a whole unit more
        (ConvNeXt's 96 columns made 9 units for 2 threads: 5 against 4) */
     j->bp = ln_row_block(np_, cols, 16 * (Py_ssize_t)threads);
+    /* blocks of no more row panels than fit LN_ABYTES (in L2 beside the weights' stream), where
+       a's panels pass that by more than a quarter: 1024 rows of K = 512 had each column panel
+       read the whole packed a, 2 MB, from L3 again; 128 rows of K = 3072 (1.5 MB) read their
+       weights once rather than twice */
+    const Py_ssize_t cap = LN_ABYTES / ((Py_ssize_t)sizeof(float) * LN_RP * j->K);
+    if (j->bp > cap + cap / 4) {
+        const Py_ssize_t nb = (np_ + (cap > 1 ? cap : 1) - 1) / (cap > 1 ? cap : 1);
+        j->bp = (np_ + nb - 1) / nb;
+        j->by_rows = 1;
+    }
     const Py_ssize_t units = cols * ((np_ + j->bp - 1) / j->bp);
     const int parts = rc_parts_fine(2.0 * (double)j->R * (double)j->K * (double)j->N, 2.5e5, units, &threads);
     rc_parallel(ln_part, j, parts, threads);
@@ -476,7 +508,7 @@ PyObject *rc_py_linear(PyObject *self, PyObject *args)
     /* no epilogue without bounds: the plain stores */
     const ln_epi epi = {NULL, NULL, 0, lo, hi};
     ln_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, ap,
-                (float *)v[3].buf, R, K, N, 0, np_, packed, isinf(lo) && isinf(hi) ? NULL : &epi};
+                (float *)v[3].buf, R, K, N, 0, np_, packed, 0, isinf(lo) && isinf(hi) ? NULL : &epi};
     int pth = threads;
     const int pparts = rc_parts((double)R * (double)K * 8.0, 2.5e5, np_, &pth);
     Py_BEGIN_ALLOW_THREADS
