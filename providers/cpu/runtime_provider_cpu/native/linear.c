@@ -191,17 +191,20 @@ static const ln_tile_f ln_ptiles[LN_RP + 1] = {NULL, ln_ptile1, ln_ptile2, ln_pt
 #define LN_ASM_ZERO(r) "vpxord %%zmm" #r ", %%zmm" #r ", %%zmm" #r "\n\t"
 #define LN_ASM_OUT(r, i) "vmovups %%zmm" #r ", " #i "*64(%[o])\n\t"
 
-/* a prefetch point, twice a pass: every evb-th asks the next of the left rows into L2 */
-#define LN_ASM_PF(L)                                                                             \
+/* a prefetch point, twice a pass: the evb-th asks the next of the left rows into L2, out of
+   line (L: its block, B: back) */
+#define LN_ASM_PF(L, B)                                                                          \
     "dec %[cnt]\n\t"                                                                             \
-    "jnz " #L "f\n\t"                                                                            \
-    "mov %[evb], %[cnt]\n\t"                                                                     \
-    "test %[left], %[left]\n\t"                                                                  \
-    "jle " #L "f\n\t"                                                                            \
+    "jz " #L "f\n\t" #B ":\n\t"
+#define LN_ASM_PF_BODY(L, B)                                                                     \
+    #L ":\n\t"                                                                                   \
     "prefetcht1 (%[pf])\n\t"                                                                     \
     "prefetcht1 64(%[pf])\n\t"                                                                   \
     "add %[pfs], %[pf]\n\t"                                                                      \
-    "dec %[left]\n\t" #L ":\n\t"
+    "mov %[evb], %[cnt]\n\t"                                                                     \
+    "dec %[left]\n\t"                                                                            \
+    "cmovz %[never], %[cnt]\n\t"                                                                 \
+    "jmp " #B "b\n\t"
 
 /* ln_ptile12 on AVX-512 machines (rc_conv_fast): the steps in passes of four in asm, the
    accumulators zmm8-31; the npf prefetched rows spread over the passes' halves (at most one
@@ -214,7 +217,8 @@ DWF_TARGET static void ln_ptile12_asm(const float *restrict ap, const float *res
     v16f acc[NP][2];
     Py_ssize_t n = kn / 4, left = npf > 0 && n > 0 ? npf : 0;
     const Py_ssize_t halves = 2 * n, evb = left > 0 && left < halves ? halves / left : 1;
-    Py_ssize_t cnt = 1;
+    Py_ssize_t cnt = left > 0 ? 1 : PY_SSIZE_T_MAX;
+    const Py_ssize_t never = PY_SSIZE_T_MAX;
     const float *a = ap, *w = wp;
     const Py_ssize_t ldwb = ldw * (Py_ssize_t)sizeof(float);
     __asm__ volatile(
@@ -224,10 +228,12 @@ DWF_TARGET static void ln_ptile12_asm(const float *restrict ap, const float *res
         LN_ASM_ZERO(26) LN_ASM_ZERO(27) LN_ASM_ZERO(28) LN_ASM_ZERO(29) LN_ASM_ZERO(30) LN_ASM_ZERO(31)
         "test %[n], %[n]\n\t"
         "jz 2f\n\t"
-        "1:\n\t" LN_ASM_PF(3) LN_ASM_STEP(0) LN_ASM_STEP(1) LN_ASM_PF(4) LN_ASM_STEP(2) LN_ASM_STEP(3)
+        "1:\n\t" LN_ASM_PF(5, 3) LN_ASM_STEP(0) LN_ASM_STEP(1) LN_ASM_PF(6, 4) LN_ASM_STEP(2) LN_ASM_STEP(3)
         "add $192, %[a]\n\t"
         "dec %[n]\n\t"
         "jnz 1b\n\t"
+        "jmp 2f\n\t"
+        LN_ASM_PF_BODY(5, 3) LN_ASM_PF_BODY(6, 4)
         "2:\n\t"
         LN_ASM_OUT(8, 0) LN_ASM_OUT(9, 1) LN_ASM_OUT(10, 2) LN_ASM_OUT(11, 3) LN_ASM_OUT(12, 4)
         LN_ASM_OUT(13, 5) LN_ASM_OUT(14, 6) LN_ASM_OUT(15, 7) LN_ASM_OUT(16, 8) LN_ASM_OUT(17, 9)
@@ -235,7 +241,7 @@ DWF_TARGET static void ln_ptile12_asm(const float *restrict ap, const float *res
         LN_ASM_OUT(23, 15) LN_ASM_OUT(24, 16) LN_ASM_OUT(25, 17) LN_ASM_OUT(26, 18) LN_ASM_OUT(27, 19)
         LN_ASM_OUT(28, 20) LN_ASM_OUT(29, 21) LN_ASM_OUT(30, 22) LN_ASM_OUT(31, 23)
         : [a] "+r"(a), [w] "+r"(w), [n] "+r"(n), [cnt] "+r"(cnt), [left] "+r"(left), [pf] "+r"(pf)
-        : [ldw] "r"(ldwb), [o] "r"(&acc[0][0]), [evb] "r"(evb), [pfs] "r"(pfs)
+        : [ldw] "r"(ldwb), [o] "r"(&acc[0][0]), [evb] "r"(evb), [pfs] "r"(pfs), [never] "r"(never)
         : "xmm0", "xmm1", "xmm2", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15",
           "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25",
           "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc", "memory");
