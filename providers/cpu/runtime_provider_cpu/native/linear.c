@@ -388,8 +388,8 @@ static void ln_part(void *arg, int part, int parts)
                 }
             }
             /* packed weights: the next chunk (or the next unit's first), contiguous, asked
-               into L2 a share by each row panel after the first (rc_pf_share, rows of 128
-               bytes): large weights come from memory every run */
+               into L2 a share by every row panel (rc_pf_share, rows of 128 bytes), spread
+               over its steps (ln_ptiles): large weights come from L3 or memory every run */
             const char *nx = NULL;
             Py_ssize_t nbytes = 0;
             if (j->packed) {
