@@ -41,6 +41,25 @@ def test_bench_gemm_json_against_the_api():
 
     if policy.NATIVE is not None:
         assert direct["peak"]["flops"] > 0 and direct["peak"]["lanes"] in (4, 8, 16)
+    row = direct["rows"][0]
+    if row["ours"] is None:
+        assert row["ours_cold"] is None
+    else:  # ours again with the packed weight's copies taken in turn (each checked: same sums)
+        assert row["ours_cold"]["gflops_wall"] > 0 and row["ours_cold"]["seconds"] > 0
+
+
+def test_bench_gemm_cold_weights_column():
+    """The table has ours with the weights past L2 beside ours; gemm_rates checks the product
+    the last of those calls wrote (the copies hold the same weights) against numpy's."""
+    code, text = run("bench", "--gemm", "--sizes", "13x40x70", "--threads", "1", "--gemm-repeat", "2")
+    assert code == 0
+    header = next(line for line in text.splitlines() if line.startswith("M x K x N"))
+    assert "ours, cold W" in header
+    row = next(line for line in text.splitlines() if line.startswith("13x40x70"))
+    from runtime_provider_cpu.fast import policy
+
+    if policy.NATIVE is not None and policy.current().linear:
+        assert float(row.split()[5]) > 0  # ours, cold W
 
 
 @pytest.mark.parametrize("argv,msg", [

@@ -86,8 +86,10 @@ def gemm_benchmark(sizes: list[tuple[int, int, int]], threads: int = 1, repeats:
     kernel where it is built, against the measured FMA peak. Returns ``{"cpu", "isa",
     "threads", "blas": [threadpoolctl's BLAS entries: internal_api, version, architecture,
     ...], "peak": {"flops", "lanes", "mhz", "fma_per_cycle"}, "rows": [{"size", "numpy",
-    "ours"}]}``, each rate ``{"gflops_wall", "gflops_cpu", "seconds"}`` (``ours`` None where
-    not built; ``gflops_cpu`` by the process's CPU time over the threads)."""
+    "ours", "ours_cold"}]}``, each rate ``{"gflops_wall", "gflops_cpu", "seconds"}``
+    (``ours_cold``, added in API 1.2: ours on copies of the packed weight taken in turn, its
+    weights past L2 as in a model; ``ours`` and ``ours_cold`` None where not built;
+    ``gflops_cpu`` by the process's CPU time over the threads)."""
     from .fast.peak import gemm_rates
 
     return gemm_rates([tuple(int(d) for d in s) for s in sizes], int(threads), int(repeats))

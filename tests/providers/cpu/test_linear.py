@@ -132,6 +132,31 @@ def test_linear_against_float64_on_any_thread_count(R, K, N, packed):
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
 
 
+@pytest.mark.parametrize("packed", [True, False])
+def test_linear_rows_in_blocks_that_fit_l2(packed):
+    """Packed rows of a past 1.5 MB are taken a block at a time over every column panel (K of
+    4100: 8 panels of 12 rows a block, 150 rows make 2 blocks): the same sums as one panel at a
+    time, on any thread count, against float64."""
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear
+
+    R, K, N = 150, 4100, 70
+    a, w, bias = rnd(R, K), rnd(K, N), rnd(N)
+    wp = _pack_linear(w, False) if packed else w
+    outs = []
+    for threads in (1, 2, 3):
+        y = np.full((R, N), np.nan, np.float32)
+        _native.linear(a, wp, bias, y, (R, K, N), threads, packed)
+        outs.append(y)
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])
+    y12 = np.full((12, N), np.nan, np.float32)  # one whole panel alone: no blocks
+    _native.linear(a[24:36], wp, bias, y12, (12, K, N), 1, packed)
+    assert np.array_equal(y12, outs[0][24:36])
+    ref = a.astype(np.float64) @ w.astype(np.float64) + bias
+    np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
+
+
 @pytest.mark.parametrize("rows", range(1, 13))
 def test_linear_every_tile_height_and_step_count(rows):
     """Each tile height (a panel's last rows: 1 to 12) over K of 1-3 terms past a multiple of

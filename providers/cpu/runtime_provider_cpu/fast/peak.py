@@ -65,9 +65,14 @@ def _rate(fn, flops: float, threads: int, repeats: int) -> dict:
             "seconds": wall}
 
 
+#: bytes of packed weight copies ``gemm_rates`` takes in turn for its weights-past-L2 rate
+COLD_BYTES = 64 << 20
+
+
 def gemm_rates(sizes, threads: int = 1, repeats: int = 5) -> dict:
     """For each (M, K, N) of ``sizes``: numpy's matmul (BLAS, held at ``threads`` threads) and
-    ours (``_native.linear`` on a packed weight, where built) in GFLOP/s; plus the machine."""
+    ours (``_native.linear`` on a packed weight, where built) in GFLOP/s, ours also with its
+    weights past L2 (``ours_cold``: copies taken in turn); plus the machine."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # numpy's BLAS at its own thread count (said in the result)
@@ -83,22 +88,35 @@ def gemm_rates(sizes, threads: int = 1, repeats: int = 5) -> dict:
     # after each of its calls, and timed right after numpy's (or after the check below) our
     # second thread shared its core with them (docs/performance.md); in a model numpy's BLAS
     # is held at one thread (sgemm.hold_blas)
-    ours, outs = [], []
+    # and ours again on copies of the packed weight taken in turn, COLD_BYTES in all: each call's
+    # weights then come from L3 or memory, as a model's do (its other nodes' weights pass
+    # between two runs of one)
+    ours, colds, outs = [], [], []
     for M, K, N, a, w in cases:
         if nat is None or not current().linear:
             ours.append(None)
+            colds.append(None)
             continue
         wp = pack_linear(w, False)
         y = np.empty((M, N), np.float32)
         ours.append(_rate(lambda: nat.linear(a, wp, None, y, (M, K, N), int(threads), True), 2.0 * M * K * N,
                           threads, repeats))
+        copies = [wp] + [pack_linear(w, False) for _ in range(max(1, min(15, -(-COLD_BYTES // wp.nbytes) - 1)))]
+        turn = [0]
+
+        def cold(a=a, y=y, copies=copies, turn=turn, M=M, K=K, N=N):
+            turn[0] += 1
+            nat.linear(a, copies[turn[0] % len(copies)], None, y, (M, K, N), int(threads), True)
+
+        colds.append(_rate(cold, 2.0 * M * K * N, threads, repeats))
+        del copies[1:]
         outs.append(y)
     rows = []
     with threadpool_limits(limits=int(threads), user_api="blas"):
-        for (M, K, N, a, w), o in zip(cases, ours):
+        for (M, K, N, a, w), o, oc in zip(cases, ours, colds):
             flops = 2.0 * M * K * N
             rows.append({"size": (M, K, N), "numpy": _rate(lambda: np.matmul(a, w), flops, threads, repeats),
-                         "ours": o})
+                         "ours": o, "ours_cold": oc})
         for (M, K, N, a, w), y in zip(cases, outs):
             np.testing.assert_allclose(y, a @ w, rtol=1e-3, atol=1e-3 * math.sqrt(K))
         blas = autotune.blas_info()

@@ -29,6 +29,84 @@
         }                                                                                        \
     } while (0)
 
+/* a tile's end: what c holds or the bias added, the epilogue, the stores */
+#define LN_EPILOGUE(NP)                                                                          \
+    do {                                                                                         \
+        if (!init)                                                                               \
+            for (int p = 0; p < NP; p++) {                                                       \
+                acc[p][0] += *(const v16f_u *)(c + p * ldc);                                     \
+                acc[p][1] += *(const v16f_u *)(c + p * ldc + 16);                                \
+            }                                                                                    \
+        if (e) {                                                                                 \
+            const v16f lo = cv_bcast(e->lo), hi = cv_bcast(e->hi);                               \
+            for (int p = 0; p < NP; p++)                                                         \
+                for (int v = 0; v < 2; v++) {                                                    \
+                    v16f t = acc[p][v] + cv_bcast(e->rb ? e->rb[p] : 0.0f);                      \
+                    if (init && bias)                                                            \
+                        t += *(const v16f_u *)(bias + 16 * v);                                   \
+                    if (e->z)                                                                    \
+                        t += *(const v16f_u *)(e->z + p * e->ldz + 16 * v);                      \
+                    t = v16_clip(t, lo, hi);                                                     \
+                    *(v16f_u *)(c + p * ldc + 16 * v) = e->act ? rc_act16(t, e->act) : t;        \
+                }                                                                                \
+        } else if (!init || !bias)                                                               \
+            for (int p = 0; p < NP; p++) {                                                       \
+                *(v16f_u *)(c + p * ldc) = acc[p][0];                                            \
+                *(v16f_u *)(c + p * ldc + 16) = acc[p][1];                                       \
+            }                                                                                    \
+        else                                                                                     \
+            for (int p = 0; p < NP; p++) {                                                       \
+                *(v16f_u *)(c + p * ldc) = acc[p][0] + *(const v16f_u *)bias;                    \
+                *(v16f_u *)(c + p * ldc + 16) = acc[p][1] + *(const v16f_u *)(bias + 16);        \
+            }                                                                                    \
+    } while (0)
+
+/* the Linear's own tiles: as LN_TILE, but the npf rows of 128 bytes asked into L2 are spread
+   evenly over the kn steps, one every kn / npf steps (at least one a step): asked in a burst,
+   one a step, the requests for weights that come from L3 or memory waited on the core's few
+   line fill buffers, and a Linear whose weights were not in L2 ran 8-12% slower than the
+   same call repeated (docs/performance.md) */
+#define LN_PTILE(NP)                                                                             \
+    CV_CLONES static void ln_ptile##NP(const float *restrict ap, const float *restrict wp,         \
+                                       Py_ssize_t kn, Py_ssize_t ldw, float *restrict c,           \
+                                       Py_ssize_t ldc, const float *restrict bias, int init,       \
+                                       const char *pf, Py_ssize_t pfs, Py_ssize_t npf,             \
+                                       const ln_epi *e)                                            \
+    {                                                                                            \
+        v16f acc[NP][2];                                                                         \
+        for (int p = 0; p < NP; p++) {                                                           \
+            acc[p][0] = (v16f){0};                                                               \
+            acc[p][1] = (v16f){0};                                                               \
+        }                                                                                        \
+        /* up to 8 rows 4 steps a pass, a prefetch of per rows every evb passes; more rows a   \
+           step a pass, one row every evb steps (GCC's unrolled loop spilled their             \
+           accumulators) */                                                                    \
+        const Py_ssize_t q = NP <= 8 ? 4 : 1, nb = kn / q;                                       \
+        Py_ssize_t left = nb > 0 && npf > 0 ? npf : 0;                                           \
+        const Py_ssize_t per = left > nb ? (left + nb - 1) / nb : 1;                             \
+        const Py_ssize_t evb = left > 0 && left < nb ? nb / left : 1;                            \
+        Py_ssize_t cnt = 1, k = 0;                                                               \
+        _Pragma("GCC unroll 1") for (; k + q <= kn; k += q) {                                    \
+            if (left > 0 && --cnt == 0) {                                                        \
+                for (Py_ssize_t i = 0; i < per && i < left; i++) {                               \
+                    __builtin_prefetch(pf, 0, 2);                                                \
+                    __builtin_prefetch(pf + 64, 0, 2);                                           \
+                    pf += pfs;                                                                   \
+                }                                                                                \
+                left -= per;                                                                     \
+                cnt = evb;                                                                       \
+            }                                                                                    \
+            LN_STEP(NP, k);                                                                      \
+            if (NP <= 8) {                                                                       \
+                LN_STEP(NP, k + 1);                                                              \
+                LN_STEP(NP, k + 2);                                                              \
+                LN_STEP(NP, k + 3);                                                              \
+            }                                                                                    \
+        }                                                                                        \
+        _Pragma("GCC unroll 1") for (; k < kn; k++) LN_STEP(NP, k);                              \
+        LN_EPILOGUE(NP);                                                                         \
+    }
+
 #define LN_TILE(NP)                                                                              \
     CV_CLONES static void ln_tile##NP(const float *restrict ap, const float *restrict wp,          \
                                       Py_ssize_t kn, Py_ssize_t ldw, float *restrict c,            \
@@ -59,33 +137,7 @@
         } else                                                                                   \
             for (; k < kn; k++)                                                                  \
                 LN_STEP(NP, k);                                                                  \
-        if (!init)                                                                               \
-            for (int p = 0; p < NP; p++) {                                                       \
-                acc[p][0] += *(const v16f_u *)(c + p * ldc);                                     \
-                acc[p][1] += *(const v16f_u *)(c + p * ldc + 16);                                \
-            }                                                                                    \
-        if (e) {                                                                                 \
-            const v16f lo = cv_bcast(e->lo), hi = cv_bcast(e->hi);                               \
-            for (int p = 0; p < NP; p++)                                                         \
-                for (int v = 0; v < 2; v++) {                                                    \
-                    v16f t = acc[p][v] + cv_bcast(e->rb ? e->rb[p] : 0.0f);                      \
-                    if (init && bias)                                                            \
-                        t += *(const v16f_u *)(bias + 16 * v);                                   \
-                    if (e->z)                                                                    \
-                        t += *(const v16f_u *)(e->z + p * e->ldz + 16 * v);                      \
-                    t = v16_clip(t, lo, hi);                                                     \
-                    *(v16f_u *)(c + p * ldc + 16 * v) = e->act ? rc_act16(t, e->act) : t;        \
-                }                                                                                \
-        } else if (!init || !bias)                                                               \
-            for (int p = 0; p < NP; p++) {                                                       \
-                *(v16f_u *)(c + p * ldc) = acc[p][0];                                            \
-                *(v16f_u *)(c + p * ldc + 16) = acc[p][1];                                       \
-            }                                                                                    \
-        else                                                                                     \
-            for (int p = 0; p < NP; p++) {                                                       \
-                *(v16f_u *)(c + p * ldc) = acc[p][0] + *(const v16f_u *)bias;                    \
-                *(v16f_u *)(c + p * ldc + 16) = acc[p][1] + *(const v16f_u *)(bias + 16);        \
-            }                                                                                    \
+        LN_EPILOGUE(NP);                                                                         \
     }
 LN_TILE(1)
 LN_TILE(2)
@@ -102,12 +154,110 @@ LN_TILE(12)
 const ln_tile_f ln_tiles[LN_RP + 1] = {NULL, ln_tile1, ln_tile2, ln_tile3, ln_tile4,
                                               ln_tile5, ln_tile6, ln_tile7, ln_tile8, ln_tile9,
                                               ln_tile10, ln_tile11, ln_tile12};
+LN_PTILE(1)
+LN_PTILE(2)
+LN_PTILE(3)
+LN_PTILE(4)
+LN_PTILE(5)
+LN_PTILE(6)
+LN_PTILE(7)
+LN_PTILE(8)
+LN_PTILE(9)
+LN_PTILE(10)
+LN_PTILE(11)
+LN_PTILE(12)
+static const ln_tile_f ln_ptiles[LN_RP + 1] = {NULL, ln_ptile1, ln_ptile2, ln_ptile3, ln_ptile4,
+                                               ln_ptile5, ln_ptile6, ln_ptile7, ln_ptile8, ln_ptile9,
+                                               ln_ptile10, ln_ptile11, ln_ptile12};
+
+#if DWF_OK
+/* GCC's code for the 12-row tile, unrolled, moved the next step's loads into registers the 24
+   accumulators needed and spilled them (and the loop's pointer steps and branch, once a step,
+   took issue slots of the two FMA ports): here passes of four steps in asm, the accumulators
+   its operands, the two weight vectors and the broadcast three fixed registers that the core
+   renames */
+#define LN_ASM_FMA(S, p, a0, a1)                                                                 \
+    "vbroadcastss " #p "*4+" #S "*48(%[a]), %%zmm2\n\t"                                          \
+    "vfmadd231ps %%zmm2, %%zmm0, %%zmm" #a0 "\n\t"                                               \
+    "vfmadd231ps %%zmm2, %%zmm1, %%zmm" #a1 "\n\t"
+#define LN_ASM_STEP(S)                                                                           \
+    "vmovups (%[w]), %%zmm0\n\t"                                                                 \
+    "vmovups 64(%[w]), %%zmm1\n\t"                                                               \
+    "add %[ldw], %[w]\n\t"                                                                       \
+    LN_ASM_FMA(S, 0, 8, 9) LN_ASM_FMA(S, 1, 10, 11) LN_ASM_FMA(S, 2, 12, 13)                     \
+    LN_ASM_FMA(S, 3, 14, 15) LN_ASM_FMA(S, 4, 16, 17) LN_ASM_FMA(S, 5, 18, 19)                   \
+    LN_ASM_FMA(S, 6, 20, 21) LN_ASM_FMA(S, 7, 22, 23) LN_ASM_FMA(S, 8, 24, 25)                   \
+    LN_ASM_FMA(S, 9, 26, 27) LN_ASM_FMA(S, 10, 28, 29) LN_ASM_FMA(S, 11, 30, 31)
+#define LN_ASM_ZERO(r) "vpxord %%zmm" #r ", %%zmm" #r ", %%zmm" #r "\n\t"
+#define LN_ASM_OUT(r, i) "vmovups %%zmm" #r ", " #i "*64(%[o])\n\t"
+
+/* a prefetch point, twice a pass: the evb-th asks the next of the left rows into L2, out of
+   line (L: its block, B: back) */
+#define LN_ASM_PF(L, B)                                                                          \
+    "dec %[cnt]\n\t"                                                                             \
+    "jz " #L "f\n\t" #B ":\n\t"
+#define LN_ASM_PF_BODY(L, B)                                                                     \
+    #L ":\n\t"                                                                                   \
+    "prefetcht1 (%[pf])\n\t"                                                                     \
+    "prefetcht1 64(%[pf])\n\t"                                                                   \
+    "add %[pfs], %[pf]\n\t"                                                                      \
+    "mov %[evb], %[cnt]\n\t"                                                                     \
+    "dec %[left]\n\t"                                                                            \
+    "cmovz %[never], %[cnt]\n\t"                                                                 \
+    "jmp " #B "b\n\t"
+
+/* ln_ptile12 on AVX-512 machines (rc_conv_fast): the steps in passes of four in asm, the
+   accumulators zmm8-31; the npf prefetched rows spread over the passes' halves (at most one
+   each: more is left to the hardware's prefetcher) */
+DWF_TARGET static void ln_ptile12_asm(const float *restrict ap, const float *restrict wp, Py_ssize_t kn,
+                               Py_ssize_t ldw, float *restrict c, Py_ssize_t ldc, const float *restrict bias,
+                               int init, const char *pf, Py_ssize_t pfs, Py_ssize_t npf, const ln_epi *e)
+{
+    enum { NP = LN_RP };
+    v16f acc[NP][2];
+    Py_ssize_t n = kn / 4, left = npf > 0 && n > 0 ? npf : 0;
+    const Py_ssize_t halves = 2 * n, evb = left > 0 && left < halves ? halves / left : 1;
+    Py_ssize_t cnt = left > 0 ? 1 : PY_SSIZE_T_MAX;
+    const Py_ssize_t never = PY_SSIZE_T_MAX;
+    const float *a = ap, *w = wp;
+    const Py_ssize_t ldwb = ldw * (Py_ssize_t)sizeof(float);
+    __asm__ volatile(
+        LN_ASM_ZERO(8) LN_ASM_ZERO(9) LN_ASM_ZERO(10) LN_ASM_ZERO(11) LN_ASM_ZERO(12) LN_ASM_ZERO(13)
+        LN_ASM_ZERO(14) LN_ASM_ZERO(15) LN_ASM_ZERO(16) LN_ASM_ZERO(17) LN_ASM_ZERO(18) LN_ASM_ZERO(19)
+        LN_ASM_ZERO(20) LN_ASM_ZERO(21) LN_ASM_ZERO(22) LN_ASM_ZERO(23) LN_ASM_ZERO(24) LN_ASM_ZERO(25)
+        LN_ASM_ZERO(26) LN_ASM_ZERO(27) LN_ASM_ZERO(28) LN_ASM_ZERO(29) LN_ASM_ZERO(30) LN_ASM_ZERO(31)
+        "test %[n], %[n]\n\t"
+        "jz 2f\n\t"
+        "1:\n\t" LN_ASM_PF(5, 3) LN_ASM_STEP(0) LN_ASM_STEP(1) LN_ASM_PF(6, 4) LN_ASM_STEP(2) LN_ASM_STEP(3)
+        "add $192, %[a]\n\t"
+        "dec %[n]\n\t"
+        "jnz 1b\n\t"
+        "jmp 2f\n\t"
+        LN_ASM_PF_BODY(5, 3) LN_ASM_PF_BODY(6, 4)
+        "2:\n\t"
+        LN_ASM_OUT(8, 0) LN_ASM_OUT(9, 1) LN_ASM_OUT(10, 2) LN_ASM_OUT(11, 3) LN_ASM_OUT(12, 4)
+        LN_ASM_OUT(13, 5) LN_ASM_OUT(14, 6) LN_ASM_OUT(15, 7) LN_ASM_OUT(16, 8) LN_ASM_OUT(17, 9)
+        LN_ASM_OUT(18, 10) LN_ASM_OUT(19, 11) LN_ASM_OUT(20, 12) LN_ASM_OUT(21, 13) LN_ASM_OUT(22, 14)
+        LN_ASM_OUT(23, 15) LN_ASM_OUT(24, 16) LN_ASM_OUT(25, 17) LN_ASM_OUT(26, 18) LN_ASM_OUT(27, 19)
+        LN_ASM_OUT(28, 20) LN_ASM_OUT(29, 21) LN_ASM_OUT(30, 22) LN_ASM_OUT(31, 23)
+        : [a] "+r"(a), [w] "+r"(w), [n] "+r"(n), [cnt] "+r"(cnt), [left] "+r"(left), [pf] "+r"(pf)
+        : [ldw] "r"(ldwb), [o] "r"(&acc[0][0]), [evb] "r"(evb), [pfs] "r"(pfs), [never] "r"(never)
+        : "xmm0", "xmm1", "xmm2", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15",
+          "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25",
+          "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc", "memory");
+    for (Py_ssize_t k = kn & ~(Py_ssize_t)3; k < kn; k++)
+        LN_STEP(NP, k);
+    LN_EPILOGUE(NP);
+}
+#endif
+
 
 typedef struct {
     const float *a, *wp, *bias;
     float *ap, *y;
     Py_ssize_t R, K, N, kc, bp; /* bp: row panels a unit */
     int packed;                 /* wp packed [ceil(N / 32)][K][32], else w itself, K x N */
+    int by_rows;                /* units row block by row block (else column panel by panel) */
     const ln_epi *epi;          /* a clip (Relu) on the last chunk, while the tile is in registers */
 } ln_job;
 
@@ -179,6 +329,21 @@ void ln_pack_part(void *arg, int part, int parts)
     }
 }
 
+/* unit u's column panel and row block: blocks split for the threads' sake one after another
+   on a column panel (its weights then still in L2), blocks split to fit L2 (by_rows) each over
+   every column panel (its packed rows then still in L2) */
+static inline void ln_unit(const ln_job *j, Py_ssize_t u, Py_ssize_t cols, Py_ssize_t nb, Py_ssize_t *cb,
+                           Py_ssize_t *qb)
+{
+    if (j->by_rows) {
+        *qb = u / cols;
+        *cb = u - *qb * cols;
+    } else {
+        *cb = u / nb;
+        *qb = u - *cb * nb;
+    }
+}
+
 static void ln_part(void *arg, int part, int parts)
 {
     const ln_job *j = (const ln_job *)arg;
@@ -189,8 +354,16 @@ static void ln_part(void *arg, int part, int parts)
     /* a chunk of unpacked weights, packed here (kc <= LN_KC; the caller's work buffer
        holds the packed rows of a) */
     float wbuf[LN_KC * 32] __attribute__((aligned(64)));
+    ln_tile_f tiles[LN_RP + 1];
+    memcpy(tiles, j->packed ? ln_ptiles : ln_tiles, sizeof(tiles));
+#if DWF_OK
+    if (j->packed && rc_conv_fast)
+        tiles[LN_RP] = ln_ptile12_asm;
+#endif
     for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
-        const Py_ssize_t cb = u / nb, q0 = (u - cb * nb) * j->bp;
+        Py_ssize_t cb, qb;
+        ln_unit(j, u, cols, nb, &cb, &qb);
+        const Py_ssize_t q0 = qb * j->bp;
         const Py_ssize_t q1 = q0 + j->bp < np_ ? q0 + j->bp : np_;
         const Py_ssize_t n0 = cb * 32, nn = j->N - n0 < 32 ? j->N - n0 : 32;
         const float *bias = ln_panel_bias(j->bias, n0, nn, btail);
@@ -215,8 +388,8 @@ static void ln_part(void *arg, int part, int parts)
                 }
             }
             /* packed weights: the next chunk (or the next unit's first), contiguous, asked
-               into L2 a share by each row panel after the first (rc_pf_share, rows of 128
-               bytes): large weights come from memory every run */
+               into L2 a share by every row panel (rc_pf_share, rows of 128 bytes), spread
+               over its steps (ln_ptiles): large weights come from L3 or memory every run */
             const char *nx = NULL;
             Py_ssize_t nbytes = 0;
             if (j->packed) {
@@ -224,7 +397,9 @@ static void ln_part(void *arg, int part, int parts)
                     nx = (const char *)(wp + kn * 32);
                     nbytes = (Py_ssize_t)sizeof(float) * 32 * (j->K - k0 - kn < j->kc ? j->K - k0 - kn : j->kc);
                 } else if (u + 1 < units * (part + 1) / parts) {
-                    nx = (const char *)(j->wp + ((u + 1) / nb) * j->K * 32);
+                    Py_ssize_t cn, qn;
+                    ln_unit(j, u + 1, cols, nb, &cn, &qn);
+                    nx = (const char *)(j->wp + cn * j->K * 32);
                     nbytes = (Py_ssize_t)sizeof(float) * 32 * (j->kc < j->K ? j->kc : j->K);
                 }
             }
@@ -235,25 +410,27 @@ static void ln_part(void *arg, int part, int parts)
                 const char *qpf = pf;
                 Py_ssize_t qnpf = q == q0 ? npf : 0, pfs = (Py_ssize_t)sizeof(float) * j->N;
                 if (nx) {
-                    qnpf = rc_pf_share(nx, nbytes, q1 - q0 - 1, q - q0 - 1, 128, &qpf);
+                    qnpf = rc_pf_share(nx, nbytes, q1 - q0, q - q0, 128, &qpf);
                     pfs = 128;
                 }
                 const ln_epi *e = k0 + kn == j->K ? j->epi : NULL;
                 if (nn == 32) {
-                    ln_tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, qpf, pfs, qnpf, e);
+                    tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, qpf, pfs, qnpf, e);
                     continue;
                 }
                 /* the last panel of an N not a multiple of 32: through a whole-width tile */
                 if (k0 > 0)
                     for (Py_ssize_t p = 0; p < nr; p++)
                         memcpy(tail + p * 32, c + p * j->N, sizeof(float) * nn);
-                ln_tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, qpf, pfs, qnpf, e);
+                tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, qpf, pfs, qnpf, e);
                 for (Py_ssize_t p = 0; p < nr; p++)
                     memcpy(c + p * j->N, tail + p * 32, sizeof(float) * nn);
             }
         }
     }
 }
+
+#define LN_ABYTES (3 << 19) /* 1.5 MB of packed rows a row block */
 
 /* the products of j on up to threads threads (j->ap packed; j->kc and j->bp set here) */
 Py_ssize_t ln_row_block(Py_ssize_t np_, Py_ssize_t cols, Py_ssize_t units)
@@ -275,6 +452,16 @@ static void ln_run(ln_job *j, int threads)
     /* 16 units a thread, so that an odd count does not leave one thread a whole unit more
        (ConvNeXt's 96 columns made 9 units for 2 threads: 5 against 4) */
     j->bp = ln_row_block(np_, cols, 16 * (Py_ssize_t)threads);
+    /* blocks of no more row panels than fit LN_ABYTES (in L2 beside the weights' stream), where
+       a's panels pass that by more than a quarter: 1024 rows of K = 512 had each column panel
+       read the whole packed a, 2 MB, from L3 again; 128 rows of K = 3072 (1.5 MB) read their
+       weights once rather than twice */
+    const Py_ssize_t cap = LN_ABYTES / ((Py_ssize_t)sizeof(float) * LN_RP * j->K);
+    if (j->bp > cap + cap / 4) {
+        const Py_ssize_t nb = (np_ + (cap > 1 ? cap : 1) - 1) / (cap > 1 ? cap : 1);
+        j->bp = (np_ + nb - 1) / nb;
+        j->by_rows = 1;
+    }
     const Py_ssize_t units = cols * ((np_ + j->bp - 1) / j->bp);
     const int parts = rc_parts_fine(2.0 * (double)j->R * (double)j->K * (double)j->N, 2.5e5, units, &threads);
     rc_parallel(ln_part, j, parts, threads);
@@ -327,7 +514,7 @@ PyObject *rc_py_linear(PyObject *self, PyObject *args)
     /* no epilogue without bounds: the plain stores */
     const ln_epi epi = {NULL, NULL, 0, lo, hi};
     ln_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, ap,
-                (float *)v[3].buf, R, K, N, 0, np_, packed, isinf(lo) && isinf(hi) ? NULL : &epi};
+                (float *)v[3].buf, R, K, N, 0, np_, packed, 0, isinf(lo) && isinf(hi) ? NULL : &epi};
     int pth = threads;
     const int pparts = rc_parts((double)R * (double)K * 8.0, 2.5e5, np_, &pth);
     Py_BEGIN_ALLOW_THREADS
