@@ -225,9 +225,9 @@ DWF_TARGET static void dwf_copy_out(const dwf_job *j, Py_ssize_t p, const float 
  * are mostly halo. Here each output
  * vector reads the input rows themselves: stride 1 one unaligned load a tap column, stride 2
  * two loads split into their even and odd columns by two permutes (columns kx and kx + 1 from
- * one pair), the padding masked off the loads and the rows outside the input skipped. DWD_R
- * output rows a pass share the input rows between them (a 3x3 stride-1 row read by three). */
-#define DWD_R 4
+ * one pair), the padding masked off the loads and the rows outside the input skipped. Up to
+ * DWD_R output rows a pass share the input rows between them (a 3x3 stride-1 row read by three). */
+#define DWD_R 8
 
 /* the lanes i of 16 whose column base + i lies in [0, W) */
 DWF_TARGET static inline __mmask16 dwd_mask(Py_ssize_t base, Py_ssize_t W)
@@ -318,26 +318,33 @@ dwd_rows(const dwf_job *j, const float *wk, const float *xc, float *yc, Py_ssize
     }
 }
 
-/* channel p (weights c) from its input plane xc straight into y: blocks of DWD_R rows, the
-   last one moved up to end at the last row (rows computed twice, the same values) */
+/* channel p (weights c) from its input plane xc straight into y: blocks of RM rows, the last
+   one moved up to end at the last row (rows computed twice, the same values); a plane of fewer
+   rows in blocks of RM / 2, one of fewer still a row at a time. RM: DWD_R where the taps are
+   many and loaded once (stride 1, 5x5 and 7x7: eight sums in flight for the two FMA ports),
+   DWD_R / 2 otherwise (a stride-2 pass of 8 rows spills, a 3x3 one measured no faster) */
 DWF_TARGET static inline __attribute__((always_inline)) void
 dwd_plane_ks(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc, Py_ssize_t k, Py_ssize_t s)
 {
+    const int RM = s == 1 ? DWD_R : DWD_R / 2;
     const Py_ssize_t OH = j->OH;
     const float *wk = j->w + c * k * k;
     const __m512 vb = _mm512_set1_ps(j->b ? j->b[c] : 0.0f);
     float *yc = j->y + p * OH * j->OW;
-    if (OH < DWD_R) {
+    if (OH < DWD_R / 2) {
         for (Py_ssize_t oy = 0; oy < OH; oy++)
             dwd_rows(j, wk, xc, yc, oy, 1, k, s, vb, 1);
         return;
     }
-    for (Py_ssize_t oy0 = 0; oy0 < OH; oy0 += DWD_R) {
-        const Py_ssize_t o = oy0 + DWD_R <= OH ? oy0 : OH - DWD_R, r0 = o * s - j->pt;
-        if (r0 >= 0 && r0 + (DWD_R - 1) * s + k <= j->H)
-            dwd_rows(j, wk, xc, yc, o, DWD_R, k, s, vb, 0);
+    const int R = OH < RM ? DWD_R / 2 : RM;
+    for (Py_ssize_t oy0 = 0; oy0 < OH; oy0 += R) {
+        const Py_ssize_t o = oy0 + R <= OH ? oy0 : OH - R, r0 = o * s - j->pt;
+        const int redge = !(r0 >= 0 && r0 + (R - 1) * s + k <= j->H);
+        if (R == DWD_R)
+            redge ? dwd_rows(j, wk, xc, yc, o, DWD_R, k, s, vb, 1) : dwd_rows(j, wk, xc, yc, o, DWD_R, k, s, vb, 0);
         else
-            dwd_rows(j, wk, xc, yc, o, DWD_R, k, s, vb, 1);
+            redge ? dwd_rows(j, wk, xc, yc, o, DWD_R / 2, k, s, vb, 1)
+                  : dwd_rows(j, wk, xc, yc, o, DWD_R / 2, k, s, vb, 0);
     }
 }
 
