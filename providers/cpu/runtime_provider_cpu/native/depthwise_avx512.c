@@ -320,9 +320,9 @@ dwd_rows(const dwf_job *j, const float *wk, const float *xc, float *yc, Py_ssize
 
 /* channel p (weights c) from its input plane xc straight into y: blocks of RM rows, the last
    one moved up to end at the last row (rows computed twice, the same values); a plane of fewer
-   rows in blocks of RM / 2, one of fewer still a row at a time. RM: DWD_R where the taps are
-   many and loaded once (stride 1, 5x5 and 7x7: eight sums in flight for the two FMA ports),
-   DWD_R / 2 otherwise (a stride-2 pass of 8 rows spills, a 3x3 one measured no faster) */
+   rows in blocks of DWD_R / 2, one of fewer still a row at a time. RM: DWD_R at stride 1
+   (eight sums in flight for the two FMA ports), DWD_R / 2 at stride 2 (a pass of 8 rows
+   spills its registers; performance.md has the figures) */
 DWF_TARGET static inline __attribute__((always_inline)) void
 dwd_plane_ks(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc, Py_ssize_t k, Py_ssize_t s)
 {
