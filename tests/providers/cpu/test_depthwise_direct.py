@@ -65,6 +65,10 @@ CASES = [
     ((1, 2, 1, 1), 3, 1, (1, 1), (1, 1)),          # one pixel
     ((1, 2, 6, 20), 3, 2, (9, 20), (12, 24)),      # large pads: whole vectors and rows of padding
     ((1, 2, 6, 20), 5, 2, (40, 50), (3, 20)),      # pads past every output's window: the bias alone
+    ((1, 3, 6, 23), 3, 1, (1, 1), (6, 23)),        # stride 1, 4 to 7 output rows: passes of 4, the last moved up
+    ((1, 2, 7, 19), 7, 1, (3, 3), (7, 19)),        # 7x7 on 7 rows: every pass at the row edges
+    ((1, 3, 12, 30), 5, 1, (2, 2), (12, 30)),      # a pass of 8 rows, then 8 moved up to end at row 12
+    ((2, 3, 13, 17), 5, 1, (2, 2), (13, 17)),      # a batch, 8 + 8 rows overlapping by 3
 ]
 
 

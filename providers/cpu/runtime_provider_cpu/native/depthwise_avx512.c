@@ -225,9 +225,9 @@ DWF_TARGET static void dwf_copy_out(const dwf_job *j, Py_ssize_t p, const float 
  * are mostly halo. Here each output
  * vector reads the input rows themselves: stride 1 one unaligned load a tap column, stride 2
  * two loads split into their even and odd columns by two permutes (columns kx and kx + 1 from
- * one pair), the padding masked off the loads and the rows outside the input skipped. DWD_R
- * output rows a pass share the input rows between them (a 3x3 stride-1 row read by three). */
-#define DWD_R 4
+ * one pair), the padding masked off the loads and the rows outside the input skipped. Up to
+ * DWD_R output rows a pass share the input rows between them (a 3x3 stride-1 row read by three). */
+#define DWD_R 8
 
 /* the lanes i of 16 whose column base + i lies in [0, W) */
 DWF_TARGET static inline __mmask16 dwd_mask(Py_ssize_t base, Py_ssize_t W)
@@ -318,26 +318,33 @@ dwd_rows(const dwf_job *j, const float *wk, const float *xc, float *yc, Py_ssize
     }
 }
 
-/* channel p (weights c) from its input plane xc straight into y: blocks of DWD_R rows, the
-   last one moved up to end at the last row (rows computed twice, the same values) */
+/* channel p (weights c) from its input plane xc straight into y: blocks of RM rows, the last
+   one moved up to end at the last row (rows computed twice, the same values); a plane of fewer
+   rows in blocks of DWD_R / 2, one of fewer still a row at a time. RM: DWD_R at stride 1
+   (eight sums in flight for the two FMA ports), DWD_R / 2 at stride 2 (a pass of 8 rows
+   spills its registers; performance.md has the figures) */
 DWF_TARGET static inline __attribute__((always_inline)) void
 dwd_plane_ks(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc, Py_ssize_t k, Py_ssize_t s)
 {
+    const int RM = s == 1 ? DWD_R : DWD_R / 2;
     const Py_ssize_t OH = j->OH;
     const float *wk = j->w + c * k * k;
     const __m512 vb = _mm512_set1_ps(j->b ? j->b[c] : 0.0f);
     float *yc = j->y + p * OH * j->OW;
-    if (OH < DWD_R) {
+    if (OH < DWD_R / 2) {
         for (Py_ssize_t oy = 0; oy < OH; oy++)
             dwd_rows(j, wk, xc, yc, oy, 1, k, s, vb, 1);
         return;
     }
-    for (Py_ssize_t oy0 = 0; oy0 < OH; oy0 += DWD_R) {
-        const Py_ssize_t o = oy0 + DWD_R <= OH ? oy0 : OH - DWD_R, r0 = o * s - j->pt;
-        if (r0 >= 0 && r0 + (DWD_R - 1) * s + k <= j->H)
-            dwd_rows(j, wk, xc, yc, o, DWD_R, k, s, vb, 0);
+    const int R = OH < RM ? DWD_R / 2 : RM;
+    for (Py_ssize_t oy0 = 0; oy0 < OH; oy0 += R) {
+        const Py_ssize_t o = oy0 + R <= OH ? oy0 : OH - R, r0 = o * s - j->pt;
+        const int redge = !(r0 >= 0 && r0 + (R - 1) * s + k <= j->H);
+        if (R == DWD_R)
+            redge ? dwd_rows(j, wk, xc, yc, o, DWD_R, k, s, vb, 1) : dwd_rows(j, wk, xc, yc, o, DWD_R, k, s, vb, 0);
         else
-            dwd_rows(j, wk, xc, yc, o, DWD_R, k, s, vb, 1);
+            redge ? dwd_rows(j, wk, xc, yc, o, DWD_R / 2, k, s, vb, 1)
+                  : dwd_rows(j, wk, xc, yc, o, DWD_R / 2, k, s, vb, 0);
     }
 }
 
@@ -508,61 +515,132 @@ typedef struct {
     const rc_act *act;    /* after the clip, or NULL */
 } dwl_job;
 
+/* DWL_G output pixels of a row a pass, on independent sums: two FMA ports of 4-cycle latency
+   want 8 in flight; a row tail computes the whole group (its extra reads land in the scratch's
+   slack) and stores the pixels it has */
+#define DWL_G 8
+
+/* the taps of one block: every output row in groups of DWL_G pixels. KW and SW constants where
+   inlined with them; at stride 1 a window row's input vectors are loaded once into registers and
+   shared by the pixels whose taps read them (DWL_G - 1 + KW loads for DWL_G * KW multiply-adds) */
+DWF_TARGET static inline __attribute__((always_inline)) void
+dwl_taps(const dwl_job *j, const float *in, float *out, const __m512 *wt, __m512 vb, Py_ssize_t KW, Py_ssize_t SW)
+{
+    const Py_ssize_t OH = j->OH, OW = j->OW, KH = j->KH, sh = j->sh, Wp = j->Wp;
+    const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+    for (Py_ssize_t oy = 0; oy < OH; oy++) {
+        for (Py_ssize_t ox = 0; ox < OW; ox += DWL_G) {
+            __m512 a[DWL_G];
+            for (int i = 0; i < DWL_G; i++)
+                a[i] = vb;
+            for (Py_ssize_t ky = 0; ky < KH; ky++) {
+                const float *rp = in + ((oy * sh + ky) * Wp + ox * SW) * 16;
+                const __m512 *wr = wt + ky * KW;
+                if (SW == 1) {
+                    __m512 v[DWL_G - 1 + DWF_KMAX];
+                    for (Py_ssize_t c = 0; c < DWL_G - 1 + KW; c++)
+                        v[c] = _mm512_load_ps(rp + c * 16);
+                    for (Py_ssize_t kx = 0; kx < KW; kx++)
+                        for (int i = 0; i < DWL_G; i++)
+                            a[i] = _mm512_fmadd_ps(wr[kx], v[i + kx], a[i]);
+                } else { /* stride 2: 2 * DWL_G + KW vectors would spill; loads as operands */
+                    for (Py_ssize_t kx = 0; kx < KW; kx++)
+                        for (int i = 0; i < DWL_G; i++)
+                            a[i] = _mm512_fmadd_ps(wr[kx], _mm512_load_ps(rp + (i * SW + kx) * 16), a[i]);
+                }
+            }
+            const int m = OW - ox < DWL_G ? (int)(OW - ox) : DWL_G;
+            for (int i = 0; i < m; i++)
+                _mm512_store_ps(out + (oy * OW + ox + i) * 16, dwf_epi(a[i], lo, hi, j->act));
+        }
+    }
+}
+
+#define DWL_TAPS(k, s)                                                                             \
+    DWF_TARGET static void dwl_taps_##k##_##s(const dwl_job *j, const float *in, float *out,       \
+                                              const __m512 *wt, __m512 vb)                         \
+    {                                                                                              \
+        dwl_taps(j, in, out, wt, vb, k, s);                                                        \
+    }
+DWL_TAPS(3, 1)
+DWL_TAPS(3, 2)
+DWL_TAPS(5, 1)
+DWL_TAPS(5, 2)
+DWL_TAPS(7, 1)
+DWL_TAPS(7, 2)
+#undef DWL_TAPS
+
+/* any other window width or column stride: the same loop on the values as they come */
+DWF_TARGET static void dwl_taps_any(const dwl_job *j, const float *in, float *out, const __m512 *wt, __m512 vb)
+{
+    const Py_ssize_t OH = j->OH, OW = j->OW, KH = j->KH, KW = j->KW, sh = j->sh, sw = j->sw, Wp = j->Wp;
+    const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+    for (Py_ssize_t oy = 0; oy < OH; oy++) {
+        for (Py_ssize_t ox = 0; ox < OW; ox += DWL_G) {
+            __m512 a[DWL_G];
+            for (int i = 0; i < DWL_G; i++)
+                a[i] = vb;
+            for (Py_ssize_t ky = 0; ky < KH; ky++) {
+                const float *rp = in + ((oy * sh + ky) * Wp + ox * sw) * 16;
+                for (Py_ssize_t kx = 0; kx < KW; kx++) {
+                    const __m512 w = wt[ky * KW + kx];
+                    for (int i = 0; i < DWL_G; i++)
+                        a[i] = _mm512_fmadd_ps(w, _mm512_load_ps(rp + (i * sw + kx) * 16), a[i]);
+                }
+            }
+            const int m = OW - ox < DWL_G ? (int)(OW - ox) : DWL_G;
+            for (int i = 0; i < m; i++)
+                _mm512_store_ps(out + (oy * OW + ox + i) * 16, dwf_epi(a[i], lo, hi, j->act));
+        }
+    }
+}
+
 /* block q (image q / CB, channels (q % CB) * 16 ...): fill, taps, copy-out */
 DWF_TARGET static void dwl_block(const dwl_job *j, float *in, float *out, Py_ssize_t q)
 {
     const Py_ssize_t CB = (j->C + 15) / 16, n = q / CB, c0 = (q % CB) * 16;
-    const Py_ssize_t nc = j->C - c0 < 16 ? j->C - c0 : 16, H = j->H, W = j->W, OH = j->OH, OW = j->OW;
-    const Py_ssize_t KH = j->KH, KW = j->KW, sh = j->sh, sw = j->sw, Wp = j->Wp, kk = KH * KW;
+    const Py_ssize_t nc = j->C - c0 < 16 ? j->C - c0 : 16, H = j->H, W = j->W;
+    const Py_ssize_t KW = j->KW, Wp = j->Wp, kk = j->KH * KW;
     const Py_ssize_t hr = H < j->Hp - j->pt ? H : j->Hp - j->pt, wc = W < Wp - j->pl ? W : Wp - j->pl;
     const float *xb = j->x + (n * j->C + c0) * H * W;
     /* the data region only: the padding was zeroed once a part, and lanes past nc are never
-       stored. 16 channels x 16 columns a register transpose. */
+       stored. 16 channels x 16 pixels of the flat plane a register transpose, across row ends
+       (a 7-wide plane is 4 transposes, not 7), each pixel then to its padded row and column. */
     const __mmask16 cm = dwf_mask(nc);
     __m512 t[16];
-    for (Py_ssize_t r = 0; r < hr; r++) {
-        float *d = in + ((r + j->pt) * Wp + j->pl) * 16;
-        for (Py_ssize_t col = 0; col < wc; col += 16) {
-            const __mmask16 m = dwf_mask(wc - col);
-            for (Py_ssize_t c = 0; c < 16; c++)
-                t[c] = c < nc ? _mm512_maskz_loadu_ps(m, xb + c * H * W + r * W + col) : _mm512_setzero_ps();
-            rc_tr16_ps(t);
-            const Py_ssize_t e = wc - col < 16 ? wc - col : 16;
-            for (Py_ssize_t i = 0; i < e; i++)
-                _mm512_store_ps(d + (col + i) * 16, t[i]);
+    const Py_ssize_t HW = H * W, hwr = hr * W;
+    float *const d0 = in + (j->pt * Wp + j->pl) * 16;
+    Py_ssize_t r = 0, col = 0; /* the pixel's row and column */
+    for (Py_ssize_t p = 0; p < hwr; p += 16) {
+        const Py_ssize_t e = hwr - p < 16 ? hwr - p : 16;
+        const __mmask16 m = dwf_mask(e);
+        for (Py_ssize_t c = 0; c < 16; c++)
+            t[c] = c < nc ? _mm512_maskz_loadu_ps(m, xb + c * HW + p) : _mm512_setzero_ps();
+        rc_tr16_ps(t);
+        for (Py_ssize_t i = 0; i < e; i++) {
+            if (col < wc)
+                _mm512_store_ps(d0 + (r * Wp + col) * 16, t[i]);
+            if (++col == W) {
+                col = 0;
+                r++;
+            }
         }
     }
     __m512 wt[DWF_KMAX * DWF_KMAX];
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                            _mm512_set1_epi32((int)kk));
     const float *wb = j->w + c0 * kk;
-    for (Py_ssize_t t = 0; t < kk; t++)
-        wt[t] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), cm, idx, wb + t, 4);
+    for (Py_ssize_t k = 0; k < kk; k++)
+        wt[k] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), cm, idx, wb + k, 4);
     const __m512 vb = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
-    const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
-    for (Py_ssize_t oy = 0; oy < OH; oy++) {
-        for (Py_ssize_t ox = 0; ox < OW; ox += 4) {
-            /* four pixels: a tail's extra ones read inside the scratch (its slack) and are dropped */
-            __m512 a0 = vb, a1 = vb, a2 = vb, a3 = vb;
-            for (Py_ssize_t ky = 0; ky < KH; ky++) {
-                const float *rp = in + ((oy * sh + ky) * Wp + ox * sw) * 16;
-                const __m512 *wr = wt + ky * KW;
-                for (Py_ssize_t kx = 0; kx < KW; kx++) {
-                    const float *p = rp + kx * 16;
-                    a0 = _mm512_fmadd_ps(wr[kx], _mm512_load_ps(p), a0);
-                    a1 = _mm512_fmadd_ps(wr[kx], _mm512_load_ps(p + sw * 16), a1);
-                    a2 = _mm512_fmadd_ps(wr[kx], _mm512_load_ps(p + 2 * sw * 16), a2);
-                    a3 = _mm512_fmadd_ps(wr[kx], _mm512_load_ps(p + 3 * sw * 16), a3);
-                }
-            }
-            const __m512 r[4] = {a0, a1, a2, a3};
-            const int m = OW - ox < 4 ? (int)(OW - ox) : 4;
-            for (int i = 0; i < m; i++) {
-                _mm512_store_ps(out + (oy * OW + ox + i) * 16, dwf_epi(r[i], lo, hi, j->act));
-            }
-        }
-    }
-    const Py_ssize_t P = OH * OW;
+    static void (*const taps[3][2])(const dwl_job *, const float *, float *, const __m512 *, __m512) = {
+        {dwl_taps_3_1, dwl_taps_3_2}, {dwl_taps_5_1, dwl_taps_5_2}, {dwl_taps_7_1, dwl_taps_7_2}};
+    const Py_ssize_t sw = j->sw;
+    if ((KW == 3 || KW == 5 || KW == 7) && (sw == 1 || sw == 2))
+        taps[KW / 2 - 1][sw - 1](j, in, out, wt, vb);
+    else
+        dwl_taps_any(j, in, out, wt, vb);
+    const Py_ssize_t P = j->OH * j->OW;
     float *yb = j->y + (n * j->C + c0) * P;
     for (Py_ssize_t p = 0; p < P; p += 16) {
         const Py_ssize_t e = P - p < 16 ? P - p : 16;
@@ -578,7 +656,7 @@ DWF_TARGET static void dwl_block(const dwl_job *j, float *in, float *out, Py_ssi
 static void dwl_part(void *arg, int part, int parts)
 {
     const dwl_job *j = (const dwl_job *)arg;
-    float *in = j->scratch + part * j->scratch_n, *out = in + j->Hp * j->Wp * 16 + (4 * j->sw + j->KW) * 16;
+    float *in = j->scratch + part * j->scratch_n, *out = in + j->Hp * j->Wp * 16 + (DWL_G * j->sw + j->KW) * 16;
     memset(in, 0, sizeof(float) * (size_t)j->scratch_n);
     const Py_ssize_t blocks = j->N * ((j->C + 15) / 16);
     const Py_ssize_t q0 = blocks * part / parts, q1 = blocks * (part + 1) / parts;
@@ -603,7 +681,7 @@ PyObject *dwl_run(const float *x, const float *w, const float *b, float *y, cons
     j.Wp = sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.OW - 1, j.sw), j.KW);
     /* the input, a tail's reads past it, then the outputs: 16 floats a pixel */
     const Py_ssize_t px = sz_add(&sz, "the padded block", sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.Hp, j.Wp),
-                                                              4 * j.sw + j.KW),
+                                                              DWL_G * j.sw + j.KW),
                                  sz_mul(&sz, "the padded block", j.OH, j.OW));
     j.scratch_n = sz_mul(&sz, "the padded block", px, 16);
     const Py_ssize_t blocks = sz_mul(&sz, "the blocks", j.N, (j.C + 15) / 16);
