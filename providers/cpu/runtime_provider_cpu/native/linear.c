@@ -167,6 +167,8 @@ void ln_pack_part(void *arg, int part, int parts)
             if (rc_conv_fast)
                 k0 = ln_pack12_avx512(dst, src, K);
 #endif
+            if (rc_ln_tiles == ln_tiles_avx2)
+                k0 = ln_pack12_avx2(dst, src, K);
             /* 12 rows read side by side, the panel written in order */
             for (Py_ssize_t k = k0; k < K; k++)
                 for (int p = 0; p < LN_RP; p++)
@@ -189,6 +191,7 @@ static void ln_part(void *arg, int part, int parts)
     /* a chunk of unpacked weights, packed here (kc <= LN_KC; the caller's work buffer
        holds the packed rows of a) */
     float wbuf[LN_KC * 32] __attribute__((aligned(64)));
+    const ln_tile_f *tiles = rc_ln_tiles ? rc_ln_tiles : ln_tiles; /* without AVX-512: linear_avx2.c's */
     for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
         const Py_ssize_t cb = u / nb, q0 = (u - cb * nb) * j->bp;
         const Py_ssize_t q1 = q0 + j->bp < np_ ? q0 + j->bp : np_;
@@ -240,14 +243,14 @@ static void ln_part(void *arg, int part, int parts)
                 }
                 const ln_epi *e = k0 + kn == j->K ? j->epi : NULL;
                 if (nn == 32) {
-                    ln_tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, qpf, pfs, qnpf, e);
+                    tiles[nr](ap, wp, kn, 32, c, j->N, bias, k0 == 0, qpf, pfs, qnpf, e);
                     continue;
                 }
                 /* the last panel of an N not a multiple of 32: through a whole-width tile */
                 if (k0 > 0)
                     for (Py_ssize_t p = 0; p < nr; p++)
                         memcpy(tail + p * 32, c + p * j->N, sizeof(float) * nn);
-                ln_tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, qpf, pfs, qnpf, e);
+                tiles[nr](ap, wp, kn, 32, tail, 32, bias, k0 == 0, qpf, pfs, qnpf, e);
                 for (Py_ssize_t p = 0; p < nr; p++)
                     memcpy(c + p * j->N, tail + p * 32, sizeof(float) * nn);
             }
@@ -377,6 +380,7 @@ static void pl_part(void *arg, int part, int parts)
     float xb[PL_XB] __attribute__((aligned(64))); /* the group's chunk of x, [G][kn][32] */
     pl_job img = *j0; /* the unit's image: x, y and z moved to it */
     const pl_job *j = &img;
+    const ln_tile_f *tiles = rc_ln_tiles ? rc_ln_tiles : ln_tiles; /* without AVX-512: linear_avx2.c's */
     for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
         const Py_ssize_t n = u / per, ui = u - n * per;
         img.x = j0->x + n * C * P;
@@ -422,14 +426,14 @@ static void pl_part(void *arg, int part, int parts)
                     if (n0 + 32 <= P) {
                         ln_epi e = {j->b ? j->b + r0 : NULL, j->z ? j->z + r0 * P + n0 : NULL, P, j->lo,
                                     j->hi, j->act};
-                        ln_tiles[nr](ap, xs, kn, 32, c, P, NULL, k0 == 0, pf, q > q0 ? 128 : sizeof(float) * P,
+                        tiles[nr](ap, xs, kn, 32, c, P, NULL, k0 == 0, pf, q > q0 ? 128 : sizeof(float) * P,
                                      npf, last ? &e : NULL);
                         continue;
                     }
                     if (k0 > 0)
                         for (Py_ssize_t p = 0; p < nr; p++)
                             memcpy(tail + p * 32, c + p * P, sizeof(float) * tn);
-                    ln_tiles[nr](ap, xs, kn, 32, tail, 32, NULL, k0 == 0, NULL, 0, 0, NULL);
+                    tiles[nr](ap, xs, kn, 32, tail, 32, NULL, k0 == 0, NULL, 0, 0, NULL);
                     for (Py_ssize_t p = 0; p < nr; p++)
                         memcpy(c + p * P, tail + p * 32, sizeof(float) * tn);
                     if (last) {
