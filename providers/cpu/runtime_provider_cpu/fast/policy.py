@@ -94,8 +94,9 @@ class Policy:
     wino_lanes_ow: tuple = (10, 16)
     #: ... with at least this many input channels (the lanes layout wins where both apply)
     wino_lanes_min_c: int = 128
-    #: 1x1 convolutions on ``_native.pointwise_lanes`` (needs ``linear``)
-    pw_lanes: bool = True
+    #: 1x1 convolutions on ``_native.pointwise_lanes`` (needs ``linear``; taken unmeasured, so on
+    #: AVX-512 CPUs only: its AVX2 tiles are measured on the Linear alone)
+    pw_lanes: bool = _FAST
     #: pair fusions (see ``fast/pairs.py``): expansion + depthwise, stem + MaxPool, shortcut
     expand_dw: bool = True
     conv_maxpool: bool = True

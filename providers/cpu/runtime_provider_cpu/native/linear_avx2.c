@@ -98,22 +98,24 @@ typedef void (*la_sub_f)(const float *restrict, const float *restrict, Py_ssize_
                          Py_ssize_t, const float *restrict, int, const char *, Py_ssize_t, Py_ssize_t,
                          const ln_epi *, Py_ssize_t, Py_ssize_t);
 
-/* the 12 x 32 tile of NP rows: rows [0, 6) and [6, NP) of each 16-column half, the half's
- * weights (kn lines of 64 bytes) read by both row halves while in L1 */
+/* the 12 x 32 tile of NP rows: up to 6 rows in one sub-tile, more in two as even as they go
+ * (8 rows as 4 + 4: 6 + 2 left the 2-row one 4 accumulator chains, too few to cover the FMA
+ * latency), for each 16-column half; the half's weights (kn lines of 64 bytes) read by both
+ * sub-tiles while in L1 */
 #define LA_TILE(NP, SFX)                                                                           \
     static void la_tile##NP##SFX(const float *restrict ap, const float *restrict wp, Py_ssize_t kn, \
                                  Py_ssize_t ldw, float *restrict c, Py_ssize_t ldc,                \
                                  const float *restrict bias, int init, const char *pf,             \
                                  Py_ssize_t pfs, Py_ssize_t npf, const ln_epi *e)                  \
     {                                                                                              \
-        const int n0 = NP < LA_MR ? NP : LA_MR, n1 = NP - n0;                                      \
+        const int n0 = NP <= LA_MR ? NP : (NP + 1) / 2, n1 = NP - n0;                             \
         for (int h = 0; h < 2; h++) {                                                              \
             const float *b = bias ? bias + 16 * h : NULL;                                          \
             la_subs##SFX[n0](ap, wp + 16 * h, kn, ldw, c + 16 * h, ldc, b, init, pf, pfs,          \
                              h == 0 ? npf : 0, e, 0, 16 * h);                                      \
             if (n1 > 0)                                                                            \
-                la_subs##SFX[n1](ap + LA_MR, wp + 16 * h, kn, ldw, c + LA_MR * ldc + 16 * h, ldc,  \
-                                 b, init, NULL, 0, 0, e, LA_MR, 16 * h);                           \
+                la_subs##SFX[n1](ap + n0, wp + 16 * h, kn, ldw, c + n0 * ldc + 16 * h, ldc, b,     \
+                                 init, NULL, 0, 0, e, n0, 16 * h);                                 \
         }                                                                                          \
     }
 
