@@ -16,7 +16,7 @@ typedef struct {
 #define GR_NB 4 /* columns of y (rows of b) a step, with trans */
 #define GR_NV 4 /* 16-float vectors of y's columns a step, without */
 
-RC_CLONES static void gr_range(const gr_job *j, Py_ssize_t n0, Py_ssize_t n1)
+CV_CLONES static void gr_range(const gr_job *j, Py_ssize_t n0, Py_ssize_t n1)
 {
     const Py_ssize_t K = j->K, N = j->N, K16 = K & ~(Py_ssize_t)15;
     for (Py_ssize_t r0 = 0; r0 < j->R; r0 += 4) {

@@ -14,20 +14,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* RC_BUILD_ISA (setup.py's RUNTIME_CORE_NATIVE_ISA): 0 the clones below, 1 no AVX-512 clone
-   (an AVX2 binary), 2 the baseline x86-64 alone; also the run-time cap's default (cpu_features.c) */
+/* RC_BUILD_ISA (setup.py's RUNTIME_CORE_NATIVE_ISA): 0 the clones below, 1 without their AVX-512
+   builds (what an AVX2 CPU runs of them: CV_CLONES's baseline), 2 the baseline x86-64 alone; also
+   the run-time cap's default (cpu_features.c) */
 #ifndef RC_BUILD_ISA
 #define RC_BUILD_ISA 0
 #endif
 
 #if RC_BUILD_ISA == 1 && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define RC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#define CV_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define CV_CLONES
 #elif RC_BUILD_ISA == 0 && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 /* one x86-64-v4 (AVX-512), one x86-64-v3 (AVX2 + FMA) and one baseline build of a kernel,
    picked at load time by the CPU */
 #define RC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-/* an AVX-512 build (32 vector registers: the 24 accumulators of a tile fit) and a portable one */
+/* an AVX-512 build (32 vector registers: the 24 accumulators of a tile fit) and a portable one; no
+   x86-64-v3 build: 16-float vectors in 16 ymm registers spilled, and gemm_rows's v3 clone ran at
+   0.55-0.65x its baseline one's rate (providers/cpu/docs/performance.md) */
 #define CV_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
 #else
 #define RC_CLONES
