@@ -129,3 +129,20 @@ def test_a_cap_it_does_not_name_fails_the_import():
                          capture_output=True, text=True, timeout=120)
     assert got.returncode != 0
     assert "ValueError: RUNTIME_CORE_CPU_ISA=avx1024: expected avx512, avx2 or baseline" in got.stderr
+
+
+def test_gemm_bench_under_the_avx2_cap_measures_the_ymm_peak():
+    """``bench --gemm`` under the cap: our Linear is the AVX2 one, timed, and checked against numpy
+    inside gemm_rates; the peak is measured in 8-lane vectors and the header says the cap."""
+    if not has_avx2() or capped("avx2") != "avx2":
+        pytest.skip("no AVX2 here (or a baseline build)")
+    code = ("import json; from runtime_provider_cpu.fast.peak import gemm_rates; "
+            "r = gemm_rates([(13, 70, 45)], 1, 1); "
+            "print(json.dumps([r['isa'], r['peak']['lanes'], r['rows'][0]['ours'] is not None]))")
+    env = dict(os.environ, RUNTIME_CORE_CPU_ISA="avx2")
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert got.returncode == 0, got.stderr[-3000:]
+    isa, lanes, timed = json.loads(got.stdout)
+    assert "kernels capped to avx2 (Linear tiles avx2)" in isa
+    assert lanes == 8
+    assert timed
