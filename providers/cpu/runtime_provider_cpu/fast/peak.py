@@ -105,7 +105,8 @@ def gemm_rates(sizes, threads: int = 1, repeats: int = 5) -> dict:
         blas = autotune.blas_info()
     isa = autotune.isa_level()
     if nat is not None and getattr(nat, "CPU_ISA", "avx512") != "avx512":
-        # RUNTIME_CORE_CPU_ISA (or the build) caps the kernels: the peak is that ISA's too
-        isa += f", kernels capped to {nat.CPU_ISA} (Linear tiles {getattr(nat, 'LINEAR_TILES', '?')})"
+        # no AVX-512 kernels (the CPU, or RUNTIME_CORE_CPU_ISA / the build capping them): the
+        # peak is measured in the vectors they use
+        isa += f", kernels at {nat.CPU_ISA} (Linear tiles {getattr(nat, 'LINEAR_TILES', '?')})"
     return {"cpu": autotune.cpu_model(), "isa": isa, "threads": int(threads),
             "blas": blas, "peak": fma_peak(threads), "rows": rows}

@@ -48,6 +48,7 @@ static int avx_vnni(void)
 }
 
 int rc_isa_cap;
+const char *rc_isa_name = "baseline";
 const ln_tile_f *rc_ln_tiles;
 
 /* RUNTIME_CORE_CPU_ISA: the widest kernels this process dispatches to, so that an AVX-512 machine
@@ -87,6 +88,7 @@ void rc_cpu_init(void)
     v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #endif
     rc_ln_tiles = rc_conv_fast ? NULL : rc_isa_cap <= 1 && v3 ? ln_tiles_avx2 : ln_tiles_base;
+    rc_isa_name = rc_conv_fast ? "avx512" : rc_ln_tiles == ln_tiles_avx2 ? "avx2" : "baseline";
 }
 
 /* cpu_isa() -> {flag: bool} for the ISA extensions the kernels dispatch on, as this process's

@@ -337,7 +337,7 @@ PyMODINIT_FUNC PyInit__native(void)
               PyModule_AddIntConstant(m, "NBITS_DOT_ROWS", RC_NBITS_DOT_ROWS) < 0 ||
               PyModule_AddIntConstant(m, "NBITS_INT8_FAST", rc_nbits_int8_fast()) < 0 ||
               PyModule_AddStringConstant(m, "AMX_INT8", rc_amx_why) < 0 ||
-              PyModule_AddStringConstant(m, "CPU_ISA", rc_isa_cap == 0 ? "avx512" : rc_isa_cap == 1 ? "avx2" : "baseline") < 0 ||
+              PyModule_AddStringConstant(m, "CPU_ISA", rc_isa_name) < 0 ||
               PyModule_AddStringConstant(m, "LINEAR_TILES", !rc_ln_tiles ? "avx512"
                                          : rc_ln_tiles == ln_tiles_avx2 ? "avx2" : "baseline") < 0)) {
         Py_DECREF(m);

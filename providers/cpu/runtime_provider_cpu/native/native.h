@@ -201,6 +201,8 @@ extern int rc_conv_fast;
 /* RUNTIME_CORE_CPU_ISA's cap, read once at load: 0 none (avx512), 1 avx2, 2 baseline; -1: a
    value it does not name (the module's import fails, naming it) */
 extern int rc_isa_cap;
+/* the widest kernels that run here, under the cap: "avx512", "avx2" or "baseline" (CPU_ISA) */
+extern const char *rc_isa_name;
 void rc_cpu_init(void);
 extern int rc_avx_vnni;
 PyObject *rc_py_cpu_isa(PyObject *self, PyObject *noargs);
