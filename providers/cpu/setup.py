@@ -3,6 +3,8 @@ against the CPython API, no numpy headers), one source file per routine family u
 ``runtime_provider_cpu/native/`` (native.h declares what they share). Everything else is in
 pyproject.toml."""
 
+import os
+
 from setuptools import Extension, setup
 
 # listed, not globbed: a new file is a deliberate change to the build
@@ -32,8 +34,17 @@ SOURCES = [
     "int8_depthwise.c",    # qdwconv (depthwise QLinearConv)
     "nbits.c",             # nbits_matmul (MatMulNBits on the 4-bit codes)
     "nbits_int8.c",        # nbits_int8_matmul (MatMulNBits accuracy_level 4: int8 a, vpdpbusd)
+    "linear_avx2.c",       # linear's tiles without AVX-512: AVX2 + FMA, and the baseline x86-64
 ]
 HEADERS = ["native.h", "simd.h"]  # in the sdist through MANIFEST.in
+
+# RUNTIME_CORE_NATIVE_ISA=avx2 | baseline: a build without the AVX-512 (or any wider than the
+# baseline x86-64) clones, which also caps its dispatch (native.h's RC_BUILD_ISA): an AVX-512
+# machine then runs, tests and measures what an AVX2 or an SSE2-only one runs
+_ISA = {"": 0, "avx512": 0, "avx2": 1, "baseline": 2}
+_isa = os.environ.get("RUNTIME_CORE_NATIVE_ISA", "")
+if _isa not in _ISA:
+    raise SystemExit(f"RUNTIME_CORE_NATIVE_ISA={_isa!r}: expected one of avx512, avx2, baseline (or unset)")
 
 setup(
     # the C sources build the extension; the wheel carries only the built module
@@ -42,6 +53,7 @@ setup(
         "runtime_provider_cpu._native",
         [f"runtime_provider_cpu/native/{s}" for s in SOURCES],
         depends=[f"runtime_provider_cpu/native/{h}" for h in HEADERS],
+        define_macros=[("RC_BUILD_ISA", str(_ISA[_isa]))],
         # hidden: the files share internal symbols; only PyInit__native is exported
         extra_compile_args=["-O3", "-funroll-loops", "-fno-math-errno", "-Wno-psabi", "-fvisibility=hidden"],
         # optional: where it cannot be built (no C compiler, MSVC, an unsupported target) the

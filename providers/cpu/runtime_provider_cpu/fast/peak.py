@@ -2,7 +2,8 @@
 (through :func:`runtime_provider_cpu.api.gemm_benchmark`).
 
 The peak is measured, not looked up: ``_native.fma_peak`` runs 12 independent chains of
-fused multiply-adds in the widest vectors the CPU has on each thread, timed by the thread's
+fused multiply-adds in the widest vectors the CPU has on each thread (no wider than the kernels'
+cap, ``RUNTIME_CORE_CPU_ISA``: ymm under ``avx2``, so the rates are against the AVX2 peak), timed by the thread's
 own CPU time; its rate is cores x clock x FMA units x lanes x 2 (double-pumped AVX-512 counted
 as it runs), and the clock in ``/proc/cpuinfo`` gives the FMA units that implies. GEMMs are
 timed by wall clock (best of the repeats) and by the process's CPU time over the threads
@@ -120,5 +121,10 @@ def gemm_rates(sizes, threads: int = 1, repeats: int = 5) -> dict:
         for (M, K, N, a, w), y in zip(cases, outs):
             np.testing.assert_allclose(y, a @ w, rtol=1e-3, atol=1e-3 * math.sqrt(K))
         blas = autotune.blas_info()
-    return {"cpu": autotune.cpu_model(), "isa": autotune.isa_level(), "threads": int(threads),
+    isa = autotune.isa_level()
+    if nat is not None and getattr(nat, "CPU_ISA", "avx512") != "avx512":
+        # no AVX-512 kernels (the CPU, or RUNTIME_CORE_CPU_ISA / the build capping them): the
+        # peak is measured in the vectors they use
+        isa += f", kernels at {nat.CPU_ISA} (Linear tiles {getattr(nat, 'LINEAR_TILES', '?')})"
+    return {"cpu": autotune.cpu_model(), "isa": isa, "threads": int(threads),
             "blas": blas, "peak": fma_peak(threads), "rows": rows}

@@ -33,6 +33,8 @@ else:
         NATIVE_ERROR = None
 
 _FAST = NATIVE is not None and bool(getattr(NATIVE, "CONV_FAST", 0))  # the AVX-512 build
+# the Linear's register tiles run as AVX-512 or AVX2 + FMA code here (not the baseline x86-64's)
+_LINEAR = _FAST or (NATIVE is not None and getattr(NATIVE, "LINEAR_TILES", "") == "avx2")
 
 
 @dataclass(frozen=True)
@@ -63,8 +65,9 @@ class Policy:
     #: ... the dynamic-int8 matmuls (``ops/quant_dyn.py``) "vnni" (``_native.dqmm``'s VNNI tile) or
     #: "amx" (its AMX tiles, where the OS grants them: ``_native.AMX_INT8``)
     dqmm_kernel: str = ""
-    #: float32 MatMul / Gemm by a constant weight: ``_native.linear`` is a candidate (the AVX-512 build)
-    linear: bool = _FAST
+    #: float32 MatMul / Gemm by a constant weight: ``_native.linear`` is a candidate (on an AVX-512 or
+    #: an AVX2 + FMA CPU, ``_native.LINEAR_TILES``)
+    linear: bool = _LINEAR
     #: Gemm products of fewer multiply-adds skip BLAS (its woken threads spin past the call)
     blas_min_macs: int = 1 << 19
     #: products of at most this many rows: ``_native.gemm_rows`` is a candidate
@@ -91,8 +94,9 @@ class Policy:
     wino_lanes_ow: tuple = (10, 16)
     #: ... with at least this many input channels (the lanes layout wins where both apply)
     wino_lanes_min_c: int = 128
-    #: 1x1 convolutions on ``_native.pointwise_lanes`` (needs ``linear``)
-    pw_lanes: bool = True
+    #: 1x1 convolutions on ``_native.pointwise_lanes`` (needs ``linear``; taken unmeasured, so on
+    #: AVX-512 CPUs only: its AVX2 tiles are measured on the Linear alone)
+    pw_lanes: bool = _FAST
     #: pair fusions (see ``fast/pairs.py``): expansion + depthwise, stem + MaxPool, shortcut
     expand_dw: bool = True
     conv_maxpool: bool = True

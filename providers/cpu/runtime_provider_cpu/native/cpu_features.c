@@ -47,11 +47,48 @@ static int avx_vnni(void)
 #endif
 }
 
+int rc_isa_cap;
+const char *rc_isa_name = "baseline";
+const ln_tile_f *rc_ln_tiles;
+
+/* RUNTIME_CORE_CPU_ISA: the widest kernels this process dispatches to, so that an AVX-512 machine
+ * runs (and tests, and measures) what an AVX2 or a baseline x86-64 one runs: "avx512" (none),
+ * "avx2" or "baseline"; unset, the build's (RC_BUILD_ISA). It lowers the flags set here (the
+ * AVX-512 paths, AMX, the Linear's tiles); the clones GCC's loader picks (RC_CLONES, CV_CLONES) and
+ * the int8 kernels' own CPUID checks follow the CPU, which only a build with RC_BUILD_ISA caps. */
+static int isa_cap(void)
+{
+    const char *s = getenv("RUNTIME_CORE_CPU_ISA");
+    if (!s || !*s)
+        return RC_BUILD_ISA;
+    if (!strcmp(s, "avx512"))
+        return RC_BUILD_ISA;
+    if (!strcmp(s, "avx2"))
+        return RC_BUILD_ISA > 1 ? RC_BUILD_ISA : 1;
+    if (!strcmp(s, "baseline"))
+        return 2;
+    return -1;
+}
+
 void rc_cpu_init(void)
 {
-    rc_conv_fast = cv_fast();
-    rc_avx_vnni = avx_vnni();
+    rc_isa_cap = isa_cap();
+    rc_conv_fast = rc_isa_cap == 0 && cv_fast();
+    rc_avx_vnni = rc_isa_cap <= 1 && avx_vnni();
     rc_amx_init();
+    if (rc_isa_cap != 0 && rc_amx) {
+        rc_amx = rc_qg_amx = 0;
+        rc_amx_why = "capped by RUNTIME_CORE_CPU_ISA (or the build's ISA)";
+    }
+    /* the Linear: linear.c's AVX-512 tiles, else the AVX2 ones where the CPU has AVX2 and FMA (and
+       the OS saves ymm state), else the baseline's */
+    int v3 = 0;
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    __builtin_cpu_init();
+    v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    rc_ln_tiles = rc_conv_fast ? NULL : rc_isa_cap <= 1 && v3 ? ln_tiles_avx2 : ln_tiles_base;
+    rc_isa_name = rc_conv_fast ? "avx512" : rc_ln_tiles == ln_tiles_avx2 ? "avx2" : "baseline";
 }
 
 /* cpu_isa() -> {flag: bool} for the ISA extensions the kernels dispatch on, as this process's
@@ -149,7 +186,7 @@ static int fp_lanes(void)
     if (rc_conv_fast)
         return 16;
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (rc_isa_cap <= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         return 8;
 #endif
     return 4;

@@ -317,6 +317,8 @@ void ln_pack_part(void *arg, int part, int parts)
             if (rc_conv_fast)
                 k0 = ln_pack12_avx512(dst, src, K);
 #endif
+            if (rc_ln_tiles == ln_tiles_avx2)
+                k0 = ln_pack12_avx2(dst, src, K);
             /* 12 rows read side by side, the panel written in order */
             for (Py_ssize_t k = k0; k < K; k++)
                 for (int p = 0; p < LN_RP; p++)
@@ -355,11 +357,15 @@ static void ln_part(void *arg, int part, int parts)
        holds the packed rows of a) */
     float wbuf[LN_KC * 32] __attribute__((aligned(64)));
     ln_tile_f tiles[LN_RP + 1];
-    memcpy(tiles, j->packed ? ln_ptiles : ln_tiles, sizeof(tiles));
+    if (rc_ln_tiles) /* without AVX-512: linear_avx2.c's */
+        memcpy(tiles, rc_ln_tiles, sizeof(tiles));
+    else {
+        memcpy(tiles, j->packed ? ln_ptiles : ln_tiles, sizeof(tiles));
 #if DWF_OK
-    if (j->packed && rc_conv_fast)
-        tiles[LN_RP] = ln_ptile12_asm;
+        if (j->packed && rc_conv_fast)
+            tiles[LN_RP] = ln_ptile12_asm;
 #endif
+    }
     for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
         Py_ssize_t cb, qb;
         ln_unit(j, u, cols, nb, &cb, &qb);
@@ -564,6 +570,7 @@ static void pl_part(void *arg, int part, int parts)
     float xb[PL_XB] __attribute__((aligned(64))); /* the group's chunk of x, [G][kn][32] */
     pl_job img = *j0; /* the unit's image: x, y and z moved to it */
     const pl_job *j = &img;
+    const ln_tile_f *tiles = rc_ln_tiles ? rc_ln_tiles : ln_tiles; /* without AVX-512: linear_avx2.c's */
     for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
         const Py_ssize_t n = u / per, ui = u - n * per;
         img.x = j0->x + n * C * P;
@@ -609,14 +616,14 @@ static void pl_part(void *arg, int part, int parts)
                     if (n0 + 32 <= P) {
                         ln_epi e = {j->b ? j->b + r0 : NULL, j->z ? j->z + r0 * P + n0 : NULL, P, j->lo,
                                     j->hi, j->act};
-                        ln_tiles[nr](ap, xs, kn, 32, c, P, NULL, k0 == 0, pf, q > q0 ? 128 : sizeof(float) * P,
+                        tiles[nr](ap, xs, kn, 32, c, P, NULL, k0 == 0, pf, q > q0 ? 128 : sizeof(float) * P,
                                      npf, last ? &e : NULL);
                         continue;
                     }
                     if (k0 > 0)
                         for (Py_ssize_t p = 0; p < nr; p++)
                             memcpy(tail + p * 32, c + p * P, sizeof(float) * tn);
-                    ln_tiles[nr](ap, xs, kn, 32, tail, 32, NULL, k0 == 0, NULL, 0, 0, NULL);
+                    tiles[nr](ap, xs, kn, 32, tail, 32, NULL, k0 == 0, NULL, 0, 0, NULL);
                     for (Py_ssize_t p = 0; p < nr; p++)
                         memcpy(c + p * P, tail + p * 32, sizeof(float) * tn);
                     if (last) {

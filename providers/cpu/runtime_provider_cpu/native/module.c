@@ -328,6 +328,11 @@ PyMODINIT_FUNC PyInit__native(void)
 {
     pthread_atfork(NULL, NULL, rc_pool_forked);
     rc_cpu_init();
+    if (rc_isa_cap < 0) {
+        PyErr_Format(PyExc_ValueError, "RUNTIME_CORE_CPU_ISA=%s: expected avx512, avx2 or baseline (or unset)",
+                     getenv("RUNTIME_CORE_CPU_ISA"));
+        return NULL;
+    }
     rc_int8_init();
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddIntConstant(m, "RECURRENCE_UNITS", RC_U) < 0 ||
@@ -336,7 +341,10 @@ PyMODINIT_FUNC PyInit__native(void)
               PyModule_AddIntConstant(m, "CONV_FAST", rc_conv_fast) < 0 ||
               PyModule_AddIntConstant(m, "NBITS_DOT_ROWS", RC_NBITS_DOT_ROWS) < 0 ||
               PyModule_AddIntConstant(m, "NBITS_INT8_FAST", rc_nbits_int8_fast()) < 0 ||
-              PyModule_AddStringConstant(m, "AMX_INT8", rc_amx_why) < 0)) {
+              PyModule_AddStringConstant(m, "AMX_INT8", rc_amx_why) < 0 ||
+              PyModule_AddStringConstant(m, "CPU_ISA", rc_isa_name) < 0 ||
+              PyModule_AddStringConstant(m, "LINEAR_TILES", !rc_ln_tiles ? "avx512"
+                                         : rc_ln_tiles == ln_tiles_avx2 ? "avx2" : "baseline") < 0)) {
         Py_DECREF(m);
         return NULL;
     }

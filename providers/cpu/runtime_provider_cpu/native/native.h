@@ -14,11 +14,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+/* RC_BUILD_ISA (setup.py's RUNTIME_CORE_NATIVE_ISA): 0 the clones below, 1 without their AVX-512
+   builds (what an AVX2 CPU runs of them: CV_CLONES's baseline), 2 the baseline x86-64 alone; also
+   the run-time cap's default (cpu_features.c) */
+#ifndef RC_BUILD_ISA
+#define RC_BUILD_ISA 0
+#endif
+
+#if RC_BUILD_ISA == 1 && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define RC_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define CV_CLONES
+#elif RC_BUILD_ISA == 0 && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 /* one x86-64-v4 (AVX-512), one x86-64-v3 (AVX2 + FMA) and one baseline build of a kernel,
    picked at load time by the CPU */
 #define RC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-/* an AVX-512 build (32 vector registers: the 24 accumulators of a tile fit) and a portable one */
+/* an AVX-512 build (32 vector registers: the 24 accumulators of a tile fit) and a portable one; no
+   x86-64-v3 build: 16-float vectors in 16 ymm registers spilled, and gemm_rows's v3 clone ran at
+   0.55-0.65x its baseline one's rate (providers/cpu/docs/performance.md) */
 #define CV_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
 #else
 #define RC_CLONES
@@ -186,6 +198,11 @@ static inline Py_ssize_t rc_pf_share(const char *nx, Py_ssize_t nbytes, Py_ssize
 
 /* whether this machine runs the AVX-512 kernels (the module's CONV_FAST), set once at load */
 extern int rc_conv_fast;
+/* RUNTIME_CORE_CPU_ISA's cap, read once at load: 0 none (avx512), 1 avx2, 2 baseline; -1: a
+   value it does not name (the module's import fails, naming it) */
+extern int rc_isa_cap;
+/* the widest kernels that run here, under the cap: "avx512", "avx2" or "baseline" (CPU_ISA) */
+extern const char *rc_isa_name;
 void rc_cpu_init(void);
 extern int rc_avx_vnni;
 PyObject *rc_py_cpu_isa(PyObject *self, PyObject *noargs);
@@ -276,6 +293,14 @@ typedef void (*ln_tile_f)(const float *restrict, const float *restrict, Py_ssize
                           float *restrict, Py_ssize_t, const float *restrict, int, const char *,
                           Py_ssize_t, Py_ssize_t, const ln_epi *);
 extern const ln_tile_f ln_tiles[LN_RP + 1];
+/* the same tiles as 6 x 16 sub-tiles for AVX2 + FMA and for the baseline x86-64 (linear_avx2.c) */
+extern const ln_tile_f ln_tiles_avx2[LN_RP + 1];
+extern const ln_tile_f ln_tiles_base[LN_RP + 1];
+/* the tiles linear runs where they are not linear.c's own (NULL: an AVX-512 CPU, uncapped), set
+   once at load (cpu_features.c) */
+extern const ln_tile_f *rc_ln_tiles;
+/* ln_pack_part's AVX2 transpose of a 12-row panel's first K - K % 8 terms; returns them */
+Py_ssize_t ln_pack12_avx2(float *restrict dst, const float *restrict src, Py_ssize_t K);
 /* rows of a [R][K] as 12-row panels ap [ceil(R / 12)][K][12], zeros past R: an rc_parallel job
    (a part's share of the panels), for the Linear and MatMulNBits kernels */
 typedef struct {
