@@ -228,6 +228,31 @@ MT_TARGET static void mt_pack_head(const mt_job *t, Py_ssize_t bh, float *kp, fl
             memcpy(vp + (cb * j->S + s) * 32, v + s * j->xs + cb * 32, 32 * sizeof(float));
 }
 
+/* the rows a later panel reads, fetched while this one runs: q's rows of panel u, and where u
+   starts another head than u - 1's... its share (1 / np_) of the next head's k and v rows each
+   panel of a head, so the next head's packing finds them in cache (its rows are a page or more
+   apart: the hardware's stream prefetch stays inside a page) */
+static inline void mt_prefetch(const mh_job *j, Py_ssize_t u, Py_ssize_t np_)
+{
+    const Py_ssize_t bh = u / np_, b = bh / j->H, h = bh - b * j->H, pi = u - bh * np_;
+    const Py_ssize_t s0 = pi * LN_RP, s1 = s0 + LN_RP < j->S ? s0 + LN_RP : j->S;
+    const float *q = j->q + b * j->xb + h * j->dq;
+    for (Py_ssize_t s = s0; s < s1; s++)
+        for (Py_ssize_t d = 0; d < j->dq; d += 16)
+            __builtin_prefetch(q + s * j->xs + d, 0, 3);
+    if (bh + 1 >= j->B * j->H)
+        return;
+    const Py_ssize_t nb = (bh + 1) / j->H, nh = bh + 1 - nb * j->H;
+    const float *k = j->k + nb * j->xb + nh * j->dq, *v = j->v + nb * j->xb + nh * j->dv;
+    const Py_ssize_t r0 = j->S * pi / np_, r1 = j->S * (pi + 1) / np_;
+    for (Py_ssize_t s = r0; s < r1; s++) {
+        for (Py_ssize_t d = 0; d < j->dq; d += 16)
+            __builtin_prefetch(k + s * j->xs + d, 0, 2);
+        for (Py_ssize_t d = 0; d < j->dv; d += 16)
+            __builtin_prefetch(v + s * j->xs + d, 0, 2);
+    }
+}
+
 MT_TARGET static void mt_part(void *arg, int part, int parts)
 {
     mt_job *t = (mt_job *)arg;
@@ -257,6 +282,7 @@ MT_TARGET static void mt_part(void *arg, int part, int parts)
             mt_pack_head(t, bh, kp, vp);
             packed = bh;
         }
+        mt_prefetch(j, u + 1 < u1 ? u + 1 : u, np_);
         /* the keys this panel reads: with the causal cut, none past its last row (their
            probabilities are exact zeros: the same sums) */
         const Py_ssize_t T = j->causal ? s0 + nr : S;
