@@ -228,10 +228,10 @@ MT_TARGET static void mt_pack_head(const mt_job *t, Py_ssize_t bh, float *kp, fl
             memcpy(vp + (cb * j->S + s) * 32, v + s * j->xs + cb * 32, 32 * sizeof(float));
 }
 
-/* the rows a later panel reads, fetched while this one runs: q's rows of panel u, and where u
-   starts another head than u - 1's... its share (1 / np_) of the next head's k and v rows each
-   panel of a head, so the next head's packing finds them in cache (its rows are a page or more
-   apart: the hardware's stream prefetch stays inside a page) */
+/* rows a later panel reads, fetched while this one runs: q's rows of panel u (the next one), and
+   panel u's share (1 / np_ of the rows) of the following head's k and v, so that head's packing
+   finds them in cache (a head's rows are a page or more apart: the hardware's stream prefetch
+   stays inside a page) */
 static inline void mt_prefetch(const mh_job *j, Py_ssize_t u, Py_ssize_t np_)
 {
     const Py_ssize_t bh = u / np_, b = bh / j->H, h = bh - b * j->H, pi = u - bh * np_;
