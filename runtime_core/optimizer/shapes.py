@@ -461,6 +461,31 @@ def dim_if_known(d, shape):
 _GENERATED = re.compile(r"unk__\d+$")
 
 
+def _broadcast_hints(ed: Editor, graph: Graph, hint: dict, sub: dict, declared: set, resolve) -> None:
+    """A symbol hinted ``("min", d, n)`` (a slice ``[0:d]`` of an axis of int n > 1) that a
+    broadcasting node lines up against ``d`` itself is ``d`` wherever that node runs: min(d, n) is
+    d, or n < d, which broadcasts against d only if one of them is 1 (n > 1: d would be 1, less
+    than n). The Add of a sliced position table to the embeddings proves the table's rows (BERT's
+    TorchScript export: its skip operand of the embeddings' LayerNorm had that unknown dim)."""
+    if not hint:
+        return
+    for n in graph.nodes:
+        if n.domain not in ("", "ai.onnx") or not (n.op_type in _BINARY or n.op_type == "Where"):
+            continue
+        ins = [ed.shape(i) if i else None for i in n.inputs]
+        if len(ins) < 2 or any(x is None for x in ins):
+            continue
+        rank = max(len(x) for x in ins)
+        cols = list(zip(*[[1] * (rank - len(x)) + list(x) for x in ins]))
+        for col in cols:
+            for o in col:
+                if not isinstance(o, str) or o not in hint or o in sub or o in declared:
+                    continue
+                _, d, size = hint[o]
+                if isinstance(size, int) and size > 1 and any(x is not o and x != o and resolve(x) == d for x in col):
+                    sub[o] = d
+
+
 def refine_symbols(graph: Graph) -> int:
     """Replace the fresh symbols onnx shape inference makes up for dims it cannot name
     (``unk__N``, one per unknown, shared by the values it propagated to) by the int or the
@@ -513,6 +538,7 @@ def refine_symbols(graph: Graph) -> int:
                     sub[o] = d
                 elif isinstance(d, tuple) and d[:1] == ("min",) and o not in hint:
                     hint[o] = d
+        _broadcast_hints(ed, graph, hint, sub, declared, resolve)
         if not sub:
             break
         total += len(sub)

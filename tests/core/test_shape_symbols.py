@@ -11,8 +11,8 @@ from runtime_core.optimizer.editor import Editor
 from runtime_core.optimizer.shapes import fill_missing_shapes, refine_symbols
 
 
-def _model(end_from: str):
-    """emb [batch, seq, 8] + pos[0:k] of a [32, 8] table, k = dim 1 of ``end_from``."""
+def _model(end_from: str, rows: int = 32):
+    """emb [batch, seq, 8] + pos[0:k] of a [rows, 8] table, k = dim 1 of ``end_from``."""
     nodes = [helper.make_node("Gather", ["wte", "ids"], ["emb"]),
              helper.make_node("Shape", [end_from], ["shp"]),
              helper.make_node("Gather", ["shp", "one"], ["k"], axis=0),
@@ -20,7 +20,7 @@ def _model(end_from: str):
              helper.make_node("Slice", ["pos", "zero_v", "k1", "zero_v"], ["p"]),
              helper.make_node("Add", ["emb", "p"], ["y"])]
     inits = [helper.make_tensor("wte", TensorProto.FLOAT, [10, 8], np.zeros(80, np.float32)),
-             helper.make_tensor("pos", TensorProto.FLOAT, [32, 8], np.zeros(256, np.float32)),
+             helper.make_tensor("pos", TensorProto.FLOAT, [rows, 8], np.zeros(rows * 8, np.float32)),
              helper.make_tensor("one", TensorProto.INT64, [], [1]),
              helper.make_tensor("zero_ax", TensorProto.INT64, [1], [0]),
              helper.make_tensor("zero_v", TensorProto.INT64, [1], [0])]
@@ -30,11 +30,16 @@ def _model(end_from: str):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _y_shape(end_from):
-    g = Graph(_model(end_from))
+def _shapes(end_from, rows=32):
+    g = Graph(_model(end_from, rows))
     fill_missing_shapes(g)
     refine_symbols(g)
-    return Editor(g, "t").shape("y")
+    ed = Editor(g, "t")
+    return ed.shape("y"), ed.shape("p")
+
+
+def _y_shape(end_from):
+    return _shapes(end_from)[0]
 
 
 def test_a_table_sliced_to_the_sequence_length_broadcasts_to_it():
@@ -46,6 +51,61 @@ def test_a_slice_to_another_length_stays_unknown():
     # pos[0:n] with n another input's dim: nothing says n is seq (or 1)
     s = _y_shape("other")
     assert s[0] == "batch" and s[2] == 8 and s[1] not in ("seq", "n")
+    assert _shapes("other")[1][0] not in ("seq", "n")
+
+
+def test_the_sliced_table_itself_has_the_sequence_length_where_the_add_runs():
+    # min(seq, 32) rows broadcast against seq: seq, or 32 < seq, which no seq broadcasts with
+    assert _shapes("ids")[1] == ("seq", 8)
+
+
+def test_a_sliced_table_of_one_row_stays_unknown():
+    # min(seq, 1) is 1 for every seq: it broadcasts against any seq and is not seq
+    y, p = _shapes("ids", rows=1)
+    assert y == ("batch", "seq", 8) and p[0] != "seq"
+
+
+def test_bert_embeddings_layer_norm_fuses_with_the_sliced_position_table(tmp_path):
+    """TorchScript's BERT embeddings at opset 14 (word + token type + position rows sliced to the
+    sequence length, then LayerNorm) fuse to SkipLayerNormalization as onnxruntime fuses them (the
+    position rows' unknown dim had kept the decomposed norm), with onnxruntime's results."""
+    import warnings
+
+    import onnx
+    import torch
+
+    import runtime_core as rt
+    from oracle import assert_close, run_oracle
+
+    class Emb(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.word, self.pos, self.typ = (torch.nn.Embedding(50, 32), torch.nn.Embedding(40, 32),
+                                             torch.nn.Embedding(2, 32))
+            self.ln = torch.nn.LayerNorm(32)
+            self.register_buffer("position_ids", torch.arange(40).expand((1, -1)))
+
+        def forward(self, ids, types):
+            pos = self.position_ids[:, :ids.shape[1]]
+            return self.ln(self.word(ids) + self.typ(types) + self.pos(pos))
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(5)
+    feeds = {"ids": rng.integers(0, 50, (2, 9)), "types": rng.integers(0, 2, (2, 9))}
+    path = tmp_path / "emb.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Emb().eval(), (torch.from_numpy(feeds["ids"]), torch.from_numpy(feeds["types"])),
+                          str(path), dynamo=False, opset_version=14, input_names=["ids", "types"],
+                          output_names=["y"], dynamic_axes={"ids": {0: "batch", 1: "seq"},
+                                                            "types": {0: "batch", 1: "seq"}})
+    model = onnx.load(str(path))
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    ops = [n.op_type for n in sess._graph.nodes]
+    assert "SkipLayerNormalization" in ops and "ReduceMean" not in ops, ops
+    for seq in (9, 1, 40):
+        f = {k: rng.integers(0, 2, (2, seq)) for k in feeds}
+        assert_close(sess.run(None, f), run_oracle(model, f), rtol=1e-4, atol=1e-5)
 
 
 def _heads_chain(layers: int):

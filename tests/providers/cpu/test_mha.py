@@ -158,10 +158,11 @@ def _attention(qkv, H, dq, dv, scale):
     return (p @ v).transpose(0, 2, 1, 3).reshape(B, S, H * dv)
 
 
-def test_mha_tiles_keep_their_packed_keys_between_calls_of_other_sizes():
-    """The tiles form keeps its packed k^T and v in the calling thread's second work slot between
-    calls: calls that grow and shrink it, with a Linear between them (slot 0 of the same thread),
-    and calls from another thread all give the attention of their own inputs."""
+def test_mha_tiles_pack_their_heads_in_the_work_buffer_between_calls_of_other_sizes():
+    """The tiles form packs each head's k^T and v into the work buffer of the part that reads
+    them (a thread's buffer, kept between calls): calls that grow and shrink it, with a Linear
+    between them (the same buffer of the same thread), and calls from another thread all give
+    the attention of their own inputs."""
     import threading
 
     from runtime_provider_cpu import _native

@@ -136,17 +136,19 @@ static Py_ssize_t mh_rows(Py_ssize_t heads, Py_ssize_t S, Py_ssize_t min_blocks)
     return (S + nrb - 1) / nrb;
 }
 
-/* mha on the Linear's 12 x 32 tiles (ln_tiles) instead of sgemm calls: k^T and v of every
- * (batch, head) packed once as the Linear's weights ([ceil(S / 32)][dq][32], [dv / 32][S][32]),
- * then a unit is one 12-row panel of queries: q (scaled) packed [dq][12], its scores
- * (12 x S, in L1 / L2) by the tiles, the mask / causal cut / bias and the softmax row by row,
- * the probabilities packed [S][12] (ln_pack_part) and p v by the tiles straight into y. The
- * sgemm calls packed k, the scores and v again for every block of rows and zeroed each
- * product first. dv a multiple of 32 (whole column panels of y). */
+/* mha on the Linear's 12 x 32 tiles (ln_tiles) instead of sgemm calls: a unit is one 12-row
+ * panel of queries of a (batch, head); a part packs the k^T and v of each head its units reach
+ * as the Linear's weights ([ceil(S / 32)][dq][32], [dv / 32][S][32]) in its own work buffer,
+ * where they stay in L2 for all the head's panels (packed for every head up front, they went
+ * through memory once more). A panel: q (scaled) packed [dq][12], its scores (12 x S) by the
+ * tiles, the mask / causal cut / bias row by row, the exponentials and their sums
+ * (softmax_exp_row), the unnormalised probabilities packed [S][12] (ln_pack_part), p v by the
+ * tiles straight into y, and y's 12 rows times their 1 / sum (dv products a row, not S). The
+ * sgemm calls packed k, the scores and v again for every block of rows and zeroed each product
+ * first. dv a multiple of 32 (whole column panels of y). */
 typedef struct {
     const mh_job *j;
-    float *kp, *vp;          /* packed k^T and v, a (b, h) every kps / vps floats */
-    Py_ssize_t Sp, kps, vps; /* Sp: S rounded up to 32 */
+    Py_ssize_t Sp, kps, vps; /* Sp: S rounded up to 32; a head's packed k^T and v in floats */
     int oom;
 } mt_job;
 
@@ -189,21 +191,25 @@ DWF_TARGET static void mt_pack_q16(float *restrict qp, const float *restrict q, 
 }
 #endif
 
-static void mt_pack(void *arg, int part, int parts)
-{
-    const mt_job *t = (const mt_job *)arg;
-    const mh_job *j = t->j;
-    const Py_ssize_t heads = j->B * j->H, u0 = heads * part / parts, u1 = heads * (part + 1) / parts;
-    for (Py_ssize_t u = u0; u < u1; u++) {
-        const Py_ssize_t b = u / j->H, h = u - b * j->H;
-        const float *k = j->k + b * j->xb + h * j->dq, *v = j->v + b * j->xb + h * j->dv;
-        float *kp = t->kp + u * t->kps, *vp = t->vp + u * t->vps;
-        /* kp[cb][d][c] = k[32 cb + c][d], zeros past S */
+/* the tiles form runs on AVX-512 CPUs only (rc_conv_fast): its row loops (the masks, the v copy,
+   y's scaling) built for them where the compiler can */
 #if DWF_OK
-        if (j->dq % 16 == 0) {
-            mt_pack_k16(kp, k, j->S, t->Sp, j->dq, j->xs);
-            goto values;
-        }
+#define MT_TARGET DWF_TARGET
+#else
+#define MT_TARGET
+#endif
+
+/* the packed k^T and v of (batch, head) bh into kp (Sp x dq) and vp (S x dv) */
+MT_TARGET static void mt_pack_head(const mt_job *t, Py_ssize_t bh, float *kp, float *vp)
+{
+    const mh_job *j = t->j;
+    const Py_ssize_t b = bh / j->H, h = bh - b * j->H;
+    const float *k = j->k + b * j->xb + h * j->dq, *v = j->v + b * j->xb + h * j->dv;
+    /* kp[cb][d][c] = k[32 cb + c][d], zeros past S */
+#if DWF_OK
+    if (j->dq % 16 == 0)
+        mt_pack_k16(kp, k, j->S, t->Sp, j->dq, j->xs);
+    else
 #endif
         for (Py_ssize_t cb = 0; cb < t->Sp / 32; cb++)
             for (Py_ssize_t c = 0; c < 32; c++) {
@@ -216,17 +222,38 @@ static void mt_pack(void *arg, int part, int parts)
                     for (Py_ssize_t d = 0; d < j->dq; d++)
                         dst[d * 32] = 0.0f;
             }
-#if DWF_OK
-    values:
-#endif
-        /* vp[cb][s][c] = v[s][32 cb + c] */
-        for (Py_ssize_t cb = 0; cb < j->dv / 32; cb++)
-            for (Py_ssize_t s = 0; s < j->S; s++)
-                memcpy(vp + (cb * j->S + s) * 32, v + s * j->xs + cb * 32, 32 * sizeof(float));
+    /* vp[cb][s][c] = v[s][32 cb + c] */
+    for (Py_ssize_t cb = 0; cb < j->dv / 32; cb++)
+        for (Py_ssize_t s = 0; s < j->S; s++)
+            memcpy(vp + (cb * j->S + s) * 32, v + s * j->xs + cb * 32, 32 * sizeof(float));
+}
+
+/* rows a later panel reads, fetched while this one runs: q's rows of panel u (the next one), and
+   panel u's share (1 / np_ of the rows) of the following head's k and v, so that head's packing
+   finds them in cache (a head's rows are a page or more apart: the hardware's stream prefetch
+   stays inside a page) */
+static inline void mt_prefetch(const mh_job *j, Py_ssize_t u, Py_ssize_t np_)
+{
+    const Py_ssize_t bh = u / np_, b = bh / j->H, h = bh - b * j->H, pi = u - bh * np_;
+    const Py_ssize_t s0 = pi * LN_RP, s1 = s0 + LN_RP < j->S ? s0 + LN_RP : j->S;
+    const float *q = j->q + b * j->xb + h * j->dq;
+    for (Py_ssize_t s = s0; s < s1; s++)
+        for (Py_ssize_t d = 0; d < j->dq; d += 16)
+            __builtin_prefetch(q + s * j->xs + d, 0, 3);
+    if (bh + 1 >= j->B * j->H)
+        return;
+    const Py_ssize_t nb = (bh + 1) / j->H, nh = bh + 1 - nb * j->H;
+    const float *k = j->k + nb * j->xb + nh * j->dq, *v = j->v + nb * j->xb + nh * j->dv;
+    const Py_ssize_t r0 = j->S * pi / np_, r1 = j->S * (pi + 1) / np_;
+    for (Py_ssize_t s = r0; s < r1; s++) {
+        for (Py_ssize_t d = 0; d < j->dq; d += 16)
+            __builtin_prefetch(k + s * j->xs + d, 0, 2);
+        for (Py_ssize_t d = 0; d < j->dv; d += 16)
+            __builtin_prefetch(v + s * j->xs + d, 0, 2);
     }
 }
 
-static void mt_part(void *arg, int part, int parts)
+MT_TARGET static void mt_part(void *arg, int part, int parts)
 {
     mt_job *t = (mt_job *)arg;
     const mh_job *j = t->j;
@@ -235,17 +262,27 @@ static void mt_part(void *arg, int part, int parts)
     if (u0 >= u1)
         return;
     const Py_ssize_t yw = j->H * j->dv;
-    /* the scores (12 x Sp), q's panel (dq x 12), the probabilities' panel (Sp x 12) */
-    const size_t zn = sizeof(float) * ((size_t)LN_RP * (size_t)Sp * 2 + (size_t)dq * LN_RP + 16);
+    /* the scores (12 x Sp), the probabilities' panel (Sp x 12), q's panel (dq x 12), a head's
+       packed k^T and v, 64-byte aligned each (Sp, kps, vps: multiples of 16 floats) */
+    const size_t zn = sizeof(float) * ((size_t)LN_RP * (size_t)Sp * 2 + ((size_t)dq * LN_RP + 15) / 16 * 16 +
+                                       (size_t)t->kps + (size_t)t->vps);
     float *z = (float *)rc_work(zn);
     if (!z) {
         __atomic_store_n(&t->oom, 1, __ATOMIC_RELAXED);
         return;
     }
     float *pp = z + LN_RP * Sp, *qp = pp + LN_RP * Sp;
+    float *kp = qp + (dq * LN_RP + 15) / 16 * 16, *vp = kp + t->kps;
+    float inv[LN_RP];
+    Py_ssize_t packed = -1;
     for (Py_ssize_t u = u0; u < u1; u++) {
         const Py_ssize_t bh = u / np_, b = bh / j->H, h = bh - b * j->H;
         const Py_ssize_t s0 = (u - bh * np_) * LN_RP, nr = S - s0 < LN_RP ? S - s0 : LN_RP;
+        if (bh != packed) {
+            mt_pack_head(t, bh, kp, vp);
+            packed = bh;
+        }
+        mt_prefetch(j, u + 1 < u1 ? u + 1 : u, np_);
         /* the keys this panel reads: with the causal cut, none past its last row (their
            probabilities are exact zeros: the same sums) */
         const Py_ssize_t T = j->causal ? s0 + nr : S;
@@ -258,14 +295,12 @@ static void mt_part(void *arg, int part, int parts)
             for (Py_ssize_t d = 0; d < dq; d++)
                 for (Py_ssize_t p = 0; p < LN_RP; p++)
                     qp[d * LN_RP + p] = p < nr ? q[p * j->xs + d] * j->scale : 0.0f;
-        const float *kp = t->kp + bh * t->kps, *vp = t->vp + bh * t->vps;
         for (Py_ssize_t cb = 0; cb < (T + 31) / 32; cb++)
             ln_tiles[nr](qp, kp + cb * dq * 32, dq, 32, z + cb * 32, Sp, NULL, 1, NULL, 0, 0, NULL);
         for (Py_ssize_t p = 0; p < nr; p++) {
-            const Py_ssize_t s = s0 + p;
             float *zr = z + p * Sp;
-            mh_mask_row(j, b, h, s, zr, T);
-            softmax_rows(zr, 1, T);
+            mh_mask_row(j, b, h, s0 + p, zr, T);
+            inv[p] = softmax_exp_row(zr, T);
         }
         /* the rows Sp apart, all Sp terms packed (those past T are not read) */
         ln_pack_job pj = {z, pp, nr, Sp};
@@ -277,46 +312,32 @@ static void mt_part(void *arg, int part, int parts)
                 ln_tiles[nr](pp + k0 * LN_RP, vp + (cb * S + k0) * 32, kn, 32, y + cb * 32, yw, NULL, k0 == 0,
                              NULL, 0, 0, NULL);
             }
+        for (Py_ssize_t p = 0; p < nr; p++)
+            for (Py_ssize_t d = 0; d < j->dv; d++)
+                y[p * yw + d] *= inv[p];
     }
     rc_work_done(z, zn);
 }
 
 static PyObject *mt_run(mh_job *j, int threads, Py_buffer *v, int nbuf)
 {
-    mt_job t = {j, NULL, NULL, (j->S + 31) / 32 * 32, 0, 0, 0};
+    mt_job t = {j, (j->S + 31) / 32 * 32, 0, 0, 0};
     t.kps = t.Sp * j->dq;
-    t.vps = j->S * j->dv;
-    const Py_ssize_t heads = j->B * j->H;
+    t.vps = (j->S * j->dv + 15) / 16 * 16;
+    const Py_ssize_t heads = j->B * j->H, np_ = (j->S + LN_RP - 1) / LN_RP;
     rc_sz sz = {NULL};
-    sz_mul3(&sz, "the packed keys and values", heads, t.kps + t.vps, RC_F32);
+    sz_mul(&sz, "a head's packed keys and values", t.kps + t.vps + 2 * LN_RP * t.Sp, RC_F32);
     if (sz_check(&sz, "mha", PyExc_MemoryError) < 0) {
         release_buffers(v, nbuf);
         return NULL;
     }
-    /* kept by this thread between calls (its parts take slot 0 for their panels): a fresh
-       multi-megabyte malloc per call faults its pages in again */
-    const size_t kvn = sizeof(float) * (size_t)heads * (size_t)(t.kps + t.vps);
-    float *kv = (float *)rc_work_slot(1, kvn);
-    if (!kv) {
-        release_buffers(v, nbuf);
-        return PyErr_NoMemory();
-    }
-    t.kp = kv;
-    t.vp = kv + heads * t.kps;
-    const Py_ssize_t np_ = (j->S + LN_RP - 1) / LN_RP;
     const double work = 2.0 * (double)heads * (double)j->S * (double)j->S * (double)(j->dq + j->dv);
-    int pth = threads;
-    const int pparts = rc_parts((double)heads * (double)(t.kps + t.vps) * 4.0, 2.5e5, heads, &pth);
-    const int parts = rc_parts(work, 2.5e5, heads * np_, &threads);
-    Py_BEGIN_ALLOW_THREADS
-    rc_parallel(mt_pack, &t, pparts, pth);
-    rc_parallel(mt_part, &t, parts, threads);
-    Py_END_ALLOW_THREADS
-    rc_work_slot_done(1, kv, kvn);
-    release_buffers(v, nbuf);
-    if (t.oom)
-        return PyErr_NoMemory();
-    Py_RETURN_NONE;
+    int parts = rc_parts(work, 2.5e5, heads * np_, &threads);
+    /* a head a part where that leaves two or more a thread: a head split between parts is packed
+       by each (Whisper's 1500 keys: 6 heads in 4 parts packed 9 times); the units stay the panels */
+    if (heads >= 2 * (Py_ssize_t)threads && heads <= RC_PARTS_FINE_MAX)
+        parts = (int)heads;
+    return rc_run_job(mt_part, &t, parts, threads, v, nbuf, &t.oom);
 }
 
 PyObject *rc_py_mha(PyObject *self, PyObject *args)

@@ -223,6 +223,8 @@ void bias_clip_block(float *restrict y, Py_ssize_t ld, const float *restrict b, 
 void act_block(float *y, Py_ssize_t ld, Py_ssize_t M, Py_ssize_t P, const rc_act *a);
 /* the softmax of every row of t floats of z, in place */
 void softmax_rows(float *z, Py_ssize_t rows, Py_ssize_t t);
+/* exp(z - max) of a row of t floats in place, returning 1 / their sum (softmax_rows less its last pass) */
+float softmax_exp_row(float *z, Py_ssize_t t);
 
 /* ---- the direct convolution's register tiles and phase planes (conv_direct.c) ---------- */
 

@@ -561,6 +561,71 @@ void softmax_rows(float *z, Py_ssize_t rows, Py_ssize_t t)
     softmax_rows_ex(z, rows, t, 0);
 }
 
+/* the largest and the sum of 16 lanes by halving (a short row's 16 scalar steps were most of
+   its time), NaN lanes lose every comparison as in the scalar loop */
+RC_INLINE float sm_hmax16(v16f v)
+{
+    const v8f a = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7);
+    const v8f b = __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v8f c = v8_select(a > b, a, b);
+    const v8f d = v8_select(c > __builtin_shufflevector(c, c, 4, 5, 6, 7, 0, 1, 2, 3), c,
+                            __builtin_shufflevector(c, c, 4, 5, 6, 7, 0, 1, 2, 3));
+    const float g = d[0] > d[1] ? d[0] : d[1], h = d[2] > d[3] ? d[2] : d[3];
+    return g > h ? g : h;
+}
+
+RC_INLINE float sm_hsum16(v16f v)
+{
+    const v8f c = __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7) +
+                  __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15);
+    const v8f d = c + __builtin_shufflevector(c, c, 4, 5, 6, 7, 0, 1, 2, 3);
+    return (d[0] + d[2]) + (d[1] + d[3]);
+}
+
+/* softmax_exp_row: exp(z - max) of one row of t floats in place (softmax_rows's first two
+ * passes, its arithmetic) and 1 / their sum, for a caller that scales what it sums the
+ * probabilities into (mha's tiles: a head's dv outputs a row instead of its t probabilities) */
+RC_CLONES
+static float softmax_exp_row_ex(float *zr, Py_ssize_t t)
+{
+    v16f mx = cv_bcast(-INFINITY);
+    Py_ssize_t i = 0;
+    for (; i + 16 <= t; i += 16) {
+        const v16f x = sm_load16(zr + i);
+        mx = v16_select(x > mx, x, mx);
+    }
+    float m = sm_hmax16(mx);
+    for (; i < t; i++)
+        m = zr[i] > m ? zr[i] : m;
+    if (!(m > -INFINITY && m < INFINITY))
+        m = 0.0f;
+    const v16f mv = cv_bcast(m);
+    v16f acc = cv_bcast(0.0f);
+    for (i = 0; i + 16 <= t; i += 16) {
+        const v16f e = sm_exp16(sm_load16(zr + i) - mv);
+        sm_store16(zr + i, e);
+        acc += e;
+    }
+    float sum = 0.0f;
+    if (i < t) {
+        float tail[16];
+        const Py_ssize_t k = t - i;
+        for (Py_ssize_t j = 0; j < 16; j++)
+            tail[j] = j < k ? zr[i + j] - m : -INFINITY;
+        sm_store16(tail, sm_exp16(sm_load16(tail)));
+        for (Py_ssize_t j = 0; j < k; j++) {
+            zr[i + j] = tail[j];
+            sum += tail[j];
+        }
+    }
+    return 1.0f / (sum + sm_hsum16(acc));
+}
+
+float softmax_exp_row(float *zr, Py_ssize_t t)
+{
+    return softmax_exp_row_ex(zr, t);
+}
+
 typedef struct {
     float *z;
     Py_ssize_t rows, t;
