@@ -165,3 +165,24 @@ def test_a_session_run_alone_for_the_load_matches_its_pooled_run_bit_for_bit(oth
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"x": x})
     for a, w in zip(alone, want):
         np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
+
+
+def test_the_concurrency_benchmark_pairs_the_rule_on_and_off(tmp_path):
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "concurrency.py"
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_model())
+    np.savez(tmp_path / "m.npz", x=np.zeros((2, 16, 48, 48), np.float32))
+    cmd = [sys.executable, str(script), "--model", str(model), "--worker", "latency", "--runtime", "runtime_core",
+           "--paired", "--pool-load-ab", "--block", "2", "--seconds", "0", "--min-runs", "4"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(got) == {"0", "1", "0-off"}
+    for key, v in got.items():
+        assert v["n"] >= 4 and v["p10"] <= v["p50"] <= v["p90"]
+        assert {"stalls", "jobs", "unjoined", "wait_ms", "load_alone"} <= set(v)
+        assert 0 <= v["unjoined"] <= v["jobs"]
+    assert got["1"]["jobs"] == 0  # one thread opens no job to the workers
+    assert got["0-off"]["load_alone"] == 0  # the rule off never runs a job alone for the load
