@@ -56,8 +56,9 @@ static struct {
     unsigned long gen;          /* atomic: bumped when a job opens */
     rc_job *first, *last;       /* open jobs, oldest first */
     int last_threads;           /* threads that ran parts of the last pooled job */
+    int waking;                 /* of the idle, those signalled that have not run yet (the load rule's) */
 } rc_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-             0, 0, 0, 0, 0, NULL, NULL, 0};
+             0, 0, 0, 0, 0, NULL, NULL, 0, 0};
 
 static int rc_runs;                   /* atomic: runs in flight (run_enter at depth 0) */
 static unsigned long rc_skipped;      /* atomic: parts skipped for a stop flag, ever */
@@ -161,11 +162,13 @@ static int rc_machine_full(long now_ns)
     const int r = rc_runnable();
     int full = 0;
     if (r >= 0) {
-        /* ours: the callers in flight (this one included) and the workers not asleep */
+        /* ours: the callers in flight (this one included) and the workers not asleep (a worker
+           signalled but not yet run is runnable, though still counted idle) */
         const int runs = __atomic_load_n(&rc_runs, __ATOMIC_RELAXED);
         const int callers = __atomic_load_n(&rc_pool.callers, __ATOMIC_RELAXED) + 1;
         const int awake = __atomic_load_n(&rc_pool.started, __ATOMIC_RELAXED) -
-                          __atomic_load_n(&rc_pool.idle, __ATOMIC_RELAXED);
+                          __atomic_load_n(&rc_pool.idle, __ATOMIC_RELAXED) +
+                          __atomic_load_n(&rc_pool.waking, __ATOMIC_RELAXED);
         const int ours = (runs > callers ? runs : callers) + (awake > 0 ? awake : 0);
         full = rc_load_rule(r - ours, rc_cores());
     }
@@ -291,6 +294,8 @@ static void *rc_worker(void *unused)
             rc_pool.idle++;
             pthread_cond_wait(&rc_pool.go, &rc_pool.mu);
             rc_pool.idle--;
+            if (rc_pool.waking > 0)
+                rc_pool.waking--;
         }
     }
     return NULL;
@@ -302,7 +307,7 @@ void rc_pool_forked(void)
     pthread_mutex_init(&rc_pool.mu, NULL);
     pthread_cond_init(&rc_pool.go, NULL);
     pthread_cond_init(&rc_pool.done, NULL);
-    rc_pool.started = rc_pool.idle = rc_pool.busy = rc_pool.callers = 0;
+    rc_pool.started = rc_pool.idle = rc_pool.busy = rc_pool.callers = rc_pool.waking = 0;
     rc_pool.first = rc_pool.last = NULL;
     rc_runs = 0;
     rc_tls_depth = 0;
@@ -372,6 +377,8 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         wake = rc_pool.idle;
     for (int w = 0; w < wake; w++)
         pthread_cond_signal(&rc_pool.go);
+    if (wake > 0) /* several callers may signal the same sleepers: at most the idle */
+        rc_pool.waking = rc_pool.waking + wake < rc_pool.idle ? rc_pool.waking + wake : rc_pool.idle;
     pthread_mutex_unlock(&rc_pool.mu);
 
     const int mine = rc_job_work(&j);
