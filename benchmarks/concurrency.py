@@ -15,7 +15,9 @@
   that a descheduled worker holds; counted, not acted on). With
   ``--paired`` a runtime's two thread settings run in one process, alternating in blocks of
   ``--block`` runs for ``--seconds`` in all, so that a drifting background load (other users of a
-  shared machine) falls on both alike.
+  shared machine) falls on both alike; ``--pool-load-ab`` adds the default thread count with the
+  kernel pool's load rule off as a third series. The pool's counts a run are printed beside: jobs
+  opened to its workers, those no worker joined, and jobs run on their caller alone for the load.
 
 Both runtimes run without ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` (users do not have them)
 unless ``--keep-openblas-env``. The CPU model, core count and load average are printed: the
@@ -99,16 +101,18 @@ def worker(args) -> None:
         # CPU time (all threads) tells spinning and oversubscription apart from a busy machine
         print(json.dumps({"wall": wall, "cpu": cpu, "runs": n * per}))
     else:
-        stats = _pool_stats() if args.runtime == "runtime_core" else None
+        native = _native() if args.runtime == "runtime_core" else None
+        before = _pool_counts(native)
         lat = []
         end = time.perf_counter() + args.seconds
         while time.perf_counter() < end or len(lat) < args.min_runs:
             t0 = time.perf_counter()
             sess.run(None, feeds)
             lat.append(time.perf_counter() - t0)
-        # the kernel pool's stalls (a caller left waiting on a descheduled worker's part) a run
-        stalls = (_pool_stats()[5] - stats[5]) / len(lat) if stats and len(stats) > 5 else None
-        print(json.dumps(dict(_stats(lat), stalls=stalls)))
+        # the kernel pool's stalls (a caller left waiting on a descheduled worker's part), jobs no
+        # worker joined and jobs run alone for the load, a run
+        delta = _pool_counts(native) - before if before is not None else None
+        print(json.dumps(dict(_stats(lat), **_pool_fields(delta, len(lat)))))
 
 
 def _stats(lat: list) -> dict:
@@ -119,36 +123,61 @@ def _stats(lat: list) -> dict:
 
 def _paired(args, path: Path, feeds: dict) -> None:
     """--paired: sessions at the default thread count and at one thread in this process, runs
-    alternating in blocks of --block, so that both see the same background load; prints one
-    JSON line {"0": stats, "1": stats}."""
-    sessions = {t: _session(args.runtime, path, t) for t in (0, 1)}
+    alternating in blocks of --block, so that both see the same background load; with
+    --pool-load-ab a third series "0-off", the default thread count with the kernel pool's load
+    rule off (``_native.pool_load_rule``); prints one JSON line {"0": stats, "1": stats, ...}."""
+    native = _native() if args.runtime == "runtime_core" else None
+    series = [("0", 0, None), ("1", 1, None)]
+    if args.pool_load_ab and native is not None:
+        series.append(("0-off", 0, False))
+    sessions = {key: _session(args.runtime, path, t) for key, t, _ in series}
     for s in sessions.values():
         for _ in range(20):
             s.run(None, feeds)
-    lat: dict = {0: [], 1: []}
-    stalls = {0: 0, 1: 0}
+    lat: dict = {key: [] for key in sessions}
+    pool: dict = {key: np.zeros(6) for key in sessions}
     end = time.perf_counter() + args.seconds
     while time.perf_counter() < end or min(len(v) for v in lat.values()) < args.min_runs:
-        for t, s in sessions.items():
-            before = _pool_stats() if args.runtime == "runtime_core" else None
+        for key, _, rule in series:
+            s = sessions[key]
+            before_rule = native.pool_load_rule(rule) if rule is not None else None
+            before = _pool_counts(native)
             for _ in range(args.block):
                 t0 = time.perf_counter()
                 s.run(None, feeds)
-                lat[t].append(time.perf_counter() - t0)
-            if before and len(before) > 5:
-                stalls[t] += _pool_stats()[5] - before[5]
+                lat[key].append(time.perf_counter() - t0)
+            if before is not None:
+                pool[key] += _pool_counts(native) - before
+            if before_rule is not None:
+                native.pool_load_rule(*before_rule)
     out = {}
-    for t, v in lat.items():
-        out[str(t)] = dict(_stats(v), stalls=stalls[t] / len(v) if args.runtime == "runtime_core" else None)
+    for key, v in lat.items():
+        out[key] = dict(_stats(v), **_pool_fields(pool[key] if native is not None else None, len(v)))
     print(json.dumps(out))
 
 
-def _pool_stats():
+def _native():
     try:
         from runtime_provider_cpu.fast.policy import NATIVE
     except ImportError:
         return None
-    return NATIVE.pool_stats() if NATIVE is not None else None
+    return NATIVE
+
+
+def _pool_counts(native):
+    """(stalls, jobs opened to workers, jobs no worker joined, their ns, callers' waits ns, jobs
+    run alone for the load) so far, or None without the extension (or an older one)."""
+    st = native.pool_stats() if native is not None else ()
+    return np.asarray(st[5:11], float) if len(st) >= 11 else None
+
+
+def _pool_fields(delta, runs: int) -> dict:
+    """The kernel pool's counts a run: stalls, jobs no worker joined of those opened to workers,
+    the callers' waits on workers (ms), jobs run alone for the machine's load."""
+    if delta is None:
+        return {"stalls": None}
+    return {"stalls": delta[0] / runs, "jobs": delta[1] / runs, "unjoined": delta[2] / runs,
+            "wait_ms": delta[4] / runs / 1e6, "load_alone": delta[5] / runs}
 
 
 def _child(env, model, *extra) -> dict:
@@ -188,6 +217,9 @@ def main(argv=None) -> int:
                     help="latency part: both thread settings in one process, runs alternating in blocks of --block "
                     "(both see the same background load: on a shared machine the load drifts between processes)")
     ap.add_argument("--block", type=int, default=5, help="--paired: runs a block")
+    ap.add_argument("--pool-load-ab", action="store_true",
+                    help="--paired: a third series, the default thread count with the kernel pool's load rule off "
+                    "(a job on its caller alone while other processes' runnable threads fill the cores)")
     ap.add_argument("--keep-openblas-env", action="store_true")
     ap.add_argument("--cache", default=os.environ.get("RUNTIME_CORE_BENCH_CACHE",
                                                       str(Path.home() / ".cache" / "runtime-core-bench")))
@@ -233,22 +265,25 @@ def main(argv=None) -> int:
         lat_models = [Path(m) for m in args.models] if args.models else [model]
         lat_runtimes = tuple(args.latency_runtimes.split(","))
         paired = ("--paired", "--block", args.block) if args.paired else ()
+        if args.paired and args.pool_load_ab:
+            paired += ("--pool-load-ab",)
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
         try:
             for m in lat_models:
                 name = MODEL if m == model else m.stem
                 print(f"\n## latency: {name}, runs in turn for {args.seconds:.0f} s (at least {args.min_runs}) "
                       f"beside {args.busy} busy processes (ms)\n")
-                print("| runtime | intra_op_num_threads | p10 | p50 | p90 | pool stalls a run |")
-                print("|---|---|---|---|---|---|", flush=True)
+                print("| runtime | intra_op_num_threads | p10 | p50 | p90 | pool stalls a run | "
+                      "pool jobs a run: opened, no worker joined, alone for the load |")
+                print("|---|---|---|---|---|---|---|", flush=True)
                 res: dict = {}
                 for _ in range(args.rounds):
                     for r in lat_runtimes:
                         if args.paired:
                             got = _child(env, m, "--worker", "latency", "--runtime", r, "--seconds", args.seconds,
                                          "--min-runs", args.min_runs, *paired)
-                            for t in (0, 1):
-                                res.setdefault((r, t), []).append(got[str(t)])
+                            for key, v in got.items():
+                                res.setdefault((r, int(key) if key.isdigit() else key), []).append(v)
                             continue
                         for t in (0, 1):
                             got = _child(env, m, "--worker", "latency", "--runtime", r, "--threads", t,
@@ -259,7 +294,12 @@ def main(argv=None) -> int:
                 for (r, t), v in med.items():
                     st = [g["stalls"] for g in res[(r, t)] if g.get("stalls") is not None]
                     stalls = f"{np.median(st):.2f}" if st else "-"
-                    print(f"| {r} | {t or 'default'} | {v['p10']:.2f} | {v['p50']:.2f} | {v['p90']:.2f} | {stalls} |")
+                    jobs = "-"
+                    if all("jobs" in g for g in res[(r, t)]):
+                        jobs = ", ".join(f"{np.median([g[k] for g in res[(r, t)]]):.0f}"
+                                         for k in ("jobs", "unjoined", "load_alone"))
+                    label = {0: "default", "0-off": "default, pool load rule off"}.get(t, t)
+                    print(f"| {r} | {label} | {v['p10']:.2f} | {v['p50']:.2f} | {v['p90']:.2f} | {stalls} | {jobs} |")
                 if ("runtime_core", 0) in med:
                     d, one = med[("runtime_core", 0)], med[("runtime_core", 1)]
                     ok = d["p50"] <= one["p50"] * 1.05 and d["p90"] <= 3 * d["p50"]
@@ -268,6 +308,12 @@ def main(argv=None) -> int:
                     print(f"runtime-core default / one thread p50: {d['p50'] / one['p50']:.2f}; default p90 / p50: "
                           f"{d['p90'] / d['p50']:.2f} ({'meets' if ok else 'MISSES'} the targets <= 1 (5% noise "
                           "allowed) and <= 3)", flush=True)
+                if ("runtime_core", "0-off") in res:
+                    off = res[("runtime_core", "0-off")]
+                    pairs = [(a["p50"] / b["p50"], c["p50"] / b["p50"])
+                             for a, b, c in zip(res[("runtime_core", 0)], res[("runtime_core", 1)], off)]
+                    print("runtime-core default / one thread p50 a round, load rule on (off): "
+                          + " ".join(f"{a:.2f} ({c:.2f})" for a, c in pairs), flush=True)
         finally:
             for p in busy:
                 p.kill()

@@ -47,3 +47,18 @@ def spy_native(monkeypatch, cpu_policy):
         monkeypatch.setattr(fused, "_native", Spy())
 
     return spy
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _pool_load_rule_quiet():
+    """The kernel pool's load rule (a job on its caller alone while other processes' runnable
+    threads fill the cores) sees no other load here, so that the tests of the pool see its
+    workers join on a busy test machine; ``test_pool_load.py`` forces the load it tests."""
+    from runtime_provider_cpu.fast.policy import NATIVE
+
+    if NATIVE is None:
+        yield
+        return
+    on, others = NATIVE.pool_load_rule(others=0)
+    yield
+    NATIVE.pool_load_rule(on, others)

@@ -280,11 +280,24 @@ static PyMethodDef methods[] = {
      "The softmax of every row of t floats of the C-contiguous float32 buffer z, in place, on up to\n"
      "threads threads; inf_nan: a row holding +inf becomes NaN (the Softmax op's arithmetic)."},
     {"pool_stats", rc_py_pool_stats, METH_NOARGS,
-     "pool_stats() -> (workers, last_threads, runs, skipped, started, stalls)\n"
+     "pool_stats() -> (workers, last_threads, runs, skipped, started, stalls, jobs, alone, job_ns,\n"
+     "wait_ns, load_alone)\n"
      "The kernel thread pool's started workers, how many threads ran the last pooled job, the\n"
      "runs in flight (run_enter scopes), the parts skipped for a stop flag and the parts of\n"
      "jobs asking for several threads (run alone or not) started so far, and the stalls seen\n"
-     "(a caller waiting on workers so long that it would have done the job sooner alone)."},
+     "(a caller waiting on workers so long that it would have done the job sooner alone); the\n"
+     "jobs opened to workers, those no worker ran a part of, their wall time and their callers'\n"
+     "waits on workers after their own parts (ns), and the jobs run on their caller alone for\n"
+     "the machine's load (pool_load_rule)."},
+    {"pool_load_rule", (PyCFunction)(void (*)(void))rc_py_pool_load_rule, METH_VARARGS | METH_KEYWORDS,
+     "pool_load_rule(on=None, others=None) -> (on, others) before\n"
+     "Whether a pool job runs on its caller alone while other processes' runnable threads fill\n"
+     "the cores (at least one a core, fewer than two; RUNTIME_CORE_CPU_POOL_LOAD=0 turns it\n"
+     "off), and how many of them to assume (-1: read /proc/loadavg, at most every 10 ms; a\n"
+     "count: tests). None leaves a setting as it is."},
+    {"pool_load_full", rc_py_pool_load_full, METH_NOARGS,
+     "pool_load_full() -> whether a pool job opened now would run on its caller alone for the\n"
+     "machine's load (the count read now)."},
     {"pool_probe", rc_py_pool_probe, METH_VARARGS,
      "pool_probe(counts, threads, stall_us, part_us=0) -> parts that pool workers ran\n"
      "A pool job of one part an int32 of counts, each adding 1 to its own after sleeping part_us;\n"

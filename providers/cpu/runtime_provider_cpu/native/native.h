@@ -403,6 +403,8 @@ PyObject *rc_py_softmax(PyObject *self, PyObject *args);
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args);
 PyObject *rc_py_pool_probe(PyObject *self, PyObject *args);
 PyObject *rc_py_run_solo(PyObject *self, PyObject *on);
+PyObject *rc_py_pool_load_rule(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *rc_py_pool_load_full(PyObject *self, PyObject *args);
 PyObject *rc_py_run_enter(PyObject *self, PyObject *flag);
 PyObject *rc_py_run_exit(PyObject *self, PyObject *scope);
 PyObject *rc_py_sgemm(PyObject *self, PyObject *args);

@@ -10,6 +10,12 @@
  *   on two cores run their kernels on their own threads instead of stacking workers on them.
  * - Every part first reads the caller's stop flag (run_enter's): once set, the remaining parts
  *   are skipped (the run that set it is ending and discards what the kernel wrote).
+ * - When other processes' runnable threads fill the cores (at least one a core, fewer than two:
+ *   /proc/loadavg, read at most every RC_LOAD_NS), a job runs on its caller alone: a worker
+ *   then waits for a core behind them, joins late or is descheduled holding a part the caller
+ *   waits on (beside two busy processes on two cores most jobs ended before a worker came, and
+ *   a ResNet-50 run took 1.1-1.3x its one-thread time); with more of them the second thread's
+ *   larger share of the cores pays for its waits (pool_load_rule).
  * - Stalls are counted (pool_stats): a caller that finished its parts and then waited on a
  *   worker's part so long that it would have done the job sooner alone (a worker descheduled
  *   mid-part, or a part much slower than the caller's). Counted only: acting on them (running
@@ -17,9 +23,12 @@
  *   models' speed. */
 #include "native.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct rc_job {
     rc_part_f fn;
@@ -47,8 +56,9 @@ static struct {
     unsigned long gen;          /* atomic: bumped when a job opens */
     rc_job *first, *last;       /* open jobs, oldest first */
     int last_threads;           /* threads that ran parts of the last pooled job */
+    int waking;                 /* of the idle, those signalled that have not run yet (the load rule's) */
 } rc_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
-             0, 0, 0, 0, 0, NULL, NULL, 0};
+             0, 0, 0, 0, 0, NULL, NULL, 0, 0};
 
 static int rc_runs;                   /* atomic: runs in flight (run_enter at depth 0) */
 static unsigned long rc_skipped;      /* atomic: parts skipped for a stop flag, ever */
@@ -65,6 +75,110 @@ static _Thread_local int rc_tls_solo;   /* this thread's jobs run on it alone (r
 #define RC_STALL_NS 500000L
 
 static unsigned long rc_stalls;       /* atomic: stalls seen, ever */
+static unsigned long rc_jobs;         /* atomic: jobs opened to workers (more than one thread), ever */
+static unsigned long rc_alone;        /* atomic: of those, jobs no worker ran a part of */
+static unsigned long rc_job_ns;       /* atomic: their wall time, open to close, ns */
+static unsigned long rc_wait_ns;      /* atomic: their callers' waits on workers after their own parts, ns */
+static unsigned long rc_load_alone;   /* atomic: jobs their caller ran alone for the machine's load */
+
+/* ---- the load rule: other processes' runnable threads, from /proc/loadavg ---------------- */
+
+/* the count is read at most this often (a read costs a few microseconds) */
+#define RC_LOAD_NS 10000000L
+static int rc_load_on = 1;        /* atomic: the rule applies (RUNTIME_CORE_CPU_POOL_LOAD=0: never) */
+static int rc_load_forced = -1;   /* atomic: >= 0: the other runnable threads to assume (tests) */
+static long rc_load_next;         /* atomic: when the count is read next, ns */
+static int rc_load_full;          /* atomic: the last reading left no core to a worker */
+static pthread_once_t rc_load_once = PTHREAD_ONCE_INIT;
+
+static void rc_load_init(void)
+{
+    const char *e = getenv("RUNTIME_CORE_CPU_POOL_LOAD");
+    if (e && e[0] == '0' && e[1] == '\0')
+        __atomic_store_n(&rc_load_on, 0, __ATOMIC_RELAXED);
+}
+
+/* runnable threads on the machine now (the loadavg's "R/T" field; the reader's included), or
+ * -1 where it cannot be read */
+static int rc_runnable(void)
+{
+    char b[128];
+    const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    const ssize_t n = read(fd, b, sizeof b - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    b[n] = '\0';
+    /* "0.50 0.40 0.30 3/517 1234": the fourth field's runnable count */
+    char *p = b;
+    for (int f = 0; f < 3; f++) {
+        while (*p && *p != ' ')
+            p++;
+        while (*p == ' ')
+            p++;
+    }
+    char *end;
+    const long r = strtol(p, &end, 10);
+    return end == p || *end != '/' || r < 0 ? -1 : (int)r;
+}
+
+static int rc_cores(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        const int c = CPU_COUNT(&set);
+        if (c > 0)
+            return c;
+    }
+    const long c = sysconf(_SC_NPROCESSORS_ONLN);
+    return c > 0 ? (int)c : 1;
+}
+
+/* whether other processes' runnable threads leave no core to a worker: at least one a core and
+ * fewer than two (with more, a second thread's share of the cores grows toward twice one
+ * thread's and pays for its waits) */
+static int rc_load_rule(int others, int cores)
+{
+    return others >= cores && others < 2 * cores;
+}
+
+/* the rule's verdict for a job opened now (now_ns: CLOCK_MONOTONIC); the count read again
+ * once RC_LOAD_NS has passed, by one caller */
+static int rc_machine_full(long now_ns)
+{
+    pthread_once(&rc_load_once, rc_load_init);
+    if (!__atomic_load_n(&rc_load_on, __ATOMIC_RELAXED))
+        return 0;
+    const int forced = __atomic_load_n(&rc_load_forced, __ATOMIC_RELAXED);
+    if (forced >= 0)
+        return rc_load_rule(forced, rc_cores());
+    long next = __atomic_load_n(&rc_load_next, __ATOMIC_RELAXED);
+    if (now_ns < next ||
+        !__atomic_compare_exchange_n(&rc_load_next, &next, now_ns + RC_LOAD_NS, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return __atomic_load_n(&rc_load_full, __ATOMIC_RELAXED);
+    const int r = rc_runnable();
+    int full = 0;
+    if (r >= 0) {
+        /* ours: the callers in flight (this one included) and the workers not asleep (a worker
+           signalled but not yet run is runnable, though still counted idle) */
+        const int runs = __atomic_load_n(&rc_runs, __ATOMIC_RELAXED);
+        const int callers = __atomic_load_n(&rc_pool.callers, __ATOMIC_RELAXED) + 1;
+        const int awake = __atomic_load_n(&rc_pool.started, __ATOMIC_RELAXED) -
+                          __atomic_load_n(&rc_pool.idle, __ATOMIC_RELAXED) +
+                          __atomic_load_n(&rc_pool.waking, __ATOMIC_RELAXED);
+        const int ours = (runs > callers ? runs : callers) + (awake > 0 ? awake : 0);
+        full = rc_load_rule(r - ours, rc_cores());
+    }
+    __atomic_store_n(&rc_load_full, full, __ATOMIC_RELAXED);
+    return full;
+}
+static unsigned long rc_jobs;         /* atomic: jobs opened to workers (more than one thread), ever */
+static unsigned long rc_alone;        /* atomic: of those, jobs no worker ran a part of */
+static unsigned long rc_job_ns;       /* atomic: their wall time, open to close, ns */
+static unsigned long rc_wait_ns;      /* atomic: their callers' waits on workers after their own parts, ns */
 #if defined(__x86_64__) || defined(__i386__)
 #define RC_PAUSE() __asm__ __volatile__("pause")
 #else
@@ -180,6 +294,8 @@ static void *rc_worker(void *unused)
             rc_pool.idle++;
             pthread_cond_wait(&rc_pool.go, &rc_pool.mu);
             rc_pool.idle--;
+            if (rc_pool.waking > 0)
+                rc_pool.waking--;
         }
     }
     return NULL;
@@ -191,7 +307,7 @@ void rc_pool_forked(void)
     pthread_mutex_init(&rc_pool.mu, NULL);
     pthread_cond_init(&rc_pool.go, NULL);
     pthread_cond_init(&rc_pool.done, NULL);
-    rc_pool.started = rc_pool.idle = rc_pool.busy = rc_pool.callers = 0;
+    rc_pool.started = rc_pool.idle = rc_pool.busy = rc_pool.callers = rc_pool.waking = 0;
     rc_pool.first = rc_pool.last = NULL;
     rc_runs = 0;
     rc_tls_depth = 0;
@@ -220,6 +336,7 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         rc_job_work(&j);
         return;
     }
+    const int full = rc_machine_full(t_open);
     pthread_mutex_lock(&rc_pool.mu);
     while (rc_pool.started < threads - 1) {
         pthread_t t;
@@ -231,6 +348,16 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         if (!ok)
             break;
         rc_pool.started++;
+    }
+    if (full) {
+        /* the workers would wait for a core behind other processes' threads */
+        rc_pool.last_threads = 1;
+        pthread_mutex_unlock(&rc_pool.mu);
+        j.threads = 1;
+        j.slots = 0;
+        __atomic_add_fetch(&rc_load_alone, 1, __ATOMIC_RELAXED);
+        rc_job_work(&j);
+        return;
     }
     j.older = rc_pool.last;
     if (rc_pool.last)
@@ -250,10 +377,13 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         wake = rc_pool.idle;
     for (int w = 0; w < wake; w++)
         pthread_cond_signal(&rc_pool.go);
+    if (wake > 0) /* several callers may signal the same sleepers: at most the idle */
+        rc_pool.waking = rc_pool.waking + wake < rc_pool.idle ? rc_pool.waking + wake : rc_pool.idle;
     pthread_mutex_unlock(&rc_pool.mu);
 
     const int mine = rc_job_work(&j);
     const long t_worked = rc_now_ns();
+    long t_end = t_worked;
 
     pthread_mutex_lock(&rc_pool.mu);
     /* closed: no worker joins any more; those inside finish the part they hold */
@@ -281,17 +411,25 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
         j.waiting = 1;
         while (__atomic_load_n(&j.helpers_in, __ATOMIC_ACQUIRE) > 0)
             pthread_cond_wait(&rc_pool.done, &rc_pool.mu);
-        const long t_end = rc_now_ns();
+        t_end = rc_now_ns();
         rc_note_wait(t_worked - t_open, t_end - t_worked, mine, parts);
     }
-    rc_pool.last_threads = __atomic_load_n(&j.ran, __ATOMIC_RELAXED);
+    const int ran = __atomic_load_n(&j.ran, __ATOMIC_RELAXED);
+    rc_pool.last_threads = ran;
     pthread_mutex_unlock(&rc_pool.mu);
+    __atomic_add_fetch(&rc_jobs, 1, __ATOMIC_RELAXED);
+    if (ran <= 1 && mine > 0)
+        __atomic_add_fetch(&rc_alone, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&rc_job_ns, (unsigned long)(t_end - t_open), __ATOMIC_RELAXED);
+    __atomic_add_fetch(&rc_wait_ns, (unsigned long)(t_end - t_worked), __ATOMIC_RELAXED);
 }
 
 /* pool_stats() -> (workers started, threads that ran parts of the last pooled job, runs in
  * flight, parts skipped for a stop flag and parts of jobs asking for several threads (run
  * alone or not) started since the module loaded,
- * stalls seen since then) */
+ * stalls seen since then, jobs opened to workers, of those the jobs no worker ran a part of,
+ * their wall time and their callers' waits on workers after their own parts (ns), and the
+ * jobs their callers ran alone for the machine's load) */
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -299,10 +437,15 @@ PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
     pthread_mutex_lock(&rc_pool.mu);
     const int started = rc_pool.started, last = rc_pool.last_threads;
     pthread_mutex_unlock(&rc_pool.mu);
-    return Py_BuildValue("(iiikkk)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
+    return Py_BuildValue("(iiikkkkkkkk)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_skipped, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_started, __ATOMIC_RELAXED),
-                         __atomic_load_n(&rc_stalls, __ATOMIC_RELAXED));
+                         __atomic_load_n(&rc_stalls, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_jobs, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_alone, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_job_ns, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_wait_ns, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_load_alone, __ATOMIC_RELAXED));
 }
 
 typedef struct {
@@ -358,6 +501,53 @@ PyObject *rc_py_pool_probe(PyObject *self, PyObject *args)
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&v);
     return PyLong_FromLong(__atomic_load_n(&j.by_workers, __ATOMIC_RELAXED));
+}
+
+/* pool_load_rule(on=None, others=None) -> (on, others) before: whether a job runs on its caller
+ * alone while other processes' runnable threads fill the cores, and the count of them to assume
+ * (-1: read /proc/loadavg; tests force one); None leaves a setting as it is */
+PyObject *rc_py_pool_load_rule(PyObject *self, PyObject *args, PyObject *kw)
+{
+    (void)self;
+    static char *names[] = {"on", "others", NULL};
+    PyObject *on_o = Py_None, *others_o = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OO:pool_load_rule", names, &on_o, &others_o))
+        return NULL;
+    int on = -1, others = -2;
+    if (on_o != Py_None && (on = PyObject_IsTrue(on_o)) < 0)
+        return NULL;
+    if (others_o != Py_None) {
+        const long v = PyLong_AsLong(others_o);
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        if (v < -1 || v > 1L << 20) {
+            PyErr_Format(PyExc_ValueError,
+                         "pool_load_rule: others must be -1 (read /proc/loadavg) or a count in [0, 2^20], got %ld", v);
+            return NULL;
+        }
+        others = (int)v;
+    }
+    pthread_once(&rc_load_once, rc_load_init);
+    const int was_on = __atomic_load_n(&rc_load_on, __ATOMIC_RELAXED);
+    const int was = __atomic_load_n(&rc_load_forced, __ATOMIC_RELAXED);
+    if (on >= 0)
+        __atomic_store_n(&rc_load_on, on, __ATOMIC_RELAXED);
+    if (others >= -1)
+        __atomic_store_n(&rc_load_forced, others, __ATOMIC_RELAXED);
+    /* the next job reads the count afresh */
+    __atomic_store_n(&rc_load_next, 0L, __ATOMIC_RELAXED);
+    __atomic_store_n(&rc_load_full, 0, __ATOMIC_RELAXED);
+    return Py_BuildValue("(Ni)", PyBool_FromLong(was_on), was);
+}
+
+/* pool_load_full() -> whether a job opened now would run on its caller alone for the load
+ * (the count read now) */
+PyObject *rc_py_pool_load_full(PyObject *self, PyObject *args)
+{
+    (void)self;
+    (void)args;
+    __atomic_store_n(&rc_load_next, 0L, __ATOMIC_RELAXED);
+    return PyBool_FromLong(rc_machine_full(rc_now_ns()));
 }
 
 /* run_solo(on) -> before: whether the jobs this thread opens run on it alone (a run whose
