@@ -493,6 +493,35 @@ RC_INLINE v16f sm_exp16(v16f d)
 RC_INLINE v16f sm_load16(const float *p) { return *(const v16f_u *)p; }
 RC_INLINE void sm_store16(float *p, v16f v) { *(v16f_u *)p = v; }
 
+/* exp(z - m) of a row of t floats in place: 16 running sums in *acc, the tail (t % 16 values,
+ * on a padded copy of 16 lanes) summed in order and returned (softmax_rows and
+ * softmax_exp_row reduce the two as they did) */
+RC_INLINE float sm_exp_pass(float *zr, Py_ssize_t t, float m, v16f *acc)
+{
+    const v16f mv = cv_bcast(m);
+    v16f a = cv_bcast(0.0f);
+    Py_ssize_t i = 0;
+    for (; i + 16 <= t; i += 16) {
+        const v16f e = sm_exp16(sm_load16(zr + i) - mv);
+        sm_store16(zr + i, e);
+        a += e;
+    }
+    float sum = 0.0f;
+    if (i < t) {
+        float tail[16];
+        const Py_ssize_t k = t - i;
+        for (Py_ssize_t j = 0; j < 16; j++)
+            tail[j] = j < k ? zr[i + j] - m : -INFINITY;
+        sm_store16(tail, sm_exp16(sm_load16(tail)));
+        for (Py_ssize_t j = 0; j < k; j++) {
+            zr[i + j] = tail[j];
+            sum += tail[j];
+        }
+    }
+    *acc = a;
+    return sum;
+}
+
 /* softmax_rows: the softmax of every row of z in place, the numpy path's arithmetic
  * (ops/fused._softmax_inplace) in three passes a row, 16 lanes wide (one AVX-512 register in
  * the x86-64-v4 clone, two AVX ones in -v3): the row maximum (0 where it is not finite), exp
@@ -502,7 +531,6 @@ RC_INLINE void sm_store16(float *p, v16f v) { *(v16f_u *)p = v; }
 RC_CLONES
 static void softmax_rows_ex(float *z, Py_ssize_t rows, Py_ssize_t t, int inf_nan)
 {
-    float tail[16];
     for (Py_ssize_t r = 0; r < rows; r++) {
         float *zr = z + r * t;
         /* the maximum in 16 lanes (NaN never wins a comparison: a NaN row stays NaN through
@@ -526,29 +554,13 @@ static void softmax_rows_ex(float *z, Py_ssize_t rows, Py_ssize_t t, int inf_nan
         }
         if (!(m > -INFINITY && m < INFINITY))
             m = 0.0f;
-        const v16f mv = cv_bcast(m);
-        v16f acc = cv_bcast(0.0f);
-        Py_ssize_t i = 0;
-        for (; i + 16 <= t; i += 16) {
-            const v16f e = sm_exp16(sm_load16(zr + i) - mv);
-            sm_store16(zr + i, e);
-            acc += e;
-        }
-        float sum = 0.0f;
-        if (i < t) {
-            const Py_ssize_t k = t - i;
-            for (Py_ssize_t j = 0; j < 16; j++)
-                tail[j] = j < k ? zr[i + j] - m : -INFINITY;
-            sm_store16(tail, sm_exp16(sm_load16(tail)));
-            for (Py_ssize_t j = 0; j < k; j++) {
-                zr[i + j] = tail[j];
-                sum += tail[j];
-            }
-        }
+        v16f acc;
+        float sum = sm_exp_pass(zr, t, m, &acc);
         for (int j = 0; j < 16; j++)
             sum += acc[j];
         const float inv = 1.0f / sum;
         const v16f iv = cv_bcast(inv);
+        Py_ssize_t i;
         for (i = 0; i + 16 <= t; i += 16)
             sm_store16(zr + i, sm_load16(zr + i) * iv);
         for (; i < t; i++)
@@ -599,25 +611,8 @@ static float softmax_exp_row_ex(float *zr, Py_ssize_t t)
         m = zr[i] > m ? zr[i] : m;
     if (!(m > -INFINITY && m < INFINITY))
         m = 0.0f;
-    const v16f mv = cv_bcast(m);
-    v16f acc = cv_bcast(0.0f);
-    for (i = 0; i + 16 <= t; i += 16) {
-        const v16f e = sm_exp16(sm_load16(zr + i) - mv);
-        sm_store16(zr + i, e);
-        acc += e;
-    }
-    float sum = 0.0f;
-    if (i < t) {
-        float tail[16];
-        const Py_ssize_t k = t - i;
-        for (Py_ssize_t j = 0; j < 16; j++)
-            tail[j] = j < k ? zr[i + j] - m : -INFINITY;
-        sm_store16(tail, sm_exp16(sm_load16(tail)));
-        for (Py_ssize_t j = 0; j < k; j++) {
-            zr[i + j] = tail[j];
-            sum += tail[j];
-        }
-    }
+    v16f acc;
+    const float sum = sm_exp_pass(zr, t, m, &acc);
     return 1.0f / (sum + sm_hsum16(acc));
 }
 
