@@ -21,26 +21,6 @@
 
 RC_INLINE v8f la_bcast(float a) { return __builtin_shuffle((v8f){a}, (v8i){0}); }
 
-/* v clipped to [lo, hi] lane by lane, as clipf does (NaN stays NaN) */
-RC_INLINE v8f la_clip(v8f v, v8f lo, v8f hi)
-{
-    v = v8_select(v < lo, lo, v);
-    return v8_select(v > hi, hi, v);
-}
-
-/* a's activation (rc_act16's arithmetic on 8 floats; NaN stays NaN) */
-RC_INLINE v8f la_act(v8f x, const rc_act *a)
-{
-    if (a->act == 3)
-        return v8_sigmoid(x);
-    if (a->act == 4)
-        return x * v8_sigmoid(x);
-    v8f h = x * a->alpha + a->beta;
-    h = v8_select(h < 0.0f, la_bcast(0.0f), h);
-    h = v8_select(h > 1.0f, la_bcast(1.0f), h);
-    return a->act == 1 ? x * h : h;
-}
-
 /* one term k of a sub-tile: two weight vectors, NR broadcasts, 2 NR multiply-adds */
 #define LA_STEP(NR, k)                                                                             \
     do {                                                                                           \
@@ -87,9 +67,9 @@ RC_INLINE v8f la_act(v8f x, const rc_act *a)
                         t += la_bcast(e->rb[r0 + p]);                                              \
                     if (e->z)                                                                      \
                         t += v8_load(e->z + (r0 + p) * e->ldz + c0 + 8 * v);                       \
-                    t = la_clip(t, la_bcast(e->lo), la_bcast(e->hi));                              \
+                    t = v8_clip(t, la_bcast(e->lo), la_bcast(e->hi));                              \
                     if (e->act)                                                                    \
-                        t = la_act(t, e->act);                                                         \
+                        t = rc_act8(t, e->act);                                                         \
                 }                                                                                  \
                 v8_store(c + p * ldc + 8 * v, t);                                                  \
             }                                                                                      \

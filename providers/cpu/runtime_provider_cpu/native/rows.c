@@ -159,29 +159,18 @@ PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args)
 /* activate: a convolution's activation in one pass, in place or into y (numpy needs 3-4
  * passes and a temporary): kind 0 HardSwish, 1 HardSigmoid (alpha, beta), 2 Sigmoid, 3 SiLU
  * (x * sigmoid(x)). NaN stays NaN. */
-RC_INLINE v8f rc_act8(v8f x, int kind, float alpha, float beta)
-{
-    if (kind == 2)
-        return v8_sigmoid(x);
-    if (kind == 3)
-        return x * v8_sigmoid(x);
-    v8f h = x * v8_set1(alpha) + v8_set1(beta);
-    h = v8_select(h < v8_set1(0.0f), v8_set1(0.0f), h);
-    h = v8_select(h > v8_set1(1.0f), v8_set1(1.0f), h);
-    return kind == 0 ? x * h : h;
-}
-
 RC_CLONES
 static void act_run(const float *x, float *y, Py_ssize_t n, int kind, float alpha, float beta)
 {
+    const rc_act a = {kind + 1, alpha, beta}; /* rc_act8's numbering: activate's kind + 1 */
     Py_ssize_t i = 0;
     for (; i + 8 <= n; i += 8)
-        v8_store(y + i, rc_act8(v8_load(x + i), kind, alpha, beta));
+        v8_store(y + i, rc_act8(v8_load(x + i), &a));
     if (i < n) {
         float t[8];
         for (Py_ssize_t j = 0; j < 8; j++)
             t[j] = i + j < n ? x[i + j] : 0.0f;
-        v8_store(t, rc_act8(v8_load(t), kind, alpha, beta));
+        v8_store(t, rc_act8(v8_load(t), &a));
         for (Py_ssize_t j = 0; i + j < n; j++)
             y[i + j] = t[j];
     }
