@@ -169,10 +169,6 @@ PyObject *rc_run_job(rc_part_f fn, void *job, int parts, int threads, Py_buffer 
  * is not too large; given back with rc_work_done (same n) */
 void *rc_work(size_t n);
 void rc_work_done(void *p, size_t n);
-/* rc_work's slot slot (0: rc_work's own; 1: kept by a caller across the parts it runs, which
- * take slot 0), given back with rc_work_slot_done (same slot and n) */
-void *rc_work_slot(int slot, size_t n);
-void rc_work_slot_done(int slot, void *p, size_t n);
 /* the pool's state after a fork (registered with pthread_atfork) */
 void rc_pool_forked(void);
 

@@ -56,12 +56,10 @@ PyObject *rc_run_job(rc_part_f fn, void *job, int parts, int threads, Py_buffer 
 
 /* a work buffer of the calling thread, 64-byte aligned and kept between calls up to
  * RC_KEEP bytes: a fresh multi-megabyte malloc each call is a fresh mmap whose pages fault in
- * on first touch (docs/performance.md). RC_SLOTS of them, so that a caller can keep one (slot
- * 1: what all its parts share) while its own parts take slot 0.
- * rc_work_done frees what was not kept. The buffers go with their thread (a key destructor). */
+ * on first touch (docs/performance.md). rc_work_done frees what was not kept. The buffer goes
+ * with its thread (a key destructor). */
 #define RC_KEEP ((size_t)32 << 20)
-#define RC_SLOTS 2
-typedef struct { void *p[RC_SLOTS]; size_t n[RC_SLOTS]; } rc_work_buf;
+typedef struct { void *p; size_t n; } rc_work_buf;
 static pthread_key_t rc_work_key;
 static pthread_once_t rc_work_once = PTHREAD_ONCE_INIT;
 static int rc_work_ok;
@@ -69,19 +67,18 @@ static int rc_work_ok;
 static void rc_work_free(void *b)
 {
     if (b) {
-        for (int i = 0; i < RC_SLOTS; i++)
-            free(((rc_work_buf *)b)->p[i]);
+        free(((rc_work_buf *)b)->p);
         free(b);
     }
 }
 
 static void rc_work_init(void) { rc_work_ok = pthread_key_create(&rc_work_key, rc_work_free) == 0; }
 
-void *rc_work_slot(int slot, size_t n)
+void *rc_work(size_t n)
 {
     n = (n + 63) & ~(size_t)63;
     pthread_once(&rc_work_once, rc_work_init);
-    if (n > RC_KEEP || !rc_work_ok || slot < 0 || slot >= RC_SLOTS)
+    if (n > RC_KEEP || !rc_work_ok)
         return aligned_alloc(64, n ? n : 64);
     rc_work_buf *b = (rc_work_buf *)pthread_getspecific(rc_work_key);
     if (!b) {
@@ -91,26 +88,22 @@ void *rc_work_slot(int slot, size_t n)
             return aligned_alloc(64, n ? n : 64);
         }
     }
-    if (b->n[slot] < n) {
-        free(b->p[slot]);
-        b->p[slot] = aligned_alloc(64, n);
-        b->n[slot] = b->p[slot] ? n : 0;
+    if (b->n < n) {
+        free(b->p);
+        b->p = aligned_alloc(64, n);
+        b->n = b->p ? n : 0;
     }
-    return b->p[slot];
+    return b->p;
 }
 
-void rc_work_slot_done(int slot, void *p, size_t n)
+void rc_work_done(void *p, size_t n)
 {
     n = (n + 63) & ~(size_t)63;
-    if (n > RC_KEEP || !rc_work_ok || slot < 0 || slot >= RC_SLOTS)
+    if (n > RC_KEEP || !rc_work_ok)
         free(p);
     else {
         rc_work_buf *b = (rc_work_buf *)pthread_getspecific(rc_work_key);
-        if (!b || b->p[slot] != p)
+        if (!b || b->p != p)
             free(p);
     }
 }
-
-void *rc_work(size_t n) { return rc_work_slot(0, n); }
-
-void rc_work_done(void *p, size_t n) { rc_work_slot_done(0, p, n); }
