@@ -99,15 +99,56 @@ RC_INLINE v8f rc_gelu_tanh8(v8f s)
 
 RC_INLINE v8f rc_gelu_any8(v8f s, int tanh_form) { return tanh_form ? rc_gelu_tanh8(s) : rc_gelu8(s); }
 
+/* rc_gelu8 and rc_gelu_tanh8 on 16 lanes, the same operations lane by lane (the same bits): one
+   AVX-512 register in the x86-64-v4 clone, where the 8-lane forms used half of each */
+RC_INLINE v16f rc_gelu16(v16f s)
+{
+    const v16f c = cv_bcast(0.70710678118654752f), four = cv_bcast(4.0f), mfour = cv_bcast(-4.0f);
+    v16f a = s * c;
+    a = v16_select(a < mfour, mfour, a); /* NaN stays NaN */
+    a = v16_select(a > four, four, a);
+    const v16f x2 = a * a;
+    v16f p = x2 * cv_bcast(rc_erf_p_half[0]) + cv_bcast(rc_erf_p_half[1]);
+    for (int i = 2; i < 7; i++)
+        p = p * x2 + cv_bcast(rc_erf_p_half[i]);
+    p = p * a;
+    v16f q = x2 * cv_bcast(rc_erf_q[0]) + cv_bcast(rc_erf_q[1]);
+    for (int i = 2; i < 5; i++)
+        q = q * x2 + cv_bcast(rc_erf_q[i]);
+    return (p / q + cv_bcast(0.5f)) * s;
+}
+
+RC_INLINE v16f rc_gelu_tanh16(v16f s)
+{
+    const float b = -1.5957691216057308f;
+    const float a = -1.5957691216057308f * 0.044715f;
+    const v16f t = (s * s * a + b) * s;
+    return v16_select(t > 88.0f, s * 0.0f, s / (1.0f + v16_exp(t)));
+}
+
 RC_CLONES
 static void gelu_rows(const float *restrict x, const float *restrict b, float *y, Py_ssize_t rows,
                       Py_ssize_t d, int tanh_form)
 {
-    float tx[8], tb[8];
+    float tx[16], tb[16];
     for (Py_ssize_t r = 0; r < rows; r++) {
         const float *xr = x + r * d;
         float *yr = y + r * d;
         Py_ssize_t i = 0;
+        if (tanh_form)
+            for (; i + 16 <= d; i += 16) {
+                v16f s = *(const v16f_u *)(xr + i);
+                if (b)
+                    s = s + *(const v16f_u *)(b + i);
+                *(v16f_u *)(yr + i) = rc_gelu_tanh16(s);
+            }
+        else
+            for (; i + 16 <= d; i += 16) {
+                v16f s = *(const v16f_u *)(xr + i);
+                if (b)
+                    s = s + *(const v16f_u *)(b + i);
+                *(v16f_u *)(yr + i) = rc_gelu16(s);
+            }
         for (; i + 8 <= d; i += 8) {
             v8f s = v8_load(xr + i);
             if (b)
@@ -128,12 +169,35 @@ static void gelu_rows(const float *restrict x, const float *restrict b, float *y
     }
 }
 
+typedef struct {
+    const float *x, *b;
+    float *y;
+    Py_ssize_t rows, d;
+    int tanh_form;
+} gelu_job;
+
+static void gelu_part(void *arg, int part, int parts)
+{
+    const gelu_job *j = (const gelu_job *)arg;
+    const Py_ssize_t r0 = j->rows * part / parts, r1 = j->rows * (part + 1) / parts;
+    gelu_rows(j->x + r0 * j->d, j->b, j->y + r0 * j->d, r1 - r0, j->d, j->tanh_form);
+}
+
+/* the parts of a row kernel of n elements, flops_per an element, over up to *threads threads
+   (a row a unit: every part's rows are computed as one thread computes them, the same bits) */
+static int rows_parts(Py_ssize_t rows, Py_ssize_t n, double flops_per, int *threads)
+{
+    if (*threads < 1)
+        *threads = 1;
+    return rows ? rc_parts(flops_per * (double)n, 2.5e5, rows, threads) : 0;
+}
+
 PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args)
 {
     PyObject *xo, *bo, *yo;
     Py_ssize_t rows, d;
-    int tanh_form = 0;
-    if (!PyArg_ParseTuple(args, "OOO(nn)|p:gelu_erf", &xo, &bo, &yo, &rows, &d, &tanh_form))
+    int tanh_form = 0, threads = 1;
+    if (!PyArg_ParseTuple(args, "OOO(nn)|pi:gelu_erf", &xo, &bo, &yo, &rows, &d, &tanh_form, &threads))
         return NULL;
     if (rows < 0 || d < 0) {
         PyErr_SetString(PyExc_ValueError, "gelu_erf: negative size");
@@ -149,8 +213,11 @@ PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args)
                             {yo, n, RC_F32, 1, 0, "Y"}};
     if (get_buffers("gelu_erf", spec, v, 3) < 0)
         return NULL;
+    gelu_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (float *)v[2].buf, rows, d, tanh_form};
+    const int parts = rows_parts(rows, n, 24.0, &threads);
     Py_BEGIN_ALLOW_THREADS
-    gelu_rows((const float *)v[0].buf, (const float *)v[1].buf, (float *)v[2].buf, rows, d, tanh_form);
+    if (parts)
+        rc_parallel(gelu_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
     release_buffers(v, 3);
     Py_RETURN_NONE;
@@ -295,14 +362,44 @@ static void sln_rows(const float *x, const float *skip, const float *restrict ga
     }
 }
 
+typedef struct {
+    const float *x, *skip, *gamma, *beta, *bias;
+    float *y, *mean, *inv, *sum;
+    Py_ssize_t rows, d, skip_rows;
+    float eps;
+    int rms;
+} sln_job;
+
+static void sln_part(void *arg, int part, int parts)
+{
+    const sln_job *j = (const sln_job *)arg;
+    const Py_ssize_t r0 = j->rows * part / parts, r1 = j->rows * (part + 1) / parts, d = j->d;
+    if (r0 >= r1)
+        return;
+    /* skip row r % skip_rows: a part's first row r0 starts the skip at r0 % skip_rows, so the
+       part passes skip rows from there (sln_rows reads (r - r0) % skip_rows of what it gets):
+       where that would be off, the part runs in pieces that each start a skip period */
+    Py_ssize_t r = r0;
+    while (r < r1) {
+        const Py_ssize_t off = j->skip ? r % j->skip_rows : 0;
+        Py_ssize_t e = j->skip && off ? r - off + j->skip_rows : r1;
+        if (e > r1)
+            e = r1;
+        sln_rows(j->x + r * d, j->skip ? j->skip + off * d : NULL, j->gamma, j->beta, j->bias, j->y + r * d,
+                 j->mean ? j->mean + r : NULL, j->inv ? j->inv + r : NULL, j->sum ? j->sum + r * d : NULL,
+                 e - r, d, off ? e - r : j->skip_rows, j->eps, j->rms);
+        r = e;
+    }
+}
+
 PyObject *rc_py_skip_layer_norm(PyObject *self, PyObject *args)
 {
     PyObject *xo, *so, *go, *bo, *bio, *yo, *mo, *io, *sumo;
     Py_ssize_t rows, d, skip_rows;
     float eps;
-    int rms = 0;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOO(nnn)f|p:skip_layer_norm", &xo, &so, &go, &bo, &bio, &yo, &mo,
-                          &io, &sumo, &rows, &d, &skip_rows, &eps, &rms))
+    int rms = 0, threads = 1;
+    if (!PyArg_ParseTuple(args, "OOOOOOOOO(nnn)f|pi:skip_layer_norm", &xo, &so, &go, &bo, &bio, &yo, &mo,
+                          &io, &sumo, &rows, &d, &skip_rows, &eps, &rms, &threads))
         return NULL;
     if (rows < 0 || d < 1 || skip_rows < 1 || (rows > 0 && rows % skip_rows != 0)) {
         PyErr_SetString(PyExc_ValueError,
@@ -322,10 +419,13 @@ PyObject *rc_py_skip_layer_norm(PyObject *self, PyObject *args)
                             {sumo, n, RC_F32, 1, 1, "sum"}};
     if (get_buffers("skip_layer_norm", spec, v, 9) < 0)
         return NULL;
+    sln_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
+                 (const float *)v[3].buf, (const float *)v[4].buf, (float *)v[5].buf, (float *)v[6].buf,
+                 (float *)v[7].buf, (float *)v[8].buf, rows, d, skip_rows, eps, rms};
+    const int parts = rows_parts(rows, n, 8.0, &threads);
     Py_BEGIN_ALLOW_THREADS
-    sln_rows((const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,
-             (const float *)v[3].buf, (const float *)v[4].buf, (float *)v[5].buf, (float *)v[6].buf,
-             (float *)v[7].buf, (float *)v[8].buf, rows, d, skip_rows, eps, rms);
+    if (parts)
+        rc_parallel(sln_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
     release_buffers(v, 9);
     Py_RETURN_NONE;

@@ -121,20 +121,21 @@ def erf_f32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return _into(out, res)
 
 
-def _gelu_native(x, bias, out, tanh_form):
-    """Gelu of float32 ``x`` (+ ``bias``) in the compiled pass (``_native.gelu_erf``), into
-    ``out`` when it can hold the result; the erf form, or the tanh form with ``tanh_form``."""
+def _gelu_native(x, bias, out, tanh_form, threads=1):
+    """Gelu of float32 ``x`` (+ ``bias``) in the compiled pass (``_native.gelu_erf``, its rows split
+    over ``threads`` kernel threads), into ``out`` when it can hold the result; the erf form, or
+    the tanh form with ``tanh_form``."""
     d = x.shape[-1] if x.ndim else 1
     xc = np.ascontiguousarray(x)
     res = out if (out is not None and out.dtype == _F32 and out.shape == x.shape
                   and out.flags.c_contiguous) else np.empty(x.shape, _F32)
     bc = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
-    _native.gelu_erf(xc, bc, res, (xc.size // max(d, 1), d), tanh_form)
+    _native.gelu_erf(xc, bc, res, (xc.size // max(d, 1), d), tanh_form, max(int(threads), 1))
     return _into(out, res)
 
 
 def gelu_erf_f32(x: np.ndarray, out: np.ndarray | None = None, bias: np.ndarray | None = None,
-                 native: bool = True) -> np.ndarray:
+                 native: bool = True, threads: int = 1) -> np.ndarray:
     """0.5 * s * (1 + erf(s / sqrt(2))) of a float32 array, s = x (+ ``bias``, a float32
     vector of x's last dim), ``out`` may be x.
 
@@ -144,7 +145,7 @@ def gelu_erf_f32(x: np.ndarray, out: np.ndarray | None = None, bias: np.ndarray 
     ``s * (0.5 + erf(s / sqrt(2)) / 2)``; s is read again only by the last multiply, so no
     copy of it is kept even when the result overwrites it."""
     if native and _native is not None and x.dtype == _F32:
-        return _gelu_native(x, bias, out, False)
+        return _gelu_native(x, bias, out, False, threads)
     if bias is not None:
         x = np.add(x, bias, out=out if out is not None and out.shape == x.shape else None)
     xf, res, rf = _blocks(x, out)
@@ -173,13 +174,13 @@ _F32_1 = np.float32(1.0)
 
 
 def gelu_tanh_f32(x: np.ndarray, bias: np.ndarray | None = None,
-                  out: np.ndarray | None = None, native: bool = True) -> np.ndarray:
+                  out: np.ndarray | None = None, native: bool = True, threads: int = 1) -> np.ndarray:
     """Gelu's tanh approximation of float32 ``x`` (plus ``bias``, a vector of x's last dim);
     ``out`` may be x. With the compiled extension one pass (``_native.gelu_erf`` with
     ``tanh_form``), otherwise (or ``native=False``) numpy in cache-sized blocks of whole rows."""
     if native and _native is not None and x.dtype == _F32:
         # compiled: the same formula in one pass (128x3072 with a bias: 1.1 -> 0.4 ms)
-        return _gelu_native(x, bias, out, True)
+        return _gelu_native(x, bias, out, True, threads)
     xf, res, rf = _blocks(x, out)
     d = max(x.shape[-1], 1) if x.ndim else 1  # rows of d: the bias broadcasts over each block
     rows = xf.size // d

@@ -42,19 +42,24 @@ def _info(node, i):
 
 # -- activations ------------------------------------------------------------------------
 
-def _gelu_erf(x, out=None):
+def _threads(ctx):
+    return max(int(getattr(ctx, "threads", 1) or 1), 1)
+
+
+def _gelu_erf(x, out=None, threads=1):
     """Gelu (erf form), computed in float32 block by block (scipy's float32 erf is ~7x slower
     and the unblocked polynomial's full-size temporaries cost page faults); ``out`` may be x."""
     xf = x.astype(np.float32, copy=False)
-    y = _gelu_erf_f32(xf, out=out if out is not None and out.dtype == np.float32 else None)
+    y = _gelu_erf_f32(xf, out=out if out is not None and out.dtype == np.float32 else None, threads=threads)
     return y.astype(x.dtype, copy=False)
 
 
-def _gelu_tanh(x, bias=None, out=None):
+def _gelu_tanh(x, bias=None, out=None, threads=1):
     """Gelu's tanh approximation of ``x (+ bias)`` in float32 (see ``gelu_tanh_f32``)."""
     xf = x.astype(np.float32, copy=False)
     bf = None if bias is None else bias.astype(np.float32, copy=False)
-    y = _gelu_tanh_f32(xf, bf, out=out if out is not None and out.dtype == np.float32 else None)
+    y = _gelu_tanh_f32(xf, bf, out=out if out is not None and out.dtype == np.float32 else None,
+                       threads=threads)
     return y.astype(x.dtype, copy=False)
 
 
@@ -73,26 +78,26 @@ def _bias_check(node):
 def ms_gelu(ctx, x):
     """0.5 * x * (1 + erf(x / sqrt(2)))."""
     with np.errstate(all="ignore"):
-        return _gelu_erf(x)
+        return _gelu_erf(x, threads=_threads(ctx))
 
 
-def _fast_gelu(x, bias, out):
+def _fast_gelu(x, bias, out, threads=1):
     if bias is not None and (bias.ndim != 1 or x.ndim == 0 or bias.shape[0] != x.shape[-1]):
         raise ValueError(f"FastGelu bias of shape {bias.shape} does not match input {x.shape}")
     with np.errstate(all="ignore"):
-        return _gelu_tanh(x, bias, out=out)
+        return _gelu_tanh(x, bias, out=out, threads=threads)
 
 
 @kernel("FastGelu", 1, domain=MS, dtypes=_F32, check=_bias_check)
 def fast_gelu(ctx, x, bias=None):
     """The tanh approximation of Gelu, of ``x + bias`` when a bias is given."""
-    return _fast_gelu(x, bias, None)
+    return _fast_gelu(x, bias, None, _threads(ctx))
 
 
 @inplace_variant(fast_gelu, 0)
 def fast_gelu_inplace(ctx, owned, x, bias=None):
     """``fast_gelu`` written into ``x`` (handed over by the executable)."""
-    return _fast_gelu(x, bias, x)
+    return _fast_gelu(x, bias, x, _threads(ctx))
 
 
 @kernel("BiasGelu", 1, domain=MS, dtypes=_F32, check=_bias_check)
@@ -102,9 +107,10 @@ def bias_gelu(ctx, a, b):
         raise ValueError(f"BiasGelu bias of shape {b.shape} does not match input {a.shape}")
     with np.errstate(all="ignore"):
         if a.dtype == np.float32 and b.dtype == np.float32:
-            return _gelu_erf_f32(a, bias=b)  # the sum and Gelu in one pass where compiled
+            # the sum and Gelu in one pass where compiled, its rows over the kernel threads
+            return _gelu_erf_f32(a, bias=b, threads=_threads(ctx))
         s = a + b
-        return _gelu_erf(s, out=s)  # s is ours
+        return _gelu_erf(s, out=s, threads=_threads(ctx))  # s is ours
 
 
 @inplace_variant(bias_gelu, 0)
@@ -113,7 +119,7 @@ def bias_gelu_inplace(ctx, owned, a, b):
     if a.dtype != np.float32 or b.dtype != np.float32 or b.ndim != 1 or b.shape[0] != a.shape[-1]:
         return bias_gelu(ctx, a, b)
     with np.errstate(all="ignore"):
-        return _gelu_erf_f32(a, out=a, bias=b)
+        return _gelu_erf_f32(a, out=a, bias=b, threads=_threads(ctx))
 
 
 # -- FusedConv --------------------------------------------------------------------------
@@ -378,7 +384,7 @@ def _skip_ln(ctx, x, skip, gamma, beta, bias, epsilon, out):
         _native.skip_layer_norm(np.ascontiguousarray(x), np.ascontiguousarray(skip),
                                 np.ascontiguousarray(gamma), beta if beta is None else np.ascontiguousarray(beta),
                                 bias if bias is None else np.ascontiguousarray(bias), y, mean, inv, s,
-                                (x.size // d, d, max(skip.size // d, 1)), float(epsilon))
+                                (x.size // d, d, max(skip.size // d, 1)), float(epsilon), False, _threads(ctx))
         return (y, mean, inv, s)[:n_out]
     # a new array (or the input the executable handed over): ours
     s = np.add(x.astype(f32, copy=False), skip.astype(f32, copy=False), out=out)
@@ -442,7 +448,7 @@ def simplified_layer_norm(ctx, x, scale, *, axis=-1, epsilon=1e-5, stash_type=1)
                          f"normalized shape {x.shape[ax:]}")
     if st == np.float32 and x.dtype == np.float32 and scale.dtype == np.float32 and d:
         # rows of d with the scale flattened: inv_std_var is the kernel's third output
-        fast = _native_rms(x, None, scale, None, epsilon, None, d, 3 if ctx.n_outputs > 1 else 1)
+        fast = _native_rms(x, None, scale, None, epsilon, None, d, 3 if ctx.n_outputs > 1 else 1, _threads(ctx))
         if fast is not None:
             return (fast[0],) if ctx.n_outputs <= 1 else (fast[0], fast[2].reshape(x.shape[:ax] + (1,) * (x.ndim - ax)))
     xs = np.ascontiguousarray(x, dtype=st)
@@ -474,7 +480,7 @@ def skip_simplified_layer_norm_inplace(ctx, owned, x, skip, gamma, bias=None, *,
     return _skip_rms(ctx, x, skip, gamma, bias, epsilon, t)
 
 
-def _native_rms(x, skip, gamma, bias, epsilon, out, d, n_out):
+def _native_rms(x, skip, gamma, bias, epsilon, out, d, n_out, threads=1):
     """The compiled row kernel (``skip_layer_norm`` with ``rms``): one pass a row where numpy
     takes four; outputs as ``_skip_rms``. None where it does not apply."""
     f32 = np.float32
@@ -488,7 +494,8 @@ def _native_rms(x, skip, gamma, bias, epsilon, out, d, n_out):
     _native.skip_layer_norm(np.ascontiguousarray(x), None if skip is None else np.ascontiguousarray(skip),
                             np.ascontiguousarray(gamma).reshape(-1), None,
                             None if bias is None else np.ascontiguousarray(bias), y, mean, inv, s,
-                            (x.size // d, d, 1 if skip is None else max(skip.size // d, 1)), float(epsilon), True)
+                            (x.size // d, d, 1 if skip is None else max(skip.size // d, 1)), float(epsilon), True,
+                            threads)
     return (y, mean, inv, s)[:n_out]
 
 
@@ -496,7 +503,7 @@ def _skip_rms(ctx, x, skip, gamma, bias, epsilon, out):
     f32 = np.float32
     n_out = max(ctx.n_outputs, 1)
     d = x.shape[-1]
-    fast = _native_rms(x, skip, gamma, bias, epsilon, out, d, n_out)
+    fast = _native_rms(x, skip, gamma, bias, epsilon, out, d, n_out, _threads(ctx))
     if fast is not None:
         return tuple(v.reshape(x.shape[:-1] + (1,)) if k in (1, 2) else v for k, v in enumerate(fast))
     s = np.add(x.astype(f32, copy=False), skip.astype(f32, copy=False), out=out)

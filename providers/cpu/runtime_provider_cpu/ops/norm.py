@@ -208,7 +208,8 @@ def _layer_norm(ctx, x, scale, b, axis, epsilon, stash_type, owned):
         y = x if owned and x.flags.c_contiguous else np.empty(x.shape, _F32)
         nat.skip_layer_norm(np.ascontiguousarray(x), None, np.ascontiguousarray(scale).reshape(d),
                                 None if b is None else np.ascontiguousarray(b).reshape(d), None, y, mean, inv,
-                                None, (x.size // d, d, 1), float(epsilon))
+                                None, (x.size // d, d, 1), float(epsilon), False,
+                                max(int(getattr(ctx, "threads", 1) or 1), 1))
         return (y, mean, inv)[:ctx.n_outputs] if ctx.n_outputs > 1 else y
     xc = _as(x, cd)
     mean = mean_last(xc, ax)  # BLAS products with ones: faster than numpy's short-row means
