@@ -93,6 +93,8 @@ TILE_CASES = [
                                                   "ab": rnd(1, 2, S, S)}, {"scale": 0.3}),
     # more keys than one chunk of the value product (256 terms), the last row panel short
     (1, 601, 64, 2, (), None, {}),
+    # ViT-Ti's heads: 197 keys, 12 vectors of 16 and a tail of 5 in each softmax row
+    (2, 197, 192, 3, (), None, {}),
     (1, 263, 96, 3, ("m", "", "ab"), lambda B, S: {"m": (RNG.random((B, S)) > 0.2).astype(np.int32),
                                                    "ab": rnd(1, 3, S, S)}, {"unidirectional": 1}),
 ]

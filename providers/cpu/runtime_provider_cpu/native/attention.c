@@ -300,7 +300,7 @@ MT_TARGET static void mt_part(void *arg, int part, int parts)
         for (Py_ssize_t p = 0; p < nr; p++) {
             float *zr = z + p * Sp;
             mh_mask_row(j, b, h, s0 + p, zr, T);
-            inv[p] = softmax_exp_row(zr, T);
+            inv[p] = softmax_exp_row_pad(zr, T); /* rows Sp >= T rounded up to 32 apart */
         }
         /* the rows Sp apart, all Sp terms packed (those past T are not read) */
         ln_pack_job pj = {z, pp, nr, Sp};

@@ -221,6 +221,8 @@ void act_block(float *y, Py_ssize_t ld, Py_ssize_t M, Py_ssize_t P, const rc_act
 void softmax_rows(float *z, Py_ssize_t rows, Py_ssize_t t);
 /* exp(z - max) of a row of t floats in place, returning 1 / their sum (softmax_rows less its last pass) */
 float softmax_exp_row(float *z, Py_ssize_t t);
+/* the same on a row with room for t rounded up to 16 floats (zeros written past t) */
+float softmax_exp_row_pad(float *z, Py_ssize_t t);
 
 /* ---- the direct convolution's register tiles and phase planes (conv_direct.c) ---------- */
 

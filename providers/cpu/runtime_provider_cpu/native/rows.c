@@ -710,6 +710,47 @@ float softmax_exp_row(float *zr, Py_ssize_t t)
     return softmax_exp_row_ex(zr, t);
 }
 
+/* softmax_exp_row for a row with room for t rounded up to 16 floats (mha's tiles: rows Sp apart,
+ * their scores computed to a multiple of 32): the last t % 16 values as one more vector, the
+ * lanes past t read as -inf (exp 0) and written back as zeros, summed with the others in the 16
+ * running sums (a short row's padded scalar tail was a quarter of its time) */
+RC_CLONES
+static float softmax_exp_row_pad_ex(float *zr, Py_ssize_t t)
+{
+    const v16i lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const v16f ninf = cv_bcast(-INFINITY);
+    const Py_ssize_t tf = t / 16 * 16;
+    const v16i keep = lane < (int)(t - tf);
+    v16f mx = ninf;
+    for (Py_ssize_t i = 0; i < tf; i += 16) {
+        const v16f x = sm_load16(zr + i);
+        mx = v16_select(x > mx, x, mx);
+    }
+    const v16f xt = tf < t ? v16_select(keep, sm_load16(zr + tf), ninf) : ninf;
+    mx = v16_select(xt > mx, xt, mx);
+    float m = sm_hmax16(mx);
+    if (!(m > -INFINITY && m < INFINITY))
+        m = 0.0f;
+    const v16f mv = cv_bcast(m);
+    v16f a = cv_bcast(0.0f);
+    for (Py_ssize_t i = 0; i < tf; i += 16) {
+        const v16f e = sm_exp16(sm_load16(zr + i) - mv);
+        sm_store16(zr + i, e);
+        a += e;
+    }
+    if (tf < t) {
+        const v16f e = sm_exp16(xt - mv);
+        sm_store16(zr + tf, e);
+        a += e;
+    }
+    return 1.0f / sm_hsum16(a);
+}
+
+float softmax_exp_row_pad(float *zr, Py_ssize_t t)
+{
+    return softmax_exp_row_pad_ex(zr, t);
+}
+
 typedef struct {
     float *z;
     Py_ssize_t rows, t;
