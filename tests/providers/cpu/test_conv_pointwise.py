@@ -129,7 +129,9 @@ def test_strided_pointwise_on_the_subsampled_image(shape, strides, lane_calls):
 
 
 @pytest.mark.parametrize("M,K,P", [(40, 64, 3000), (600, 96, 49), (13, 300, 33), (5, 3, 7),
-                                   (20, 16, 5000), (26, 100, 4001)])  # groups of panels, tails
+                                   (20, 16, 5000), (26, 100, 4001),  # groups of panels, tails
+                                   (24, 300, 1000), (16, 520, 3136),  # x read in place, chunks
+                                   (40, 64, 200)])  # packed at one thread, in place at 2 and 3
 def test_pointwise_lanes_same_bits_on_any_thread_count(M, K, P):
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.fast.packing import pack_rows

@@ -138,7 +138,7 @@ def test_pointwise_rows_epilogue_as_the_lanes_kernel(act):
 
 
 @pytest.mark.parametrize("N,M,C,H,W,s", [(3, 40, 64, 17, 9, (1, 1)), (8, 64, 96, 7, 7, (1, 1)),
-                                         (2, 13, 300, 14, 14, (2, 2))])
+                                         (2, 13, 300, 14, 14, (2, 2)), (2, 20, 37, 9, 11, (1, 1))])
 def test_pointwise_rows_batch_is_each_image(N, M, C, H, W, s):
     from runtime_provider_cpu.fast.packing import pack_linear
 

@@ -535,9 +535,11 @@ PyObject *rc_py_linear(PyObject *self, PyObject *args)
 
 /* pointwise_lanes's work: a unit is a group of G 32-position column panels x a block of row
  * panels; per chunk of the channels, every row panel of the block passes over the group's
- * panels one after another. x is read in place (a column panel's rows are P floats apart);
- * only the last, short column panel is copied, zero-padded, into a whole-width one. */
+ * panels one after another. The group's chunk of x is copied into xb (L1) first, or, for a
+ * unit of at most PL_INPLACE row panels, read in place (a column panel's rows P floats apart);
+ * the last, short column panel is always copied, zero-padded, into a whole-width one. */
 #define PL_XB 8192 /* floats of x a unit's chunk holds: 32 KB, in L1 beside the weights */
+#define PL_INPLACE 2 /* most row panels of a unit that reads x in place */
 typedef struct {
     const float *wp, *x, *b, *z;
     float *y;
@@ -581,19 +583,25 @@ static void pl_part(void *arg, int part, int parts)
         const Py_ssize_t q0 = qb * j->bp, q1 = q0 + j->bp < np_ ? q0 + j->bp : np_;
         if (q0 >= q1)
             continue;
+        /* a unit of at most PL_INPLACE row panels reads x's whole column panels in place: the
+           copy into xb cost more than the few tiles it served saved (M <= 24 at one thread,
+           docs/performance.md) */
+        const int inplace = q1 - q0 <= PL_INPLACE;
         for (Py_ssize_t k0 = 0; k0 < C; k0 += j->kc) {
             const Py_ssize_t kn = C - k0 < j->kc ? C - k0 : j->kc;
             const int last = k0 + kn == C;
             for (Py_ssize_t cb = cb0; cb < cb1; cb++) {
                 const Py_ssize_t n0 = cb * 32, nn = P - n0 < 32 ? P - n0 : 32;
-                pl_pack32(xb + (cb - cb0) * kn * 32, j->x + k0 * P + n0, kn, P, nn);
+                if (!inplace || nn < 32)
+                    pl_pack32(xb + (cb - cb0) * kn * 32, j->x + k0 * P + n0, kn, P, nn);
             }
             for (Py_ssize_t q = q0; q < q1; q++) {
                 const Py_ssize_t r0 = q * LN_RP, nr = j->M - r0 < LN_RP ? j->M - r0 : LN_RP;
                 const float *ap = j->wp + (q * C + k0) * LN_RP;
                 for (Py_ssize_t cb = cb0; cb < cb1; cb++) {
                     const Py_ssize_t n0 = cb * 32;
-                    const float *xs = xb + (cb - cb0) * kn * 32;
+                    const int inx = inplace && n0 + 32 <= P;
+                    const float *xs = inx ? j->x + k0 * P + n0 : xb + (cb - cb0) * kn * 32;
                     float *c = j->y + r0 * P + n0;
                     /* the first row panel's tiles ask the x this panel needs next into L2 (its
                        next chunk, or the next group's first), a row a step: rows P floats
@@ -616,7 +624,7 @@ static void pl_part(void *arg, int part, int parts)
                     if (n0 + 32 <= P) {
                         ln_epi e = {j->b ? j->b + r0 : NULL, j->z ? j->z + r0 * P + n0 : NULL, P, j->lo,
                                     j->hi, j->act};
-                        tiles[nr](ap, xs, kn, 32, c, P, NULL, k0 == 0, pf, q > q0 ? 128 : sizeof(float) * P,
+                        tiles[nr](ap, xs, kn, inx ? P : 32, c, P, NULL, k0 == 0, pf, q > q0 ? 128 : sizeof(float) * P,
                                      npf, last ? &e : NULL);
                         continue;
                     }

@@ -22,6 +22,33 @@ typedef struct {
 /* the first position of panel q of an image's npn panels over P positions (at most 12 each) */
 static inline Py_ssize_t pr_start(const pr_job *j, Py_ssize_t q) { return q * j->P / j->npn; }
 
+#if DWF_OK
+#define PR_CB 16 /* channel rows a unit of pr_pack_rows_part: 16 x 784 bytes at 14 x 14, in L1 */
+/* pr_pack_part at stride 1 on AVX-512, a unit a block of PR_CB channel rows of an image, all
+ * its panels: a panel's nr (at most 12) positions of a row one masked load and store (a panel
+ * at a time over all the channels, memcpy calls of 44-48 bytes from rows 784 bytes apart took
+ * 15-20% of the kernel at 14 x 14: docs/performance.md) */
+DWF_TARGET static void pr_pack_rows_part(void *arg, int part, int parts)
+{
+    const pr_job *j = (const pr_job *)arg;
+    const Py_ssize_t C = j->C, HW = j->HW, nb = (C + PR_CB - 1) / PR_CB, total = j->N * nb;
+    for (Py_ssize_t u = total * part / parts; u < total * (part + 1) / parts; u++) {
+        const Py_ssize_t n = u / nb, k0 = (u - n * nb) * PR_CB, k1 = k0 + PR_CB < C ? k0 + PR_CB : C;
+        const float *xk = j->x + (n * C + k0) * HW;
+        float *restrict dst = j->xp + (n * j->npn * C + k0) * LN_RP;
+        Py_ssize_t p0 = 0;
+        for (Py_ssize_t q = 0; q < j->npn; q++) {
+            const Py_ssize_t p1 = pr_start(j, q + 1);
+            const __mmask16 m = dwf_mask(p1 - p0);
+            float *dq = dst + q * C * LN_RP;
+            for (Py_ssize_t k = 0; k < k1 - k0; k++)
+                _mm512_mask_storeu_ps(dq + k * LN_RP, m, _mm512_maskz_loadu_ps(m, xk + k * HW + p0));
+            p0 = p1;
+        }
+    }
+}
+#endif
+
 /* the panels of x, [N * npn][C][12]: panel q's row k holds its positions of channel k */
 static void pr_pack_part(void *arg, int part, int parts)
 {
@@ -219,11 +246,19 @@ PyObject *rc_py_pointwise_rows(PyObject *self, PyObject *args)
                 (const float *)v[3].buf, (float *)v[4].buf, xp, M, C, HW, W, OW, P, sh, sw,
                 npn, kc, bp, nqb, ncb, N, lo, hi, act.act ? &act : NULL};
     int pth = threads;
-    const int pparts = rc_parts((double)N * (double)C * (double)P * 8.0, 2.5e5, N * npn, &pth);
+    void (*pack)(void *, int, int) = pr_pack_part;
+    Py_ssize_t pack_units = N * npn;
+#if DWF_OK
+    if (rc_conv_fast && sh == 1 && sw == 1) {
+        pack = pr_pack_rows_part;
+        pack_units = N * ((C + PR_CB - 1) / PR_CB);
+    }
+#endif
+    const int pparts = rc_parts((double)N * (double)C * (double)P * 8.0, 2.5e5, pack_units, &pth);
     const int parts = rc_parts(2.0 * (double)N * (double)M * (double)C * (double)P, 2.5e5, N * ncb * nqb,
                                &threads);
     Py_BEGIN_ALLOW_THREADS
-    rc_parallel(pr_pack_part, &j, pparts, pth);
+    rc_parallel(pack, &j, pparts, pth);
     rc_parallel(pr_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
     rc_work_done(xp, xpn);
