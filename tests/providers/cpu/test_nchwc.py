@@ -322,11 +322,12 @@ def test_session_entry_turns_the_path_off_and_short_runs_stay_nchw():
 
 
 @pytest.mark.native
-def test_profiled_runs_keep_one_step_per_node():
+def test_profiled_runs_keep_one_step_per_node(tmp_path):
     _nchwc()
     model, feed = chain_model(MODELS["efficientnet"])
     so = rt.SessionOptions()
     so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "profile")
     sess = rt.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     assert_close(sess.run(None, feed), run_oracle(model, feed), rtol=1e-4, atol=1e-5)
     sess.end_profiling()
