@@ -142,6 +142,38 @@ def test_depthwise_matches_float64(case, epi, threads):
     np.testing.assert_allclose(nchwc.from_blocked(y, c, (oh, ow)), ref, rtol=1e-4, atol=1e-5)
 
 
+ED_CASES = [  # (N, C, M, H, W, K, stride, pads)
+    (1, 16, 64, 20, 21, 3, 2, (1, 1, 1, 1)), (2, 24, 72, 9, 9, 5, 1, (2, 2, 2, 2)), (1, 300, 40, 7, 7, 3, 1, (1, 1, 1, 1)),
+    (1, 40, 120, 14, 13, 5, 2, (2, 2, 2, 2)), (1, 8, 24, 30, 3, 7, 1, (3, 3, 3, 3)),
+]
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("case", ED_CASES, ids=[str(c) for c in ED_CASES])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_expand_depthwise_is_the_two_kernels_bit_for_bit(case, threads):
+    nchwc = _nchwc()
+    from runtime_provider_cpu.fast.policy import NATIVE
+
+    n, c, m, h, w, k, s, pads = case
+    x, we, be = f32(n, c, h, w), f32(m, c, 1, 1, scale=c ** -0.5), f32(m)
+    wd, bd = f32(m, 1, k, k, scale=1 / k), f32(m)
+    wep, bep = nchwc.pack_pointwise(we, be)
+    wdp, bdp = nchwc.pack_depthwise(wd, bd)
+    cib, cob = nchwc.blocks(c), nchwc.blocks(m)
+    oh, ow = (h + pads[0] + pads[2] - k) // s + 1, (w + pads[1] + pads[3] - k) // s + 1
+    xb = nchwc.to_blocked(x)
+    e = np.empty((n, cob, h * w, 16), np.float32)
+    NATIVE.nchwc_pointwise(xb, wep, bep, None, e, (n, cib, cob, h * w), *EPIS["hardswish"], threads)
+    ref = np.empty((n, cob, oh * ow, 16), np.float32)
+    NATIVE.nchwc_depthwise(e, wdp, bdp, ref, (n, cob, h, w), (k, k), (s, s), pads[:2], (oh, ow), *EPIS["relu"],
+                           threads)
+    y = np.empty_like(ref)
+    NATIVE.nchwc_expand_dw(xb, wep, bep, wdp, bdp, y, (n, cib, cob, h, w), (k, k), (s, s), pads[:2], (oh, ow),
+                           EPIS["hardswish"], EPIS["relu"], threads)
+    assert np.array_equal(nchwc.from_blocked(y, m, (oh, ow)), nchwc.from_blocked(ref, m, (oh, ow)))
+
+
 @pytest.mark.native
 @pytest.mark.parametrize("n,c,cr,hw", [(1, 72, 24, 784), (2, 40, 10, 49), (1, 960, 240, 49), (1, 20, 5, 1)])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -185,6 +217,12 @@ def test_kernels_refuse_bad_input():
     with pytest.raises(ValueError, match="X"):
         NATIVE.nchwc_pointwise(x[:, :, :48], np.zeros(256, np.float32), b, None, y, (1, 1, 1, 49), -INF, INF, -1,
                                0.0, 0.0, 1)
+    with pytest.raises(ValueError, match="KW must be 3, 5 or 7"):
+        NATIVE.nchwc_expand_dw(x, w, b, w, b, y, (1, 1, 1, 7, 7), (3, 2), (1, 1), (1, 1), (7, 6), EPIS["none"],
+                               EPIS["none"], 1)
+    with pytest.raises(ValueError, match="We"):
+        NATIVE.nchwc_expand_dw(x, np.zeros(100, np.float32), b, np.zeros(144, np.float32), b, y, (1, 1, 1, 7, 7),
+                               (3, 3), (1, 1), (1, 1), (7, 7), EPIS["none"], EPIS["none"], 1)
     with pytest.raises(ValueError, match="C does not fit"):
         NATIVE.nchwc_se(x, None, None, None, None, y, (1, 1, 17, 1, 49), -INF, INF, -1, 0, 0, -1, 0, 0, 1)
 
@@ -284,9 +322,20 @@ def test_chains_run_blocked_and_match_onnxruntime(name, threads):
     assert len(found) == 1, found
     region = found[0][2][0]
     assert isinstance(region, nchwc.Region)
-    assert {op.kind for op in region.ops} >= {"pw", "dw", "gap"}
+    assert {op.kind for op in region.ops} >= {"pw", "ed", "gap"}  # the expands run with their depthwise
     # the blocked program ran, not the fallback to the nodes' own steps
     assert all(p != region._steps for p in region._programs.values()) and region._programs
+
+
+@pytest.mark.native
+def test_chain_without_the_expand_fusion_matches_onnxruntime(monkeypatch):
+    nchwc = _nchwc()
+    monkeypatch.setattr(nchwc, "FUSE_EXPAND", False)
+    model, feed = chain_model(MODELS["efficientnet"])
+    sess = session(model)
+    assert_close(sess.run(None, feed), run_oracle(model, feed), rtol=1e-4, atol=1e-5)
+    region = regions_of(sess)[0][2][0]
+    assert "ed" not in {op.kind for op in region.ops} and "dw" in {op.kind for op in region.ops}
 
 
 @pytest.mark.native

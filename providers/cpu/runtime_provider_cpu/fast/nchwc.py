@@ -34,6 +34,8 @@ from .policy import NATIVE as _native
 NCHWC_CONFIG = "session.cpu.nchwc"
 #: fewest convolutions a run must hold to be worth its two reorders
 MIN_CONVS = 3
+#: an expand 1x1 whose only reader is a depthwise runs with it as one kernel (``nchwc_expand_dw``)
+FUSE_EXPAND = True
 BLOCK = 16
 _MS = "com.microsoft"
 _RC_FUSED = "runtime_core.fused"
@@ -137,7 +139,7 @@ def _act_of(attrs, name="activation", params="activation_params"):
 
 @dataclass
 class _Op:
-    """One node of a region: ``kind`` pw / dw / se / gap, the value names it reads and writes,
+    """One node of a region: ``kind`` pw / dw / se / gap (or ed: a pw and a dw made one), the value names it reads and writes,
     its packed constants and geometry."""
 
     kind: str
@@ -155,6 +157,31 @@ class _Op:
     kernel: tuple = (1, 1)
     strides: tuple = (1, 1)
     pads: tuple = (0, 0, 0, 0)
+    #: an expand + depthwise ("ed"): the depthwise's epilogue (``epi`` is the 1x1's)
+    epi2: tuple = ()
+
+
+def fuse_expand(ops: list[_Op], outputs: list[str]) -> list[_Op]:
+    """``ops`` with each 1x1 (no residual) whose only reader is the next op, a depthwise, made one
+    "ed" op: the expanded tensor is then never made whole (``nchwc_expand_dw``)."""
+    readers: dict[str, int] = {}
+    for op in ops:
+        for name in (op.x, op.z):
+            if name:
+                readers[name] = readers.get(name, 0) + 1
+    out, i = [], 0
+    while i < len(ops):
+        a = ops[i]
+        b = ops[i + 1] if i + 1 < len(ops) else None
+        if (b is not None and a.kind == "pw" and a.z is None and b.kind == "dw" and b.x == a.out
+                and readers.get(a.out) == 1 and a.out not in outputs):
+            out.append(_Op("ed", a.x, b.out, c_in=a.c_in, c_out=b.c_out, w=a.w, b=a.b, w2=b.w, b2=b.b, epi=a.epi,
+                           epi2=b.epi, kernel=b.kernel, strides=b.strides, pads=b.pads))
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
 
 
 def _shape(info):
@@ -254,7 +281,7 @@ class Region:
 
     def __init__(self, ops: list[_Op], inputs: list[str], outputs: list[str], threads: int,
                  members: list, template: list, slot_of: dict):
-        self.ops = ops
+        self.ops = fuse_expand(ops, outputs) if FUSE_EXPAND else ops
         self.inputs = inputs
         self.outputs = outputs
         self.threads = max(1, int(threads))
@@ -349,7 +376,7 @@ class Region:
                 continue
             if op.kind == "pw":
                 oh, ow = h, w
-            elif op.kind == "dw":
+            elif op.kind in ("dw", "ed"):
                 (kh, kw), (sh, sw), (pt, pl, pb, pr) = op.kernel, op.strides, op.pads
                 oh, ow = (h + pt + pb - kh) // sh + 1, (w + pl + pr - kw) // sw + 1
                 if oh < 1 or ow < 1:
@@ -379,6 +406,14 @@ class Region:
                                         *op.epi, th)
                     v[dst] = y
                 calls.append(dw)
+                reads.append((xs,))
+            elif op.kind == "ed":
+                def ed(v, xs=xs, dst=dst, op=op, dims=(n, blocks(c), cb_out, h, w), out=(oh, ow), shape=shape_out):
+                    y = np.empty(shape, np.float32)
+                    nat.nchwc_expand_dw(v[xs], op.w, op.b, op.w2, op.b2, y, dims, op.kernel, op.strides,
+                                        op.pads[:2], out, op.epi, op.epi2, th)
+                    v[dst] = y
+                calls.append(ed)
                 reads.append((xs,))
             else:
                 def se(v, xs=xs, dst=dst, op=op, dims=(n, cb_out, c, op.w.shape[0], h * w), shape=shape_out):

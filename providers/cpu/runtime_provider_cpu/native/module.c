@@ -196,6 +196,11 @@ static PyMethodDef methods[] = {
      "nchwc_se(x, w1, b1, w2, b2, y, (N, CB, C, CR, HW), lo, hi, act, alpha, beta, gate, alpha, beta, threads)\n"
      "Squeeze-excite of blocked x [N][CB][HW][16] as squeeze_excite's (y may be x); w1 None: y [N][C] the\n"
      "means (GlobalAveragePool). NCHWC only."},
+    {"nchwc_expand_dw", rc_py_nchwc_expand_dw, METH_VARARGS,
+     "nchwc_expand_dw(x, we, be, wd, bd, y, (N, CIB, COB, H, W), (KH, KW), (sh, sw), (pt, pl), (OH, OW),\n"
+     "                (lo, hi, act, alpha, beta), (lo, hi, act, alpha, beta), threads)\n"
+     "nchwc_depthwise(nchwc_pointwise(x)) without the expanded tensor: we, be as nchwc_pointwise's wp, b,\n"
+     "wd, bd as nchwc_depthwise's w, b; the first epilogue the 1x1's, the second the depthwise's. NCHWC only."},
     {"conv2d", rc_py_conv2d, METH_VARARGS,
      "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads,\n"
      "       lanes=False, extra=None, act=None)\n"

@@ -387,6 +387,7 @@ PyObject *rc_py_nchwc_reorder(PyObject *self, PyObject *args);
 PyObject *rc_py_nchwc_pointwise(PyObject *self, PyObject *args);
 PyObject *rc_py_nchwc_depthwise(PyObject *self, PyObject *args);
 PyObject *rc_py_nchwc_se(PyObject *self, PyObject *args);
+PyObject *rc_py_nchwc_expand_dw(PyObject *self, PyObject *args);
 PyObject *rc_py_conv2d(PyObject *self, PyObject *args);
 PyObject *rc_py_winograd3x3(PyObject *self, PyObject *args);
 PyObject *rc_py_gemm_rows(PyObject *self, PyObject *args);

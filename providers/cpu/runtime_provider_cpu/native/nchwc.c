@@ -75,7 +75,8 @@ typedef struct {
    stride xs, as y's and z's), w [CIB*16][16 NB]; first: start from zero (else from y's partial
    sums), last: the bias, z and the epilogue (else the partial sums stored) */
 DWF_TARGET static inline __attribute__((always_inline)) void nc_pw_tile(const float *x, Py_ssize_t xs,
-                                                                          Py_ssize_t CIB, const float *w,
+                                                                          Py_ssize_t ys, Py_ssize_t CIB,
+                                                                          const float *w,
                                                                           const int NB, const int R,
                                                                           const float *b, const float *z,
                                                                           float *y, const nc_epi *e, int first,
@@ -85,7 +86,7 @@ DWF_TARGET static inline __attribute__((always_inline)) void nc_pw_tile(const fl
 #pragma GCC unroll 12
     for (int r = 0; r < R; r++) {
         a0[r] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(y + r * 16);
-        a1[r] = first || NB == 1 ? _mm512_setzero_ps() : _mm512_loadu_ps(y + xs + r * 16);
+        a1[r] = first || NB == 1 ? _mm512_setzero_ps() : _mm512_loadu_ps(y + ys + r * 16);
     }
     for (Py_ssize_t cb = 0; cb < CIB; cb++) {
         const float *xb = x + cb * xs;
@@ -111,7 +112,7 @@ DWF_TARGET static inline __attribute__((always_inline)) void nc_pw_tile(const fl
         for (int r = 0; r < R; r++) {
             _mm512_storeu_ps(y + r * 16, a0[r]);
             if (NB == 2)
-                _mm512_storeu_ps(y + xs + r * 16, a1[r]);
+                _mm512_storeu_ps(y + ys + r * 16, a1[r]);
         }
         return;
     }
@@ -125,8 +126,8 @@ DWF_TARGET static inline __attribute__((always_inline)) void nc_pw_tile(const fl
         if (NB == 2) {
             v = _mm512_add_ps(a1[r], b1);
             if (z)
-                v = _mm512_add_ps(v, _mm512_loadu_ps(z + xs + r * 16));
-            _mm512_storeu_ps(y + xs + r * 16, nc_fin(v, e));
+                v = _mm512_add_ps(v, _mm512_loadu_ps(z + ys + r * 16));
+            _mm512_storeu_ps(y + ys + r * 16, nc_fin(v, e));
         }
     }
 }
@@ -134,12 +135,13 @@ DWF_TARGET static inline __attribute__((always_inline)) void nc_pw_tile(const fl
 #define NC_PW_CASE(R)                                                           \
     case R:                                                                     \
         if (nb == 2)                                                            \
-            nc_pw_tile(x, xs, CIB, w, 2, R, b, z, y, e, first, last, pf, npf);  \
+            nc_pw_tile(x, xs, ys, CIB, w, 2, R, b, z, y, e, first, last, pf, npf); \
         else                                                                    \
-            nc_pw_tile(x, xs, CIB, w, 1, R, b, z, y, e, first, last, pf, npf);  \
+            nc_pw_tile(x, xs, ys, CIB, w, 1, R, b, z, y, e, first, last, pf, npf); \
         break;
 
-DWF_TARGET static void nc_pw_rows(const float *x, Py_ssize_t xs, Py_ssize_t CIB, const float *w, int nb, int rows,
+DWF_TARGET static void nc_pw_rows(const float *x, Py_ssize_t xs, Py_ssize_t ys, Py_ssize_t CIB, const float *w,
+                                  int nb, int rows,
                                   const float *b, const float *z, float *y, const nc_epi *e, int first, int last,
                                   const char *pf, int npf)
 {
@@ -183,7 +185,7 @@ DWF_TARGET static void nc_pw_part(void *arg, int part, int parts)
                 const Py_ssize_t yo = (n * j->COB + cob) * xs + p0 * 16;
                 const Py_ssize_t done = (t - t0) * cn * per;
                 const int npf = done >= lines ? 0 : per;
-                nc_pw_rows(xn + c0 * xs + p0 * 16, xs, cn, wc, nb, (int)(p1 - p0), j->b + cob * 16,
+                nc_pw_rows(xn + c0 * xs + p0 * 16, xs, xs, cn, wc, nb, (int)(p1 - p0), j->b + cob * 16,
                            j->z ? j->z + yo : NULL, j->y + yo, &j->e, c0 == 0, c0 + cn >= j->CIB,
                            pf + done * 64, npf);
             }
@@ -298,6 +300,83 @@ DWF_TARGET static void nc_dw_part(void *arg, int part, int parts)
                 nc_dw_row(rows, w, KH, 5, j->OW, j->sw, bv, yr, &j->e);
             else
                 nc_dw_row(rows, w, KH, 7, j->OW, j->sw, bv, yr, &j->e);
+        }
+    }
+    rc_work_done(ring, bytes);
+}
+
+/* ---- expand 1x1 + depthwise, the expanded tensor never made whole ---------------------- */
+
+typedef struct {
+    const float *x, *we, *be, *wd, *bd;
+    float *y;
+    Py_ssize_t N, CIB, COB, H, W, KH, KW, sh, sw, pt, pl, OH, OW, Wp, band, G;
+    int oom;
+    nc_epi ee, ed; /* the expand's and the depthwise's epilogues */
+} nc_ed_job;
+
+/* a unit: a band of output rows of one (image, pair of expanded blocks); each input row the band
+   reads is expanded once, by the 1x1 tiles, straight into the ring's padded rows of both blocks */
+DWF_TARGET static void nc_ed_part(void *arg, int part, int parts)
+{
+    const nc_ed_job *j = (const nc_ed_job *)arg;
+    const Py_ssize_t bands = (j->OH + j->band - 1) / j->band, units = j->N * j->G * bands;
+    const Py_ssize_t Wp = j->Wp, rs = Wp * 16, KH = j->KH, HW = j->H * j->W, xs = HW * 16;
+    const Py_ssize_t K = j->CIB * 16, rb = KH * rs; /* ring: [2][KH][Wp][16] */
+    const size_t bytes = (size_t)(2 * rb) * sizeof(float);
+    float *ring = (float *)rc_work(bytes);
+    if (!ring) {
+        ((nc_ed_job *)arg)->oom = 1;
+        return;
+    }
+    const float *rows[7];
+    const Py_ssize_t T = (j->W + NC_R - 1) / NC_R;
+    for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
+        const Py_ssize_t band = u % bands, ng = u / bands, g = ng % j->G, n = ng / j->G, cob = 2 * g;
+        const int nb = cob + 1 < j->COB ? 2 : 1;
+        const Py_ssize_t oh0 = band * j->band, oh1 = oh0 + j->band < j->OH ? oh0 + j->band : j->OH;
+        const Py_ssize_t ih0 = oh0 * j->sh - j->pt;
+        const float *xn = j->x + n * j->CIB * xs, *wg = j->we + g * K * 32;
+        Py_ssize_t filled = 0;
+        for (Py_ssize_t oh = oh0; oh < oh1; oh++) {
+            const Py_ssize_t top = (oh - oh0) * j->sh;
+            for (; filled < top + KH; filled++) {
+                float *pr = ring + (filled % KH) * rs;
+                const Py_ssize_t ih = ih0 + filled;
+                for (int b = 0; b < nb; b++) {
+                    if (ih < 0 || ih >= j->H) {
+                        memset(pr + b * rb, 0, (size_t)rs * sizeof(float));
+                        continue;
+                    }
+                    memset(pr + b * rb, 0, (size_t)j->pl * 16 * sizeof(float));
+                    memset(pr + b * rb + (j->pl + j->W) * 16, 0, (size_t)(Wp - j->pl - j->W) * 16 * sizeof(float));
+                }
+                if (ih < 0 || ih >= j->H)
+                    continue;
+                for (Py_ssize_t t = 0; t < T; t++) {
+                    const Py_ssize_t p0 = j->W * t / T, p1 = j->W * (t + 1) / T;
+                    for (Py_ssize_t c0 = 0; c0 < j->CIB; c0 += NC_KB) {
+                        const Py_ssize_t cn = j->CIB - c0 < NC_KB ? j->CIB - c0 : NC_KB;
+                        nc_pw_rows(xn + c0 * xs + (ih * j->W + p0) * 16, xs, rb, cn, wg + c0 * 16 * 16 * nb, nb,
+                                   (int)(p1 - p0), j->be + cob * 16, NULL, pr + (j->pl + p0) * 16, &j->ee, c0 == 0,
+                                   c0 + cn >= j->CIB, NULL, 0);
+                    }
+                }
+            }
+            for (int b = 0; b < nb; b++) {
+                for (Py_ssize_t kh = 0; kh < KH; kh++)
+                    rows[kh] = ring + b * rb + ((top + kh) % KH) * rs;
+                const Py_ssize_t cb = cob + b;
+                const float *w = j->wd + cb * KH * j->KW * 16;
+                const __m512 bv = _mm512_loadu_ps(j->bd + cb * 16);
+                float *yr = j->y + ((n * j->COB + cb) * j->OH + oh) * j->OW * 16;
+                if (j->KW == 3)
+                    nc_dw_row(rows, w, KH, 3, j->OW, j->sw, bv, yr, &j->ed);
+                else if (j->KW == 5)
+                    nc_dw_row(rows, w, KH, 5, j->OW, j->sw, bv, yr, &j->ed);
+                else
+                    nc_dw_row(rows, w, KH, 7, j->OW, j->sw, bv, yr, &j->ed);
+            }
         }
     }
     rc_work_done(ring, bytes);
@@ -647,6 +726,72 @@ PyObject *rc_py_nchwc_se(PyObject *self, PyObject *args)
 #else
     (void)xo, (void)w1o, (void)b1o, (void)w2o, (void)b2o, (void)yo, (void)lo, (void)hi, (void)ak, (void)aa, (void)ab;
     (void)gk, (void)ga, (void)gb, (void)threads;
+    return NULL;
+#endif
+}
+
+PyObject *rc_py_nchwc_expand_dw(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *weo, *beo, *wdo, *bdo, *yo;
+    Py_ssize_t N, CIB, COB, H, W, KH, KW, sh, sw, pt, pl, OH, OW;
+    float el, eh, ea, eb, dl, dh, da, db;
+    int ek, dk, threads;
+    if (!PyArg_ParseTuple(args, "OOOOOO(nnnnn)(nn)(nn)(nn)(nn)(ffiff)(ffiff)i:nchwc_expand_dw", &xo, &weo, &beo, &wdo,
+                          &bdo, &yo, &N, &CIB, &COB, &H, &W, &KH, &KW, &sh, &sw, &pt, &pl, &OH, &OW, &el, &eh, &ek,
+                          &ea, &eb, &dl, &dh, &dk, &da, &db, &threads))
+        return NULL;
+    const Py_ssize_t dims[11] = {N, CIB, COB, H, W, KH, KW, sh, sw, OH, OW};
+    if (!nc_ready("nchwc_expand_dw") || !nc_sizes_ok("nchwc_expand_dw", dims, 11))
+        return NULL;
+    if (pt < 0 || pl < 0 || pt >= KH || pl >= KW || (OH - 1) * sh - pt >= H || (OW - 1) * sw - pl >= W ||
+        (KW != 3 && KW != 5 && KW != 7) || KH > 7) {
+        PyErr_SetString(PyExc_ValueError, "nchwc_expand_dw: KW must be 3, 5 or 7, KH at most 7, and the pads and output "
+                                          "size fit the window");
+        return NULL;
+    }
+#if DWF_OK
+    nc_ed_job j;
+    if (nc_epi_from("nchwc_expand_dw", el, eh, ek, ea, eb, &j.ee) < 0 ||
+        nc_epi_from("nchwc_expand_dw", dl, dh, dk, da, db, &j.ed) < 0)
+        return NULL;
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul3(&sz, "X's size", N * CIB, H * W, 16), yn = sz_mul3(&sz, "Y's size", N * COB, OH * OW, 16);
+    const Py_ssize_t wen = sz_mul(&sz, "We's size", CIB * 16, COB * 16), wdn = sz_mul3(&sz, "Wd's size", COB, KH * KW, 16);
+    if (sz_check(&sz, "nchwc_expand_dw", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[6];
+    const rc_buf spec[6] = {{xo, xn, RC_F32, 0, 0, "X"}, {weo, wen, RC_F32, 0, 0, "We"},
+                            {beo, COB * 16, RC_F32, 0, 0, "Be"}, {wdo, wdn, RC_F32, 0, 0, "Wd"},
+                            {bdo, COB * 16, RC_F32, 0, 0, "Bd"}, {yo, yn, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("nchwc_expand_dw", spec, v, 6) < 0)
+        return NULL;
+    j.x = (const float *)v[0].buf;
+    j.we = (const float *)v[1].buf;
+    j.be = (const float *)v[2].buf;
+    j.wd = (const float *)v[3].buf;
+    j.bd = (const float *)v[4].buf;
+    j.y = (float *)v[5].buf;
+    j.N = N, j.CIB = CIB, j.COB = COB, j.H = H, j.W = W, j.KH = KH, j.KW = KW, j.sh = sh, j.sw = sw, j.pt = pt;
+    j.pl = pl, j.OH = OH, j.OW = OW, j.G = (COB + 1) / 2, j.oom = 0;
+    j.Wp = (OW - 1) * sw + KW;
+    if (j.Wp < pl + W)
+        j.Wp = pl + W;
+    int th = threads < 1 ? 1 : threads;
+    /* bands: each re-expands its first KH - sh input rows, so a band is at least 4 rows where it can be */
+    j.band = OH;
+    const Py_ssize_t want = (Py_ssize_t)th * 4;
+    if (N * j.G < want) {
+        j.band = (OH * N * j.G + want - 1) / want;
+        j.band = j.band < 4 ? (OH < 4 ? OH : 4) : j.band;
+    }
+    const Py_ssize_t bands = (OH + j.band - 1) / j.band;
+    const double work = 2.0 * (double)N * (double)H * (double)W * (double)wen + 2.0 * (double)yn * (double)(KH * KW);
+    const int parts = rc_parts(work, 2.5e5, N * j.G * bands, &th);
+    return rc_run_job(nc_ed_part, &j, parts, th, v, 6, &j.oom);
+#else
+    (void)xo, (void)weo, (void)beo, (void)wdo, (void)bdo, (void)yo, (void)el, (void)eh, (void)ek, (void)ea, (void)eb;
+    (void)dl, (void)dh, (void)dk, (void)da, (void)db, (void)threads;
     return NULL;
 #endif
 }
