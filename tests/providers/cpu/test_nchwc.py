@@ -358,6 +358,26 @@ def test_intermediate_output_leaves_the_region_and_batches_vary():
 
 
 @pytest.mark.native
+def test_a_value_read_by_a_body_after_the_region_leaves_it():
+    _nchwc()
+    inits = {"w1": f32(32, 16, 1, 1, scale=0.25), "wd": f32(32, 1, 3, 3, scale=0.3), "w2": f32(16, 32, 1, 1, scale=0.2)}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"]), helper.make_node("Relu", ["a"], ["ar"]),
+             helper.make_node("Conv", ["ar", "wd"], ["mid"], group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["mid", "w2"], ["c"])]
+    out = helper.make_tensor_value_info("o", 1, None)
+    then_g = helper.make_graph([helper.make_node("Relu", ["mid"], ["o"])], "then", [], [out])
+    else_g = helper.make_graph([helper.make_node("Neg", ["mid"], ["o"])], "else", [], [out])
+    nodes.append(helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g))
+    feed = {"x": f32(1, 16, 9, 9), "cond": np.array(True)}
+    model = make_model(nodes, feed, ["c", "y"], initializers=inits)
+    sess = session(model)
+    assert regions_of(sess) and "mid" in regions_of(sess)[0][2][0].outputs
+    for cond in (True, False):
+        feed["cond"] = np.array(cond)
+        assert_close(sess.run(None, feed), run_oracle(model, feed), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.native
 def test_session_entry_turns_the_path_off_and_short_runs_stay_nchw():
     _nchwc()
     model, feed = chain_model(MODELS["mobilenet"])

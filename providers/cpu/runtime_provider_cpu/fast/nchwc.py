@@ -184,11 +184,6 @@ def fuse_expand(ops: list[_Op], outputs: list[str]) -> list[_Op]:
     return out
 
 
-def _shape(info):
-    shape = getattr(info, "shape", None)
-    return tuple(shape) if shape is not None else None
-
-
 def _conv_op(node, consts) -> _Op | None:
     """A FusedConv or Conv node as a region op, or None where the blocked kernels do not take it."""
     a = node.attrs
@@ -463,9 +458,10 @@ def regions(steps, partition, slot_of: dict, template: list, threads: int, make_
     if not enabled(partition):
         return []
     consts = partition.constants
-    reads_after: dict[str, int] = {}  # value -> the last step index reading it
+    reads_after: dict[str, int] = {}  # value -> the last step index reading it (bodies' outer reads too)
     for i, st in enumerate(steps):
-        for name in st[1].node.inputs:
+        node = st[1].node
+        for name in (*node.inputs, *(getattr(node, "implicit_inputs", None) or ())):
             if name:
                 reads_after[name] = i
     graph_outputs = set(partition.outputs)
