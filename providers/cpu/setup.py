@@ -35,6 +35,7 @@ SOURCES = [
     "nbits.c",             # nbits_matmul (MatMulNBits on the 4-bit codes)
     "nbits_int8.c",        # nbits_int8_matmul (MatMulNBits accuracy_level 4: int8 a, vpdpbusd)
     "linear_avx2.c",       # linear's tiles without AVX-512: AVX2 + FMA, and the baseline x86-64
+    "nchwc.c",             # the blocked-layout (NCHW16c) kernels: chains of convolutions
 ]
 HEADERS = ["native.h", "simd.h"]  # in the sdist through MANIFEST.in
 

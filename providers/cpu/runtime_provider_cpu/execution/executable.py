@@ -21,6 +21,7 @@ from time import perf_counter_ns
 
 import numpy as np
 
+from ..fast import nchwc
 from ..fast.sgemm import hold_blas, uses_blas
 from ..registry import REGISTRY, KernelContext
 from . import fusion, inplace
@@ -153,8 +154,14 @@ class CPUExecutable:
         # (``ctx.cache["bound"]``, see :func:`~.fusion.binds`); looked at once, after the first run
         self._bindable = [i for i, st in enumerate(self.steps)
                           if getattr(st[0], "binds", False) and st[6] is None]
-        # what plain sequential runs iterate: the steps, with pairs fused after binding
-        self.run_steps = self.steps
+        # runs of convolutions in the blocked layout, one step each (plain sequential runs only)
+        self._regions = [] if self._schedule is not None else nchwc.regions(
+            self.steps, partition, slot_of, template, kernel_threads,
+            lambda node: KernelContext(node=node, n_outputs=len(node.outputs), input_dtypes=(),
+                                       output_dtypes=(), threads=kernel_threads, max_tensor_bytes=cap, tune=tune,
+                                       weights=weights))
+        # what plain sequential runs iterate: the steps (regions made one), with pairs fused after binding
+        self.run_steps = nchwc.substitute(self.steps, self._regions) if self._regions else self.steps
         self._fused: list = []
         # sequential runs on several kernel threads: pooled or on the caller alone, by measurement
         self._solo = (SoloChooser(_NATIVE) if _NATIVE is not None and kernel_threads > 1 and tune
@@ -257,9 +264,10 @@ class CPUExecutable:
         bindable, self._bindable = self._bindable, []
         fusion.bind(self.steps, bindable)
         if bindable:
-            run_steps, fused = fusion.fuse(self.steps, self.template, self.input_slots, self.output_slots)
+            base = nchwc.substitute(self.steps, self._regions) if self._regions else self.steps
+            run_steps, fused = fusion.fuse(base, self.template, self.input_slots, self.output_slots)
             self._fused = fused
-            self.run_steps = run_steps if fused else self.steps
+            self.run_steps = run_steps if fused else base
 
     def _run_parallel(self, inputs, record, stop):
         slots = list(self.template)

@@ -179,6 +179,28 @@ static PyMethodDef methods[] = {
      "gate_beta, threads)\n"
      "y = x * gate(w2 act(clip(w1 mean_hw(x) + b1, lo, hi)) + b2) over C-contiguous float32 (y may be x):\n"
      "w1 [CR][C], w2 [C][CR], b1 / b2 or None; act and gate as activate's kinds, -1 none."},
+    {"nchwc_reorder", rc_py_nchwc_reorder, METH_VARARGS,
+     "nchwc_reorder(x, y, (N, C, HW), to_blocked, threads)\n"
+     "x NCHW [N][C][HW] to y blocked [N][ceil(C/16)][HW][16] (lanes past C zero), or back (to_blocked False)."},
+    {"nchwc_pointwise", rc_py_nchwc_pointwise, METH_VARARGS,
+     "nchwc_pointwise(x, wp, b, z, y, (N, CIB, COB, P), lo, hi, act, alpha, beta, threads)\n"
+     "A 1x1 convolution of blocked x [N][CIB][P][16] into y [N][COB][P][16]: wp the weights as\n"
+     "[ceil(COB/2)][CIB*16][32] (the last group [CIB*16][16] when COB is odd), b [COB*16], z None or y's\n"
+     "shape (added before the clip to [lo, hi] and the activation: activate's kinds, -1 none). NCHWC only."},
+    {"nchwc_depthwise", rc_py_nchwc_depthwise, METH_VARARGS,
+     "nchwc_depthwise(x, w, b, y, (N, CB, H, W), (KH, KW), (sh, sw), (pt, pl), (OH, OW), lo, hi, act, alpha, beta,\n"
+     "                threads)\n"
+     "A depthwise convolution of blocked x [N][CB][H][W][16] into y [N][CB][OH][OW][16], w [CB][KH*KW][16],\n"
+     "b [CB*16], dilation 1; the clip and activation as nchwc_pointwise's. NCHWC only."},
+    {"nchwc_se", rc_py_nchwc_se, METH_VARARGS,
+     "nchwc_se(x, w1, b1, w2, b2, y, (N, CB, C, CR, HW), lo, hi, act, alpha, beta, gate, alpha, beta, threads)\n"
+     "Squeeze-excite of blocked x [N][CB][HW][16] as squeeze_excite's (y may be x); w1 None: y [N][C] the\n"
+     "means (GlobalAveragePool). NCHWC only."},
+    {"nchwc_expand_dw", rc_py_nchwc_expand_dw, METH_VARARGS,
+     "nchwc_expand_dw(x, we, be, wd, bd, y, (N, CIB, COB, H, W), (KH, KW), (sh, sw), (pt, pl), (OH, OW),\n"
+     "                (lo, hi, act, alpha, beta), (lo, hi, act, alpha, beta), threads)\n"
+     "nchwc_depthwise(nchwc_pointwise(x)) without the expanded tensor: we, be as nchwc_pointwise's wp, b,\n"
+     "wd, bd as nchwc_depthwise's w, b; the first epilogue the 1x1's, the second the depthwise's. NCHWC only."},
     {"conv2d", rc_py_conv2d, METH_VARARGS,
      "conv2d(x, wp, b, z, y, (N, C, H, W), (M, KH, KW), (sh, sw), (dh, dw), (pt, pl), (OH, OW), lo, hi, threads,\n"
      "       lanes=False, extra=None, act=None)\n"
@@ -352,6 +374,7 @@ PyMODINIT_FUNC PyInit__native(void)
               PyModule_AddIntConstant(m, "CONV_MR", CV_MR) < 0 ||
               PyModule_AddIntConstant(m, "CONV_LANES", CT_MR) < 0 ||
               PyModule_AddIntConstant(m, "CONV_FAST", rc_conv_fast) < 0 ||
+              PyModule_AddIntConstant(m, "NCHWC", rc_nchwc_ok()) < 0 ||
               PyModule_AddIntConstant(m, "NBITS_DOT_ROWS", RC_NBITS_DOT_ROWS) < 0 ||
               PyModule_AddIntConstant(m, "NBITS_INT8_FAST", rc_nbits_int8_fast()) < 0 ||
               PyModule_AddStringConstant(m, "AMX_INT8", rc_amx_why) < 0 ||

@@ -383,6 +383,13 @@ PyObject *rc_py_recurrence(PyObject *self, PyObject *args);
 PyObject *rc_py_gelu_erf(PyObject *self, PyObject *args);
 PyObject *rc_py_activate(PyObject *self, PyObject *args);
 PyObject *rc_py_squeeze_excite(PyObject *self, PyObject *args);
+/* nchwc.c: the blocked-layout (NCHW16c) kernels; rc_nchwc_ok: whether they run here */
+int rc_nchwc_ok(void);
+PyObject *rc_py_nchwc_reorder(PyObject *self, PyObject *args);
+PyObject *rc_py_nchwc_pointwise(PyObject *self, PyObject *args);
+PyObject *rc_py_nchwc_depthwise(PyObject *self, PyObject *args);
+PyObject *rc_py_nchwc_se(PyObject *self, PyObject *args);
+PyObject *rc_py_nchwc_expand_dw(PyObject *self, PyObject *args);
 PyObject *rc_py_conv2d(PyObject *self, PyObject *args);
 PyObject *rc_py_winograd3x3(PyObject *self, PyObject *args);
 PyObject *rc_py_gemm_rows(PyObject *self, PyObject *args);
