@@ -683,6 +683,7 @@ typedef struct {
     float *scratch;
     Py_ssize_t scratch_n; /* floats a part: the padded input, then the outputs */
     const rc_act *act;    /* after the clip, or NULL */
+    int packed;           /* w as [ceil(C / 16)][KH * KW][16] (a plan's, packed once), else [C][KH * KW] */
 } dwl_job;
 
 /* DWL_G output pixels of a row a pass, on independent sums: two FMA ports of 4-cycle latency
@@ -797,11 +798,17 @@ DWF_TARGET static void dwl_block(const dwl_job *j, float *in, float *out, Py_ssi
         }
     }
     __m512 wt[DWF_KMAX * DWF_KMAX];
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)kk));
-    const float *wb = j->w + c0 * kk;
-    for (Py_ssize_t k = 0; k < kk; k++)
-        wt[k] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), cm, idx, wb + k, 4);
+    if (j->packed) { /* one load a tap: the gathers below touch kk lines each, cold in a model's run */
+        const float *wb = j->w + c0 * kk;
+        for (Py_ssize_t k = 0; k < kk; k++)
+            wt[k] = _mm512_loadu_ps(wb + k * 16);
+    } else {
+        const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32((int)kk));
+        const float *wb = j->w + c0 * kk;
+        for (Py_ssize_t k = 0; k < kk; k++)
+            wt[k] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), cm, idx, wb + k, 4);
+    }
     const __m512 vb = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
     static void (*const taps[3][2])(const dwl_job *, const float *, float *, const __m512 *, __m512) = {
         {dwl_taps_3_1, dwl_taps_3_2}, {dwl_taps_5_1, dwl_taps_5_2}, {dwl_taps_7_1, dwl_taps_7_2}};
@@ -841,11 +848,11 @@ int dwl_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t dh, Py_ssize_t dw)
 }
 
 PyObject *dwl_run(const float *x, const float *w, const float *b, float *y, const Py_ssize_t *g, float lo, float hi,
-                  const rc_act *act, int threads, Py_buffer *v, int nbuf)
+                  const rc_act *act, int threads, Py_buffer *v, int nbuf, int packed)
 {
     /* g: N, C, H, W, OH, OW, KH, KW, sh, sw, pt, pl */
     dwl_job j = {x, w, b, y, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], 0, 0,
-                 lo, hi, NULL, 0, act};
+                 lo, hi, NULL, 0, act, packed};
     rc_sz sz = {NULL};
     j.Hp = sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.OH - 1, j.sh), j.KH);
     j.Wp = sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.OW - 1, j.sw), j.KW);
