@@ -3,7 +3,8 @@ from the input rows themselves, no phase planes) against a float64 reference and
 phase planes (``fast=2``) and the 8-float path (``fast=0``): 3x3, 5x5 and 7x7, stride 1 and 2,
 no, symmetric, one-sided and oversized pads, rows shorter and longer than a vector, fewer
 output rows than a pass computes, a batch (the channel cycling through the weights), no bias,
-an activation in the epilogue, 1 and 2 threads. Also the default (``fast=1``, the direct rows on
+an activation in the epilogue (each kind: the 3x3 and 5x5 rows are an instance per kind),
+1 and 2 threads. Also the default (``fast=1``, the direct rows on
 the AVX-512 build) and the expansion + depthwise pair on a 112 x 112 plane, which runs its
 depthwise step through them too."""
 
@@ -18,6 +19,8 @@ pytestmark = pytest.mark.native
 
 RNG = np.random.default_rng(27)
 FAST = bool(getattr(_native, "CONV_FAST", 0))
+# activate's kinds as depthwise2d takes them: (kind, alpha, beta)
+ACTS = {"HardSwish": (0, 1.0 / 6.0, 0.5), "HardSigmoid": (1, 0.2, 0.5), "Sigmoid": (2, 0.0, 0.0), "SiLU": (3, 0.0, 0.0)}
 
 
 def _reference(x, w, b, s, pt, pl, OH, OW, lo, hi, act=None):
@@ -35,6 +38,12 @@ def _reference(x, w, b, s, pt, pl, OH, OW, lo, hi, act=None):
     y = np.clip(y, lo, hi)
     if act == "HardSwish":
         y = y * np.clip(y / 6 + 0.5, 0, 1)
+    elif act == "HardSigmoid":
+        y = np.clip(y * 0.2 + 0.5, 0, 1)
+    elif act == "Sigmoid":
+        y = 1 / (1 + np.exp(-y))
+    elif act == "SiLU":
+        y = y / (1 + np.exp(-y))
     return y
 
 
@@ -43,8 +52,8 @@ def _run(x, w, b, s, pads, out, lo, hi, fast, threads=1, act=None):
     k = w.shape[-1]
     y = np.full((N, C) + out, np.nan, np.float32)
     args = [x, w, b, y, (N, C, H, W), out, (k, k), (s, s), (1, 1), pads, lo, hi, threads, fast, False]
-    if act == "HardSwish":
-        args += [0, 1.0 / 6.0, 0.5]
+    if act is not None:
+        args += list(ACTS[act])
     _native.depthwise2d(*args)
     return y
 
@@ -101,6 +110,42 @@ def test_direct_rows_without_bias_and_with_an_activation(k, s):
     np.testing.assert_allclose(got, _reference(x, w, None, s, p, p, *out, -np.inf, np.inf, "HardSwish"),
                                rtol=1e-5, atol=2e-5)
     assert (got == 0).any() and (got < 0).any() and (got > 0).any()
+
+
+@pytest.mark.skipif(not FAST, reason="the direct rows are the AVX-512 build's (CONV_FAST)")
+@pytest.mark.parametrize("act", list(ACTS))
+@pytest.mark.parametrize("k,s", [(3, 1), (3, 2), (5, 1), (5, 2), (7, 1)])
+def test_direct_rows_every_activation_in_the_epilogue(k, s, act):
+    # each window's instance per activation kind (a constant of the kernel): a plane with rows
+    # longer than a pass and a short last vector, values spread so that every branch is met
+    # (Sigmoid / SiLU past the exponential's clamp, HardSwish's and HardSigmoid's 0 and 1)
+    x = (RNG.standard_normal((2, 3, 21, 37)) * 4).astype(np.float32)
+    x[0, 0, 3, 4:9] = 400.0
+    x[1, 2, 10, 20:25] = -400.0
+    w = RNG.standard_normal((3, 1, k, k)).astype(np.float32)
+    b = RNG.standard_normal(3).astype(np.float32)
+    p = k // 2
+    out = ((21 + 2 * p - k) // s + 1, (37 + 2 * p - k) // s + 1)
+    got = _run(x, w, b, s, (p, p), out, -np.inf, np.inf, 3, threads=2, act=act)
+    with np.errstate(over="ignore"):
+        want = _reference(x, w, b, s, p, p, *out, -np.inf, np.inf, act)
+    # float32 sums of terms up to ~1000: an absolute tolerance where they cancel
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-4)
+    # fast=2: the phase planes' epilogue, the same activation on their sums (another order)
+    np.testing.assert_allclose(got, _run(x, w, b, s, (p, p), out, -np.inf, np.inf, 2, act=act), rtol=2e-5, atol=2e-4)
+    assert got.max() > 100 or act in ("Sigmoid", "HardSigmoid")
+    lohi = (0.0, 1.0) if act in ("Sigmoid", "HardSigmoid") else (-0.4, np.inf)
+    assert got.min() >= lohi[0] and got.max() <= lohi[1] and np.isfinite(got).all()
+
+
+@pytest.mark.skipif(not FAST, reason="the direct rows are the AVX-512 build's (CONV_FAST)")
+@pytest.mark.parametrize("act", list(ACTS))
+def test_direct_rows_activation_keeps_nan(act):
+    x = RNG.standard_normal((1, 2, 20, 40)).astype(np.float32)
+    x[0, 0, 5, 7] = np.nan
+    w = np.full((2, 1, 3, 3), 0.5, np.float32)
+    got = _run(x, w, None, 1, (1, 1), (20, 40), -np.inf, np.inf, 3, act=act)
+    assert np.isnan(got[0, 0, 4:7, 6:9]).all() and np.isfinite(got[0, 0, :3]).all() and np.isfinite(got[0, 1]).all()
 
 
 @pytest.mark.skipif(not FAST, reason="the direct rows are the AVX-512 build's (CONV_FAST)")

@@ -117,3 +117,47 @@ def test_lanes_keep_nan_and_leave_other_outputs_alone():
     bad = np.isnan(got)
     assert bad[0, 3, :2, 5:].all() and bad.sum() == 4
     assert not bad[1].any()
+
+
+@pytest.mark.skipif(not FAST, reason="the lanes kernel is the AVX-512 build's")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_lanes_packed_weights_give_the_same_bits(case, threads):
+    # lanes=2: the weights packed once (the plan's pack_lanes16), one load a tap instead of a gather;
+    # the same taps in the same order as lanes=1, so the same bits, with and without an activation
+    from runtime_provider_cpu.fast.depthwise import pack_lanes16
+
+    shape, k, s, pb, pe = CASES[case]
+    out = _out(shape[2], shape[3], k, s, pb, pe)
+    x = (RNG.standard_normal(shape) * 2).astype(np.float32)
+    w = (RNG.standard_normal((shape[1], 1) + k) * 0.3).astype(np.float32)
+    b = RNG.standard_normal(shape[1]).astype(np.float32)
+    wp = pack_lanes16(w)
+    assert wp.shape == (-(-shape[1] // 16), k[0] * k[1], 16)
+    for act in (None, "SiLU"):
+        want = _run(x, w, b, s, pb, out, lo=-3.0, hi=5.0, act=act, threads=threads, lanes=1)
+        got = np.full_like(want, np.nan)
+        _native.depthwise2d(x, wp, b, got, shape, out, k, s, (1, 1), pb, -3.0, 5.0, threads, 1, 2, *ACTS[act])
+        assert np.array_equal(got, want, equal_nan=True), act
+        assert not np.isnan(got).any()
+
+
+def test_lanes_packed_weights_checked():
+    from runtime_provider_cpu.fast.depthwise import pack_lanes16
+
+    x = RNG.standard_normal((1, 20, 7, 7)).astype(np.float32)
+    w = RNG.standard_normal((20, 1, 3, 3)).astype(np.float32)
+    with pytest.raises(ValueError, match="lanes"):  # out of range
+        _run(x, w, None, (1, 1), (1, 1), (7, 7), lanes=3)
+    y = np.empty((1, 20, 7, 7), np.float32)
+    args = ((1, 20, 7, 7), (7, 7), (3, 3), (1, 1), (1, 1), (1, 1), -np.inf, np.inf, 1, 1, 2)
+    if not FAST:  # no lanes kernel: packed weights have no reader
+        with pytest.raises(ValueError, match="packed weights"):
+            _native.depthwise2d(x, pack_lanes16(w), None, y, *args)
+        return
+    with pytest.raises(ValueError):  # the unpacked size where the packed one (32 channels) is expected
+        _native.depthwise2d(x, w, None, y, *args)
+    y = np.empty((1, 20, 4, 4), np.float32)  # dilation 2: not the lanes kernel's
+    with pytest.raises(ValueError, match="packed weights"):
+        _native.depthwise2d(x, pack_lanes16(w), None, y, (1, 20, 7, 7), (4, 4), (3, 3), (1, 1), (2, 2), (1, 1),
+                            -np.inf, np.inf, 1, 1, 2)

@@ -98,8 +98,9 @@ class DepthwisePlan(ConvPlan):
     __slots__ = ()
     KIND = "depthwise"
     NATIVE_ACT = True
-    #: the kernel's layout: False one channel plane at a time, True 16 channels in the lanes
-    LANES = False
+    #: the kernel's layout (depthwise2d's lanes): 0 one channel plane at a time, 1 16 channels in
+    #: the lanes, 2 the same with the weights packed for it
+    LANES = 0
 
     def __init__(self, x, w, b, clip, native, out, ks, strides, dilations, pb, threads):
         super().__init__(x, w, b, clip, native, threads)
@@ -108,9 +109,13 @@ class DepthwisePlan(ConvPlan):
         self.args = (x.shape, out, ks, tuple(strides), tuple(dilations), (pb[0], pb[1]),
                      self.lo, self.hi, self.threads)
 
+    def _kernel_w(self):
+        """The weights as the call's layout takes them."""
+        return self.w2
+
     def _make_call(self):
         empty, f32, contig = np.empty, np.float32, np.ascontiguousarray
-        fn, w2, b2, shape = self.native.depthwise2d, self.w2, self.b2, self.shape
+        fn, w2, b2, shape = self.native.depthwise2d, self._kernel_w(), self.b2, self.shape
         args = self.args + (1, self.LANES)  # fast (the AVX-512 direct rows where they apply), the layout
         if self.act is not None:
             args += self.act
@@ -129,6 +134,24 @@ class DepthwiseLanesPlan(DepthwisePlan):
     to 7x7, the AVX-512 build): no halo or row tail computed, which a small plane is mostly
     (7x7 under 5x5), for two register transposes a block. Chosen per shape by measurement."""
 
-    __slots__ = ()
+    __slots__ = ("wpack",)
     KIND = "depthwise_lanes"
-    LANES = True
+    #: 2: the weights packed once here (``pack_lanes16``), one load a tap instead of a gather
+    #: whose lines a model's run finds cold; ``w2`` stays [C, 1, KH, KW] for the pair fusers
+    LANES = 2
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.wpack = pack_lanes16(self.w2)
+
+    def _kernel_w(self):
+        return self.wpack
+
+
+def pack_lanes16(w):
+    """Depthwise weights [C, 1, KH, KW] as the lanes kernel loads them: [ceil(C / 16), KH * KW, 16],
+    channel c of a block in lane c % 16, zeros past C."""
+    C, kk = w.shape[0], w.shape[2] * w.shape[3]
+    p = np.zeros((-(-C // 16) * 16, kk), np.float32)
+    p[:C] = w.reshape(C, kk)
+    return np.ascontiguousarray(p.reshape(-1, 16, kk).transpose(0, 2, 1))

@@ -184,7 +184,7 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     float lo, hi;
     int threads = 1, fast = 1, lanes = 0;
     rc_act act = {-1, 1.0f / 6.0f, 0.5f};
-    if (!PyArg_ParseTuple(args, "OOOO(nnnn)(nn)(nn)(nn)(nn)(nn)ff|iipiff:depthwise2d", &xo, &wo, &bo, &yo,
+    if (!PyArg_ParseTuple(args, "OOOO(nnnn)(nn)(nn)(nn)(nn)(nn)ff|iiiiff:depthwise2d", &xo, &wo, &bo, &yo,
                           &N, &C, &H, &W, &OH, &OW, &KH, &KW, &sh, &sw, &dh, &dw, &pt, &pl, &lo, &hi,
                           &threads, &fast, &lanes, &act.act, &act.alpha, &act.beta))
         return NULL;
@@ -196,6 +196,10 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "depthwise2d: fast not in 0..3");
         return NULL;
     }
+    if (lanes < 0 || lanes > 2) {
+        PyErr_SetString(PyExc_ValueError, "depthwise2d: lanes not in 0..2");
+        return NULL;
+    }
     act.act += 1; /* activate's kind -> rc_act's */
     const rc_act *ap = act.act ? &act : NULL;
     if (N < 0 || C < 0 || H < 0 || W < 0 || OH < 0 || OW < 0 || KH < 1 || KW < 1 || sh < 1 ||
@@ -203,8 +207,20 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "depthwise2d: negative or zero size, stride or dilation");
         return NULL;
     }
+    /* lanes 2: W packed for the lanes kernel, [ceil(C / 16)][KH * KW][16], which no other path reads */
+#if DWF_OK
+    const int packed_ok = dwl_takes(KH, KW, dh, dw);
+#else
+    const int packed_ok = 0;
+#endif
+    if (lanes == 2 && !packed_ok) {
+        PyErr_SetString(PyExc_ValueError, "depthwise2d: packed weights (lanes=2) need the AVX-512 lanes kernel: "
+                                          "dilation 1, windows up to 7x7, CONV_FAST");
+        return NULL;
+    }
     rc_sz sz = {NULL};
-    const Py_ssize_t xn = sz_mul4(&sz, "X's size", N, C, H, W), wn = sz_mul3(&sz, "W's size", C, KH, KW);
+    const Py_ssize_t xn = sz_mul4(&sz, "X's size", N, C, H, W),
+                     wn = sz_mul3(&sz, "W's size", lanes == 2 ? sz_add(&sz, "W's size", C, 15) / 16 * 16 : C, KH, KW);
     const Py_ssize_t yn = sz_mul4(&sz, "Y's size", N, C, OH, OW);
     if (sz_check(&sz, "depthwise2d", PyExc_ValueError) < 0)
         return NULL;
@@ -222,7 +238,11 @@ PyObject *rc_py_depthwise2d(PyObject *self, PyObject *args)
     if (lanes && dwl_takes(KH, KW, dh, dw) && OH > 0 && OW > 0 && N * C > 0) {
         const Py_ssize_t g[12] = {N, C, H, W, OH, OW, KH, KW, sh, sw, pt, pl};
         return dwl_run((const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, (float *)v[3].buf,
-                       g, lo, hi, ap, threads, v, 4);
+                       g, lo, hi, ap, threads, v, 4, lanes == 2);
+    }
+    if (lanes == 2) { /* no output to compute */
+        release_buffers(v, 4);
+        Py_RETURN_NONE;
     }
     if (fast && dwf_takes_k(KH, KW, sh, sw, dh, dw, OH, OW, N * C)) {
         dwf_job fj = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf,

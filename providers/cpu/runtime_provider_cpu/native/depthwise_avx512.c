@@ -3,7 +3,8 @@
 #if DWF_OK
 
 /* The AVX-512 depthwise path: 3x3, 5x5 or 7x7, dilation 1, stride 1 or 2 both ways. Convolutions
- * run the direct rows below (dwd_plane); maxpool2d's 3x3 and depthwise2d(fast=2) the phase
+ * run the direct rows below (dwd_plane: dwr_* for 3x3 and 5x5, dwd_vec for 7x7); maxpool2d's
+ * 3x3 and depthwise2d(fast=2) the phase
  * planes described here. Each channel's input
  * goes once into zero-padded phase planes (stride 1: the padded plane; stride 2: its four
  * even / odd row x column phases, the column split by two-register permutes), each Wq floats
@@ -14,12 +15,53 @@
  * code (see docs/performance.md). Windows larger than 3x3 (MobileNetV3's 5x5, ConvNeXt's 7x7)
  * sum four output vectors at once, each tap's weight broadcast once for the four. */
 
+/* exp(x) as simd.h's RC_VMATH computes it in the x86-64-v4 clones, step for step (the argument
+   clamped to [-87.3, 88.3], rounding by the magic number, Cody-Waite reduction by ln 2, Cephes's
+   degree-5 polynomial, the multiply-adds GCC contracts there), with vscalefps for the integer
+   exponent's build and multiply (exact here: 2^n * p is normal in the clamped range): the same
+   bits; NaN stays NaN */
+DWF_TARGET static inline __m512 dwf_exp(__m512 x)
+{
+    x = _mm512_min_ps(_mm512_set1_ps(88.3f), _mm512_max_ps(_mm512_set1_ps(-87.3f), x));
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic), magic);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.9875691500e-4f), r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* 1 / (1 + exp(-x)) */
+DWF_TARGET static inline __m512 dwf_sigmoid(__m512 x)
+{
+    const __m512 one = _mm512_set1_ps(1.0f);
+    return _mm512_div_ps(one, _mm512_add_ps(one, dwf_exp(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+}
+
+/* rc_act16 on one register: the same activations, NaN staying NaN (max and min with the bound
+   first return a NaN operand) */
+DWF_TARGET static inline __m512 dwf_act(__m512 x, const rc_act *a)
+{
+    if (a->act == 3)
+        return dwf_sigmoid(x);
+    if (a->act == 4)
+        return _mm512_mul_ps(x, dwf_sigmoid(x));
+    __m512 h = _mm512_fmadd_ps(x, _mm512_set1_ps(a->alpha), _mm512_set1_ps(a->beta));
+    h = _mm512_min_ps(_mm512_set1_ps(1.0f), _mm512_max_ps(_mm512_setzero_ps(), h));
+    return a->act == 1 ? _mm512_mul_ps(x, h) : h;
+}
+
 /* acc clipped to [lo, hi] (max, then min, with the bound first: a NaN stays NaN as clipf
    keeps it), then a's activation when given */
 DWF_TARGET static inline __m512 dwf_epi(__m512 acc, __m512 lo, __m512 hi, const rc_act *a)
 {
     const __m512 r = _mm512_min_ps(hi, _mm512_max_ps(lo, acc));
-    return a ? (__m512)rc_act16((v16f)r, a) : r;
+    return a ? dwf_act(r, a) : r;
 }
 
 /* channel p's input into its phase planes ph (zero-padded: only the data region is written) */
@@ -354,19 +396,147 @@ dwd_plane_ks(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc, Py_s
     {                                                                                                   \
         dwd_plane_ks(j, p, c, xc, k, s);                                                                \
     }
-DWD_INST(3, 1)
-DWD_INST(3, 2)
-DWD_INST(5, 1)
-DWD_INST(5, 2)
 DWD_INST(7, 1)
 DWD_INST(7, 2)
 
-/* channel p (weights c) from its input plane xc: the k and s instance */
+/* ---- 3x3 and 5x5, stride 1 or 2: the weights in registers ------------------------------
+ * dwd_vec above leaves the compiler its generic row and tap conditions, the edge masks in
+ * arrays and the activation's kind read a vector: its code kept pointers in vector registers,
+ * broadcast a weight a multiply-add and ran the activation out of line. Here the window's
+ * weights are broadcast once a channel (the compiler keeps what fits in registers), a pass is
+ * R output rows of one 16-column vector whose loads are all masked (the same code at the
+ * plane's edges), and the activation's kind is a constant of the instance. The taps are summed
+ * in dwd_vec's order (rows, then columns): the same sums. */
+
+DWF_TARGET static inline __attribute__((always_inline)) __m512 dwr_epi(__m512 acc, __m512 lo, __m512 hi,
+                                                                       const rc_act *a, int kind)
+{
+    const __m512 r = _mm512_min_ps(hi, _mm512_max_ps(lo, acc));
+    if (kind == 0)
+        return r;
+    if (kind == 3)
+        return dwf_sigmoid(r);
+    if (kind == 4)
+        return _mm512_mul_ps(r, dwf_sigmoid(r));
+    __m512 h = _mm512_fmadd_ps(r, _mm512_set1_ps(a->alpha), _mm512_set1_ps(a->beta));
+    h = _mm512_min_ps(_mm512_set1_ps(1.0f), _mm512_max_ps(_mm512_setzero_ps(), h));
+    return kind == 1 ? _mm512_mul_ps(r, h) : h;
+}
+
+/* acc[r] += the taps of input row i (ky = i - r * S) for the R rows, v[kx] the row's values */
+#define DWR_TAPS(kx, val)                                                                    \
+    _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {                                    \
+        const int ky = i - r * S;                                                            \
+        if (ky >= 0 && ky < K)                                                               \
+            acc[r] = _mm512_fmadd_ps(w[ky * K + (kx)], (val), acc[r]);                       \
+    }
+
+/* the R output rows from oy0 of the 16 columns from ox (K, S, R and kind constants where
+   inlined): input rows from r0, columns from c0 = S * ox - pl, loads masked by m (S 1: one a tap
+   column; S 2: the even / odd pair kx, kx + 1 as two loads, masks m[kx] and m[kx + 1]) */
+DWF_TARGET static inline __attribute__((always_inline)) void
+dwr_pass(const float *xc, float *yc, Py_ssize_t H, Py_ssize_t W, Py_ssize_t OW, Py_ssize_t r0, Py_ssize_t c0,
+         Py_ssize_t ox, Py_ssize_t oy0, const int K, const int S, const int R, const __m512 *w, __m512 vb,
+         const __mmask16 *m, __mmask16 ms, __m512 lo, __m512 hi, const rc_act *a, const int kind)
+{
+    __m512 acc[8];
+    for (int r = 0; r < R; r++)
+        acc[r] = vb;
+    const float *q = xc + r0 * W + c0;
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+#pragma GCC unroll 16
+    for (int i = 0; i < (R - 1) * S + K; i++, q += W) {
+        if (r0 + i < 0 || r0 + i >= H) /* a padding row: no taps */
+            continue;
+        if (S == 1) {
+#pragma GCC unroll 8
+            for (int kx = 0; kx < K; kx++) {
+                const __m512 v = _mm512_maskz_loadu_ps(m[kx], q + kx);
+                DWR_TAPS(kx, v)
+            }
+            continue;
+        }
+#pragma GCC unroll 4
+        for (int kx = 0; kx < K; kx += 2) {
+            const __m512 va = _mm512_maskz_loadu_ps(m[kx], q + kx), vc = _mm512_maskz_loadu_ps(m[kx + 1], q + kx + 16);
+            const __m512 e = _mm512_permutex2var_ps(va, ev, vc);
+            DWR_TAPS(kx, e)
+            if (kx + 1 < K) {
+                const __m512 o = _mm512_permutex2var_ps(va, od, vc);
+                DWR_TAPS(kx + 1, o)
+            }
+        }
+    }
+    float *o = yc + oy0 * OW + ox;
+    for (int r = 0; r < R; r++, o += OW)
+        _mm512_mask_storeu_ps(o, ms, dwr_epi(acc[r], lo, hi, a, kind));
+}
+#undef DWR_TAPS
+
+/* channel p (weights c) of a K x K window of stride S: blocks of RM rows, the last moved up to
+   end at the last row (rows computed twice, the same values); fewer rows one a pass */
+DWF_TARGET static inline __attribute__((always_inline)) void
+dwr_plane(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc, const int K, const int S, const int RM,
+          const int kind)
+{
+    const Py_ssize_t H = j->H, W = j->W, OH = j->OH, OW = j->OW, pt = j->pt, pl = j->pl;
+    const float *wk = j->w + c * K * K;
+    __m512 w[25];
+    for (int t = 0; t < K * K; t++)
+        w[t] = _mm512_set1_ps(wk[t]);
+    const __m512 vb = _mm512_set1_ps(j->b ? j->b[c] : 0.0f);
+    const __m512 lo = _mm512_set1_ps(j->lo), hi = _mm512_set1_ps(j->hi);
+    const rc_act *a = j->act;
+    float *yc = j->y + p * OH * OW;
+    for (Py_ssize_t ox = 0; ox < OW; ox += 16) {
+        const Py_ssize_t c0 = S * ox - pl;
+        __mmask16 m[6];
+        for (int kx = 0; kx < (S == 1 ? K : K + 1); kx++) /* S 2: the pair's first and second loads */
+            m[kx] = S == 1 ? dwd_mask(c0 + kx, W) : dwd_mask(c0 + (kx & ~1) + (kx & 1) * 16, W);
+        const __mmask16 ms = dwf_mask(OW - ox);
+        if (OH < RM) {
+            for (Py_ssize_t oy = 0; oy < OH; oy++)
+                dwr_pass(xc, yc, H, W, OW, oy * S - pt, c0, ox, oy, K, S, 1, w, vb, m, ms, lo, hi, a, kind);
+            continue;
+        }
+        for (Py_ssize_t oy0 = 0; oy0 < OH; oy0 += RM) {
+            const Py_ssize_t o = oy0 + RM <= OH ? oy0 : OH - RM;
+            dwr_pass(xc, yc, H, W, OW, o * S - pt, c0, ox, o, K, S, RM, w, vb, m, ms, lo, hi, a, kind);
+        }
+    }
+}
+
+/* the instances: K, S, rows a pass (8 at stride 1, where a 3x3 input row serves three; 4 at
+   stride 2 and for 5x5, whose 25 weights leave fewer registers), each activation kind */
+#define DWR_INST(K, S, RM, kind)                                                                          \
+    DWF_TARGET static void dwr_##K##_##S##_##kind(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc) \
+    {                                                                                                     \
+        dwr_plane(j, p, c, xc, K, S, RM, kind);                                                           \
+    }
+#define DWR_KINDS(K, S, RM) DWR_INST(K, S, RM, 0) DWR_INST(K, S, RM, 1) DWR_INST(K, S, RM, 2) \
+    DWR_INST(K, S, RM, 3) DWR_INST(K, S, RM, 4)
+DWR_KINDS(3, 1, 8)
+DWR_KINDS(3, 2, 4)
+DWR_KINDS(5, 1, 4)
+DWR_KINDS(5, 2, 4)
+#undef DWR_KINDS
+#undef DWR_INST
+
+typedef void (*dwr_fn)(const dwf_job *, Py_ssize_t, Py_ssize_t, const float *);
+#define DWR_ROW(K, S) {dwr_##K##_##S##_0, dwr_##K##_##S##_1, dwr_##K##_##S##_2, dwr_##K##_##S##_3, dwr_##K##_##S##_4}
+static const dwr_fn dwr_fns[2][2][5] = {{DWR_ROW(3, 1), DWR_ROW(3, 2)}, {DWR_ROW(5, 1), DWR_ROW(5, 2)}};
+#undef DWR_ROW
+
+/* channel p (weights c) from its input plane xc: the k, s (and activation kind) instance; 7x7
+   (ConvNeXt's, 49 weights) keeps dwd_vec's broadcasts */
 DWF_TARGET static void dwd_plane(const dwf_job *j, Py_ssize_t p, Py_ssize_t c, const float *xc)
 {
-    static void (*const fn[3][2])(const dwf_job *, Py_ssize_t, Py_ssize_t, const float *) = {
-        {dwd_3_1, dwd_3_2}, {dwd_5_1, dwd_5_2}, {dwd_7_1, dwd_7_2}};
-    fn[(j->k - 3) / 2][j->s - 1](j, p, c, xc);
+    if (j->k == 7) {
+        (j->s == 1 ? dwd_7_1 : dwd_7_2)(j, p, c, xc);
+        return;
+    }
+    dwr_fns[j->k / 5][j->s - 1][j->act ? j->act->act : 0](j, p, c, xc); /* kinds 0..4: rc_act's */
 }
 
 /* channels [p0, p1), channel p's input at xs + (p - pbase) * H * W: rows of 16 or more a
@@ -513,6 +683,7 @@ typedef struct {
     float *scratch;
     Py_ssize_t scratch_n; /* floats a part: the padded input, then the outputs */
     const rc_act *act;    /* after the clip, or NULL */
+    int packed;           /* w as [ceil(C / 16)][KH * KW][16] (a plan's, packed once), else [C][KH * KW] */
 } dwl_job;
 
 /* DWL_G output pixels of a row a pass, on independent sums: two FMA ports of 4-cycle latency
@@ -627,11 +798,17 @@ DWF_TARGET static void dwl_block(const dwl_job *j, float *in, float *out, Py_ssi
         }
     }
     __m512 wt[DWF_KMAX * DWF_KMAX];
-    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)kk));
-    const float *wb = j->w + c0 * kk;
-    for (Py_ssize_t k = 0; k < kk; k++)
-        wt[k] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), cm, idx, wb + k, 4);
+    if (j->packed) { /* one load a tap: the gathers below touch kk lines each, cold in a model's run */
+        const float *wb = j->w + c0 * kk;
+        for (Py_ssize_t k = 0; k < kk; k++)
+            wt[k] = _mm512_loadu_ps(wb + k * 16);
+    } else {
+        const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32((int)kk));
+        const float *wb = j->w + c0 * kk;
+        for (Py_ssize_t k = 0; k < kk; k++)
+            wt[k] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), cm, idx, wb + k, 4);
+    }
     const __m512 vb = j->b ? _mm512_maskz_loadu_ps(cm, j->b + c0) : _mm512_setzero_ps();
     static void (*const taps[3][2])(const dwl_job *, const float *, float *, const __m512 *, __m512) = {
         {dwl_taps_3_1, dwl_taps_3_2}, {dwl_taps_5_1, dwl_taps_5_2}, {dwl_taps_7_1, dwl_taps_7_2}};
@@ -671,11 +848,11 @@ int dwl_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t dh, Py_ssize_t dw)
 }
 
 PyObject *dwl_run(const float *x, const float *w, const float *b, float *y, const Py_ssize_t *g, float lo, float hi,
-                  const rc_act *act, int threads, Py_buffer *v, int nbuf)
+                  const rc_act *act, int threads, Py_buffer *v, int nbuf, int packed)
 {
     /* g: N, C, H, W, OH, OW, KH, KW, sh, sw, pt, pl */
     dwl_job j = {x, w, b, y, g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], 0, 0,
-                 lo, hi, NULL, 0, act};
+                 lo, hi, NULL, 0, act, packed};
     rc_sz sz = {NULL};
     j.Hp = sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.OH - 1, j.sh), j.KH);
     j.Wp = sz_add(&sz, "the padded block", sz_mul(&sz, "the padded block", j.OW - 1, j.sw), j.KW);

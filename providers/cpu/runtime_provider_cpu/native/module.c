@@ -151,7 +151,9 @@ static PyMethodDef methods[] = {
      "            threads=1, fast=1, lanes=False, act=-1, alpha=1/6, beta=0.5)\n"
      "Depthwise 2-D convolution of C-contiguous float32 buffers into y, clipped to [lo, hi], then act.\n"
      "fast: 0 the portable 8-float rows, 1 the default (the direct rows on AVX-512), 2 the\n"
-     "phase planes, 3 the direct rows (AVX-512; elsewhere as 1)."},
+     "phase planes, 3 the direct rows (AVX-512; elsewhere as 1). lanes: 1 the kernel with 16 channels in\n"
+     "the vector lanes where it applies; 2 the same with w packed [ceil(C / 16)][KH * KW][16] (ValueError\n"
+     "where that kernel does not apply)."},
     {"bias_clip", rc_py_bias_clip, METH_VARARGS,
      "bias_clip(y, b, (M, P), lo, hi, z=None)\n"
      "y[m, p] = clip(y[m, p] + b[m] + z[m, p], lo, hi) in place over C-contiguous float32 buffers\n"

@@ -366,9 +366,9 @@ PyObject *dwf_run(dwf_job *j, int threads, Py_buffer *v, int nbuf);
 /* whether the channels-in-lanes depthwise kernel takes a window of these sizes and dilations */
 int dwl_takes(Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t dh, Py_ssize_t dw);
 /* depthwise2d with 16 channels of an image in the vector lanes; g: N, C, H, W, OH, OW, KH, KW,
-   sh, sw, pt, pl. Then the caller's nbuf buffers released */
+   sh, sw, pt, pl; packed: w as [ceil(C / 16)][KH * KW][16]. Then the caller's nbuf buffers released */
 PyObject *dwl_run(const float *x, const float *w, const float *b, float *y, const Py_ssize_t *g, float lo, float hi,
-                  const rc_act *act, int threads, Py_buffer *v, int nbuf);
+                  const rc_act *act, int threads, Py_buffer *v, int nbuf, int packed);
 #endif
 
 /* ---- the entry points (module.c lists them) -------------------------------------------- */
