@@ -391,6 +391,24 @@ def test_session_entry_turns_the_path_off_and_short_runs_stay_nchw():
 
 
 @pytest.mark.native
+def test_partition_report_names_each_region_and_its_nodes():
+    _nchwc()
+    model, feed = chain_model(MODELS["mobilenet"])
+    sess = session(model)
+    sess.run(None, feed)
+    report = sess.get_partition_report()
+    blocked = [f for f in report.fusions if f.kind == "nchwc"]
+    (region,) = regions_of(sess)
+    assert [list(f.nodes) for f in blocked] == [list(region[2][1].node.members)]
+    names = {n.name for n in report.nodes}
+    assert len(blocked[0].nodes) >= 3 and set(blocked[0].nodes) <= names
+    assert " + ".join(blocked[0].nodes) in str(report)
+    off = session(model, **{"session.cpu.nchwc": "0"})
+    off.run(None, feed)
+    assert not [f for f in off.get_partition_report().fusions if f.kind == "nchwc"]
+
+
+@pytest.mark.native
 def test_profiled_runs_keep_one_step_per_node(tmp_path):
     _nchwc()
     model, feed = chain_model(MODELS["efficientnet"])

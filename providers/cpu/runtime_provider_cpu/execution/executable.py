@@ -173,10 +173,11 @@ class CPUExecutable:
         return self._schedule is not None
 
     def fusions(self) -> list[tuple[str, tuple[str, ...]]]:
-        """The steps that plain sequential runs execute as one since the first run:
-        ``(kind, node names)``, ``kind`` ``"pair"`` (a chain) or ``"siblings"`` (two readers
-        of one input) (plugin API 1.3: shown by the session's partition report)."""
-        return list(self._fused)
+        """The steps that plain sequential runs execute as one: ``(kind, node names)``, ``kind``
+        ``"nchwc"`` (a run of convolutions in the blocked layout, from compilation), ``"pair"`` (a
+        chain) or ``"siblings"`` (two readers of one input), those two since the first run (plugin
+        API 1.3: shown by the session's partition report)."""
+        return [("nchwc", step[1].node.members) for _, _, step in self._regions] + list(self._fused)
 
     def kernels(self) -> list[tuple[str, str]]:
         """``(node name, kernel)`` for each node whose kernel was chosen among candidates on this
