@@ -112,7 +112,7 @@ def _se_model(act, gate, n, c, cr, hw):
 
 @pytest.mark.native
 @pytest.mark.parametrize("act,gate", [("Relu", "HardSigmoid"), ("SiLU", "Sigmoid"), ("HardSwish", "HardSigmoid")])
-# (8, 256, 128, 12, 2): the means and the gated product large enough (128 KB a thread) to be split
+# (8, 256, 128, 12, 2): every pass large enough (64 KB a thread) to be split over 2 threads
 @pytest.mark.parametrize("n,c,cr,hw,threads", [(1, 40, 10, 9, 1), (3, 96, 24, 17, 2), (2, 19, 5, 3, 2),
                                                (8, 256, 128, 12, 2)])
 def test_squeeze_excite_kernel_split_over_threads_matches_onnxruntime(act, gate, n, c, cr, hw, threads):

@@ -660,8 +660,9 @@ PyObject *rc_py_softmax(PyObject *self, PyObject *args)
 /* rows, then each channel's gate (its W2 row) and gated product in one pass by channels    */
 /* ------------------------------------------------------------------------------------- */
 
-/* the bytes a pass streams for each thread it runs on, at least: several hand-offs to a spinning worker */
-#define SE_MIN_BYTES 131072.0
+/* the bytes a pass streams for each thread it runs on, at least: at L2's pace about the time of the
+   2.5e5 flops a thread the other kernels ask for */
+#define SE_MIN_BYTES 65536.0
 
 typedef struct {
     const float *x, *w1, *b1, *w2, *b2;
