@@ -112,7 +112,7 @@ def _se_model(act, gate, n, c, cr, hw):
 
 @pytest.mark.native
 @pytest.mark.parametrize("act,gate", [("Relu", "HardSigmoid"), ("SiLU", "Sigmoid"), ("HardSwish", "HardSigmoid")])
-# (8, 256, 128, 12, 2): every pass large enough (2.5e5 flops a thread) to be split over 2 threads
+# (8, 256, 128, 12, 2): every pass large enough (64 KB a thread) to be split over 2 threads
 @pytest.mark.parametrize("n,c,cr,hw,threads", [(1, 40, 10, 9, 1), (3, 96, 24, 17, 2), (2, 19, 5, 3, 2),
                                                (8, 256, 128, 12, 2)])
 def test_squeeze_excite_kernel_split_over_threads_matches_onnxruntime(act, gate, n, c, cr, hw, threads):
@@ -124,6 +124,55 @@ def test_squeeze_excite_kernel_split_over_threads_matches_onnxruntime(act, gate,
     ref = run_oracle(m, feeds)
     for _ in range(2):
         assert_close(s.run(None, feeds), ref, rtol=1e-5, atol=1e-5)
+
+
+def _se_reference(x, w1, b1, w2, b2, gate):
+    """Relu inside, ``gate`` (HardSigmoid 1/6, 0.5 or Sigmoid) outside, in float64."""
+    s = x.astype(np.float64).mean(axis=(2, 3))
+    h = np.maximum(s @ w1.reshape(w1.shape[0], -1).T.astype(np.float64) + b1, 0.0)
+    g = h @ w2.reshape(w2.shape[0], -1).T.astype(np.float64) + b2
+    g = 1 / (1 + np.exp(-g)) if gate == "Sigmoid" else np.clip(g / 6 + 0.5, 0, 1)
+    return x * g[:, :, None, None]
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("gate", ["HardSigmoid", "Sigmoid"])
+# channel and reduced counts off the four-row dot products' multiple; planes off 8 and 16; the
+# larger ones (over 256 KB a pass) split over the threads
+@pytest.mark.parametrize("n,c,cr,hw", [(1, 9, 3, 5), (2, 130, 33, 10), (1, 962, 241, 7), (3, 150, 7, 31)])
+def test_squeeze_excite_kernel_same_bits_at_any_thread_count_and_as_numpy_path(monkeypatch, gate, n, c, cr, hw):
+    from runtime_provider_cpu.ops import fused
+
+    x = f32(n, c, hw, hw)
+    w1, b1, w2, b2 = f32(cr, c, 1, 1) * 0.1, f32(cr), f32(c, cr, 1, 1) * 0.1, f32(c)
+    gp = [1 / 6, 0.5] if gate == "HardSigmoid" else []
+    ys = [fused._squeeze_excite(x, w1, b1, w2, b2, "Relu", [], gate, gp, None, t) for t in (1, 2, 3)]
+    for y in ys[1:]:
+        np.testing.assert_array_equal(y, ys[0])
+    np.testing.assert_allclose(ys[0], _se_reference(x, w1, b1, w2, b2, gate), rtol=2e-5, atol=2e-6)
+    monkeypatch.setattr(fused, "_native", None)  # the numpy path: the same block, other rounding
+    np.testing.assert_allclose(fused._squeeze_excite(x, w1, b1, w2, b2, "Relu", [], gate, gp, None, 2), ys[0],
+                               rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.native
+def test_squeeze_excite_kernel_pools_its_large_passes_only():
+    from runtime_provider_cpu.fast.policy import NATIVE as nat
+
+    started = 4  # pool_stats(): parts of jobs asking for several threads, ever
+    act = (0.0, np.inf, -1, 0.0, 0.0, 1, 1 / 6, 0.5)
+
+    def pooled_parts(c, cr, hw, threads):
+        x, w1, w2 = f32(1, c, hw, hw), f32(cr, c), f32(c, cr)
+        y = np.empty_like(x)
+        before = nat.pool_stats()[started]
+        nat.squeeze_excite(x, w1, None, w2, None, y, (1, c, cr, hw * hw), *act, threads)
+        return nat.pool_stats()[started] - before
+
+    assert pooled_parts(72, 24, 8, 2) == 0  # a few KB a pass: on the caller alone
+    assert pooled_parts(960, 240, 7, 1) == 0  # one thread asked
+    # MobileNetV3's last blocks: the 0.9 MB weight matrices' passes split (a flops count kept them whole)
+    assert pooled_parts(960, 240, 7, 2) > 0
 
 
 @pytest.mark.native

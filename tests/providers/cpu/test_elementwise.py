@@ -130,6 +130,22 @@ def test_nan_propagation(op):
     check_node(op, {"x": np.array([np.nan, 1.0, -1.0, 5.0, -0.0], F32)}, opset=22)
 
 
+@pytest.mark.native
+@pytest.mark.parametrize("op,args", [("HardSwish", ()), ("HardSigmoid", (0.3, 0.4))])
+def test_hard_activations_compiled_pass_matches_numpy_path(monkeypatch, op, args):
+    """float32 HardSwish / HardSigmoid steps run ``_native.activate``; numpy's passes stay for
+    other dtypes and without the extension: the two within a rounding, NaN and infinities alike."""
+    from runtime_provider_cpu.ops import elementwise as ew
+
+    f = ew._hard_swish if op == "HardSwish" else ew._hard_sigmoid
+    x = np.concatenate([rand((2, 37), F32, -8, 8).ravel(), [np.nan, np.inf, -np.inf, 3.0, -3.0, 0.0]]).astype(F32)
+    x = x.reshape(1, -1)[:, ::-1]  # not contiguous
+    y = f(x, *args)
+    assert y.dtype == F32 and y.shape == x.shape
+    monkeypatch.setattr(ew, "_native", None)
+    np.testing.assert_allclose(y, f(x, *args), rtol=1e-6, atol=1e-7, equal_nan=True)
+
+
 def test_nan_clip_max_min():
     x = np.array([np.nan, 1.0, -1.0, 5.0], F32)
     check_node("Clip", {"x": x}, initializers={"lo": np.float32(0), "hi": np.float32(2)}, opset=13)

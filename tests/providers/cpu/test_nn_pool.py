@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from oracle import check_node, make_model, run_oracle
+from oracle import check_node, cpu_policy, make_model, run_oracle  # noqa: F401 - a fixture
 from providers.cpu.nn_cases import F32, RNG, expect_declined, node_check, rnd, run_model, tol
 
 
@@ -255,3 +255,34 @@ def test_global_lp_pool_matches_its_definition(shape):
 @pytest.mark.parametrize("opset", [2])  # onnxruntime's only GlobalLpPool; later versions: formula test above
 def test_global_lp_pool_p(p, opset):
     check_node("GlobalLpPool", {"x": rnd(2, 3, 4, 5)}, p=p, opset=opset, **F32)
+
+
+@pytest.mark.native
+@pytest.mark.parametrize("rows,n", [(1, 1), (3, 7), (960, 49), (37, 16), (5, 3137), (2048, 49)])
+def test_row_means_kernel_matches_float64_and_is_the_same_at_any_thread_count(rows, n):
+    """``_native.row_means`` (GlobalAveragePool's float32 pass): within float32 summation error of
+    the float64 mean, the same bits on 1, 2 and 3 threads (rows split, each summed alike)."""
+    from runtime_provider_cpu import _native
+
+    x = (RNG.standard_normal((rows, n)) + 3.0).astype(np.float32)
+    ys = []
+    for threads in (1, 2, 3):
+        y = np.full(rows, np.nan, np.float32)
+        _native.row_means(x, y, (rows, n), threads)
+        ys.append(y)
+    for y in ys[1:]:
+        np.testing.assert_array_equal(y, ys[0])
+    np.testing.assert_allclose(ys[0], x.astype(np.float64).mean(axis=1), rtol=2e-6)
+    with pytest.raises(ValueError, match="row length"):
+        _native.row_means(x, ys[0], (rows, 0))
+    with pytest.raises(ValueError, match="Y"):
+        _native.row_means(x, ys[0][:-1] if rows > 1 else np.empty(0, np.float32), (rows, n))
+
+
+@pytest.mark.parametrize("shape", [(1, 960, 7, 7), (2, 19, 5, 3), (1, 3, 1, 1)])
+def test_global_average_pool_float32_with_and_without_the_extension(cpu_policy, shape):
+    """The compiled pass and numpy's row sums give GlobalAveragePool within a rounding."""
+    x = rnd(*shape)
+    check_node("GlobalAveragePool", {"x": x}, opset=17)
+    cpu_policy(native=None)
+    check_node("GlobalAveragePool", {"x": x}, opset=17)

@@ -262,6 +262,9 @@ static PyMethodDef methods[] = {
     {"maxpool2d", rc_py_maxpool2d, METH_VARARGS,
      "maxpool2d(x, y, (N, C, H, W), (OH, OW), (KH, KW), (sh, sw), (dh, dw), (pt, pl), threads)\n"
      "MaxPool values of C-contiguous float32 NCHW x into y (taps in the padding skipped)."},
+    {"row_means", rc_py_row_means, METH_VARARGS,
+     "row_means(x, y, (rows, n), threads=1)\n"
+     "y[r] = the mean of row r of the C-contiguous float32 x read as rows x n (GlobalAveragePool)."},
     {"linear", rc_py_linear, METH_VARARGS,
      "linear(a, w, bias, y, (R, K, N), threads, packed=True, lo=-inf, hi=inf)\n"
      "y (R x N) = clip(a (R x K) w (+ bias), lo, hi) in float32 on the kernel threads, w packed as\n"

@@ -398,6 +398,7 @@ PyObject *rc_py_pointwise(PyObject *self, PyObject *args);
 PyObject *rc_py_skip_layer_norm(PyObject *self, PyObject *args);
 PyObject *rc_py_layer_norm_cf(PyObject *self, PyObject *args);
 PyObject *rc_py_maxpool2d(PyObject *self, PyObject *args);
+PyObject *rc_py_row_means(PyObject *self, PyObject *args);
 PyObject *rc_py_linear(PyObject *self, PyObject *args);
 PyObject *rc_py_pointwise_lanes(PyObject *self, PyObject *args);
 PyObject *rc_py_pointwise_rows(PyObject *self, PyObject *args);

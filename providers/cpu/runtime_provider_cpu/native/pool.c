@@ -1,5 +1,5 @@
 /* maxpool2d: MaxPool of float32 NCHW planes, separable and unit-stride (its 3x3 windows of
- * stride 1 or 2 go to depthwise_avx512.c on AVX-512 machines). */
+ * stride 1 or 2 go to depthwise_avx512.c on AVX-512 machines); row_means: GlobalAveragePool. */
 #include "native.h"
 
 /* maxpool2d: MaxPool values of float32 NCHW planes (no indices). Taps in the padding are
@@ -217,6 +217,75 @@ PyObject *rc_py_maxpool2d(PyObject *self, PyObject *args)
     rc_parallel(mp_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
     free(scratch);
+    release_buffers(v, 2);
+    Py_RETURN_NONE;
+}
+
+/* row_means: the mean of each row of a float32 [rows][n] (GlobalAveragePool, ReduceMean over
+ * trailing axes): one pass, two 8-float sums a row, as squeeze_excite's means, so the fused
+ * block and the unfused GlobalAveragePool agree bit for bit. Rows split between the threads by
+ * the bytes they read (64 KB a thread, as squeeze_excite's passes). */
+typedef struct {
+    const float *x;
+    float *y;
+    Py_ssize_t rows, n;
+} rm_job;
+
+RC_CLONES
+static void rm_rows(const rm_job *j, Py_ssize_t r0, Py_ssize_t r1)
+{
+    const Py_ssize_t n = j->n;
+    for (Py_ssize_t r = r0; r < r1; r++) {
+        const float *xr = j->x + r * n;
+        v8f s0 = {0}, s1 = {0};
+        Py_ssize_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            s0 += v8_load(xr + i);
+            s1 += v8_load(xr + i + 8);
+        }
+        s0 += s1;
+        float t = 0.0f;
+        for (int k = 0; k < 8; k++)
+            t += s0[k];
+        for (; i < n; i++)
+            t += xr[i];
+        j->y[r] = t / (float)n;
+    }
+}
+
+static void rm_part(void *arg, int part, int parts)
+{
+    const rm_job *j = (const rm_job *)arg;
+    rm_rows(j, j->rows * part / parts, j->rows * (part + 1) / parts);
+}
+
+PyObject *rc_py_row_means(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *xo, *yo;
+    Py_ssize_t rows, n;
+    int threads = 1;
+    if (!PyArg_ParseTuple(args, "OO(nn)|i:row_means", &xo, &yo, &rows, &n, &threads))
+        return NULL;
+    if (rows < 0 || n < 1) {
+        PyErr_SetString(PyExc_ValueError, "row_means: rows must be >= 0 and the row length positive");
+        return NULL;
+    }
+    rc_sz sz = {NULL};
+    const Py_ssize_t xn = sz_mul(&sz, "X's size", rows, n);
+    if (sz_check(&sz, "row_means", PyExc_ValueError) < 0)
+        return NULL;
+    Py_buffer v[2];
+    const rc_buf spec[2] = {{xo, xn, RC_F32, 0, 0, "X"}, {yo, rows, RC_F32, 1, 0, "Y"}};
+    if (get_buffers("row_means", spec, v, 2) < 0)
+        return NULL;
+    rm_job j = {(const float *)v[0].buf, (float *)v[1].buf, rows, n};
+    int th = threads < 1 ? 1 : threads;
+    const int parts = rows ? rc_parts(4.0 * (double)xn, 65536.0, rows, &th) : 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (parts)
+        rc_parallel(rm_part, &j, parts, th);
+    Py_END_ALLOW_THREADS
     release_buffers(v, 2);
     Py_RETURN_NONE;
 }

@@ -797,15 +797,20 @@ PyObject *rc_py_softmax(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------------------------------- */
 /* squeeze_excite: y = x * gate(W2 act(clip(W1 mean_hw(x) + B1)) + B2), the SE block as one */
-/* call: the means and the gated product split by channel rows, the two matrix-vector     */
-/* products by weight rows, over the kernel threads (numpy's were one thread each pass)  */
+/* call in three passes over the kernel threads: the means split by channel rows, h by W1's */
+/* rows, then each channel's gate (its W2 row) and gated product in one pass by channels    */
 /* ------------------------------------------------------------------------------------- */
+
+/* the bytes a pass streams for each thread it runs on, at least: at L2's pace about the time of the
+   2.5e5 flops a thread the other kernels ask for */
+#define SE_MIN_BYTES 65536.0
 
 typedef struct {
     const float *x, *w1, *b1, *w2, *b2;
     float *y, *s, *h, *g; /* s: the means [N][C], h [N][CR], g: the gates [N][C] */
     Py_ssize_t N, C, CR, HW;
-    int phase;            /* 0 means, 1 h, 2 g, 3 the gated product */
+    int phase;            /* 0 means, 1 h, 2 the gates and the gated product */
+    rc_act gate;
 } se_job;
 
 RC_CLONES
@@ -826,57 +831,120 @@ static float se_dot(const float *a, const float *b, Py_ssize_t n)
     return r;
 }
 
+/* se_dot of four rows of w (n apart) with b at once (each row's sums as se_dot's, the same
+   bits; the loads of b shared and eight sums in flight instead of two) into r[0..3] */
 RC_CLONES
-static void se_rows(const se_job *j, Py_ssize_t r0, Py_ssize_t r1)
+static void se_dot4(const float *a, const float *b, Py_ssize_t n, float *r)
+{
+    v8f s0[4] = {{0}, {0}, {0}, {0}}, s1[4] = {{0}, {0}, {0}, {0}};
+    Py_ssize_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const v8f u = v8_load(b + i), v = v8_load(b + i + 8);
+        for (int q = 0; q < 4; q++) {
+            s0[q] += v8_load(a + q * n + i) * u;
+            s1[q] += v8_load(a + q * n + i + 8) * v;
+        }
+    }
+    for (int q = 0; q < 4; q++) {
+        const v8f t = s0[q] + s1[q];
+        float acc = 0.0f;
+        for (int k = 0; k < 8; k++)
+            acc += t[k];
+        for (Py_ssize_t e = i; e < n; e++)
+            acc += a[q * n + e] * b[e];
+        r[q] = acc;
+    }
+}
+
+/* out[m][i] = w[i] . in[m] + bias[i] for rows i in [i0, i1) of w ([rows][k]) and the N vectors of in */
+static void se_matvec(const float *w, const float *bias, const float *in, float *out, Py_ssize_t i0,
+                      Py_ssize_t i1, Py_ssize_t rows, Py_ssize_t k, Py_ssize_t N)
+{
+    float r[4];
+    Py_ssize_t i = i0;
+    for (; i + 4 <= i1; i += 4)
+        for (Py_ssize_t m = 0; m < N; m++) {
+            se_dot4(w + i * k, in + m * k, k, r);
+            for (int q = 0; q < 4; q++)
+                out[m * rows + i + q] = r[q] + (bias ? bias[i + q] : 0.0f);
+        }
+    for (; i < i1; i++)
+        for (Py_ssize_t m = 0; m < N; m++)
+            out[m * rows + i] = se_dot(w + i * k, in + m * k, k) + (bias ? bias[i] : 0.0f);
+}
+
+RC_CLONES
+static void se_means(const se_job *j, Py_ssize_t r0, Py_ssize_t r1)
 {
     const Py_ssize_t HW = j->HW;
-    if (j->phase == 0) {
-        for (Py_ssize_t r = r0; r < r1; r++) {
-            const float *xr = j->x + r * HW;
-            v8f s0 = {0}, s1 = {0};
-            Py_ssize_t i = 0;
-            for (; i + 16 <= HW; i += 16) {
-                s0 += v8_load(xr + i);
-                s1 += v8_load(xr + i + 8);
-            }
-            s0 += s1;
-            float t = 0.0f;
-            for (int k = 0; k < 8; k++)
-                t += s0[k];
-            for (; i < HW; i++)
-                t += xr[i];
-            j->s[r] = t / (float)HW;
-        }
-        return;
-    }
     for (Py_ssize_t r = r0; r < r1; r++) {
-        const float gv = j->g[r];
         const float *xr = j->x + r * HW;
-        float *yr = j->y + r * HW;
+        v8f s0 = {0}, s1 = {0};
         Py_ssize_t i = 0;
-        for (; i + 8 <= HW; i += 8)
-            v8_store(yr + i, v8_load(xr + i) * gv);
+        for (; i + 16 <= HW; i += 16) {
+            s0 += v8_load(xr + i);
+            s1 += v8_load(xr + i + 8);
+        }
+        s0 += s1;
+        float t = 0.0f;
+        for (int k = 0; k < 8; k++)
+            t += s0[k];
         for (; i < HW; i++)
-            yr[i] = xr[i] * gv;
+            t += xr[i];
+        j->s[r] = t / (float)HW;
     }
+}
+
+/* the gates of channels [c0, c1) of every image, then those channels' rows of y */
+RC_CLONES
+static void se_gated(const se_job *j, Py_ssize_t c0, Py_ssize_t c1)
+{
+    const Py_ssize_t C = j->C, HW = j->HW;
+    se_matvec(j->w2, j->b2, j->h, j->g, c0, c1, C, j->CR, j->N);
+    for (Py_ssize_t m = 0; m < j->N; m++) {
+        act_block(j->g + m * C + c0, 0, 1, c1 - c0, &j->gate);
+        for (Py_ssize_t c = c0; c < c1; c++) {
+            const Py_ssize_t r = m * C + c;
+            const float gv = j->g[r];
+            const float *xr = j->x + r * HW;
+            float *yr = j->y + r * HW;
+            Py_ssize_t i = 0;
+            for (; i + 8 <= HW; i += 8)
+                v8_store(yr + i, v8_load(xr + i) * gv);
+            for (; i < HW; i++)
+                yr[i] = xr[i] * gv;
+        }
+    }
+}
+
+/* where part p of parts begins among n weight rows: a multiple of 4 (se_dot4's rows) but the end */
+static Py_ssize_t se_cut(Py_ssize_t n, int p, int parts)
+{
+    return p >= parts ? n : (n / 4) * p / parts * 4;
 }
 
 static void se_part(void *arg, int part, int parts)
 {
     const se_job *j = (const se_job *)arg;
-    if (j->phase == 0 || j->phase == 3) {
+    if (j->phase == 0) {
         const Py_ssize_t n = j->N * j->C;
-        se_rows(j, n * part / parts, n * (part + 1) / parts);
-        return;
+        se_means(j, n * part / parts, n * (part + 1) / parts);
+    } else if (j->phase == 1) {
+        /* h[n][i] = W1[i] . s[n] + B1[i] */
+        se_matvec(j->w1, j->b1, j->s, j->h, se_cut(j->CR, part, parts), se_cut(j->CR, part + 1, parts), j->CR,
+                  j->C, j->N);
+    } else {
+        se_gated(j, se_cut(j->C, part, parts), se_cut(j->C, part + 1, parts));
     }
-    /* phase 1: h[n][i] = W1[i] . s[n] + B1[i]; phase 2: g[n][c] = W2[c] . h[n] + B2[c] */
-    const int first = j->phase == 1;
-    const Py_ssize_t rows = first ? j->CR : j->C, k = first ? j->C : j->CR;
-    const float *w = first ? j->w1 : j->w2, *b = first ? j->b1 : j->b2, *in = first ? j->s : j->h;
-    float *out = first ? j->h : j->g;
-    for (Py_ssize_t i = rows * part / parts; i < rows * (part + 1) / parts; i++)
-        for (Py_ssize_t n = 0; n < j->N; n++)
-            out[n * rows + i] = se_dot(w + i * k, in + n * k, k) + (b ? b[i] : 0.0f);
+}
+
+/* j's phase on the threads its bytes pay for (rc_parts lowers th before rc_parallel reads it:
+   as one call's two arguments the order was the compiler's, and it passed the threads asked) */
+static void se_pass(se_job *j, double bytes, Py_ssize_t units, int threads)
+{
+    int th = threads;
+    const int parts = rc_parts(bytes, SE_MIN_BYTES, units, &th);
+    rc_parallel(se_part, j, parts, th);
 }
 
 PyObject *rc_py_squeeze_excite(PyObject *self, PyObject *args)
@@ -918,27 +986,19 @@ PyObject *rc_py_squeeze_excite(PyObject *self, PyObject *args)
     }
     se_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, (const float *)v[3].buf,
                 (const float *)v[4].buf, (float *)v[5].buf, scratch, scratch + N * C, scratch + N * C + N * CR,
-                N, C, CR, HW, 0};
-    /* the usual 2.5e5 flops a thread (a mean or product element counted as 2): a batch-1 block's */
-    /* passes (at most tens of us) stay on the caller, where a pool hand-off costs more than it   */
-    /* saves and, beside busy processes, can wait a scheduler slice for a descheduled worker      */
-    const double rows_work = 2.0 * (double)N * (double)C * (double)HW, mv_work = 2.0 * (double)N * (double)C * (double)CR;
+                N, C, CR, HW, 0, gate};
+    /* split by the bytes each pass streams (in a model run the weights come from beyond L2; a
+       flops count kept a batch-1 block's large passes on one thread) */
+    const double x_bytes = 4.0 * (double)N * (double)C * (double)HW, w_bytes = 4.0 * (double)C * (double)CR;
     Py_BEGIN_ALLOW_THREADS
-    int th = threads;
-    rc_parallel(se_part, &j, rc_parts(rows_work, 2.5e5, N * C, &th), th);
+    se_pass(&j, x_bytes, N * C, threads);
     j.phase = 1;
-    th = threads;
-    rc_parallel(se_part, &j, rc_parts(mv_work, 2.5e5, CR, &th), th);
+    se_pass(&j, w_bytes, CR / 4 > 0 ? CR / 4 : 1, threads);
     for (Py_ssize_t i = 0; i < N * CR; i++)
         j.h[i] = clipf(j.h[i], lo, hi);
     act_block(j.h, 0, 1, N * CR, &act);
     j.phase = 2;
-    th = threads;
-    rc_parallel(se_part, &j, rc_parts(mv_work, 2.5e5, C, &th), th);
-    act_block(j.g, 0, 1, N * C, &gate);
-    j.phase = 3;
-    th = threads;
-    rc_parallel(se_part, &j, rc_parts(rows_work, 2.5e5, N * C, &th), th);
+    se_pass(&j, w_bytes + 2.0 * x_bytes, C / 4 > 0 ? C / 4 : 1, threads);
     Py_END_ALLOW_THREADS
     free(scratch);
     release_buffers(v, 6);

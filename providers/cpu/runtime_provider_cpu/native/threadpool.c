@@ -175,10 +175,7 @@ static int rc_machine_full(long now_ns)
     __atomic_store_n(&rc_load_full, full, __ATOMIC_RELAXED);
     return full;
 }
-static unsigned long rc_jobs;         /* atomic: jobs opened to workers (more than one thread), ever */
-static unsigned long rc_alone;        /* atomic: of those, jobs no worker ran a part of */
-static unsigned long rc_job_ns;       /* atomic: their wall time, open to close, ns */
-static unsigned long rc_wait_ns;      /* atomic: their callers' waits on workers after their own parts, ns */
+
 #if defined(__x86_64__) || defined(__i386__)
 #define RC_PAUSE() __asm__ __volatile__("pause")
 #else

@@ -334,11 +334,18 @@ def lppool_18(ctx, x, *, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, 
     return _lppool_impl(ctx, x, auto_pad, ceil_mode, dilations, kernel_shape, p, pads, strides)
 
 
-def row_means(xc, n):
+def row_means(xc, n, threads=1):
     """The mean of each of the ``n`` rows of the C-contiguous, non-empty float ``xc`` read as
-    ``[n, -1]`` (GlobalAveragePool; ReduceMean over trailing axes, squeeze-excite's): one
+    ``[n, -1]`` (GlobalAveragePool; ReduceMean over trailing axes, squeeze-excite's): float32 in
+    one compiled pass (``_native.row_means``, the sums of ``_native.squeeze_excite``'s means: a
+    lone step's numpy calls cost several times their warm time in a model run), else one
     contiguous axis, where np.mean over two axes is slower (the same pairwise sum)."""
     r = xc.reshape(n, -1)
+    nat = current().native
+    if xc.dtype == _F32 and nat is not None and hasattr(nat, "row_means"):
+        s = np.empty(n, _F32)
+        nat.row_means(r, s, r.shape, max(1, int(threads)))
+        return s
     if r.shape[1] <= 4096:
         # einsum's SIMD row sums for small planes (a sequential sum in 8-16 lanes; numpy's
         # pairwise one is kept for larger planes)
@@ -354,7 +361,7 @@ def global_average_pool(ctx, x):
     cd = _cdtype(x.dtype)
     xc = _as(x, cd)
     if x.ndim >= 3 and xc.flags.c_contiguous and x.size:
-        s = row_means(xc, xc.shape[0] * xc.shape[1])
+        s = row_means(xc, xc.shape[0] * xc.shape[1], getattr(ctx, "threads", 1))
         return _as(s.reshape(x.shape[:2] + (1,) * (x.ndim - 2)), x.dtype)
     return _as(np.mean(xc, axis=_spatial_axes(x), keepdims=True), x.dtype)
 
