@@ -301,11 +301,6 @@ ln_asm12(const float *restrict ap, const float *restrict wp, Py_ssize_t kn, Py_s
     const Py_ssize_t srcs = init ? 0 : ldc * (Py_ssize_t)sizeof(float), ldcb = ldc * (Py_ssize_t)sizeof(float);
     const float *a = ap, *w = wp;
     float *cp = c;
-    if (!init) /* c's rows are read at the end: asked into L1 now */
-        for (int p = 0; p < NP; p++) {
-            __builtin_prefetch(c + p * ldc, 1, 3);
-            __builtin_prefetch(c + p * ldc + 16, 1, 3);
-        }
     if (wpf)
         LN_ASM_TILE(LN_ASM_WPF);
     else
