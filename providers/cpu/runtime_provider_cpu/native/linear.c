@@ -579,9 +579,7 @@ Py_ssize_t ln_row_block(Py_ssize_t np_, Py_ssize_t cols, Py_ssize_t units)
     return (np_ + nb - 1) / nb;
 }
 
-#ifndef LN_PANEL_K
-#define LN_PANEL_K 1024 /* most terms (a packed row panel of 48 KB) */
-#endif
+#define LN_PANEL_K 1024 /* most terms of the row panels' order (a packed row panel of 48 KB) */
 
 /* this core's L2 in bytes (1 MB where the C library does not say) */
 static Py_ssize_t ln_l2_bytes(void)
@@ -605,7 +603,7 @@ static int ln_plan(ln_job *j, int *threads)
     const double flops = 2.0 * (double)j->R * (double)j->K * (double)j->N;
     /* the row panels' order where the packed weights fit in three quarters of L2 and each
        thread has 16 row panels or more to read them: 1576 x 768 x 192 1.1-1.25x the column
-       panels' (its packing pass and chunk reloads gone), 128 rows of weights that come from L3
+       panels' (no packing pass, the packed rows in L1), 128 rows of weights that come from L3
        0.85-0.95x (docs/performance.md) */
     j->panels = j->packed && cols * j->K * 128 <= ln_l2_bytes() / 4 * 3 && j->K <= LN_PANEL_K &&
                 np_ >= 16 * (Py_ssize_t)*threads;
