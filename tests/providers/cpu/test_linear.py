@@ -157,6 +157,34 @@ def test_linear_rows_in_blocks_that_fit_l2(packed):
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
 
 
+@pytest.mark.parametrize("R,K,N", [(400, 300, 70), (397, 5, 33), (1576, 192, 64), (385, 1000, 45)])
+@pytest.mark.parametrize("relu", [False, True])
+def test_linear_row_panel_order_sums_as_the_column_panel_order(R, K, N, relu):
+    """Many rows (16 row panels a thread or more) by packed weights that fit in L2 are taken a
+    row panel at a time over every column panel, each panel packed by its part (one thread
+    here); fewer rows a thread (16 threads) run the column panels' order over a's packed
+    panels. Both sum K in the same chunks: the same bits, the partial row panel, the N tail,
+    the bias and the clip included, against float64."""
+    from runtime_provider_cpu import _native
+    from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear
+
+    a, w, bias = rnd(R, K), rnd(K, N), rnd(N)
+    wp = _pack_linear(w, False)
+    clip = (0.0, float("inf")) if relu else ()
+    outs = []
+    for threads in (1, 2, 16):
+        y = np.full((R, N), np.nan, np.float32)
+        _native.linear(a, wp, bias, y, (R, K, N), threads, True, *clip)
+        outs.append(y)
+    for y in outs[1:]:
+        assert np.array_equal(y, outs[0])
+    y = np.full((R, N), np.nan, np.float32)  # the weights packed a chunk at a time: column panels
+    _native.linear(a, w, bias, y, (R, K, N), 1, False, *clip)
+    assert np.array_equal(y, outs[0])
+    ref = a.astype(np.float64) @ w.astype(np.float64) + bias
+    np.testing.assert_allclose(outs[0], np.maximum(ref, 0) if relu else ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
+
+
 @pytest.mark.parametrize("rows", range(1, 13))
 def test_linear_every_tile_height_and_step_count(rows):
     """Each tile height (a panel's last rows: 1 to 12) over K of 1-3 terms past a multiple of

@@ -25,9 +25,10 @@ pytestmark = [
 ]
 
 # R, K, N: one row, a partial row panel (R % 12), partial 6-row sub-tiles, K tails (K % 8 for the
-# AVX2 transpose, K past one chunk of 256), N tails (N % 32, N % 16, N < 16)
+# AVX2 transpose, K past one chunk of 256), N tails (N % 32, N % 16, N < 16); 400 rows on 2 threads
+# the row panels' order (linear.c's ln_part_panels)
 SIZES = [(1, 1, 1), (1, 768, 96), (5, 7, 33), (7, 300, 45), (12, 257, 64), (13, 64, 17), (19, 513, 70),
-         (25, 16, 1000), (37, 9, 8), (128, 768, 768)]
+         (25, 16, 1000), (37, 9, 8), (128, 768, 768), (400, 300, 70)]
 
 PROBE = r"""
 import json, sys

@@ -173,81 +173,172 @@ static const ln_tile_f ln_ptiles[LN_RP + 1] = {NULL, ln_ptile1, ln_ptile2, ln_pt
 #if DWF_OK
 /* GCC's code for the 12-row tile, unrolled, moved the next step's loads into registers the 24
    accumulators needed and spilled them (and the loop's pointer steps and branch, once a step,
-   took issue slots of the two FMA ports): here passes of four steps in asm, the accumulators
+   took issue slots of the two FMA ports): here passes of eight steps in asm, the accumulators
    its operands, the two weight vectors and the broadcast three fixed registers that the core
-   renames */
+   renames; the weights (ldw 32) and the rows addressed by constant offsets, so that a pass has
+   three scalar instructions besides its 192 multiply-adds (a scalar instruction may issue on
+   an FMA port) */
 #define LN_ASM_FMA(S, p, a0, a1)                                                                 \
     "vbroadcastss " #p "*4+" #S "*48(%[a]), %%zmm2\n\t"                                          \
     "vfmadd231ps %%zmm2, %%zmm0, %%zmm" #a0 "\n\t"                                               \
     "vfmadd231ps %%zmm2, %%zmm1, %%zmm" #a1 "\n\t"
-#define LN_ASM_STEP(S)                                                                           \
-    "vmovups (%[w]), %%zmm0\n\t"                                                                 \
-    "vmovups 64(%[w]), %%zmm1\n\t"                                                               \
-    "add %[ldw], %[w]\n\t"                                                                       \
+/* a step's weights asked into L1 16 steps ahead (LN_ASM_WPF; or not, LN_ASM_NOPF): the row
+   panels' order (ln_part_panels) streams them from L2, or from L3 on its first panel */
+#define LN_ASM_WPF(S) "prefetcht0 " #S "*128+2048(%[w])\n\tprefetcht0 " #S "*128+2112(%[w])\n\t"
+#define LN_ASM_NOPF(S)
+#define LN_ASM_STEP(S, PF)                                                                       \
+    PF(S)                                                                                        \
+    "vmovups " #S "*128(%[w]), %%zmm0\n\t"                                                       \
+    "vmovups " #S "*128+64(%[w]), %%zmm1\n\t"                                                    \
     LN_ASM_FMA(S, 0, 8, 9) LN_ASM_FMA(S, 1, 10, 11) LN_ASM_FMA(S, 2, 12, 13)                     \
     LN_ASM_FMA(S, 3, 14, 15) LN_ASM_FMA(S, 4, 16, 17) LN_ASM_FMA(S, 5, 18, 19)                   \
     LN_ASM_FMA(S, 6, 20, 21) LN_ASM_FMA(S, 7, 22, 23) LN_ASM_FMA(S, 8, 24, 25)                   \
     LN_ASM_FMA(S, 9, 26, 27) LN_ASM_FMA(S, 10, 28, 29) LN_ASM_FMA(S, 11, 30, 31)
-#define LN_ASM_ZERO(r) "vpxord %%zmm" #r ", %%zmm" #r ", %%zmm" #r "\n\t"
-#define LN_ASM_OUT(r, i) "vmovups %%zmm" #r ", " #i "*64(%[o])\n\t"
-
-/* a prefetch point, twice a pass: the evb-th asks the next of the left rows into L2, out of
-   line (L: its block, B: back) */
-#define LN_ASM_PF(L, B)                                                                          \
-    "dec %[cnt]\n\t"                                                                             \
-    "jz " #L "f\n\t" #B ":\n\t"
-#define LN_ASM_PF_BODY(L, B)                                                                     \
-    #L ":\n\t"                                                                                   \
+/* a pass, MID between its halves */
+#define LN_ASM_PASS(PF, MID)                                                                     \
+    LN_ASM_STEP(0, PF) LN_ASM_STEP(1, PF) LN_ASM_STEP(2, PF) LN_ASM_STEP(3, PF)                  \
+    MID LN_ASM_STEP(4, PF) LN_ASM_STEP(5, PF) LN_ASM_STEP(6, PF) LN_ASM_STEP(7, PF)              \
+    "add $1024, %[w]\n\t"                                                                        \
+    "add $384, %[a]\n\t"
+/* a prefetch point: the next row (two: pf2 set) of the rows at pf asked into L2 */
+#define LN_ASM_RPF                                                                               \
     "prefetcht1 (%[pf])\n\t"                                                                     \
     "prefetcht1 64(%[pf])\n\t"                                                                   \
-    "add %[pfs], %[pf]\n\t"                                                                      \
-    "mov %[evb], %[cnt]\n\t"                                                                     \
-    "dec %[left]\n\t"                                                                            \
-    "cmovz %[never], %[cnt]\n\t"                                                                 \
-    "jmp " #B "b\n\t"
+    "prefetcht1 (%[pf], %[pf2])\n\t"                                                             \
+    "prefetcht1 64(%[pf], %[pf2])\n\t"                                                           \
+    "add %[pfstep], %[pf]\n\t"
+#define LN_ASM_ZERO(r) "vpxord %%zmm" #r ", %%zmm" #r ", %%zmm" #r "\n\t"
+#define LN_ASM_OUT(r, i) "vmovups %%zmm" #r ", " #i "*64(%[o])\n\t"
+/* row p of the tile: c = the accumulators + src (the bias, or what c holds), both rows on */
+#define LN_ASM_ROW(r0, r1)                                                                       \
+    "vaddps (%[src]), %%zmm" #r0 ", %%zmm" #r0 "\n\t"                                            \
+    "vaddps 64(%[src]), %%zmm" #r1 ", %%zmm" #r1 "\n\t"                                          \
+    "vmovups %%zmm" #r0 ", (%[c])\n\t"                                                           \
+    "vmovups %%zmm" #r1 ", 64(%[c])\n\t"                                                         \
+    "add %[srcs], %[src]\n\t"                                                                    \
+    "add %[ldcb], %[c]\n\t"
+/* the tile: n passes with a prefetch point each, n2 with two, then nplain passes, then nsteps
+   single steps; the sums to o (mode 0) or added to src into c */
+#define LN_ASM_TILE(PF)                                                                          \
+    __asm__ volatile(                                                                            \
+        LN_ASM_ZERO(8) LN_ASM_ZERO(9) LN_ASM_ZERO(10) LN_ASM_ZERO(11) LN_ASM_ZERO(12)            \
+        LN_ASM_ZERO(13) LN_ASM_ZERO(14) LN_ASM_ZERO(15) LN_ASM_ZERO(16) LN_ASM_ZERO(17)          \
+        LN_ASM_ZERO(18) LN_ASM_ZERO(19) LN_ASM_ZERO(20) LN_ASM_ZERO(21) LN_ASM_ZERO(22)          \
+        LN_ASM_ZERO(23) LN_ASM_ZERO(24) LN_ASM_ZERO(25) LN_ASM_ZERO(26) LN_ASM_ZERO(27)          \
+        LN_ASM_ZERO(28) LN_ASM_ZERO(29) LN_ASM_ZERO(30) LN_ASM_ZERO(31)                          \
+        "test %[n], %[n]\n\t"                                                                    \
+        "jz 10f\n\t"                                                                             \
+        "9:\n\t"                                                                                 \
+        LN_ASM_RPF                                                                               \
+        LN_ASM_PASS(PF, "")                                                                      \
+        "dec %[n]\n\t"                                                                           \
+        "jnz 9b\n\t"                                                                             \
+        "10:\n\t"                                                                                \
+        "mov %[n2], %[n]\n\t"                                                                    \
+        "test %[n], %[n]\n\t"                                                                    \
+        "jz 2f\n\t"                                                                              \
+        "1:\n\t"                                                                                 \
+        LN_ASM_RPF                                                                               \
+        LN_ASM_PASS(PF, LN_ASM_RPF)                                                              \
+        "dec %[n]\n\t"                                                                           \
+        "jnz 1b\n\t"                                                                             \
+        "2:\n\t"                                                                                 \
+        "mov %[nplain], %[n]\n\t"                                                                \
+        "test %[n], %[n]\n\t"                                                                    \
+        "jz 4f\n\t"                                                                              \
+        "3:\n\t"                                                                                 \
+        LN_ASM_PASS(PF, "")                                                                      \
+        "dec %[n]\n\t"                                                                           \
+        "jnz 3b\n\t"                                                                             \
+        "4:\n\t"                                                                                 \
+        "mov %[nsteps], %[n]\n\t"                                                                \
+        "test %[n], %[n]\n\t"                                                                    \
+        "jz 6f\n\t"                                                                              \
+        "5:\n\t"                                                                                 \
+        LN_ASM_STEP(0, LN_ASM_NOPF)                                                              \
+        "add $128, %[w]\n\t"                                                                     \
+        "add $48, %[a]\n\t"                                                                      \
+        "dec %[n]\n\t"                                                                           \
+        "jnz 5b\n\t"                                                                             \
+        "6:\n\t"                                                                                 \
+        "cmpq $0, %[mode]\n\t"                                                                   \
+        "jne 7f\n\t"                                                                             \
+        LN_ASM_OUT(8, 0) LN_ASM_OUT(9, 1) LN_ASM_OUT(10, 2) LN_ASM_OUT(11, 3) LN_ASM_OUT(12, 4)  \
+        LN_ASM_OUT(13, 5) LN_ASM_OUT(14, 6) LN_ASM_OUT(15, 7) LN_ASM_OUT(16, 8)                  \
+        LN_ASM_OUT(17, 9) LN_ASM_OUT(18, 10) LN_ASM_OUT(19, 11) LN_ASM_OUT(20, 12)               \
+        LN_ASM_OUT(21, 13) LN_ASM_OUT(22, 14) LN_ASM_OUT(23, 15) LN_ASM_OUT(24, 16)              \
+        LN_ASM_OUT(25, 17) LN_ASM_OUT(26, 18) LN_ASM_OUT(27, 19) LN_ASM_OUT(28, 20)              \
+        LN_ASM_OUT(29, 21) LN_ASM_OUT(30, 22) LN_ASM_OUT(31, 23)                                 \
+        "jmp 8f\n\t"                                                                             \
+        "7:\n\t"                                                                                 \
+        LN_ASM_ROW(8, 9) LN_ASM_ROW(10, 11) LN_ASM_ROW(12, 13) LN_ASM_ROW(14, 15)                \
+        LN_ASM_ROW(16, 17) LN_ASM_ROW(18, 19) LN_ASM_ROW(20, 21) LN_ASM_ROW(22, 23)              \
+        LN_ASM_ROW(24, 25) LN_ASM_ROW(26, 27) LN_ASM_ROW(28, 29) LN_ASM_ROW(30, 31)              \
+        "8:\n\t"                                                                                 \
+        : [a] "+r"(a), [w] "+r"(w), [n] "+r"(n), [pf] "+r"(pf), [src] "+r"(src), [c] "+r"(cp)    \
+        : [pf2] "r"(pf2), [o] "r"(&acc[0][0]), [pfstep] "rm"(pfstep), [nplain] "rm"(nplain),     \
+          [n2] "rm"(n2),                                                                         \
+          [nsteps] "rm"(nsteps), [mode] "rm"(mode), [srcs] "rm"(srcs), [ldcb] "rm"(ldcb)         \
+        : "xmm0", "xmm1", "xmm2", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14",   \
+          "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23",       \
+          "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc", "memory")
 
-/* ln_ptile12 on AVX-512 machines (rc_conv_fast): the steps in passes of four in asm, the
-   accumulators zmm8-31; the npf prefetched rows spread over the passes' halves (at most one
-   each: more is left to the hardware's prefetcher) */
-DWF_TARGET static void ln_ptile12_asm(const float *restrict ap, const float *restrict wp, Py_ssize_t kn,
-                               Py_ssize_t ldw, float *restrict c, Py_ssize_t ldc, const float *restrict bias,
-                               int init, const char *pf, Py_ssize_t pfs, Py_ssize_t npf, const ln_epi *e)
+static const float ln_zero32[32] __attribute__((aligned(64)));
+
+/* ln_ptile12 on AVX-512 machines (rc_conv_fast) for packed weights (ldw 32; any other goes to
+   ln_ptile12), in asm (LN_ASM_TILE), the weights asked ahead with wpf: the npf prefetched rows
+   (pfs bytes apart) asked in the first passes, one or two a pass, past twice the passes two
+   each half pass (more is left to the hardware's prefetcher: asked in bursts, 128 rows of a
+   cold Linear ran 3% slower); without an epilogue (e) the tile's sums
+   plus the bias or what c holds are stored from the registers, else by LN_EPILOGUE */
+DWF_TARGET __attribute__((always_inline)) static inline void
+ln_asm12(const float *restrict ap, const float *restrict wp, Py_ssize_t kn, Py_ssize_t ldw, float *restrict c,
+         Py_ssize_t ldc, const float *restrict bias, int init, const char *pf, Py_ssize_t pfs, Py_ssize_t npf,
+         const ln_epi *e, int wpf)
 {
     enum { NP = LN_RP };
+    if (ldw != 32) {
+        ln_ptile12(ap, wp, kn, ldw, c, ldc, bias, init, pf, pfs, npf, e);
+        return;
+    }
     v16f acc[NP][2];
-    Py_ssize_t n = kn / 4, left = npf > 0 && n > 0 ? npf : 0;
-    const Py_ssize_t halves = 2 * n, evb = left > 0 && left < halves ? halves / left : 1;
-    Py_ssize_t cnt = left > 0 ? 1 : PY_SSIZE_T_MAX;
-    const Py_ssize_t never = PY_SSIZE_T_MAX;
+    const Py_ssize_t passes = kn / 8;
+    const Py_ssize_t left = npf > 0 && passes > 0 ? npf : 0;
+    /* rows a prefetch point asks (two: pf2 set); points a pass (two: n2 passes, else n) */
+    const Py_ssize_t two = left > passes, twice = left > 2 * passes;
+    Py_ssize_t n = twice ? 0 : (left + two) / (1 + two), n2 = twice ? (left + 3) / 4 : 0;
+    if (n2 > passes)
+        n2 = passes;
+    const Py_ssize_t nplain = passes - n - n2, nsteps = kn - 8 * passes;
+    const Py_ssize_t pf2 = two ? pfs : 0, pfstep = two ? 2 * pfs : pfs;
+    /* mode 0: the sums to acc for the C epilogue; else c = sums + src (rows srcs bytes apart) */
+    const Py_ssize_t mode = e ? 0 : 1;
+    const float *src = init ? (bias ? bias : ln_zero32) : c;
+    const Py_ssize_t srcs = init ? 0 : ldc * (Py_ssize_t)sizeof(float), ldcb = ldc * (Py_ssize_t)sizeof(float);
     const float *a = ap, *w = wp;
-    const Py_ssize_t ldwb = ldw * (Py_ssize_t)sizeof(float);
-    __asm__ volatile(
-        LN_ASM_ZERO(8) LN_ASM_ZERO(9) LN_ASM_ZERO(10) LN_ASM_ZERO(11) LN_ASM_ZERO(12) LN_ASM_ZERO(13)
-        LN_ASM_ZERO(14) LN_ASM_ZERO(15) LN_ASM_ZERO(16) LN_ASM_ZERO(17) LN_ASM_ZERO(18) LN_ASM_ZERO(19)
-        LN_ASM_ZERO(20) LN_ASM_ZERO(21) LN_ASM_ZERO(22) LN_ASM_ZERO(23) LN_ASM_ZERO(24) LN_ASM_ZERO(25)
-        LN_ASM_ZERO(26) LN_ASM_ZERO(27) LN_ASM_ZERO(28) LN_ASM_ZERO(29) LN_ASM_ZERO(30) LN_ASM_ZERO(31)
-        "test %[n], %[n]\n\t"
-        "jz 2f\n\t"
-        "1:\n\t" LN_ASM_PF(5, 3) LN_ASM_STEP(0) LN_ASM_STEP(1) LN_ASM_PF(6, 4) LN_ASM_STEP(2) LN_ASM_STEP(3)
-        "add $192, %[a]\n\t"
-        "dec %[n]\n\t"
-        "jnz 1b\n\t"
-        "jmp 2f\n\t"
-        LN_ASM_PF_BODY(5, 3) LN_ASM_PF_BODY(6, 4)
-        "2:\n\t"
-        LN_ASM_OUT(8, 0) LN_ASM_OUT(9, 1) LN_ASM_OUT(10, 2) LN_ASM_OUT(11, 3) LN_ASM_OUT(12, 4)
-        LN_ASM_OUT(13, 5) LN_ASM_OUT(14, 6) LN_ASM_OUT(15, 7) LN_ASM_OUT(16, 8) LN_ASM_OUT(17, 9)
-        LN_ASM_OUT(18, 10) LN_ASM_OUT(19, 11) LN_ASM_OUT(20, 12) LN_ASM_OUT(21, 13) LN_ASM_OUT(22, 14)
-        LN_ASM_OUT(23, 15) LN_ASM_OUT(24, 16) LN_ASM_OUT(25, 17) LN_ASM_OUT(26, 18) LN_ASM_OUT(27, 19)
-        LN_ASM_OUT(28, 20) LN_ASM_OUT(29, 21) LN_ASM_OUT(30, 22) LN_ASM_OUT(31, 23)
-        : [a] "+r"(a), [w] "+r"(w), [n] "+r"(n), [cnt] "+r"(cnt), [left] "+r"(left), [pf] "+r"(pf)
-        : [ldw] "r"(ldwb), [o] "r"(&acc[0][0]), [evb] "r"(evb), [pfs] "r"(pfs), [never] "r"(never)
-        : "xmm0", "xmm1", "xmm2", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15",
-          "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", "xmm25",
-          "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "cc", "memory");
-    for (Py_ssize_t k = kn & ~(Py_ssize_t)3; k < kn; k++)
-        LN_STEP(NP, k);
-    LN_EPILOGUE(NP);
+    float *cp = c;
+    if (wpf)
+        LN_ASM_TILE(LN_ASM_WPF);
+    else
+        LN_ASM_TILE(LN_ASM_NOPF);
+    if (mode == 0)
+        LN_EPILOGUE(NP);
+}
+
+DWF_TARGET static void ln_ptile12_asm(const float *restrict ap, const float *restrict wp, Py_ssize_t kn,
+                                      Py_ssize_t ldw, float *restrict c, Py_ssize_t ldc,
+                                      const float *restrict bias, int init, const char *pf, Py_ssize_t pfs,
+                                      Py_ssize_t npf, const ln_epi *e)
+{
+    ln_asm12(ap, wp, kn, ldw, c, ldc, bias, init, pf, pfs, npf, e, 0);
+}
+
+DWF_TARGET static void ln_ptile12_asmw(const float *restrict ap, const float *restrict wp, Py_ssize_t kn,
+                                       Py_ssize_t ldw, float *restrict c, Py_ssize_t ldc,
+                                       const float *restrict bias, int init, const char *pf, Py_ssize_t pfs,
+                                       Py_ssize_t npf, const ln_epi *e)
+{
+    ln_asm12(ap, wp, kn, ldw, c, ldc, bias, init, pf, pfs, npf, e, 1);
 }
 #endif
 
@@ -259,6 +350,8 @@ typedef struct {
     int packed;                 /* wp packed [ceil(N / 32)][K][32], else w itself, K x N */
     int by_rows;                /* units row block by row block (else column panel by panel) */
     const ln_epi *epi;          /* a clip (Relu) on the last chunk, while the tile is in registers */
+    int panels;                 /* units of row panels, each packed by its part and taken over every
+                                   column panel with the whole K (ln_part_panels) */
 } ln_job;
 
 /* the weights of column panel cb, terms [k0, k0 + kn), from an unpacked K x N w into buf
@@ -300,35 +393,36 @@ DWF_TARGET static Py_ssize_t ln_pack12_avx512(float *restrict dst, const float *
 }
 #endif
 
+/* row panel q of a [R][K] into dst [K][12], zeros past R */
+static void ln_pack_panel(float *restrict dst, const float *restrict a, Py_ssize_t R, Py_ssize_t K, Py_ssize_t q)
+{
+    const Py_ssize_t r0 = q * LN_RP, nr = R - r0 < LN_RP ? R - r0 : LN_RP;
+    const float *src = a + r0 * K;
+    if (nr == LN_RP) {
+        Py_ssize_t k0 = 0;
+#if DWF_OK
+        if (rc_conv_fast)
+            k0 = ln_pack12_avx512(dst, src, K);
+#endif
+        if (rc_ln_tiles == ln_tiles_avx2)
+            k0 = ln_pack12_avx2(dst, src, K);
+        /* 12 rows read side by side, the panel written in order */
+        for (Py_ssize_t k = k0; k < K; k++)
+            for (int p = 0; p < LN_RP; p++)
+                dst[k * LN_RP + p] = src[p * K + k];
+        return;
+    }
+    for (Py_ssize_t k = 0; k < K; k++)
+        for (int p = 0; p < LN_RP; p++)
+            dst[k * LN_RP + p] = p < nr ? src[p * K + k] : 0.0f;
+}
+
 void ln_pack_part(void *arg, int part, int parts)
 {
     const ln_pack_job *j = (const ln_pack_job *)arg;
-    const float *a = j->a;
-    float *ap = j->ap;
-    const Py_ssize_t R = j->R, K = j->K, np_ = (R + LN_RP - 1) / LN_RP;
-    const Py_ssize_t q0 = np_ * part / parts, q1 = np_ * (part + 1) / parts;
-    for (Py_ssize_t q = q0; q < q1; q++) {
-        float *restrict dst = ap + q * K * LN_RP;
-        const Py_ssize_t r0 = q * LN_RP, nr = R - r0 < LN_RP ? R - r0 : LN_RP;
-        const float *src = a + r0 * K;
-        if (nr == LN_RP) {
-            Py_ssize_t k0 = 0;
-#if DWF_OK
-            if (rc_conv_fast)
-                k0 = ln_pack12_avx512(dst, src, K);
-#endif
-            if (rc_ln_tiles == ln_tiles_avx2)
-                k0 = ln_pack12_avx2(dst, src, K);
-            /* 12 rows read side by side, the panel written in order */
-            for (Py_ssize_t k = k0; k < K; k++)
-                for (int p = 0; p < LN_RP; p++)
-                    dst[k * LN_RP + p] = src[p * K + k];
-            continue;
-        }
-        for (Py_ssize_t k = 0; k < K; k++)
-            for (int p = 0; p < LN_RP; p++)
-                dst[k * LN_RP + p] = p < nr ? src[p * K + k] : 0.0f;
-    }
+    const Py_ssize_t np_ = (j->R + LN_RP - 1) / LN_RP;
+    for (Py_ssize_t q = np_ * part / parts; q < np_ * (part + 1) / parts; q++)
+        ln_pack_panel(j->ap + q * j->K * LN_RP, j->a, j->R, j->K, q);
 }
 
 /* unit u's column panel and row block: blocks split for the threads' sake one after another
@@ -343,6 +437,38 @@ static inline void ln_unit(const ln_job *j, Py_ssize_t u, Py_ssize_t cols, Py_ss
     } else {
         *cb = u / nb;
         *qb = u - *cb * nb;
+    }
+}
+
+/* j->panels: the part's row panels one by one, each packed into the part's own slot of j->ap
+   (in L1 for its tiles) and taken over every column panel, its chunks of K one after another
+   on the same tile of c (in L1 between them; the same sums as the column panels' order): the
+   weights, at most three quarters of L2, stream from there as many times as there are row
+   panels, asked 16 steps ahead (ln_ptile12_asmw) */
+static void ln_part_panels(const ln_job *j, int part, int parts, const ln_tile_f *tiles)
+{
+    const Py_ssize_t np_ = (j->R + LN_RP - 1) / LN_RP, cols = (j->N + 31) / 32, K = j->K;
+    float tail[LN_RP * 32] __attribute__((aligned(64)));
+    float btail[32];
+    float *ap = j->ap + (Py_ssize_t)part * K * LN_RP;
+    for (Py_ssize_t q = np_ * part / parts; q < np_ * (part + 1) / parts; q++) {
+        ln_pack_panel(ap, j->a, j->R, K, q);
+        const Py_ssize_t r0 = q * LN_RP, nr = j->R - r0 < LN_RP ? j->R - r0 : LN_RP;
+        for (Py_ssize_t cb = 0; cb < cols; cb++) {
+            const Py_ssize_t n0 = cb * 32, nn = j->N - n0 < 32 ? j->N - n0 : 32;
+            const float *bias = ln_panel_bias(j->bias, n0, nn, btail);
+            /* the last panel of an N not a multiple of 32: through a whole-width tile */
+            float *c = nn == 32 ? j->y + r0 * j->N + n0 : tail;
+            const Py_ssize_t ldc = nn == 32 ? j->N : 32;
+            for (Py_ssize_t k0 = 0; k0 < K; k0 += j->kc) {
+                const Py_ssize_t kn = K - k0 < j->kc ? K - k0 : j->kc;
+                tiles[nr](ap + k0 * LN_RP, j->wp + (cb * K + k0) * 32, kn, 32, c, ldc, bias, k0 == 0, NULL, 0, 0,
+                          k0 + kn == K ? j->epi : NULL);
+            }
+            if (nn < 32)
+                for (Py_ssize_t p = 0; p < nr; p++)
+                    memcpy(j->y + (r0 + p) * j->N + n0, tail + p * 32, sizeof(float) * nn);
+        }
     }
 }
 
@@ -363,8 +489,12 @@ static void ln_part(void *arg, int part, int parts)
         memcpy(tiles, j->packed ? ln_ptiles : ln_tiles, sizeof(tiles));
 #if DWF_OK
         if (j->packed && rc_conv_fast)
-            tiles[LN_RP] = ln_ptile12_asm;
+            tiles[LN_RP] = j->panels ? ln_ptile12_asmw : ln_ptile12_asm;
 #endif
+    }
+    if (j->panels) {
+        ln_part_panels(j, part, parts, tiles);
+        return;
     }
     for (Py_ssize_t u = units * part / parts; u < units * (part + 1) / parts; u++) {
         Py_ssize_t cb, qb;
@@ -449,15 +579,44 @@ Py_ssize_t ln_row_block(Py_ssize_t np_, Py_ssize_t cols, Py_ssize_t units)
     return (np_ + nb - 1) / nb;
 }
 
-static void ln_run(ln_job *j, int threads)
+#define LN_PANEL_K 1024 /* most terms of the row panels' order (a packed row panel of 48 KB) */
+
+/* this core's L2 in bytes (1 MB where the C library does not say) */
+static Py_ssize_t ln_l2_bytes(void)
+{
+    static Py_ssize_t l2;
+    if (!l2) {
+        long v = 0;
+#ifdef _SC_LEVEL2_CACHE_SIZE
+        v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+        l2 = v > 0 ? (Py_ssize_t)v : (Py_ssize_t)1 << 20;
+    }
+    return l2;
+}
+
+/* how j runs on up to *threads threads: its order (j->panels, or column panels x row blocks
+   with j->kc and j->bp), the parts returned */
+static int ln_plan(ln_job *j, int *threads)
 {
     const Py_ssize_t cols = (j->N + 31) / 32, np_ = (j->R + LN_RP - 1) / LN_RP;
-    /* K in chunks of at most LN_KC terms, as even as they go */
+    const double flops = 2.0 * (double)j->R * (double)j->K * (double)j->N;
+    /* the row panels' order where the packed weights fit in three quarters of L2 and each
+       thread has 16 row panels or more to read them: 1576 x 768 x 192 1.1-1.25x the column
+       panels' (no packing pass, the packed rows in L1), 128 rows of weights that come from L3
+       0.85-0.95x (docs/performance.md) */
+    j->panels = j->packed && cols * j->K * 128 <= ln_l2_bytes() / 4 * 3 && j->K <= LN_PANEL_K &&
+                np_ >= 16 * (Py_ssize_t)*threads;
+    /* K in chunks of at most LN_KC terms, as even as they go (in either order: the same sums) */
     const Py_ssize_t nk = (j->K + LN_KC - 1) / LN_KC;
     j->kc = (j->K + nk - 1) / nk;
+    if (j->panels) {
+        j->bp = 1;
+        return rc_parts_fine(flops, 2.5e5, np_, threads);
+    }
     /* 16 units a thread, so that an odd count does not leave one thread a whole unit more
        (ConvNeXt's 96 columns made 9 units for 2 threads: 5 against 4) */
-    j->bp = ln_row_block(np_, cols, 16 * (Py_ssize_t)threads);
+    j->bp = ln_row_block(np_, cols, 16 * (Py_ssize_t)*threads);
     /* blocks of no more row panels than fit LN_ABYTES (in L2 beside the weights' stream), where
        a's panels pass that by more than a quarter: 1024 rows of K = 512 had each column panel
        read the whole packed a, 2 MB, from L3 again; 128 rows of K = 3072 (1.5 MB) read their
@@ -469,8 +628,7 @@ static void ln_run(ln_job *j, int threads)
         j->by_rows = 1;
     }
     const Py_ssize_t units = cols * ((np_ + j->bp - 1) / j->bp);
-    const int parts = rc_parts_fine(2.0 * (double)j->R * (double)j->K * (double)j->N, 2.5e5, units, &threads);
-    rc_parallel(ln_part, j, parts, threads);
+    return rc_parts_fine(flops, 2.5e5, units, threads);
 }
 
 PyObject *rc_py_linear(PyObject *self, PyObject *args)
@@ -509,7 +667,13 @@ PyObject *rc_py_linear(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "linear: packed weights must be 64-byte aligned");
         return NULL;
     }
-    const size_t apn = sizeof(float) * (size_t)np_ * (size_t)K * LN_RP;
+    /* no epilogue without bounds: the plain stores */
+    const ln_epi epi = {NULL, NULL, 0, lo, hi};
+    ln_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, NULL,
+                (float *)v[3].buf, R, K, N, 0, np_, packed, 0, isinf(lo) && isinf(hi) ? NULL : &epi, 0};
+    const int parts = ln_plan(&j, &threads);
+    /* the packed rows: all of them, or a panel a part (j.panels) */
+    const size_t apn = sizeof(float) * (size_t)(j.panels ? parts : np_) * (size_t)K * LN_RP;
     /* the caller's kept work buffer (the parts below use none): a fresh allocation of this
        size faulted its pages in again on many calls */
     float *ap = (float *)rc_work(apn);
@@ -517,16 +681,15 @@ PyObject *rc_py_linear(PyObject *self, PyObject *args)
         release_buffers(v, 4);
         return PyErr_NoMemory();
     }
-    /* no epilogue without bounds: the plain stores */
-    const ln_epi epi = {NULL, NULL, 0, lo, hi};
-    ln_job j = {(const float *)v[0].buf, (const float *)v[1].buf, (const float *)v[2].buf, ap,
-                (float *)v[3].buf, R, K, N, 0, np_, packed, 0, isinf(lo) && isinf(hi) ? NULL : &epi};
+    j.ap = ap;
     int pth = threads;
     const int pparts = rc_parts((double)R * (double)K * 8.0, 2.5e5, np_, &pth);
     Py_BEGIN_ALLOW_THREADS
-    ln_pack_job pj = {j.a, j.ap, R, K};
-    rc_parallel(ln_pack_part, &pj, pparts, pth);
-    ln_run(&j, threads);
+    if (!j.panels) {
+        ln_pack_job pj = {j.a, j.ap, R, K};
+        rc_parallel(ln_pack_part, &pj, pparts, pth);
+    }
+    rc_parallel(ln_part, &j, parts, threads);
     Py_END_ALLOW_THREADS
     rc_work_done(ap, apn);
     release_buffers(v, 4);
