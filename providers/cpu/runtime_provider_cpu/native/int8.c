@@ -757,7 +757,10 @@ PyObject *rc_py_qgemm(PyObject *self, PyObject *args)
             cv.xt = (uint8_t *)ap + pbytes;
             cv.tblocks = (cv.H * cv.W + QI_TBLOCK - 1) / QI_TBLOCK;
             int tth = threads;
-            rc_parallel(qi_nhwc_part, &cv, rc_parts((double)an, 2.5e5, cv.N * cv.tblocks, &tth), tth);
+            { /* rc_parts may lower tth: called before tth is read */
+                int parts_ = rc_parts((double)an, 2.5e5, cv.N * cv.tblocks, &tth);
+                rc_parallel(qi_nhwc_part, &cv, parts_, tth);
+            }
             pj.conv = &cv;
             pj.rows = cv.xt + xbytes;
         }
@@ -1001,7 +1004,10 @@ PyObject *rc_py_qconv_nchw(PyObject *self, PyObject *args)
     Py_BEGIN_ALLOW_THREADS
     qg_pack_job pa = {(const uint8_t *)v[1].buf, ap, rs, M, K, Kq, Mb, wsigned ? 0x80808080u : 0u};
     int pth = threads;
-    rc_parallel(qg_pack_part, &pa, rc_parts((double)M * (double)K * 4.0, 2.5e5, Mb, &pth), pth);
+    { /* rc_parts may lower pth: called before pth is read */
+        int parts_ = rc_parts((double)M * (double)K * 4.0, 2.5e5, Mb, &pth);
+        rc_parallel(qg_pack_part, &pa, parts_, pth);
+    }
     /* B's bytes are stored as b - ob, A's as a + oa: ZB = bz - ob, ZA = wz + oa */
     const uint32_t ZB = (uint32_t)(bz - (bsigned ? 0 : 128)), Ku = (uint32_t)K;
     for (Py_ssize_t m = 0; m < M; m++) {
@@ -1010,7 +1016,10 @@ PyObject *rc_py_qconv_nchw(PyObject *self, PyObject *args)
     }
     qc_bpack_job pb = {(const uint8_t *)v[0].buf, bp, cs, N, K, P, Kq, Np, bsigned ? 0 : 0x80};
     pth = threads;
-    rc_parallel(qc_bpack_part, &pb, rc_parts((double)bn * 4.0, 2.5e5, N * (Np / 16), &pth), pth);
+    { /* rc_parts may lower pth: called before pth is read */
+        int parts_ = rc_parts((double)bn * 4.0, 2.5e5, N * (Np / 16), &pth);
+        rc_parallel(qc_bpack_part, &pb, parts_, pth);
+    }
     const Py_ssize_t ncols = Np / QG_NR, nunits = N * ncols * ((Mb + QG_RB - 1) / QG_RB);
     qc_job j = {ap, rt, za, bp, cs, (const float *)v[4].buf, (uint8_t *)v[3].buf, N, M, K, P, Kq, Mb, Np, ncols,
                 nunits, yz, ysigned};
@@ -1146,7 +1155,10 @@ static PyObject *qim2col_call(PyObject *args, const char *name, int taps)
         if (!oom) {
             j.tblocks = (j.H * j.W + QI_TBLOCK - 1) / QI_TBLOCK;
             int tth = threads;
-            rc_parallel(qi_nhwc_part, &j, rc_parts((double)xn, 2.5e5, j.N * j.tblocks, &tth), tth);
+            { /* rc_parts may lower tth: called before tth is read */
+                int parts_ = rc_parts((double)xn, 2.5e5, j.N * j.tblocks, &tth);
+                rc_parallel(qi_nhwc_part, &j, parts_, tth);
+            }
         }
     }
     if (!oom) {

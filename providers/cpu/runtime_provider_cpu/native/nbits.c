@@ -470,7 +470,10 @@ PyObject *rc_py_nbits_matmul(PyObject *self, PyObject *args)
         } else {
             int pth = threads;
             ln_pack_job pj = {j.a, j.ap, M, K};
-            rc_parallel(ln_pack_part, &pj, rc_parts((double)M * (double)K * 8.0, 2.5e5, np_, &pth), pth);
+            { /* rc_parts may lower pth: called before pth is read */
+                int parts_ = rc_parts((double)M * (double)K * 8.0, 2.5e5, np_, &pth);
+                rc_parallel(ln_pack_part, &pj, parts_, pth);
+            }
             const Py_ssize_t cols = (N + 31) / 32;
             j.bp = ln_row_block(np_, cols, 4 * (Py_ssize_t)threads);
             const Py_ssize_t units = cols * ((np_ + j.bp - 1) / j.bp);

@@ -709,7 +709,10 @@ PyObject *rc_py_nchwc_se(PyObject *self, PyObject *args)
     const double work = 2.0 * (double)xn;
     Py_BEGIN_ALLOW_THREADS
     int th = threads < 1 ? 1 : threads;
-    rc_parallel(nc_se_part, &j, rc_parts(work, 2.5e5, N * CB, &th), th);
+    { /* rc_parts may lower th: called before th is read */
+        int parts_ = rc_parts(work, 2.5e5, N * CB, &th);
+        rc_parallel(nc_se_part, &j, parts_, th);
+    }
     if (gap) {
         for (Py_ssize_t n = 0; n < N; n++)
             memcpy(j.y + n * C, j.s + n * CB * 16, (size_t)C * sizeof(float));
@@ -717,7 +720,10 @@ PyObject *rc_py_nchwc_se(PyObject *self, PyObject *args)
         nc_se_fc(&j, &ea, &eg);
         j.phase = 3;
         th = threads < 1 ? 1 : threads;
-        rc_parallel(nc_se_part, &j, rc_parts(work, 2.5e5, N * CB, &th), th);
+        { /* rc_parts may lower th: called before th is read */
+            int parts_ = rc_parts(work, 2.5e5, N * CB, &th);
+            rc_parallel(nc_se_part, &j, parts_, th);
+        }
     }
     Py_END_ALLOW_THREADS
     free(scratch);
