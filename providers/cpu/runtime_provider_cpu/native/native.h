@@ -161,6 +161,8 @@ int rc_parts(double work, double min_work, Py_ssize_t units, int *threads);
 /* rc_parts with at least one part a RC_PART_WORK of work (up to the units), for kernels that
  * keep no work buffer per part: a stopped run then ends within one part of a long kernel */
 int rc_parts_fine(double work, double min_work, Py_ssize_t units, int *threads);
+/* the means of rows [r0, r1) of n floats (pool.c): GlobalAveragePool and squeeze_excite share it */
+void rc_row_means(const float *x, float *y, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n);
 /* fn's parts of job on up to threads threads without the GIL (none where *oom is already set:
  * the caller's own allocation failed), then the caller's nbuf buffers released: None, or NULL
  * with MemoryError where *oom is set */

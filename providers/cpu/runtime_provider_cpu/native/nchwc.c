@@ -256,6 +256,20 @@ DWF_TARGET static inline __attribute__((always_inline)) void nc_dw_row(const flo
     }
 }
 
+/* nc_dw_row with the window width a constant of each of its three instances */
+DWF_TARGET static inline __attribute__((always_inline)) void nc_dw_row_kw(const float *const *rows, const float *w,
+                                                                         Py_ssize_t KH, Py_ssize_t KW, Py_ssize_t OW,
+                                                                         Py_ssize_t sw, __m512 bv, float *yr,
+                                                                         const nc_epi *e)
+{
+    if (KW == 3)
+        nc_dw_row(rows, w, KH, 3, OW, sw, bv, yr, e);
+    else if (KW == 5)
+        nc_dw_row(rows, w, KH, 5, OW, sw, bv, yr, e);
+    else
+        nc_dw_row(rows, w, KH, 7, OW, sw, bv, yr, e);
+}
+
 /* a unit: one band of output rows of one (image, block); the input rows it reads go one at a
    time into a ring of KH zero-padded rows [W + pl + pr][16] (in L1), so that no tap needs a
    bounds check and each input row is copied once */
@@ -294,12 +308,7 @@ DWF_TARGET static void nc_dw_part(void *arg, int part, int parts)
             for (Py_ssize_t kh = 0; kh < KH; kh++)
                 rows[kh] = ring + ((top + kh) % KH) * rs;
             float *yr = j->y + (nb * j->OH + oh) * j->OW * 16;
-            if (j->KW == 3)
-                nc_dw_row(rows, w, KH, 3, j->OW, j->sw, bv, yr, &j->e);
-            else if (j->KW == 5)
-                nc_dw_row(rows, w, KH, 5, j->OW, j->sw, bv, yr, &j->e);
-            else
-                nc_dw_row(rows, w, KH, 7, j->OW, j->sw, bv, yr, &j->e);
+            nc_dw_row_kw(rows, w, KH, j->KW, j->OW, j->sw, bv, yr, &j->e);
         }
     }
     rc_work_done(ring, bytes);
@@ -370,12 +379,7 @@ DWF_TARGET static void nc_ed_part(void *arg, int part, int parts)
                 const float *w = j->wd + cb * KH * j->KW * 16;
                 const __m512 bv = _mm512_loadu_ps(j->bd + cb * 16);
                 float *yr = j->y + ((n * j->COB + cb) * j->OH + oh) * j->OW * 16;
-                if (j->KW == 3)
-                    nc_dw_row(rows, w, KH, 3, j->OW, j->sw, bv, yr, &j->ed);
-                else if (j->KW == 5)
-                    nc_dw_row(rows, w, KH, 5, j->OW, j->sw, bv, yr, &j->ed);
-                else
-                    nc_dw_row(rows, w, KH, 7, j->OW, j->sw, bv, yr, &j->ed);
+                nc_dw_row_kw(rows, w, KH, j->KW, j->OW, j->sw, bv, yr, &j->ed);
             }
         }
     }

@@ -222,7 +222,7 @@ PyObject *rc_py_maxpool2d(PyObject *self, PyObject *args)
 }
 
 /* row_means: the mean of each row of a float32 [rows][n] (GlobalAveragePool, ReduceMean over
- * trailing axes): one pass, two 8-float sums a row, as squeeze_excite's means, so the fused
+ * trailing axes): one pass of rc_row_means, as squeeze_excite's means, so the fused
  * block and the unfused GlobalAveragePool agree bit for bit. Rows split between the threads by
  * the bytes they read (64 KB a thread, as squeeze_excite's passes). */
 typedef struct {
@@ -231,12 +231,13 @@ typedef struct {
     Py_ssize_t rows, n;
 } rm_job;
 
+/* the means of rows [r0, r1) of n floats each: two 8-float sums a row, then the tail; shared
+ * with squeeze_excite's means (rows.c), so the fused block and GlobalAveragePool agree */
 RC_CLONES
-static void rm_rows(const rm_job *j, Py_ssize_t r0, Py_ssize_t r1)
+void rc_row_means(const float *x, float *y, Py_ssize_t r0, Py_ssize_t r1, Py_ssize_t n)
 {
-    const Py_ssize_t n = j->n;
     for (Py_ssize_t r = r0; r < r1; r++) {
-        const float *xr = j->x + r * n;
+        const float *xr = x + r * n;
         v8f s0 = {0}, s1 = {0};
         Py_ssize_t i = 0;
         for (; i + 16 <= n; i += 16) {
@@ -249,14 +250,14 @@ static void rm_rows(const rm_job *j, Py_ssize_t r0, Py_ssize_t r1)
             t += s0[k];
         for (; i < n; i++)
             t += xr[i];
-        j->y[r] = t / (float)n;
+        y[r] = t / (float)n;
     }
 }
 
 static void rm_part(void *arg, int part, int parts)
 {
     const rm_job *j = (const rm_job *)arg;
-    rm_rows(j, j->rows * part / parts, j->rows * (part + 1) / parts);
+    rc_row_means(j->x, j->y, j->rows * part / parts, j->rows * (part + 1) / parts, j->n);
 }
 
 PyObject *rc_py_row_means(PyObject *self, PyObject *args)

@@ -873,28 +873,6 @@ static void se_matvec(const float *w, const float *bias, const float *in, float 
             out[m * rows + i] = se_dot(w + i * k, in + m * k, k) + (bias ? bias[i] : 0.0f);
 }
 
-RC_CLONES
-static void se_means(const se_job *j, Py_ssize_t r0, Py_ssize_t r1)
-{
-    const Py_ssize_t HW = j->HW;
-    for (Py_ssize_t r = r0; r < r1; r++) {
-        const float *xr = j->x + r * HW;
-        v8f s0 = {0}, s1 = {0};
-        Py_ssize_t i = 0;
-        for (; i + 16 <= HW; i += 16) {
-            s0 += v8_load(xr + i);
-            s1 += v8_load(xr + i + 8);
-        }
-        s0 += s1;
-        float t = 0.0f;
-        for (int k = 0; k < 8; k++)
-            t += s0[k];
-        for (; i < HW; i++)
-            t += xr[i];
-        j->s[r] = t / (float)HW;
-    }
-}
-
 /* the gates of channels [c0, c1) of every image, then those channels' rows of y */
 RC_CLONES
 static void se_gated(const se_job *j, Py_ssize_t c0, Py_ssize_t c1)
@@ -928,7 +906,7 @@ static void se_part(void *arg, int part, int parts)
     const se_job *j = (const se_job *)arg;
     if (j->phase == 0) {
         const Py_ssize_t n = j->N * j->C;
-        se_means(j, n * part / parts, n * (part + 1) / parts);
+        rc_row_means(j->x, j->s, n * part / parts, n * (part + 1) / parts, j->HW);
     } else if (j->phase == 1) {
         /* h[n][i] = W1[i] . s[n] + B1[i] */
         se_matvec(j->w1, j->b1, j->s, j->h, se_cut(j->CR, part, parts), se_cut(j->CR, part + 1, parts), j->CR,
