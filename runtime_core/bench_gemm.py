@@ -43,6 +43,9 @@ def format_gemm(res: dict) -> str:
             if peak["fma_per_cycle"] else ""
         lines.append(f"FMA peak: {peak['flops'] / 1e9:.1f} GFLOP/s measured ({res['threads']} thread(s) x "
                      f"{peak['lanes']} float32 lanes x 2 flops x FMA units x clock; {mhz}{units})")
+        if peak.get("flops_wall"):
+            lines.append(f"FMA peak by wall clock, the threads started together: {peak['flops_wall'] / 1e9:.1f} "
+                         "GFLOP/s (below the one above where a thread waited for its core)")
     else:
         lines.append("FMA peak: not measured (no compiled kernels)")
     pk = peak["flops"] / 1e9 if peak["flops"] else None

@@ -71,3 +71,19 @@ def test_bench_gemm_mistakes(argv, msg, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and msg in err and err.count("\n") == 1
+
+
+def test_the_peak_by_wall_clock_is_no_more_than_by_each_threads_cpu_time():
+    """fma_peak's two rates of the same runs: each thread's CPU time is at most the call's wall
+    clock, so the wall-clock peak of two threads started together cannot pass the sum of their
+    CPU-time rates (it falls below where a thread waited for its core)."""
+    from runtime_provider_cpu.fast import policy
+    from runtime_provider_cpu.fast.peak import fma_peak
+
+    if policy.NATIVE is None:
+        pytest.skip("no compiled kernels: no peak measured")
+    for threads in (1, 2):
+        peak = fma_peak(threads)
+        assert 0 < peak["flops_wall"] <= peak["flops"] * 1.001
+    code, text = run("bench", "--gemm", "--sizes", "8x8x8", "--threads", "2", "--gemm-repeat", "1")
+    assert code == 0 and "FMA peak by wall clock" in text

@@ -85,11 +85,12 @@ def gemm_benchmark(sizes: list[tuple[int, int, int]], threads: int = 1, repeats:
     threads: numpy's matmul (its BLAS held at ``threads``) and the provider's own packed
     kernel where it is built, against the measured FMA peak. Returns ``{"cpu", "isa",
     "threads", "blas": [threadpoolctl's BLAS entries: internal_api, version, architecture,
-    ...], "peak": {"flops", "lanes", "mhz", "fma_per_cycle"}, "rows": [{"size", "numpy",
-    "ours", "ours_cold"}]}``, each rate ``{"gflops_wall", "gflops_cpu", "seconds"}``
+    ...], "peak": {"flops", "flops_wall", "lanes", "mhz", "fma_per_cycle"}, "rows": [{"size",
+    "numpy", "ours", "ours_cold"}]}``, each rate ``{"gflops_wall", "gflops_cpu", "seconds"}``
     (``ours_cold``, added in API 1.2: ours on copies of the packed weight taken in turn, its
     weights past L2 as in a model; ``ours`` and ``ours_cold`` None where not built;
-    ``gflops_cpu`` by the process's CPU time over the threads)."""
+    ``gflops_cpu`` by the process's CPU time over the threads; the peak's ``flops`` by each
+    thread's CPU time, ``flops_wall`` by the wall clock of the threads started together)."""
     from .fast.peak import gemm_rates
 
     return gemm_rates([tuple(int(d) for d in s) for s in sizes], int(threads), int(repeats))
