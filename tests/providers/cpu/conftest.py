@@ -49,6 +49,19 @@ def spy_native(monkeypatch, cpu_policy):
     return spy
 
 
+@pytest.fixture
+def linear_tiles():
+    """Skips a test of the compiled Linear as a session's candidate where the extension does not
+    offer it: its tiles are a candidate as AVX-512 or AVX2 + FMA code only (``_native.LINEAR_TILES``;
+    "baseline" on an older x86-64 CPU or under ``RUNTIME_CORE_CPU_ISA=baseline``)."""
+    from runtime_provider_cpu.fast import policy
+
+    tiles = getattr(policy.NATIVE, "LINEAR_TILES", None)
+    if tiles not in ("avx512", "avx2"):
+        pytest.skip(f"the compiled Linear (_native.linear) is not a candidate here (LINEAR_TILES: {tiles})")
+    return tiles
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _pool_load_rule_quiet():
     """The kernel pool's load rule (a job on its caller alone while other processes' runnable

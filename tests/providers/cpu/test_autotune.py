@@ -131,7 +131,7 @@ def _mlp():
 
 
 @pytest.mark.native  # a choice among compiled candidates and the library call
-def test_a_measured_choice_is_cached_on_disk_and_read_back(cache_dir, monkeypatch):
+def test_a_measured_choice_is_cached_on_disk_and_read_back(cache_dir, monkeypatch, linear_tiles):
     from runtime_provider_cpu.fast import autotune
 
     monkeypatch.setattr(autotune, "NOISY_SHARE", float("inf"))  # written even beside busy processes
@@ -159,7 +159,7 @@ def test_a_measured_choice_is_cached_on_disk_and_read_back(cache_dir, monkeypatc
 
 
 @pytest.mark.native  # a choice among compiled candidates and the library call
-def test_a_corrupt_cache_is_ignored_with_a_warning(cache_dir, caplog, monkeypatch):
+def test_a_corrupt_cache_is_ignored_with_a_warning(cache_dir, caplog, monkeypatch, linear_tiles):
     from runtime_provider_cpu.fast import autotune
 
     monkeypatch.setattr(autotune, "NOISY_SHARE", float("inf"))  # written even beside busy processes

@@ -345,9 +345,10 @@ def test_conv_direct_activation_checked():
 
 
 @pytest.mark.parametrize("act", ["HardSwish", "Sigmoid"])
-def test_fused_conv_activation_runs_in_the_direct_kernel(act, spy_native):
+def test_fused_conv_activation_runs_in_the_direct_kernel(act, spy_native, cpu_policy):
     # a stem and its activation (fused into FusedConv by the optimizer) take the direct kernel
     # with the activation in its epilogue: no pass of _native.activate after it
+    cpu_policy(direct=True)  # a candidate by default on AVX-512 only (CONV_FAST); the portable build too
     passes = []
     spy_native("activate", passes.append)
     x, w, b = rnd(1, 3, 40, 40), rnd(16, 3, 3, 3) * 0.3, rnd(16)

@@ -40,11 +40,15 @@ def calls(spy_native, cpu_policy):
 
 
 @pytest.fixture
-def lane_calls(spy_native):
+def lane_calls(spy_native, cpu_policy):
+    """The calls of the lanes kernel (``pointwise_lanes``), forced wherever the Linear's tiles run:
+    sessions take it unmeasured on AVX-512 only (``pw_lanes``), its AVX2 tiles are checked here too."""
     from runtime_provider_cpu.fast import policy
 
     if not policy.current().linear:
-        pytest.skip("the lanes kernel needs the AVX-512 build (CONV_FAST)")
+        pytest.skip(f"pointwise_lanes needs the Linear's AVX-512 or AVX2 tiles (LINEAR_TILES: "
+                    f"{getattr(policy.NATIVE, 'LINEAR_TILES', None)})")
+    cpu_policy(pw_lanes=True)
     seen = []
     spy_native("pointwise_lanes", lambda args: seen.append((args[5], args[-1])))  # (M, C, P), threads
     return seen

@@ -23,12 +23,10 @@ def rnd(*shape):
 
 @pytest.fixture
 def row_calls(spy_native, cpu_policy):
-    """The calls of ``pointwise_rows``, forced wherever it applies."""
-    from runtime_provider_cpu.fast import policy
-
-    if not (policy.current().linear and hasattr(policy.NATIVE, "pointwise_rows")):
-        pytest.skip("the rows kernel needs the AVX-512 build's Linear tiles")
-    cpu_policy(conv_kernel="pointwise_rows")
+    """The calls of ``pointwise_rows``, forced wherever it applies (``pw_lanes``: sessions take the
+    lanes kernels by default on AVX-512 only; forced, their AVX2 tiles are checked too)."""
+    _native()
+    cpu_policy(conv_kernel="pointwise_rows", pw_lanes=True)
     seen = []
     spy_native("pointwise_rows", lambda args: seen.append((args[5], args[6], args[-1])))  # dims, strides, N
     return seen
@@ -38,7 +36,8 @@ def _native():
     from runtime_provider_cpu.fast import policy
 
     if not (policy.current().linear and hasattr(policy.NATIVE, "pointwise_rows")):
-        pytest.skip("the rows kernel needs the AVX-512 build's Linear tiles")
+        pytest.skip(f"pointwise_rows needs the Linear's AVX-512 or AVX2 tiles (LINEAR_TILES: "
+                    f"{getattr(policy.NATIVE, 'LINEAR_TILES', None)})")
     return policy.NATIVE
 
 
@@ -188,10 +187,11 @@ def test_pointwise_rows_checks_its_arguments():
     assert (y == 8).all()
 
 
-def test_pointwise_rows_is_a_candidate_of_the_1x1_convolutions_only():
+def test_pointwise_rows_is_a_candidate_of_the_1x1_convolutions_only(cpu_policy):
     from runtime_provider_cpu.fast import conv
 
     _native()
+    cpu_policy(pw_lanes=True)  # the lanes kernels' switch, on by default on AVX-512 only
     x = rnd(1, 16, 7, 7)
     one = rnd(8, 16, 1, 1)
     assert "pointwise_rows" in conv.candidates(x, one, None, None, 1, [1, 1], [1, 1], [0, 0], [0, 0])

@@ -28,7 +28,7 @@ def calls(spy_native, cpu_policy):
 
 
 @pytest.mark.parametrize("lead,K,N", [((128,), 768, 96), ((2, 13), 300, 45), ((1, 5), 64, 1024), ((37,), 257, 33)])
-def test_matmul_by_an_initializer_matches_onnxruntime(lead, K, N, calls):
+def test_matmul_by_an_initializer_matches_onnxruntime(lead, K, N, calls, linear_tiles):
     a, b = rnd(*lead, K), rnd(K, N)
     model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], {"a": a}, ["y"], initializers={"b": b})
     sess = cpu_session(model, threads=3)
@@ -54,7 +54,7 @@ def test_tuning_off_takes_blas(calls, cpu_policy):
     assert sess.get_partition_report().kernels == {sess.get_partition_report().nodes[0].name: "blas"}
 
 
-def test_matmul_by_a_weight_fed_at_run_time(calls, cpu_policy):
+def test_matmul_by_a_weight_fed_at_run_time(calls, cpu_policy, linear_tiles):
     """A B that is not an initializer is never kept packed: each run reads the array it gets,
     even the same object written in place between runs."""
     cpu_policy(linear_kernel="stream")
@@ -69,7 +69,7 @@ def test_matmul_by_a_weight_fed_at_run_time(calls, cpu_policy):
 
 @pytest.mark.parametrize("transB", [0, 1])
 @pytest.mark.parametrize("bias_shape", [None, (70,), (1, 70), (19, 70)])
-def test_gemm_by_an_initializer(transB, bias_shape, calls):
+def test_gemm_by_an_initializer(transB, bias_shape, calls, linear_tiles):
     a = rnd(19, 300)
     b = rnd(70, 300) if transB else rnd(300, 70)
     inits = {"b": b}

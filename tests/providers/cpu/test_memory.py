@@ -24,7 +24,7 @@ def rnd(*shape):
 
 @pytest.mark.native
 @pytest.mark.parametrize("trans", [False, True])
-def test_shared_weight_is_packed_once(trans, spy_native, cpu_policy):
+def test_shared_weight_is_packed_once(trans, spy_native, cpu_policy, linear_tiles):
     """Four MatMul (or Gemm transB) nodes read one initializer: every call of the compiled
     Linear gets the same packed array, not one per node."""
     packed = []
@@ -253,7 +253,7 @@ def test_sgemm_loads_cython_blas_without_scipy_linalg():
 
 
 @pytest.mark.native
-def test_naming_the_choice_cache_does_not_load_openssl(tmp_path):
+def test_naming_the_choice_cache_does_not_load_openssl(tmp_path, linear_tiles):  # a choice to measure
     """A session that measures a kernel choice and writes it to the cache file leaves hashlib
     (OpenSSL, about 3.5 MiB resident) unimported: the file name is a checksum, not a digest."""
     code = ("import os, sys, numpy as np, runtime_core as rt\n"
