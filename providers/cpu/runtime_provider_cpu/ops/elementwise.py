@@ -332,7 +332,7 @@ def _native_activate(x, kind, alpha=1.0 / 6.0, beta=0.5):
     """``_native.activate``'s one pass of ``kind`` over float32 ``x`` into a new array (a step that
     did not fuse into its convolution: numpy's three or four passes and their code cost several
     times more there), or None where it does not apply."""
-    if x.dtype != _F32 or _native is None or not x.size:
+    if type(x) is not np.ndarray or x.dtype != _F32 or _native is None or not x.size:  # host arrays only
         return None
     xc = np.ascontiguousarray(x)
     r = np.empty(x.shape, _F32)

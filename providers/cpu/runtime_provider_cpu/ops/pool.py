@@ -342,7 +342,7 @@ def row_means(xc, n, threads=1):
     contiguous axis, where np.mean over two axes is slower (the same pairwise sum)."""
     r = xc.reshape(n, -1)
     nat = current().native
-    if xc.dtype == _F32 and nat is not None and hasattr(nat, "row_means"):
+    if type(xc) is np.ndarray and xc.dtype == _F32 and nat is not None and hasattr(nat, "row_means"):  # host arrays only
         s = np.empty(n, _F32)
         nat.row_means(r, s, r.shape, max(1, int(threads)))
         return s
