@@ -23,6 +23,25 @@ DWF_TARGET static inline __m512 nc_fin(__m512 v, const nc_epi *e)
     return e->act.act ? (__m512)rc_act16((v16f)v, &e->act) : v;
 }
 
+/* The padded row width of a depthwise window pass: it covers every window of the row (the right
+ * pad may exceed the given one) and the whole input row. */
+static inline Py_ssize_t nc_padded_w(Py_ssize_t OW, Py_ssize_t sw, Py_ssize_t KW, Py_ssize_t pl, Py_ssize_t W)
+{
+    const Py_ssize_t wp = (OW - 1) * sw + KW;
+    return wp < pl + W ? pl + W : wp;
+}
+
+/* Output rows a unit of a depthwise pass: whole planes, or where there are fewer than 4 planes a
+ * thread, bands of rows (at least min_rows, or OH where fewer) making about 4 units a thread. */
+static inline Py_ssize_t nc_band(Py_ssize_t OH, Py_ssize_t planes, int th, Py_ssize_t min_rows)
+{
+    const Py_ssize_t want = (Py_ssize_t)th * 4;
+    if (planes >= want)
+        return OH;
+    const Py_ssize_t band = (OH * planes + want - 1) / want, low = OH < min_rows ? (OH > 0 ? OH : 1) : min_rows;
+    return band < low ? low : band;
+}
+
 /* ---- reorders ---------------------------------------------------------------------------- */
 
 typedef struct {
@@ -640,18 +659,10 @@ PyObject *rc_py_nchwc_depthwise(PyObject *self, PyObject *args)
     j.y = (float *)v[3].buf;
     j.N = N, j.CB = CB, j.H = H, j.W = W, j.KH = KH, j.KW = KW, j.sh = sh, j.sw = sw, j.pt = pt, j.pl = pl;
     j.OH = OH, j.OW = OW;
-    /* the padded width covers every window of the row (the right pad may exceed the given one) */
-    j.Wp = (OW - 1) * sw + KW;
-    if (j.Wp < pl + W)
-        j.Wp = pl + W;
+    j.Wp = nc_padded_w(OW, sw, KW, pl, W);
     int th = threads < 1 ? 1 : threads;
-    /* bands of rows: a unit a few tens of us, at least 2 units a thread where the planes are few */
-    j.band = OH;
-    const Py_ssize_t want = (Py_ssize_t)th * 4;
-    if (N * CB < want) {
-        j.band = (OH * N * CB + want - 1) / want;
-        j.band = j.band < 1 ? 1 : j.band;
-    }
+    /* bands of rows: a unit a few tens of us */
+    j.band = nc_band(OH, N * CB, th, 1);
     const Py_ssize_t bands = (OH + j.band - 1) / j.band;
     const int parts = rc_parts(2.0 * (double)yn * (double)(KH * KW), 2.5e5, N * CB * bands, &th);
     j.oom = 0;
@@ -784,17 +795,10 @@ PyObject *rc_py_nchwc_expand_dw(PyObject *self, PyObject *args)
     j.y = (float *)v[5].buf;
     j.N = N, j.CIB = CIB, j.COB = COB, j.H = H, j.W = W, j.KH = KH, j.KW = KW, j.sh = sh, j.sw = sw, j.pt = pt;
     j.pl = pl, j.OH = OH, j.OW = OW, j.G = (COB + 1) / 2, j.oom = 0;
-    j.Wp = (OW - 1) * sw + KW;
-    if (j.Wp < pl + W)
-        j.Wp = pl + W;
+    j.Wp = nc_padded_w(OW, sw, KW, pl, W);
     int th = threads < 1 ? 1 : threads;
     /* bands: each re-expands its first KH - sh input rows, so a band is at least 4 rows where it can be */
-    j.band = OH;
-    const Py_ssize_t want = (Py_ssize_t)th * 4;
-    if (N * j.G < want) {
-        j.band = (OH * N * j.G + want - 1) / want;
-        j.band = j.band < 4 ? (OH < 4 ? OH : 4) : j.band;
-    }
+    j.band = nc_band(OH, N * j.G, th, 4);
     const Py_ssize_t bands = (OH + j.band - 1) / j.band;
     const double work = 2.0 * (double)N * (double)H * (double)W * (double)wen + 2.0 * (double)yn * (double)(KH * KW);
     const int parts = rc_parts(work, 2.5e5, N * j.G * bands, &th);
