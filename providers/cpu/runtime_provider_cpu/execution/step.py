@@ -74,8 +74,10 @@ def run_step(step, slots: list, check: bool):
     try:
         if alt is not None and (own := inplace.owned(args, slots, alt[1])) >= 0:
             res = alt[0](ctx, own, *args, **attrs)
-        else:
+        elif attrs:
             res = fn(ctx, *args, **attrs)
+        else:  # no keywords to unpack (a bound step's call, say): a cheaper call
+            res = fn(ctx, *args)
     except CPUKernelError:
         raise
     except Exception as exc:

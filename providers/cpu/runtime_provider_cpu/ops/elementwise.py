@@ -127,9 +127,11 @@ def _gelu_native(x, bias, out, tanh_form, threads=1):
     the tanh form with ``tanh_form``."""
     d = x.shape[-1] if x.ndim else 1
     xc = np.ascontiguousarray(x)
-    res = out if (out is not None and out.dtype == _F32 and out.shape == x.shape
+    res = out if (out is not None and out.dtype is _F32 and out.shape == x.shape
                   and out.flags.c_contiguous) else np.empty(x.shape, _F32)
-    bc = None if bias is None else np.ascontiguousarray(bias, dtype=_F32)
+    # ascontiguousarray with a dtype costs ~1 us more than the test that it has nothing to do
+    bc = bias if bias is None or (type(bias) is np.ndarray and bias.dtype is _F32 and bias.flags.c_contiguous) \
+        else np.ascontiguousarray(bias, dtype=_F32)
     _native.gelu_erf(xc, bc, res, (xc.size // max(d, 1), d), tanh_form, max(int(threads), 1))
     return _into(out, res)
 

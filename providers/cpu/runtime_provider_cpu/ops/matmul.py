@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..executable import binds
 from ..fast import linear as fast_linear
 from ..fast.policy import current
 from ..fast.sgemm import pooled_matmul, sgemm_ready
 from ..registry import kernel
 from ._nncommon import _BF16, _F32, _FLOAT, _MATMUL_TYPES, _as, _cdtype
+
+_F32_DT = np.dtype(np.float32)
 
 
 def _matmul(a, b):
@@ -56,11 +59,16 @@ def batched_matmul(ctx, a, b, transA=False, transB=False, alpha=1.0):
 
 
 @kernel("MatMul", 1, 9, 13, dtypes=_MATMUL_TYPES | _BF16)
+@binds
 def matmul(ctx, a, b):
-    if a.dtype.name in ("float16", "bfloat16") or b.dtype.name in ("float16", "bfloat16"):
-        return _matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
-    if a.ndim >= 2 and b.ndim == 2 and a.dtype == _F32:
+    f32 = a.dtype is _F32_DT  # identity: numpy's dtype.name is a Python property, ~5 us a call
+    if not f32 or b.dtype is not _F32_DT:
+        if a.dtype.name in ("float16", "bfloat16") or b.dtype.name in ("float16", "bfloat16"):
+            return _matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
+        f32 = a.dtype == _F32
+    if f32 and a.ndim >= 2 and b.ndim == 2:
         y = fast_linear.linear(ctx, a, b)
+        fast_linear.bind_matmul(ctx, b, matmul)
         if y is None:  # numpy's BLAS is held at one thread: large products go to the pool
             y = pooled_matmul(getattr(ctx, "threads", 1), a, b)
         if y is not None:
