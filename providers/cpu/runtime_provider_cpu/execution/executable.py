@@ -22,14 +22,13 @@ from time import perf_counter_ns
 import numpy as np
 
 from ..fast import nchwc
-from ..ops._common import FP_IGNORED
 from ..fast.sgemm import hold_blas, uses_blas
 from ..registry import REGISTRY, KernelContext
 from . import fusion, inplace
 from .parallel import ParallelRun
 from .schedule import Schedule
 from .solo import SoloChooser
-from .step import _NATIVE, NONE_SLOT, STOP, end_scope, run_scope, run_step
+from .step import _NATIVE, FP_IGNORED, NONE_SLOT, STOP, end_scope, run_scope, run_step
 from .subgraph import compile_subgraphs, with_outer
 
 
@@ -234,7 +233,7 @@ class CPUExecutable:
 
     def _run(self, steps, inputs, stop, record=None):
         """The steps on this thread, inside the caller's ``np.errstate(all="ignore")`` (which
-        :data:`~..ops._common.FP_IGNORED` tells the kernels, so that they skip their own)."""
+        :data:`~.step.FP_IGNORED` tells the kernels, so that they skip their own)."""
         slots = list(self.template)
         inputs = list(inputs)  # holds every feed for the whole run (never donated)
         for s, v in zip(self.input_slots, inputs):

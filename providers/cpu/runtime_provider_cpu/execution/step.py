@@ -22,6 +22,11 @@ NONE_SLOT = 0
 #: for what runs inside a kernel: subgraph bodies and the iterations of Loop and Scan
 STOP: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_stop", default=None)
 
+#: True while a run's steps execute on this thread inside the run's ``np.errstate(all="ignore")``
+#: (set by ``CPUExecutable._run``): kernels then skip their own ``np.errstate`` (~2 us an enter
+#: and exit under the GIL; see ``ops/_common.ignore_fp``)
+FP_IGNORED: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_fp_ignored", default=False)
+
 
 def run_scope(stop):
     """Open the compiled kernels' run scope on this thread (``_native.run_enter``): the kernel

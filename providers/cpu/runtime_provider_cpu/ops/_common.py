@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import math
 
 import numpy as np
 
-#: True while an executable's run has numpy's floating-point errors ignored on this thread
-#: (``CPUExecutable._run`` sets it inside the run's ``np.errstate``): kernels then skip their
-#: own ``np.errstate`` (~2 us an enter and exit, held under the GIL)
-FP_IGNORED: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_fp_ignored", default=False)
+from ..execution.step import FP_IGNORED
+
 _NO_OP = contextlib.nullcontext()
 
 

@@ -127,6 +127,12 @@ def bias_gelu_inplace(ctx, owned, a, b):
     """``bias_gelu`` with the sum written into ``a`` (handed over by the executable)."""
     if not _is_f32(a) or not _is_f32(b) or b.ndim != 1 or b.shape[0] != a.shape[-1]:
         return bias_gelu(ctx, a, b)
+    if (_native is not None and type(a) is np.ndarray and type(b) is np.ndarray and a.flags.c_contiguous
+            and b.flags.c_contiguous):
+        # gelu_erf_f32's compiled pass called straight (the same call, three Python frames less)
+        d = a.shape[-1]
+        _native.gelu_erf(a, b, a, (a.size // max(d, 1), d), False, _threads(ctx))
+        return a
     with ignore_fp():
         return _gelu_erf_f32(a, out=a, bias=b, threads=_threads(ctx))
 
@@ -374,10 +380,26 @@ def skip_layer_norm_inplace(ctx, owned, x, skip, gamma, beta=None, bias=None, *,
     """``skip_layer_norm`` with ``x + skip`` written into the input handed over (when it is a
     float32 array of x's shape: a skip broadcast over the batch is not)."""
     t = skip if owned else x
+    cache = getattr(ctx, "cache", None)
+    fast = None if cache is None else cache.get("skip_ln_fast")
+    if (fast is not None and x.shape == fast[0] and skip.shape == fast[0] and gamma is fast[1] and beta is fast[2]
+            and bias is fast[3] and epsilon is fast[4] and type(x) is np.ndarray and type(skip) is np.ndarray
+            and x.dtype is _F32_DT and skip.dtype is _F32_DT and x.flags.c_contiguous and skip.flags.c_contiguous):
+        # the node's last call again (its shapes, constants and checks): _skip_ln's compiled call
+        _native.skip_layer_norm(x, skip, gamma, beta, bias, t, None, None, None, fast[5], fast[6], False, fast[7])
+        return (t,)
     if not _is_f32(t) or t.shape != x.shape or not _is_f32(x) or not _is_f32(skip):
         return skip_layer_norm(ctx, x, skip, gamma, beta, bias, epsilon=epsilon)
     _skip_ln_checked(ctx, x, skip, gamma, beta, bias)
-    return _skip_ln(ctx, x, skip, gamma, beta, bias, epsilon, t)
+    y = _skip_ln(ctx, x, skip, gamma, beta, bias, epsilon, t)
+    if (cache is not None and _native is not None and ctx.n_outputs <= 1 and x.size and skip.shape == x.shape
+            and type(x) is np.ndarray and type(skip) is np.ndarray and y[0] is t
+            and all(v is None or (type(v) is np.ndarray and v.dtype is _F32_DT and v.flags.c_contiguous)
+                    for v in (gamma, beta, bias))):
+        d = x.shape[-1]
+        cache["skip_ln_fast"] = (x.shape, gamma, beta, bias, epsilon, (x.size // d, d, max(skip.size // d, 1)),
+                                 float(epsilon), _threads(ctx))
+    return y
 
 
 def _skip_ln_checked(ctx, x, skip, gamma, beta, bias):
@@ -650,23 +672,26 @@ def _check_attention_bias(attention_bias, scores):
                          f"the scores' shape {scores}")
 
 
+def _full_t(a, s):
+    """A mask or bias for ``_native.mha``: float32, contiguous, its last axis broadcast to ``s``,
+    and its leading dims."""
+    if a.shape[3] != s:
+        a = np.broadcast_to(a, a.shape[:3] + (s,))
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    return a, a.shape[:3]
+
+
 def _mha_native(ctx, proj, b, s, sizes, h, dq, dv, sc, mask_index, filt, unidirectional, attention_bias,
                 tiles=False):
     """``_native.mha`` on the projected (b, s, W) float32 ``proj`` (ours, contiguous): the same
     sums as the numpy path below, in another order (``tiles``: on the Linear's tiles instead of
     sgemm calls). The mask (from ``_mask_bias``) and a checked attention bias have dims of 1 or
     full: the kernel takes them as they are, their last axis broadcast to s."""
-    def full_t(a):
-        if a.shape[3] != s:
-            a = np.broadcast_to(a, a.shape[:3] + (s,))
-        a = np.ascontiguousarray(a, dtype=np.float32)
-        return a, a.shape[:3]
-
     m1 = m2 = d1 = d2 = None
     if mask_index is not None:
-        m1, d1 = full_t(_mask_bias(mask_index, b, s, s, filt)[:, None])
+        m1, d1 = _full_t(_mask_bias(mask_index, b, s, s, filt)[:, None], s)
     if attention_bias is not None:
-        m2, d2 = full_t(attention_bias)
+        m2, d2 = _full_t(attention_bias, s)
     y = np.empty((b, s, h * dv), np.float32)
     _native.mha(proj, (b, s, proj.shape[-1], 0, sizes[0], sizes[0] + sizes[1]), (h, dq, dv), float(sc),
                 bool(unidirectional), m1, d1, m2, d2, y, getattr(ctx, "threads", 1), bool(tiles))
