@@ -21,6 +21,27 @@ def ignore_fp(**which):
     return np.errstate(**(which or {"all": "ignore"}))
 
 
+def broadcast_shape(sa: tuple, sb: tuple):
+    """``np.broadcast_shapes(sa, sb)`` of two shapes without its Python (~4 us a call), or None
+    where they do not broadcast."""
+    if sa == sb:
+        return sa
+    n = len(sa) - len(sb)
+    if n > 0:
+        sb = (1,) * n + sb
+    elif n < 0:
+        sa = (1,) * -n + sa
+    out = []
+    for x, y in zip(sa, sb):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return tuple(out)
+
+
 def normalize_axis(axis: int, rank: int) -> int:
     """Map a possibly negative axis into ``[0, rank)``; raise ``ValueError`` when out of range."""
     a = int(axis)

@@ -25,6 +25,7 @@ from ._dtypes import _F16, _F32, _F64, _IGNORE, _ML_FLOATS, _formula, _in_dtype,
 
 # the compiled kernels (None without them, or with RUNTIME_CORE_CPU_NATIVE=0: the numpy blocks below)
 from ..fast.policy import NATIVE as _native
+from ._common import ignore_fp
 
 # -- unary math --------------------------------------------------------------
 
@@ -439,7 +440,7 @@ _gelu = _formula(_gelu_f)
 
 @reg("Gelu", 20, extra=_gelu_check)
 def gelu(ctx, x, *, approximate):
-    with np.errstate(**_IGNORE):
+    with ignore_fp(**_IGNORE):
         return _gelu(x, approximate)
 
 
@@ -453,7 +454,7 @@ def shrink(ctx, x, *, bias, lambd):
     # integer input: compare and shift in float64, results cast back to the input type
     xf = x.astype(_F64)
     y = np.where(xf < -lambd, xf + bias, np.where(xf > lambd, xf - bias, 0.0))
-    with np.errstate(**_IGNORE):
+    with ignore_fp(**_IGNORE):
         return y.astype(x.dtype)
 
 

@@ -22,6 +22,16 @@ from ._nncommon import _BF16, _F32, _FLOAT, _MATMUL_TYPES, _as, _cdtype
 _F32_DT = np.dtype(np.float32)
 
 
+def _fits(shape, other) -> bool:
+    """Whether ``other`` broadcasts onto ``shape`` without enlarging it (``np.broadcast_shapes``'
+    test without its Python, ~4 us); False also where the two do not broadcast at all."""
+    if other == shape:
+        return True
+    if len(other) > len(shape):
+        return False
+    return all(o == 1 or o == d for o, d in zip(other[::-1], shape[::-1]))
+
+
 def _matmul(a, b):
     if a.ndim > 2 and b.ndim == 2:
         # one BLAS call over the folded batch instead of one per matrix
@@ -146,7 +156,7 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
         pol = current()
         cd = _cdtype(dt)
         A, B = _as(A, cd), _as(B, cd)
-        if cd == _F32 and (y := fast_linear.linear(ctx, A, _as(b, cd), bool(transB))) is not None:
+        if cd is _F32_DT and (y := fast_linear.linear(ctx, A, _as(b, cd), bool(transB))) is not None:
             pass  # the Linear plan of this shape (fast/linear.py)
         elif A.shape[0] * A.shape[1] * B.shape[1] < pol.blas_min_macs:
             # a small product of more rows: a BLAS call would wake its worker threads, which
@@ -161,7 +171,7 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
             cc = _as(c, cd)
             if beta != 1.0:
                 cc = cc * cd.type(beta)
-            if y.shape == np.broadcast_shapes(y.shape, cc.shape):
+            if _fits(y.shape, cc.shape):
                 y += cc  # y is a fresh matmul result: add the bias in place
             else:
                 y = y + cc
