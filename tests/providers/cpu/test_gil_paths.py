@@ -199,3 +199,40 @@ def test_add_in_place_with_broadcast(shapes):
     model = make_model([helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Add", ["r", "b"], ["y"])],
                        {"a": a, "b": b}, ["y"], opset=14)
     assert_close(cpu_session(model, threads=1).run(None, {"a": a, "b": b}), run_oracle(model, {"a": a, "b": b}))
+
+
+@pytest.mark.parametrize("with_mask", [True, False])
+def test_attention_repeat_runs_take_the_last_call_and_follow_the_mask(with_mask):
+    B, S, H, heads = 2, 8, 64, 2
+    inits = {"w": rnd(H, 3 * H) * 0.2, "b": rnd(3 * H)}
+    ins = ["x", "w", "b"] + (["mask"] if with_mask else [])
+    node = helper.make_node("Attention", ins, ["y"], domain="com.microsoft", num_heads=heads)
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, S, H])]
+    if with_mask:
+        inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT32, [B, S]))
+    g = helper.make_graph([node], "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[helper.make_tensor(k, TensorProto.FLOAT, v.shape, v.ravel())
+                                       for k, v in inits.items()])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    sess = cpu_session(model, threads=1)
+
+    def feeds():
+        f = {"x": rnd(B, S, H)}
+        if with_mask:
+            f["mask"] = (RNG.random((B, S)) > 0.3).astype(np.int32)
+        return f
+
+    f0 = feeds()
+    first = sess.run(None, f0)[0]
+    assert_close([first], run_oracle(model, f0), rtol=1e-4, atol=1e-4)
+    (st,) = _steps(sess, "Attention")
+    if st[1].cache.get("mha", {}) and "numpy" not in st[1].cache["mha"].values():
+        assert "attention_fast" in st[1].cache  # _native.mha ran: the next call takes it straight
+    assert np.array_equal(sess.run(None, f0)[0], first)  # the same bits as the checked path
+    for _ in range(3):  # new inputs and masks each run
+        f = feeds()
+        assert_close(sess.run(None, f), run_oracle(model, f), rtol=1e-4, atol=1e-4)
+    if with_mask:
+        with pytest.raises(Exception):
+            sess.run(None, {"x": rnd(B, S, H), "mask": np.ones((B, S + 1), np.int32)})

@@ -23,6 +23,7 @@ from ..fast import autotune as _autotune
 from ..fast import conv as fast_conv
 from ..fast import linear as fast_linear
 from ..fast.sgemm import sgemm_ready as _sgemm_ready
+from ._nncommon import _is_const
 from .conv import conv_clipped
 from ._common import ignore_fp, mean_last, sum_last
 from .pool import row_means
@@ -707,6 +708,19 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
         raise ValueError(f"Attention input must be [batch, sequence, hidden], got {x.shape}")
     b, s, _ = x.shape
     cache = getattr(ctx, "cache", None)
+    fast = None if cache is None else cache.get("attention_fast")
+    if (fast is not None and x.shape == fast[0] and weights is fast[1] and bias is fast[2] and type(x) is np.ndarray
+            and x.dtype is _F32_DT and attention_bias is None and (mask_index is None) is fast[3]):
+        # the node's last call again (its shape, weights and kernel choice): the projection and
+        # _mha_native's call straight, without re-deriving what that call checked
+        proj = fast_linear.linear(ctx, x, weights, bias=bias)
+        if proj is not None:
+            m1 = d1 = None
+            if mask_index is not None:
+                m1, d1 = _full_t(_mask_bias(mask_index, b, s, s, mask_filter_value)[:, None], s)
+            y = np.empty(fast[4], np.float32)
+            _native.mha(proj, fast[5], fast[6], fast[7], fast[8], m1, d1, None, None, y, fast[9], fast[10])
+            return y
     heads_of = None if cache is None else cache.get("attention_heads")
     if heads_of is None or heads_of[0] != weights.shape[1]:
         # what the attributes and the weights' width fix, worked out on the node's first call
@@ -735,6 +749,13 @@ def attention(ctx, x, weights, bias=None, mask_index=None, past=None, attention_
         kind = _mha_kernel(ctx, *heads)
         if kind != "numpy":
             y = _mha_native(ctx, *heads, tiles=kind == "tiles")
+            if (cache is not None and attention_bias is None and type(x) is np.ndarray and x.dtype is _F32_DT
+                    and _is_const(ctx, 1, weights) and (bias is None or (
+                        type(bias) is np.ndarray and bias.dtype is _F32_DT and bias.flags.c_contiguous
+                        and bias.shape == (weights.shape[1],)))):
+                cache["attention_fast"] = (x.shape, weights, bias, mask_index is None, y.shape,
+                                           (b, s, proj.shape[-1], 0, sizes[0], sizes[0] + sizes[1]), (h, dq, dv),
+                                           float(sc), bool(unidirectional), getattr(ctx, "threads", 1), kind == "tiles")
             return y if y.dtype is x.dtype else y.astype(x.dtype, copy=False)
     return _mha_numpy(*heads).astype(x.dtype, copy=False)
 
