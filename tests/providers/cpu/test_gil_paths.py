@@ -236,3 +236,18 @@ def test_attention_repeat_runs_take_the_last_call_and_follow_the_mask(with_mask)
     if with_mask:
         with pytest.raises(Exception):
             sess.run(None, {"x": rnd(B, S, H), "mask": np.ones((B, S + 1), np.int32)})
+
+
+def test_bound_matmul_takes_a_strided_input_through_the_kernel():
+    # a Transpose's view is not C-contiguous: the bound call hands it to the kernel (which copies
+    # it), the result is the reference's
+    w = rnd(32, 40)
+    model = _dyn_model([helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+                        helper.make_node("MatMul", ["t", "w"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])],
+                       {"x": (2, 32, 16)}, ["y"], {"w": w})
+    sess = cpu_session(model, threads=1)
+    for _ in range(3):
+        x = rnd(2, 32, 16)
+        assert_close(sess.run(None, {"x": x}), run_oracle(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    (st,) = _steps(sess, "MatMul")
+    assert "bound" in st[0].__qualname__

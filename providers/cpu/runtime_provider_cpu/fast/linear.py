@@ -215,7 +215,24 @@ def bind_matmul(ctx, w, kernel_fn) -> None:
     if hit is None or hit[0] is not w or hit[1] or not _is_const(ctx, 1, w):
         cache["bound"] = None
         return
-    shape, run, rk, out_shape = hit[2], hit[3].run, hit[4], hit[5]
+    shape, plan, rk, out_shape = hit[2], hit[3], hit[4], hit[5]
+    run = plan.run
+    if plan.KIND == "packed":
+        # the plan's _native.linear call itself on a C-contiguous ``a`` (the kernel reads it as
+        # R x K rows and writes R x N: the result made in the output's shape needs no reshape)
+        lin, packed, dims, threads = plan.native.linear, plan.packed, (rk[0], plan.K, plan.N), plan.threads
+        y_shape = (rk[0], plan.N) if out_shape is None else out_shape
+
+        def bound(ctx, a, b):
+            if (b is w and type(a) is np.ndarray and a.shape == shape and a.dtype is _F32_DT and a.flags.c_contiguous
+                    and current().native is not None):
+                y = np.empty(y_shape, _F32_DT)
+                lin(a, packed, None, y, dims, threads, True)
+                return y
+            return kernel_fn(ctx, a, b)
+
+        cache["bound"] = bound
+        return
 
     def bound(ctx, a, b):
         # linear()'s own fast path, inline (a MatMul's Python is ~1/3 of a small model's GIL time)
