@@ -28,7 +28,7 @@ from . import fusion, inplace
 from .parallel import ParallelRun
 from .schedule import Schedule
 from .solo import SoloChooser
-from .step import _NATIVE, NONE_SLOT, STOP, end_scope, run_scope, run_step
+from .step import _NATIVE, FP_IGNORED, NONE_SLOT, STOP, end_scope, run_scope, run_step
 from .subgraph import compile_subgraphs, with_outer
 
 
@@ -232,31 +232,48 @@ class CPUExecutable:
             STOP.reset(token)
 
     def _run(self, steps, inputs, stop, record=None):
+        """The steps on this thread, inside the caller's ``np.errstate(all="ignore")`` (which
+        :data:`~.step.FP_IGNORED` tells the kernels, so that they skip their own)."""
         slots = list(self.template)
         inputs = list(inputs)  # holds every feed for the whole run (never donated)
         for s, v in zip(self.input_slots, inputs):
             slots[s] = v
         check = self.check_kernels
         step = run_step
-        if record is None:
-            for st in steps:
-                if stop is not None:
-                    stop()
-                step(st, slots, check)
-                for s in st[5]:
-                    slots[s] = None
-        else:  # profiling: the same steps, each timed
-            for st in steps:
-                if stop is not None:
-                    stop()
-                t0 = perf_counter_ns()
-                args = step(st, slots, check)
-                t1 = perf_counter_ns()
-                record(st[1].node, t0, t1, args, [slots[s] for s in st[3] if s >= 0])
-                args = None  # no stray reference may survive into the next ownership test
-                for s in st[5]:
-                    slots[s] = None
+        token = FP_IGNORED.set(True)
+        try:
+            if record is None:
+                if stop is None:
+                    for st in steps:
+                        step(st, slots, check)
+                        for s in st[5]:
+                            slots[s] = None
+                else:
+                    for st in steps:
+                        stop()
+                        step(st, slots, check)
+                        for s in st[5]:
+                            slots[s] = None
+            else:
+                self._run_timed(steps, slots, stop, record, check)
+        finally:
+            FP_IGNORED.reset(token)
         return [slots[s] for s in self.output_slots]
+
+    @staticmethod
+    def _run_timed(steps, slots, stop, record, check):
+        """:meth:`_run`'s loop when profiling: the same steps, each timed."""
+        step = run_step
+        for st in steps:
+            if stop is not None:
+                stop()
+            t0 = perf_counter_ns()
+            args = step(st, slots, check)
+            t1 = perf_counter_ns()
+            record(st[1].node, t0, t1, args, [slots[s] for s in st[3] if s >= 0])
+            args = None  # no stray reference may survive into the next ownership test
+            for s in st[5]:
+                slots[s] = None
 
     def _bind(self):
         """Each bindable step whose kernel left ``ctx.cache["bound"]`` calls that from now on,

@@ -22,6 +22,11 @@ NONE_SLOT = 0
 #: for what runs inside a kernel: subgraph bodies and the iterations of Loop and Scan
 STOP: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_stop", default=None)
 
+#: True while a run's steps execute on this thread inside the run's ``np.errstate(all="ignore")``
+#: (set by ``CPUExecutable._run``): kernels then skip their own ``np.errstate`` (~2 us an enter
+#: and exit under the GIL; see ``ops/_common.ignore_fp``)
+FP_IGNORED: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_fp_ignored", default=False)
+
 
 def run_scope(stop):
     """Open the compiled kernels' run scope on this thread (``_native.run_enter``): the kernel
@@ -74,8 +79,10 @@ def run_step(step, slots: list, check: bool):
     try:
         if alt is not None and (own := inplace.owned(args, slots, alt[1])) >= 0:
             res = alt[0](ctx, own, *args, **attrs)
-        else:
+        elif attrs:
             res = fn(ctx, *args, **attrs)
+        else:  # no keywords to unpack (a bound step's call, say): a cheaper call
+            res = fn(ctx, *args)
     except CPUKernelError:
         raise
     except Exception as exc:

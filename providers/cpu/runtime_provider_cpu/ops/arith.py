@@ -15,6 +15,7 @@ import numpy as np
 
 from ..executable import inplace_variant
 from ._dtypes import _F16, _F32, _F64, _IGNORE, _ML_FLOATS, _in_dtype, _is_float, _lowp, reg
+from ._common import broadcast_shape, ignore_fp
 
 
 # -- binary arithmetic ---------------------------------------------------------
@@ -44,7 +45,7 @@ def _legacy_b(a: np.ndarray, b: np.ndarray, broadcast, axis) -> np.ndarray:
 
 def _div(a, b):
     if a.dtype.kind in "iu":
-        with np.errstate(**_IGNORE):
+        with ignore_fp(**_IGNORE):
             q = np.floor_divide(a, b)
             if a.dtype.kind == "i":
                 # C semantics: truncate toward zero
@@ -95,7 +96,7 @@ def _binary(op, versions_legacy, versions, f, *, extra=None, inplace=None):
         def k_inplace(ctx, owned, a, b):
             t = b if owned else a
             if (a.dtype == b.dtype and t.dtype.kind in kinds
-                    and t.shape == (a.shape if a.shape == b.shape else np.broadcast_shapes(a.shape, b.shape))):
+                    and t.shape == broadcast_shape(a.shape, b.shape)):
                 return ufunc(a, b, out=t)
             return f(a, b)
     if versions_legacy:
@@ -126,7 +127,7 @@ def _mod_check(node):
 @reg("Mod", 10, 13, 28, extra=_mod_check)
 def mod(ctx, a, b, *, fmod):
     f = np.fmod if fmod else np.mod  # fmod: C fmod (trunc); else floor (sign of the divisor)
-    with np.errstate(**_IGNORE):
+    with ignore_fp(**_IGNORE):
         if a.dtype in _ML_FLOATS:
             return f(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
         return f(a, b)
@@ -231,11 +232,11 @@ def _variadic(op, f):
     """Register the opset 1/6 kernel (equal shapes); return the broadcasting one (8+)."""
     def k_same_shape(ctx, *xs, consumed_inputs=None):
         _same_shapes(xs)
-        with np.errstate(**_IGNORE):
+        with ignore_fp(**_IGNORE):
             return f(xs)
 
     def k(ctx, *xs):
-        with np.errstate(**_IGNORE):
+        with ignore_fp(**_IGNORE):
             return f(xs)
 
     k_same_shape.__name__ = f"{op.lower()}_1"

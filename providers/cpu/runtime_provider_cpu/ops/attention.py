@@ -33,7 +33,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..registry import kernel
-from ._common import normalize_axis
+from ._common import ignore_fp, normalize_axis
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
@@ -230,7 +230,7 @@ def _attention(ctx, version, Q, K, V, attn_mask, past_key, past_value, nonpad,
         extra = np.where(allowed, cd.type(0), cd.type(_NEG_INF))
         bias = extra if bias is None else bias + extra
 
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+    with ignore_fp(invalid="ignore", over="ignore", divide="ignore"):
         qkb = qk if bias is None else r1(qk + bias)
         sp = _PRECISION[softmax_precision] if softmax_precision is not None else t1
         scd = _F64 if sp == _F64 else _F32
@@ -359,7 +359,7 @@ def flex_attention(ctx, Q, K, V, *, prob_mod, scale, score_mod, softmax_precisio
         sp = _F64 if t1 == _F64 else _F32
     scd = _F64 if sp == _F64 else _F32
     rs = _rounder(sp, scd)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with ignore_fp(invalid="ignore", over="ignore"):
         x = rs(_as(scores, scd))
         S = x.shape[-1]
         if score_mod is not None:
@@ -478,7 +478,7 @@ def swiglu(ctx, a, b, *, alpha):
     r = _rounder(t, cd)
     af = _as(a, cd)
     al = cd.type(t.type(alpha))
-    with np.errstate(over="ignore"):
+    with ignore_fp(over="ignore"):
         sig = r(cd.type(1) / r(cd.type(1) + r(np.exp(r(-al * af)))))
     return r(r(af * sig) * _as(b, cd)).astype(t)
 
@@ -564,7 +564,7 @@ def causal_conv_with_state(ctx, x, weight, bias=None, past_state=None, *, activa
         y = y + _as(bias, cd).reshape(C, 1)
     y = r(y)
     if activation in ("silu", "swish"):
-        with np.errstate(over="ignore"):
+        with ignore_fp(over="ignore"):
             y = y * (cd.type(1) / (cd.type(1) + np.exp(-y)))
     present = np.ascontiguousarray(padded[:, :, padded.shape[2] - (k - 1):])
     return y.astype(t), present

@@ -28,6 +28,7 @@ from ._dtypes import (
     _BF16, _E8M0, _F4, _F6, _F8, _F8_FNUZ, _F16, _F32, _F64, _IGNORE, _ML_FLOATS, _ML_INTS, _OBJ, _allowed,
     _fmt_dtypes, _in_dtype, _schema_types, reg,
 )
+from ._common import ignore_fp
 
 __all__ = ["SUBBYTE_INTS", "to_subbyte_int"]
 
@@ -53,7 +54,7 @@ def to_subbyte_int(x: np.ndarray, dst: np.dtype) -> np.ndarray:
     elif kind in "iu":
         v = x.astype(np.int64)  # uint64 wraps to int64: the low bits are unchanged
     elif kind == "f":
-        with np.errstate(invalid="ignore"):
+        with ignore_fp(invalid="ignore"):
             r = np.rint(x.astype(np.float64))  # float16/32/64 are exact in float64; rint is ties-to-even
             defined = np.isfinite(r) & (np.abs(r) < _INT64_SPAN)
             v = np.where(defined, r, 0.0).astype(np.int64)
@@ -234,7 +235,7 @@ def _cast_num(x: np.ndarray, dst: np.dtype, saturate, fnuz_inf_nan, round_mode="
         x, src = x.astype(_ML_INTS[src]), _ML_INTS[src]
         if src == dst:
             return x
-    with np.errstate(**_IGNORE):
+    with ignore_fp(**_IGNORE):
         if dst == np.bool_:
             return x != 0
         if dst in _F8:

@@ -24,6 +24,7 @@ import numpy as np
 
 from ..registry import kernel
 from .strings import _compile_re2
+from ._common import ignore_fp
 
 MS = "com.microsoft"
 
@@ -87,7 +88,7 @@ def _mix_block(h, k):
 
 def _murmur_words(words: np.ndarray, seed: int) -> np.ndarray:
     """MurmurHash3_x86_32 of each 4-byte key (``words`` uint32, any shape), vectorized."""
-    with np.errstate(over="ignore"):
+    with ignore_fp(over="ignore"):
         h = _mix_block(np.full(words.shape, seed & 0xFFFFFFFF, np.uint32), words)
         h ^= np.uint32(4)
         return _fmix(h)
@@ -97,7 +98,7 @@ def _murmur_bytes(data: bytes, seed: int) -> int:
     """MurmurHash3_x86_32 of one byte string (little-endian blocks, as onnxruntime on x86)."""
     n = len(data)
     nblocks = n // 4
-    with np.errstate(over="ignore"):
+    with ignore_fp(over="ignore"):
         h = np.uint32(seed & 0xFFFFFFFF)
         for k in np.frombuffer(data, "<u4", nblocks):
             h = _mix_block(h, k)

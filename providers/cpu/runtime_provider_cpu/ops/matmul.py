@@ -12,11 +12,24 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..executable import binds
 from ..fast import linear as fast_linear
 from ..fast.policy import current
 from ..fast.sgemm import pooled_matmul, sgemm_ready
 from ..registry import kernel
 from ._nncommon import _BF16, _F32, _FLOAT, _MATMUL_TYPES, _as, _cdtype
+
+_F32_DT = np.dtype(np.float32)
+
+
+def _fits(shape, other) -> bool:
+    """Whether ``other`` broadcasts onto ``shape`` without enlarging it (``np.broadcast_shapes``'
+    test without its Python, ~4 us); False also where the two do not broadcast at all."""
+    if other == shape:
+        return True
+    if len(other) > len(shape):
+        return False
+    return all(o == 1 or o == d for o, d in zip(other[::-1], shape[::-1]))
 
 
 def _matmul(a, b):
@@ -56,11 +69,16 @@ def batched_matmul(ctx, a, b, transA=False, transB=False, alpha=1.0):
 
 
 @kernel("MatMul", 1, 9, 13, dtypes=_MATMUL_TYPES | _BF16)
+@binds
 def matmul(ctx, a, b):
-    if a.dtype.name in ("float16", "bfloat16") or b.dtype.name in ("float16", "bfloat16"):
-        return _matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
-    if a.ndim >= 2 and b.ndim == 2 and a.dtype == _F32:
+    f32 = a.dtype is _F32_DT  # identity: numpy's dtype.name is a Python property, ~5 us a call
+    if not f32 or b.dtype is not _F32_DT:
+        if a.dtype.name in ("float16", "bfloat16") or b.dtype.name in ("float16", "bfloat16"):
+            return _matmul(a.astype(_F32), b.astype(_F32)).astype(a.dtype)
+        f32 = a.dtype == _F32
+    if f32 and a.ndim >= 2 and b.ndim == 2:
         y = fast_linear.linear(ctx, a, b)
+        fast_linear.bind_matmul(ctx, b, matmul)
         if y is None:  # numpy's BLAS is held at one thread: large products go to the pool
             y = pooled_matmul(getattr(ctx, "threads", 1), a, b)
         if y is not None:
@@ -138,7 +156,7 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
         pol = current()
         cd = _cdtype(dt)
         A, B = _as(A, cd), _as(B, cd)
-        if cd == _F32 and (y := fast_linear.linear(ctx, A, _as(b, cd), bool(transB))) is not None:
+        if cd is _F32_DT and (y := fast_linear.linear(ctx, A, _as(b, cd), bool(transB))) is not None:
             pass  # the Linear plan of this shape (fast/linear.py)
         elif A.shape[0] * A.shape[1] * B.shape[1] < pol.blas_min_macs:
             # a small product of more rows: a BLAS call would wake its worker threads, which
@@ -153,7 +171,7 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
             cc = _as(c, cd)
             if beta != 1.0:
                 cc = cc * cd.type(beta)
-            if y.shape == np.broadcast_shapes(y.shape, cc.shape):
+            if _fits(y.shape, cc.shape):
                 y += cc  # y is a fresh matmul result: add the bias in place
             else:
                 y = y + cc

@@ -12,7 +12,7 @@ import numpy as np
 from ..executable import inplace_variant
 from ..fast.policy import current
 from ..registry import kernel
-from ._common import mean_last, normalize_axis
+from ._common import ignore_fp, mean_last, normalize_axis
 from ._nncommon import _BF16, _F32, _FLOAT, _as, _attr, _cdtype, _spatial_axes
 
 
@@ -313,7 +313,7 @@ def lp_normalization(ctx, x, *, axis, p):
         norm = np.sum(np.abs(xc), axis=ax, keepdims=True)
     else:
         norm = np.sqrt(np.sum(xc * xc, axis=ax, keepdims=True))
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with ignore_fp(divide="ignore", invalid="ignore"):
         y = np.where(norm == 0, cd.type(0), xc / norm)
     return _as(y, x.dtype)
 

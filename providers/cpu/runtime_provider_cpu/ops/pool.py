@@ -18,6 +18,7 @@ from ._nncommon import (
     _F32, _FLOAT, _as, _attr, _cdtype, _check_pool_fits, _ints, _native_geometry_ok, _pad_const, _padding_extreme, _spatial_axes,
     _split_same, _tap_range, _tap_slice, _window_gather,
 )
+from ._common import ignore_fp
 
 
 def _pool_check(node):
@@ -257,7 +258,7 @@ def _avgpool_impl(ctx, x, auto_pad, ceil_mode, count_include_pad, dilations, ker
             ok = (pos >= 0) & (pos < in_sp[i])
         c = ok.sum(axis=1).astype(cd)
         cnt = cnt * c.reshape((1, 1) + tuple(out[i] if j == i else 1 for j in range(nd)))
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with ignore_fp(divide="ignore", invalid="ignore"):
         y = s / cnt
     return _as(y, dt)
 

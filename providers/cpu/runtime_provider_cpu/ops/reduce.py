@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from ._common import normalize_axes, normalize_axis
+from ._common import ignore_fp, normalize_axes, normalize_axis
 from ._dtypes import _ML_FLOATS, reg
 from .pool import row_means
 
@@ -176,7 +176,7 @@ _IDENTITY_ON_NO_AXES = {_r_sum, _r_mean, _r_max, _r_min, _r_prod}
 
 
 def _reduce(f, x, axes, keepdims):
-    with np.errstate(**_IGNORE):
+    with ignore_fp(**_IGNORE):
         r = f(x, _axes(x, axes), bool(keepdims))
         r = np.asarray(r)
         return r if r.dtype == x.dtype else r.astype(x.dtype)

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..limits import check_alloc
 from ..registry import kernel
-from ._common import normalize_axes, normalize_axis
+from ._common import ignore_fp, normalize_axes, normalize_axis
 
 INT64_MAX = np.iinfo(np.int64).max
 # ONNX TensorProto element types -> numpy (the CPU provider does not import onnx)
@@ -389,7 +389,7 @@ def _range_values(ctx, start, limit, delta, compute=None):
             raise ValueError("Range delta must not be 0")
         n = max(-((si - li) // di), 0)  # exact ceil((limit - start) / delta)
         check_alloc(ctx, "Range", [n], dt.itemsize)
-        with np.errstate(over="ignore"):
+        with ignore_fp(over="ignore"):
             return (np.arange(n, dtype=dt) * d + s).astype(dt, copy=False)
     ct = np.dtype(compute) if compute is not None else dt
     sf, lf, df = (float(v.astype(np.float64)) for v in (s, l, d))

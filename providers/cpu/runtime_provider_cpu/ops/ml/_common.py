@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from .._common import ignore_fp
 
 
 ML = "ai.onnx.ml"
@@ -21,7 +22,7 @@ _TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
 def _logistic(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, _F32)
-    with np.errstate(over="ignore"):
+    with ignore_fp(over="ignore"):
         v = _F32(1) / (_F32(1) + np.exp(-np.abs(x)))
     return np.where(x < 0, _F32(1) - v, v).astype(_F32, copy=False)
 
@@ -36,7 +37,7 @@ def _erfinv(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, _F32)
     sgn = np.where(x < 0, _F32(-1), _F32(1)).astype(_F32)
     y = (_F32(1) - x) * (_F32(1) + x)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with ignore_fp(divide="ignore", invalid="ignore"):
         lg = np.log(y)
         v = _ERF_A + _F32(0.5) * lg
         v2 = _ERF_B * lg
@@ -51,7 +52,7 @@ def _probit(x: np.ndarray) -> np.ndarray:
 def _softmax(s: np.ndarray) -> np.ndarray:
     s = np.asarray(s, _F32)
     m = s.max(axis=1, keepdims=True)
-    with np.errstate(over="ignore", invalid="ignore"):
+    with ignore_fp(over="ignore", invalid="ignore"):
         e = np.exp(s - m)
         return (e / e.sum(axis=1, keepdims=True)).astype(_F32, copy=False)
 
@@ -60,7 +61,7 @@ def _softmax_zero(s: np.ndarray) -> np.ndarray:
     s = np.asarray(s, _F32)
     m = np.maximum(s.max(axis=1, keepdims=True), -np.finfo(_F32).max)
     nz = (s > _F32(1e-7)) | (s < _F32(-1e-7))
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+    with ignore_fp(over="ignore", invalid="ignore", divide="ignore"):
         e = np.where(nz, np.exp(s - m), s * np.exp(-m))
         tot = np.where(nz, e, _F32(0)).sum(axis=1, keepdims=True)
         return (e / tot).astype(_F32, copy=False)

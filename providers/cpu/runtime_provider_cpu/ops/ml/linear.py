@@ -9,6 +9,7 @@ from ._common import (
     ML, _F32, _F64, _as_2d, _binary_expand, _check_post, _labels_array, _logistic, _probit, _strings_out, _to_f32,
     _transform_rows,
 )
+from .._common import ignore_fp
 
 
 def _batched_update(scores: np.ndarray, post: str, add_second_class: int) -> np.ndarray:
@@ -145,7 +146,7 @@ def _multiclass_probability(P: np.ndarray) -> np.ndarray:
     p = np.full((n, k), _F32(1) / _F32(k), _F32)
     eps = _F32(0.005) / _F32(k)
     active = np.ones(n, dtype=bool)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+    with ignore_fp(divide="ignore", invalid="ignore", over="ignore"):
         for _ in range(100):
             Qa = Q[active]
             pa = p[active]

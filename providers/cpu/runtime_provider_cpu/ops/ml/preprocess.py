@@ -7,6 +7,7 @@ import numpy as np
 
 from ...registry import kernel
 from ._common import ML, _F32, _F64, _to_f32
+from .._common import ignore_fp
 
 
 @kernel("Scaler", 1, domain=ML, dtypes={"float32", "float64", "int64", "int32"})
@@ -45,15 +46,15 @@ def normalizer(ctx, X, *, norm):
     xf = _to_f32(X)
     if norm == "MAX":
         d = xf.max(axis=axis, keepdims=True)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with ignore_fp(divide="ignore", invalid="ignore"):
             return np.where(d != 0, xf / np.where(d != 0, d, 1), xf).astype(_F32, copy=False)
     if norm == "L1":
         d = np.abs(X).astype(_F32).sum(axis=axis, keepdims=True, dtype=_F32)
-        with np.errstate(divide="ignore", invalid="ignore"):
+        with ignore_fp(divide="ignore", invalid="ignore"):
             return np.where(d != 0, xf / np.where(d != 0, d, 1), xf).astype(_F32, copy=False)
     sq = (X * X).astype(_F32)
     d = sq.sum(axis=axis, keepdims=True, dtype=_F32)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with ignore_fp(divide="ignore", invalid="ignore"):
         r = np.sqrt(sq / np.where(d != 0, d, 1))
         r = np.where(X < 0, -r, r)
         return np.where(d != 0, r, xf).astype(_F32, copy=False)
@@ -141,7 +142,7 @@ def one_hot_encoder(ctx, X, *, cats_int64s, cats_strings, zeros):
     else:
         if kind == "i":
             u, p = table
-            with np.errstate(invalid="ignore"):
+            with ignore_fp(invalid="ignore"):
                 xi = X.reshape(-1).astype(np.int64)
             j = np.searchsorted(u, xi)
             jc = np.minimum(j, u.size - 1)
