@@ -63,7 +63,7 @@ def format_gemm(res: dict) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.append("GFLOP/s by wall clock (best of the repeats); '% peak': against the higher of the FMA peak "
-                 "readings taken just before and after that size's timings (the peak above: the highest reading); "
+                 "readings taken just before and after our timings of that size (the peak above: the highest reading); "
                  "'cold W': ours on copies of the packed weight taken in turn (64 MiB), its weights from L3 or "
                  "memory as in a model; 'cpu time': by the process's CPU time over the threads (steadier on a busy "
                  "machine)")

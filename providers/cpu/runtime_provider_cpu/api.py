@@ -90,7 +90,8 @@ def gemm_benchmark(sizes: list[tuple[int, int, int]], threads: int = 1, repeats:
     (``ours_cold``, added in API 1.2: ours on copies of the packed weight taken in turn, its
     weights past L2 as in a model; ``ours`` and ``ours_cold`` None where not built; a row's
     ``peak``, added in API 1.2: the higher of the peak readings taken just before and just after
-    that size's timings (the peak moves between readings), the top-level ``peak`` the highest;
+    ours (and ours_cold) of that size (the peak moves between readings), the top-level ``peak``
+    the highest;
     ``gflops_cpu`` by the process's CPU time over the threads; the peak's ``flops`` by each
     thread's CPU time, ``flops_wall`` by the wall clock of the threads started together)."""
     from .fast.peak import gemm_rates

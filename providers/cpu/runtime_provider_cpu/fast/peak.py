@@ -85,7 +85,7 @@ def gemm_rates(sizes, threads: int = 1, repeats: int = 5) -> dict:
     """For each (M, K, N) of ``sizes``: numpy's matmul (BLAS, held at ``threads`` threads) and
     ours (``_native.linear`` on a packed weight, where built) in GFLOP/s, ours also with its
     weights past L2 (``ours_cold``: copies taken in turn); each row's ``peak`` the higher of the
-    FMA peak readings taken just before and just after its timings; plus the machine and the
+    FMA peak readings taken just before and just after ours (and ours_cold) of that size; plus the machine and the
     highest reading of all (``peak``)."""
     try:
         from threadpoolctl import threadpool_limits
