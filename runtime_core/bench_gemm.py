@@ -53,16 +53,20 @@ def format_gemm(res: dict) -> str:
              "numpy (cpu time)", "ours (cpu time)")]
     for r in res["rows"]:
         n, o, oc = r["numpy"], r["ours"], r.get("ours_cold")
-        rows.append(("x".join(map(str, r["size"])), f"{n['gflops_wall']:.1f}", _pct(n["gflops_wall"], pk),
-                     f"{o['gflops_wall']:.1f}" if o else "not built", _pct(o["gflops_wall"], pk) if o else "-",
-                     f"{oc['gflops_wall']:.1f}" if oc else "-", _pct(oc["gflops_wall"], pk) if oc else "-",
+        # each size against the peak read around its timings, where given
+        rp = r["peak"]["flops"] / 1e9 if (r.get("peak") or {}).get("flops") else pk
+        rows.append(("x".join(map(str, r["size"])), f"{n['gflops_wall']:.1f}", _pct(n["gflops_wall"], rp),
+                     f"{o['gflops_wall']:.1f}" if o else "not built", _pct(o["gflops_wall"], rp) if o else "-",
+                     f"{oc['gflops_wall']:.1f}" if oc else "-", _pct(oc["gflops_wall"], rp) if oc else "-",
                      f"{n['gflops_cpu']:.1f}" if n["gflops_cpu"] else "-",
                      f"{o['gflops_cpu']:.1f}" if o and o["gflops_cpu"] else "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.append("GFLOP/s by wall clock (best of the repeats); 'cold W': ours on copies of the packed weight "
-                 "taken in turn (64 MiB), its weights from L3 or memory as in a model; 'cpu time': by the process's "
-                 "CPU time over the threads (steadier on a busy machine)")
+    lines.append("GFLOP/s by wall clock (best of the repeats); '% peak': against the higher of the FMA peak "
+                 "readings taken just before and after our timings of that size (the peak above: the highest reading); "
+                 "'cold W': ours on copies of the packed weight taken in turn (64 MiB), its weights from L3 or "
+                 "memory as in a model; 'cpu time': by the process's CPU time over the threads (steadier on a busy "
+                 "machine)")
     return "\n".join(lines)
 
 

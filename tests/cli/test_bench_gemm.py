@@ -87,3 +87,40 @@ def test_the_peak_by_wall_clock_is_no_more_than_by_each_threads_cpu_time():
         assert 0 < peak["flops_wall"] <= peak["flops"] * 1.001
     code, text = run("bench", "--gemm", "--sizes", "8x8x8", "--threads", "2", "--gemm-repeat", "1")
     assert code == 0 and "FMA peak by wall clock" in text
+
+
+def test_each_size_against_the_peak_read_around_it():
+    """The FMA peak moves between readings (the clock under the host's load): gemm_rates reads it
+    before and after each size's timings, each row carries the higher of its two readings, the
+    top-level peak is the highest of all, and the table's '% peak' is against the row's."""
+    from runtime_core.bench_gemm import format_gemm
+    from runtime_provider_cpu.api import gemm_benchmark
+    from runtime_provider_cpu.fast import policy
+
+    res = gemm_benchmark([(8, 8, 8), (5, 7, 9)], 1, 1)
+    if policy.NATIVE is not None:
+        for r in res["rows"]:
+            assert 0 < r["peak"]["flops"] <= res["peak"]["flops"]
+            assert r["peak"]["lanes"] == res["peak"]["lanes"]
+    rate = {"gflops_wall": 50.0, "gflops_cpu": 50.0, "seconds": 1.0}
+    peak = {"flops": 200e9, "flops_wall": 190e9, "lanes": 16, "mhz": None, "fma_per_cycle": None}
+    fake = {"cpu": "x", "isa": "y", "threads": 1, "blas": [], "peak": peak,
+            "rows": [{"size": (1, 2, 3), "numpy": rate, "ours": rate, "ours_cold": rate,
+                      "peak": dict(peak, flops=100e9)},
+                     {"size": (4, 5, 6), "numpy": rate, "ours": rate, "ours_cold": rate}]}
+    lines = format_gemm(fake).splitlines()
+    assert next(x for x in lines if x.startswith("1x2x3")).split()[1:5] == ["50.0", "50%", "50.0", "50%"]
+    # a row without its own readings (an older result) is against the top-level peak
+    assert next(x for x in lines if x.startswith("4x5x6")).split()[1:5] == ["50.0", "25%", "50.0", "25%"]
+
+
+def test_the_higher_of_two_peak_readings():
+    from runtime_provider_cpu.fast.peak import _higher
+
+    none = {"flops": None, "flops_wall": None, "lanes": None, "mhz": None, "fma_per_cycle": None}
+    lo = {"flops": 1.0e11, "flops_wall": 0.9e11, "lanes": 16, "mhz": 2600.0, "fma_per_cycle": 1.0}
+    hi = {"flops": 1.2e11, "flops_wall": 0.8e11, "lanes": 16, "mhz": 2600.0, "fma_per_cycle": 1.2}
+    for a, b in ((lo, hi), (hi, lo)):
+        got = _higher(a, b)
+        assert got["flops"] == 1.2e11 and got["fma_per_cycle"] == 1.2 and got["flops_wall"] == 0.9e11
+    assert _higher(none, lo) is lo and _higher(lo, none) is lo and _higher(none, none)["flops"] is None

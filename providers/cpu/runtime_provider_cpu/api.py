@@ -86,9 +86,12 @@ def gemm_benchmark(sizes: list[tuple[int, int, int]], threads: int = 1, repeats:
     kernel where it is built, against the measured FMA peak. Returns ``{"cpu", "isa",
     "threads", "blas": [threadpoolctl's BLAS entries: internal_api, version, architecture,
     ...], "peak": {"flops", "flops_wall", "lanes", "mhz", "fma_per_cycle"}, "rows": [{"size",
-    "numpy", "ours", "ours_cold"}]}``, each rate ``{"gflops_wall", "gflops_cpu", "seconds"}``
+    "numpy", "ours", "ours_cold", "peak"}]}``, each rate ``{"gflops_wall", "gflops_cpu", "seconds"}``
     (``ours_cold``, added in API 1.2: ours on copies of the packed weight taken in turn, its
-    weights past L2 as in a model; ``ours`` and ``ours_cold`` None where not built;
+    weights past L2 as in a model; ``ours`` and ``ours_cold`` None where not built; a row's
+    ``peak``, added in API 1.2: the higher of the peak readings taken just before and just after
+    ours (and ours_cold) of that size (the peak moves between readings), the top-level ``peak``
+    the highest;
     ``gflops_cpu`` by the process's CPU time over the threads; the peak's ``flops`` by each
     thread's CPU time, ``flops_wall`` by the wall clock of the threads started together)."""
     from .fast.peak import gemm_rates
