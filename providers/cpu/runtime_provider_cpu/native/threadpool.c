@@ -481,13 +481,13 @@ static void rc_gate_forked(void)
     rc_gate.head = rc_gate.tail = NULL;
 }
 
-/* hand free slots to the waiting runs in order (under mu): the first waits while the runs in
- * flight reach its limit, and those behind it wait behind it */
 static int rc_gate_of(int limit)
 {
     return limit < 0 ? rc_gate_default() : limit;
 }
 
+/* hand free slots to the waiting runs in order (under mu): the first waits while the runs in
+ * flight reach its limit, and those behind it wait behind it */
 static void rc_gate_admit(void)
 {
     while (rc_gate.head) {
@@ -514,8 +514,9 @@ static void rc_gate_leave(void)
 }
 
 /* take a slot for a run of this limit (0: none, it still counts as in flight; -1: run_gate's,
- * read again while it waits), waiting behind the runs that came first; called with the GIL, released while waiting. Returns 1, or 0 when
- * stop's first byte was set while it waited (no slot taken) */
+ * read again while it waits), waiting behind the runs that came first; called with the GIL,
+ * released while waiting. Returns 1, or 0 when stop's first byte was set while it waited (no
+ * slot taken) */
 static int rc_gate_enter(int limit, const volatile unsigned char *stop)
 {
     const int now = rc_gate_of(limit);
