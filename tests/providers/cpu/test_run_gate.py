@@ -7,6 +7,9 @@ so a deadlock fails the test instead of hanging it.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -393,3 +396,11 @@ def test_a_higher_limit_admits_the_waiting_runs(gate):
     finally:
         NATIVE.run_exit(hold)
     t.join(JOIN_S)
+
+
+@pytest.mark.parametrize("env, want", [("3", "3"), ("0", "0"), ("", "cores"), ("-2", "cores"), ("x", "cores")])
+def test_the_environment_sets_the_default(env, want):
+    code = "from runtime_provider_cpu.fast.policy import NATIVE; print(NATIVE.run_gate())"
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, RUNTIME_CORE_CPU_MAX_RUNS=env),
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == (str(len(os.sched_getaffinity(0))) if want == "cores" else want)
