@@ -59,15 +59,22 @@ CPU_AUTOTUNE = "session.cpu.autotune"
 #: "1": a CPU partition on several threads measures, once its runs slow down (other processes on
 #: the cores), whether its kernels run faster on the calling thread alone; "0" (default): pooled
 CPU_SOLO_CHOICE = "session.cpu.solo_choice"
+#: a count: the runs (of any session) in flight past which a CPU run of this session waits its
+#: turn before it starts; "0": no limit; unset: the cores the process may use
+CPU_MAX_RUNS = "session.cpu.max_concurrent_runs"
 
 
 def _check_cpu_autotune(opts: SessionOptions) -> None:
     """A typed error for a ``session.cpu.autotune`` or ``session.cpu.solo_choice`` other than
-    "0" or "1"."""
+    "0" or "1", or a ``session.cpu.max_concurrent_runs`` other than a count."""
     for key in (CPU_AUTOTUNE, CPU_SOLO_CHOICE):
         raw = (opts.get_config(key, "") or "").strip()
         if raw not in ("", "0", "1"):
             raise InvalidArgumentError(f"session config entry {key!r} must be '0' or '1', got {raw!r}")
+    raw = (opts.get_config(CPU_MAX_RUNS, "") or "").strip()
+    if raw and (not raw.isdigit() or int(raw) > 1 << 20):
+        raise InvalidArgumentError(f"session config entry {CPU_MAX_RUNS!r} must be a count of runs (0: no limit), "
+                                   f"got {raw!r}")
 
 
 def _max_tensor_bytes(opts: SessionOptions) -> int:

@@ -62,6 +62,25 @@ def solo_enabled(partition) -> bool:
     return str(config.get(SOLO_CONFIG, "0")).strip() == "1"
 
 
+#: the runs (of any session) in flight past which a run of this session waits its turn before it
+#: starts (first come first served, the GIL released): "0" no limit; unset, the process's
+#: (the cores it may use, or ``RUNTIME_CORE_CPU_MAX_RUNS``; ``_native.run_gate``)
+MAX_RUNS_CONFIG = "session.cpu.max_concurrent_runs"
+
+
+def max_concurrent_runs(partition) -> int:
+    """This partition's limit on the runs in flight (``session.cpu.max_concurrent_runs``; -1:
+    the process's); a typed error for anything but a count."""
+    config = getattr(partition, "config", None) or {}
+    raw = str(config.get(MAX_RUNS_CONFIG, "")).strip()
+    if not raw:
+        return -1
+    if not raw.isdigit() or int(raw) > 1 << 20:
+        raise ValueError(f"session config entry {MAX_RUNS_CONFIG!r} must be a count of runs (0: no limit), "
+                         f"got {raw!r}")
+    return int(raw)
+
+
 def autotune_enabled(partition) -> bool:
     """Whether this partition's kernels measure their candidates: its session's
     ``session.cpu.autotune`` (default "1"); a core older than plugin API 1.4 says nothing."""
@@ -96,6 +115,7 @@ class CPUExecutable:
             hold_blas(kernel_threads)  # BLAS's own threads, set once for the process
         cap = int(getattr(partition, "max_tensor_bytes", 0) or 0)
         tune = autotune_enabled(partition)
+        self._max_runs = max_concurrent_runs(partition)
         weights: dict = {}  # one packed copy per (constant, layout) for the partition's nodes
         for node in partition.nodes:
             spec = REGISTRY.lookup(node.domain, node.op_type, node.since_version)
@@ -199,8 +219,8 @@ class CPUExecutable:
         run as it is."""
         # floating-point warnings are the IEEE results ONNX asks for (inf, nan): ignored once
         # per run here rather than per kernel call (np.errstate costs more than a tiny add)
+        scope = run_scope(stop, self._max_runs)  # may wait its turn among concurrent runs
         token = STOP.set(stop)
-        scope = run_scope(stop)
         try:
             with np.errstate(all="ignore"):
                 if self._schedule is not None:
@@ -220,8 +240,8 @@ class CPUExecutable:
     def run_profiled(self, inputs, record, stop=None):
         """``run`` that times each kernel call: ``record(node, t0_ns, t1_ns, inputs, outputs)``
         after each node (profiling; never the fused steps, so that each node is timed)."""
+        scope = run_scope(stop, self._max_runs)
         token = STOP.set(stop)
-        scope = run_scope(stop)
         try:
             with np.errstate(all="ignore"):
                 if self._schedule is not None:

@@ -101,8 +101,10 @@ class ParallelRun:
 
     def _help(self) -> None:
         lock, ready = self.lock, self.ready
+        # its kernels count for the pool and poll the stop flag; it works for a run already
+        # admitted, so it never waits for the gate (the run would wait on itself)
+        scope = run_scope(self.stop, joined=True)
         token = STOP.set(self.stop)  # subgraph bodies run on this thread see the run's stop
-        scope = run_scope(self.stop)  # its kernels count for the pool and poll the stop flag
         try:
             with np.errstate(all="ignore"):  # floating-point state is per thread
                 while True:

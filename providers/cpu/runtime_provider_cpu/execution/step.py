@@ -28,14 +28,24 @@ STOP: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_stop
 FP_IGNORED: contextvars.ContextVar = contextvars.ContextVar("runtime_provider_cpu_fp_ignored", default=False)
 
 
-def run_scope(stop):
+def run_scope(stop, limit: int = -1, joined: bool = False):
     """Open the compiled kernels' run scope on this thread (``_native.run_enter``): the kernel
     pool counts the run as one in flight (its cores are shared with concurrent runs) and the
     parts of a long kernel poll ``stop``'s flag (``RunStop.flag``: a byte the core sets with
-    ``RunOptions.terminate``). Returns what :func:`end_scope` takes (None without the extension)."""
+    ``RunOptions.terminate``). Returns what :func:`end_scope` takes (None without the extension).
+
+    A thread's outermost scope first waits its turn, the GIL released, while ``limit`` runs are
+    in flight (-1: the process's, ``_native.run_gate``; 0: no limit); scopes inside it (If, Loop
+    and Scan bodies, a session run inside a kernel) and ``joined`` ones (a thread working for a
+    run already admitted: the parallel executor's helpers) never wait. A run cancelled while it
+    waits raises ``stop``'s error, holding nothing."""
     if _NATIVE is None:
         return None
-    return _NATIVE.run_enter(getattr(stop, "flag", None))
+    scope = _NATIVE.run_enter(getattr(stop, "flag", None), limit, joined)
+    if scope is None:  # the flag was set while it waited: the run's usual cancelled error
+        stop()
+        raise RuntimeError("the run was cancelled while it waited for its turn")  # a stop that did not raise
+    return scope
 
 
 def end_scope(scope) -> None:

@@ -308,14 +308,15 @@ static PyMethodDef methods[] = {
      "threads threads; inf_nan: a row holding +inf becomes NaN (the Softmax op's arithmetic)."},
     {"pool_stats", rc_py_pool_stats, METH_NOARGS,
      "pool_stats() -> (workers, last_threads, runs, skipped, started, stalls, jobs, alone, job_ns,\n"
-     "wait_ns, load_alone)\n"
+     "wait_ns, load_alone, gate_waited, gate_wait_ns, gate_admitted, gate_queued)\n"
      "The kernel thread pool's started workers, how many threads ran the last pooled job, the\n"
      "runs in flight (run_enter scopes), the parts skipped for a stop flag and the parts of\n"
      "jobs asking for several threads (run alone or not) started so far, and the stalls seen\n"
      "(a caller waiting on workers so long that it would have done the job sooner alone); the\n"
      "jobs opened to workers, those no worker ran a part of, their wall time and their callers'\n"
      "waits on workers after their own parts (ns), and the jobs run on their caller alone for\n"
-     "the machine's load (pool_load_rule)."},
+     "the machine's load (pool_load_rule); the runs that waited for the gate (run_enter) so\n"
+     "far and their waits (ns), and the runs holding a slot of it and waiting for one now."},
     {"pool_load_rule", (PyCFunction)(void (*)(void))rc_py_pool_load_rule, METH_VARARGS | METH_KEYWORDS,
      "pool_load_rule(on=None, others=None) -> (on, others) before\n"
      "Whether a pool job runs on its caller alone while other processes' runnable threads fill\n"
@@ -334,11 +335,18 @@ static PyMethodDef methods[] = {
      "run_solo(on) -> before\n"
      "Whether the pool jobs this thread opens run on it alone (True) or on the pool (False);\n"
      "returns the setting before."},
-    {"run_enter", rc_py_run_enter, METH_O,
-     "run_enter(flag) -> scope\n"
+    {"run_enter", (PyCFunction)(void (*)(void))rc_py_run_enter, METH_VARARGS | METH_KEYWORDS,
+     "run_enter(flag, limit=-1, joined=False) -> scope, or None\n"
      "Until run_exit(scope), this thread's kernels skip their parts not started once flag's\n"
      "first byte is nonzero (flag: a writable buffer, or None to keep the enclosing scope's);\n"
-     "a thread's outermost scope counts as a run in flight, which the pool shares its cores with."},
+     "a thread's outermost scope counts as a run in flight, which the pool shares its cores with.\n"
+     "An outermost scope not joined (a thread working for a run already admitted) first waits,\n"
+     "the GIL released and first come first served, while limit runs are in flight (-1:\n"
+     "run_gate's; 0: no limit); None when flag was set while it waited (nothing entered)."},
+    {"run_gate", rc_py_run_gate, METH_VARARGS,
+     "run_gate(limit=None) -> the limit before\n"
+     "The runs in flight (run_enter, limit -1) past which a run waits: by default the cores the\n"
+     "process may use, or RUNTIME_CORE_CPU_MAX_RUNS; 0: no limit. None reads it."},
     {"sgemm", rc_py_sgemm, METH_VARARGS,
      "sgemm(a, b, y, (M, K, N), threads, trans_b=False)\n"
      "y[M][N] = a[M][K] @ b[K][N] in float32 (C-contiguous; b given as [N][K] with trans_b) as tiles of y\n"

@@ -20,7 +20,11 @@
  *   worker's part so long that it would have done the job sooner alone (a worker descheduled
  *   mid-part, or a part much slower than the caller's). Counted only: acting on them (running
  *   jobs alone for a while) fired on a quiet virtual machine's uneven parts and halved conv
- *   models' speed. */
+ *   models' speed.
+ * - Runs are admitted (the gate, run_enter at depth 0): while as many runs as a run's limit
+ *   (default: the cores the process may use) are in flight, it waits its turn, first come first
+ *   served, the GIL released; eight runs on two cores otherwise mean eight runnable threads, and
+ *   one descheduled while it holds the GIL stalls every other run. */
 #include "native.h"
 
 #include <fcntl.h>
@@ -80,6 +84,7 @@ static unsigned long rc_alone;        /* atomic: of those, jobs no worker ran a 
 static unsigned long rc_job_ns;       /* atomic: their wall time, open to close, ns */
 static unsigned long rc_wait_ns;      /* atomic: their callers' waits on workers after their own parts, ns */
 static unsigned long rc_load_alone;   /* atomic: jobs their caller ran alone for the machine's load */
+static void rc_gate_forked(void);
 
 /* ---- the load rule: other processes' runnable threads, from /proc/loadavg ---------------- */
 
@@ -309,6 +314,7 @@ void rc_pool_forked(void)
     rc_runs = 0;
     rc_tls_depth = 0;
     rc_tls_stop = NULL;
+    rc_gate_forked();
 }
 
 /* fn(arg, part, parts) for every part in [0, parts), on the caller's thread and up to
@@ -421,12 +427,188 @@ void rc_parallel(rc_part_f fn, void *arg, int parts, int threads)
     __atomic_add_fetch(&rc_wait_ns, (unsigned long)(t_end - t_worked), __ATOMIC_RELAXED);
 }
 
+/* ---- the gate: runs admitted at once ------------------------------------------------------ */
+
+/* a run waiting for its turn (on its thread's stack, in the queue under rc_gate.mu) */
+typedef struct rc_waiter {
+    pthread_cond_t cv;
+    int limit;               /* admitted while fewer runs than this are in flight (-1: the default's) */
+    int admitted;            /* the slot was handed to it (under mu) */
+    struct rc_waiter *next;
+} rc_waiter;
+
+static struct {
+    pthread_mutex_t mu;
+    int admitted;            /* runs holding a slot */
+    int queued;              /* runs waiting */
+    rc_waiter *head, *tail;  /* the waiting runs, first come first */
+} rc_gate = {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL};
+
+/* a waiting run reads its stop flag this often (RunOptions.terminate ends a run within 100 ms) */
+#define RC_GATE_POLL_NS 10000000L
+
+static int rc_gate_limit = -1;        /* atomic: the default limit (0: none); -1 until read */
+static pthread_once_t rc_gate_once = PTHREAD_ONCE_INIT;
+static unsigned long rc_gate_waited;  /* atomic: runs that waited for a slot, ever */
+static unsigned long rc_gate_wait_ns; /* atomic: their waits, ns */
+
+static void rc_gate_init(void)
+{
+    /* RUNTIME_CORE_CPU_MAX_RUNS: a count (0: no limit); otherwise the cores the process may use */
+    int limit = rc_cores();
+    const char *e = getenv("RUNTIME_CORE_CPU_MAX_RUNS");
+    if (e && *e) {
+        char *end;
+        const long v = strtol(e, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 1L << 20)
+            limit = (int)v;
+    }
+    int unset = -1;
+    __atomic_compare_exchange_n(&rc_gate_limit, &unset, limit, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
+static int rc_gate_default(void)
+{
+    pthread_once(&rc_gate_once, rc_gate_init);
+    return __atomic_load_n(&rc_gate_limit, __ATOMIC_RELAXED);
+}
+
+static void rc_gate_forked(void)
+{
+    /* the child has none of the parent's runs; waiters' stacks belong to threads it lacks */
+    pthread_mutex_init(&rc_gate.mu, NULL);
+    rc_gate.admitted = rc_gate.queued = 0;
+    rc_gate.head = rc_gate.tail = NULL;
+}
+
+static int rc_gate_of(int limit)
+{
+    return limit < 0 ? rc_gate_default() : limit;
+}
+
+/* hand free slots to the waiting runs in order (under mu): the first waits while the runs in
+ * flight reach its limit, and those behind it wait behind it */
+static void rc_gate_admit(void)
+{
+    while (rc_gate.head) {
+        const int limit = rc_gate_of(rc_gate.head->limit);
+        if (limit > 0 && rc_gate.admitted >= limit)
+            break;
+        rc_waiter *w = rc_gate.head;
+        rc_gate.head = w->next;
+        if (!rc_gate.head)
+            rc_gate.tail = NULL;
+        rc_gate.queued--;
+        rc_gate.admitted++;
+        w->admitted = 1;
+        pthread_cond_signal(&w->cv);
+    }
+}
+
+static void rc_gate_leave(void)
+{
+    pthread_mutex_lock(&rc_gate.mu);
+    rc_gate.admitted--;
+    rc_gate_admit();
+    pthread_mutex_unlock(&rc_gate.mu);
+}
+
+/* take a slot for a run of this limit (0: none, it still counts as in flight; -1: run_gate's,
+ * read again while it waits), waiting behind the runs that came first; called with the GIL,
+ * released while waiting. Returns 1, or 0 when stop's first byte was set while it waited (no
+ * slot taken) */
+static int rc_gate_enter(int limit, const volatile unsigned char *stop)
+{
+    const int now = rc_gate_of(limit);
+    pthread_mutex_lock(&rc_gate.mu);
+    if (now == 0 || (!rc_gate.head && rc_gate.admitted < now)) {
+        rc_gate.admitted++;
+        pthread_mutex_unlock(&rc_gate.mu);
+        return 1;
+    }
+    rc_waiter w;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w.cv, &ca);
+    pthread_condattr_destroy(&ca);
+    w.limit = limit;
+    w.admitted = 0;
+    w.next = NULL;
+    if (rc_gate.tail)
+        rc_gate.tail->next = &w;
+    else
+        rc_gate.head = &w;
+    rc_gate.tail = &w;
+    rc_gate.queued++;
+    const long t0 = rc_now_ns();
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    while (!w.admitted) {
+        if (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)) {
+            /* cancelled while waiting: leave the queue (those behind may now go) */
+            rc_waiter **p = &rc_gate.head, *prev = NULL;
+            while (*p != &w) {
+                prev = *p;
+                p = &(*p)->next;
+            }
+            *p = w.next;
+            if (rc_gate.tail == &w)
+                rc_gate.tail = prev;
+            rc_gate.queued--;
+            rc_gate_admit();
+            ok = 0;
+            break;
+        }
+        if (stop) {
+            const long until = rc_now_ns() + RC_GATE_POLL_NS;
+            const struct timespec ts = {until / 1000000000L, until % 1000000000L};
+            pthread_cond_timedwait(&w.cv, &rc_gate.mu, &ts);
+        } else {
+            pthread_cond_wait(&w.cv, &rc_gate.mu);
+        }
+    }
+    pthread_mutex_unlock(&rc_gate.mu);
+    Py_END_ALLOW_THREADS
+    pthread_cond_destroy(&w.cv);
+    __atomic_add_fetch(&rc_gate_waited, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&rc_gate_wait_ns, (unsigned long)(rc_now_ns() - t0), __ATOMIC_RELAXED);
+    return ok;
+}
+
+/* run_gate(limit=None) -> the default limit before: the runs a run (run_enter's limit -1) lets
+ * be in flight before it waits; 0: no limit; None reads it */
+PyObject *rc_py_run_gate(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *o = Py_None;
+    if (!PyArg_ParseTuple(args, "|O:run_gate", &o))
+        return NULL;
+    const int before = rc_gate_default();
+    if (o != Py_None) {
+        const long v = PyLong_AsLong(o);
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        if (v < 0 || v > 1L << 20) {
+            PyErr_Format(PyExc_ValueError, "run_gate: the limit must be a count in [0, 2^20] (0: none), got %ld", v);
+            return NULL;
+        }
+        __atomic_store_n(&rc_gate_limit, (int)v, __ATOMIC_RELAXED);
+        /* a higher limit may admit waiting runs now */
+        pthread_mutex_lock(&rc_gate.mu);
+        rc_gate_admit();
+        pthread_mutex_unlock(&rc_gate.mu);
+    }
+    return PyLong_FromLong(before);
+}
+
 /* pool_stats() -> (workers started, threads that ran parts of the last pooled job, runs in
  * flight, parts skipped for a stop flag and parts of jobs asking for several threads (run
  * alone or not) started since the module loaded,
  * stalls seen since then, jobs opened to workers, of those the jobs no worker ran a part of,
  * their wall time and their callers' waits on workers after their own parts (ns), and the
- * jobs their callers ran alone for the machine's load) */
+ * jobs their callers ran alone for the machine's load; then the runs that waited for the gate
+ * since the module loaded, their waits (ns), and the runs holding a slot and waiting now) */
 PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -434,7 +616,10 @@ PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
     pthread_mutex_lock(&rc_pool.mu);
     const int started = rc_pool.started, last = rc_pool.last_threads;
     pthread_mutex_unlock(&rc_pool.mu);
-    return Py_BuildValue("(iiikkkkkkkk)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
+    pthread_mutex_lock(&rc_gate.mu);
+    const int admitted = rc_gate.admitted, queued = rc_gate.queued;
+    pthread_mutex_unlock(&rc_gate.mu);
+    return Py_BuildValue("(iiikkkkkkkkkkii)", started, last, __atomic_load_n(&rc_runs, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_skipped, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_started, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_stalls, __ATOMIC_RELAXED),
@@ -442,7 +627,9 @@ PyObject *rc_py_pool_stats(PyObject *self, PyObject *args)
                          __atomic_load_n(&rc_alone, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_job_ns, __ATOMIC_RELAXED),
                          __atomic_load_n(&rc_wait_ns, __ATOMIC_RELAXED),
-                         __atomic_load_n(&rc_load_alone, __ATOMIC_RELAXED));
+                         __atomic_load_n(&rc_load_alone, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_gate_waited, __ATOMIC_RELAXED),
+                         __atomic_load_n(&rc_gate_wait_ns, __ATOMIC_RELAXED), admitted, queued);
 }
 
 typedef struct {
@@ -567,6 +754,7 @@ typedef struct {
     int held;                                 /* view is held */
     const volatile unsigned char *prev_stop;  /* the enclosing scope's flag */
     int thread_depth;                         /* rc_tls_depth after entering */
+    int gated;                                /* holds a slot of the gate */
 } rc_scope;
 
 static void rc_scope_free(PyObject *cap)
@@ -576,15 +764,30 @@ static void rc_scope_free(PyObject *cap)
         return;
     if (s->held)
         PyBuffer_Release(&s->view);
+    if (s->gated) /* a scope dropped without run_exit still frees its run's slot */
+        rc_gate_leave();
     PyMem_Free(s);
 }
 
-/* run_enter(flag) -> scope: this thread's kernels poll flag (a writable buffer whose first
- * byte becomes nonzero when the run is to end; None: the enclosing scope's) until
- * run_exit(scope); the outermost scope of a thread counts as a run in flight */
-PyObject *rc_py_run_enter(PyObject *self, PyObject *flag)
+/* run_enter(flag, limit=-1, joined=False) -> scope, or None: this thread's kernels poll flag (a
+ * writable buffer whose first byte becomes nonzero when the run is to end; None: the enclosing
+ * scope's) until run_exit(scope); the outermost scope of a thread counts as a run in flight.
+ * An outermost scope not joined first takes a slot of the gate: it waits while `limit` runs
+ * (-1: run_gate's; 0: no limit) are in flight, and returns None, entering nothing, when flag
+ * was set meanwhile. joined: a thread working for a run already admitted (never waits) */
+PyObject *rc_py_run_enter(PyObject *self, PyObject *args, PyObject *kw)
 {
     (void)self;
+    static char *names[] = {"flag", "limit", "joined", NULL};
+    PyObject *flag;
+    int limit = -1, joined = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|ip:run_enter", names, &flag, &limit, &joined))
+        return NULL;
+    if (limit < -1) {
+        PyErr_Format(PyExc_ValueError, "run_enter: limit must be -1 (the default), 0 (none) or a count, got %d",
+                     limit);
+        return NULL;
+    }
     rc_scope *s = (rc_scope *)PyMem_Calloc(1, sizeof(rc_scope));
     if (!s)
         return PyErr_NoMemory();
@@ -607,6 +810,15 @@ PyObject *rc_py_run_enter(PyObject *self, PyObject *flag)
             PyBuffer_Release(&s->view);
         PyMem_Free(s);
         return NULL;
+    }
+    if (rc_tls_depth == 0 && !joined) {
+        const volatile unsigned char *stop =
+            s->held ? (const volatile unsigned char *)s->view.buf : rc_tls_stop;
+        if (!rc_gate_enter(limit, stop)) {
+            Py_DECREF(cap); /* releases the view */
+            Py_RETURN_NONE;
+        }
+        s->gated = 1;
     }
     s->prev_stop = rc_tls_stop;
     if (s->held)
@@ -632,6 +844,10 @@ PyObject *rc_py_run_exit(PyObject *self, PyObject *cap)
     if (--rc_tls_depth == 0)
         __atomic_sub_fetch(&rc_runs, 1, __ATOMIC_RELAXED);
     s->thread_depth = -1;
+    if (s->gated) {
+        s->gated = 0;
+        rc_gate_leave();
+    }
     if (s->held) {
         PyBuffer_Release(&s->view);
         s->held = 0;
