@@ -14,8 +14,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -70,8 +74,56 @@ def frees_venv_under_ci(func):
     return wrapper
 
 
+#: dist/'s record of what its wheels were built from: {"key": source_key(), "wheels": {name: file}}
+WHEELS_MANIFEST = DIST / "wheels.json"
+
+
+def source_key() -> str | None:
+    """A digest of everything a wheel is built from: the content of every file git would carry
+    (tracked, and untracked but not ignored: an edit not yet committed counts), the interpreter
+    and the build's environment switch (RUNTIME_CORE_NATIVE_ISA). None outside a git checkout:
+    then nothing is reused across nox runs."""
+    try:
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                                cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    digest = hashlib.sha256()
+    digest.update(f"{sys.implementation.cache_tag} {sys.platform} "
+                  f"{os.environ.get('RUNTIME_CORE_NATIVE_ISA', '')}".encode())
+    for rel in sorted(set(listed.split(b"\0")) - {b""}):
+        path = ROOT / os.fsdecode(rel)
+        if path.is_file():  # a tracked file deleted in the working tree is not built from
+            digest.update(rel + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _reusable_wheels(key: str | None) -> dict[str, Path] | None:
+    """dist/'s wheels where dist/wheels.json says they were built from ``key``, else None."""
+    if key is None or not WHEELS_MANIFEST.is_file():
+        return None
+    try:
+        manifest = json.loads(WHEELS_MANIFEST.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    names = manifest.get("wheels", {})
+    if manifest.get("key") != key or set(names) != set(DISTRIBUTIONS):
+        return None
+    wheels = {name: DIST / names[name] for name in DISTRIBUTIONS}
+    return wheels if all(whl.is_file() for whl in wheels.values()) else None
+
+
 def build_wheels(session: nox.Session) -> dict[str, Path]:
-    """Build one wheel per distribution (real builds, not editable installs)."""
+    """One wheel per distribution (real builds, not editable installs), built once per source
+    tree: a session finds the wheels that an earlier session (of this nox run or an earlier one)
+    built from the same content in dist/ and installs those (``.ci/run``'s six sessions built all
+    four, compiling the C extension, six times over). Any change to a file git carries, or to
+    the interpreter, rebuilds all four."""
+    key = source_key()
+    reused = _reusable_wheels(key)
+    if reused is not None:
+        session.log(f"reusing the wheels in {DIST} (built from this source tree, key {key[:12]})")
+        return reused
     if DIST.exists():
         shutil.rmtree(DIST)
     DIST.mkdir()
@@ -85,6 +137,9 @@ def build_wheels(session: nox.Session) -> dict[str, Path]:
         if not found:
             session.error(f"no wheel was built for {name}")
         wheels[name] = found[-1]
+    if key is not None:
+        WHEELS_MANIFEST.write_text(json.dumps({"key": key, "wheels": {n: w.name for n, w in wheels.items()}}),
+                                   encoding="utf-8")
     return wheels
 
 
@@ -245,6 +300,7 @@ EXAMPLE = ROOT / "examples" / "runtime-provider-numexpr"
 def example(session: nox.Session) -> None:
     """The example provider's wheel + runtime-core wheels in a fresh venv: its tests, then the kit."""
     built = build_wheels(session)
+    session.install("build>=1", "setuptools>=68", "wheel")  # build_wheels may have reused dist/'s wheels
     session.run("python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(DIST), str(EXAMPLE),
                 silent=True)
     found = sorted(DIST.glob("runtime_provider_numexpr-*.whl"))
