@@ -92,10 +92,25 @@ PW_CASES = [  # (N, C, M, H, W)
 ]
 
 
+def shapes_threads_activations(cases, epis):
+    """Every shape at both thread counts, the activations taken in turn over those pairs: each
+    activation then runs at both thread counts and on two or more shapes, not on all of them.
+    The shape decides the blocking (channel tails, K chunks, rows per thread); the activation
+    is applied lane-wise where a finished block is stored, the same code for any shape, so the
+    full product (shapes x activations x threads) ran no path that this does not."""
+    params = []
+    for i, case in enumerate(cases):
+        for threads in (1, 2):
+            epi = epis[(2 * i + threads - 1) % len(epis)]
+            params.append(pytest.param(case, epi, threads, id=f"{case}-{epi}-{threads}"))
+    assert {p.values[1] for p in params} == set(epis)
+    assert all({p.values[2] for p in params if p.values[1] == e} == {1, 2} for e in epis)
+    return params
+
+
 @pytest.mark.native
-@pytest.mark.parametrize("case", PW_CASES, ids=[str(c) for c in PW_CASES])
-@pytest.mark.parametrize("epi", ["none", "relu", "hardswish", "silu", "hardsigmoid"])
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case,epi,threads",
+                         shapes_threads_activations(PW_CASES, ["none", "relu", "hardswish", "silu", "hardsigmoid"]))
 def test_pointwise_matches_float64(case, epi, threads):
     nchwc = _nchwc()
     from runtime_provider_cpu.fast.policy import NATIVE
@@ -123,9 +138,8 @@ DW_CASES = [  # (N, C, H, W, K, stride, pads)
 
 
 @pytest.mark.native
-@pytest.mark.parametrize("case", DW_CASES, ids=[str(c) for c in DW_CASES])
-@pytest.mark.parametrize("epi", ["relu", "clip", "hardswish", "silu", "sigmoid"])
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case,epi,threads",
+                         shapes_threads_activations(DW_CASES, ["relu", "clip", "hardswish", "silu", "sigmoid"]))
 def test_depthwise_matches_float64(case, epi, threads):
     nchwc = _nchwc()
     from runtime_provider_cpu.fast.policy import NATIVE
