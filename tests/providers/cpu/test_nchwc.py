@@ -108,6 +108,7 @@ def shapes_threads_activations(cases, epis):
     return params
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 @pytest.mark.parametrize("case,epi,threads",
                          shapes_threads_activations(PW_CASES, ["none", "relu", "hardswish", "silu", "hardsigmoid"]))
@@ -137,6 +138,7 @@ DW_CASES = [  # (N, C, H, W, K, stride, pads)
 ]
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 @pytest.mark.parametrize("case,epi,threads",
                          shapes_threads_activations(DW_CASES, ["relu", "clip", "hardswish", "silu", "sigmoid"]))
@@ -162,6 +164,7 @@ ED_CASES = [  # (N, C, M, H, W, K, stride, pads)
 ]
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 @pytest.mark.parametrize("case", ED_CASES, ids=[str(c) for c in ED_CASES])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -188,6 +191,7 @@ def test_expand_depthwise_is_the_two_kernels_bit_for_bit(case, threads):
     assert np.array_equal(nchwc.from_blocked(y, m, (oh, ow)), nchwc.from_blocked(ref, m, (oh, ow)))
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 @pytest.mark.parametrize("n,c,cr,hw", [(1, 72, 24, 784), (2, 40, 10, 49), (1, 960, 240, 49), (1, 20, 5, 1)])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -211,6 +215,7 @@ def test_squeeze_excite_and_mean_match_float64(n, c, cr, hw, threads):
     assert np.array_equal(xb, y)  # the gated product written in place
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 def test_kernels_refuse_bad_input():
     _nchwc()
