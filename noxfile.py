@@ -117,8 +117,9 @@ def build_wheels(session: nox.Session) -> dict[str, Path]:
     """One wheel per distribution (real builds, not editable installs), built once per source
     tree: a session finds the wheels that an earlier session (of this nox run or an earlier one)
     built from the same content in dist/ and installs those (``.ci/run``'s six sessions built all
-    four, compiling the C extension, six times over). Any change to a file git carries, or to
-    the interpreter, rebuilds all four."""
+    four each; after the first, setuptools reused the C objects in providers/cpu/build/, so each
+    later build was a venv install of the build tools and four packagings, ~20 s). Any change to
+    a file git carries, or to the interpreter, rebuilds all four."""
     key = source_key()
     reused = _reusable_wheels(key)
     if reused is not None:
