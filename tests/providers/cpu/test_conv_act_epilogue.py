@@ -75,6 +75,7 @@ def test_activation_with_each_conv_plan_matches_onnxruntime(case, act, monkeypat
     assert all(a is not None for a in acts)  # the activation went with the plan
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 @pytest.mark.parametrize("fn", ["depthwise2d", "pointwise_lanes"])
 def test_kernels_refuse_an_unknown_activation_kind(fn):
@@ -155,6 +156,7 @@ def test_squeeze_excite_kernel_same_bits_at_any_thread_count_and_as_numpy_path(m
                                rtol=2e-5, atol=2e-6)
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 def test_squeeze_excite_kernel_pools_its_large_passes_only():
     from runtime_provider_cpu.fast.policy import NATIVE as nat
@@ -175,6 +177,7 @@ def test_squeeze_excite_kernel_pools_its_large_passes_only():
     assert pooled_parts(960, 240, 7, 2) > 0
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 def test_squeeze_excite_kernel_checks_its_arguments():
     from runtime_provider_cpu.fast.policy import NATIVE as nat

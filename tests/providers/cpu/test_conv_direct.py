@@ -124,6 +124,7 @@ def test_conv_direct_chunks_and_groups(shape, M, ks, strides, calls, layout):
     assert calls.lanes == [layout] * 2
 
 
+@pytest.mark.kernel
 def test_conv_direct_reads_only_the_phases_it_fills():
     # a 1x1 stride-2 convolution fills one of the four stride phases; the work buffer the
     # thread keeps still holds a 3x3 stride-2 convolution's four phases of NaN
@@ -151,6 +152,7 @@ def test_conv_direct_takes_the_session_threads(calls):
     assert calls == [3]
 
 
+@pytest.mark.kernel
 def test_conv_direct_same_result_on_any_thread_count():
     # each tile is computed the same way whichever thread takes it: bit-identical results
     from runtime_provider_cpu import _native
@@ -170,6 +172,7 @@ def test_conv_direct_same_result_on_any_thread_count():
     assert (outs[0] == 0.5).any() and (outs[0] == -0.5).any()  # both clip bounds reached
 
 
+@pytest.mark.kernel
 def test_kernel_pool_bounds_each_job_by_its_threads():
     # the pool grows to the largest thread count asked for; a later job asking for fewer
     # threads (another session's intra_op_num_threads) must not run on more
@@ -188,6 +191,7 @@ def test_kernel_pool_bounds_each_job_by_its_threads():
         assert _native.pool_stats()[1] <= 2
 
 
+@pytest.mark.kernel
 def test_conv_direct_lanes_same_result_on_any_thread_count():
     # the lane tiling: bit-identical on 1-8 threads, with a residual, both clip bounds, a
     # channel tail (40 = 32 + 8), batch 2, rows split into segments (19 wide: 10 + 9), and
@@ -214,6 +218,7 @@ def test_conv_direct_lanes_same_result_on_any_thread_count():
     assert np.array_equal(rows, outs[0])
 
 
+@pytest.mark.kernel
 def test_conv_direct_lanes_refuses_unaligned_weights():
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.fast.packing import pack_lanes as _pack_lanes
@@ -248,6 +253,7 @@ def test_conv_direct_picks_lanes_for_narrow_outputs(calls):
         assert calls.lanes[-1] is lanes
 
 
+@pytest.mark.kernel
 def test_conv_direct_checks_buffers():
     # a buffer that does not hold what the shapes say is a ValueError, never a read past it
     from runtime_provider_cpu import _native
@@ -291,6 +297,7 @@ def test_conv_direct_only_where_its_fast_build_runs(cpu_policy):
 ACTS = [(0, 1 / 6, 0.5), (1, 0.3, 0.4), (2, 1 / 6, 0.5), (3, 1 / 6, 0.5)]  # HardSwish, HardSigmoid, Sigmoid, SiLU
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("case", ["rows", "lanes", "planeless"])
 @pytest.mark.parametrize("residual", [False, True])
@@ -330,6 +337,7 @@ def test_conv_direct_activation_in_epilogue(act, case, residual):
     assert np.array_equal(plain, ref)
 
 
+@pytest.mark.kernel
 def test_conv_direct_activation_checked():
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.fast.packing import pack_direct as _pack_direct

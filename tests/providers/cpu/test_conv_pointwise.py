@@ -95,6 +95,7 @@ def test_pointwise_keeps_its_blas_at_one_thread(calls):
     assert len(calls) == 1
 
 
+@pytest.mark.kernel
 def test_pointwise_on_any_thread_count():
     # the blocks follow the thread count, and BLAS sums a block of another size in another
     # order: the same bits for the same count, within rounding across counts (as with BLAS's
@@ -132,6 +133,7 @@ def test_strided_pointwise_on_the_subsampled_image(shape, strides, lane_calls):
     assert [c[0] for c in lane_calls] == [(40, shape[1], out[0] * out[1])] * 2
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("M,K,P", [(40, 64, 3000), (600, 96, 49), (13, 300, 33), (5, 3, 7),
                                    (20, 16, 5000), (26, 100, 4001),  # groups of panels, tails
                                    (24, 300, 1000), (16, 520, 3136),  # x read in place, chunks
@@ -164,6 +166,7 @@ def test_pointwise_lanes_same_bits_on_any_thread_count(M, K, P):
     assert (np.abs(y - w.astype(np.float64) @ x) <= bound).all()
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("N,M,K,P,act", [(3, 40, 64, 300, -1), (8, 600, 96, 49, 2), (2, 13, 300, 33, 0),
                                          (5, 5, 3, 7, 3), (8, 672, 112, 196, 2)])
 def test_pointwise_lanes_batch_is_each_image(N, M, K, P, act):

@@ -95,6 +95,7 @@ def test_pointwise_rows_activation_in_the_epilogue(act_node, attrs, row_calls):
     assert len(row_calls) == 1
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("M,C,H,W,s", [(40, 64, 56, 56, (1, 1)), (600, 96, 7, 7, (1, 1)), (13, 300, 6, 11, (1, 2)),
                                        (5, 3, 1, 1, (1, 1)), (64, 512, 14, 14, (2, 2)), (26, 100, 9, 13, (3, 2))])
 def test_pointwise_rows_same_bits_on_any_thread_count(M, C, H, W, s):
@@ -119,6 +120,7 @@ def test_pointwise_rows_same_bits_on_any_thread_count(M, C, H, W, s):
     assert (np.abs(y - ref) <= bound).all()
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("act", [-1, 0, 1, 2, 3])
 def test_pointwise_rows_epilogue_as_the_lanes_kernel(act):
     # the same bias, residual, clip and activation as pointwise_lanes's epilogue, on the same
@@ -136,6 +138,7 @@ def test_pointwise_rows_epilogue_as_the_lanes_kernel(act):
     np.testing.assert_allclose(rows, lanes, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("N,M,C,H,W,s", [(3, 40, 64, 17, 9, (1, 1)), (8, 64, 96, 7, 7, (1, 1)),
                                          (2, 13, 300, 14, 14, (2, 2)), (2, 20, 37, 9, 11, (1, 1))])
 def test_pointwise_rows_batch_is_each_image(N, M, C, H, W, s):
@@ -154,6 +157,7 @@ def test_pointwise_rows_batch_is_each_image(N, M, C, H, W, s):
         assert np.array_equal(y, one)
 
 
+@pytest.mark.kernel
 def test_pointwise_rows_checks_its_arguments():
     from runtime_provider_cpu.fast.packing import empty64, pack_linear, pack_rows
 

@@ -121,6 +121,7 @@ def test_winograd_fused_residual_and_clip(calls):
     assert (out[0] == 0).any() and (out[0] > 0).any()
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("lanes", [False, True])
 def test_winograd_same_result_on_any_thread_count(lanes):
     # each tile is computed the same way whichever thread takes it: bit-identical results,
@@ -145,6 +146,7 @@ def test_winograd_same_result_on_any_thread_count(lanes):
     np.testing.assert_allclose(outs[0], exact, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.kernel
 def test_winograd_checks_buffers():
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.fast.packing import pack_winograd as _pack_winograd

@@ -180,6 +180,7 @@ def test_fast_out_of_range_is_a_value_error(fast):
         _run(x, w, None, 1, (1, 1), (4, 4), 0.0, 6.0, fast)
 
 
+@pytest.mark.kernel
 @pytest.mark.skipif(not FAST, reason="expand_dw is the AVX-512 build's (CONV_FAST)")
 @pytest.mark.parametrize("k,s", [(3, 1), (3, 2)])
 def test_expand_dw_on_a_large_plane_matches_reference(k, s):

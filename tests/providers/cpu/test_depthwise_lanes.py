@@ -119,6 +119,7 @@ def test_lanes_keep_nan_and_leave_other_outputs_alone():
     assert not bad[1].any()
 
 
+@pytest.mark.kernel
 @pytest.mark.skipif(not FAST, reason="the lanes kernel is the AVX-512 build's")
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("case", range(len(CASES)))
@@ -142,6 +143,7 @@ def test_lanes_packed_weights_give_the_same_bits(case, threads):
         assert not np.isnan(got).any()
 
 
+@pytest.mark.kernel
 def test_lanes_packed_weights_checked():
     from runtime_provider_cpu.fast.depthwise import pack_lanes16
 

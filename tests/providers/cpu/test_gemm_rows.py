@@ -42,6 +42,7 @@ def test_gemm_rows_matches_onnxruntime(R, K, N, transA, transB, calls):
     assert calls == ([] if R > 8 else [((R, K, N), bool(transB), 3)])
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("trans", [True, False])
 def test_gemm_rows_against_float64_on_any_thread_count(trans):
     from runtime_provider_cpu import _native
@@ -59,6 +60,7 @@ def test_gemm_rows_against_float64_on_any_thread_count(trans):
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=1e-3)
 
 
+@pytest.mark.kernel
 def test_gemm_rows_checks_buffers():
     from runtime_provider_cpu import _native
 

@@ -242,6 +242,7 @@ def test_compiled_gelu_tanh_with_bias_matches_the_numpy_blocks(shape):
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=2e-6)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("shape", [(9, 40), (3, 7), (2, 5, 19), (1,), (0, 8), (4, 0)])
 @pytest.mark.native
 def test_compiled_gelu_with_bias_matches_the_numpy_blocks(shape):

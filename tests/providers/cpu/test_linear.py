@@ -109,6 +109,7 @@ def test_matmul_by_a_transposed_weight_reads_it_in_place(spy_native, cpu_policy)
         np.testing.assert_allclose(y, a.reshape(74, 96) @ w.T, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("R,K,N", [(1, 7, 5), (12, 256, 32), (13, 257, 33), (25, 600, 70), (130, 1000, 96)])
 def test_linear_against_float64_on_any_thread_count(R, K, N, packed):
@@ -132,6 +133,7 @@ def test_linear_against_float64_on_any_thread_count(R, K, N, packed):
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("packed", [True, False])
 def test_linear_rows_in_blocks_that_fit_l2(packed):
     """Packed rows of a past 1.5 MB are taken a block at a time over every column panel (K of
@@ -157,6 +159,7 @@ def test_linear_rows_in_blocks_that_fit_l2(packed):
     np.testing.assert_allclose(outs[0], ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("R,K,N", [(400, 300, 70), (397, 5, 33), (1576, 192, 64), (385, 1000, 45)])
 @pytest.mark.parametrize("relu", [False, True])
 def test_linear_row_panel_order_sums_as_the_column_panel_order(R, K, N, relu):
@@ -185,6 +188,7 @@ def test_linear_row_panel_order_sums_as_the_column_panel_order(R, K, N, relu):
     np.testing.assert_allclose(outs[0], np.maximum(ref, 0) if relu else ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("rows", range(1, 13))
 def test_linear_every_tile_height_and_step_count(rows):
     """Each tile height (a panel's last rows: 1 to 12) over K of 1-3 terms past a multiple of
@@ -204,6 +208,7 @@ def test_linear_every_tile_height_and_step_count(rows):
             np.testing.assert_allclose(y, ref, rtol=1e-5, atol=2e-4 * np.sqrt(K))
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("K", [5, 16, 40, 769])
 def test_whole_row_panels_sum_as_single_rows(K):
     """Whole 12-row panels of A are packed 16 terms at a time on AVX-512 CPUs (a register
@@ -236,6 +241,7 @@ def test_pack_linear_layout():
         assert not packed[2, :, 6:].any()  # zeros past N
 
 
+@pytest.mark.kernel
 def test_linear_checks_buffers():
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear

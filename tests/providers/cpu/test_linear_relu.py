@@ -33,6 +33,7 @@ def op_types(sess):
 
 # -- the kernel -----------------------------------------------------------------------------
 
+@pytest.mark.kernel
 @pytest.mark.native
 @pytest.mark.parametrize("packed", [True, False])
 @pytest.mark.parametrize("R,K,N,with_bias", [(1, 8, 32, True), (13, 300, 45, True), (25, 600, 96, False),
@@ -53,6 +54,7 @@ def test_linear_relu_epilogue_against_float64(R, K, N, with_bias, packed):
         np.testing.assert_allclose(y, np.clip(ref, lo, hi), rtol=1e-4, atol=1e-4 * np.sqrt(K))
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 def test_linear_refuses_crossed_bounds():
     from runtime_provider_cpu.fast.policy import NATIVE

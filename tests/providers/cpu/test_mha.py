@@ -126,6 +126,7 @@ def test_mha_tiles_match_the_numpy_path_and_onnxruntime(case, threads, spy_nativ
     assert_close([ours], run_oracle(m, inputs), 1e-4, 1e-5 * np.abs(numpy_).max())
 
 
+@pytest.mark.kernel
 def test_mha_tiles_against_the_sgemm_form():
     """``_native.mha(..., tiles=True)`` and the sgemm form on the same projections: the same
     attention (sums in another order); a value width the tiles do not take runs the sgemm form."""
@@ -160,6 +161,7 @@ def _attention(qkv, H, dq, dv, scale):
     return (p @ v).transpose(0, 2, 1, 3).reshape(B, S, H * dv)
 
 
+@pytest.mark.kernel
 def test_mha_tiles_pack_their_heads_in_the_work_buffer_between_calls_of_other_sizes():
     """The tiles form packs each head's k^T and v into the work buffer of the part that reads
     them (a thread's buffer, kept between calls): calls that grow and shrink it, with a Linear
@@ -233,6 +235,7 @@ def test_mha_refuses_a_bias_that_does_not_broadcast():
         _run(m, inputs, 2)
 
 
+@pytest.mark.kernel
 def test_mha_checks_its_buffers():
     from runtime_provider_cpu import _native
 

@@ -111,6 +111,7 @@ def test_level4_matches_onnxruntime(loop, rows, K, N, bs, sym, bias):
     assert np.abs(f - got).max() > 1e-6 * scale
 
 
+@pytest.mark.kernel
 def test_loops_agree_bit_for_bit():
     rng = np.random.default_rng(5)
     K, N, bs, M = 320, 50, 64, 13
@@ -144,6 +145,7 @@ def test_zero_and_nonfinite_rows_do_not_crash():
     assert np.array_equal(y[0], np.zeros(N, np.float32))  # an all-zero row: scale 0, no division
 
 
+@pytest.mark.kernel
 def test_bad_buffers_raise():
     y = np.empty((2, 16), np.float32)
     a = np.zeros((2, 64), np.float32)
@@ -246,6 +248,7 @@ def test_bias_add_stays_where_it_must(case):
         assert g_.shape == w_.shape and np.allclose(g_, w_, rtol=1e-4, atol=1e-4 * np.abs(w_).max())
 
 
+@pytest.mark.kernel
 def test_cpu_choice_follows_the_isa():
     isa = NATIVE.cpu_isa()
     want = ("avx512vnni" if isa["avx512_vnni"] and isa["avx512f"] else "avxvnni" if isa["avx_vnni"]
@@ -254,6 +257,7 @@ def test_cpu_choice_follows_the_isa():
     assert NATIVE.nbits_int8_path(7) == want  # no such loop: the CPU's choice again
 
 
+@pytest.mark.kernel
 def test_fast_flag_names_the_cpu_choice():
     # accuracy_level 4 routes to int8 compute only where the CPU's own choice is a vector loop
     assert bool(NATIVE.NBITS_INT8_FAST) == (NATIVE.nbits_int8_path(9) != "portable")

@@ -201,6 +201,7 @@ def _abs_terms_weight(inits, K, N, bs):
 
 # the per-column path called directly: every row count it takes, both thread counts, the loop this
 # CPU runs (AVX-512 from blocks of 32) and the portable clones, against the dequantized weight in float64
+@pytest.mark.kernel
 @pytest.mark.parametrize("rows", [1, 2, 3, 4])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("loop", ["cpu", "portable"])
@@ -234,6 +235,7 @@ def test_dot_path_matches_dequantized_reference(rows, threads, loop, K, N, bs, z
     assert np.all(err <= bound), (err / bound).max()
 
 
+@pytest.mark.kernel
 def test_bad_buffers_raise():
     K, N, bs = 64, 8, 32
     a = np.zeros((2, K), np.float32)
@@ -336,6 +338,7 @@ def test_pack_panels_layout(K, N, bs):
     assert not full[N:].any()
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("loop", ["cpu", "portable"])
 @pytest.mark.parametrize("rows,K,N,bs,zp,bias", [
     (5, 64, 32, 16, None, False),
@@ -387,6 +390,7 @@ def test_panels_made_once_per_node(cpu_policy, monkeypatch):
     assert calls == [64]
 
 
+@pytest.mark.kernel
 def test_bad_panels_raise():
     K, N, bs, M = 64, 40, 32, 6
     rng = np.random.default_rng(9)

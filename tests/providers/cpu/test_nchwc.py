@@ -92,10 +92,26 @@ PW_CASES = [  # (N, C, M, H, W)
 ]
 
 
+def shapes_threads_activations(cases, epis):
+    """Every shape at both thread counts, the activations taken in turn over those pairs: each
+    activation then runs at both thread counts and on two or more shapes, not on all of them.
+    The shape decides the blocking (channel tails, K chunks, rows per thread); the activation
+    is applied lane-wise where a finished block is stored, the same code for any shape, so the
+    full product (shapes x activations x threads) ran no path that this does not."""
+    params = []
+    for i, case in enumerate(cases):
+        for threads in (1, 2):
+            epi = epis[(2 * i + threads - 1) % len(epis)]
+            params.append(pytest.param(case, epi, threads, id=f"{case}-{epi}-{threads}"))
+    assert {p.values[1] for p in params} == set(epis)
+    assert all({p.values[2] for p in params if p.values[1] == e} == {1, 2} for e in epis)
+    return params
+
+
+@pytest.mark.kernel
 @pytest.mark.native
-@pytest.mark.parametrize("case", PW_CASES, ids=[str(c) for c in PW_CASES])
-@pytest.mark.parametrize("epi", ["none", "relu", "hardswish", "silu", "hardsigmoid"])
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case,epi,threads",
+                         shapes_threads_activations(PW_CASES, ["none", "relu", "hardswish", "silu", "hardsigmoid"]))
 def test_pointwise_matches_float64(case, epi, threads):
     nchwc = _nchwc()
     from runtime_provider_cpu.fast.policy import NATIVE
@@ -122,10 +138,10 @@ DW_CASES = [  # (N, C, H, W, K, stride, pads)
 ]
 
 
+@pytest.mark.kernel
 @pytest.mark.native
-@pytest.mark.parametrize("case", DW_CASES, ids=[str(c) for c in DW_CASES])
-@pytest.mark.parametrize("epi", ["relu", "clip", "hardswish", "silu", "sigmoid"])
-@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case,epi,threads",
+                         shapes_threads_activations(DW_CASES, ["relu", "clip", "hardswish", "silu", "sigmoid"]))
 def test_depthwise_matches_float64(case, epi, threads):
     nchwc = _nchwc()
     from runtime_provider_cpu.fast.policy import NATIVE
@@ -148,6 +164,7 @@ ED_CASES = [  # (N, C, M, H, W, K, stride, pads)
 ]
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 @pytest.mark.parametrize("case", ED_CASES, ids=[str(c) for c in ED_CASES])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -174,6 +191,7 @@ def test_expand_depthwise_is_the_two_kernels_bit_for_bit(case, threads):
     assert np.array_equal(nchwc.from_blocked(y, m, (oh, ow)), nchwc.from_blocked(ref, m, (oh, ow)))
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 @pytest.mark.parametrize("n,c,cr,hw", [(1, 72, 24, 784), (2, 40, 10, 49), (1, 960, 240, 49), (1, 20, 5, 1)])
 @pytest.mark.parametrize("threads", [1, 2])
@@ -197,6 +215,7 @@ def test_squeeze_excite_and_mean_match_float64(n, c, cr, hw, threads):
     assert np.array_equal(xb, y)  # the gated product written in place
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 def test_kernels_refuse_bad_input():
     _nchwc()

@@ -87,6 +87,7 @@ def test_depthwise_native(ks, strides, dil, pads):
                    dilations=dil, opset=11, **kw, **F32)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("fast", [True, False])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.native
@@ -127,6 +128,7 @@ def _dw_reference(x, w, b, s, pads, lo, hi):
     return np.clip(ref, lo, hi)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("k", [3, 5, 7])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.native
@@ -189,6 +191,7 @@ def _dw_reference_k(x, w, b, s, pads, lo, hi):
     return np.clip(ref, lo, hi)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("ks", [(3, 3), (5, 5), (7, 7), (1, 1), (3, 5)])
 @pytest.mark.parametrize("stride", [1, 2])
 @pytest.mark.native
@@ -236,6 +239,7 @@ def test_depthwise_native_lanes(stride, ks):
     np.testing.assert_allclose(y[~nan], ref[~nan])
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 def test_depthwise_native_checks_buffers():
     # a buffer that does not hold what the shape says is a ValueError, never a read past it

@@ -66,6 +66,7 @@ def test_maxpool_without_padded_copy_matches_padded_path():
     assert pool._maxpool_unpadded(rnd(1, 1, 5, 5), [3, 3], [1, 1], [1, 1], [-1, 0], [0, 0], [3, 5]) is None
 
 
+@pytest.mark.kernel
 def test_maxpool_compiled_matches_padded_windows():
     # the compiled pooling (float32, 2-D: separable row maxima, or for 3x3 at stride 1 or 2
     # the AVX-512 phase planes where they run) against the max over every window of the
@@ -257,6 +258,7 @@ def test_global_lp_pool_p(p, opset):
     check_node("GlobalLpPool", {"x": rnd(2, 3, 4, 5)}, p=p, opset=opset, **F32)
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 @pytest.mark.parametrize("rows,n", [(1, 1), (3, 7), (960, 49), (37, 16), (5, 3137), (2048, 49)])
 def test_row_means_kernel_matches_float64_and_is_the_same_at_any_thread_count(rows, n):

@@ -153,6 +153,7 @@ def test_profiled_runs_keep_both_nodes():
     assert np.array_equal(out[0], exe.run([x])[0])
 
 
+@pytest.mark.kernel
 @pytest.mark.skipif(not _fast(), reason="expand_dw is the AVX-512 build's (CONV_FAST); elsewhere the "
                                         "pair stays two steps, which the tests above check")
 def test_expand_dw_same_result_on_any_thread_count_and_checks_buffers():
@@ -241,6 +242,7 @@ def test_no_conv_maxpool_pair_for_other_pools(pool, outs, cpu_policy):
     _stays_two_steps(model, (1, 3, 30, 30))
 
 
+@pytest.mark.kernel
 @pytest.mark.skipif(not _fast(), reason="conv_maxpool is the AVX-512 build's (CONV_FAST); elsewhere the "
                                         "pair stays two steps, which the tests above check")
 def test_conv_maxpool_same_result_on_any_thread_count_and_checks_buffers():
@@ -337,6 +339,7 @@ def test_no_shortcut_pair_when_the_outputs_differ():
     _stays_two_steps(model, (1, 8, 12, 12))
 
 
+@pytest.mark.kernel
 @pytest.mark.skipif(not _fast(), reason="the direct kernel is the AVX-512 build's (CONV_FAST)")
 def test_conv2d_extra_checks_buffers():
     from runtime_provider_cpu import _native

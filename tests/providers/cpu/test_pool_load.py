@@ -44,6 +44,7 @@ def _probe(threads=2, part_us=200):
     return by_workers
 
 
+@pytest.mark.kernel
 def test_the_rule_says_full_only_while_other_threads_fill_the_cores(others):
     c = _cores()
     verdict = {}
@@ -55,6 +56,7 @@ def test_the_rule_says_full_only_while_other_threads_fill_the_cores(others):
     assert NATIVE.pool_load_full() is False
 
 
+@pytest.mark.kernel
 def test_a_full_machine_runs_each_job_on_its_caller_alone(others):
     others(_cores())
     before = NATIVE.pool_stats()
@@ -66,6 +68,7 @@ def test_a_full_machine_runs_each_job_on_its_caller_alone(others):
     assert NATIVE.pool_stats()[1] == 1
 
 
+@pytest.mark.kernel
 def test_past_the_band_and_below_it_the_workers_join_again(others):
     for n in (0, 2 * _cores()):
         others(n)
@@ -80,6 +83,7 @@ def test_past_the_band_and_below_it_the_workers_join_again(others):
         assert after[JOBS] > before[JOBS]
 
 
+@pytest.mark.kernel
 def test_the_pooled_jobs_are_counted_with_their_time_and_waits(others):
     others(0)
     before = NATIVE.pool_stats()
@@ -93,6 +97,7 @@ def test_the_pooled_jobs_are_counted_with_their_time_and_waits(others):
     assert 0 <= wait_ns <= job_ns
 
 
+@pytest.mark.kernel
 def test_the_count_read_from_proc_loadavg_gives_a_verdict(others):
     others(-1)
     full = NATIVE.pool_load_full()
@@ -100,6 +105,7 @@ def test_the_count_read_from_proc_loadavg_gives_a_verdict(others):
     _probe()  # the parts run once whatever the verdict
 
 
+@pytest.mark.kernel
 def test_bad_counts_are_refused():
     with pytest.raises(ValueError, match="others"):
         NATIVE.pool_load_rule(True, -2)

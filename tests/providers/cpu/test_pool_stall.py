@@ -18,6 +18,7 @@ pytestmark = pytest.mark.skipif(NATIVE is None, reason="the compiled extension i
 STALLS = 5  # the field of pool_stats()
 
 
+@pytest.mark.kernel
 def test_a_stalled_worker_still_runs_each_part_once_and_the_stall_is_counted():
     for _ in range(100):
         before = NATIVE.pool_stats()
@@ -37,6 +38,7 @@ def test_a_stalled_worker_still_runs_each_part_once_and_the_stall_is_counted():
     pytest.fail("no pool worker joined a 2-thread job in 100 tries")
 
 
+@pytest.mark.kernel
 def test_probe_rejects_bad_arguments():
     with pytest.raises(ValueError):
         NATIVE.pool_probe(np.zeros(0, np.int32), 2, 0)

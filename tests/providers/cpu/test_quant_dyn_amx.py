@@ -51,6 +51,7 @@ def _dqmm(nat, a, kind, za, b, zb, sb, bias, tile, threads):
 # M: one row, under and over the 16-row tile and the 32-row pair, 300; K: 61 (16 groups, the least
 # the tiles take), a multiple of 64, groups not a multiple of 16 (the right-aligned last step), 770
 # (a K tail inside a group); N: tails of the 16- and 32-column panels
+@pytest.mark.kernel
 @pytest.mark.parametrize("M", [1, 8, 15, 16, 17, 31, 32, 33, 100, 300])
 @pytest.mark.parametrize("K,N", [(61, 1), (64, 33), (100, 16), (130, 47), (770, 96)])
 @pytest.mark.parametrize("kind", [0, 1, 2])
@@ -85,6 +86,7 @@ def test_amx_tile_matches_vnni_and_reference(M, K, N, kind):
         np.testing.assert_array_equal(amx, want)
 
 
+@pytest.mark.kernel
 def test_amx_tile_argument_is_checked():
     nat = _nat()
     if nat is None:
@@ -139,6 +141,7 @@ def test_session_plan_picks_a_tile(forced, cpu_policy, tmp_path, monkeypatch):  
 
 # qgemm (MatMulInteger, QLinearMatMul, the pointwise QLinearConv's product): its products of 16+
 # rows on the tiles, each output mode, A and B of either sign, the NCHW planes output
+@pytest.mark.kernel
 @pytest.mark.parametrize("M,K,N", [(16, 64, 32), (17, 61, 5), (40, 130, 47), (300, 256, 70), (64, 770, 33)])
 @pytest.mark.parametrize("mode", [0, 1, 2])
 def test_qgemm_on_amx_matches_vnni(M, K, N, mode):

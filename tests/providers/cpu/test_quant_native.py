@@ -181,6 +181,7 @@ def test_qlinear_conv_depthwise_exact(xs, k, attrs, t, wt, per_channel, bias, mo
         assert np.max(np.abs(native[0].astype(np.int32) - ort[0].astype(np.int32))) <= 1
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("shape,k,st,dl,pad", [((1, 35, 23, 40), 3, 1, 1, 1), ((2, 17, 30, 19), 5, 2, 1, 2),
                                                ((1, 48, 14, 14), 3, 2, 2, 0), ((1, 16, 3, 50), 7, 3, 1, 3)])
 @pytest.mark.parametrize("xt,wt,yt", [(I8, I8, I8), (U8, U8, U8), (U8, I8, I8)])
@@ -209,6 +210,7 @@ def test_qdwconv_channel_blocks_match_planes(shape, k, st, dl, pad, xt, wt, yt, 
         assert 0 < inside
 
 
+@pytest.mark.kernel
 def test_qdwconv_rejects_bad_buffers():
     nat = quant._native
     args = [np.zeros(2 * 4 * 4, U8), False, 0, np.zeros(2 * 9, I8), True, None, None, np.ones(2, F32),
@@ -240,6 +242,7 @@ def test_dynamic_quantize_exact(case, monkeypatch):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("P", [5, 8])
 def test_qgemm_y_planes(path, P):
     """Y written as NCHW planes of P pixels: the row-major product rearranged, rows of A being
@@ -257,6 +260,7 @@ def test_qgemm_y_planes(path, P):
         quant._native.qgemm(a, False, 3, buf, True, None, y, (n * P, K, N), 0, None, 0, 2, None, 7)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("P", [5, 20, 64])
 @pytest.mark.parametrize("mode,yt", [(1, U8), (2, I8)])
 def test_qgemm_y_planes_requantized(path, P, mode, yt):
@@ -277,6 +281,7 @@ def test_qgemm_y_planes_requantized(path, P, mode, yt):
     assert 0 < np.count_nonzero((rows != np.iinfo(yt).min) & (rows != np.iinfo(yt).max))
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("shape", [(1, 16, 16), (2, 35, 50), (1, 7, 3), (3, 48, 17)])
 def test_qtranspose(shape):
     """NCHW bytes to pixel rows (16 x 16 blocks and the edges) as numpy's transpose."""
@@ -288,6 +293,7 @@ def test_qtranspose(shape):
         quant._native.qtranspose(x, np.empty(3, U8), shape)
 
 
+@pytest.mark.kernel
 def test_qgemm_rejects_bad_buffers():
     nat = quant._native
     with pytest.raises(ValueError):
@@ -305,6 +311,7 @@ def _qconv_reference(b, bz, w, wz, bias, mult, yz, yt):
     return np.clip(np.rint(acc.astype(F32) * mult[None, :, None]) + F32(yz), info.min, info.max).astype(yt)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("N,M,K,P", [(1, 1, 1, 1), (2, 13, 7, 45), (1, 24, 36, 300), (3, 9, 5, 17)])
 @pytest.mark.parametrize("bt,wt,yt", [(U8, I8, U8), (I8, I8, I8), (U8, U8, I8), (I8, U8, U8)])
 @pytest.mark.parametrize("wide", [1, 64])
@@ -323,6 +330,7 @@ def test_qconv_nchw_exact(path, N, M, K, P, bt, wt, yt, wide):
     np.testing.assert_array_equal(y, _qconv_reference(b, bz, w, wz, bias, mult, yz, yt))
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("shape,kh,kw,st,dl,pt,pl,pe", [
     ((2, 3, 9, 8), 3, 2, (2, 1), (1, 2), 1, 2, (1, 0)),
     ((1, 3, 20, 71), 3, 3, (2, 2), (1, 1), 1, 1, (1, 1)),  # stride 2 rows past 32 bytes: the vector steps
@@ -344,6 +352,7 @@ def test_qim2col_rows_matches_numpy(shape, kh, kw, st, dl, pt, pl, pe):
     np.testing.assert_array_equal(got, want.reshape(n, c * kh * kw, oh * ow))
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("xs,k,st,dl,pads", [
     ((2, 3, 9, 8), (3, 2), (2, 1), (1, 2), (1, 2)),
     ((1, 35, 40, 37), (3, 3), (1, 1), (1, 1), (1, 1)),  # two 16-channel blocks + 3, 1480 pixels (two copy parts)
@@ -367,6 +376,7 @@ def test_qim2col_matches_numpy(xs, k, st, dl, pads, threads):
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("xs,k,st,dl,pads,M", [
     ((1, 20, 9, 9), (3, 3), (1, 1), (1, 1), (1, 1), 33),  # 81 pixels: a partial last row block
     ((2, 3, 23, 21), (7, 7), (2, 2), (1, 1), (3, 3), 10),  # a stem: K = 147, windows past both edges
@@ -406,6 +416,7 @@ def test_qgemm_conv_rows_as_im2col(path, xs, k, st, dl, pads, M, at, yt):
             quant._native.qgemm(x, at == I8, za, buf, True, None, acc, (rows, K, M), 0, None, 0, 1, None, 0, c)
 
 
+@pytest.mark.kernel
 def test_qconv_nchw_rejects_bad_buffers():
     nat = quant._native
     with pytest.raises(ValueError):
@@ -432,6 +443,7 @@ def test_quantize_linear_exact(yt, monkeypatch):
         np.testing.assert_array_equal(native[0], ref[0])
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("yt", [U8, I8])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("affine", [None, (1.3, 3, -0.5, -5), (1.3, 3, -0.5, -4)],

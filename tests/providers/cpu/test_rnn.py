@@ -243,6 +243,7 @@ def test_native_recurrence_shapes(op, lbr, hidden, batch, monkeypatch):
         assert calls == []
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 def test_native_recurrence_checks_buffers():
     from runtime_provider_cpu.ops import rnn

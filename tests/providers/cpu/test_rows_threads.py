@@ -62,6 +62,7 @@ def test_skip_layer_norm_same_bits_at_any_thread_count(native, rows, d, skip_row
                     np.testing.assert_array_equal(a, c)
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("rows, d", [(1576, 768), (128, 3072), (7, 19), (3, 5), (0, 8)])
 @pytest.mark.parametrize("tanh_form", [False, True])
 def test_gelu_same_bits_at_any_thread_count(native, rows, d, tanh_form):
@@ -80,6 +81,7 @@ def test_gelu_same_bits_at_any_thread_count(native, rows, d, tanh_form):
         np.testing.assert_array_equal(one, y)
 
 
+@pytest.mark.kernel
 def test_large_rows_go_through_the_pool(native):
     rng = np.random.default_rng(3)
     x, b = _rnd(rng, 1576, 768), _rnd(rng, 768)

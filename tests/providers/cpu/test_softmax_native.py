@@ -115,6 +115,7 @@ def test_softmax_native_threads_split_rows(monkeypatch):
     np.testing.assert_allclose(y_nat, y_ort, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.kernel
 @pytest.mark.native
 def test_native_softmax_rejects_bad_buffers():
     nat = sm_mod._native

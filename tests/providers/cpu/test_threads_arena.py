@@ -112,6 +112,7 @@ CHURN = """
 """
 
 
+@pytest.mark.kernel
 @pytest.mark.skipif(not GLIBC, reason="the arena is glibc's mallopt; other C libraries keep their defaults")
 def test_arena_keeps_freed_memory_so_reallocation_does_not_fault():
     pages = 20 * sum([1, 3, 2, 6, 12, 5, 9]) * 256  # every page of every array, if each faulted
