@@ -205,8 +205,9 @@ def linear(ctx, a, w, trans=False, bias=None, relu=False):
 def bind_matmul(ctx, w, kernel_fn) -> None:
     """Once per node: ``ctx.cache["bound"]`` (see :func:`~runtime_provider_cpu.executable.binds`)
     for a MatMul by the partition's constant weight ``w`` whose first call took a plan
-    (:func:`linear`'s ``linear_hit``): that plan run straight on the same row shape, without
-    the kernel's and :func:`linear`'s checks; ``kernel_fn(ctx, a, b)`` for anything else.
+    (:func:`linear`'s ``linear_hit``): a packed plan's ``_native.linear`` called straight on the
+    same row shape, without the kernel's and :func:`linear`'s checks, another plan through
+    :func:`linear`'s last-call path; ``kernel_fn(ctx, a, b)`` for anything else.
     None (no binding) otherwise."""
     cache = getattr(ctx, "cache", None)
     if cache is None or "bound" in cache:
@@ -216,7 +217,6 @@ def bind_matmul(ctx, w, kernel_fn) -> None:
         cache["bound"] = None
         return
     shape, plan, rk, out_shape = hit[2], hit[3], hit[4], hit[5]
-    run = plan.run
     if plan.KIND == "packed":
         # the plan's _native.linear call itself on a C-contiguous ``a`` (the kernel reads it as
         # R x K rows and writes R x N: the result made in the output's shape needs no reshape)
@@ -235,12 +235,9 @@ def bind_matmul(ctx, w, kernel_fn) -> None:
         return
 
     def bound(ctx, a, b):
-        # linear()'s own fast path, inline (a MatMul's Python is ~1/3 of a small model's GIL time)
-        if b is w and type(a) is np.ndarray and a.shape == shape and a.dtype is _F32_DT \
-                and current().native is not None:
-            y = run(np.ascontiguousarray(a.reshape(rk)), None)
-            return y if out_shape is None else y.reshape(out_shape)
-        return kernel_fn(ctx, a, b)
+        # linear()'s last-call path (linear_hit) without the kernel's dtype tests before it
+        y = linear(ctx, a, b) if b is w else None
+        return y if y is not None else kernel_fn(ctx, a, b)
 
     cache["bound"] = bound
 

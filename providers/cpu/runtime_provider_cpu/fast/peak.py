@@ -13,6 +13,7 @@ timed by wall clock (best of the repeats) and by the process's CPU time over the
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import time
 
@@ -145,9 +146,7 @@ def gemm_rates(sizes, threads: int = 1, repeats: int = 5) -> dict:
         # no AVX-512 kernels (the CPU, or RUNTIME_CORE_CPU_ISA / the build capping them): the
         # peak is measured in the vectors they use
         isa += f", kernels at {nat.CPU_ISA} (Linear tiles {getattr(nat, 'LINEAR_TILES', '?')})"
-    peak = readings[0]
-    for r in readings[1:]:
-        peak = _higher(peak, r)
+    peak = functools.reduce(_higher, readings)
     return {"cpu": autotune.cpu_model(), "isa": isa, "threads": int(threads),
             "blas": blas, "peak": peak, "rows": rows}
 

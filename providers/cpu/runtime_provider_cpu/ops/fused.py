@@ -26,6 +26,7 @@ from ..fast.sgemm import sgemm_ready as _sgemm_ready
 from ._nncommon import _is_const
 from .conv import conv_clipped
 from ._common import ignore_fp, mean_last, sum_last
+from ._dtypes import _F32 as _F32_DT  # the float32 descriptor (identity tests)
 from .pool import row_means
 from .elementwise import _native
 from .elementwise import gelu_erf_f32 as _gelu_erf_f32
@@ -48,7 +49,6 @@ def _threads(ctx):
     return t if type(t) is int and t >= 1 else max(int(t or 1), 1)
 
 
-_F32_DT = np.dtype(np.float32)
 
 
 def _is_f32(a) -> bool:

@@ -17,19 +17,9 @@ from ..fast import linear as fast_linear
 from ..fast.policy import current
 from ..fast.sgemm import pooled_matmul, sgemm_ready
 from ..registry import kernel
+from ._common import broadcast_shape
+from ._dtypes import _F32 as _F32_DT  # the float32 descriptor (identity tests)
 from ._nncommon import _BF16, _F32, _FLOAT, _MATMUL_TYPES, _as, _cdtype
-
-_F32_DT = np.dtype(np.float32)
-
-
-def _fits(shape, other) -> bool:
-    """Whether ``other`` broadcasts onto ``shape`` without enlarging it (``np.broadcast_shapes``'
-    test without its Python, ~4 us); False also where the two do not broadcast at all."""
-    if other == shape:
-        return True
-    if len(other) > len(shape):
-        return False
-    return all(o == 1 or o == d for o, d in zip(other[::-1], shape[::-1]))
 
 
 def _matmul(a, b):
@@ -171,7 +161,7 @@ def gemm(ctx, a, b, c=None, *, alpha, beta, transA, transB):
             cc = _as(c, cd)
             if beta != 1.0:
                 cc = cc * cd.type(beta)
-            if _fits(y.shape, cc.shape):
+            if broadcast_shape(y.shape, cc.shape) == y.shape:
                 y += cc  # y is a fresh matmul result: add the bias in place
             else:
                 y = y + cc
