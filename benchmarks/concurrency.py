@@ -18,6 +18,12 @@
   shared machine) falls on both alike; ``--pool-load-ab`` adds the default thread count with the
   kernel pool's load rule off as a third series. The pool's counts a run are printed beside: jobs
   opened to its workers, those no worker joined, and jobs run on their caller alone for the load.
+  Beside them a series with no runtime at all, the scheduler's floor: a fixed CPU loop (``sum(range(n))``,
+  n set to run as long as runtime-core's default-thread p50 of the same round, on one thread, in its own
+  fresh process) timed the same way. A run that goes back to back with busy processes on every core
+  loses its core to one of them now and then, for a scheduler slice; the floor row says what any
+  computation of that length meets on this machine (``--no-floor`` leaves it out). ``--gap-ms`` pauses
+  between runs, untimed, as a server idles between requests (all series alike).
 
 Both runtimes run without ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` (users do not have them)
 unless ``--keep-openblas-env``. The CPU model, core count and load average are printed: the
@@ -71,10 +77,46 @@ def _session(runtime: str, path: Path, threads: int):
     return rt.InferenceSession(str(path), so, providers=["cpu"])
 
 
+def _loop_size(seconds: float) -> int:
+    """n such that ``sum(range(n))`` (a fixed CPU loop: one thread, no memory traffic, no runtime)
+    takes ``seconds`` uninterrupted: the best of 7 calls, which busy processes may lengthen by
+    preempting them but not shorten."""
+    n = 1 << 12
+    while True:
+        best = min(_timed(sum, range(n)) for _ in range(3))
+        if best > 2e-4:
+            break
+        n <<= 1
+    n = max(1, int(n * seconds / best))
+    return max(1, int(n * seconds / min(_timed(sum, range(n)) for _ in range(7))))
+
+
+def _floor(args) -> None:
+    """The scheduler's floor: a fixed CPU loop of about ``--floor-ms``, timed in turn for
+    ``--seconds`` like the runs; prints one JSON line."""
+    n = _loop_size(args.floor_ms / 1e3)
+    lat = []
+    end = time.perf_counter() + args.seconds
+    while time.perf_counter() < end or len(lat) < args.min_runs:
+        lat.append(_timed(sum, range(n)))
+        if args.gap_ms:
+            time.sleep(args.gap_ms / 1e3)
+    print(json.dumps(_stats(lat)))
+
+
+def _timed(fn, *a) -> float:
+    t0 = time.perf_counter()
+    fn(*a)
+    return time.perf_counter() - t0
+
+
 def worker(args) -> None:
     """One measurement in this (fresh) process; prints one JSON line."""
     import threading
 
+    if args.worker == "floor":
+        _floor(args)
+        return
     path = Path(args.model)
     feeds = dict(np.load(path.with_suffix(".npz")))
     if args.worker == "latency" and args.paired:
@@ -109,6 +151,8 @@ def worker(args) -> None:
             t0 = time.perf_counter()
             sess.run(None, feeds)
             lat.append(time.perf_counter() - t0)
+            if args.gap_ms:
+                time.sleep(args.gap_ms / 1e3)
         # the kernel pool's stalls (a caller left waiting on a descheduled worker's part), jobs no
         # worker joined and jobs run alone for the load, a run
         delta = _pool_counts(native) - before if before is not None else None
@@ -125,7 +169,9 @@ def _paired(args, path: Path, feeds: dict) -> None:
     """--paired: sessions at the default thread count and at one thread in this process, runs
     alternating in blocks of --block, so that both see the same background load; with
     --pool-load-ab a third series "0-off", the default thread count with the kernel pool's load
-    rule off (``_native.pool_load_rule``); prints one JSON line {"0": stats, "1": stats, ...}."""
+    rule off (``_native.pool_load_rule``); unless --no-floor a series "loop", the scheduler's floor
+    in the same window: a fixed CPU loop (``_loop_size``) as long as the default session's
+    uninterrupted run (its best of 10); prints one JSON line {"0": stats, "1": stats, ...}."""
     native = _native() if args.runtime == "runtime_core" else None
     series = [("0", 0, None), ("1", 1, None)]
     if args.pool_load_ab and native is not None:
@@ -134,25 +180,31 @@ def _paired(args, path: Path, feeds: dict) -> None:
     for s in sessions.values():
         for _ in range(20):
             s.run(None, feeds)
-    lat: dict = {key: [] for key in sessions}
-    pool: dict = {key: np.zeros(6) for key in sessions}
+    calls = {key: (s.run, (None, feeds)) for key, s in sessions.items()}
+    if args.floor:
+        n = _loop_size(min(_timed(sessions["0"].run, None, feeds) for _ in range(10)))
+        series.append(("loop", None, None))
+        calls["loop"] = (sum, (range(n),))
+    lat: dict = {key: [] for key in calls}
+    pool: dict = {key: np.zeros(6) for key in calls}
     end = time.perf_counter() + args.seconds
     while time.perf_counter() < end or min(len(v) for v in lat.values()) < args.min_runs:
         for key, _, rule in series:
-            s = sessions[key]
+            fn, fargs = calls[key]
             before_rule = native.pool_load_rule(rule) if rule is not None else None
             before = _pool_counts(native)
             for _ in range(args.block):
-                t0 = time.perf_counter()
-                s.run(None, feeds)
-                lat[key].append(time.perf_counter() - t0)
+                lat[key].append(_timed(fn, *fargs))
+                if args.gap_ms:
+                    time.sleep(args.gap_ms / 1e3)
             if before is not None:
                 pool[key] += _pool_counts(native) - before
             if before_rule is not None:
                 native.pool_load_rule(*before_rule)
     out = {}
     for key, v in lat.items():
-        out[key] = dict(_stats(v), **_pool_fields(pool[key] if native is not None else None, len(v)))
+        out[key] = _stats(v) if key == "loop" else dict(
+            _stats(v), **_pool_fields(pool[key] if native is not None else None, len(v)))
     print(json.dumps(out))
 
 
@@ -220,11 +272,16 @@ def main(argv=None) -> int:
     ap.add_argument("--pool-load-ab", action="store_true",
                     help="--paired: a third series, the default thread count with the kernel pool's load rule off "
                     "(a job on its caller alone while other processes' runnable threads fill the cores)")
+    ap.add_argument("--no-floor", dest="floor", action="store_false",
+                    help="latency part: leave out the no-runtime series (a fixed CPU loop of the run's length)")
+    ap.add_argument("--gap-ms", type=float, default=0.0,
+                    help="latency part: an untimed pause after each run (a server idle between requests)")
     ap.add_argument("--keep-openblas-env", action="store_true")
     ap.add_argument("--cache", default=os.environ.get("RUNTIME_CORE_BENCH_CACHE",
                                                       str(Path.home() / ".cache" / "runtime-core-bench")))
     # internal: one measurement in a child process
-    ap.add_argument("--worker", choices=["throughput", "latency"])
+    ap.add_argument("--worker", choices=["throughput", "latency", "floor"])
+    ap.add_argument("--floor-ms", type=float, default=1.0)
     ap.add_argument("--runtime", default="runtime_core")
     ap.add_argument("--model")
     ap.add_argument("--threads", type=int, default=0)
@@ -264,14 +321,17 @@ def main(argv=None) -> int:
     if args.part in ("latency", "all"):
         lat_models = [Path(m) for m in args.models] if args.models else [model]
         lat_runtimes = tuple(args.latency_runtimes.split(","))
-        paired = ("--paired", "--block", args.block) if args.paired else ()
+        gap = ("--gap-ms", args.gap_ms) if args.gap_ms else ()
+        paired = ("--paired", "--block", args.block, *gap, *(() if args.floor else ("--no-floor",))) \
+            if args.paired else ()
         if args.paired and args.pool_load_ab:
             paired += ("--pool-load-ab",)
         busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
         try:
             for m in lat_models:
                 name = MODEL if m == model else m.stem
-                print(f"\n## latency: {name}, runs in turn for {args.seconds:.0f} s (at least {args.min_runs}) "
+                pause = f", {args.gap_ms:g} ms untimed pause after each" if args.gap_ms else ""
+                print(f"\n## latency: {name}, runs in turn for {args.seconds:.0f} s (at least {args.min_runs}{pause}) "
                       f"beside {args.busy} busy processes (ms)\n")
                 print("| runtime | intra_op_num_threads | p10 | p50 | p90 | pool stalls a run | "
                       "pool jobs a run: opened, no worker joined, alone for the load |")
@@ -287,18 +347,25 @@ def main(argv=None) -> int:
                             continue
                         for t in (0, 1):
                             got = _child(env, m, "--worker", "latency", "--runtime", r, "--threads", t,
-                                         "--seconds", args.seconds, "--min-runs", args.min_runs)
+                                         "--seconds", args.seconds, "--min-runs", args.min_runs, *gap)
                             res.setdefault((r, t), []).append(got)
+                if args.floor and not args.paired:
+                    # as long as this round's default-thread run (runtime-core's, else the first runtime's)
+                    ref = res.get(("runtime_core", 0)) or next(iter(res.values()))
+                    got = _child(env, m, "--worker", "floor", "--floor-ms", ref[-1]["p50"],
+                                 "--seconds", args.seconds, "--min-runs", args.min_runs, *gap)
+                    res.setdefault(("no runtime: a fixed CPU loop", "-"), []).append(got)
                 med = {key: {k: np.median([g[k] for g in got]) for k in ("p10", "p50", "p90")}
                        for key, got in res.items()}
                 for (r, t), v in med.items():
                     st = [g["stalls"] for g in res[(r, t)] if g.get("stalls") is not None]
                     stalls = f"{np.median(st):.2f}" if st else "-"
                     jobs = "-"
-                    if all("jobs" in g for g in res[(r, t)]):
+                    if all(g.get("jobs") is not None for g in res[(r, t)]):
                         jobs = ", ".join(f"{np.median([g[k] for g in res[(r, t)]]):.0f}"
                                          for k in ("jobs", "unjoined", "load_alone"))
-                    label = {0: "default", "0-off": "default, pool load rule off"}.get(t, t)
+                    label = {0: "default", "0-off": "default, pool load rule off",
+                             "loop": "none: a fixed CPU loop as long as a default run, same process"}.get(t, t)
                     print(f"| {r} | {label} | {v['p10']:.2f} | {v['p50']:.2f} | {v['p90']:.2f} | {stalls} | {jobs} |")
                 if ("runtime_core", 0) in med:
                     d, one = med[("runtime_core", 0)], med[("runtime_core", 1)]
@@ -308,6 +375,10 @@ def main(argv=None) -> int:
                     print(f"runtime-core default / one thread p50: {d['p50'] / one['p50']:.2f}; default p90 / p50: "
                           f"{d['p90'] / d['p50']:.2f} ({'meets' if ok else 'MISSES'} the targets <= 1 (5% noise "
                           "allowed) and <= 3)", flush=True)
+                fl = med.get(("runtime_core", "loop")) or med.get(("no runtime: a fixed CPU loop", "-"))
+                if fl:
+                    print(f"the scheduler's floor (a fixed CPU loop of that length, no runtime): p90 / p50 "
+                          f"{fl['p90'] / fl['p50']:.2f}", flush=True)
                 if ("runtime_core", "0-off") in res:
                     off = res[("runtime_core", "0-off")]
                     pairs = [(a["p50"] / b["p50"], c["p50"] / b["p50"])

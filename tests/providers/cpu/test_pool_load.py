@@ -185,10 +185,41 @@ def test_the_concurrency_benchmark_pairs_the_rule_on_and_off(tmp_path):
            "--paired", "--pool-load-ab", "--block", "2", "--seconds", "0", "--min-runs", "4"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=300)
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(got) == {"0", "1", "0-off"}
+    assert set(got) == {"0", "1", "0-off", "loop"}  # "loop": the scheduler's floor, no runtime
     for key, v in got.items():
         assert v["n"] >= 4 and v["p10"] <= v["p50"] <= v["p90"]
-        assert {"stalls", "jobs", "unjoined", "wait_ms", "load_alone"} <= set(v)
-        assert 0 <= v["unjoined"] <= v["jobs"]
+        if key != "loop":
+            assert {"stalls", "jobs", "unjoined", "wait_ms", "load_alone"} <= set(v)
+            assert 0 <= v["unjoined"] <= v["jobs"]
     assert got["1"]["jobs"] == 0  # one thread opens no job to the workers
+    # the loop is sized to a default run's uninterrupted time: a busy machine lengthens either, but
+    # the loop is not a no-op beside the runs
+    assert got["loop"]["p50"] > 0.25 * min(got["0"]["p10"], got["1"]["p10"])
     assert got["0-off"]["load_alone"] == 0  # the rule off never runs a job alone for the load
+
+
+def test_the_concurrency_benchmark_times_a_no_runtime_floor_and_pauses_between_runs(tmp_path):
+    import json
+    import time
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "concurrency.py"
+    # the floor: a fixed CPU loop calibrated to --floor-ms on its uninterrupted time, no model loaded
+    cmd = [sys.executable, str(script), "--model", str(tmp_path / "absent.onnx"), "--worker", "floor",
+           "--floor-ms", "3", "--seconds", "0", "--min-runs", "15"]
+    got = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                    timeout=300).stdout.strip().splitlines()[-1])
+    assert got["n"] >= 15 and got["p10"] <= got["p50"] <= got["p90"]
+    assert got["p10"] > 0.75  # calibrated to ~3 ms: a busy machine lengthens a call, never shortens it
+    # --gap-ms: an untimed pause after each run; the runs' own times stay the runs' alone
+    model = tmp_path / "m.onnx"
+    model.write_bytes(_model())
+    np.savez(tmp_path / "m.npz", x=np.zeros((2, 16, 48, 48), np.float32))
+    cmd = [sys.executable, str(script), "--model", str(model), "--worker", "latency", "--runtime", "runtime_core",
+           "--paired", "--block", "2", "--seconds", "0", "--min-runs", "6", "--gap-ms", "50", "--no-floor"]
+    t0 = time.perf_counter()
+    got = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True,
+                                    timeout=300).stdout.strip().splitlines()[-1])
+    assert time.perf_counter() - t0 > 12 * 0.05  # 6 runs of each series, a pause after each
+    assert set(got) == {"0", "1"} and all(v["n"] >= 6 for v in got.values())
+    assert got["1"]["p50"] < 50  # the pause is not in a run's time
