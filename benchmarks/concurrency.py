@@ -104,6 +104,16 @@ def _floor(args) -> None:
     print(json.dumps(_stats(lat)))
 
 
+def _warm(sess, feeds) -> list:
+    """Warm-up runs (the autotuner's first-run measurements among them): 20, or as many as fit
+    in 3 s but at least 3 (a corpus model of ~1 s a run); their times."""
+    times: list = []
+    t_end = time.perf_counter() + 3.0
+    while len(times) < 20 and (len(times) < 3 or time.perf_counter() < t_end):
+        times.append(_timed(sess.run, None, feeds))
+    return times
+
+
 def _timed(fn, *a) -> float:
     t0 = time.perf_counter()
     fn(*a)
@@ -123,8 +133,7 @@ def worker(args) -> None:
         _paired(args, path, feeds)
         return
     sess = _session(args.runtime, path, args.threads)
-    for _ in range(20):
-        sess.run(None, feeds)
+    _warm(sess, feeds)
     if args.worker == "throughput":
         n = int(args.clients)
         per = max(1, args.runs // n)
@@ -171,18 +180,19 @@ def _paired(args, path: Path, feeds: dict) -> None:
     --pool-load-ab a third series "0-off", the default thread count with the kernel pool's load
     rule off (``_native.pool_load_rule``); unless --no-floor a series "loop", the scheduler's floor
     in the same window: a fixed CPU loop (``_loop_size``) as long as the default session's
-    uninterrupted run (its best of 10); prints one JSON line {"0": stats, "1": stats, ...}."""
+    uninterrupted run (its best warm-up run); prints one JSON line {"0": stats, "1": stats, ...}."""
     native = _native() if args.runtime == "runtime_core" else None
     series = [("0", 0, None), ("1", 1, None)]
     if args.pool_load_ab and native is not None:
         series.append(("0-off", 0, False))
     sessions = {key: _session(args.runtime, path, t) for key, t, _ in series}
     for s in sessions.values():
-        for _ in range(20):
-            s.run(None, feeds)
+        warm = _warm(s, feeds)
+        if s is sessions["0"]:
+            ref = min(warm)
     calls = {key: (s.run, (None, feeds)) for key, s in sessions.items()}
     if args.floor:
-        n = _loop_size(min(_timed(sessions["0"].run, None, feeds) for _ in range(10)))
+        n = _loop_size(ref)
         series.append(("loop", None, None))
         calls["loop"] = (sum, (range(n),))
     lat: dict = {key: [] for key in calls}
