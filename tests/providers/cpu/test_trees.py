@@ -174,6 +174,14 @@ def test_compiled_sums_split_rows_over_threads(monkeypatch):
     del calls[:]
     runs += [sess.run(None, {"X": X})[0] for _ in range(3)]
     assert calls == [2, 2, 2]
+    # one call of a way counts at most twice its mean (a preempted call does not flip the choice)
+    st[1:] = [1.0, 1.2]
+    before = list(st)
+    runs.append(sess.run(None, {"X": X})[0])
+    assert calls[-1] == 1 and st[1] < before[1]  # the caller alone, measured: its mean moved down (~0.1 us a row)
+    st[1:] = [1e-12, 1.2]  # the caller alone's mean far below any real call: the call counts as 2e-12
+    runs.append(sess.run(None, {"X": X})[0])
+    assert calls[-1] == 1 and st[1] == pytest.approx(1e-12 + 0.25 * (2e-12 - 1e-12))
     for r in runs:
         np.testing.assert_array_equal(r, one)
     want = ort.InferenceSession(blob, providers=["CPUExecutionProvider"]).run(None, {"X": X})[0]

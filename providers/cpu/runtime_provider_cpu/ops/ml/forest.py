@@ -225,7 +225,7 @@ class _Forest:
                           int(self.has_nan_true), threads if use_pool else 1)
         dt = (time.perf_counter() - t0) / n
         i = 2 if use_pool else 1
-        st[i] = dt if st[i] is None else st[i] + _TIMING_WEIGHT * (dt - st[i])
+        st[i] = dt if st[i] is None else st[i] + _TIMING_WEIGHT * (min(dt, _TIMING_CLAMP * st[i]) - st[i])
         return out
 
     def _block(self, X: np.ndarray):
@@ -278,11 +278,16 @@ class _Forest:
 #: mean per forest and batch size (within 2x), and the faster one taken. A helper descheduled by
 #: another process holds the part it took for a whole scheduler slice, which costs a short walk
 #: more than a second thread saves; the mean takes those slices in, so under load a short walk
-#: stays on the caller and on a quiet machine it splits.
+#: stays on the caller and on a quiet machine it splits. A call counts at most twice its way's
+#: mean: the caller alone loses its core to a busy process too, now and then, and one such call
+#: (a 4 ms slice against ~0.1 ms) made the pool look faster for the next ~150 calls (38% of a
+#: RandomForest b100's calls went to the pool beside two busy processes, each ~20% slower than
+#: the caller alone); a helper descheduled often still lifts the pool's mean within a few calls.
 _POOL_STEPS = 32768
 _LANES = 8
 _RETRY_EVERY = 16
 _TIMING_WEIGHT = 0.25
+_TIMING_CLAMP = 2.0
 
 #: every index the tree walk gathers with is valid by construction (children and leaf slots are
 #: checked when the forest is built, feature ids against the input's width before a run):
