@@ -6,11 +6,13 @@ executable's plain sequential ones (pairs fused after the first run, bound convo
 timed around ``run_step`` in model order, so a step sees the caches its predecessors left.
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/step_times.py MODEL.onnx \\
-        [--threads 1 2] [--rounds 3] [--runs 40] [--load-rule off|on] [--top 25]
+        [--threads 1 2] [--rounds 3] [--runs 40] [--load-rule off|on|full] [--top 25]
 
 Feeds come from MODEL.npz beside the model (the corpus cache's), else random. With the load rule
 off (the default here) the pool's jobs are opened to workers whatever the machine's load, as on a
-quiet host; its results are only meaningful on one."""
+quiet host; its results are only meaningful on one. ``full`` has the rule find the cores taken by
+other processes, so that every job runs on its caller alone as beside busy processes, on a quiet
+machine: what a run at the default thread count costs there against one at one thread."""
 
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def _feeds(sess, model):
             for i in sess.get_inputs()}
 
 
-def measure(model: str, threads: int, runs: int, load_rule: bool) -> dict:
+def measure(model: str, threads: int, runs: int, load_rule: str) -> dict:
     """One process's figures: median wall of ``runs`` runs, the median of the per-run step sums,
     and per step its median time and its pool jobs a run."""
     import gc
@@ -48,7 +50,10 @@ def measure(model: str, threads: int, runs: int, load_rule: bool) -> dict:
     from runtime_provider_cpu.execution import step as S
     from runtime_provider_cpu.execution.executable import CPUExecutable
 
-    nat.pool_load_rule(load_rule)
+    if load_rule == "full":  # other processes' runnable threads: one a core
+        nat.pool_load_rule(True, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    else:
+        nat.pool_load_rule(load_rule == "on")
     so = rt.SessionOptions()
     so.intra_op_num_threads = threads
     sess = rt.InferenceSession(model, so)
@@ -96,12 +101,12 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=40)
-    ap.add_argument("--load-rule", choices=["off", "on"], default="off")
+    ap.add_argument("--load-rule", choices=["off", "on", "full"], default="off")
     ap.add_argument("--top", type=int, default=25, help="steps listed, the slowest at the first thread count")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        print(json.dumps(measure(a.model, a.threads[0], a.runs, a.load_rule == "on")))
+        print(json.dumps(measure(a.model, a.threads[0], a.runs, a.load_rule)))
         return 0
     results: dict[int, list] = {t: [] for t in a.threads}
     for r in range(a.rounds):

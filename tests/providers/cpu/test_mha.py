@@ -5,6 +5,7 @@ path it replaces and against onnxruntime."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pytest
@@ -208,6 +209,53 @@ def test_mha_tiles_pack_their_heads_in_the_work_buffer_between_calls_of_other_si
     for t in ts:
         t.join()
     assert not errors, errors
+
+
+@pytest.mark.kernel
+def test_mha_tiles_run_alone_are_split_as_for_one_thread():
+    """A tiles job its caller runs alone (run_solo, or other processes' threads on every core) is
+    split as on one thread, a whole head a part, each head packed once: the same bits as on one
+    thread and on four, and the job counted as run alone for the load."""
+    from runtime_provider_cpu import _native
+
+    if not getattr(_native, "CONV_FAST", 0):
+        pytest.skip("the tiles form runs on AVX-512 builds only")
+    rng = np.random.default_rng(31)
+    B, S, H, dq, dv = 2, 77, 3, 64, 32
+    W = H * (2 * dq + dv)
+    qkv = rng.standard_normal((B, S, W)).astype(np.float32)
+
+    def mha(threads):
+        y = np.full((B, S, H * dv), np.nan, np.float32)
+        _native.mha(qkv, (B, S, W, 0, H * dq, 2 * H * dq), (H, dq, dv), 0.25, False, None, None, None,
+                    None, y, threads, True)
+        return y
+
+    STARTED, LOAD_ALONE = 4, 10  # pool_stats(): parts of jobs asking for several threads; jobs alone for the load
+    one = mha(1)
+    rule = _native.pool_load_rule(False)  # the pool whatever the machine's load
+    try:
+        started = _native.pool_stats()[STARTED]
+        np.testing.assert_array_equal(mha(4), one)
+        assert _native.pool_stats()[STARTED] > started  # a job asking for four threads
+    finally:
+        _native.pool_load_rule(*rule)
+    np.testing.assert_allclose(one, _attention(qkv, H, dq, dv, 0.25), rtol=2e-5, atol=2e-5)
+    before = _native.run_solo(True)
+    try:
+        started = _native.pool_stats()[STARTED]
+        np.testing.assert_array_equal(mha(4), one)
+        assert _native.pool_stats()[STARTED] == started  # split as a one-thread job
+    finally:
+        _native.run_solo(before)
+    rule = _native.pool_load_rule(True, len(os.sched_getaffinity(0)))  # every core taken by others
+    try:
+        started, alone = _native.pool_stats()[STARTED], _native.pool_stats()[LOAD_ALONE]
+        np.testing.assert_array_equal(mha(4), one)
+        assert _native.pool_stats()[STARTED] == started
+        assert _native.pool_stats()[LOAD_ALONE] == alone + 1  # counted once
+    finally:
+        _native.pool_load_rule(*rule)
 
 
 def test_mha_same_bits_on_any_thread_count(cpu_policy):

@@ -278,6 +278,8 @@ MT_TARGET static void mt_part(void *arg, int part, int parts)
     for (Py_ssize_t u = u0; u < u1; u++) {
         const Py_ssize_t bh = u / np_, b = bh / j->H, h = bh - b * j->H;
         const Py_ssize_t s0 = (u - bh * np_) * LN_RP, nr = S - s0 < LN_RP ? S - s0 : LN_RP;
+        if (u > u0 && rc_stop_requested()) /* a part is a whole head on one thread (mt_run) */
+            break;
         if (bh != packed) {
             mt_pack_head(t, bh, kp, vp);
             packed = bh;
@@ -332,10 +334,15 @@ static PyObject *mt_run(mh_job *j, int threads, Py_buffer *v, int nbuf)
         return NULL;
     }
     const double work = 2.0 * (double)heads * (double)j->S * (double)j->S * (double)(j->dq + j->dv);
+    /* a job run on its caller alone (one thread, run_solo, or the machine's load) is split as for
+       one thread: a session of two threads beside busy processes packed each of BERT-tiny's heads
+       four times against one thread's two (189 against 177 us an Attention) */
+    threads = rc_job_threads(threads);
     int parts = rc_parts(work, 2.5e5, heads * np_, &threads);
-    /* a head a part where that leaves two or more a thread: a head split between parts is packed
-       by each (Whisper's 1500 keys: 6 heads in 4 parts packed 9 times); the units stay the panels */
-    if (heads >= 2 * (Py_ssize_t)threads && heads <= RC_PARTS_FINE_MAX)
+    /* a head a part where that leaves two or more a thread, or on one thread: a head split between
+       parts is packed by each (Whisper's 1500 keys: 6 heads in 4 parts packed 9 times); the units
+       stay the panels */
+    if ((heads >= 2 * (Py_ssize_t)threads || threads == 1) && heads <= RC_PARTS_FINE_MAX)
         parts = (int)heads;
     return rc_run_job(mt_part, &t, parts, threads, v, nbuf, &t.oom);
 }

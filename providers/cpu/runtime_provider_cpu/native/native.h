@@ -148,6 +148,11 @@ typedef void (*rc_part_f)(void *arg, int part, int parts);
  * thread's run scope's stop flag is set, the parts not started are skipped: the kernel's
  * output is then garbage, which the ending run discards. */
 void rc_parallel(rc_part_f fn, void *arg, int parts, int threads);
+/* the threads a job opened now by this thread would run on: 1 where rc_parallel would run it on
+ * its caller alone (run_solo, or the machine's load, counted then as a job run alone for it),
+ * else threads; for a kernel whose split costs per part (a head packed by each part that has
+ * some of its rows), so that a job run alone is split as for one thread */
+int rc_job_threads(int threads);
 /* nonzero once the stop flag of the run whose kernel part this thread is running (or whose
  * run scope it is in) is set: a long part polls it between its units and returns early (the
  * ending run discards its output) */

@@ -317,6 +317,19 @@ void rc_pool_forked(void)
     rc_gate_forked();
 }
 
+int rc_job_threads(int threads)
+{
+    if (threads <= 1)
+        return 1;
+    if (rc_tls_solo)
+        return 1;
+    if (rc_machine_full(rc_now_ns())) {
+        __atomic_add_fetch(&rc_load_alone, 1, __ATOMIC_RELAXED);
+        return 1;
+    }
+    return threads;
+}
+
 /* fn(arg, part, parts) for every part in [0, parts), on the caller's thread and up to
  * threads - 1 workers, each taking the next part not taken yet; returns when all have
  * finished, or (the caller's run's stop flag set) when the parts already running have */
