@@ -75,3 +75,41 @@ def _pool_load_rule_quiet():
     on, others = NATIVE.pool_load_rule(others=0)
     yield
     NATIVE.pool_load_rule(on, others)
+
+
+@pytest.fixture
+def planned_alone():
+    """``planned_alone(call, one)``: ``call(4)`` (a compiled kernel asked for four threads) starts
+    parts of a several-thread job with the pool free, none under ``run_solo`` or with other
+    processes' threads on every core (``rc_job_threads``: planned as for one thread, counted once
+    as run alone for the load), and gives ``one``'s bits each time."""
+    import numpy as np
+    from runtime_provider_cpu import _native
+
+    STARTED, LOAD_ALONE = 4, 10  # pool_stats(): parts of jobs asking for several threads; jobs alone for the load
+
+    def check(call, one):
+        rule = _native.pool_load_rule(False)  # the pool whatever the machine's load
+        try:
+            started = _native.pool_stats()[STARTED]
+            np.testing.assert_array_equal(call(4), one)
+            assert _native.pool_stats()[STARTED] > started
+        finally:
+            _native.pool_load_rule(*rule)
+        before = _native.run_solo(True)
+        try:
+            started = _native.pool_stats()[STARTED]
+            np.testing.assert_array_equal(call(4), one)
+            assert _native.pool_stats()[STARTED] == started
+        finally:
+            _native.run_solo(before)
+        rule = _native.pool_load_rule(True, len(os.sched_getaffinity(0)))  # every core taken by others
+        try:
+            started, alone = _native.pool_stats()[STARTED], _native.pool_stats()[LOAD_ALONE]
+            np.testing.assert_array_equal(call(4), one)
+            assert _native.pool_stats()[STARTED] == started
+            assert _native.pool_stats()[LOAD_ALONE] == alone + 1  # once a call (the Linear's packing job too)
+        finally:
+            _native.pool_load_rule(*rule)
+
+    return check

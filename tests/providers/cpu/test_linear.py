@@ -135,17 +135,14 @@ def test_linear_against_float64_on_any_thread_count(R, K, N, packed):
 
 @pytest.mark.kernel
 @pytest.mark.parametrize("kernel", ["linear", "pointwise_lanes"])
-def test_jobs_run_alone_are_planned_as_for_one_thread(kernel):
+def test_jobs_run_alone_are_planned_as_for_one_thread(kernel, planned_alone):
     """A Linear (or pointwise_lanes) call its caller runs alone (run_solo, or other processes'
     threads on every core) is planned as on one thread: no job asking for several threads starts
     a part, the same bits as on one thread and on four, counted once as run alone for the load."""
-    import os
-
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear
     from runtime_provider_cpu.fast.packing import pack_rows
 
-    STARTED, LOAD_ALONE = 4, 10  # pool_stats(): parts of jobs asking for several threads; jobs alone for the load
     if kernel == "linear":
         R, K, N = 200, 300, 160
         a, w, bias = rnd(R, K), rnd(K, N), rnd(N)
@@ -165,29 +162,7 @@ def test_jobs_run_alone_are_planned_as_for_one_thread(kernel):
             _native.pointwise_lanes(wp, x, b, None, y, (M, K, P), -np.inf, np.inf, threads)
             return y
 
-    one = call(1)
-    rule = _native.pool_load_rule(False)  # the pool whatever the machine's load
-    try:
-        started = _native.pool_stats()[STARTED]
-        np.testing.assert_array_equal(call(4), one)
-        assert _native.pool_stats()[STARTED] > started
-    finally:
-        _native.pool_load_rule(*rule)
-    before = _native.run_solo(True)
-    try:
-        started = _native.pool_stats()[STARTED]
-        np.testing.assert_array_equal(call(4), one)
-        assert _native.pool_stats()[STARTED] == started
-    finally:
-        _native.run_solo(before)
-    rule = _native.pool_load_rule(True, len(os.sched_getaffinity(0)))  # every core taken by others
-    try:
-        started, alone = _native.pool_stats()[STARTED], _native.pool_stats()[LOAD_ALONE]
-        np.testing.assert_array_equal(call(4), one)
-        assert _native.pool_stats()[STARTED] == started
-        assert _native.pool_stats()[LOAD_ALONE] == alone + 1  # once a call (the Linear's packing job too)
-    finally:
-        _native.pool_load_rule(*rule)
+    planned_alone(call, call(1))
 
 
 @pytest.mark.kernel

@@ -5,7 +5,6 @@ path it replaces and against onnxruntime."""
 from __future__ import annotations
 
 import itertools
-import os
 
 import numpy as np
 import pytest
@@ -212,7 +211,7 @@ def test_mha_tiles_pack_their_heads_in_the_work_buffer_between_calls_of_other_si
 
 
 @pytest.mark.kernel
-def test_mha_tiles_run_alone_are_split_as_for_one_thread():
+def test_mha_tiles_run_alone_are_split_as_for_one_thread(planned_alone):
     """A tiles job its caller runs alone (run_solo, or other processes' threads on every core) is
     split as on one thread, a whole head a part, each head packed once: the same bits as on one
     thread and on four, and the job counted as run alone for the load."""
@@ -231,31 +230,9 @@ def test_mha_tiles_run_alone_are_split_as_for_one_thread():
                     None, y, threads, True)
         return y
 
-    STARTED, LOAD_ALONE = 4, 10  # pool_stats(): parts of jobs asking for several threads; jobs alone for the load
     one = mha(1)
-    rule = _native.pool_load_rule(False)  # the pool whatever the machine's load
-    try:
-        started = _native.pool_stats()[STARTED]
-        np.testing.assert_array_equal(mha(4), one)
-        assert _native.pool_stats()[STARTED] > started  # a job asking for four threads
-    finally:
-        _native.pool_load_rule(*rule)
     np.testing.assert_allclose(one, _attention(qkv, H, dq, dv, 0.25), rtol=2e-5, atol=2e-5)
-    before = _native.run_solo(True)
-    try:
-        started = _native.pool_stats()[STARTED]
-        np.testing.assert_array_equal(mha(4), one)
-        assert _native.pool_stats()[STARTED] == started  # split as a one-thread job
-    finally:
-        _native.run_solo(before)
-    rule = _native.pool_load_rule(True, len(os.sched_getaffinity(0)))  # every core taken by others
-    try:
-        started, alone = _native.pool_stats()[STARTED], _native.pool_stats()[LOAD_ALONE]
-        np.testing.assert_array_equal(mha(4), one)
-        assert _native.pool_stats()[STARTED] == started
-        assert _native.pool_stats()[LOAD_ALONE] == alone + 1  # counted once
-    finally:
-        _native.pool_load_rule(*rule)
+    planned_alone(mha, one)
 
 
 def test_mha_same_bits_on_any_thread_count(cpu_policy):
