@@ -359,12 +359,12 @@ def main(argv=None) -> int:
                             got = _child(env, m, "--worker", "latency", "--runtime", r, "--threads", t,
                                          "--seconds", args.seconds, "--min-runs", args.min_runs, *gap)
                             res.setdefault((r, t), []).append(got)
-                if args.floor and not args.paired:
-                    # as long as this round's default-thread run (runtime-core's, else the first runtime's)
-                    ref = res.get(("runtime_core", 0)) or next(iter(res.values()))
-                    got = _child(env, m, "--worker", "floor", "--floor-ms", ref[-1]["p50"],
-                                 "--seconds", args.seconds, "--min-runs", args.min_runs, *gap)
-                    res.setdefault(("no runtime: a fixed CPU loop", "-"), []).append(got)
+                    if args.floor and not args.paired:
+                        # as long as this round's default-thread run (runtime-core's, else the first runtime's)
+                        ref = res.get(("runtime_core", 0)) or next(iter(res.values()))
+                        got = _child(env, m, "--worker", "floor", "--floor-ms", ref[-1]["p50"],
+                                     "--seconds", args.seconds, "--min-runs", args.min_runs, *gap)
+                        res.setdefault(("no runtime: a fixed CPU loop", "-"), []).append(got)
                 med = {key: {k: np.median([g[k] for g in got]) for k in ("p10", "p50", "p90")}
                        for key, got in res.items()}
                 for (r, t), v in med.items():
