@@ -29,22 +29,13 @@ def loop(model: str, threads: int, seconds: float) -> None:
     """The sampled child: warm runs, then runs for ``seconds``; prints how many."""
     import time
 
-    import numpy as np
-
     import runtime_core as rt
+    from step_times import _feeds  # this folder is the child's sys.path[0]
 
     so = rt.SessionOptions()
     so.intra_op_num_threads = threads
     sess = rt.InferenceSession(model, so, providers=["cpu"])
-    npz = os.path.splitext(model)[0] + ".npz"
-    if os.path.exists(npz):
-        d = dict(np.load(npz))
-        vals = list(d.values())
-        feeds = {i.name: d.get(i.name, vals[k]) for k, i in enumerate(sess.get_inputs())}
-    else:
-        rng = np.random.default_rng(0)
-        feeds = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)
-                 for i in sess.get_inputs()}
+    feeds = _feeds(sess, model)  # MODEL.npz beside the model, else random
     for _ in range(20):
         sess.run(None, feeds)
     n, end = 0, time.perf_counter() + seconds

@@ -49,8 +49,6 @@ def _threads(ctx):
     return t if type(t) is int and t >= 1 else max(int(t or 1), 1)
 
 
-
-
 def _is_f32(a) -> bool:
     """``a.dtype == float32``, by identity first (numpy's float32 descriptor is one object)."""
     return a.dtype is _F32_DT or a.dtype == _F32_DT
