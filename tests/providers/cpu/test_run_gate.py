@@ -404,3 +404,61 @@ def test_the_environment_sets_the_default(env, want):
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, RUNTIME_CORE_CPU_MAX_RUNS=env),
                          capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == (str(len(os.sched_getaffinity(0))) if want == "cores" else want)
+
+
+CTRL_C_CHILD = r"""
+import os, signal, sys, threading, time
+import numpy as np
+sys.path[:0] = sys.argv[1:3]
+from test_run_gate import GATE_ADMITTED, GATE_QUEUED, JOIN_S, NATIVE, _hook, _neg_model, _session, _x
+
+NATIVE.run_gate(1)
+sess = _session(_neg_model())
+entered, release = threading.Event(), threading.Event()
+
+def wrap(name, fn):
+    def hooked(ctx, *args, **attrs):
+        entered.set()
+        release.wait(float(sys.argv[3]))  # the slot held this long unless the test ends first
+        return fn(ctx, *args, **attrs)
+    return hooked
+
+_hook(sess, wrap)
+holder = threading.Thread(target=sess.run, args=(None, {"x": _x()}), daemon=True)
+holder.start()
+assert entered.wait(JOIN_S)
+
+def interrupt():
+    while NATIVE.pool_stats()[GATE_QUEUED] < 1:
+        time.sleep(0.001)
+    os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C in a terminal
+
+threading.Thread(target=interrupt, daemon=True).start()
+t0 = time.monotonic()
+try:
+    sess.run(None, {"x": _x(1)})  # the main thread, waiting behind the holder
+    print("RETURNED", flush=True)
+except KeyboardInterrupt:
+    stats = NATIVE.pool_stats()
+    print("INTERRUPTED", round(time.monotonic() - t0, 3), stats[GATE_QUEUED], stats[GATE_ADMITTED], flush=True)
+release.set()
+holder.join(JOIN_S)
+print("AFTER", NATIVE.pool_stats()[GATE_ADMITTED], flush=True)
+"""
+
+
+def test_ctrl_c_while_waiting_interrupts_the_run_and_takes_no_slot():
+    """A run waiting for its turn on the main thread raises KeyboardInterrupt at Ctrl-C (a real
+    SIGINT) within the gate's poll, not when the run ahead of it ends (held 30 s here), leaving
+    the queue without a slot."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    tests = os.path.dirname(os.path.dirname(here))
+    out = subprocess.run([sys.executable, "-c", CTRL_C_CHILD, here, tests, "30"], capture_output=True, text=True,
+                         timeout=JOIN_S + 30)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.split()
+    assert lines[0] == "INTERRUPTED", out.stdout
+    waited, queued, admitted = float(lines[1]), int(lines[2]), int(lines[3])
+    assert waited < 10, f"Ctrl-C took {waited} s to end the waiting run"
+    assert (queued, admitted) == (0, 1)  # the holder's slot only
+    assert lines[4:] == ["AFTER", "0"]

@@ -38,7 +38,8 @@ def run_scope(stop, limit: int = -1, joined: bool = False):
     in flight (-1: the process's, ``_native.run_gate``; 0: no limit); scopes inside it (If, Loop
     and Scan bodies, a session run inside a kernel) and ``joined`` ones (a thread working for a
     run already admitted: the parallel executor's helpers) never wait. A run cancelled while it
-    waits raises ``stop``'s error, holding nothing."""
+    waits raises ``stop``'s error, holding nothing; on the main thread Ctrl-C (any signal
+    handler's exception) ends the wait the same way."""
     if _NATIVE is None:
         return None
     scope = _NATIVE.run_enter(getattr(stop, "flag", None), limit, joined)

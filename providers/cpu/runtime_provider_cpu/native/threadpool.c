@@ -457,7 +457,8 @@ static struct {
     rc_waiter *head, *tail;  /* the waiting runs, first come first */
 } rc_gate = {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL, NULL};
 
-/* a waiting run reads its stop flag this often (RunOptions.terminate ends a run within 100 ms) */
+/* a waiting run reads its stop flag this often (RunOptions.terminate ends a run within 100 ms),
+ * and on the main thread Python's pending signals (Ctrl-C) */
 #define RC_GATE_POLL_NS 10000000L
 
 static int rc_gate_limit = -1;        /* atomic: the default limit (0: none); -1 until read */
@@ -526,15 +527,56 @@ static void rc_gate_leave(void)
     pthread_mutex_unlock(&rc_gate.mu);
 }
 
+/* take w out of the queue, not admitted (under rc_gate.mu): those behind it may now go */
+static void rc_gate_unqueue(rc_waiter *w)
+{
+    rc_waiter **p = &rc_gate.head, *prev = NULL;
+    while (*p != w) {
+        prev = *p;
+        p = &(*p)->next;
+    }
+    *p = w->next;
+    if (rc_gate.tail == w)
+        rc_gate.tail = prev;
+    rc_gate.queued--;
+    rc_gate_admit();
+}
+
+/* whether this is Python's main thread, the one its signal handlers run on (with the GIL; read
+ * only when a run must wait) */
+static int rc_gate_on_main(void)
+{
+    int yes = 0;
+    PyObject *threading = PyImport_ImportModule("threading");
+    PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+    PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
+    if (ident && PyLong_Check(ident))
+        yes = PyLong_AsUnsignedLong(ident) == PyThread_get_thread_ident();
+    Py_XDECREF(ident);
+    Py_XDECREF(main);
+    Py_XDECREF(threading);
+    PyErr_Clear();
+    return yes;
+}
+
 /* take a slot for a run of this limit (0: none, it still counts as in flight; -1: run_gate's,
  * read again while it waits), waiting behind the runs that came first; called with the GIL,
- * released while waiting. Returns 1, or 0 when stop's first byte was set while it waited (no
- * slot taken) */
+ * released while waiting. Returns 1; 0 when stop's first byte was set while it waited; -1 with
+ * the exception set when a signal handler raised while it waited on the main thread (Ctrl-C's
+ * KeyboardInterrupt); no slot is held after 0 or -1 */
 static int rc_gate_enter(int limit, const volatile unsigned char *stop)
 {
     const int now = rc_gate_of(limit);
     pthread_mutex_lock(&rc_gate.mu);
     if (now == 0 || (!rc_gate.head && rc_gate.admitted < now)) {
+        rc_gate.admitted++;
+        pthread_mutex_unlock(&rc_gate.mu);
+        return 1;
+    }
+    pthread_mutex_unlock(&rc_gate.mu);
+    const int on_main = rc_gate_on_main(); /* Python code: not under the gate's mutex */
+    pthread_mutex_lock(&rc_gate.mu);
+    if (now == 0 || (!rc_gate.head && rc_gate.admitted < now)) { /* a slot freed meanwhile */
         rc_gate.admitted++;
         pthread_mutex_unlock(&rc_gate.mu);
         return 1;
@@ -558,27 +600,36 @@ static int rc_gate_enter(int limit, const volatile unsigned char *stop)
     int ok = 1;
     Py_BEGIN_ALLOW_THREADS
     while (!w.admitted) {
-        if (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)) {
-            /* cancelled while waiting: leave the queue (those behind may now go) */
-            rc_waiter **p = &rc_gate.head, *prev = NULL;
-            while (*p != &w) {
-                prev = *p;
-                p = &(*p)->next;
-            }
-            *p = w.next;
-            if (rc_gate.tail == &w)
-                rc_gate.tail = prev;
-            rc_gate.queued--;
-            rc_gate_admit();
+        if (stop && __atomic_load_n(stop, __ATOMIC_RELAXED)) { /* cancelled while waiting */
+            rc_gate_unqueue(&w);
             ok = 0;
             break;
         }
-        if (stop) {
+        if (stop || on_main) {
             const long until = rc_now_ns() + RC_GATE_POLL_NS;
             const struct timespec ts = {until / 1000000000L, until % 1000000000L};
             pthread_cond_timedwait(&w.cv, &rc_gate.mu, &ts);
         } else {
             pthread_cond_wait(&w.cv, &rc_gate.mu);
+        }
+        if (on_main && !w.admitted) {
+            /* the handlers run with the GIL, never under the gate's mutex (a thread holding the
+             * GIL may be taking it) */
+            pthread_mutex_unlock(&rc_gate.mu);
+            Py_BLOCK_THREADS
+            const int raised = PyErr_CheckSignals() < 0;
+            Py_UNBLOCK_THREADS
+            pthread_mutex_lock(&rc_gate.mu);
+            if (raised) {
+                if (w.admitted) { /* handed a slot meanwhile: back to the next in line */
+                    rc_gate.admitted--;
+                    rc_gate_admit();
+                } else {
+                    rc_gate_unqueue(&w);
+                }
+                ok = -1;
+                break;
+            }
         }
     }
     pthread_mutex_unlock(&rc_gate.mu);
@@ -827,8 +878,11 @@ PyObject *rc_py_run_enter(PyObject *self, PyObject *args, PyObject *kw)
     if (rc_tls_depth == 0 && !joined) {
         const volatile unsigned char *stop =
             s->held ? (const volatile unsigned char *)s->view.buf : rc_tls_stop;
-        if (!rc_gate_enter(limit, stop)) {
+        const int got = rc_gate_enter(limit, stop);
+        if (got <= 0) {
             Py_DECREF(cap); /* releases the view */
+            if (got < 0)
+                return NULL; /* a signal handler's exception: Ctrl-C while waiting */
             Py_RETURN_NONE;
         }
         s->gated = 1;
