@@ -121,6 +121,26 @@ def _x(seed=0):
     return np.random.default_rng(seed).standard_normal((2, 3)).astype(np.float32)
 
 
+def _hold_a_slot(sess, hold_s=JOIN_S):
+    """Start a run of ``sess`` on another thread that holds its slot inside its kernel until the
+    returned event is set (or ``hold_s`` passes); returns (that event, the run's thread) once the
+    run is inside."""
+    entered, release = threading.Event(), threading.Event()
+
+    def wrap(name, fn):
+        def hooked(ctx, *args, **attrs):
+            entered.set()
+            release.wait(hold_s)
+            return fn(ctx, *args, **attrs)
+        return hooked
+
+    _hook(sess, wrap)
+    holder = threading.Thread(target=sess.run, args=(None, {"x": _x()}), daemon=True)
+    holder.start()
+    assert entered.wait(JOIN_S)
+    return release, holder
+
+
 @pytest.mark.parametrize("limit", [1, 2, 3])
 def test_the_gate_bounds_the_runs_inside_kernels(gate, limit):
     gate(limit)
@@ -262,19 +282,7 @@ def test_parallel_executor_helpers_never_wait(gate):
 def test_terminate_while_waiting_raises_and_takes_no_slot(gate):
     gate(1)
     sess = _session(_neg_model())
-    entered, release = threading.Event(), threading.Event()
-
-    def wrap(name, fn):
-        def hooked(ctx, *args, **attrs):
-            entered.set()
-            assert release.wait(JOIN_S)
-            return fn(ctx, *args, **attrs)
-        return hooked
-
-    _hook(sess, wrap)
-    holder = threading.Thread(target=sess.run, args=(None, {"x": _x()}), daemon=True)
-    holder.start()
-    assert entered.wait(JOIN_S)
+    release, holder = _hold_a_slot(sess)
     opts = rt.RunOptions()
     result = {}
 
@@ -410,23 +418,11 @@ CTRL_C_CHILD = r"""
 import os, signal, sys, threading, time
 import numpy as np
 sys.path[:0] = sys.argv[1:3]
-from test_run_gate import GATE_ADMITTED, GATE_QUEUED, JOIN_S, NATIVE, _hook, _neg_model, _session, _x
+from test_run_gate import GATE_ADMITTED, GATE_QUEUED, JOIN_S, NATIVE, _hold_a_slot, _neg_model, _session, _x
 
 NATIVE.run_gate(1)
 sess = _session(_neg_model())
-entered, release = threading.Event(), threading.Event()
-
-def wrap(name, fn):
-    def hooked(ctx, *args, **attrs):
-        entered.set()
-        release.wait(float(sys.argv[3]))  # the slot held this long unless the test ends first
-        return fn(ctx, *args, **attrs)
-    return hooked
-
-_hook(sess, wrap)
-holder = threading.Thread(target=sess.run, args=(None, {"x": _x()}), daemon=True)
-holder.start()
-assert entered.wait(JOIN_S)
+release, holder = _hold_a_slot(sess, float(sys.argv[3]))  # held this long unless released first
 
 def interrupt():
     while NATIVE.pool_stats()[GATE_QUEUED] < 1:
