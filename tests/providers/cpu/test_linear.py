@@ -134,16 +134,28 @@ def test_linear_against_float64_on_any_thread_count(R, K, N, packed):
 
 
 @pytest.mark.kernel
-@pytest.mark.parametrize("kernel", ["linear", "pointwise_lanes"])
+@pytest.mark.parametrize("kernel", ["linear", "pointwise_lanes", "sgemm"])
 def test_jobs_run_alone_are_planned_as_for_one_thread(kernel, planned_alone):
-    """A Linear (or pointwise_lanes) call its caller runs alone (run_solo, or other processes'
-    threads on every core) is planned as on one thread: no job asking for several threads starts
-    a part, the same bits as on one thread and on four, counted once as run alone for the load."""
+    """A Linear (pointwise_lanes, or sgemm tiles) call its caller runs alone (run_solo, or other
+    processes' threads on every core) is planned as on one thread: no job asking for several
+    threads starts a part, the same bits as on one thread and on four, counted once as run alone
+    for the load."""
     from runtime_provider_cpu import _native
     from runtime_provider_cpu.fast.packing import pack_linear as _pack_linear
     from runtime_provider_cpu.fast.packing import pack_rows
+    from runtime_provider_cpu.fast.sgemm import sgemm_ready
 
-    if kernel == "linear":
+    if kernel == "sgemm":
+        if not sgemm_ready():
+            pytest.skip("no single-threaded BLAS sgemm (SciPy) here: the tiles are not the path")
+        M, K, N = 384, 256, 1024  # tiles by size too: 201 MFLOP
+        a, w = rnd(M, K), rnd(K, N)
+
+        def call(threads):
+            y = np.full((M, N), np.nan, np.float32)
+            _native.sgemm(a, w, y, (M, K, N), threads)
+            return y
+    elif kernel == "linear":
         R, K, N = 200, 300, 160
         a, w, bias = rnd(R, K), rnd(K, N), rnd(N)
         wp = _pack_linear(w, False)
