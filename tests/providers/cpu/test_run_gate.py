@@ -417,7 +417,7 @@ def test_the_environment_sets_the_default(env, want):
 CTRL_C_CHILD = r"""
 import os, signal, sys, threading, time
 sys.path[:0] = sys.argv[1:3]
-from test_run_gate import GATE_ADMITTED, GATE_QUEUED, NATIVE, _hold_a_slot, _neg_model, _session, _x
+from test_run_gate import GATE_ADMITTED, GATE_QUEUED, JOIN_S, NATIVE, _hold_a_slot, _neg_model, _session, _x
 
 NATIVE.run_gate(1)
 sess = _session(_neg_model())
